@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Builds the real parts of the e2e/chart test tiers from Go modules, pinned:
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   kwok, helm (v3) and kubeconform.
+# Binaries land in a versioned directory per tool under
+#   ${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}/bin/<tool>-<version>/
+# and a tool whose directory is complete is skipped, so a rerun takes seconds.
+# GOMODCACHE/GOCACHE stay at Go's defaults, so they persist across runs too.
+#
+#   bash hack/build-tools.sh            build what is missing
+#   bash hack/build-tools.sh --print    print NAME=PATH for every binary, build nothing
+#   bash hack/build-tools.sh --check    exit 1 (listing them) if any binary is missing
+#
+# Exits non-zero on any failure. Needs only `go` (1.26) and the Go module proxy.
+set -euo pipefail
+
+# ---- pins (the one place the versions live; the test harness reads --print) ----
+K8S_VERSION=v1.35.4          # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.8.0
+
+CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
+BIN="$CACHE/bin"
+SRC="$CACHE/src"   # wrapper go.mod modules (ours, generated here)
+
+K8S_DIR="$BIN/kubernetes-$K8S_VERSION"
+ETCD_DIR="$BIN/etcd-$ETCD_VERSION"
+KWOK_DIR="$BIN/kwok-$KWOK_VERSION"
+HELM_DIR="$BIN/helm-$HELM_VERSION"
+KUBECONFORM_DIR="$BIN/kubeconform-$KUBECONFORM_VERSION"
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+print_paths() {
+  local c
+  for c in "${K8S_CMDS[@]}"; do
+    echo "$c=$K8S_DIR/$c"
+  done
+  echo "etcd=$ETCD_DIR/etcd"
+  echo "kwok=$KWOK_DIR/kwok"
+  echo "helm=$HELM_DIR/helm"
+  echo "kubeconform=$KUBECONFORM_DIR/kubeconform"
+  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION"
+}
+
+missing() {
+  print_paths | grep -v '^versions=' | while IFS='=' read -r name path; do
+    [[ -x "$path" ]] || echo "$name ($path)"
+  done
+}
+
+case "${1:-}" in
+  --print) print_paths; exit 0 ;;
+  --check)
+    m="$(missing)"
+    if [[ -n "$m" ]]; then echo "missing: $m" >&2; exit 1; fi
+    exit 0 ;;
+  "") ;;
+  *) echo "usage: $0 [--print|--check]" >&2; exit 2 ;;
+esac
+
+command -v go >/dev/null || { echo "build-tools: 'go' not found on PATH" >&2; exit 1; }
+mkdir -p "$BIN" "$SRC"
+
+# Two test runs in the same tree must not build the same thing at once.
+exec 9>"$CACHE/build.lock"
+if ! flock -n 9; then
+  echo "build-tools: another build holds $CACHE/build.lock; waiting" >&2
+  flock 9
+fi
+
+export CGO_ENABLED=0
+log() { echo "build-tools: $*" >&2; }
+
+# complete DIR NAME...: true when every NAME exists and is executable in DIR.
+have_all() {
+  local dir="$1"; shift
+  local n
+  for n in "$@"; do [[ -x "$dir/$n" ]] || return 1; done
+}
+
+# install_dir TMP DEST: publish a finished build atomically.
+install_dir() {
+  rm -rf "$2"
+  mv "$1" "$2"
+}
+
+# new_wrapper NAME: a fresh, empty directory for a wrapper module.
+new_wrapper() {
+  local dir="$SRC/$1"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  echo "$dir"
+}
+
+build_kubernetes() {
+  have_all "$K8S_DIR" "${K8S_CMDS[@]}" && { log "kubernetes $K8S_VERSION: cached"; return; }
+  log "kubernetes $K8S_VERSION: building ${K8S_CMDS[*]} (cold: 10-30 min on 2 cores)"
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local staging_version="v0.${K8S_VERSION#v1.}"
+  local modfile dir
+  modfile="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+  [[ -f "$modfile" ]] || { log "cannot download k8s.io/kubernetes@$K8S_VERSION"; return 1; }
+  dir="$(new_wrapper "kubernetes-$K8S_VERSION")"
+  {
+    echo "module localmodel.dev/tools/kubernetes"
+    echo
+    grep -E '^go [0-9]' "$modfile"
+    grep -E '^godebug ' "$modfile" || true
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    # k8s.io/kubernetes points its staging modules at ./staging/src; point them
+    # at the published v0.<minor>.<patch> modules instead.
+    sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*#\1#p' "$modfile" \
+      | sort -u | while read -r m; do echo "	$m => $m $staging_version"; done
+    echo ")"
+  } >"$dir/go.mod"
+  local pkgs=() c
+  for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  (cd "$dir" && go get "${pkgs[@]}")
+  local ld="-s -w" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  done
+  local out="$K8S_DIR.tmp"
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}")
+  install_dir "$out" "$K8S_DIR"
+  "$K8S_DIR/kube-apiserver" --version >&2
+}
+
+build_etcd() {
+  have_all "$ETCD_DIR" etcd && { log "etcd $ETCD_VERSION: cached"; return; }
+  log "etcd $ETCD_VERSION: building"
+  local dir out="$ETCD_DIR.tmp"
+  dir="$(new_wrapper "etcd-$ETCD_VERSION")"
+  # server/v3's own go.mod has relative replaces; as a dependency of a wrapper
+  # module they are ignored and the published api/client/pkg modules are used.
+  printf 'module localmodel.dev/tools/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+    "$ETCD_VERSION" >"$dir/go.mod"
+  (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+  install_dir "$out" "$ETCD_DIR"
+  "$ETCD_DIR/etcd" --version >&2
+}
+
+# go_install DIR NAME PKG VERSION LDFLAGS: `go install pkg@version` into DIR.
+go_install() {
+  local dir="$1" name="$2" pkg="$3" version="$4" ld="$5"
+  have_all "$dir" "$name" && { log "$name $version: cached"; return; }
+  log "$name $version: building"
+  local out="$dir.tmp"
+  rm -rf "$out"; mkdir -p "$out"
+  GOBIN="$out" go install -trimpath -ldflags "-s -w $ld" "$pkg@$version"
+  install_dir "$out" "$dir"
+}
+
+start=$SECONDS
+build_etcd
+go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
+  "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+go_install "$KUBECONFORM_DIR" kubeconform github.com/yannh/kubeconform/cmd/kubeconform \
+  "$KUBECONFORM_VERSION" "-X main.version=$KUBECONFORM_VERSION"
+build_kubernetes
+
+m="$(missing)"
+if [[ -n "$m" ]]; then log "still missing after build: $m"; exit 1; fi
+log "all tools ready in $BIN ($((SECONDS - start)) s)"

@@ -1,0 +1,457 @@
+"""A real Kubernetes control plane on 127.0.0.1 for the e2e tests and the demo.
+
+etcd, kube-apiserver (RBAC, static token authentication), kube-controller-manager
+(garbage collector, PV binder, service accounts...), kube-scheduler and kwok,
+each on a free port, all state in one temporary directory. Fake nodes and their
+local PersistentVolumes come from a fixture file (see nodes.py).
+
+    with TestCluster() as cluster:
+        cluster.kubectl("get", "nodes")
+
+`stop()` stops every process this object started, by pid, in reverse order; it
+runs from the context manager, from atexit and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import types
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.harness.kubeapi import ApiError, KubeApi
+from tests.harness.nodes import (
+    DEFAULT_FIXTURE,
+    NodeFixture,
+    load_fixture,
+    local_volume_manifests,
+    node_manifest,
+    node_status,
+    storage_class_manifest,
+)
+from tests.harness.processes import (
+    ManagedProcess,
+    StartupError,
+    free_ports,
+    port_is_listening,
+    wait_until,
+)
+from tests.harness.tools import Tools, locate_tools
+
+ADMIN = "admin"
+OPERATOR = "operator"
+OPERATOR_NAMESPACE = "localmodel-system"
+OPERATOR_SERVICE_ACCOUNT = "localmodel-operator"
+# A static token whose user name is a service account's: RBAC bindings whose
+# subject is that ServiceAccount (as the chart's ClusterRoleBinding) apply to it.
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+SERVICE_CIDR = "10.96.0.0/16"
+FIELD_MANAGER = "localmodel-e2e"
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    user: str
+    groups: tuple[str, ...]
+    token: str
+
+
+class TestCluster:
+    """One control plane; start() brings it up, stop() tears everything down."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        fixture: Path = DEFAULT_FIXTURE,
+        workdir: Path | None = None,
+        tools: Tools | None = None,
+        keep_workdir: bool = False,
+    ) -> None:
+        self.fixture_path = fixture
+        self.tools = tools
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="localmodel-cluster-"))
+        self.keep_workdir = keep_workdir
+        self.processes: list[ManagedProcess] = []
+        self.identities = {
+            ADMIN: Identity(ADMIN, "localmodel-admin", ("system:masters",), secrets.token_hex(16)),
+            OPERATOR: Identity(
+                OPERATOR,
+                OPERATOR_USER,
+                ("system:serviceaccounts", f"system:serviceaccounts:{OPERATOR_NAMESPACE}"),
+                secrets.token_hex(16),
+            ),
+        }
+        self.ports: dict[str, int] = {}
+        self.nodes: NodeFixture | None = None
+        self.startup_seconds: float | None = None
+        self._stopped = False
+
+    # ---- paths -------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "pki" / "apiserver.crt"
+
+    def kubeconfig(self, identity: str = ADMIN) -> Path:
+        return self.workdir / f"kubeconfig-{identity}.yaml"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.kubeconfig(ADMIN)
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        return self.kubeconfig(OPERATOR)
+
+    def api(self, identity: str = ADMIN) -> KubeApi:
+        return KubeApi(self.server, self.identities[identity].token, self.ca_file)
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> TestCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Bring the control plane up; on any failure stop what started, then raise."""
+        began = time.monotonic()
+        atexit.register(self.stop)
+        _stop_on_sigterm()
+        try:
+            self.tools = self.tools or locate_tools()
+            self.nodes = load_fixture(self.fixture_path)
+            for sub in ("etcd", "pki", "logs", "kcm", "scheduler"):
+                (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+            names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
+            self.ports = dict(zip(names, free_ports(len(names)), strict=True))
+            self._write_credentials()
+            self._start_etcd(timeout)
+            self._start_apiserver(timeout)
+            self._write_kubeconfigs()
+            self._start_controller_manager()
+            self._start_scheduler()
+            self._start_kwok()
+            self._create_nodes_and_storage()
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+
+    def stop(self) -> None:
+        """Stop every started process by pid (newest first); remove the temp dir."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for proc in reversed(self.processes):
+            with contextlib.suppress(Exception):
+                proc.stop()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def listening_ports(self) -> list[int]:
+        """Ports of this cluster that still accept connections (empty after stop)."""
+        return [p for p in self.ports.values() if port_is_listening(p)]
+
+    # ---- helpers for tests -------------------------------------------------
+
+    def kubectl(
+        self, *args: str, identity: str = ADMIN, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        assert self.tools is not None
+        argv = [str(self.tools["kubectl"]), "--kubeconfig", str(self.kubeconfig(identity)), *args]
+        result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise RuntimeError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
+        return result
+
+    def apply(
+        self, manifests: str | Path | Iterable[Manifest], identity: str = ADMIN
+    ) -> str:
+        """Server-side apply YAML text, a YAML file or manifest dicts; returns kubectl's output."""
+        if isinstance(manifests, Path):
+            text = manifests.read_text()
+        elif isinstance(manifests, str):
+            text = manifests
+        else:
+            text = yaml.safe_dump_all(list(manifests))
+        return self.kubectl(
+            "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}",
+            "-f", "-", identity=identity, stdin=text,
+        ).stdout
+
+    # ---- components --------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        proc = ManagedProcess(name=name, argv=argv, log_path=self.workdir / "logs" / f"{name}.log")
+        proc.start()
+        self.processes.append(proc)
+        return proc
+
+    def _tool(self, name: str) -> str:
+        assert self.tools is not None
+        return str(self.tools[name])
+
+    def _write_credentials(self) -> None:
+        key = self.workdir / "pki" / "service-account.key"
+        try:
+            subprocess.run(
+                ["openssl", "genrsa", "-out", str(key), "2048"],
+                check=True, capture_output=True, timeout=60,
+            )
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise StartupError(f"cannot create the service-account key with openssl: {exc}") from exc
+        lines = []
+        for ident in self.identities.values():
+            groups = ",".join(ident.groups)
+            lines.append(f'{ident.token},{ident.user},{ident.user},"{groups}"')
+        tokens = self.workdir / "pki" / "tokens.csv"
+        tokens.write_text("\n".join(lines) + "\n")
+        tokens.chmod(0o600)
+
+    def _start_etcd(self, timeout: float) -> None:
+        client = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        proc = self._spawn("etcd", [
+            self._tool("etcd"),
+            "--name=default",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ])
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:
+                return bool(json.load(resp).get("health") == "true")
+
+        wait_until("etcd /health", healthy, timeout, proc.check_alive)
+
+    def _start_apiserver(self, timeout: float) -> None:
+        pki = self.workdir / "pki"
+        key = pki / "service-account.key"
+        proc = self._spawn("kube-apiserver", [
+            self._tool("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={pki}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--anonymous-auth=false",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={key}",
+            f"--service-account-signing-key-file={key}",
+            "--allow-privileged=true",
+            # endpoints may not point at loopback; the test cluster needs no
+            # `kubernetes` Service endpoint.
+            "--endpoint-reconciler-type=none",
+            "--v=1",
+        ])
+        admin = KubeApi(
+            f"https://127.0.0.1:{self.ports['apiserver']}", self.identities[ADMIN].token, None
+        )
+        wait_until(
+            "kube-apiserver /readyz",
+            lambda: admin.request("GET", "/readyz", timeout=2)[0] == 200,
+            timeout,
+            proc.check_alive,
+            interval=0.25,
+        )
+
+    def _write_kubeconfigs(self) -> None:
+        for ident in self.identities.values():
+            config = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{
+                    "name": "localmodel-test",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                }],
+                "users": [{"name": ident.name, "user": {"token": ident.token}}],
+                "contexts": [{
+                    "name": ident.name,
+                    "context": {"cluster": "localmodel-test", "user": ident.name},
+                }],
+                "current-context": ident.name,
+            }
+            path = self.kubeconfig(ident.name)
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            path.chmod(0o600)
+
+    def _delegated_serving_flags(self, name: str, port: int) -> list[str]:
+        kubeconfig = str(self.admin_kubeconfig)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.workdir / name}",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+
+    def _start_controller_manager(self) -> None:
+        self._spawn("kube-controller-manager", [
+            self._tool("kube-controller-manager"),
+            *self._delegated_serving_flags("kcm", self.ports["controller-manager"]),
+            # the default set: garbage collector, PV binder, service accounts,
+            # namespaces, deployments/replicasets, node lifecycle...
+            "--controllers=*",
+            "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={self.workdir / 'pki' / 'service-account.key'}",
+            f"--root-ca-file={self.ca_file}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--cluster-name=localmodel-test",
+        ])
+
+    def _start_scheduler(self) -> None:
+        self._spawn("kube-scheduler", [
+            self._tool("kube-scheduler"),
+            *self._delegated_serving_flags("scheduler", self.ports["scheduler"]),
+        ])
+
+    def _start_kwok(self) -> None:
+        self._spawn("kwok", [
+            self._tool("kwok"),
+            f"--kubeconfig={self.admin_kubeconfig}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{self.ports['kwok']}",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=40",
+        ])
+
+    def _create_nodes_and_storage(self) -> None:
+        assert self.nodes is not None
+        api = self.api(ADMIN)
+        api.create(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            storage_class_manifest(self.nodes.storage_class),
+        )
+        for shape in self.nodes.nodes:
+            api.create("/api/v1/nodes", node_manifest(shape))
+            api.merge_patch(f"/api/v1/nodes/{shape.name}/status", node_status(shape))
+            for pv in local_volume_manifests(shape, self.nodes.storage_class):
+                api.create("/api/v1/persistentvolumes", pv)
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.nodes is not None
+        api = self.api(ADMIN)
+        by_name = {p.name: p for p in self.processes}
+
+        def alive() -> None:
+            for proc in self.processes:
+                proc.check_alive()
+
+        for name, port in (
+            ("kube-controller-manager", self.ports["controller-manager"]),
+            ("kube-scheduler", self.ports["scheduler"]),
+        ):
+            unverified = KubeApi(f"https://127.0.0.1:{port}", "", None)
+            wait_until(
+                f"{name} /healthz",
+                lambda u=unverified: u.request("GET", "/healthz", timeout=2)[0] == 200,
+                timeout, by_name[name].check_alive,
+            )
+        wanted = {shape.name for shape in self.nodes.nodes}
+
+        def nodes_ready() -> bool:
+            items = api.get("/api/v1/nodes")["items"]
+            ready = {
+                n["metadata"]["name"]
+                for n in items
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                )
+            }
+            return wanted <= ready
+
+        wait_until("kwok to report every fake node Ready", nodes_ready, timeout, alive)
+
+        # Pods need the namespace's default ServiceAccount (made by the controller manager).
+        def default_service_account() -> bool:
+            try:
+                api.get("/api/v1/namespaces/default/serviceaccounts/default")
+            except ApiError:
+                return False
+            return True
+
+        wait_until("the default ServiceAccount", default_service_account, timeout, alive)
+
+    def describe(self) -> dict[str, Any]:
+        """What a person (or the CLI's state file) needs to use this cluster."""
+        assert self.tools is not None
+        return {
+            "server": self.server,
+            "workdir": str(self.workdir),
+            "kubeconfigs": {name: str(self.kubeconfig(name)) for name in self.identities},
+            "pids": {p.name: p.pid for p in self.processes},
+            "executables": {p.name: p.argv[0] for p in self.processes},
+            "ports": self.ports,
+            "versions": self.tools.versions,
+            "startup_seconds": self.startup_seconds,
+        }
+
+
+_previous_sigterm: Any = None
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so try/finally and atexit stop the cluster."""
+    global _previous_sigterm
+    if _previous_sigterm is not None:
+        return
+    try:
+        _previous_sigterm = signal.getsignal(signal.SIGTERM)
+        if _previous_sigterm in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _raise_system_exit)
+    except ValueError:  # not the main thread: leave signals alone
+        _previous_sigterm = signal.SIG_DFL
+
+
+def _raise_system_exit(signum: int, frame: types.FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

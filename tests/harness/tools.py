@@ -1,0 +1,89 @@
+"""Where the pinned control-plane binaries live.
+
+`hack/build-tools.sh` holds the only copy of the version pins; it prints the
+path of every binary with `--print`, so the harness never repeats a version.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-tools.sh"
+
+TOOL_NAMES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "helm",
+    "kubeconform",
+)
+
+
+class ToolsMissingError(RuntimeError):
+    """A binary the harness needs is not built; the message says how to build it."""
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Absolute paths of the pinned binaries, plus the versions they were built at."""
+
+    paths: dict[str, Path]
+    versions: dict[str, str]
+
+    def __getitem__(self, name: str) -> Path:
+        return self.paths[name]
+
+    @property
+    def kubernetes_version(self) -> str:
+        return self.versions["kubernetes"]
+
+
+def parse_print_output(text: str) -> Tools:
+    """Parse `build-tools.sh --print` (`name=path` lines and one `versions=` line)."""
+    paths: dict[str, Path] = {}
+    versions: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if name == "versions":
+            for item in value.split():
+                tool, _, version = item.partition(":")
+                versions[tool] = version
+        else:
+            paths[name] = Path(value)
+    return Tools(paths=paths, versions=versions)
+
+
+def locate_tools(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
+    """Find the pinned binaries; raise ToolsMissingError naming any that are absent."""
+    try:
+        out = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--print"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ToolsMissingError(f"cannot run {BUILD_SCRIPT} --print: {exc}") from exc
+    tools = parse_print_output(out)
+    missing = [
+        f"{name} ({tools.paths.get(name, '?')})"
+        for name in required
+        if name not in tools.paths or not os.access(tools.paths[name], os.X_OK)
+    ]
+    if missing:
+        raise ToolsMissingError(
+            "control-plane binaries are not built: "
+            + ", ".join(missing)
+            + f"; run `bash {BUILD_SCRIPT.relative_to(REPO_ROOT)}` (cold build: 10-30 min)"
+        )
+    return tools
