@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
+
+from localmodel.facts.flags import NFD_UNLABELLED_BY_DEFAULT, PROBE_CPU_FLAGS
 
 
-class FactSource(str, Enum):
+class FactSource(StrEnum):
     """Where the CPU feature facts came from."""
 
     NFD = "nfd"  # feature.node.kubernetes.io/cpu-* labels
@@ -55,10 +57,23 @@ class NodeFacts:
     schedulable: bool = True
 
     def has(self, flag: str) -> bool | None:
-        """True/False when the CPU features are known, None when they are not."""
+        """True/False when the CPU feature is known, None when it is not.
+
+        Features are unknown when ``cpu_flags`` is None, and also when the source
+        never reports that feature: NFD leaves some features out of its labels by
+        default (``NFD_UNLABELLED_BY_DEFAULT``, e.g. F16C, SSE42), and our probe
+        labels only ``PROBE_CPU_FLAGS``. A feature that is present is always True.
+        """
         if self.cpu_flags is None:
             return None
-        return flag.upper() in self.cpu_flags
+        name = flag.upper()
+        if name in self.cpu_flags:
+            return True
+        if self.source is FactSource.NFD and name in NFD_UNLABELLED_BY_DEFAULT:
+            return None
+        if self.source is FactSource.PROBE and name not in PROBE_CPU_FLAGS:
+            return None
+        return False
 
     @property
     def allocatable_cpus(self) -> int:
