@@ -1,0 +1,480 @@
+"""The LocalModel API, `localmodel.dev/v1alpha1`, as pydantic models.
+
+Pure data: defaults, field descriptions (they become `kubectl explain` text) and
+validation. Cross-field rules are declared once in `CROSS_FIELD_RULES` style
+lists beside the model they belong to: each carries the CEL expression the API
+server enforces *and* the Python check the CLI and operator enforce, with one
+message for both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+# Kubernetes resource quantity (apimachinery's regex, simplified to what we accept).
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?|m)?$"
+# An Ollama keep_alive: a Go duration ("5m", "-1m", "24h") or a number of seconds ("-1").
+KEEP_ALIVE_PATTERN = r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^-?[0-9]+$"
+# Ollama model reference: [registry/][namespace/]name[:tag]
+MODEL_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._\-/]*(:[a-zA-Z0-9._\-]+)?$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+# Environment variables the operator sets from the spec and its rules. A user
+# setting one of them would silently undo a rule, so the API rejects it.
+MANAGED_ENV: tuple[str, ...] = (
+    "OLLAMA_HOST",
+    "OLLAMA_MODELS",
+    "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_NUM_PARALLEL",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_CONTEXT_LENGTH",
+    "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_KV_CACHE_TYPE",
+    "OLLAMA_LLM_LIBRARY",
+    "GOMAXPROCS",
+    "LLAMA_ARG_THREADS",
+)
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=False,
+        frozen=True,
+    )
+
+
+@dataclass(frozen=True)
+class CrossFieldRule:
+    """One validation rule, enforced by the API server (CEL) and by Python alike."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]  # True when the object is valid
+    field_path: str  # where to point the user, relative to the object the rule sits on
+
+
+class EngineName(str, Enum):
+    OLLAMA = "ollama"
+    LLAMA_SERVER = "llama-server"
+
+
+class KVCacheType(str, Enum):
+    F16 = "f16"
+    Q8_0 = "q8_0"
+    Q4_0 = "q4_0"
+
+    @property
+    def quantized(self) -> bool:
+        return self is not KVCacheType.F16
+
+
+class FlashAttention(str, Enum):
+    AUTO = "auto"
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+DEFAULT_IMAGES: dict[EngineName, str] = {
+    # v0.32.2 carries the fix for the AMX (sapphirerapids) crash (ollama PR #17244).
+    EngineName.OLLAMA: "docker.io/ollama/ollama:0.32.2",
+    EngineName.LLAMA_SERVER: "ghcr.io/ggml-org/llama.cpp:server",
+}
+
+
+class Engine(_Base):
+    """Which inference engine serves the model."""
+
+    name: EngineName = Field(
+        EngineName.OLLAMA,
+        description="Inference engine. Only `ollama` is supported in this release; "
+        "`llama-server` is reserved.",
+    )
+    image: str | None = Field(
+        None,
+        description="Engine container image. Defaults to a pinned image per engine "
+        "(ollama: docker.io/ollama/ollama:0.32.2).",
+        min_length=1,
+    )
+    version: str | None = Field(
+        None,
+        description="Engine version used by version-ranged rules (e.g. `0.32.2`). "
+        "Defaults to the image tag; an unparsable tag means an unknown version, "
+        "and rules then take the safe side.",
+        pattern=r"^v?[0-9]+(\.[0-9]+){0,2}([-+].*)?$",
+    )
+
+    def resolved_image(self) -> str:
+        return self.image or DEFAULT_IMAGES[self.name]
+
+    @model_validator(mode="after")
+    def _rules(self) -> Engine:
+        for rule in ENGINE_RULES:
+            if not rule.check(self):
+                raise ValueError(f"{rule.field_path}: {rule.message}")
+        return self
+
+
+ENGINE_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel="self.name == 'ollama'",
+        message="engine.name llama-server is reserved for a later release; use ollama",
+        check=lambda e: e.name is EngineName.OLLAMA,
+        field_path="name",
+    ),
+)
+
+
+class ModelInfo(_Base):
+    """Size and shape of a model the built-in catalog does not know."""
+
+    weights_size: str = Field(
+        description="Size of the model weights as stored by the engine (a quantity, "
+        "e.g. `4.7Gi`). CPU-only Ollama disables mmap, so all of it counts "
+        "against the memory limit.",
+        pattern=QUANTITY_PATTERN,
+    )
+    layers: int = Field(description="Transformer blocks (GGUF `<arch>.block_count`).", ge=1)
+    kv_heads: int = Field(
+        description="Key/value attention heads (GGUF `<arch>.attention.head_count_kv`).", ge=1
+    )
+    key_length: int = Field(
+        128, description="Key head size (GGUF `<arch>.attention.key_length`).", ge=1
+    )
+    value_length: int = Field(
+        128, description="Value head size (GGUF `<arch>.attention.value_length`).", ge=1
+    )
+    family: str | None = Field(
+        None,
+        description="Model family (e.g. `qwen3`, `llama`, `gemma3`) for family-scoped rules.",
+        pattern=r"^[a-z0-9][a-z0-9.\-]*$",
+    )
+
+
+class TolerationOperator(str, Enum):
+    EQUAL = "Equal"
+    EXISTS = "Exists"
+
+
+class TaintEffect(str, Enum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(_Base):
+    """A Kubernetes toleration, copied to the model's pods."""
+
+    key: str | None = Field(None, description="Taint key; empty with Exists matches all.")
+    operator: TolerationOperator = Field(
+        TolerationOperator.EQUAL, description="`Equal` or `Exists`."
+    )
+    value: str | None = Field(None, description="Taint value for `Equal`.")
+    effect: TaintEffect | None = Field(None, description="Effect to match; empty matches all.")
+    toleration_seconds: int | None = Field(
+        None, description="For NoExecute: how long the pod stays bound after the taint."
+    )
+
+
+class Placement(_Base):
+    """Where replicas may run."""
+
+    exclusive: bool = Field(
+        True,
+        description="One model per node: no other LocalModel is placed on a node that runs "
+        "this one. Two models on one CPU node split memory and cores and are often "
+        "slower than one.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels every chosen node must carry."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Taints the model's pods tolerate."
+    )
+    safe_cpu_path: bool = Field(
+        False,
+        description="Force the AMX-safe CPU path on AMX nodes (flash attention off, AVX2 "
+        "CPU backend, AMX library removed) even for engine versions that carry the fix.",
+    )
+
+
+class Storage(_Base):
+    """The persistent volume at /root/.ollama that keeps weights across restarts."""
+
+    size: str | None = Field(
+        None,
+        description="Volume size. Defaults to the weights size plus headroom, rounded up "
+        "to whole GiB.",
+        pattern=QUANTITY_PATTERN,
+    )
+    storage_class_name: str | None = Field(
+        None, description="StorageClass of the volume; empty uses the cluster default."
+    )
+    retain: bool = Field(
+        True,
+        description="Keep the weights volume when the LocalModel is deleted (no owner "
+        "reference on the claim), so re-creating the model needs no download.",
+    )
+
+
+class Gateway(_Base):
+    """The slot gate in front of the engine."""
+
+    enabled: bool = Field(
+        True,
+        description="Run the gateway sidecar: real cancellation, background skip, metrics.",
+    )
+    image: str | None = Field(
+        None, description="Gateway image. Defaults to the operator's own image.", min_length=1
+    )
+    max_queue: int = Field(
+        16, description="Foreground requests allowed to wait; past it, 503.", ge=0, le=10000
+    )
+    deadline_seconds: int = Field(
+        600,
+        description="Default request deadline; past it the upstream generation is cancelled.",
+        ge=1,
+        le=86400,
+    )
+    max_tokens: int = Field(
+        2048, description="Cap on tokens generated per request (num_predict).", ge=1
+    )
+
+
+class EnvVar(_Base):
+    """An extra environment variable for the engine container."""
+
+    name: str = Field(
+        description="Variable name.", pattern=ENV_NAME_PATTERN, min_length=1, max_length=256
+    )
+    value: str = Field("", description="Variable value.")
+
+
+class LocalModelSpec(_Base):
+    """Desired state of a LocalModel."""
+
+    model: str = Field(
+        description="Ollama model reference, e.g. `qwen3:1.7b`.",
+        pattern=MODEL_PATTERN,
+        min_length=1,
+        max_length=200,
+    )
+    engine: Engine = Field(default_factory=Engine, description="Inference engine.")
+    replicas: int = Field(
+        1, description="Replicas, each on a different node.", ge=0, le=1000
+    )
+    cpu: int | Literal["node"] = Field(
+        4,
+        description="Whole CPUs for the engine (limit = request). The engine gets exactly "
+        "this many threads. `node` takes all free allocatable CPUs of the chosen node.",
+    )
+    memory: str = Field(
+        "auto",
+        description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
+        "compute overhead.",
+        pattern=r"^auto$|" + QUANTITY_PATTERN,
+    )
+    context: int = Field(
+        8192, description="Context length of each slot, in tokens.", ge=512, le=1048576
+    )
+    slots: int = Field(
+        1,
+        description="Parallel requests (OLLAMA_NUM_PARALLEL). Each slot holds a full context.",
+        ge=1,
+        le=64,
+    )
+    kv_cache: KVCacheType = Field(
+        KVCacheType.F16,
+        description="KV cache element type. Quantized types need flash attention.",
+    )
+    flash_attention: FlashAttention = Field(
+        FlashAttention.AUTO, description="`auto`, `enabled` or `disabled`."
+    )
+    keep_alive: str = Field(
+        "-1",
+        description="How long the model stays loaded after a request; `-1` keeps it loaded.",
+        pattern=KEEP_ALIVE_PATTERN,
+    )
+    model_info: ModelInfo | None = Field(
+        None,
+        description="Size and architecture, for models the built-in catalog does not know.",
+    )
+    placement: Placement = Field(default_factory=Placement, description="Placement policy.")
+    storage: Storage = Field(default_factory=Storage, description="Weights volume.")
+    gateway: Gateway = Field(default_factory=Gateway, description="Slot gate sidecar.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description="Extra engine environment. Variables the operator manages are rejected.",
+        max_length=64,
+    )
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: object) -> object:
+        # Reject booleans and strings like "4" early, with a message that says what fits.
+        if isinstance(value, bool) or (isinstance(value, str) and value != "node"):
+            raise ValueError("must be a positive integer or 'node'")
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be a positive integer or 'node'")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> LocalModelSpec:
+        for rule in SPEC_RULES:
+            if not rule.check(self):
+                raise ValueError(f"{rule.field_path}: {rule.message}")
+        return self
+
+
+def _managed(env: list[EnvVar]) -> list[str]:
+    return [e.name for e in env if e.name in MANAGED_ENV]
+
+
+SPEC_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel="type(self.cpu) == int ? self.cpu >= 1 : self.cpu == 'node'",
+        message="cpu must be a positive integer or 'node'",
+        check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and s.cpu >= 1),
+        field_path="cpu",
+    ),
+    CrossFieldRule(
+        cel="!(self.kvCache in ['q8_0', 'q4_0'] && self.flashAttention == 'disabled')",
+        message="a quantized kvCache needs flash attention: llama.cpp cannot create a "
+        "quantized V cache without it; set flashAttention to auto or enabled, or kvCache "
+        "to f16",
+        check=lambda s: not (
+            s.kv_cache.quantized and s.flash_attention is FlashAttention.DISABLED
+        ),
+        field_path="kvCache",
+    ),
+    CrossFieldRule(
+        cel="self.env.all(e, !(e.name in ["
+        + ", ".join(f"'{n}'" for n in MANAGED_ENV)
+        + "]))",
+        message="sets a variable the operator manages ("
+        + ", ".join(MANAGED_ENV)
+        + "); use the matching spec field instead",
+        check=lambda s: not _managed(s.env),
+        field_path="env",
+    ),
+    CrossFieldRule(
+        cel="self.env.all(a, self.env.exists_one(b, b.name == a.name))",
+        message="each variable name may appear once",
+        check=lambda s: len({e.name for e in s.env}) == len(s.env),
+        field_path="env",
+    ),
+)
+
+
+class ConditionStatus(str, Enum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Base):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type: Valid, Placed or Ready.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        None, description="The spec generation this condition was computed from."
+    )
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    reason: str = Field(description="CamelCase reason.", pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*)?$")
+    message: str = Field("", description="Human-readable explanation.")
+
+
+class DecisionStatus(_Base):
+    """One rule that fired for a placement, what it changed and why."""
+
+    rule: str = Field(description="Rule id (see docs/rules.md).")
+    effect: str = Field(description="What the rule changed.")
+    reason: str = Field(description="Why.")
+    source: str = Field(description="Where the engine fact comes from.")
+
+
+class PlacementStatus(_Base):
+    """Where one replica runs and with which engine settings."""
+
+    replica: int = Field(description="Replica index.")
+    node: str = Field(description="Node the replica is placed on.")
+    pod: str = Field(description="Pod name.")
+    threads: int = Field(description="Engine threads (= whole CPUs of the limit).")
+    cpu: int = Field(description="Whole CPUs requested and limited.")
+    memory: str = Field(description="Memory requested and limited.")
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="Effective engine settings (environment, options)."
+    )
+    decisions: list[DecisionStatus] = Field(
+        default_factory=list, description="Rules that produced these settings."
+    )
+    reason: str = Field("", description="Why this node was chosen.")
+
+
+class LocalModelStatus(_Base):
+    """Observed state of a LocalModel."""
+
+    observed_generation: int | None = Field(
+        None, description="The spec generation last acted on."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Valid, Placed and Ready conditions."
+    )
+    placements: list[PlacementStatus] = Field(
+        default_factory=list, description="Per-replica placement and settings."
+    )
+    ready_replicas: int = Field(0, description="Replicas whose pod is Ready.")
+    ready: str = Field("", description="Ready replicas over desired, e.g. `1/1`.")
+    nodes: str = Field("", description="Nodes the replicas run on, comma separated.")
+    endpoint: str = Field("", description="In-cluster URL of the model's Service.")
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata the operator reads; everything else passes through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=52)
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class LocalModel(_Base):
+    """A local LLM served on CPU nodes, tuned per node."""
+
+    api_version: Literal["localmodel.dev/v1alpha1"] = Field(
+        "localmodel.dev/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["LocalModel"] = "LocalModel"
+    metadata: ObjectMeta
+    spec: LocalModelSpec
+    status: LocalModelStatus | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+def rules_cel(rules: tuple[CrossFieldRule, ...]) -> list[dict[str, str]]:
+    """CEL validations for the CRD, from the same rules Python enforces."""
+    out = []
+    for r in rules:
+        entry = {"rule": r.cel, "message": r.message}
+        # Point the API server's error at the offending field.
+        if re.fullmatch(r"[A-Za-z]+", r.field_path):
+            entry["fieldPath"] = f".{r.field_path}"
+        out.append(entry)
+    return out

@@ -1,0 +1,18 @@
+"""Tuning rules: data with sources, and a small ordered evaluator."""
+
+from localmodel.rules.evaluate import Problem, Tuning, engine_version, evaluate, problems, tune
+from localmodel.rules.model import Decision, Rule
+from localmodel.rules.table import RULES, RULES_BY_ID
+
+__all__ = [
+    "RULES",
+    "RULES_BY_ID",
+    "Decision",
+    "Problem",
+    "Rule",
+    "Tuning",
+    "engine_version",
+    "evaluate",
+    "problems",
+    "tune",
+]

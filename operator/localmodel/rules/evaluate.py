@@ -1,0 +1,100 @@
+"""Evaluate the rules for one replica on one node: pure, ordered, recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
+from localmodel.catalog import ModelShape, lookup
+from localmodel.facts import NodeFacts
+from localmodel.rules.model import Context, Decision, Settings, Version, image_version, parse_version
+from localmodel.rules.table import RULES, engine_env
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The engine settings for one replica on one node, and the decisions behind them."""
+
+    threads: int
+    cpu: int
+    memory_bytes: int
+    memory_parts: dict[str, int]
+    storage_bytes: int
+    env: dict[str, str]
+    modelfile: dict[str, str]
+    remove_libraries: tuple[str, ...]
+    flash_attention: FlashAttention
+    kv_cache: KVCacheType
+    decisions: tuple[Decision, ...]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a spec cannot be acted on: the field and the reason."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def engine_version(spec: LocalModelSpec) -> Version | None:
+    """spec.engine.version, else the image tag, else unknown."""
+    if spec.engine.version:
+        return parse_version(spec.engine.version)
+    return image_version(spec.engine.resolved_image())
+
+
+def problems(spec: LocalModelSpec) -> list[Problem]:
+    """What the schema cannot catch but the rules need (Valid=False when non-empty)."""
+    found = []
+    if spec.memory == "auto" and lookup(spec.model, spec.model_info) is None:
+        found.append(
+            Problem(
+                "spec.memory",
+                f"model {spec.model!r} is not in the built-in catalog, so memory cannot be "
+                "sized automatically: set spec.modelInfo (weightsSize, layers, kvHeads, "
+                "keyLength, valueLength) or an explicit spec.memory",
+            )
+        )
+    return found
+
+
+def evaluate(
+    spec: LocalModelSpec,
+    node: NodeFacts,
+    cpu: int,
+    shape: ModelShape | None = None,
+    version: Version | None = None,
+) -> Tuning:
+    """Run every matching rule in order. `cpu` is what the planner gave the replica."""
+    ctx = Context(spec=spec, node=node, cpu=cpu, shape=shape, version=version)
+    settings = Settings()
+    decisions = []
+    for rule in RULES:
+        if not rule.matches(ctx):
+            continue
+        effect = rule.apply(ctx, settings)
+        if effect is not None:
+            decisions.append(Decision(rule.id, effect, rule.reason, rule.source))
+    return Tuning(
+        threads=settings.threads,
+        cpu=settings.cpu,
+        memory_bytes=settings.memory_bytes,
+        memory_parts=dict(settings.memory_parts),
+        storage_bytes=settings.storage_bytes,
+        env=engine_env(settings),
+        modelfile=dict(settings.modelfile),
+        remove_libraries=tuple(settings.remove_libraries),
+        flash_attention=settings.flash_attention,
+        kv_cache=settings.kv_cache,
+        decisions=tuple(decisions),
+        warnings=tuple(settings.warnings),
+    )
+
+
+def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
+    """evaluate() with the model shape and engine version resolved from the spec."""
+    return evaluate(spec, node, cpu, lookup(spec.model, spec.model_info), engine_version(spec))

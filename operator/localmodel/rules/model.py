@@ -1,0 +1,168 @@
+"""The shapes rules are made of: conditions as data, a context, mutable settings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from localmodel.api import EngineName, FlashAttention, KVCacheType, LocalModelSpec
+from localmodel.catalog import ModelShape
+from localmodel.facts import NodeFacts
+
+Version = tuple[int, int, int]
+
+_VERSION_RE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+].*)?$")
+
+
+def parse_version(text: str | None) -> Version | None:
+    """`0.32.2`, `v0.30.0-rc1` -> (0, 32, 2); anything else (`latest`) -> None."""
+    if not text:
+        return None
+    m = _VERSION_RE.match(text.strip())
+    if not m:
+        return None
+    return (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0))
+
+
+def image_version(image: str) -> Version | None:
+    """The version in an image tag: `ollama/ollama:0.32.2` -> (0, 32, 2)."""
+    if "@" in image:  # pinned by digest: the tag (if any) may lie, trust nothing
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    return parse_version(last.split(":", 1)[1])
+
+
+def show_version(v: Version) -> str:
+    return ".".join(str(p) for p in v)
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """Engine versions a rule applies to: `low <= v < high`."""
+
+    low: Version | None = None
+    high: Version | None = None
+    unknown: bool = True  # an unknown version matches (the safe side for guards)
+
+    def matches(self, v: Version | None) -> bool:
+        if v is None:
+            return self.unknown
+        return (self.low is None or v >= self.low) and (self.high is None or v < self.high)
+
+    def describe(self) -> str:
+        parts = []
+        if self.low:
+            parts.append(f">= {show_version(self.low)}")
+        if self.high:
+            parts.append(f"< {show_version(self.high)}")
+        text = " and ".join(parts) or "any"
+        return text + (" or unknown" if self.unknown and parts else "")
+
+
+@dataclass(frozen=True)
+class CpuCondition:
+    """Node CPU features a rule applies to: any of `flags`."""
+
+    flags: frozenset[str]
+    unknown: bool = True  # features not known (no NFD/probe labels) match
+
+    def matches(self, node: NodeFacts) -> bool:
+        if node.cpu_flags is None:
+            return self.unknown
+        return bool(self.flags & node.cpu_flags)
+
+    def describe(self) -> str:
+        text = "CPU has any of " + ", ".join(sorted(self.flags))
+        return text + (" (or features unknown)" if self.unknown else "")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a rule may look at. Pure values."""
+
+    spec: LocalModelSpec
+    node: NodeFacts
+    cpu: int  # whole CPUs the planner gave this replica
+    shape: ModelShape | None
+    version: Version | None
+
+    @property
+    def engine(self) -> EngineName:
+        return self.spec.engine.name
+
+
+@dataclass
+class Settings:
+    """What the rules decide, built up in rule order."""
+
+    threads: int = 0
+    cpu: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    modelfile: dict[str, str] = field(default_factory=dict)
+    flash_attention: FlashAttention = FlashAttention.AUTO
+    kv_cache: KVCacheType = KVCacheType.F16
+    remove_libraries: list[str] = field(default_factory=list)
+    guaranteed: bool = False
+    memory_bytes: int = 0
+    memory_parts: dict[str, int] = field(default_factory=dict)
+    storage_bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+Apply = Callable[[Context, Settings], str | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One tuning rule. Conditions are data (they generate the docs); `apply`
+    checks what only the spec can tell, changes the settings and returns the
+    effect it had, or None when it does not apply."""
+
+    id: str
+    title: str
+    effect: str  # what it does, for the docs
+    reason: str  # one line: why
+    source: str  # where the engine fact comes from (ENGINE-FACTS.md citation)
+    apply: Apply
+    engines: frozenset[EngineName] = frozenset({EngineName.OLLAMA})
+    versions: VersionRange | None = None
+    cpu: CpuCondition | None = None
+    families: frozenset[str] | None = None
+    spec_condition: str = ""  # the spec-level condition `apply` checks, for the docs
+
+    def matches(self, ctx: Context) -> bool:
+        if ctx.engine not in self.engines:
+            return False
+        if self.versions is not None and not self.versions.matches(ctx.version):
+            return False
+        if self.cpu is not None and not self.cpu.matches(ctx.node):
+            return False
+        return not (
+            self.families is not None
+            and (ctx.shape is None or ctx.shape.family not in self.families)
+        )
+
+    def when(self) -> str:
+        parts = ["engine " + "/".join(sorted(e.value for e in self.engines))]
+        if self.versions is not None:
+            parts.append("version " + self.versions.describe())
+        if self.cpu is not None:
+            parts.append(self.cpu.describe())
+        if self.families is not None:
+            parts.append("family " + "/".join(sorted(self.families)))
+        if self.spec_condition:
+            parts.append(self.spec_condition)
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A rule that fired: what it changed and why. Rendered into status and events."""
+
+    rule: str
+    effect: str
+    reason: str
+    source: str

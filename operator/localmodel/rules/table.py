@@ -1,0 +1,352 @@
+"""The tuning rules, in evaluation order. Each is data plus one small function.
+
+Sources cite /work/shared/docs/ENGINE-FACTS.md entries as `repo path` or
+`repo#issue`. `docs/rules.md` is generated from this table
+(`localmodel rules --markdown`); never edit that file by hand.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from localmodel.api import FlashAttention, KVCacheType
+from localmodel.facts.quantity import format_bytes, parse_bytes
+from localmodel.rules.model import Context, CpuCondition, Rule, Settings, VersionRange
+
+GiB = 1024**3
+MiB = 1024**2
+
+OLLAMA_HOME = "/root/.ollama"
+OLLAMA_MODELS_DIR = f"{OLLAMA_HOME}/models"
+ENGINE_PORT = 11434
+AMX_LIBRARY = "/usr/lib/ollama/libggml-cpu-sapphirerapids.so"
+
+# Ollama adds 768 MiB to 2 GiB of compute buffers per load for batches
+# (ENGINE-FACTS.md, Memory); we budget 1 GiB, plus the Ollama server and runner
+# processes themselves.
+COMPUTE_OVERHEAD = 1 * GiB
+RUNTIME_OVERHEAD = 256 * MiB
+
+# Bytes per KV cache element (ENGINE-FACTS.md: f16 2, q8_0 34/32, q4_0 18/32).
+KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
+    KVCacheType.F16: Fraction(2),
+    KVCacheType.Q8_0: Fraction(34, 32),
+    KVCacheType.Q4_0: Fraction(18, 32),
+}
+
+AMX_FLAGS = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AMXFP16"})
+AMX_FIXED_IN = (0, 32, 2)  # ollama PR #17244 (GCC 13 build)
+AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from v0.30
+
+
+def kv_cache_bytes(
+    layers: int, context: int, kv_heads: int, key_len: int, value_len: int, kv: KVCacheType
+) -> int:
+    """n_layer x n_ctx x n_head_kv x (key_length + value_length) x bytes/element."""
+    elements = layers * context * kv_heads * (key_len + value_len)
+    return -(-elements * KV_BYTES_PER_ELEMENT[kv].numerator // KV_BYTES_PER_ELEMENT[kv].denominator)
+
+
+def _ceil_gib(n: int) -> int:
+    return -(-n // GiB) * GiB
+
+
+# --- rule functions: return the effect they had, or None -------------------
+
+
+def _threads(ctx: Context, s: Settings) -> str | None:
+    n = ctx.cpu
+    s.cpu = s.threads = n
+    s.env["GOMAXPROCS"] = str(n)
+    s.modelfile["num_thread"] = str(n)
+    return f"threads={n}: Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
+
+
+def _threads_cap(ctx: Context, s: Settings) -> str | None:
+    limits = {"node allocatable CPUs": ctx.node.allocatable_cpus}
+    if ctx.node.cpuset_cpus is not None:
+        limits["cpuset (sched_getaffinity)"] = ctx.node.cpuset_cpus
+    if ctx.node.cgroup_cpu_quota is not None:
+        limits["cgroup CPU quota"] = int(ctx.node.cgroup_cpu_quota)
+    what, cap = min(limits.items(), key=lambda kv: kv[1])
+    cap = max(cap, 1)
+    if s.threads <= cap:
+        return None
+    before = s.threads
+    s.cpu = s.threads = cap
+    s.env["GOMAXPROCS"] = str(cap)
+    s.modelfile["num_thread"] = str(cap)
+    return f"threads {before} -> {cap}: capped by the {what}"
+
+
+def _one_model(ctx: Context, s: Settings) -> str | None:
+    spec = ctx.spec
+    bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
+    s.env.update(
+        {
+            "OLLAMA_HOST": f"{bind}:{ENGINE_PORT}",
+            "OLLAMA_MODELS": OLLAMA_MODELS_DIR,
+            "OLLAMA_MAX_LOADED_MODELS": "1",
+            "OLLAMA_NUM_PARALLEL": str(spec.slots),
+            "OLLAMA_CONTEXT_LENGTH": str(spec.context),
+            "OLLAMA_KEEP_ALIVE": spec.keep_alive,
+        }
+    )
+    s.modelfile["num_ctx"] = str(spec.context)
+    s.flash_attention = spec.flash_attention
+    s.kv_cache = spec.kv_cache
+    return (
+        f"OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL={spec.slots}, "
+        f"OLLAMA_CONTEXT_LENGTH={spec.context}, OLLAMA_KEEP_ALIVE={spec.keep_alive}, "
+        f"OLLAMA_MODELS={OLLAMA_MODELS_DIR}, engine on {bind}:{ENGINE_PORT}"
+    )
+
+
+def _kv_needs_fa(ctx: Context, s: Settings) -> str | None:
+    if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
+        return None
+    s.flash_attention = FlashAttention.ENABLED
+    return f"flash attention auto -> enabled (OLLAMA_FLASH_ATTENTION=1) for kvCache {s.kv_cache.value}"
+
+
+def _amx_safe_path(ctx: Context, s: Settings) -> str:
+    changes = []
+    if s.flash_attention is not FlashAttention.DISABLED:
+        changes.append(f"flash attention {s.flash_attention.value} -> disabled")
+        s.flash_attention = FlashAttention.DISABLED
+    s.env["OLLAMA_LLM_LIBRARY"] = "cpu_avx2"
+    changes.append("OLLAMA_LLM_LIBRARY=cpu_avx2")
+    return ", ".join(changes)
+
+
+def _amx_guard(ctx: Context, s: Settings) -> str | None:
+    return _amx_safe_path(ctx, s) + _features_note(ctx)
+
+
+def _amx_forced(ctx: Context, s: Settings) -> str | None:
+    if not ctx.spec.placement.safe_cpu_path:
+        return None
+    effect = _amx_safe_path(ctx, s)
+    if AMX_LIBRARY not in s.remove_libraries:
+        s.remove_libraries.append(AMX_LIBRARY)
+    return effect + f", remove {AMX_LIBRARY} at start" + _features_note(ctx)
+
+
+def _amx_library(ctx: Context, s: Settings) -> str | None:
+    if AMX_LIBRARY not in s.remove_libraries:
+        s.remove_libraries.append(AMX_LIBRARY)
+    return f"remove {AMX_LIBRARY} at container start" + _features_note(ctx)
+
+
+def _features_note(ctx: Context) -> str:
+    notes = []
+    if ctx.node.cpu_flags is None:
+        notes.append("CPU features unknown on this node (no NFD or probe labels)")
+    if ctx.version is None:
+        notes.append("engine version unknown")
+    return f" ({'; '.join(notes)}: taking the safe side)" if notes else ""
+
+
+def _kv_fallback(ctx: Context, s: Settings) -> str | None:
+    if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.DISABLED:
+        return None
+    before = s.kv_cache
+    s.kv_cache = KVCacheType.F16
+    s.warnings.append(f"kvCache {before.value} fell back to f16: flash attention is off here")
+    return f"kvCache {before.value} -> f16: flash attention was turned off on this node"
+
+
+def _memory_auto(ctx: Context, s: Settings) -> str | None:
+    if ctx.spec.memory != "auto" or ctx.shape is None:
+        return None
+    shape, spec = ctx.shape, ctx.spec
+    kv = kv_cache_bytes(
+        shape.layers,
+        spec.context * spec.slots,
+        shape.kv_heads,
+        shape.key_length,
+        shape.value_length,
+        s.kv_cache,
+    )
+    s.memory_parts = {
+        "weights": shape.weights_bytes,
+        "kvCache": kv,
+        "compute": COMPUTE_OVERHEAD,
+        "runtime": RUNTIME_OVERHEAD,
+    }
+    s.memory_bytes = sum(s.memory_parts.values())
+    return (
+        f"memory {format_bytes(s.memory_bytes)} = weights {format_bytes(shape.weights_bytes)}"
+        f" + KV cache {format_bytes(kv)} ({spec.context}x{spec.slots} tokens, {s.kv_cache.value})"
+        f" + compute {format_bytes(COMPUTE_OVERHEAD)} + runtime {format_bytes(RUNTIME_OVERHEAD)}"
+    )
+
+
+def _memory_explicit(ctx: Context, s: Settings) -> str | None:
+    if ctx.spec.memory == "auto":
+        return None
+    s.memory_bytes = parse_bytes(ctx.spec.memory)
+    s.memory_parts = {"spec": s.memory_bytes}
+    if ctx.shape is None:
+        return f"memory {ctx.spec.memory} from spec (model not in the catalog: no estimate)"
+    estimate = ctx.shape.weights_bytes + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    if s.memory_bytes < estimate:
+        s.warnings.append(
+            f"memory {ctx.spec.memory} is below the weights + overhead estimate "
+            f"{format_bytes(estimate)}: the engine may be OOM-killed"
+        )
+        return f"memory {ctx.spec.memory} from spec, below the estimate {format_bytes(estimate)}"
+    return f"memory {ctx.spec.memory} from spec"
+
+
+def _guaranteed(ctx: Context, s: Settings) -> str | None:
+    s.guaranteed = True
+    return f"requests = limits: cpu {s.cpu}, memory {format_bytes(s.memory_bytes)}"
+
+
+def _volume(ctx: Context, s: Settings) -> str | None:
+    if ctx.spec.storage.size is not None:
+        s.storage_bytes = parse_bytes(ctx.spec.storage.size)
+        return f"volume {ctx.spec.storage.size} at {OLLAMA_HOME} (from spec)"
+    # Weights never exceed the memory limit (no mmap on CPU), so without a
+    # known size the limit bounds them.
+    weights = ctx.shape.weights_bytes if ctx.shape is not None else s.memory_bytes
+    # Twice the weights: an updated tag's new blobs land before the old are pruned.
+    s.storage_bytes = _ceil_gib(2 * weights + GiB)
+    return f"volume {format_bytes(s.storage_bytes)} at {OLLAMA_HOME} (2 x weights + 1Gi)"
+
+
+AMX = CpuCondition(AMX_FLAGS, unknown=True)
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        id="threads-from-cpu-limit",
+        title="Threads equal the CPU limit",
+        effect="num_thread (Modelfile PARAMETER) and GOMAXPROCS = whole CPUs of the limit",
+        reason="engines default to one thread per host core; on a CPU quota decode collapses "
+        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs)",
+        source="ollama#17916; llama.cpp common/common.cpp; ollama api/types.go",
+        apply=_threads,
+    ),
+    Rule(
+        id="threads-capped-by-node",
+        title="Threads never exceed the node or cpuset",
+        effect="threads and CPU limit lowered to the node's allocatable CPUs, cpuset or quota",
+        reason="more threads than CPUs to run them on oversubscribes the busy-wait barrier",
+        source="ENGINE-FACTS.md Threads (round down; never exceed sched_getaffinity)",
+        apply=_threads_cap,
+        spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
+    ),
+    Rule(
+        id="one-model-per-pod",
+        title="One model per pod, one slot with the full context",
+        effect="OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL=slots, "
+        "OLLAMA_CONTEXT_LENGTH=context, OLLAMA_KEEP_ALIVE=keepAlive, OLLAMA_MODELS under "
+        "/root/.ollama, engine bound to loopback behind the gateway",
+        reason="defaults load up to 3 models on CPU and a 4096 context; models sharing a "
+        "pod split memory, slots and cores",
+        source="ollama envconfig/config.go",
+        apply=_one_model,
+    ),
+    Rule(
+        id="kv-cache-quantized-enables-flash-attention",
+        title="A quantized KV cache turns flash attention on",
+        effect="flashAttention auto -> enabled (OLLAMA_FLASH_ATTENTION=1)",
+        reason="a quantized V cache needs flash attention; without it Ollama <= 0.24 silently "
+        "falls back to f16 and >= 0.30 fails to load",
+        source="ollama llm/server.go; ollama#13337; llama.cpp context creation",
+        apply=_kv_needs_fa,
+        spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
+    ),
+    Rule(
+        id="amx-guard",
+        title="AMX guard for engine builds without the fix",
+        effect="flash attention off (OLLAMA_FLASH_ATTENTION=0), OLLAMA_LLM_LIBRARY=cpu_avx2",
+        reason="Ollama builds before 0.32.2 crash on AMX CPUs in the AMX / flash-attention path",
+        source="ollama#17205, #17006, #17249, #17236; fixed by ollama PR #17244",
+        apply=_amx_guard,
+        versions=VersionRange(high=AMX_FIXED_IN, unknown=True),
+        cpu=AMX,
+    ),
+    Rule(
+        id="amx-remove-cpu-variant",
+        title="Remove the crashing sapphirerapids CPU variant",
+        effect=f"delete {AMX_LIBRARY} at container start",
+        reason="0.30.0-0.32.1 ship a sapphirerapids variant that segfaults on AMX hosts; "
+        "OLLAMA_LLM_LIBRARY does not choose a CPU variant in these versions",
+        source="ollama#17205 (maintainer workaround); ggml cpu-feats-x86.cpp",
+        apply=_amx_library,
+        versions=VersionRange(low=AMX_VARIANT_BACK, high=AMX_FIXED_IN, unknown=True),
+        cpu=AMX,
+    ),
+    Rule(
+        id="amx-safe-path-forced",
+        title="Admin-forced safe CPU path",
+        effect=f"flash attention off, OLLAMA_LLM_LIBRARY=cpu_avx2, delete {AMX_LIBRARY}",
+        reason="the admin asked for the safe path on AMX nodes whatever the engine version",
+        source="ENGINE-FACTS.md AMX; spec.placement.safeCpuPath",
+        apply=_amx_forced,
+        cpu=AMX,
+        spec_condition="placement.safeCpuPath: true",
+    ),
+    Rule(
+        id="kv-cache-falls-back-to-f16",
+        title="KV cache falls back to f16 when flash attention is off",
+        effect="kvCache -> f16, with a warning",
+        reason="a quantized V cache cannot be created without flash attention",
+        source="llama.cpp context creation; ollama llm/server.go",
+        apply=_kv_fallback,
+        spec_condition="kvCache quantized and flash attention turned off by a rule",
+    ),
+    Rule(
+        id="memory-from-weights-and-kv",
+        title="Memory sized from weights plus KV cache",
+        effect="memory = weights + KV cache (context x slots, cache type) + 1Gi compute "
+        "+ 256Mi runtime",
+        reason="CPU-only Ollama disables mmap, so weights count fully against the limit; "
+        "the KV cache grows with context x slots",
+        source="ENGINE-FACTS.md Memory (KV formula; compute buffers 768 MiB-2 GiB)",
+        apply=_memory_auto,
+        spec_condition="memory: auto",
+    ),
+    Rule(
+        id="memory-from-spec",
+        title="Explicit memory, checked against the estimate",
+        effect="memory = spec.memory; a warning when it is below weights + overhead",
+        reason="an explicit limit below the weights gets the engine OOM-killed at load",
+        source="ENGINE-FACTS.md Memory",
+        apply=_memory_explicit,
+        spec_condition="memory set",
+    ),
+    Rule(
+        id="guaranteed-qos",
+        title="Guaranteed QoS with whole CPUs",
+        effect="requests = limits for every container; integer CPUs for the engine",
+        reason="the static CPU manager gives exclusive cores only to Guaranteed pods with "
+        "integer CPUs; a burstable engine shares cores and its barrier stalls",
+        source="ENGINE-FACTS.md What a pod sees as its CPU budget (kubernetes#127525)",
+        apply=_guaranteed,
+    ),
+    Rule(
+        id="weights-volume",
+        title="Weights on a persistent volume",
+        effect="a PVC per replica at /root/.ollama; the init step pulls only when missing",
+        reason="without it every restart downloads gigabytes again",
+        source="PRODUCT.md problem 3; ollama envconfig OLLAMA_MODELS",
+        apply=_volume,
+    ),
+)
+
+RULES_BY_ID = {r.id: r for r in RULES}
+
+
+def engine_env(s: Settings) -> dict[str, str]:
+    """The engine environment: the rules' variables plus flash attention and KV
+    cache type, written in exactly one place (ollama envconfig/config.go)."""
+    env = dict(s.env)
+    if s.flash_attention is FlashAttention.ENABLED:
+        env["OLLAMA_FLASH_ATTENTION"] = "1"
+    elif s.flash_attention is FlashAttention.DISABLED:
+        env["OLLAMA_FLASH_ATTENTION"] = "0"
+    env["OLLAMA_KV_CACHE_TYPE"] = s.kv_cache.value
+    return dict(sorted(env.items()))
