@@ -1,0 +1,68 @@
+"""The labels our node probe puts on its node (``localmodel.dev/cpu...``).
+
+They are the inverse of what `localmodel.facts.node.from_node` reads, so a node
+without NFD still gets its CPU features known:
+
+- ``localmodel.dev/cpu-flags-known: "true"``: the ``cpu.*`` labels are complete
+  for ``PROBE_CPU_FLAGS``;
+- ``localmodel.dev/cpu.<FLAG>: "true"``: one per flag of ``PROBE_CPU_FLAGS`` the
+  CPU has (``cpu.AVX2``, ``cpu.AMXTILE``...);
+- ``localmodel.dev/cpu-vendor``: ``Intel``, ``AMD``... (NFD's spelling);
+- ``localmodel.dev/cpu-family``, ``localmodel.dev/cpu-model-id``: CPUID family
+  and model, decimal;
+- ``localmodel.dev/cpu-hyperthreading``: ``"true"`` / ``"false"``.
+
+Absent flags get no label (the node stays small); ``cpu-flags-known`` is what
+makes their absence mean "not present" rather than "unknown". Flags outside
+``PROBE_CPU_FLAGS`` stay unknown. A value that is not a valid label value (at
+most 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends) is left out
+rather than mangled, so it reads back as unknown.
+"""
+
+from __future__ import annotations
+
+import re
+
+from localmodel.facts.flags import PROBE_CPU_FLAGS
+from localmodel.facts.model import NodeFacts
+from localmodel.facts.node import (
+    PROBE_FAMILY,
+    PROBE_FLAG,
+    PROBE_FLAGS_KNOWN,
+    PROBE_HYPERTHREADING,
+    PROBE_MODEL_ID,
+    PROBE_PREFIX,
+    PROBE_VENDOR,
+)
+
+__all__ = ["PROBE_PREFIX", "is_label_value", "probe_labels"]
+
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def is_label_value(value: str) -> bool:
+    """Whether ``value`` is a valid Kubernetes label value."""
+    return _LABEL_VALUE.fullmatch(value) is not None
+
+
+def probe_labels(facts: NodeFacts) -> dict[str, str]:
+    """The ``localmodel.dev/`` labels describing ``facts``' CPU, for its node.
+
+    Unknown facts produce no label, so they read back as unknown.
+    """
+    labels: dict[str, str] = {}
+    if facts.cpu_flags is not None:
+        labels[PROBE_FLAGS_KNOWN] = "true"
+        for flag in PROBE_CPU_FLAGS:
+            if flag in facts.cpu_flags:
+                labels[PROBE_FLAG + flag] = "true"
+    for key, value in (
+        (PROBE_VENDOR, facts.cpu_vendor),
+        (PROBE_FAMILY, facts.cpu_family),
+        (PROBE_MODEL_ID, facts.cpu_model_id),
+    ):
+        if value and is_label_value(value):
+            labels[key] = value
+    if facts.hyperthreading is not None:
+        labels[PROBE_HYPERTHREADING] = "true" if facts.hyperthreading else "false"
+    return labels
