@@ -65,7 +65,8 @@ def load_fixture(path: Path = DEFAULT_FIXTURE) -> NodeFixture:
                     volumes=tuple(str(v) for v in pool.get("volumes") or ()),
                 )
             )
-    return NodeFixture(storage_class=str(data.get("storageClass", "local-disk")), nodes=tuple(nodes))
+    storage_class = str(data.get("storageClass", "local-disk"))
+    return NodeFixture(storage_class=storage_class, nodes=tuple(nodes))
 
 
 def node_manifest(shape: NodeShape) -> Manifest:

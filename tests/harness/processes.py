@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -137,6 +139,18 @@ def wait_until(
     alive()
     detail = f" (last error: {last_error})" if last_error else ""
     raise StartupError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.2) -> T:
+    """Poll `probe` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {last!r}")
 
 
 def pid_runs(pid: int, executable: str) -> bool:

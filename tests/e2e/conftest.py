@@ -1,0 +1,56 @@
+"""The e2e tier's control plane: one real cluster per test session.
+
+The fixture FAILS (never skips) when the binaries are missing or the cluster
+cannot start: a green run must mean the tests really ran against Kubernetes.
+Set LOCALMODEL_KEEP_CLUSTER=1 to keep the temp dir (logs, kubeconfigs) after the run.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
+from tests.harness.processes import pid_runs, wait_until
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[TestCluster]:
+    """A running cluster: `.admin_kubeconfig`, `.operator_kubeconfig`, `.server`,
+    `.apply(...)`, `.kubectl(...)` and `.api(identity)`."""
+    try:
+        tools = locate_tools()
+    except ToolsMissingError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
+    test_cluster = TestCluster(tools=tools, keep_workdir=keep)
+    try:
+        test_cluster.start()
+    except (StartupError, ApiError, OSError) as exc:
+        pytest.fail(f"the test cluster did not start: {exc}", pytrace=False)
+    print(f"\ntest cluster ready in {test_cluster.startup_seconds:.1f} s at {test_cluster.server}")
+    try:
+        yield test_cluster
+    finally:
+        pids = {p.pid: p.argv[0] for p in test_cluster.processes if p.pid}
+        test_cluster.stop()
+    # Teardown is part of the contract: nothing left running, no ports left open.
+    assert not [pid for pid, exe in pids.items() if pid_runs(pid, exe)], "processes left running"
+    assert test_cluster.listening_ports() == [], "ports still listening after stop()"
+
+
+@pytest.fixture
+def namespace(cluster: TestCluster) -> Iterator[str]:
+    """A fresh namespace with its default ServiceAccount, deleted afterwards."""
+    name = f"e2e-{secrets.token_hex(3)}"
+    api = cluster.api()
+    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+
+    def has_default_sa() -> bool:
+        return api.status_of("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default") == 200
+
+    wait_until(f"the default ServiceAccount in {name}", has_default_sa, timeout=30)
+    yield name
+    api.request("DELETE", f"/api/v1/namespaces/{name}")

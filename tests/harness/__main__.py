@@ -1,0 +1,188 @@
+"""Bring the test cluster up and down by hand (the demo, debugging an e2e test).
+
+    python -m tests.harness up            # foreground; Ctrl-C stops it
+    python -m tests.harness up --detach   # returns once ready; `down` stops it
+    python -m tests.harness status
+    python -m tests.harness down
+
+`up` writes a state file (kubeconfig paths, server, pids) that `down` and
+`status` read; `export KUBECONFIG=$(python -m tests.harness kubeconfig)` points
+kubectl at the admin identity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.harness.cluster import TestCluster
+from tests.harness.nodes import DEFAULT_FIXTURE
+from tests.harness.processes import pid_runs, terminate_pid
+
+CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
+DEFAULT_STATE = CACHE / "cluster" / "state.json"
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def _supervisor_alive(state: dict[str, Any]) -> bool:
+    pid = int(state.get("supervisor_pid", 0))
+    return pid > 0 and pid_runs(pid, state.get("supervisor_executable", sys.executable))
+
+
+def _print_summary(state: dict[str, Any]) -> None:
+    print(f"server:      {state['server']}")
+    for name, path in state["kubeconfigs"].items():
+        print(f"kubeconfig:  {name:9} {path}")
+    versions = " ".join(f"{k}={v}" for k, v in state["versions"].items())
+    print(f"versions:    {versions}")
+    print(f"ready in:    {state['startup_seconds']:.1f} s")
+    print(f"export KUBECONFIG={state['kubeconfigs']['admin']}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state_path: Path = args.state
+    existing = _read_state(state_path)
+    if existing and _supervisor_alive(existing):
+        print(f"a test cluster is already up (pid {existing['supervisor_pid']}); "
+              "`python -m tests.harness down` first", file=sys.stderr)
+        return 1
+    if args.detach:
+        return _up_detached(args)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.unlink(missing_ok=True)
+    cluster = TestCluster(fixture=args.fixture)
+    stop_requested = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    try:
+        cluster.start()
+        state = {
+            **cluster.describe(),
+            "supervisor_pid": os.getpid(),
+            "supervisor_executable": sys.executable,
+        }
+        tmp = state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(state_path)
+        _print_summary(state)
+        print("up; Ctrl-C (or `python -m tests.harness down`) stops it", flush=True)
+        signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGTERM, request_stop)
+        while not stop_requested:
+            for proc in cluster.processes:
+                proc.check_alive()
+            time.sleep(0.5)
+    finally:
+        cluster.stop()
+        state_path.unlink(missing_ok=True)
+        print("test cluster stopped", flush=True)
+    return 0
+
+
+def _up_detached(args: argparse.Namespace) -> int:
+    state_path: Path = args.state
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.unlink(missing_ok=True)
+    log = state_path.with_name("up.log")
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.harness", "up",
+             "--state", str(state_path), "--fixture", str(args.fixture)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=Path(__file__).resolve().parents[2],
+        )
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        state = _read_state(state_path)
+        if state and state.get("supervisor_pid") == child.pid:
+            _print_summary(state)
+            print(f"up in the background (pid {child.pid}, log {log}); "
+                  "`python -m tests.harness down` stops it")
+            return 0
+        if child.poll() is not None:
+            break
+        time.sleep(0.25)
+    if child.poll() is None:
+        child.terminate()
+        child.wait(timeout=30)
+    print(f"the test cluster did not come up; see {log}:\n{log.read_text()[-3000:]}",
+          file=sys.stderr)
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state = _read_state(args.state)
+    if state is None:
+        print("no test cluster is up (no state file)")
+        return 0
+    if _supervisor_alive(state):
+        terminate_pid(int(state["supervisor_pid"]), timeout=30)
+    # If the supervisor was killed hard, its children got SIGKILL from the
+    # kernel; anything still running under a recorded pid is stopped here.
+    for name, pid in state.get("pids", {}).items():
+        exe = state.get("executables", {}).get(name, "")
+        if pid and pid_runs(int(pid), exe):
+            terminate_pid(int(pid))
+    args.state.unlink(missing_ok=True)
+    print("test cluster stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = _read_state(args.state)
+    if state is None or not _supervisor_alive(state):
+        print("no test cluster is up")
+        return 1
+    _print_summary(state)
+    return 0
+
+
+def cmd_kubeconfig(args: argparse.Namespace) -> int:
+    state = _read_state(args.state)
+    if state is None or not _supervisor_alive(state):
+        print("no test cluster is up", file=sys.stderr)
+        return 1
+    print(state["kubeconfigs"][args.identity])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help="state file")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a test cluster")
+    up.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE, help="node shapes")
+    up.add_argument("--detach", action="store_true", help="return once ready")
+    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (--detach)")
+    up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help="state file")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop the test cluster").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="show the running test cluster").set_defaults(func=cmd_status)
+    kc = sub.add_parser("kubeconfig", help="print a kubeconfig path")
+    kc.add_argument("identity", nargs="?", default="admin", choices=["admin", "operator"])
+    kc.set_defaults(func=cmd_kubeconfig)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Render the operator's Helm chart with the real, pinned `helm`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.harness.tools import REPO_ROOT, Tools
+
+CHART_DIR = REPO_ROOT / "charts" / "localmodel-operator"
+RELEASE = "localmodel-operator"
+NAMESPACE = "localmodel-system"
+
+Manifest = dict[str, Any]
+
+
+def helm(tools: Tools, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tools["helm"]), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def render_chart(
+    tools: Tools,
+    chart: Path = CHART_DIR,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    set_values: tuple[str, ...] = (),
+) -> list[Manifest]:
+    """`helm template` the chart and return its objects (CRDs included)."""
+    args = ["template", release, str(chart), "--namespace", namespace, "--include-crds"]
+    for value in set_values:
+        args += ["--set", value]
+    result = helm(tools, *args)
+    if result.returncode != 0:
+        raise RuntimeError(f"helm template failed: {result.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
+    return [m for m in manifests if m.get("kind") == kind]
