@@ -10,6 +10,7 @@ USAGE = """usage: localmodel COMMAND [ARGS]
 commands:
   render    print every object the operator would create (offline)
   crd       print the LocalModel CustomResourceDefinition
+  rules     print the tuning rules table (markdown)
   gateway   run the slot gate in front of an engine
   doctor    walk the field debugging order against a cluster or this machine
   probe     print this machine's node facts (and the labels the probe would set)
@@ -30,6 +31,7 @@ def _lazy(module: str, func: str) -> Callable[[Sequence[str]], int]:
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "render": _lazy("localmodel.commands", "render_main"),
     "crd": _lazy("localmodel.commands", "crd_main"),
+    "rules": _lazy("localmodel.commands", "rules_main"),
     "probe": _lazy("localmodel.commands", "probe_main"),
     "gateway": _lazy("localmodel.gateway.cli", "run_cli"),
 }

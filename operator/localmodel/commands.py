@@ -1,0 +1,223 @@
+"""Offline commands: render, crd, rules, probe. Input errors exit 2 with the field path."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from localmodel.api import LocalModel
+from localmodel.crd import crd_yaml
+from localmodel.desired import DesiredState, desired_state
+from localmodel.facts import NodeFacts
+from localmodel.facts.machine import from_this_machine
+from localmodel.facts.node import NodeFactsError, from_node_list
+from localmodel.render import RenderOptions
+from localmodel.rules.docs import rules_markdown
+
+# Offline renders carry a fixed time so the output is reproducible (diffable in review).
+RENDER_TIME = "1970-01-01T00:00:00Z"
+
+
+class InputError(Exception):
+    """Bad input: the message names the file, object and field, and the reason."""
+
+
+def _documents(path: str) -> Iterator[tuple[str, Any]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML: {e}") from e
+    for i, doc in enumerate(d for d in docs if d is not None):
+        where = f"{path}[{i}]" if len(docs) > 1 else path
+        if isinstance(doc, dict) and doc.get("kind") in ("List", "LocalModelList"):
+            for j, item in enumerate(doc.get("items") or []):
+                yield f"{where}.items[{j}]", item
+        else:
+            yield where, doc
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("int", "str", "literal['node']", "constrained-int"):
+            continue  # pydantic's union branch names are noise to a user
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def parse_models(paths: Sequence[str]) -> list[LocalModel]:
+    models: list[LocalModel] = []
+    errors: list[str] = []
+    for path in paths:
+        for where, doc in _documents(path):
+            if not isinstance(doc, dict):
+                errors.append(f"{where}: expected a LocalModel object, got {type(doc).__name__}")
+                continue
+            name = (doc.get("metadata") or {}).get("name", "?")
+            try:
+                models.append(LocalModel.model_validate(doc))
+            except ValidationError as e:
+                seen = set()
+                for err in e.errors():
+                    line = f"{where}: LocalModel {name}: {_loc(err['loc'])}: {err['msg']}"
+                    if line not in seen:
+                        seen.add(line)
+                        errors.append(line)
+    keys = [m.key for m in models]
+    errors += [f"LocalModel {k} is given more than once" for k in sorted(set(keys)) if keys.count(k) > 1]
+    if errors:
+        raise InputError("\n".join(errors))
+    if not models:
+        raise InputError("no LocalModel objects found in " + ", ".join(paths))
+    return models
+
+
+def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
+    nodes: list[NodeFacts] = []
+    for path in paths:
+        items = []
+        for where, doc in _documents(path):
+            items.append((where, doc))
+        for where, doc in items:
+            try:
+                nodes.extend(from_node_list([doc] if doc.get("kind") == "Node" else doc))
+            except (NodeFactsError, AttributeError) as e:
+                raise InputError(f"{where}: {e}") from e
+    names = [n.name for n in nodes]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"node(s) given more than once: {', '.join(dup)}")
+    if not nodes:
+        raise InputError("no Node objects found in " + ", ".join(paths))
+    return nodes
+
+
+def _dump(obj: Any) -> Any:
+    if isinstance(obj, LocalModel):
+        return obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return obj
+
+
+def explain(state: DesiredState) -> str:
+    """A readable table of placements and decisions."""
+    lines: list[str] = []
+    for r in state.models:
+        lm = r.model
+        lines.append(f"LocalModel {lm.key}  model={lm.spec.model}  cpu={lm.spec.cpu}  "
+                     f"context={lm.spec.context}  slots={lm.spec.slots}")
+        for c in r.status.conditions:
+            lines.append(f"  {c.type:<7} {c.status.value:<7} {c.reason}: {c.message}")
+        for rep in r.replicas:
+            t = rep.tuning
+            lines.append(f"  replica {rep.replica} -> node {rep.node}: threads={t.threads} "
+                         f"cpu={t.cpu} memory={r.status.placements[rep.replica].memory} "
+                         f"flashAttention={t.flash_attention.value} kvCache={t.kv_cache.value}")
+            if rep.reason:
+                lines.append(f"    placement: {rep.reason}")
+            width = max(len(d.rule) for d in t.decisions)
+            for d in t.decisions:
+                lines.append(f"    {d.rule:<{width}}  {d.effect}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="localmodel render",
+        description="Print every object the operator would create, the LocalModel with its "
+        "status included. Offline: no cluster needed.",
+    )
+    parser.add_argument("-f", "--filename", action="append", required=True, metavar="MODEL.yaml",
+                        help="LocalModel manifest(s); '-' reads stdin. Repeatable.")
+    parser.add_argument("--nodes", action="append", metavar="NODES.yaml",
+                        help="Node objects as `kubectl get nodes -o yaml` prints them, or "
+                        "multi-document YAML. Default: this machine is the only node.")
+    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    parser.add_argument("--explain", action="store_true",
+                        help="print a table of placements and decisions instead of objects")
+    parser.add_argument("--operator-image", default=RenderOptions().operator_image,
+                        help="image for the gateway sidecar")
+    args = parser.parse_args(list(argv))
+    try:
+        models = parse_models(args.filename)
+        nodes = parse_nodes(args.nodes) if args.nodes else [from_this_machine()]
+    except InputError as e:
+        print(f"localmodel render: {e}", file=sys.stderr)
+        return 2
+    state = desired_state(
+        models, nodes, now=RENDER_TIME, options=RenderOptions(operator_image=args.operator_image)
+    )
+    if args.explain:
+        sys.stdout.write(explain(state))
+        return 0
+    objects: list[Any] = []
+    for r in state.models:
+        objects.append(_dump(r.with_status))
+        objects.extend(r.objects)
+    if args.output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, width=100)
+    return 0
+
+
+def crd_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="localmodel crd",
+                                     description="Print the LocalModel CRD (generated).")
+    parser.add_argument("--write", metavar="PATH", help="write to PATH instead of stdout")
+    args = parser.parse_args(list(argv))
+    text = crd_yaml()
+    if args.write:
+        Path(args.write).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def rules_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="localmodel rules",
+                                     description="Print the tuning rules table (markdown).")
+    parser.add_argument("--write", metavar="PATH", help="write to PATH instead of stdout")
+    args = parser.parse_args(list(argv))
+    text = rules_markdown()
+    if args.write:
+        Path(args.write).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def probe_main(argv: Sequence[str]) -> int:
+    from localmodel.probe.labels import probe_labels
+
+    parser = argparse.ArgumentParser(prog="localmodel probe",
+                                     description="Print this machine's node facts and the "
+                                     "labels the node probe would set.")
+    parser.parse_args(list(argv))
+    facts = from_this_machine()
+    out = {
+        "node": facts.name,
+        "allocatableCPU": f"{facts.allocatable_cpu_milli}m",
+        "allocatableMemory": facts.allocatable_memory_bytes,
+        "cpuset": facts.cpuset_cpus,
+        "cgroupCPUQuota": facts.cgroup_cpu_quota,
+        "cpuFlags": sorted(facts.cpu_flags) if facts.cpu_flags is not None else None,
+        "labels": probe_labels(facts),
+    }
+    yaml.safe_dump(out, sys.stdout, sort_keys=False)
+    return 0

@@ -1,0 +1,353 @@
+"""Pure renderer: a LocalModel, its placements and their tunings -> manifests.
+
+No client, no clock: the caller passes the time and the operator image. Every
+object carries the `localmodel.dev/name` label; pods, the Service and the
+ConfigMap are owned by the LocalModel (garbage-collected with it); weights
+claims are owned only when `storage.retain` is false, so by default the
+weights survive deletion of the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from localmodel import API_VERSION, KIND, __version__
+from localmodel.api import LocalModel
+from localmodel.facts.quantity import format_bytes
+from localmodel.rules import Tuning
+from localmodel.rules.table import ENGINE_PORT, OLLAMA_HOME
+
+Manifest = dict[str, Any]
+
+DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
+GATEWAY_PORT = 8080
+SERVICE_PORT = 11434  # callers keep Ollama's port; the Service targets the gateway
+GATEWAY_CPU_MILLI = 250
+GATEWAY_MEMORY_BYTES = 256 * 1024**2
+MODELFILE_DIR = "/etc/localmodel"
+
+LABEL_NAME = "localmodel.dev/name"
+LABEL_REPLICA = "localmodel.dev/replica"
+ANNOTATION_NODE = "localmodel.dev/node"
+ANNOTATION_THREADS = "localmodel.dev/threads"
+ANNOTATION_HASH = "localmodel.dev/pod-spec-hash"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    operator_image: str = DEFAULT_OPERATOR_IMAGE
+    pull_policy: str = "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One placed replica with its tuning: the renderer's input per pod."""
+
+    replica: int
+    node: str
+    tuning: Tuning
+    reason: str = ""
+
+
+def pod_name(lm: LocalModel, replica: int) -> str:
+    return f"{lm.metadata.name}-{replica}"
+
+
+def claim_name(lm: LocalModel, replica: int) -> str:
+    return f"{lm.metadata.name}-weights-{replica}"
+
+
+def configmap_name(lm: LocalModel) -> str:
+    return f"{lm.metadata.name}-modelfile"
+
+
+def endpoint(lm: LocalModel) -> str:
+    return f"http://{lm.metadata.name}.{lm.metadata.namespace}.svc:{SERVICE_PORT}"
+
+
+def labels(lm: LocalModel) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "localmodel",
+        "app.kubernetes.io/instance": lm.metadata.name,
+        "app.kubernetes.io/managed-by": "localmodel-operator",
+        LABEL_NAME: lm.metadata.name,
+    }
+
+
+def owner_reference(lm: LocalModel) -> list[dict[str, Any]]:
+    # Offline renders have no uid; an owner reference without one is invalid.
+    if not lm.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": lm.metadata.name,
+            "uid": lm.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _meta(lm: LocalModel, name: str, *, owned: bool = True, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": lm.metadata.namespace,
+        "labels": labels(lm) | extra.pop("labels", {}),
+    }
+    meta.update(extra)
+    refs = owner_reference(lm) if owned else []
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+def modelfile(lm: LocalModel, tuning: Tuning) -> str:
+    """The tuned Modelfile: same name, the operator's parameters layered on top.
+
+    No Ollama variable sets threads; a Modelfile PARAMETER does (ollama
+    api/types.go), and it applies to every caller, gateway or not.
+    """
+    lines = [f"FROM {lm.spec.model}"]
+    lines += [f"PARAMETER {k} {v}" for k, v in sorted(tuning.modelfile.items())]
+    return "\n".join(lines) + "\n"
+
+
+def render_configmap(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(lm, configmap_name(lm)),
+        "data": {f"replica-{r.replica}.Modelfile": modelfile(lm, r.tuning) for r in replicas},
+    }
+
+
+def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": format_bytes(r.tuning.storage_bytes)}},
+    }
+    if lm.spec.storage.storage_class_name:
+        spec["storageClassName"] = lm.spec.storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(
+            lm,
+            claim_name(lm, r.replica),
+            owned=not lm.spec.storage.retain,
+            labels={LABEL_REPLICA: str(r.replica)},
+        ),
+        "spec": spec,
+    }
+
+
+def render_service(lm: LocalModel) -> Manifest:
+    target = "http" if lm.spec.gateway.enabled else "engine"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(lm, lm.metadata.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_NAME: lm.metadata.name},
+            "ports": [
+                {"name": "http", "port": SERVICE_PORT, "targetPort": target, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def _resources(cpu: str, memory: str) -> dict[str, Any]:
+    both = {"cpu": cpu, "memory": memory}
+    return {"requests": dict(both), "limits": dict(both)}
+
+
+def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def init_script(lm: LocalModel, tuning: Tuning) -> str:
+    """Pull only when the weights are not on the volume, then build the tuned model."""
+    model = shlex.quote(lm.spec.model)
+    remove = "".join(f"rm -f {shlex.quote(p)}\n" for p in tuning.remove_libraries)
+    return (
+        "set -eu\n"
+        f"{remove}"
+        "ollama serve >/tmp/ollama.log 2>&1 &\n"
+        "server=$!\n"
+        "tries=0\n"
+        "until ollama list >/dev/null 2>&1; do\n"
+        "  tries=$((tries+1))\n"
+        '  if [ "$tries" -gt 120 ]; then cat /tmp/ollama.log; exit 1; fi\n'
+        "  sleep 1\n"
+        "done\n"
+        f"if ollama show {model} >/dev/null 2>&1; then\n"
+        f"  echo 'localmodel: weights for '{model}' already on the volume: no pull'\n"
+        "else\n"
+        f"  ollama pull {model}\n"
+        "fi\n"
+        f"ollama create {model} -f {MODELFILE_DIR}/Modelfile\n"
+        'kill "$server"; wait "$server" || true\n'
+    )
+
+
+def _engine_command(tuning: Tuning) -> dict[str, Any]:
+    if not tuning.remove_libraries:
+        return {"args": ["serve"]}
+    removal = " ".join(shlex.quote(p) for p in tuning.remove_libraries)
+    return {"command": ["/bin/sh", "-c", f"rm -f {removal}; exec /bin/ollama serve"]}
+
+
+def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
+    """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables."""
+    gw, spec = lm.spec.gateway, lm.spec
+    return {
+        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{ENGINE_PORT}",
+        "LOCALMODEL_GATEWAY_ENGINE": spec.engine.name.value,
+        "LOCALMODEL_GATEWAY_LISTEN": f"0.0.0.0:{GATEWAY_PORT}",
+        "LOCALMODEL_GATEWAY_MODEL": spec.model,
+        "LOCALMODEL_GATEWAY_SLOTS": str(spec.slots),
+        "LOCALMODEL_GATEWAY_THREADS": str(tuning.threads),
+        "LOCALMODEL_GATEWAY_CONTEXT": str(spec.context),
+        "LOCALMODEL_GATEWAY_MAX_QUEUE": str(gw.max_queue),
+        "LOCALMODEL_GATEWAY_DEADLINE": str(gw.deadline_seconds),
+        "LOCALMODEL_GATEWAY_MAX_TOKENS": str(gw.max_tokens),
+        "LOCALMODEL_GATEWAY_KEEP_ALIVE": spec.keep_alive,
+    }
+
+
+def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    t = r.tuning
+    image = lm.spec.engine.resolved_image()
+    engine_resources = _resources(str(t.cpu), format_bytes(t.memory_bytes))
+    mounts = [
+        {"name": "weights", "mountPath": OLLAMA_HOME},
+        {"name": "modelfile", "mountPath": MODELFILE_DIR, "readOnly": True},
+    ]
+    engine_env = dict(t.env) | {e.name: e.value for e in lm.spec.env}
+    engine: dict[str, Any] = {
+        "name": "ollama",
+        "image": image,
+        "imagePullPolicy": options.pull_policy,
+        **_engine_command(t),
+        "env": _env(engine_env),
+        "ports": [{"name": "engine", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "resources": engine_resources,
+        "volumeMounts": mounts,
+    }
+    if not lm.spec.gateway.enabled:
+        engine["readinessProbe"] = {
+            "httpGet": {"path": "/api/version", "port": "engine"},
+            "periodSeconds": 5,
+        }
+    containers = [engine]
+    if lm.spec.gateway.enabled:
+        containers.append(
+            {
+                "name": "gateway",
+                "image": lm.spec.gateway.image or options.operator_image,
+                "imagePullPolicy": options.pull_policy,
+                "command": ["localmodel", "gateway"],
+                "env": _env(gateway_env(lm, t)),
+                "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+                "readinessProbe": {
+                    "httpGet": {"path": "/readyz", "port": "http"},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": "/healthz", "port": "http"},
+                    "periodSeconds": 10,
+                    "failureThreshold": 6,
+                },
+                "resources": _resources(
+                    f"{GATEWAY_CPU_MILLI}m", format_bytes(GATEWAY_MEMORY_BYTES)
+                ),
+            }
+        )
+    init = {
+        "name": "pull",
+        "image": image,
+        "imagePullPolicy": options.pull_policy,
+        "command": ["/bin/sh", "-c", init_script(lm, t)],
+        "env": _env(
+            {k: v for k, v in t.env.items() if k in ("OLLAMA_MODELS", "GOMAXPROCS")}
+            | {"OLLAMA_HOST": f"127.0.0.1:{ENGINE_PORT}"}
+        ),
+        "resources": engine_resources,
+        "volumeMounts": mounts,
+    }
+    spec: dict[str, Any] = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [r.node]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "enableServiceLinks": False,
+        "initContainers": [init],
+        "containers": containers,
+        "volumes": [
+            {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name(lm, r.replica)}},
+            {
+                "name": "modelfile",
+                "configMap": {
+                    "name": configmap_name(lm),
+                    "items": [
+                        {"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}
+                    ],
+                },
+            },
+        ],
+    }
+    if lm.spec.placement.node_selector:
+        spec["nodeSelector"] = dict(lm.spec.placement.node_selector)
+    if lm.spec.placement.tolerations:
+        spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for t in lm.spec.placement.tolerations
+        ]
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(
+            lm,
+            pod_name(lm, r.replica),
+            labels={LABEL_REPLICA: str(r.replica)},
+            annotations={
+                ANNOTATION_NODE: r.node,
+                ANNOTATION_THREADS: str(t.threads),
+                ANNOTATION_HASH: digest,
+            },
+        ),
+        "spec": spec,
+    }
+
+
+def render_objects(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], options: RenderOptions | None = None
+) -> list[Manifest]:
+    """Every object for one LocalModel: ConfigMap, claims, pods, Service."""
+    options = options or RenderOptions()
+    replicas = sorted(replicas, key=lambda r: r.replica)
+    objects: list[Manifest] = []
+    if replicas:
+        objects.append(render_configmap(lm, replicas))
+    objects += [render_claim(lm, r) for r in replicas]
+    objects += [render_pod(lm, r, options) for r in replicas]
+    objects.append(render_service(lm))
+    return objects

@@ -1,0 +1,104 @@
+"""The LocalModel API: defaults, and bad input rejected with the field and the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from localmodel.api import (
+    MANAGED_ENV,
+    EngineName,
+    FlashAttention,
+    KVCacheType,
+    LocalModel,
+    LocalModelSpec,
+)
+
+
+def model(**spec: Any) -> LocalModel:
+    return LocalModel.model_validate(
+        {"metadata": {"name": "m", "namespace": "ai"}, "spec": {"model": "qwen3:1.7b", **spec}}
+    )
+
+
+def test_defaults_match_the_documented_api() -> None:
+    s = model().spec
+    assert s.engine.name is EngineName.OLLAMA
+    assert s.engine.resolved_image() == "docker.io/ollama/ollama:0.32.2"
+    assert (s.replicas, s.cpu, s.memory, s.context, s.slots) == (1, 4, "auto", 8192, 1)
+    assert s.kv_cache is KVCacheType.F16
+    assert s.flash_attention is FlashAttention.AUTO
+    assert s.keep_alive == "-1"
+    assert s.placement.exclusive is True and s.placement.safe_cpu_path is False
+    assert s.storage.retain is True and s.storage.size is None
+    assert s.gateway.enabled is True
+
+
+def test_camel_case_fields_round_trip() -> None:
+    m = model(kvCache="q8_0", keepAlive="24h", placement={"nodeSelector": {"pool": "amx"}})
+    dumped = m.model_dump(by_alias=True, mode="json")
+    assert dumped["spec"]["kvCache"] == "q8_0"
+    assert dumped["spec"]["placement"]["nodeSelector"] == {"pool": "amx"}
+    assert LocalModel.model_validate(dumped) == m
+
+
+@pytest.mark.parametrize("cpu", [1, 64, "node"])
+def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
+    assert model(cpu=cpu).spec.cpu == cpu
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"cpu": 0}, "cpu", "positive integer or 'node'"),
+        ({"cpu": "4"}, "cpu", "positive integer or 'node'"),
+        ({"cpu": True}, "cpu", "positive integer or 'node'"),
+        ({"cpu": 2.5}, "cpu", ""),
+        ({"context": 100}, "context", "greater than or equal to 512"),
+        ({"slots": 0}, "slots", "greater than or equal to 1"),
+        ({"kvCache": "q2"}, "kvCache", "'f16', 'q8_0' or 'q4_0'"),
+        ({"kvCache": "q4_0", "flashAttention": "disabled"}, "kvCache", "needs flash attention"),
+        ({"kvCache": "q8_0", "flashAttention": "disabled"}, "kvCache", "needs flash attention"),
+        ({"env": [{"name": "OLLAMA_HOST", "value": "x"}]}, "env", "operator manages"),
+        ({"env": [{"name": "GOMAXPROCS", "value": "64"}]}, "env", "operator manages"),
+        ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env", "once"),
+        ({"env": [{"name": "1BAD"}]}, "env", "pattern"),
+        ({"engine": {"name": "llama-server"}}, "engine", "reserved"),
+        ({"engine": {"name": "vllm"}}, "engine.name", "'ollama' or 'llama-server'"),
+        ({"memory": "lots"}, "memory", "pattern"),
+        ({"keepAlive": "forever"}, "keepAlive", "pattern"),
+        ({"model": ""}, "model", ""),
+        ({"replicas": -1}, "replicas", "greater than or equal to 0"),
+        ({"storage": {"size": "big"}}, "storage.size", "pattern"),
+        ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
+        ({"modelInfo": {"weightsSize": "1Gi"}}, "modelInfo.layers", "Field required"),
+    ],
+)
+def test_invalid_spec_names_the_field_and_reason(
+    spec: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        model(**spec)
+    text = str(err.value)
+    assert field in text
+    assert words in text
+
+
+def test_every_managed_variable_is_rejected_in_env() -> None:
+    for name in MANAGED_ENV:
+        with pytest.raises(ValidationError, match="operator manages"):
+            model(env=[{"name": name, "value": "1"}])
+    assert model(env=[{"name": "OLLAMA_DEBUG", "value": "1"}]).spec.env[0].name == "OLLAMA_DEBUG"
+
+
+def test_quantized_cache_is_fine_with_flash_attention_auto_or_on() -> None:
+    for fa in ("auto", "enabled"):
+        assert model(kvCache="q4_0", flashAttention=fa).spec.kv_cache is KVCacheType.Q4_0
+
+
+def test_spec_is_immutable() -> None:
+    spec = LocalModelSpec(model="qwen3:1.7b")
+    with pytest.raises(ValidationError):
+        spec.cpu = 8  # type: ignore[misc]
