@@ -1,0 +1,263 @@
+"""Every rule: a case where it fires and a case where it does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
+from localmodel.catalog import CATALOG, lookup, normalize
+from localmodel.facts import FactSource, NodeFacts
+from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
+from localmodel.rules.model import VersionRange, image_version, parse_version
+from localmodel.rules.table import AMX_LIBRARY, COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+
+GiB = 1024**3
+MiB = 1024**2
+AMX = frozenset({"AMXTILE", "AMXINT8", "AMXBF16", "AVX512F", "AVX2"})
+AVX2 = frozenset({"AVX2", "AVX", "FMA3"})
+
+
+def node(flags: frozenset[str] | None = AVX2, cpus: int = 32, **kw: Any) -> NodeFacts:
+    return NodeFacts(
+        name="n1",
+        allocatable_cpu_milli=cpus * 1000,
+        allocatable_memory_bytes=128 * GiB,
+        cpu_flags=flags,
+        source=FactSource.NFD if flags is not None else FactSource.NONE,
+        **kw,
+    )
+
+
+def spec(**kw: Any) -> LocalModelSpec:
+    return LocalModelSpec.model_validate({"model": "qwen3:1.7b", **kw})
+
+
+def run(s: LocalModelSpec, n: NodeFacts | None = None, cpu: int = 4) -> Tuning:
+    return tune(s, n or node(), cpu)
+
+
+def fired(t: Tuning) -> set[str]:
+    return {d.rule for d in t.decisions}
+
+
+# (rule id, spec, node, cpu, expected: does it fire?)
+CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
+    ("threads-from-cpu-limit", {}, node(), 4, True),
+    ("threads-from-cpu-limit", {"engine": {"name": "ollama"}}, node(), 1, True),
+    ("threads-capped-by-node", {}, node(cpuset_cpus=2), 4, True),
+    ("threads-capped-by-node", {}, node(cgroup_cpu_quota=1.5), 4, True),
+    ("threads-capped-by-node", {}, node(cpuset_cpus=8), 4, False),
+    ("one-model-per-pod", {}, node(), 4, True),
+    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "q8_0"}, node(), 4, True),
+    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "f16"}, node(), 4, False),
+    (
+        "kv-cache-quantized-enables-flash-attention",
+        {"kvCache": "q4_0", "flashAttention": "enabled"}, node(), 4, False,
+    ),
+    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AMX), 4, True),
+    ("amx-guard", {"engine": {"image": "ollama/ollama:latest"}}, node(AMX), 4, True),
+    ("amx-guard", {"engine": {"version": "0.20.0"}}, node(None), 4, True),
+    ("amx-guard", {"engine": {"version": "0.32.2"}}, node(AMX), 4, False),
+    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AVX2), 4, False),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.30.0"}}, node(AMX), 4, True),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.32.1"}}, node(AMX), 4, True),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.24.0"}}, node(AMX), 4, False),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.33.0"}}, node(AMX), 4, False),
+    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, node(AMX), 4, True),
+    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, node(AVX2), 4, False),
+    ("amx-safe-path-forced", {}, node(AMX), 4, False),
+    (
+        "kv-cache-falls-back-to-f16",
+        {"kvCache": "q8_0", "engine": {"version": "0.31.0"}}, node(AMX), 4, True,
+    ),
+    ("kv-cache-falls-back-to-f16", {"kvCache": "q8_0"}, node(AMX), 4, False),
+    ("memory-from-weights-and-kv", {}, node(), 4, True),
+    ("memory-from-weights-and-kv", {"memory": "8Gi"}, node(), 4, False),
+    ("memory-from-spec", {"memory": "8Gi"}, node(), 4, True),
+    ("memory-from-spec", {}, node(), 4, False),
+    ("guaranteed-qos", {}, node(), 4, True),
+    ("weights-volume", {}, node(), 4, True),
+]
+
+
+def test_every_rule_has_a_positive_and_a_negative_or_always_case() -> None:
+    always = {"threads-from-cpu-limit", "one-model-per-pod", "guaranteed-qos", "weights-volume"}
+    for rule in RULES:
+        outcomes = {fires for rid, *_, fires in CASES if rid == rule.id}
+        assert True in outcomes, f"{rule.id} has no positive case"
+        assert False in outcomes or rule.id in always, f"{rule.id} has no negative case"
+
+
+@pytest.mark.parametrize(("rule", "spec_kw", "n", "cpu", "fires"), CASES)
+def test_rule_fires_exactly_when_it_should(
+    rule: str, spec_kw: dict[str, Any], n: NodeFacts, cpu: int, fires: bool
+) -> None:
+    assert (rule in fired(run(spec(**spec_kw), n, cpu))) is fires
+
+
+def test_every_rule_carries_a_reason_and_source() -> None:
+    for r in RULES:
+        assert r.reason and r.source and r.effect and r.title, r.id
+    assert len(RULES_BY_ID) == len(RULES)
+
+
+def test_threads_equal_cpu_limit_in_modelfile_and_gomaxprocs() -> None:
+    t = run(spec(), node(), cpu=6)
+    assert (t.threads, t.cpu) == (6, 6)
+    assert t.env["GOMAXPROCS"] == "6"
+    assert t.modelfile["num_thread"] == "6"
+
+
+def test_threads_never_exceed_the_cpuset_or_quota() -> None:
+    t = run(spec(), node(cpuset_cpus=2, cgroup_cpu_quota=3.0), cpu=8)
+    assert (t.threads, t.cpu, t.env["GOMAXPROCS"]) == (2, 2, "2")
+    t = run(spec(), node(cgroup_cpu_quota=1.5), cpu=8)
+    assert t.threads == 1  # rounded down, never up
+
+
+def test_one_model_per_pod_environment() -> None:
+    t = run(spec(slots=2, context=4096, keepAlive="30m"))
+    assert t.env["OLLAMA_MAX_LOADED_MODELS"] == "1"
+    assert t.env["OLLAMA_NUM_PARALLEL"] == "2"
+    assert t.env["OLLAMA_CONTEXT_LENGTH"] == "4096"
+    assert t.env["OLLAMA_KEEP_ALIVE"] == "30m"
+    assert t.env["OLLAMA_MODELS"].startswith("/root/.ollama")
+    assert t.env["OLLAMA_HOST"] == "127.0.0.1:11434"
+    assert run(spec(gateway={"enabled": False})).env["OLLAMA_HOST"] == "0.0.0.0:11434"
+
+
+def test_quantized_cache_turns_flash_attention_on_explicitly() -> None:
+    t = run(spec(kvCache="q4_0"))
+    assert t.flash_attention is FlashAttention.ENABLED
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert t.env["OLLAMA_KV_CACHE_TYPE"] == "q4_0"
+    assert "OLLAMA_FLASH_ATTENTION" not in run(spec()).env  # auto leaves it to the engine
+
+
+def test_amx_guard_overrides_explicit_flash_attention_and_falls_back_the_cache() -> None:
+    t = run(spec(kvCache="q8_0", flashAttention="enabled", engine={"version": "0.31.0"}), node(AMX))
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
+    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
+    assert t.kv_cache is KVCacheType.F16 and t.env["OLLAMA_KV_CACHE_TYPE"] == "f16"
+    assert AMX_LIBRARY in t.remove_libraries
+    assert any("fell back to f16" in w for w in t.warnings)
+    fallback = next(d for d in t.decisions if d.rule == "kv-cache-falls-back-to-f16")
+    assert "q8_0 -> f16" in fallback.effect
+
+
+def test_amx_guard_before_0_30_does_not_delete_the_library() -> None:
+    t = run(spec(engine={"version": "0.24.0"}), node(AMX))
+    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
+    assert t.remove_libraries == ()
+
+
+def test_fixed_version_on_amx_keeps_flash_attention_and_the_library() -> None:
+    t = run(spec(kvCache="q8_0"), node(AMX))  # default image 0.32.2
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert "OLLAMA_LLM_LIBRARY" not in t.env
+    assert t.remove_libraries == ()
+
+
+def test_unknown_features_or_version_take_the_safe_side_and_say_so() -> None:
+    t = run(spec(engine={"image": "ollama/ollama:latest"}), node(None))
+    guard = next(d for d in t.decisions if d.rule == "amx-guard")
+    assert "CPU features unknown" in guard.effect and "engine version unknown" in guard.effect
+
+
+def test_forced_safe_path_on_fixed_version() -> None:
+    t = run(spec(placement={"safeCpuPath": True}), node(AMX))
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
+    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
+    assert AMX_LIBRARY in t.remove_libraries
+
+
+def test_memory_is_weights_plus_kv_plus_overhead() -> None:
+    t = run(spec(context=2048))
+    shape = CATALOG["qwen3:1.7b"]
+    kv = 224 * MiB  # ENGINE-FACTS.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
+    assert t.memory_parts["kvCache"] == kv
+    assert t.memory_bytes == shape.weights_bytes + kv + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+
+
+@pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])
+def test_quantized_cache_shrinks_memory_by_its_element_size(kv: str, ratio: tuple[int, int]) -> None:
+    f16 = run(spec(context=4096, slots=2)).memory_parts["kvCache"]
+    q = run(spec(context=4096, slots=2, kvCache=kv)).memory_parts["kvCache"]
+    assert q * ratio[1] == f16 * ratio[0]
+
+
+def test_kv_cache_scales_with_context_times_slots() -> None:
+    assert kv_cache_bytes(28, 4096, 8, 128, 128, KVCacheType.F16) == 2 * 224 * MiB
+    one = run(spec(context=4096, slots=1)).memory_parts["kvCache"]
+    assert run(spec(context=4096, slots=3)).memory_parts["kvCache"] == 3 * one
+
+
+def test_explicit_memory_below_estimate_warns() -> None:
+    t = run(spec(memory="1Gi"))
+    assert t.memory_bytes == GiB
+    assert any("below" in w for w in t.warnings)
+    assert run(spec(memory="16Gi")).warnings == ()
+
+
+def test_unknown_model_needs_model_info_or_memory() -> None:
+    found = problems(spec(model="acme/secret-model:7b"))
+    assert found and found[0].field == "spec.memory" and "modelInfo" in found[0].message
+    assert problems(spec(model="acme/secret-model:7b", memory="8Gi")) == []
+    info = {"weightsSize": "4Gi", "layers": 32, "kvHeads": 8}
+    assert problems(spec(model="acme/secret-model:7b", modelInfo=info)) == []
+    t = run(spec(model="acme/secret-model:7b", modelInfo=info, context=1024))
+    assert t.memory_parts["weights"] == 4 * GiB
+    assert t.memory_parts["kvCache"] == 32 * 1024 * 8 * 256 * 2
+
+
+def test_volume_sized_from_weights_or_spec() -> None:
+    t = run(spec())
+    assert t.storage_bytes % GiB == 0
+    assert t.storage_bytes >= 2 * CATALOG["qwen3:1.7b"].weights_bytes + GiB
+    assert run(spec(storage={"size": "50Gi"})).storage_bytes == 50 * GiB
+
+
+def test_decisions_follow_rule_order() -> None:
+    order = [r.id for r in RULES]
+    t = run(spec(kvCache="q8_0", engine={"version": "0.31.0"}), node(AMX))
+    ids = [d.rule for d in t.decisions]
+    assert ids == sorted(ids, key=order.index)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("0.32.2", (0, 32, 2)), ("v0.30.0-rc1", (0, 30, 0)), ("1", (1, 0, 0)), ("latest", None),
+     ("", None), (None, None)],
+)
+def test_parse_version(text: str | None, version: tuple[int, int, int] | None) -> None:
+    assert parse_version(text) == version
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [("docker.io/ollama/ollama:0.32.2", (0, 32, 2)), ("ollama/ollama", None),
+     ("registry:5000/ollama:0.31.1", (0, 31, 1)), ("ollama/ollama:0.31.1@sha256:ab", None)],
+)
+def test_image_version(image: str, version: tuple[int, int, int] | None) -> None:
+    assert image_version(image) == version
+
+
+def test_version_range_bounds() -> None:
+    r = VersionRange(low=(0, 30, 0), high=(0, 32, 2), unknown=False)
+    assert [r.matches(v) for v in [(0, 29, 9), (0, 30, 0), (0, 32, 1), (0, 32, 2), None]] == [
+        False, True, True, False, False,
+    ]
+
+
+def test_catalog_aliases_and_lookup() -> None:
+    assert normalize("qwen3") == "qwen3:8b"
+    assert normalize("library/qwen3:latest") == "qwen3:8b"
+    assert lookup("QWEN3:1.7B") == CATALOG["qwen3:1.7b"]
+    assert lookup("nobody/knows:1b") is None
+
+
+def test_evaluate_is_pure() -> None:
+    s, n = spec(kvCache="q8_0"), node(AMX)
+    assert evaluate(s, n, 4, lookup(s.model), None) == evaluate(s, n, 4, lookup(s.model), None)
