@@ -93,10 +93,10 @@ def parse_cpu_list(text: str) -> frozenset[int]:
     for part in text.strip().split(","):
         if not part:
             continue
-        first, _, last = part.partition("-")
+        first, dash, last = part.partition("-")
         try:
             low = int(first)
-            high = int(last) if last else low
+            high = int(last) if dash else low
         except ValueError:
             raise ValueError(f"{text.strip()!r} is not a CPU list") from None
         if low < 0 or high < low:
