@@ -1,0 +1,891 @@
+"""Placement planner: which node runs each replica of each model.
+
+Pure: ``plan(models, nodes, current, usage) -> Plan``. No clock, no environment,
+no Kubernetes client; the same inputs, in any order, give the same plan.
+
+Rules
+-----
+* A replica needs ``cpu`` whole CPUs (``cpu=None`` means "node": every free
+  whole CPU of the chosen node, at least one) and ``memory_bytes``. Both must fit
+  the node's allocatable resources minus ``usage`` (other pods' requests) minus
+  what this plan already put there. Nothing is ever over-committed.
+* An exclusive model never shares a node with any other of our models; a
+  non-exclusive one may share with other non-exclusive ones. Replicas of one
+  model are always on different nodes.
+* Unschedulable nodes, nodes that miss a ``node_selector`` label and nodes with an
+  untolerated ``NoSchedule``/``NoExecute`` taint are rejected. An untolerated
+  ``PreferNoSchedule`` taint is only a penalty: such a node is used only when no
+  node without the penalty fits.
+
+Algorithm
+---------
+1. **Keep.** Models are processed in a fixed order: demands with a fixed CPU
+   count first, then ``cpu: node`` demands (they take whatever CPU is left on a
+   node, so they must come after everything else that shares it), each group by
+   model key, then replica. Every existing placement (``current``) whose node
+   still exists, is still eligible and still fits is kept, in that order.
+2. **Place.** The remaining replicas, in the same order, are placed greedily on
+   the best node (tie-break below). Nodes are indexed, not scanned: nodes with
+   the same taints and the same values of the (low-cardinality) labels used by
+   selectors form a *class*; each class keeps its free nodes in two sorted lists
+   of ``(free whole CPUs, free memory, name)`` (nodes without our models, nodes
+   shared by non-exclusive models; nodes held by an exclusive model leave the
+   index). A query bisects to the first entry with enough CPU, skips CPU buckets
+   whose memory is too small by bisecting again, and compares the few classes a
+   demand may use. Selectors that match few nodes (high-cardinality labels such
+   as the hostname) search those nodes directly. Cost: about
+   ``O(nodes log nodes + models * classes * log nodes)``.
+3. **Explain.** Each replica that fits nowhere is explained against the final
+   state (it did not fit earlier either: capacity only shrinks while planning, so
+   the explanation is true and identical when the plan is re-planned). Small
+   clusters list every node; large ones are summarised by counting over the
+   sorted lists, with a bounded sample of rejected nodes.
+
+Tie-break
+---------
+For a fixed CPU count: **best fit** — the node with the fewest free whole CPUs
+that still fit, then the least free memory, then the node name. For CPU inference
+the engine gets exactly ``cpu`` threads, so spare cores on the chosen node are
+wasted for it; packing keeps the large nodes whole for the large models (and for
+``cpu: node`` models) instead of nibbling every node, and exclusive models
+(the default) waste least when they take the smallest node that fits.
+For ``cpu: node``: the node with the **most** free whole CPUs (the user asked
+for a machine; more cores mean more threads), then the least free memory, then
+the name. Before all that, fewer untolerated ``PreferNoSchedule`` taints win.
+
+Stability: kept placements never move; a new model never moves an existing one.
+Re-planning a plan's own output as ``current`` returns an equal plan (the kept
+order puts ``cpu: node`` demands last, so they get the same CPU count again).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from localmodel.facts import NodeFacts, Taint
+
+__all__ = ["ModelDemand", "Placement", "Plan", "Toleration", "Unplaced", "Usage", "plan"]
+
+# Classes (taints x selector-label values) are capped so that a demand without a
+# selector compares few of them; selector labels that would exceed the cap are
+# checked per node instead.
+_MAX_CLASSES = 64
+# A selector matching at most this many nodes searches them one by one.
+_DIRECT_SEARCH = 128
+# Up to this many nodes, an unplaced replica's rejections name every node.
+_MAX_REJECTIONS = 50
+# Up to this many nodes, the message lists every node instead of counting.
+_LIST_NODES = 10
+# Sample size per rejection category in large clusters.
+_EXAMPLES_PER_CATEGORY = 5
+
+_MIN = -(1 << 62)  # below any free memory or CPU count, for bisecting
+
+Entry = tuple[int, int, str]  # (free whole CPUs, free memory bytes, node name)
+
+
+# --------------------------------------------------------------------------- API
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration, matched like Kubernetes does.
+
+    An empty (or None) key with ``Exists`` tolerates every taint; ``effect=None``
+    matches every effect.
+    """
+
+    key: str | None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise ValueError(f"toleration operator must be Equal or Exists, not {self.operator!r}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration with an empty key must use operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists must not have a value")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """What one model asks for, per replica.
+
+    ``cpu`` is a whole number of CPUs, or None for "node": all free whole
+    allocatable CPUs of the chosen node (at least one).
+    """
+
+    key: str  # "namespace/name"
+    replicas: int
+    cpu: int | None
+    memory_bytes: int
+    exclusive: bool = True
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    tolerations: tuple[Toleration, ...] = ()
+    # milli-CPUs per replica on top of the engine's whole CPUs (sidecars such as
+    # the gateway); must fit too, but is not part of ``Placement.cpu``.
+    overhead_cpu_milli: int = 0
+
+    def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise ValueError(f"{self.key}: replicas must be >= 0, not {self.replicas}")
+        if self.cpu is not None and self.cpu < 1:
+            raise ValueError(f"{self.key}: cpu must be a positive integer or None, not {self.cpu}")
+        if self.memory_bytes < 0:
+            raise ValueError(f"{self.key}: memory_bytes must be >= 0, not {self.memory_bytes}")
+        if self.overhead_cpu_milli < 0:
+            raise ValueError(f"{self.key}: overhead_cpu_milli must be >= 0")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Resources already requested on a node by pods that are not ours."""
+
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One replica on one node. ``reason`` explains the choice and is not compared:
+    two plans are equal when they make the same decisions."""
+
+    model: str
+    replica: int
+    node: str
+    cpu: int  # whole CPUs for the engine (overhead not included)
+    memory_bytes: int
+    reason: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A replica no node can take: ``reason`` is CamelCase (for a condition),
+    ``message`` is for people, ``rejections`` maps node -> why (every node in small
+    clusters, a bounded sample per kind of rejection in large ones)."""
+
+    model: str
+    replica: int
+    reason: str  # NoNodes | NoMatchingNode | NoFeasibleNode
+    message: str
+    rejections: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+
+    def placements_for(self, model: str) -> tuple[Placement, ...]:
+        return tuple(p for p in self.placements if p.model == model)
+
+    def unplaced_for(self, model: str) -> tuple[Unplaced, ...]:
+        return tuple(u for u in self.unplaced if u.model == model)
+
+    def on_node(self, node: str) -> tuple[Placement, ...]:
+        return tuple(p for p in self.placements if p.node == node)
+
+    def node_of(self, model: str, replica: int) -> str | None:
+        for p in self.placements:
+            if p.model == model and p.replica == replica:
+                return p.node
+        return None
+
+    def as_current(self) -> dict[str, tuple[str | None, ...]]:
+        """This plan in the shape ``plan(current=...)`` takes: model -> node per
+        replica (None for an unplaced replica)."""
+        size: dict[str, int] = {}
+        for model, replica in [(p.model, p.replica) for p in self.placements] + [
+            (u.model, u.replica) for u in self.unplaced
+        ]:
+            size[model] = max(size.get(model, 0), replica + 1)
+        out: dict[str, list[str | None]] = {m: [None] * n for m, n in size.items()}
+        for p in self.placements:
+            out[p.model][p.replica] = p.node
+        return {m: tuple(nodes) for m, nodes in sorted(out.items())}
+
+
+def plan(
+    models: Sequence[ModelDemand],
+    nodes: Sequence[NodeFacts],
+    current: Mapping[str, Sequence[str | None]] | None = None,
+    usage: Mapping[str, Usage] | None = None,
+) -> Plan:
+    """Place every replica of every model, keeping existing placements that still
+    fit. See the module docstring for the rules, the order and the tie-break."""
+    return _Planner(models, nodes, current or {}, usage or {}).run()
+
+
+# ---------------------------------------------------------------------- internals
+
+
+def _gib(n: int) -> str:
+    if abs(n) >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def _taint_text(t: Taint) -> str:
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _need_cpu_text(d: ModelDemand) -> str:
+    need = str(d.cpu) if d.cpu is not None else "1"
+    if d.overhead_cpu_milli:
+        return f"{need} whole after {d.overhead_cpu_milli}m for sidecars"
+    return need
+
+
+def _demand_text(d: ModelDemand) -> str:
+    cpu = "cpu: node" if d.cpu is None else f"{d.cpu} CPU{'' if d.cpu == 1 else 's'}"
+    if d.overhead_cpu_milli:
+        cpu += f" + {d.overhead_cpu_milli}m"
+    return f"{cpu}, {_gib(d.memory_bytes)}"
+
+
+@dataclass(eq=False, slots=True)
+class _Class:
+    """Nodes that look the same to every demand's selector and tolerations.
+
+    Per CPU overhead: (nodes without our models, nodes shared by non-exclusive
+    models), each sorted by (whole CPUs free for the engine, free memory, name).
+    """
+
+    index: int
+    taints: tuple[Taint, ...]
+    labels: dict[str, str | None]
+    pools: dict[int, tuple[list[Entry], list[Entry]]] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class _Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    schedulable: bool
+    free_cpu_milli: int
+    free_memory: int
+    occupants: dict[str, int] = field(default_factory=dict)  # model -> replica
+    exclusive_holder: str | None = None
+    cls: _Class | None = None
+    indexed: list[tuple[list[Entry], Entry]] = field(default_factory=list)
+
+    def free_cpus(self, overhead: int) -> int:
+        """Whole CPUs left for an engine whose sidecars take ``overhead`` milli."""
+        return (self.free_cpu_milli - overhead) // 1000
+
+    def entry(self, overhead: int) -> Entry:
+        return (self.free_cpus(overhead), self.free_memory, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Eligibility:
+    """The nodes a (selector, tolerations) pair may use: classes with their
+    PreferNoSchedule penalty (plus an exact member set when the selector uses
+    labels the classes do not split on), or a short list of nodes."""
+
+    classes: tuple[tuple[int, _Class], ...] = ()
+    members: frozenset[str] | None = None
+    direct: tuple[tuple[int, _Node], ...] | None = None
+
+
+@dataclass(slots=True)
+class _Pools:
+    """The final state as one (selector, tolerations, overhead) sees it."""
+
+    static_counts: dict[str, int]
+    static_examples: dict[str, list[str]]
+    eligible: set[str]
+    exclusive: list[str]  # eligible nodes held by an exclusive model, by name
+    empty: list[Entry]
+    shared: list[Entry]
+
+
+@dataclass(slots=True)
+class _Findings:
+    """Why nodes rejected one replica: counts per category, a sample, extremes."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    most_cpu: int | None = None  # most free CPUs among nodes rejected for CPU
+    most_memory: int | None = None  # most free memory among nodes rejected for memory
+
+    def add(self, category: str, count: int) -> None:
+        if count > 0:
+            self.counts[category] = self.counts.get(category, 0) + count
+
+    def sample(self, category: str, names: list[str]) -> None:
+        if names:
+            self.examples.setdefault(category, []).extend(names)
+
+
+Signature = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...]]
+Verdict = tuple[Taint | None, int]
+
+
+def _signature(d: ModelDemand) -> Signature:
+    return tuple(sorted(d.node_selector.items())), d.tolerations
+
+
+def _order(d: ModelDemand) -> tuple[bool, str]:
+    # Fixed CPU counts first: a cpu: node demand takes what is left on its node.
+    return d.cpu is None, d.key
+
+
+class _Planner:
+    def __init__(
+        self,
+        models: Sequence[ModelDemand],
+        nodes: Sequence[NodeFacts],
+        current: Mapping[str, Sequence[str | None]],
+        usage: Mapping[str, Usage],
+    ) -> None:
+        self.models = sorted(models, key=_order)
+        if len({d.key for d in self.models}) != len(self.models):
+            raise ValueError("model keys must be unique")
+        self.current = current
+        self.nodes: dict[str, _Node] = {}
+        for f in sorted(nodes, key=lambda f: f.name):
+            if f.name in self.nodes:
+                raise ValueError(f"node {f.name} is listed twice")
+            used = usage.get(f.name, Usage())
+            self.nodes[f.name] = _Node(
+                name=f.name,
+                labels=f.labels,
+                taints=tuple(sorted(set(f.taints), key=lambda t: (t.key, t.value, t.effect))),
+                schedulable=f.schedulable,
+                free_cpu_milli=f.allocatable_cpu_milli - used.cpu_milli,
+                free_memory=f.allocatable_memory_bytes - used.memory_bytes,
+            )
+        self.overheads = sorted({d.overhead_cpu_milli for d in self.models})
+        self.placements: list[Placement] = []
+        self.held: dict[str, list[str]] = {d.key: [] for d in self.models}  # model -> nodes
+        self._verdicts: dict[tuple[tuple[Taint, ...], tuple[Toleration, ...]], Verdict] = {}
+        self._eligibility: dict[Signature, _Eligibility] = {}
+        self._pools: dict[tuple[Signature, int], _Pools] = {}
+        self._build_index()
+
+    # ----------------------------------------------------------------- index
+
+    def _build_index(self) -> None:
+        selector_keys = sorted({k for d in self.models for k in d.node_selector})
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for node in self.nodes.values():
+            for k in selector_keys:
+                v = node.labels.get(k)
+                if v is not None:
+                    grouped.setdefault((k, v), []).append(node.name)
+        self.postings = {item: frozenset(names) for item, names in grouped.items()}
+
+        # Split classes by selector labels, fewest distinct values first, while
+        # the number of classes stays small; other selector labels (a hostname,
+        # say) are checked per node.
+        schedulable = [n for n in self.nodes.values() if n.schedulable]
+        values = {k: len({n.labels.get(k) for n in schedulable}) for k in selector_keys}
+        keys: list[str] = []
+        for k in sorted(selector_keys, key=lambda k: (values[k], k)):
+            if len({self._class_key(n, [*keys, k]) for n in schedulable}) <= _MAX_CLASSES:
+                keys.append(k)
+        self.class_keys = frozenset(keys)
+
+        classes: dict[tuple[object, ...], _Class] = {}
+        for node in schedulable:
+            ck = self._class_key(node, keys)
+            cls = classes.get(ck)
+            if cls is None:
+                labels = {k: node.labels.get(k) for k in keys}
+                cls = classes[ck] = _Class(len(classes), node.taints, labels)
+                cls.pools = {o: ([], []) for o in self.overheads}
+            node.cls = cls
+            self._index(node, keep_sorted=False)
+        self.classes = list(classes.values())
+        for cls in self.classes:
+            for empty, shared in cls.pools.values():
+                empty.sort()
+                shared.sort()
+
+    @staticmethod
+    def _class_key(node: _Node, keys: list[str]) -> tuple[object, ...]:
+        return (node.taints, *(node.labels.get(k) for k in keys))
+
+    def _index(self, node: _Node, keep_sorted: bool = True) -> None:
+        cls = node.cls
+        if cls is None or node.exclusive_holder is not None:
+            return
+        for overhead, (empty, shared) in cls.pools.items():
+            entry = node.entry(overhead)
+            if entry[0] < 1:  # no demand can use it
+                continue
+            pool = shared if node.occupants else empty
+            if keep_sorted:
+                insort(pool, entry)
+            else:
+                pool.append(entry)
+            node.indexed.append((pool, entry))
+
+    def _unindex(self, node: _Node) -> None:
+        for pool, entry in node.indexed:
+            del pool[bisect_left(pool, entry)]
+        node.indexed.clear()
+
+    # ------------------------------------------------------------ eligibility
+
+    def _verdict(self, taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Verdict:
+        """(first untolerated hard taint or None, untolerated PreferNoSchedule count)."""
+        key = (taints, tolerations)
+        cached = self._verdicts.get(key)
+        if cached is not None:
+            return cached
+        blocking: Taint | None = None
+        penalty = 0
+        for t in taints:
+            if any(tol.tolerates(t) for tol in tolerations):
+                continue
+            if t.effect == "PreferNoSchedule":
+                penalty += 1
+            elif blocking is None:  # NoSchedule, NoExecute (and anything unknown)
+                blocking = t
+        self._verdicts[key] = (blocking, penalty)
+        return blocking, penalty
+
+    def _members(self, selector: tuple[tuple[str, str], ...]) -> frozenset[str]:
+        """Nodes (schedulable or not) whose labels match every selector item."""
+        sets = sorted((self.postings.get(item, frozenset()) for item in selector), key=len)
+        members = sets[0]
+        for s in sets[1:]:
+            members = members & s
+        return members
+
+    def _eligible(self, d: ModelDemand) -> _Eligibility:
+        sig = _signature(d)
+        found = self._eligibility.get(sig)
+        if found is not None:
+            return found
+        selector, tolerations = sig
+        members = self._members(selector) if selector else None
+        if members is not None and len(members) <= _DIRECT_SEARCH:
+            direct = []
+            for name in sorted(members):
+                node = self.nodes[name]
+                if node.schedulable:
+                    blocking, penalty = self._verdict(node.taints, tolerations)
+                    if blocking is None:
+                        direct.append((penalty, node))
+            direct.sort(key=lambda pn: pn[0])  # stable: then by name
+            found = _Eligibility(direct=tuple(direct))
+        else:
+            classes = []
+            for cls in self.classes:
+                if any(k in cls.labels and cls.labels[k] != v for k, v in selector):
+                    continue
+                blocking, penalty = self._verdict(cls.taints, tolerations)
+                if blocking is None:
+                    classes.append((penalty, cls))
+            classes.sort(key=lambda pc: (pc[0], pc[1].index))
+            exact = all(k in self.class_keys for k, _ in selector)
+            found = _Eligibility(classes=tuple(classes), members=None if exact else members)
+        self._eligibility[sig] = found
+        return found
+
+    # ------------------------------------------------------------- the checks
+    # One definition of "fits": keeping, the direct search and every explanation
+    # use these; the index is an accelerated form of the same test.
+
+    def _static_rejection(self, node: _Node, d: ModelDemand) -> tuple[str, str] | None:
+        """(category, reason) when the node can never take this model."""
+        if not node.schedulable:
+            return "unschedulable", "unschedulable (cordoned)"
+        for k, want in sorted(d.node_selector.items()):
+            have = node.labels.get(k)
+            if have != want:
+                if have is None:
+                    return "selector", f"label {k} missing (nodeSelector wants {k}={want})"
+                return "selector", f"label {k}={have} does not match nodeSelector {k}={want}"
+        blocking, _ = self._verdict(node.taints, d.tolerations)
+        if blocking is not None:
+            text = _taint_text(blocking)
+            return f"taint {text}", f"taint {text} not tolerated"
+        return None
+
+    def _dynamic_rejection(self, node: _Node, d: ModelDemand) -> tuple[str, str] | None:
+        """(category, reason) when the node cannot take this model now."""
+        if d.key in node.occupants:
+            return "replica", f"already runs replica {node.occupants[d.key]} of this model"
+        if node.exclusive_holder is not None:
+            return "exclusive", f"holds exclusive model {node.exclusive_holder}"
+        if d.exclusive and node.occupants:
+            names = sorted(node.occupants)
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            return "shared", f"runs {', '.join(names[:3])}{more}; this model is exclusive"
+        free = node.free_cpus(d.overhead_cpu_milli)
+        if free < (d.cpu or 1):
+            return "cpu", f"too few free CPUs (need {_need_cpu_text(d)}, free {max(free, 0)})"
+        if node.free_memory < d.memory_bytes:
+            return "memory", (
+                f"too little free memory (need {_gib(d.memory_bytes)}, "
+                f"free {_gib(max(node.free_memory, 0))})"
+            )
+        return None
+
+    def _rejection(self, node: _Node, d: ModelDemand) -> tuple[str, str] | None:
+        return self._static_rejection(node, d) or self._dynamic_rejection(node, d)
+
+    # ---------------------------------------------------------------- placing
+
+    def run(self) -> Plan:
+        pending: list[tuple[ModelDemand, int, str]] = []  # (model, replica, why it moves)
+        for d in self.models:
+            was = self.current.get(d.key, ())
+            for r in range(d.replicas):
+                name = was[r] if r < len(was) else None
+                if name is None:
+                    pending.append((d, r, ""))
+                    continue
+                node = self.nodes.get(name)
+                if node is None:
+                    pending.append((d, r, f"was on {name}: node is gone"))
+                    continue
+                rejected = self._rejection(node, d)
+                if rejected is not None:
+                    pending.append((d, r, f"was on {name}: {rejected[1]}"))
+                    continue
+                self._place(node, d, r, f"kept: already on {name} and still fits")
+
+        unplaced: list[tuple[ModelDemand, int]] = []
+        for d, r, moved in pending:
+            best = self._best(d)
+            if best is None:
+                unplaced.append((d, r))
+                continue
+            penalty, node = best
+            self._place(node, d, r, _chosen_reason(d, node, penalty, moved))
+
+        return Plan(
+            placements=tuple(sorted(self.placements, key=lambda p: (p.model, p.replica))),
+            unplaced=tuple(
+                self._explain(d, r) for d, r in sorted(unplaced, key=lambda dr: (dr[0].key, dr[1]))
+            ),
+        )
+
+    def _place(self, node: _Node, d: ModelDemand, replica: int, reason: str) -> None:
+        cpu = node.free_cpus(d.overhead_cpu_milli) if d.cpu is None else d.cpu
+        self._unindex(node)
+        node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
+        node.free_memory -= d.memory_bytes
+        node.occupants[d.key] = replica
+        if d.exclusive:
+            node.exclusive_holder = d.key
+        self._index(node)
+        self.held[d.key].append(node.name)
+        self.placements.append(Placement(d.key, replica, node.name, cpu, d.memory_bytes, reason))
+
+    def _best(self, d: ModelDemand) -> tuple[int, _Node] | None:
+        """The best node for one more replica of ``d`` (with its penalty), or None."""
+        elig = self._eligible(d)
+        overhead, memory = d.overhead_cpu_milli, d.memory_bytes
+        if elig.direct is not None:
+            best: tuple[int, int, int, str] | None = None
+            chosen: tuple[int, _Node] | None = None
+            for penalty, node in elig.direct:
+                if best is not None and penalty > best[0]:
+                    break
+                if self._dynamic_rejection(node, d) is not None:
+                    continue
+                free = node.free_cpus(overhead)
+                score = (penalty, free if d.cpu is not None else -free, node.free_memory, node.name)
+                if best is None or score < best:
+                    best, chosen = score, (penalty, node)
+            return chosen
+
+        members, key, nodes = elig.members, d.key, self.nodes
+
+        def accept(name: str) -> bool:
+            return (members is None or name in members) and key not in nodes[name].occupants
+
+        best_score: tuple[int, int, int, str] | None = None
+        for penalty, cls in elig.classes:
+            if best_score is not None and penalty > best_score[0]:
+                break
+            empty, shared = cls.pools[overhead]
+            for pool in (empty,) if d.exclusive else (empty, shared):
+                if d.cpu is None:
+                    entry = _largest_fit(pool, memory, accept)
+                else:
+                    entry = _first_fit(pool, d.cpu, memory, accept)
+                if entry is None:
+                    continue
+                cpus = entry[0] if d.cpu is not None else -entry[0]
+                score = (penalty, cpus, entry[1], entry[2])
+                if best_score is None or score < best_score:
+                    best_score = score
+        if best_score is None:
+            return None
+        return best_score[0], self.nodes[best_score[3]]
+
+    # ------------------------------------------------------------- explaining
+
+    def _explain(self, d: ModelDemand, replica: int) -> Unplaced:
+        total = len(self.nodes)
+        head = f"no node for replica {replica} ({_demand_text(d)})"
+        if total == 0:
+            return Unplaced(d.key, replica, "NoNodes", f"{head}: there are no nodes", {})
+        if total <= _MAX_REJECTIONS:
+            findings, rejections = self._findings_direct(d)
+        else:
+            findings = self._findings_counted(d)
+            sample = {
+                name: self._rejection(self.nodes[name], d)
+                for names in findings.examples.values()
+                for name in names
+            }
+            rejections = {n: r[1] for n, r in sorted(sample.items()) if r is not None}
+        if total <= _LIST_NODES:
+            message = f"{head}: " + "; ".join(f"{n}: {why}" for n, why in rejections.items())
+        else:
+            order = _ordered(findings.counts)
+            counted = sorted(findings.counts.items(), key=lambda cn: (-cn[1], order.index(cn[0])))
+            parts = ", ".join(_phrase(c, n, d, findings) for c, n in counted)
+            message = f"{head}: {total} nodes rejected: {parts}"
+        static = all(_rank(c) <= _rank("taint") for c in findings.counts)
+        reason = "NoMatchingNode" if static else "NoFeasibleNode"
+        return Unplaced(d.key, replica, reason, message, MappingProxyType(rejections))
+
+    def _findings_direct(self, d: ModelDemand) -> tuple[_Findings, dict[str, str]]:
+        """Check every node (small clusters)."""
+        findings = _Findings()
+        rejections: dict[str, str] = {}
+        for node in self.nodes.values():
+            rejected = self._rejection(node, d)
+            if rejected is None:  # cannot happen: the replica would have been placed
+                continue
+            category, why = rejected
+            findings.add(category, 1)
+            findings.sample(category, [node.name])
+            rejections[node.name] = why
+            if category == "cpu":
+                free = node.free_cpus(d.overhead_cpu_milli)
+                findings.most_cpu = max(findings.most_cpu or _MIN, free)
+            elif category == "memory":
+                findings.most_memory = max(findings.most_memory or _MIN, node.free_memory)
+        return findings, rejections
+
+    def _pools_for(self, d: ModelDemand) -> _Pools:
+        """The final state split the way ``_rejection`` would split it, once per
+        (selector, tolerations, overhead)."""
+        sig = _signature(d)
+        found = self._pools.get((sig, d.overhead_cpu_milli))
+        if found is not None:
+            return found
+        selector, tolerations = sig
+        k = _EXAMPLES_PER_CATEGORY
+        pools = _Pools({}, {}, set(), [], [], [])
+        counts, examples = pools.static_counts, pools.static_examples
+        unschedulable = [n for n, node in self.nodes.items() if not node.schedulable]
+        if unschedulable:
+            counts["unschedulable"] = len(unschedulable)
+            examples["unschedulable"] = unschedulable[:k]
+        schedulable = [node for node in self.nodes.values() if node.schedulable]
+        matching = schedulable
+        if selector:
+            members = self._members(selector)
+            matching = [self.nodes[n] for n in sorted(members) if self.nodes[n].schedulable]
+            if len(matching) < len(schedulable):
+                counts["selector"] = len(schedulable) - len(matching)
+                examples["selector"] = []
+                for node in schedulable:
+                    if node.name not in members:
+                        examples["selector"].append(node.name)
+                        if len(examples["selector"]) == k:
+                            break
+        for node in matching:
+            blocking, _ = self._verdict(node.taints, tolerations)
+            if blocking is not None:
+                category = f"taint {_taint_text(blocking)}"
+                counts[category] = counts.get(category, 0) + 1
+                if len(examples.setdefault(category, [])) < k:
+                    examples[category].append(node.name)
+            elif node.exclusive_holder is not None:
+                pools.eligible.add(node.name)
+                pools.exclusive.append(node.name)
+            else:
+                pools.eligible.add(node.name)
+                pool = pools.shared if node.occupants else pools.empty
+                pool.append(node.entry(d.overhead_cpu_milli))
+        pools.empty.sort()
+        pools.shared.sort()
+        self._pools[(sig, d.overhead_cpu_milli)] = pools
+        return pools
+
+    def _findings_counted(self, d: ModelDemand) -> _Findings:
+        """The categories of ``_findings_direct``, counted over sorted pools in
+        about one bisect per distinct CPU count instead of one check per node."""
+        pools = self._pools_for(d)
+        k = _EXAMPLES_PER_CATEGORY
+        findings = _Findings(
+            dict(pools.static_counts), {c: list(e) for c, e in pools.static_examples.items()}
+        )
+        own = sorted(n for n in set(self.held[d.key]) if n in pools.eligible)
+        findings.add("replica", len(own))
+        findings.sample("replica", own[:k])
+        # An exclusive model's own nodes are held by it and count as "replica";
+        # a non-exclusive model's own nodes sit in the shared pool.
+        own_held = {n for n in own if self.nodes[n].exclusive_holder is not None}
+        own_shared = [self.nodes[n].entry(d.overhead_cpu_milli) for n in own if n not in own_held]
+        findings.add("exclusive", len(pools.exclusive) - len(own_held))
+        findings.sample(
+            "exclusive", [n for n in pools.exclusive[: k + len(own_held)] if n not in own_held][:k]
+        )
+        need = d.cpu or 1
+        if d.exclusive:
+            findings.add("shared", len(pools.shared))
+            findings.sample("shared", heapq.nsmallest(k, (e[2] for e in pools.shared)))
+            _count_resources(pools.empty, need, d.memory_bytes, [], findings)
+        else:
+            _count_resources(pools.empty, need, d.memory_bytes, [], findings)
+            _count_resources(pools.shared, need, d.memory_bytes, own_shared, findings)
+        overhead = d.overhead_cpu_milli
+        for category in ("cpu", "memory"):  # keep the k closest to fitting
+            if category in findings.examples:
+                nodes = [self.nodes[n] for n in findings.examples[category]]
+                if category == "cpu":
+                    nodes.sort(key=lambda n: (-n.free_cpus(overhead), -n.free_memory, n.name))
+                else:
+                    nodes.sort(key=lambda n: (-n.free_memory, -n.free_cpus(overhead), n.name))
+                findings.examples[category] = [n.name for n in nodes[:k]]
+        return findings
+
+
+def _chosen_reason(d: ModelDemand, node: _Node, penalty: int, moved: str) -> str:
+    free = node.free_cpus(d.overhead_cpu_milli)
+    if d.cpu is None:
+        why = f"chosen: most free CPUs ({free}); cpu: node takes them all"
+    else:
+        why = f"chosen: best fit, fewest CPUs left over ({free - d.cpu} of {free} free)"
+    if penalty:
+        why += "; has an untolerated PreferNoSchedule taint, but no node without one fits"
+    return f"{moved}; {why}" if moved else why
+
+
+def _first_fit(
+    pool: list[Entry], cpu: int, memory: int, accept: Callable[[str], bool]
+) -> Entry | None:
+    """The first entry with at least ``cpu`` CPUs and ``memory`` that ``accept``s."""
+    i = bisect_left(pool, (cpu, memory, ""))
+    n = len(pool)
+    while i < n:
+        cpus, free, name = pool[i]
+        if free < memory:  # a CPU bucket's small-memory nodes: skip to its fitting ones
+            i = bisect_left(pool, (cpus, memory, ""), i)
+            continue
+        if accept(name):
+            return pool[i]
+        i += 1
+    return None
+
+
+def _largest_fit(pool: list[Entry], memory: int, accept: Callable[[str], bool]) -> Entry | None:
+    """The entry with the most CPUs (at least one), then the least memory that fits."""
+    hi = len(pool)
+    while hi > 0:
+        cpus = pool[hi - 1][0]
+        if cpus < 1:
+            return None
+        lo = bisect_left(pool, (cpus, _MIN, ""), 0, hi)
+        for i in range(bisect_left(pool, (cpus, memory, ""), lo, hi), hi):
+            if accept(pool[i][2]):
+                return pool[i]
+        hi = lo
+    return None
+
+
+def _sample_below(pool: list[Entry], lo: int, hi: int, skip: set[str]) -> list[Entry]:
+    """Up to k entries of pool[lo:hi], from the top down, leaving out ``skip``."""
+    out: list[Entry] = []
+    i = hi - 1
+    while i >= lo and len(out) < _EXAMPLES_PER_CATEGORY:
+        if pool[i][2] not in skip:
+            out.append(pool[i])
+        i -= 1
+    return out
+
+
+def _count_resources(
+    pool: list[Entry], need: int, memory: int, own: list[Entry], findings: _Findings
+) -> None:
+    """Count entries with too few CPUs, then (with enough CPUs) too little memory,
+    leaving out this model's own nodes (``own``); sample those closest to fitting."""
+    skip = {e[2] for e in own}
+    split = bisect_left(pool, (need, _MIN, ""))
+    findings.add("cpu", split - sum(1 for e in own if e[0] < need))
+    too_few = _sample_below(pool, 0, split, skip)
+    if too_few:
+        findings.most_cpu = max(findings.most_cpu or _MIN, too_few[0][0])
+        findings.sample("cpu", [e[2] for e in too_few])
+    short = 0
+    samples: list[Entry] = []
+    i, n = split, len(pool)
+    while i < n:
+        cpus = pool[i][0]
+        j = bisect_left(pool, (cpus, memory, ""), i)
+        short += j - i
+        samples.extend(_sample_below(pool, i, j, skip))
+        i = bisect_left(pool, (cpus + 1, _MIN, ""), j)
+    findings.add("memory", short - sum(1 for e in own if e[0] >= need and e[1] < memory))
+    if samples:
+        findings.most_memory = max(findings.most_memory or _MIN, max(e[1] for e in samples))
+        findings.sample("memory", [e[2] for e in samples])
+
+
+_CATEGORY_ORDER = (
+    "unschedulable",
+    "selector",
+    "taint",
+    "replica",
+    "exclusive",
+    "shared",
+    "cpu",
+    "memory",
+)
+
+
+def _rank(category: str) -> int:
+    return _CATEGORY_ORDER.index(category.split(" ", 1)[0])
+
+
+def _ordered(counts: Mapping[str, int]) -> list[str]:
+    return sorted(counts, key=lambda c: (_rank(c), c))
+
+
+def _phrase(category: str, n: int, d: ModelDemand, findings: _Findings) -> str:
+    if category == "unschedulable":
+        return f"{n} unschedulable"
+    if category == "selector":
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(d.node_selector.items()))
+        return f"{n} not matching nodeSelector {wanted}"
+    if category.startswith("taint "):
+        return f"{n} with {category} not tolerated"
+    if category == "replica":
+        return f"{n} already running a replica of this model"
+    if category == "exclusive":
+        return f"{n} already holding an exclusive model"
+    if category == "shared":
+        return f"{n} running other models (this model is exclusive)"
+    if category == "cpu":
+        most = max(findings.most_cpu or 0, 0)
+        return f"{n} with too few free CPUs (need {_need_cpu_text(d)}, most free {most})"
+    most_memory = _gib(max(findings.most_memory or 0, 0))
+    return f"{n} with too little free memory (need {_gib(d.memory_bytes)}, most free {most_memory})"
