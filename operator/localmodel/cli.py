@@ -46,7 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         print(f"localmodel: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return command(args[1:])
+    try:
+        return command(args[1:])
+    except BrokenPipeError:  # `localmodel render ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

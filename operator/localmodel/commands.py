@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -73,12 +74,19 @@ def parse_models(paths: Sequence[str]) -> list[LocalModel]:
             except ValidationError as e:
                 seen = set()
                 for err in e.errors():
-                    line = f"{where}: LocalModel {name}: {_loc(err['loc'])}: {err['msg']}"
+                    field, msg = _loc(err["loc"]), err["msg"].removeprefix("Value error, ")
+                    # Cross-field rules name their field in the message: "kvCache: ...".
+                    head, sep, rest = msg.partition(": ")
+                    if sep and re.fullmatch(r"[a-zA-Z][a-zA-Z.]*", head):
+                        field, msg = f"{field}.{head}", rest
+                    line = f"{where}: LocalModel {name}: {field}: {msg}"
                     if line not in seen:
                         seen.add(line)
                         errors.append(line)
     keys = [m.key for m in models]
-    errors += [f"LocalModel {k} is given more than once" for k in sorted(set(keys)) if keys.count(k) > 1]
+    errors += [
+        f"LocalModel {k} is given more than once" for k in sorted(set(keys)) if keys.count(k) > 1
+    ]
     if errors:
         raise InputError("\n".join(errors))
     if not models:
@@ -108,7 +116,11 @@ def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
 
 def _dump(obj: Any) -> Any:
     if isinstance(obj, LocalModel):
-        return obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+        out = obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+        for empty in ("labels", "annotations"):
+            if not out["metadata"].get(empty):
+                out["metadata"].pop(empty, None)
+        return out
     return obj
 
 
@@ -117,15 +129,19 @@ def explain(state: DesiredState) -> str:
     lines: list[str] = []
     for r in state.models:
         lm = r.model
-        lines.append(f"LocalModel {lm.key}  model={lm.spec.model}  cpu={lm.spec.cpu}  "
-                     f"context={lm.spec.context}  slots={lm.spec.slots}")
+        lines.append(
+            f"LocalModel {lm.key}  model={lm.spec.model}  cpu={lm.spec.cpu}  "
+            f"context={lm.spec.context}  slots={lm.spec.slots}"
+        )
         for c in r.status.conditions:
             lines.append(f"  {c.type:<7} {c.status.value:<7} {c.reason}: {c.message}")
         for rep in r.replicas:
             t = rep.tuning
-            lines.append(f"  replica {rep.replica} -> node {rep.node}: threads={t.threads} "
-                         f"cpu={t.cpu} memory={r.status.placements[rep.replica].memory} "
-                         f"flashAttention={t.flash_attention.value} kvCache={t.kv_cache.value}")
+            lines.append(
+                f"  replica {rep.replica} -> node {rep.node}: threads={t.threads} "
+                f"cpu={t.cpu} memory={r.status.placements[rep.replica].memory} "
+                f"flashAttention={t.flash_attention.value} kvCache={t.kv_cache.value}"
+            )
             if rep.reason:
                 lines.append(f"    placement: {rep.reason}")
             width = max(len(d.rule) for d in t.decisions)
@@ -141,16 +157,32 @@ def render_main(argv: Sequence[str]) -> int:
         description="Print every object the operator would create, the LocalModel with its "
         "status included. Offline: no cluster needed.",
     )
-    parser.add_argument("-f", "--filename", action="append", required=True, metavar="MODEL.yaml",
-                        help="LocalModel manifest(s); '-' reads stdin. Repeatable.")
-    parser.add_argument("--nodes", action="append", metavar="NODES.yaml",
-                        help="Node objects as `kubectl get nodes -o yaml` prints them, or "
-                        "multi-document YAML. Default: this machine is the only node.")
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="MODEL.yaml",
+        help="LocalModel manifest(s); '-' reads stdin. Repeatable.",
+    )
+    parser.add_argument(
+        "--nodes",
+        action="append",
+        metavar="NODES.yaml",
+        help="Node objects as `kubectl get nodes -o yaml` prints them, or "
+        "multi-document YAML. Default: this machine is the only node.",
+    )
     parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
-    parser.add_argument("--explain", action="store_true",
-                        help="print a table of placements and decisions instead of objects")
-    parser.add_argument("--operator-image", default=RenderOptions().operator_image,
-                        help="image for the gateway sidecar")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print a table of placements and decisions instead of objects",
+    )
+    parser.add_argument(
+        "--operator-image",
+        default=RenderOptions().operator_image,
+        help="image for the gateway sidecar",
+    )
     args = parser.parse_args(list(argv))
     try:
         models = parse_models(args.filename)
@@ -177,8 +209,9 @@ def render_main(argv: Sequence[str]) -> int:
 
 
 def crd_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="localmodel crd",
-                                     description="Print the LocalModel CRD (generated).")
+    parser = argparse.ArgumentParser(
+        prog="localmodel crd", description="Print the LocalModel CRD (generated)."
+    )
     parser.add_argument("--write", metavar="PATH", help="write to PATH instead of stdout")
     args = parser.parse_args(list(argv))
     text = crd_yaml()
@@ -190,8 +223,9 @@ def crd_main(argv: Sequence[str]) -> int:
 
 
 def rules_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="localmodel rules",
-                                     description="Print the tuning rules table (markdown).")
+    parser = argparse.ArgumentParser(
+        prog="localmodel rules", description="Print the tuning rules table (markdown)."
+    )
     parser.add_argument("--write", metavar="PATH", help="write to PATH instead of stdout")
     args = parser.parse_args(list(argv))
     text = rules_markdown()
@@ -205,9 +239,10 @@ def rules_main(argv: Sequence[str]) -> int:
 def probe_main(argv: Sequence[str]) -> int:
     from localmodel.probe.labels import probe_labels
 
-    parser = argparse.ArgumentParser(prog="localmodel probe",
-                                     description="Print this machine's node facts and the "
-                                     "labels the node probe would set.")
+    parser = argparse.ArgumentParser(
+        prog="localmodel probe",
+        description="Print this machine's node facts and the labels the node probe would set.",
+    )
     parser.parse_args(list(argv))
     facts = from_this_machine()
     out = {

@@ -144,7 +144,7 @@ def _status(
             )
         else:
             n = sum(1 for r in replicas if ready.get(r.replica))
-            ok = n == want and want > 0 or want == 0
+            ok = (n == want and want > 0) or want == 0
             reason = "AllReplicasReady" if ok else "ReplicasNotReady"
             conditions.append(
                 _condition("Ready", ok, reason, f"{n}/{want} replicas ready", lm, now)

@@ -306,9 +306,7 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
                 "name": "modelfile",
                 "configMap": {
                     "name": configmap_name(lm),
-                    "items": [
-                        {"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}
-                    ],
+                    "items": [{"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}],
                 },
             },
         ],

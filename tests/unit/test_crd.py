@@ -57,7 +57,8 @@ def test_every_spec_and_status_field_has_a_description() -> None:
     missing = [
         p
         for p, n in walk(schema())
-        if p.startswith((".spec", ".status")) and not p.endswith(("[]", "{}"))
+        if p.startswith((".spec", ".status"))
+        and not p.endswith(("[]", "{}"))
         and not n.get("description")
     ]
     assert missing == []
@@ -75,7 +76,9 @@ def test_names_columns_and_status_subresource() -> None:
     assert crd["metadata"]["name"] == "localmodels.localmodel.dev"
     names = crd["spec"]["names"]
     assert (names["kind"], names["plural"], names["shortNames"]) == (
-        "LocalModel", "localmodels", ["lm"]
+        "LocalModel",
+        "localmodels",
+        ["lm"],
     )
     assert crd["spec"]["scope"] == "Namespaced"
     version = crd["spec"]["versions"][0]

@@ -54,7 +54,10 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("kv-cache-quantized-enables-flash-attention", {"kvCache": "f16"}, node(), 4, False),
     (
         "kv-cache-quantized-enables-flash-attention",
-        {"kvCache": "q4_0", "flashAttention": "enabled"}, node(), 4, False,
+        {"kvCache": "q4_0", "flashAttention": "enabled"},
+        node(),
+        4,
+        False,
     ),
     ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AMX), 4, True),
     ("amx-guard", {"engine": {"image": "ollama/ollama:latest"}}, node(AMX), 4, True),
@@ -70,7 +73,10 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("amx-safe-path-forced", {}, node(AMX), 4, False),
     (
         "kv-cache-falls-back-to-f16",
-        {"kvCache": "q8_0", "engine": {"version": "0.31.0"}}, node(AMX), 4, True,
+        {"kvCache": "q8_0", "engine": {"version": "0.31.0"}},
+        node(AMX),
+        4,
+        True,
     ),
     ("kv-cache-falls-back-to-f16", {"kvCache": "q8_0"}, node(AMX), 4, False),
     ("memory-from-weights-and-kv", {}, node(), 4, True),
@@ -182,7 +188,9 @@ def test_memory_is_weights_plus_kv_plus_overhead() -> None:
 
 
 @pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])
-def test_quantized_cache_shrinks_memory_by_its_element_size(kv: str, ratio: tuple[int, int]) -> None:
+def test_quantized_cache_shrinks_memory_by_its_element_size(
+    kv: str, ratio: tuple[int, int]
+) -> None:
     f16 = run(spec(context=4096, slots=2)).memory_parts["kvCache"]
     q = run(spec(context=4096, slots=2, kvCache=kv)).memory_parts["kvCache"]
     assert q * ratio[1] == f16 * ratio[0]
@@ -228,8 +236,14 @@ def test_decisions_follow_rule_order() -> None:
 
 @pytest.mark.parametrize(
     ("text", "version"),
-    [("0.32.2", (0, 32, 2)), ("v0.30.0-rc1", (0, 30, 0)), ("1", (1, 0, 0)), ("latest", None),
-     ("", None), (None, None)],
+    [
+        ("0.32.2", (0, 32, 2)),
+        ("v0.30.0-rc1", (0, 30, 0)),
+        ("1", (1, 0, 0)),
+        ("latest", None),
+        ("", None),
+        (None, None),
+    ],
 )
 def test_parse_version(text: str | None, version: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == version
@@ -237,8 +251,12 @@ def test_parse_version(text: str | None, version: tuple[int, int, int] | None) -
 
 @pytest.mark.parametrize(
     ("image", "version"),
-    [("docker.io/ollama/ollama:0.32.2", (0, 32, 2)), ("ollama/ollama", None),
-     ("registry:5000/ollama:0.31.1", (0, 31, 1)), ("ollama/ollama:0.31.1@sha256:ab", None)],
+    [
+        ("docker.io/ollama/ollama:0.32.2", (0, 32, 2)),
+        ("ollama/ollama", None),
+        ("registry:5000/ollama:0.31.1", (0, 31, 1)),
+        ("ollama/ollama:0.31.1@sha256:ab", None),
+    ],
 )
 def test_image_version(image: str, version: tuple[int, int, int] | None) -> None:
     assert image_version(image) == version
@@ -247,7 +265,11 @@ def test_image_version(image: str, version: tuple[int, int, int] | None) -> None
 def test_version_range_bounds() -> None:
     r = VersionRange(low=(0, 30, 0), high=(0, 32, 2), unknown=False)
     assert [r.matches(v) for v in [(0, 29, 9), (0, 30, 0), (0, 32, 1), (0, 32, 2), None]] == [
-        False, True, True, False, False,
+        False,
+        True,
+        True,
+        False,
+        False,
     ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -63,12 +63,12 @@ class CrossFieldRule:
     field_path: str  # where to point the user, relative to the object the rule sits on
 
 
-class EngineName(str, Enum):
+class EngineName(StrEnum):
     OLLAMA = "ollama"
     LLAMA_SERVER = "llama-server"
 
 
-class KVCacheType(str, Enum):
+class KVCacheType(StrEnum):
     F16 = "f16"
     Q8_0 = "q8_0"
     Q4_0 = "q4_0"
@@ -78,7 +78,7 @@ class KVCacheType(str, Enum):
         return self is not KVCacheType.F16
 
 
-class FlashAttention(str, Enum):
+class FlashAttention(StrEnum):
     AUTO = "auto"
     ENABLED = "enabled"
     DISABLED = "disabled"
@@ -160,12 +160,12 @@ class ModelInfo(_Base):
     )
 
 
-class TolerationOperator(str, Enum):
+class TolerationOperator(StrEnum):
     EQUAL = "Equal"
     EXISTS = "Exists"
 
 
-class TaintEffect(str, Enum):
+class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
     NO_EXECUTE = "NoExecute"
@@ -269,9 +269,7 @@ class LocalModelSpec(_Base):
         max_length=200,
     )
     engine: Engine = Field(default_factory=Engine, description="Inference engine.")
-    replicas: int = Field(
-        1, description="Replicas, each on a different node.", ge=0, le=1000
-    )
+    replicas: int = Field(1, description="Replicas, each on a different node.", ge=0, le=1000)
     cpu: int | Literal["node"] = Field(
         4,
         description="Whole CPUs for the engine (limit = request). The engine gets exactly "
@@ -351,15 +349,11 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         message="a quantized kvCache needs flash attention: llama.cpp cannot create a "
         "quantized V cache without it; set flashAttention to auto or enabled, or kvCache "
         "to f16",
-        check=lambda s: not (
-            s.kv_cache.quantized and s.flash_attention is FlashAttention.DISABLED
-        ),
+        check=lambda s: not (s.kv_cache.quantized and s.flash_attention is FlashAttention.DISABLED),
         field_path="kvCache",
     ),
     CrossFieldRule(
-        cel="self.env.all(e, !(e.name in ["
-        + ", ".join(f"'{n}'" for n in MANAGED_ENV)
-        + "]))",
+        cel="self.env.all(e, !(e.name in [" + ", ".join(f"'{n}'" for n in MANAGED_ENV) + "]))",
         message="sets a variable the operator manages ("
         + ", ".join(MANAGED_ENV)
         + "); use the matching spec field instead",
@@ -375,7 +369,7 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
 )
 
 
-class ConditionStatus(str, Enum):
+class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
@@ -424,9 +418,7 @@ class PlacementStatus(_Base):
 class LocalModelStatus(_Base):
     """Observed state of a LocalModel."""
 
-    observed_generation: int | None = Field(
-        None, description="The spec generation last acted on."
-    )
+    observed_generation: int | None = Field(None, description="The spec generation last acted on.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Valid, Placed and Ready conditions."
     )

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import ModelShape, lookup
 from localmodel.facts import NodeFacts
-from localmodel.rules.model import Context, Decision, Settings, Version, image_version, parse_version
+from localmodel.rules.model import (
+    Context,
+    Decision,
+    Settings,
+    Version,
+    image_version,
+    parse_version,
+)
 from localmodel.rules.table import RULES, engine_env
 
 

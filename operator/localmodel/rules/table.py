@@ -106,7 +106,9 @@ def _kv_needs_fa(ctx: Context, s: Settings) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
         return None
     s.flash_attention = FlashAttention.ENABLED
-    return f"flash attention auto -> enabled (OLLAMA_FLASH_ATTENTION=1) for kvCache {s.kv_cache.value}"
+    return (
+        f"flash attention auto -> enabled (OLLAMA_FLASH_ATTENTION=1) for kvCache {s.kv_cache.value}"
+    )
 
 
 def _amx_safe_path(ctx: Context, s: Settings) -> str:
