@@ -1,0 +1,196 @@
+"""Gateway settings: flags, each also readable from LOCALMODEL_GATEWAY_<FLAG>.
+
+Pure: `parse_config` takes the argument list and an environment mapping and
+returns a frozen `GatewayConfig`, or raises `ConfigError` naming the flag.
+Flags win over the environment; the environment wins over the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+Engine = Literal["ollama", "llama-server"]
+ENV_PREFIX = "LOCALMODEL_GATEWAY_"
+
+
+class ConfigError(ValueError):
+    """A flag (or its environment variable) has a value the gateway cannot use."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"--{flag}: {message}")
+        self.flag = flag
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstream: str = "http://127.0.0.1:11434"
+    engine: Engine = "ollama"
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 8080
+    model: str = ""
+    slots: int = 1
+    threads: int | None = None
+    context: int | None = None
+    max_queue: int = 16
+    deadline: float = 600.0
+    max_tokens: int = 2048
+    keep_alive: str = "-1"
+    max_body_bytes: int = 8 * 1024 * 1024
+    # Connections that send no complete request for this long are closed:
+    # aiohttp's keep-alive timer also runs from connection start, so it is both
+    # the header timeout and the idle timeout.
+    idle_timeout: float = 30.0
+    # A request body must arrive within this many seconds.
+    body_timeout: float = 30.0
+
+
+def _positive_int(flag: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(flag, f"expected a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(flag, f"expected a positive integer, got {raw!r}")
+    return value
+
+
+def _non_negative_int(flag: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(flag, f"expected an integer >= 0, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(flag, f"expected an integer >= 0, got {raw!r}")
+    return value
+
+
+def _positive_float(flag: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def _upstream(flag: str, raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            flag, f"expected an http(s) URL such as http://127.0.0.1:11434, got {raw!r}"
+        )
+    return raw.rstrip("/")
+
+
+def _engine(flag: str, raw: str) -> str:
+    if raw not in ("ollama", "llama-server"):
+        raise ConfigError(flag, f"expected ollama or llama-server, got {raw!r}")
+    return raw
+
+
+def _listen(flag: str, raw: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(flag, f"expected HOST:PORT, got {raw!r}")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ConfigError(flag, f"expected HOST:PORT with a numeric port, got {raw!r}") from None
+    if not 0 <= port_number <= 65535:
+        raise ConfigError(flag, f"port out of range in {raw!r}")
+    return host.strip("[]"), port_number
+
+
+def _keep_alive(flag: str, raw: str) -> str:
+    if not raw.strip():
+        raise ConfigError(flag, "expected a duration such as -1, 5m or 300, got an empty value")
+    return raw.strip()
+
+
+def _text(flag: str, raw: str) -> str:
+    return raw.strip()
+
+
+# flag -> (parser, takes a value). Every flag takes a value.
+_PARSERS: dict[str, Callable[[str, str], object]] = {
+    "upstream": _upstream,
+    "engine": _engine,
+    "listen": _listen,
+    "model": _text,
+    "slots": _positive_int,
+    "threads": _positive_int,
+    "context": _positive_int,
+    "max-queue": _non_negative_int,
+    "deadline": _positive_float,
+    "max-tokens": _positive_int,
+    "keep-alive": _keep_alive,
+    "max-body-bytes": _positive_int,
+    "idle-timeout": _positive_float,
+    "body-timeout": _positive_float,
+}
+
+USAGE = """usage: localmodel gateway [--FLAG VALUE ...]
+
+flags (each also read from LOCALMODEL_GATEWAY_<FLAG>, e.g. LOCALMODEL_GATEWAY_MAX_QUEUE):
+  --upstream URL        engine base URL (default http://127.0.0.1:11434)
+  --engine NAME         ollama | llama-server (default ollama)
+  --listen HOST:PORT    where the gateway listens (default 0.0.0.0:8080)
+  --model NAME          model served here; default for requests that omit it
+  --slots N             concurrent generations (default 1)
+  --threads N           options.num_thread forced on every Ollama request
+  --context N           options.num_ctx default and ceiling
+  --max-queue N         foreground requests that may wait (default 16)
+  --deadline SECONDS    default and maximum request deadline (default 600)
+  --max-tokens N        cap on num_predict / max_tokens (default 2048)
+  --keep-alive VALUE    default keep_alive for Ollama requests (default -1)
+  --max-body-bytes N    request body limit, 413 above it (default 8388608)
+  --idle-timeout S      close connections idle or sending headers this long (default 30)
+  --body-timeout S      a request body must arrive within this time (default 30)
+"""
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.upper().replace("-", "_")
+
+
+def _collect(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+    raw: dict[str, str] = {}
+    for flag in _PARSERS:
+        value = env.get(env_name(flag))
+        if value is not None and value != "":
+            raw[flag] = value
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(arg.lstrip("-") or arg, f"unexpected argument {arg!r}")
+        name, eq, value = arg[2:].partition("=")
+        if name not in _PARSERS:
+            raise ConfigError(name, "unknown flag")
+        if not eq:
+            if i + 1 >= len(args):
+                raise ConfigError(name, "missing value")
+            value = args[i + 1]
+            i += 1
+        raw[name] = value
+        i += 1
+    return raw
+
+
+def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> GatewayConfig:
+    """Build the settings from flags and environment; raise ConfigError on a bad value."""
+    raw = _collect(argv, env)
+    values = {flag: _PARSERS[flag](flag, value) for flag, value in raw.items()}
+    kwargs: dict[str, object] = {}
+    for flag, value in values.items():
+        if flag == "listen":
+            assert isinstance(value, tuple)
+            kwargs["listen_host"], kwargs["listen_port"] = value
+        else:
+            kwargs[flag.replace("-", "_")] = value
+    return GatewayConfig(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,318 @@
+"""One request's story: its outcome, the log line and the metrics it feeds. Pure.
+
+The aiohttp glue fills a `RequestRecord` as the request moves (queued, given a
+slot, first token, finished or cancelled) and hands it to `GatewayMetrics.record`
+and `log_line` at the end. Times are plain floats from whatever clock the glue
+uses, so tests can build records by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from localmodel.gateway.assemble import EngineTiming
+from localmodel.gateway.metrics import (
+    LATENCY_BUCKETS,
+    PREFIX,
+    RATE_BUCKETS,
+    Counter,
+    Gauge,
+    Histogram,
+    Labels,
+    Metric,
+    render,
+)
+from localmodel.gateway.slots import SlotSnapshot
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    BAD_REQUEST = "bad_request"  # 400
+    TOO_LARGE = "too_large"  # 413
+    BODY_TIMEOUT = "body_timeout"  # 408
+    REJECTED_BUSY = "rejected_busy"  # 429, background and no slot free
+    REJECTED_QUEUE_FULL = "rejected_queue_full"  # 503, foreground queue full
+    CANCELLED_DISCONNECT = "cancelled_disconnect"  # the caller went away
+    CANCELLED_DEADLINE = "cancelled_deadline"  # X-Request-Timeout or --deadline passed
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"  # 502/503, engine unreachable
+    UPSTREAM_STATUS = "upstream_status"  # engine answered non-2xx, relayed
+    UPSTREAM_ERROR = "upstream_error"  # engine reported an error or broke its stream
+    INTERNAL_ERROR = "internal_error"  # 500, a bug here
+    SHUTDOWN = "shutdown"  # the gateway stopped while the request ran
+
+
+CANCEL_REASONS = {
+    Outcome.CANCELLED_DISCONNECT: "disconnect",
+    Outcome.CANCELLED_DEADLINE: "deadline",
+    Outcome.SHUTDOWN: "shutdown",
+}
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    route: str
+    priority: str
+    start: float
+    model: str = ""
+    caller_streams: bool = False
+    status: int = 0
+    outcome: Outcome | None = None
+    detail: str = ""
+    queued_at: float | None = None
+    slot_at: float | None = None  # when a slot was granted
+    slot_released_at: float | None = None
+    first_token_at: float | None = None
+    end: float | None = None
+    timing: EngineTiming | None = None
+    upstream_error: str | None = None  # connect, status, stream, timeout
+
+    def finish(self, outcome: Outcome, status: int, detail: str = "") -> None:
+        """Record how the request ended; the first outcome recorded wins."""
+        if self.outcome is None:
+            self.outcome = outcome
+            self.status = status
+            self.detail = detail
+
+    @property
+    def queue_wait(self) -> float | None:
+        if self.queued_at is None:
+            return 0.0 if self.slot_at is not None else None
+        end = self.slot_at if self.slot_at is not None else self.end
+        return None if end is None else max(0.0, end - self.queued_at)
+
+    @property
+    def slot_seconds(self) -> float | None:
+        if self.slot_at is None or self.slot_released_at is None:
+            return None
+        return max(0.0, self.slot_released_at - self.slot_at)
+
+    @property
+    def ttft(self) -> float | None:
+        if self.first_token_at is None:
+            return None
+        return max(0.0, self.first_token_at - self.start)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - self.start)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def log_fields(rec: RequestRecord) -> dict[str, Any]:
+    timing = rec.timing or EngineTiming()
+    fields: dict[str, Any] = {
+        "msg": "request",
+        "request_id": rec.request_id,
+        "route": rec.route,
+        "priority": rec.priority,
+        "model": rec.model,
+        "stream": rec.caller_streams,
+        "status": rec.status,
+        "outcome": rec.outcome.value if rec.outcome else None,
+        "queue_wait_ms": _ms(rec.queue_wait),
+        "ttft_ms": _ms(rec.ttft),
+        "duration_ms": _ms(rec.duration),
+        "prompt_tokens": timing.prompt_tokens,
+        "prefill_tok_s": _round(timing.prefill_tokens_per_second),
+        "generated_tokens": timing.generated_tokens,
+        "decode_tok_s": _round(timing.decode_tokens_per_second),
+        "done_reason": timing.done_reason,
+    }
+    if rec.outcome in CANCEL_REASONS:
+        fields["cancel_reason"] = CANCEL_REASONS[rec.outcome]
+    if rec.detail:
+        fields["detail"] = rec.detail
+    return fields
+
+
+def log_line(rec: RequestRecord, ts: str) -> str:
+    return json.dumps({"ts": ts, **log_fields(rec)}, separators=(",", ":"))
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports, fed by finished `RequestRecord`s."""
+
+    def __init__(
+        self,
+        slots: Callable[[], SlotSnapshot],
+        in_flight: Callable[[], int],
+    ) -> None:
+        p = PREFIX
+        self.requests = Counter(
+            p + "requests_total",
+            "Requests by route, priority and outcome.",
+            ("route", "priority", "outcome"),
+        )
+        self.cancellations = Counter(
+            p + "cancellations_total",
+            "Requests cancelled, with the upstream connection closed, by reason.",
+            ("reason",),
+        )
+        self.upstream_errors = Counter(
+            p + "upstream_errors_total",
+            "Upstream failures by kind (connect, status, stream).",
+            ("kind",),
+        )
+        self.slot_busy = Counter(p + "slot_busy_seconds_total", "Seconds slots were held.")
+        self.prompt_tokens = Counter(
+            p + "prompt_tokens_total", "Prompt tokens the engine evaluated (engine timing)."
+        )
+        self.prefill_seconds = Counter(
+            p + "prefill_seconds_total", "Seconds the engine spent on prompt evaluation."
+        )
+        self.generated_tokens = Counter(
+            p + "generated_tokens_total", "Tokens the engine generated (engine timing)."
+        )
+        self.decode_seconds = Counter(
+            p + "decode_seconds_total", "Seconds the engine spent generating tokens."
+        )
+        self.queue_wait = Histogram(
+            p + "queue_wait_seconds",
+            "Time from arrival to a slot, for requests given one.",
+            LATENCY_BUCKETS,
+            ("priority",),
+        )
+        self.ttft = Histogram(
+            p + "time_to_first_token_seconds",
+            "Time from arrival to the first upstream token.",
+            LATENCY_BUCKETS,
+            ("route",),
+        )
+        self.duration = Histogram(
+            p + "request_duration_seconds",
+            "Time from arrival to the end of the response.",
+            LATENCY_BUCKETS,
+            ("route",),
+        )
+        self.prefill_rate = Histogram(
+            p + "prefill_tokens_per_second",
+            "Prompt evaluation speed per request (engine timing).",
+            RATE_BUCKETS,
+        )
+        self.decode_rate = Histogram(
+            p + "decode_tokens_per_second",
+            "Generation speed per request (engine timing).",
+            RATE_BUCKETS,
+        )
+        self._slots = slots
+
+        def _slots_total() -> dict[Labels, float]:
+            return {(): float(slots().total)}
+
+        def _slots_busy() -> dict[Labels, float]:
+            return {(): float(slots().busy)}
+
+        def _queued() -> dict[Labels, float]:
+            snap = slots()
+            return {
+                ("foreground",): float(snap.queued_foreground),
+                ("background",): float(snap.queued_background),
+            }
+
+        def _in_flight() -> dict[Labels, float]:
+            return {(): float(in_flight())}
+
+        self.gauges = (
+            Gauge(p + "slots", "Slots (concurrent generations) this gateway allows.", _slots_total),
+            Gauge(p + "slots_busy", "Slots held by a request now.", _slots_busy),
+            Gauge(
+                p + "queued", "Requests waiting for a slot, by priority.", _queued, ("priority",)
+            ),
+            Gauge(p + "in_flight", "Requests being handled now (any route).", _in_flight),
+        )
+        # Mean slot hold time, for Retry-After hints.
+        self._held = 0
+        self._held_seconds = 0.0
+
+    @property
+    def mean_slot_seconds(self) -> float:
+        return self._held_seconds / self._held if self._held else 0.0
+
+    def all(self) -> tuple[Metric, ...]:
+        return (
+            self.requests,
+            *self.gauges,
+            self.queue_wait,
+            self.slot_busy,
+            self.cancellations,
+            self.upstream_errors,
+            self.prompt_tokens,
+            self.prefill_seconds,
+            self.generated_tokens,
+            self.decode_seconds,
+            self.prefill_rate,
+            self.decode_rate,
+            self.ttft,
+            self.duration,
+        )
+
+    def render(self) -> str:
+        return render(self.all())
+
+    def record(self, rec: RequestRecord) -> None:
+        outcome = rec.outcome or Outcome.INTERNAL_ERROR
+        self.requests.inc(1, (rec.route, rec.priority, outcome.value))
+        if outcome in CANCEL_REASONS:
+            self.cancellations.inc(1, (CANCEL_REASONS[outcome],))
+        if rec.upstream_error:
+            self.upstream_errors.inc(1, (rec.upstream_error,))
+        if rec.slot_at is not None:
+            wait = rec.queue_wait
+            if wait is not None:
+                self.queue_wait.observe(wait, (rec.priority,))
+        held = rec.slot_seconds
+        if held is not None:
+            self.slot_busy.inc(held)
+            self._held += 1
+            self._held_seconds += held
+        if rec.ttft is not None:
+            self.ttft.observe(rec.ttft, (rec.route,))
+        if rec.duration is not None:
+            self.duration.observe(rec.duration, (rec.route,))
+        timing = rec.timing
+        if timing is None:
+            return
+        if timing.prompt_tokens is not None:
+            self.prompt_tokens.inc(max(0, timing.prompt_tokens))
+        if timing.prompt_seconds is not None:
+            self.prefill_seconds.inc(max(0.0, timing.prompt_seconds))
+        if timing.generated_tokens is not None:
+            self.generated_tokens.inc(max(0, timing.generated_tokens))
+        if timing.decode_seconds is not None:
+            self.decode_seconds.inc(max(0.0, timing.decode_seconds))
+        if timing.prefill_tokens_per_second is not None:
+            self.prefill_rate.observe(timing.prefill_tokens_per_second)
+        if timing.decode_tokens_per_second is not None:
+            self.decode_rate.observe(timing.decode_tokens_per_second)
+
+
+def slots_document(
+    snap: SlotSnapshot, model: str, engine: str, threads: int | None, context: int | None
+) -> dict[str, Any]:
+    """The body of GET /slots."""
+    return {
+        "model": model,
+        "engine": engine,
+        "total": snap.total,
+        "busy": snap.busy,
+        "free": snap.free,
+        "queued": {
+            "foreground": snap.queued_foreground,
+            "background": snap.queued_background,
+        },
+        "queue_limit": snap.queue_limit,
+        "threads": threads,
+        "context": context,
+    }

@@ -1,0 +1,159 @@
+"""Request rewriting: what the gateway changes in a caller's body, and why. Pure.
+
+The operator owns a few settings because they decide whether the node stays
+fast (ENGINE-FACTS.md): the thread count (oversubscription collapses decode),
+the context (memory was sized for it), the generation cap (an abandoned request
+must end by itself even if cancellation regresses in the engine,
+llama.cpp#11720/#13262) and keep_alive (weights are loaded once). And every
+generation goes upstream as a stream, because only a streaming request is
+cancelled reliably when its connection closes (ENGINE-FACTS.md, Cancellation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.routes import Kind, Route
+
+
+class BadRequest(ValueError):
+    """The caller's body cannot be used; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    body: bytes  # what goes upstream
+    caller_streams: bool  # whether the caller asked for a stream back
+    model: str
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        value = json.loads(raw)
+    except UnicodeDecodeError:
+        raise BadRequest("malformed JSON: body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(
+            f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"request body must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def keep_alive_value(setting: str) -> int | float | str:
+    """Ollama reads a JSON number as seconds (negative: forever) and a string as
+    a Go duration ("5m"); a bare "-1" string would be rejected, so send numbers
+    as numbers."""
+    try:
+        return int(setting)
+    except ValueError:
+        pass
+    try:
+        return float(setting)
+    except ValueError:
+        return setting
+
+
+def _int_field(container: dict[str, Any], key: str, where: str) -> int | None:
+    value = container.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(f"{where}{key} must be a number, got {json.dumps(value)[:40]}")
+    if isinstance(value, float) and not value.is_integer():
+        raise BadRequest(f"{where}{key} must be an integer, got {value}")
+    return int(value)
+
+
+def _bool_field(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadRequest(f"{key} must be true or false, got {json.dumps(value)[:40]}")
+    return value
+
+
+def cap_generation(requested: int | None, cap: int) -> int:
+    """The caller's generation length within the cap. Absent, negative
+    (Ollama: -1 infinite, -2 fill the context) or zero means "as much as
+    allowed", which is the cap."""
+    if requested is None or requested <= 0:
+        return cap
+    return min(requested, cap)
+
+
+def _model(body: dict[str, Any], config: GatewayConfig) -> str:
+    model = body.get("model")
+    if model is None or model == "":
+        if config.model:
+            body["model"] = config.model
+            return config.model
+        return ""
+    if not isinstance(model, str):
+        raise BadRequest(f"model must be a string, got {json.dumps(model)[:40]}")
+    return model
+
+
+def _ollama_options(body: dict[str, Any], config: GatewayConfig, *, generation: bool) -> None:
+    options = body.get("options")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise BadRequest("options must be a JSON object")
+    if config.threads is not None:
+        _int_field(options, "num_thread", "options.")
+        options["num_thread"] = config.threads
+    if config.context is not None:
+        num_ctx = _int_field(options, "num_ctx", "options.")
+        if num_ctx is None or num_ctx <= 0 or num_ctx > config.context:
+            options["num_ctx"] = config.context
+    if generation:
+        options["num_predict"] = cap_generation(
+            _int_field(options, "num_predict", "options."), config.max_tokens
+        )
+    body["options"] = options
+    if body.get("keep_alive") is None:
+        body["keep_alive"] = keep_alive_value(config.keep_alive)
+
+
+def _openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
+    present = False
+    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+        if key in body:
+            present = True
+            body[key] = cap_generation(_int_field(body, key, ""), config.max_tokens)
+    if not present:
+        body["max_tokens"] = config.max_tokens
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def prepare(route: Route, raw: bytes, config: GatewayConfig) -> Prepared:
+    """Parse and rewrite a caller's body for the upstream engine."""
+    body = parse_json_object(raw)
+    model = _model(body, config)
+    caller_streams = False
+    if route.kind in (Kind.GENERATE, Kind.CHAT):
+        caller_streams = _bool_field(body, "stream", True)  # Ollama streams by default
+        _ollama_options(body, config, generation=True)
+        body["stream"] = True
+    elif route.kind is Kind.EMBED:
+        _ollama_options(body, config, generation=False)
+    elif route.kind in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
+        caller_streams = _bool_field(body, "stream", False)  # OpenAI does not by default
+        _openai_caps(body, config)
+        body["stream"] = True
+        if not caller_streams:
+            # Usage arrives in a last chunk only when asked for; a caller that
+            # streams keeps whatever it chose.
+            body["stream_options"] = {"include_usage": True}
+    return Prepared(body=encode(body), caller_streams=caller_streams, model=model)

@@ -1,0 +1,56 @@
+"""The routes the gateway serves and what each one is. Pure data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    GENERATE = "generate"  # Ollama /api/generate: NDJSON, `response`
+    CHAT = "chat"  # Ollama /api/chat: NDJSON, `message`
+    EMBED = "embed"  # Ollama /api/embed: one JSON object
+    OPENAI_CHAT = "openai_chat"  # /v1/chat/completions: SSE chat.completion.chunk
+    OPENAI_COMPLETION = "openai_completion"  # /v1/completions: SSE text_completion
+    OPENAI_EMBED = "openai_embed"  # /v1/embeddings: one JSON object
+    PASSTHROUGH = "passthrough"  # metadata: no slot, relayed as is
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    methods: tuple[str, ...]
+    kind: Kind
+
+    @property
+    def uses_slot(self) -> bool:
+        """Work that occupies the engine waits for a slot; metadata calls do not."""
+        return self.kind is not Kind.PASSTHROUGH
+
+    @property
+    def streams(self) -> bool:
+        """Generation: always streamed upstream, assembled for non-streaming callers."""
+        return self.kind in (Kind.GENERATE, Kind.CHAT, Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION)
+
+    @property
+    def is_openai(self) -> bool:
+        return self.kind in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION, Kind.OPENAI_EMBED)
+
+    @property
+    def is_ollama_native(self) -> bool:
+        return self.kind in (Kind.GENERATE, Kind.CHAT, Kind.EMBED)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("/api/generate", ("POST",), Kind.GENERATE),
+    Route("/api/chat", ("POST",), Kind.CHAT),
+    Route("/api/embed", ("POST",), Kind.EMBED),
+    Route("/api/tags", ("GET",), Kind.PASSTHROUGH),
+    Route("/api/show", ("POST",), Kind.PASSTHROUGH),
+    Route("/api/ps", ("GET",), Kind.PASSTHROUGH),
+    Route("/api/version", ("GET",), Kind.PASSTHROUGH),
+    Route("/v1/chat/completions", ("POST",), Kind.OPENAI_CHAT),
+    Route("/v1/completions", ("POST",), Kind.OPENAI_COMPLETION),
+    Route("/v1/embeddings", ("POST",), Kind.OPENAI_EMBED),
+    Route("/v1/models", ("GET",), Kind.PASSTHROUGH),
+)
