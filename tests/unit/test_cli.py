@@ -1,0 +1,149 @@
+"""`localmodel render`: objects out, or exit 2 with the field path and nothing on stdout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localmodel.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EX = ROOT / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_render_example_for_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(capsys, "render", "-f", str(EX / "qwen3.yaml"))
+    assert rc == 0, err
+    docs = list(yaml.safe_load_all(out))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["LocalModel", "ConfigMap", "PersistentVolumeClaim", "Pod", "Service"]
+    status = docs[0]["status"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Placed"] == "True"
+    threads = status["placements"][0]["threads"]
+    import os
+
+    assert 1 <= threads <= len(os.sched_getaffinity(0))  # cpu: node on this machine
+
+
+def test_render_against_node_pools_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(
+        capsys,
+        "render",
+        "-f",
+        str(EX / "models.yaml"),
+        "--nodes",
+        str(EX / "nodes-amx.yaml"),
+        "--nodes",
+        str(EX / "nodes-avx2.yaml"),
+        "-o",
+        "json",
+    )
+    assert rc == 0, err
+    items = json.loads(out)["items"]
+    pods = {i["metadata"]["name"]: i for i in items if i["kind"] == "Pod"}
+    assert set(pods) == {"qwen3-8b-0", "llama-0", "llama-1", "gemma-0"}
+    assert pods["qwen3-8b-0"]["metadata"]["annotations"]["localmodel.dev/node"].startswith("amx-")
+    nodes = {p["metadata"]["annotations"]["localmodel.dev/node"] for p in pods.values()}
+    assert len(nodes) == 4  # exclusive: one model per node
+
+
+def test_explain_lists_placements_and_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(
+        capsys,
+        "render",
+        "-f",
+        str(EX / "models.yaml"),
+        "--nodes",
+        str(EX / "nodes-amx.yaml"),
+        "--nodes",
+        str(EX / "nodes-avx2.yaml"),
+        "--explain",
+    )
+    assert rc == 0
+    assert "amx-guard" in out and "kv-cache-falls-back-to-f16" in out
+    assert "replica 1 -> node avx2-" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("spec: {model: 'qwen3:1.7b', cpu: 0}", "spec.cpu: must be a positive integer or 'node'"),
+        (
+            "spec: {model: 'qwen3:1.7b', kvCache: q4_0, flashAttention: disabled}",
+            "spec.kvCache: a quantized kvCache needs flash attention",
+        ),
+        (
+            "spec: {model: 'qwen3:1.7b', env: [{name: OLLAMA_HOST, value: x}]}",
+            "spec.env: sets a variable the operator manages",
+        ),
+        ("spec: {model: 'qwen3:1.7b', context: 10}", "spec.context: Input should be greater"),
+        ("spec: {modle: 'qwen3:1.7b'}", "spec.model: Field required"),
+        ("spec: [1, 2", "not valid YAML"),
+    ],
+)
+def test_invalid_input_exits_2_naming_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, expect: str
+) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text(
+        "apiVersion: localmodel.dev/v1alpha1\nkind: LocalModel\nmetadata: {name: m}\n" + text + "\n"
+    )
+    rc, out, err = run(capsys, "render", "-f", str(f))
+    assert rc == 2
+    assert out == ""
+    assert expect in err
+
+
+def test_bad_nodes_file_names_the_node_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = tmp_path / "nodes.yaml"
+    f.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n- kind: Node\n  metadata: {name: a}\n"
+        "  status: {allocatable: {cpu: lots, memory: 1Gi}}\n"
+    )
+    rc, out, err = run(capsys, "render", "-f", str(EX / "qwen3.yaml"), "--nodes", str(f))
+    assert (rc, out) == (2, "")
+    assert "allocatable.cpu" in err
+
+
+def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(capsys, "render", "-f", "/nonexistent.yaml")
+    assert (rc, out) == (2, "") and "cannot read" in err
+
+
+def test_unknown_model_renders_valid_false(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text(
+        "apiVersion: localmodel.dev/v1alpha1\nkind: LocalModel\nmetadata: {name: m}\n"
+        "spec: {model: 'acme/private:7b', cpu: 1}\n"
+    )
+    rc, out, _ = run(capsys, "render", "-f", str(f))
+    assert rc == 0
+    docs = list(yaml.safe_load_all(out))
+    valid = next(c for c in docs[0]["status"]["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False" and "spec.modelInfo" in valid["message"]
+    assert len(docs) == 1  # nothing else rendered
+
+
+def test_crd_and_rules_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "crd")
+    assert rc == 0 and yaml.safe_load(out)["kind"] == "CustomResourceDefinition"
+    rc, out, _ = run(capsys, "rules")
+    assert rc == 0 and "| `amx-guard` |" in out
+
+
+def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(capsys, "frobnicate")
+    assert rc == 2 and "unknown command" in err

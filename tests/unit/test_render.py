@@ -1,0 +1,275 @@
+"""The renderer and the desired-state pipeline: tables and properties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localmodel.api import LocalModel
+from localmodel.desired import desired_state
+from localmodel.facts import FactSource, NodeFacts, Taint
+from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
+from localmodel.rules.table import AMX_LIBRARY
+
+GiB = 1024**3
+NOW = "2026-11-29T00:00:00Z"
+AMX = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AVX512F", "AVX2"})
+AVX2 = frozenset({"AVX2"})
+
+
+def lm(name: str = "qwen3", uid: str | None = None, **spec: Any) -> LocalModel:
+    meta: dict[str, Any] = {"name": name, "namespace": "ai", "generation": 3}
+    if uid:
+        meta["uid"] = uid
+    return LocalModel.model_validate({"metadata": meta, "spec": {"model": "qwen3:1.7b", **spec}})
+
+
+def node(
+    name: str = "n1", cpus: int = 16, mem: int = 64, flags: frozenset[str] | None = AVX2, **kw: Any
+) -> NodeFacts:
+    return NodeFacts(
+        name=name,
+        allocatable_cpu_milli=cpus * 1000,
+        allocatable_memory_bytes=mem * GiB,
+        cpu_flags=flags,
+        source=FactSource.NFD if flags is not None else FactSource.NONE,
+        **kw,
+    )
+
+
+def objects(model: LocalModel, nodes: list[NodeFacts] | None = None) -> dict[str, dict[str, Any]]:
+    state = desired_state([model], nodes or [node()], now=NOW)
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in state.models[0].objects}
+
+
+def containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = pod["spec"]
+    return {c["name"]: c for c in spec["initContainers"] + spec["containers"]}
+
+
+def env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
+    objs = objects(lm(cpu=4))
+    assert set(objs) == {
+        "ConfigMap/qwen3-modelfile",
+        "PersistentVolumeClaim/qwen3-weights-0",
+        "Pod/qwen3-0",
+        "Service/qwen3",
+    }
+    pod = objs["Pod/qwen3-0"]
+    assert pod["metadata"]["labels"]["localmodel.dev/name"] == "qwen3"
+    assert pod["metadata"]["annotations"]["localmodel.dev/node"] == "n1"
+    assert pod["metadata"]["annotations"]["localmodel.dev/threads"] == "4"
+    term = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
+    c = containers(pod)
+    assert set(c) == {"pull", "ollama", "gateway"}
+    assert {"name": "weights", "mountPath": "/root/.ollama"} in c["ollama"]["volumeMounts"]
+    assert env(c["ollama"])["GOMAXPROCS"] == "4"
+    assert env(c["gateway"])["LOCALMODEL_GATEWAY_THREADS"] == "4"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "qwen3-weights-0"
+    modelfile = objs["ConfigMap/qwen3-modelfile"]["data"]["replica-0.Modelfile"]
+    assert modelfile.splitlines() == [
+        "FROM qwen3:1.7b",
+        "PARAMETER num_ctx 8192",
+        "PARAMETER num_thread 4",
+    ]
+    svc = objs["Service/qwen3"]["spec"]
+    assert svc["selector"] == {"localmodel.dev/name": "qwen3"}
+    assert svc["ports"][0]["targetPort"] == "http"
+
+
+def test_init_step_pulls_only_when_weights_are_missing() -> None:
+    script = containers(objects(lm())["Pod/qwen3-0"])["pull"]["command"][2]
+    show, pull, create = (
+        script.index(s)
+        for s in ("ollama show qwen3:1.7b", "ollama pull qwen3:1.7b", "ollama create")
+    )
+    assert show < pull < create
+    assert "else\n  ollama pull" in script  # the pull sits in the else branch of the check
+
+
+def test_owner_references_and_retained_weights() -> None:
+    objs = objects(lm(uid="u-1"))
+    assert objs["Pod/qwen3-0"]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert objs["Service/qwen3"]["metadata"]["ownerReferences"][0]["kind"] == "LocalModel"
+    assert "ownerReferences" not in objs["PersistentVolumeClaim/qwen3-weights-0"]["metadata"]
+    gone = objects(lm(uid="u-1", storage={"retain": False}))
+    assert "ownerReferences" in gone["PersistentVolumeClaim/qwen3-weights-0"]["metadata"]
+    assert "ownerReferences" not in objects(lm())["Pod/qwen3-0"]["metadata"]  # offline: no uid
+
+
+def test_amx_guard_removes_the_library_before_the_engine_starts() -> None:
+    objs = objects(lm(engine={"version": "0.31.0"}), [node(flags=AMX)])
+    c = containers(objs["Pod/qwen3-0"])
+    assert c["ollama"]["command"][2].startswith(f"rm -f {AMX_LIBRARY}; exec")
+    assert f"rm -f {AMX_LIBRARY}" in c["pull"]["command"][2]
+    assert env(c["ollama"])["OLLAMA_FLASH_ATTENTION"] == "0"
+    plain = containers(objects(lm(), [node(flags=AMX)])["Pod/qwen3-0"])
+    assert plain["ollama"]["args"] == ["serve"] and "command" not in plain["ollama"]
+
+
+def test_gateway_disabled_exposes_the_engine() -> None:
+    objs = objects(lm(gateway={"enabled": False}))
+    c = containers(objs["Pod/qwen3-0"])
+    assert "gateway" not in c
+    assert env(c["ollama"])["OLLAMA_HOST"] == "0.0.0.0:11434"
+    assert objs["Service/qwen3"]["spec"]["ports"][0]["targetPort"] == "engine"
+
+
+def test_user_env_placement_and_storage_are_carried() -> None:
+    model = lm(
+        env=[{"name": "OLLAMA_DEBUG", "value": "1"}],
+        placement={
+            "nodeSelector": {"pool": "a"},
+            "tolerations": [{"key": "ai", "operator": "Exists"}],
+        },
+        storage={"size": "30Gi", "storageClassName": "local"},
+    )
+    n = node(labels={"pool": "a"}, taints=(Taint("ai", "", "NoSchedule"),))
+    objs = objects(model, [n])
+    pod = objs["Pod/qwen3-0"]
+    assert env(containers(pod)["ollama"])["OLLAMA_DEBUG"] == "1"
+    assert pod["spec"]["nodeSelector"] == {"pool": "a"}
+    assert pod["spec"]["tolerations"] == [{"key": "ai", "operator": "Exists"}]
+    pvc = objs["PersistentVolumeClaim/qwen3-weights-0"]["spec"]
+    assert pvc["storageClassName"] == "local"
+    assert pvc["resources"]["requests"]["storage"] == "30Gi"
+
+
+def test_status_explains_placement_and_decisions() -> None:
+    state = desired_state([lm(cpu=4, replicas=2)], [node("a"), node("b")], now=NOW)
+    status = state.models[0].status
+    cond = {c.type: c for c in status.conditions}
+    assert cond["Valid"].status.value == "True"
+    assert cond["Placed"].status.value == "True" and "2/2" in cond["Placed"].message
+    assert cond["Ready"].status.value == "Unknown"
+    assert all(c.observed_generation == 3 for c in status.conditions)
+    assert {p.node for p in status.placements} == {"a", "b"}
+    assert status.placements[0].settings["OLLAMA_NUM_PARALLEL"] == "1"
+    assert "threads-from-cpu-limit" in [d.rule for d in status.placements[0].decisions]
+    assert status.endpoint == "http://qwen3.ai.svc:11434"
+
+
+def test_nothing_fits_says_why_per_node() -> None:
+    state = desired_state([lm(cpu=8)], [node("tiny", cpus=2)], now=NOW)
+    r = state.models[0]
+    placed = next(c for c in r.status.conditions if c.type == "Placed")
+    assert placed.status.value == "False"
+    assert "tiny" in placed.message
+    assert not [o for o in r.objects if o["kind"] == "Pod"]
+
+
+def test_invalid_model_gets_valid_false_and_no_objects() -> None:
+    state = desired_state([lm(model="acme/unknown:1b")], [node()], now=NOW)
+    r = state.models[0]
+    valid = next(c for c in r.status.conditions if c.type == "Valid")
+    assert valid.status.value == "False" and "modelInfo" in valid.message
+    assert r.objects == ()
+
+
+def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None:
+    model = lm(cpu=4)
+    first = desired_state([model], [node()], now=NOW, ready={"ai/qwen3": {0: False}})
+    ready = next(c for c in first.models[0].status.conditions if c.type == "Ready")
+    assert (ready.status.value, ready.reason) == ("False", "ReplicasNotReady")
+    again = desired_state(
+        [first.models[0].with_status],
+        [node()],
+        now="2027-01-01T00:00:00Z",
+        ready={"ai/qwen3": {0: False}},
+    )
+    ready2 = next(c for c in again.models[0].status.conditions if c.type == "Ready")
+    assert ready2.last_transition_time == NOW  # status unchanged: time unchanged
+    up = desired_state(
+        [first.models[0].with_status],
+        [node()],
+        now="2027-01-01T00:00:00Z",
+        ready={"ai/qwen3": {0: True}},
+    )
+    ready3 = next(c for c in up.models[0].status.conditions if c.type == "Ready")
+    assert (ready3.status.value, ready3.last_transition_time) == ("True", "2027-01-01T00:00:00Z")
+    assert up.models[0].status.ready == "1/1"
+
+
+# --- properties -----------------------------------------------------------
+
+flags = st.sampled_from([None, AMX, AVX2, frozenset()])
+versions = st.sampled_from(
+    [None, "0.12.0", "0.24.0", "0.30.0", "0.31.5", "0.32.1", "0.32.2", "1.0"]
+)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> dict[str, Any]:
+    kv = draw(st.sampled_from(["f16", "q8_0", "q4_0"]))
+    fa = draw(st.sampled_from(["auto", "enabled"] + (["disabled"] if kv == "f16" else [])))
+    spec: dict[str, Any] = {
+        "cpu": draw(st.one_of(st.integers(1, 40), st.just("node"))),
+        "context": draw(st.integers(512, 65536)),
+        "slots": draw(st.integers(1, 4)),
+        "kvCache": kv,
+        "flashAttention": fa,
+        "replicas": draw(st.integers(0, 3)),
+        "model": draw(st.sampled_from(["qwen3:1.7b", "gemma3:270m", "llama3.2:1b", "qwen3"])),
+        "placement": {"safeCpuPath": draw(st.booleans())},
+        "gateway": {"enabled": draw(st.booleans())},
+    }
+    v = draw(versions)
+    if v:
+        spec["engine"] = {"version": v}
+    return spec
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> list[NodeFacts]:
+    n = draw(st.integers(1, 5))
+    return [
+        node(
+            f"n{i}",
+            cpus=draw(st.integers(1, 64)),
+            mem=draw(st.integers(2, 256)),
+            flags=draw(flags),
+            cpuset_cpus=draw(st.one_of(st.none(), st.integers(1, 64))),
+        )
+        for i in range(n)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(specs(), nodes())
+def test_rendered_pods_are_guaranteed_and_never_oversubscribe(
+    spec: dict[str, Any], ns: list[NodeFacts]
+) -> None:
+    state = desired_state([lm(**spec)], ns, now=NOW)
+    by_name = {n.name: n for n in ns}
+    for obj in state.models[0].objects:
+        if obj["kind"] != "Pod":
+            continue
+        n = by_name[obj["metadata"]["annotations"]["localmodel.dev/node"]]
+        threads = int(obj["metadata"]["annotations"]["localmodel.dev/threads"])
+        cs = containers(obj)
+        engine_cpu = parse_cpu_milli(cs["ollama"]["resources"]["limits"]["cpu"])
+        # threads never exceed the CPU limit, the node, or the cpuset
+        assert engine_cpu % 1000 == 0 and threads <= engine_cpu // 1000
+        assert threads <= n.allocatable_cpus
+        assert n.cpuset_cpus is None or threads <= n.cpuset_cpus
+        assert env(cs["ollama"])["GOMAXPROCS"] == str(threads)
+        # every container is Guaranteed: requests == limits, cpu and memory set
+        for c in cs.values():
+            r = c["resources"]
+            assert r["requests"] == r["limits"] and set(r["limits"]) == {"cpu", "memory"}
+        # a quantized KV cache never meets flash attention off
+        e = env(cs["ollama"])
+        if e.get("OLLAMA_FLASH_ATTENTION") == "0":
+            assert e["OLLAMA_KV_CACHE_TYPE"] == "f16"
+        # memory: the pod fits the node
+        total = sum(
+            parse_bytes(c["resources"]["limits"]["memory"]) for c in obj["spec"]["containers"]
+        )
+        assert total <= n.allocatable_memory_bytes
