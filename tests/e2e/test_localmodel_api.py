@@ -1,0 +1,194 @@
+"""The generated CRD and the rendered objects against a real API server and scheduler.
+
+What a mock cannot show: CEL messages, defaulting, pruning, the status
+subresource accepting what we render, printer columns, and rendered pods that
+kube-scheduler really binds to the planned node with their weights claims.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localmodel.api import LocalModel
+from localmodel.desired import desired_state
+from localmodel.facts.node import from_node_list
+from localmodel.render import RenderOptions
+from tests.harness import TestCluster
+from tests.harness.processes import wait_until
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "localmodel.dev_localmodels.yaml"
+NOW = "2026-11-29T00:00:00Z"
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: TestCluster) -> str:
+    cluster.apply(CRD)
+    api = cluster.api()
+
+    def established() -> bool:
+        status, body = api.request(
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/localmodels.localmodel.dev",
+        )
+        conds = {c["type"]: c["status"] for c in body.get("status", {}).get("conditions", [])}
+        return status == 200 and conds.get("Established") == "True"
+
+    wait_until("the LocalModel CRD to be established", established, timeout=30)
+    return "/apis/localmodel.dev/v1alpha1"
+
+
+def lm(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "localmodel.dev/v1alpha1",
+        "kind": "LocalModel",
+        "metadata": {"name": name},
+        "spec": {"model": "qwen3:1.7b", **spec},
+    }
+
+
+def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tuple[int, Any]:
+    return cluster.api().request("POST", f"{base}/namespaces/{ns}/localmodels", obj)
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (
+            {"kvCache": "q4_0", "flashAttention": "disabled"},
+            "a quantized kvCache needs flash attention",
+        ),
+        ({"env": [{"name": "OLLAMA_HOST", "value": "x"}]}, "sets a variable the operator manages"),
+        ({"env": [{"name": "A"}, {"name": "A"}]}, "each variable name may appear once"),
+        ({"cpu": 0}, "cpu must be a positive integer or 'node'"),
+        ({"cpu": "lots"}, "cpu must be a positive integer or 'node'"),
+        ({"context": 100}, "spec.context"),
+        ({"kvCache": "q2"}, "spec.kvCache"),
+        ({"engine": {"name": "llama-server"}}, "llama-server is reserved"),
+        ({"memory": "a lot"}, "spec.memory"),
+    ],
+)
+def test_api_server_rejects_invalid_models_with_the_reason(
+    cluster: TestCluster, crd: str, namespace: str, spec: dict[str, Any], words: str
+) -> None:
+    status, body = create(cluster, crd, namespace, lm("bad", **spec))
+    assert status == 422, body
+    assert words in body["message"]
+
+
+def test_defaults_filled_and_unknown_fields_pruned(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    obj = lm("qwen3", colour="blue", placement={"nodeSelector": {"pool": "a"}, "shiny": True})
+    status, body = create(cluster, crd, namespace, obj)
+    assert status == 201, body
+    spec = body["spec"]
+    assert "colour" not in spec and "shiny" not in spec["placement"]
+    assert (spec["cpu"], spec["context"], spec["slots"], spec["kvCache"]) == (4, 8192, 1, "f16")
+    assert spec["engine"] == {"name": "ollama"}
+    assert spec["placement"]["exclusive"] is True
+    assert spec["storage"]["retain"] is True
+    assert spec["gateway"]["maxQueue"] == 16
+    # The defaulted object is a valid pydantic LocalModel: one API, two enforcers.
+    LocalModel.model_validate(body)
+
+
+def test_rendered_status_is_accepted_by_the_status_subresource(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    status, body = create(cluster, crd, namespace, lm("withstatus", cpu=4))
+    assert status == 201, body
+    model = LocalModel.model_validate(body)
+    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
+    result = desired_state([model], nodes, now=NOW).models[0]
+    patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
+    path = f"{crd}/namespaces/{namespace}/localmodels/withstatus/status"
+    after = cluster.api().merge_patch(path, patch)
+    assert after["status"]["placements"][0]["threads"] == 4
+    assert after["status"]["conditions"][1]["type"] == "Placed"
+    assert after["spec"] == body["spec"]
+    # A spec change through /status is ignored: the subresource owns only status.
+    changed = copy.deepcopy(patch) | {"spec": {"cpu": 9}}
+    assert cluster.api().merge_patch(path, changed)["spec"]["cpu"] == 4
+    table = cluster.kubectl("get", "lm", "-n", namespace, "withstatus").stdout
+    header = table.splitlines()[0].split()
+    for column in ("MODEL", "ENGINE", "CPU", "CONTEXT", "READY", "NODES", "AGE"):
+        assert column in header
+    assert "qwen3:1.7b" in table and "0/1" in table
+
+
+def test_kubectl_explain_teaches_the_api(cluster: TestCluster, crd: str) -> None:
+    out = cluster.kubectl("explain", "localmodel.spec.cpu").stdout
+    assert "threads" in out
+    out = cluster.kubectl("explain", "lm.spec.placement.safeCpuPath").stdout
+    assert "AMX" in out
+
+
+def test_rendered_objects_schedule_onto_the_planned_nodes(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    """Plan against the cluster's real nodes, apply what render produced, and watch
+    kube-scheduler bind each pod to its planned node with its weights claim bound
+    to that node's local volume; deleting the model collects pods, keeps weights."""
+    status, body = create(
+        cluster,
+        crd,
+        namespace,
+        lm(
+            "fleet",
+            cpu=6,
+            replicas=2,
+            placement={"nodeSelector": {"node.kubernetes.io/instance-type": "avx2-8"}},
+            storage={"storageClassName": "local-disk", "size": "10Gi"},
+        ),
+    )
+    assert status == 201, body
+    model = LocalModel.model_validate(body)
+    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
+    result = desired_state([model], nodes, now=NOW, options=RenderOptions()).models[0]
+    planned = {r.replica: r.node for r in result.replicas}
+    assert len(set(planned.values())) == 2
+    cluster.apply(yaml.safe_dump_all(list(result.objects)))
+    api = cluster.api()
+
+    def pods_running() -> bool:
+        for replica, node in planned.items():
+            pod = api.get(f"/api/v1/namespaces/{namespace}/pods/fleet-{replica}")
+            if pod["spec"].get("nodeName") != node or pod["status"].get("phase") != "Running":
+                return False
+        return True
+
+    wait_until("rendered pods to run on their planned nodes", pods_running, timeout=60)
+    for replica, node in planned.items():
+        pvc = api.get(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/fleet-weights-{replica}"
+        )
+        assert pvc["status"]["phase"] == "Bound"
+        pv = api.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+        terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert node in terms[0]["matchExpressions"][0]["values"]
+        pod = api.get(f"/api/v1/namespaces/{namespace}/pods/fleet-{replica}")
+        assert pod["status"]["qosClass"] == "Guaranteed"
+
+    api.delete(f"{crd}/namespaces/{namespace}/localmodels/fleet")
+
+    def collected() -> bool:
+        return (
+            all(
+                api.status_of("GET", f"/api/v1/namespaces/{namespace}/pods/fleet-{r}") == 404
+                for r in planned
+            )
+            and api.status_of("GET", f"/api/v1/namespaces/{namespace}/services/fleet") == 404
+        )
+
+    wait_until("pods and service to be garbage-collected with the model", collected, timeout=60)
+    for replica in planned:  # storage.retain: the weights outlive the model
+        path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/fleet-weights-{replica}"
+        assert api.status_of("GET", path) == 200
