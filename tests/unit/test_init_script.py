@@ -1,0 +1,102 @@
+"""The pod's init step, run for real by /bin/sh against a stand-in `ollama` CLI.
+
+No Ollama binary runs here (a real one is a separate issue), so a small shell
+stand-in plays the CLI: it serves nothing, keeps "pulled" models as files in a
+directory like the real volume would, and logs every call. What is under test
+is our script's logic: pull only when the weights are missing, then build the
+tuned model, and fail loudly when the pull fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from localmodel.api import LocalModel
+from localmodel.desired import desired_state
+from localmodel.facts import FactSource, NodeFacts
+
+STAND_IN = r"""#!/bin/sh
+echo "$*" >> "$LOG"
+case "$1" in
+  serve) sleep 30 ;;
+  list) exit 0 ;;
+  show) [ -f "$STORE/$(echo "$2" | tr ':/' '__')" ] ;;
+  pull) [ -z "$FAIL_PULL" ] || exit 1; touch "$STORE/$(echo "$2" | tr ':/' '__')" ;;
+  create) [ -f "$STORE/$(echo "$2" | tr ':/' '__')" ] && [ -f "$4" ] ;;
+esac
+"""
+
+
+def init_script(tmp_path: Path, version: str = "0.32.2") -> str:
+    model = LocalModel.model_validate(
+        {
+            "metadata": {"name": "q"},
+            "spec": {"model": "qwen3:1.7b", "cpu": 2, "engine": {"version": version}},
+        }
+    )
+    node = NodeFacts(
+        "n", 8000, 64 * 1024**3, cpu_flags=frozenset({"AMXTILE"}), source=FactSource.NFD
+    )
+    pod = next(
+        o for o in desired_state([model], [node], now="t").models[0].objects if o["kind"] == "Pod"
+    )
+    script: str = pod["spec"]["initContainers"][0]["command"][2]
+    # The Modelfile is mounted at /etc/localmodel in the pod; point it at a temp copy.
+    (tmp_path / "Modelfile").write_text("FROM qwen3:1.7b\n")
+    return script.replace("/etc/localmodel/Modelfile", str(tmp_path / "Modelfile"))
+
+
+def run(tmp_path: Path, script: str, **env: str) -> tuple[int, list[str]]:
+    bin_dir, store, log = tmp_path / "bin", tmp_path / "store", tmp_path / "log"
+    bin_dir.mkdir(exist_ok=True)
+    store.mkdir(exist_ok=True)
+    stub = bin_dir / "ollama"
+    stub.write_text(STAND_IN)
+    stub.chmod(0o755)
+    proc = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "LOG": str(log),
+            "STORE": str(store),
+            "HOME": str(tmp_path),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return proc.returncode, [c.split()[0] for c in calls]
+
+
+def test_first_start_pulls_then_builds_the_tuned_model(tmp_path: Path) -> None:
+    rc, calls = run(tmp_path, init_script(tmp_path))
+    assert rc == 0
+    assert calls[0] == "serve" and calls[-2:] == ["pull", "create"]
+
+
+def test_restart_with_weights_present_never_pulls(tmp_path: Path) -> None:
+    script = init_script(tmp_path)
+    run(tmp_path, script)
+    (tmp_path / "log").unlink()
+    rc, calls = run(tmp_path, script)
+    assert rc == 0
+    assert "pull" not in calls and calls[-1] == "create"
+
+
+def test_failed_pull_fails_the_pod_start(tmp_path: Path) -> None:
+    rc, calls = run(tmp_path, init_script(tmp_path), FAIL_PULL="1")
+    assert rc != 0
+    assert "create" not in calls
+
+
+def test_affected_version_removes_the_amx_library_first(tmp_path: Path) -> None:
+    script = init_script(tmp_path, version="0.31.0")
+    assert script.startswith("set -eu\nrm -f /usr/lib/ollama/libggml-cpu-sapphirerapids.so\n")
+    assert os.path.exists("/bin/sh")
+    rc, _ = run(tmp_path, script)
+    assert rc == 0
