@@ -75,6 +75,7 @@ def base(
 def test_fake_machine_without_cgroup_limits_gets_every_cpu(tmp_path: Path) -> None:
     facts = from_this_machine(build(tmp_path, base(4)))
     assert facts.name == "worker-7"
+    assert facts.labels == {"kubernetes.io/hostname": "worker-7"}
     assert facts.allocatable_cpu_milli == 4000
     assert facts.cpuset_cpus == 4
     assert facts.cgroup_cpu_quota is None
@@ -333,6 +334,7 @@ def test_injected_host_calls_replace_the_system_calls(tmp_path: Path) -> None:
     )
     facts = from_this_machine(root, host=host)
     assert facts.name == "injected"
+    assert facts.labels == {"kubernetes.io/hostname": "injected"}
     assert facts.cpuset_cpus == 8
     assert facts.allocatable_cpu_milli == 3500
     assert facts.allocatable_memory_bytes == 32 * GiB

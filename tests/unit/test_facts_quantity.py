@@ -32,6 +32,9 @@ Ki, Mi, Gi, Ti = 2**10, 2**20, 2**30, 2**40
         ("1k", 1_000_000),
         ("100m", 100),
         ("0.0001", 1),  # below a millicore rounds up, as Kubernetes does
+        ("2629548n", 3),  # metrics-server style: 2.629548m rounds up
+        ("1500u", 2),
+        ("1000000n", 1),
         ("1.0001", 1001),  # 1000.1m rounds up to 1001m
         (4, 4000),
         (0.5, 500),

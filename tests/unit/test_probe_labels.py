@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.facts.flags import PROBE_CPU_FLAGS
 from localmodel.facts.machine import from_this_machine
-from localmodel.facts.node import from_node
+from localmodel.facts.node import from_node, is_label_value
 from localmodel.probe import probe_labels
-from localmodel.probe.labels import is_label_value
 
 # Kubernetes label syntax: optional DNS-subdomain prefix, name <= 63 chars.
 LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")

@@ -25,6 +25,7 @@ import psutil
 
 from localmodel.facts.flags import cpuid_name
 from localmodel.facts.model import FactSource, NodeFacts
+from localmodel.facts.node import is_label_value
 
 __all__ = [
     "CgroupLimits",
@@ -36,6 +37,8 @@ __all__ = [
     "parse_cpuinfo",
     "read_cgroup_limits",
 ]
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # cpuinfo vendor_id -> the vendor names NFD uses (cpu-model.vendor_id).
 _VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
@@ -368,8 +371,14 @@ def from_this_machine(root: Path = Path("/"), *, host: HostCalls | None = None) 
 
     cpuinfo_text = _read(root / "proc/cpuinfo")
     cpu = parse_cpuinfo(cpuinfo_text) if cpuinfo_text is not None else CpuInfo()
+    name = host.hostname()
+    # The label the kubelet puts on every node, so a nodeSelector on the host
+    # name means the same here as in a cluster.
+    hostname_label = name.lower()
+    labels = {HOSTNAME_LABEL: hostname_label} if is_label_value(hostname_label) else {}
     return NodeFacts(
-        name=host.hostname(),
+        name=name,
+        labels=labels,
         allocatable_cpu_milli=min(budgets),
         allocatable_memory_bytes=min(memory_caps),
         cpu_flags=cpu.flags,

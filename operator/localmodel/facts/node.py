@@ -18,6 +18,7 @@ No CPU labels at all means the features are unknown (``cpu_flags=None``,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -30,6 +31,7 @@ __all__ = [
     "NodeFactsError",
     "from_node",
     "from_node_list",
+    "is_label_value",
 ]
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
@@ -49,6 +51,13 @@ PROBE_MODEL_ID = PROBE_PREFIX + "cpu-model-id"
 PROBE_HYPERTHREADING = PROBE_PREFIX + "cpu-hyperthreading"
 
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def is_label_value(value: str) -> bool:
+    """Whether ``value`` is a valid Kubernetes label value (<= 63 chars, [A-Za-z0-9_.-],
+    alphanumeric at both ends, or empty)."""
+    return _LABEL_VALUE.fullmatch(value) is not None
 
 
 class NodeFactsError(ValueError):

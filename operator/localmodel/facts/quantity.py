@@ -5,7 +5,7 @@ The grammar is the one in k8s.io/apimachinery `resource.Quantity`:
     <quantity> ::= <sign><number><suffix>
     <number>   ::= digits | digits.digits | digits. | .digits
     <suffix>   ::= Ki | Mi | Gi | Ti | Pi | Ei        (binary)
-                 | m | "" | k | M | G | T | P | E    (decimal)
+                 | n | u | m | "" | k | M | G | T | P | E    (decimal)
                  | e<signed int> | E<signed int>     (decimal exponent)
 
 Values are computed with `fractions.Fraction`, never floats, so "0.1" CPU is
@@ -26,6 +26,10 @@ __all__ = ["format_bytes", "parse_bytes", "parse_cpu_milli", "parse_quantity"]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
+    # n and u are missing from the grammar comment in quantity.go but parsed by
+    # it (suffix.go), and metrics-server reports CPU usage in n ("2629548n").
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
     "": Fraction(1),
     "k": Fraction(10**3),
@@ -38,7 +42,7 @@ _DECIMAL = {
 # The exponent form is tried first so "1E3" is 1000, while a bare "1E" is one exa.
 _QUANTITY = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?"
+    r"(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?"
 )
 # Kubernetes stores quantities as int64 scaled values; anything beyond that is a
 # typo, and a huge exponent ("1e999999999") must not make us build a giant integer.

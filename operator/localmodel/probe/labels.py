@@ -21,8 +21,6 @@ rather than mangled, so it reads back as unknown.
 
 from __future__ import annotations
 
-import re
-
 from localmodel.facts.flags import PROBE_CPU_FLAGS
 from localmodel.facts.model import NodeFacts
 from localmodel.facts.node import (
@@ -33,16 +31,10 @@ from localmodel.facts.node import (
     PROBE_MODEL_ID,
     PROBE_PREFIX,
     PROBE_VENDOR,
+    is_label_value,
 )
 
 __all__ = ["PROBE_PREFIX", "is_label_value", "probe_labels"]
-
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
-
-
-def is_label_value(value: str) -> bool:
-    """Whether ``value`` is a valid Kubernetes label value."""
-    return _LABEL_VALUE.fullmatch(value) is not None
 
 
 def probe_labels(facts: NodeFacts) -> dict[str, str]:
