@@ -25,16 +25,19 @@ Algorithm
    model key, then replica. Every existing placement (``current``) whose node
    still exists, is still eligible and still fits is kept, in that order.
 2. **Place.** The remaining replicas, in the same order, are placed greedily on
-   the best node (tie-break below). Nodes are indexed, not scanned: nodes with
-   the same taints and the same values of the (low-cardinality) labels used by
-   selectors form a *class*; each class keeps its free nodes in two sorted lists
-   of ``(free whole CPUs, free memory, name)`` (nodes without our models, nodes
-   shared by non-exclusive models; nodes held by an exclusive model leave the
-   index). A query bisects to the first entry with enough CPU, skips CPU buckets
-   whose memory is too small by bisecting again, and compares the few classes a
-   demand may use. Selectors that match few nodes (high-cardinality labels such
-   as the hostname) search those nodes directly. Cost: about
-   ``O(nodes log nodes + models * classes * log nodes)``.
+   the best node (tie-break below). Nodes are indexed, not scanned. A *view* is
+   the set of nodes one node selector matches (one view for "no selector", one
+   per distinct broad selector); within a view, nodes with the same taints form
+   a *class*, which keeps its usable nodes in two sorted lists of
+   ``(whole CPUs free for the engine, free memory, name)``: nodes without our
+   models, and nodes shared by non-exclusive models (a node held by an exclusive
+   model leaves the index). A query bisects to the first entry with enough CPU,
+   skips a CPU bucket's too-small-memory entries by bisecting again, and
+   compares the few classes whose taints the demand tolerates. A selector that
+   matches few nodes (a hostname, say) searches those nodes directly instead.
+   The sorted lists are chunked so an update costs about sqrt(n), and there is
+   one set of lists per distinct sidecar CPU overhead (usually one or two).
+   Cost: about ``O(nodes * views + models * classes * log(nodes))``.
 3. **Explain.** Each replica that fits nowhere is explained against the final
    state (it did not fit earlier either: capacity only shrinks while planning, so
    the explanation is true and identical when the plan is re-planned). Small
@@ -61,7 +64,7 @@ order puts ``cpu: node`` demands last, so they get the same CPU count again).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -71,11 +74,8 @@ from localmodel.facts import NodeFacts, Taint
 
 __all__ = ["ModelDemand", "Placement", "Plan", "Toleration", "Unplaced", "Usage", "plan"]
 
-# Classes (taints x selector-label values) are capped so that a demand without a
-# selector compares few of them; selector labels that would exceed the cap are
-# checked per node instead.
-_MAX_CLASSES = 64
-# A selector matching at most this many nodes searches them one by one.
+# A selector matching at most this many nodes (a hostname, say) searches them
+# one by one; broader selectors get their own index (a view).
 _DIRECT_SEARCH = 128
 # Up to this many nodes, an unplaced replica's rejections name every node.
 _MAX_REJECTIONS = 50
@@ -257,9 +257,96 @@ def _demand_text(d: ModelDemand) -> str:
     return f"{cpu}, {_gib(d.memory_bytes)}"
 
 
+class _Sorted:
+    """A sorted list of entries in chunks, so that adding or removing one costs
+    about sqrt(n) instead of moving the whole list (what sortedcontainers does;
+    not a dependency for 60 lines). Positions are global indices."""
+
+    _LOAD = 512  # chunks are split at twice this
+
+    __slots__ = ("_chunks", "_len", "_maxes", "_starts")
+
+    def __init__(self) -> None:
+        self._chunks: list[list[Entry]] = []
+        self._maxes: list[Entry] = []  # last entry of each chunk
+        self._starts: list[int] = []  # global index of each chunk's first entry
+        self._len = 0
+
+    def append(self, entry: Entry) -> None:
+        """Add in any order while building; ``freeze`` sorts."""
+        if not self._chunks:
+            self._chunks.append([])
+        self._chunks[0].append(entry)
+        self._len += 1
+
+    def freeze(self) -> None:
+        flat = sorted(e for chunk in self._chunks for e in chunk)
+        self._chunks = [flat[i : i + self._LOAD] for i in range(0, len(flat), self._LOAD)]
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._maxes = [chunk[-1] for chunk in self._chunks]
+        self._starts = []
+        total = 0
+        for chunk in self._chunks:
+            self._starts.append(total)
+            total += len(chunk)
+        self._len = total
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> Entry:
+        c = bisect_right(self._starts, i) - 1
+        return self._chunks[c][i - self._starts[c]]
+
+    def bisect_left(self, key: Entry, lo: int = 0, hi: int | None = None) -> int:
+        """The first index in [lo, hi] whose entry is >= key."""
+        c = bisect_left(self._maxes, key)
+        i = (
+            self._len
+            if c == len(self._chunks)
+            else self._starts[c] + bisect_left(self._chunks[c], key)
+        )
+        return min(max(i, lo), self._len if hi is None else hi)
+
+    def add(self, entry: Entry) -> None:
+        if not self._chunks:
+            self._chunks.append([entry])
+            self._reindex()
+            return
+        c = min(bisect_left(self._maxes, entry), len(self._chunks) - 1)
+        chunk = self._chunks[c]
+        insort(chunk, entry)
+        if len(chunk) > 2 * self._LOAD:
+            self._chunks[c : c + 1] = [chunk[: self._LOAD], chunk[self._LOAD :]]
+            self._reindex()
+            return
+        self._maxes[c] = chunk[-1]
+        self._shift(c, 1)
+
+    def remove(self, entry: Entry) -> None:
+        c = bisect_left(self._maxes, entry)
+        chunk = self._chunks[c]
+        del chunk[bisect_left(chunk, entry)]
+        if not chunk:
+            del self._chunks[c]
+            self._reindex()
+            return
+        self._maxes[c] = chunk[-1]
+        self._shift(c, -1)
+
+    def _shift(self, c: int, by: int) -> None:
+        starts = self._starts
+        for k in range(c + 1, len(starts)):
+            starts[k] += by
+        self._len += by
+
+
 @dataclass(eq=False, slots=True)
 class _Class:
-    """Nodes that look the same to every demand's selector and tolerations.
+    """The nodes of one view with the same taints: they look the same to every
+    demand that may use the view.
 
     Per CPU overhead: (nodes without our models, nodes shared by non-exclusive
     models), each sorted by (whole CPUs free for the engine, free memory, name).
@@ -267,8 +354,7 @@ class _Class:
 
     index: int
     taints: tuple[Taint, ...]
-    labels: dict[str, str | None]
-    pools: dict[int, tuple[list[Entry], list[Entry]]] = field(default_factory=dict)
+    pools: dict[int, tuple[_Sorted, _Sorted]] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -281,8 +367,8 @@ class _Node:
     free_memory: int
     occupants: dict[str, int] = field(default_factory=dict)  # model -> replica
     exclusive_holder: str | None = None
-    cls: _Class | None = None
-    indexed: list[tuple[list[Entry], Entry]] = field(default_factory=list)
+    classes: list[_Class] = field(default_factory=list)  # one per view it is in
+    indexed: list[tuple[_Sorted, Entry]] = field(default_factory=list)
 
     def free_cpus(self, overhead: int) -> int:
         """Whole CPUs left for an engine whose sidecars take ``overhead`` milli."""
@@ -294,12 +380,10 @@ class _Node:
 
 @dataclass(frozen=True, slots=True)
 class _Eligibility:
-    """The nodes a (selector, tolerations) pair may use: classes with their
-    PreferNoSchedule penalty (plus an exact member set when the selector uses
-    labels the classes do not split on), or a short list of nodes."""
+    """The nodes a (selector, tolerations) pair may use: the classes of its view
+    with their PreferNoSchedule penalty, or a short list of nodes."""
 
     classes: tuple[tuple[int, _Class], ...] = ()
-    members: frozenset[str] | None = None
     direct: tuple[tuple[int, _Node], ...] | None = None
 
 
@@ -371,6 +455,8 @@ class _Planner:
                 free_cpu_milli=f.allocatable_cpu_milli - used.cpu_milli,
                 free_memory=f.allocatable_memory_bytes - used.memory_bytes,
             )
+        self.schedulable = [node for node in self.nodes.values() if node.schedulable]
+        self.unschedulable = [name for name, node in self.nodes.items() if not node.schedulable]
         self.overheads = sorted({d.overhead_cpu_milli for d in self.models})
         self.placements: list[Placement] = []
         self.held: dict[str, list[str]] = {d.key: [] for d in self.models}  # model -> nodes
@@ -382,64 +468,63 @@ class _Planner:
     # ----------------------------------------------------------------- index
 
     def _build_index(self) -> None:
-        selector_keys = sorted({k for d in self.models for k in d.node_selector})
-        grouped: dict[tuple[str, str], list[str]] = {}
+        """Views: one index for all nodes and one per broad node selector, each
+        split into classes by taints, with per-overhead sorted pools."""
+        selectors = {tuple(sorted(d.node_selector.items())) for d in self.models}
+        keys = {k for selector in selectors for k, _ in selector}
+        self.postings: dict[tuple[str, str], list[str]] = {}  # label -> nodes, by name
         for node in self.nodes.values():
-            for k in selector_keys:
+            for k in keys:
                 v = node.labels.get(k)
                 if v is not None:
-                    grouped.setdefault((k, v), []).append(node.name)
-        self.postings = {item: frozenset(names) for item, names in grouped.items()}
+                    self.postings.setdefault((k, v), []).append(node.name)
 
-        # Split classes by selector labels, fewest distinct values first, while
-        # the number of classes stays small; other selector labels (a hostname,
-        # say) are checked per node.
-        schedulable = [n for n in self.nodes.values() if n.schedulable]
-        values = {k: len({n.labels.get(k) for n in schedulable}) for k in selector_keys}
-        keys: list[str] = []
-        for k in sorted(selector_keys, key=lambda k: (values[k], k)):
-            if len({self._class_key(n, [*keys, k]) for n in schedulable}) <= _MAX_CLASSES:
-                keys.append(k)
-        self.class_keys = frozenset(keys)
-
-        classes: dict[tuple[object, ...], _Class] = {}
-        for node in schedulable:
-            ck = self._class_key(node, keys)
-            cls = classes.get(ck)
-            if cls is None:
-                labels = {k: node.labels.get(k) for k in keys}
-                cls = classes[ck] = _Class(len(classes), node.taints, labels)
-                cls.pools = {o: ([], []) for o in self.overheads}
-            node.cls = cls
+        self.views: dict[tuple[tuple[str, str], ...], list[_Class]] = {}
+        for selector in sorted(selectors):
+            if selector:
+                members = self._members(selector)
+                if len(members) <= _DIRECT_SEARCH:
+                    continue
+                in_view = [self.nodes[n] for n in sorted(members)]
+            else:
+                in_view = list(self.nodes.values())
+            by_taints: dict[tuple[Taint, ...], _Class] = {}
+            for node in in_view:
+                if not node.schedulable:
+                    continue
+                cls = by_taints.get(node.taints)
+                if cls is None:
+                    cls = by_taints[node.taints] = _Class(len(by_taints), node.taints)
+                    cls.pools = {o: (_Sorted(), _Sorted()) for o in self.overheads}
+                node.classes.append(cls)
+            self.views[selector] = list(by_taints.values())
+        for node in self.nodes.values():
             self._index(node, keep_sorted=False)
-        self.classes = list(classes.values())
-        for cls in self.classes:
-            for empty, shared in cls.pools.values():
-                empty.sort()
-                shared.sort()
-
-    @staticmethod
-    def _class_key(node: _Node, keys: list[str]) -> tuple[object, ...]:
-        return (node.taints, *(node.labels.get(k) for k in keys))
+        for classes in self.views.values():
+            for cls in classes:
+                for empty, shared in cls.pools.values():
+                    empty.freeze()
+                    shared.freeze()
 
     def _index(self, node: _Node, keep_sorted: bool = True) -> None:
-        cls = node.cls
-        if cls is None or node.exclusive_holder is not None:
+        if node.exclusive_holder is not None:
             return
-        for overhead, (empty, shared) in cls.pools.items():
+        for overhead in self.overheads:
             entry = node.entry(overhead)
             if entry[0] < 1:  # no demand can use it
                 continue
-            pool = shared if node.occupants else empty
-            if keep_sorted:
-                insort(pool, entry)
-            else:
-                pool.append(entry)
-            node.indexed.append((pool, entry))
+            for cls in node.classes:
+                empty, shared = cls.pools[overhead]
+                pool = shared if node.occupants else empty
+                if keep_sorted:
+                    pool.add(entry)
+                else:
+                    pool.append(entry)
+                node.indexed.append((pool, entry))
 
     def _unindex(self, node: _Node) -> None:
         for pool, entry in node.indexed:
-            del pool[bisect_left(pool, entry)]
+            pool.remove(entry)
         node.indexed.clear()
 
     # ------------------------------------------------------------ eligibility
@@ -464,10 +549,10 @@ class _Planner:
 
     def _members(self, selector: tuple[tuple[str, str], ...]) -> frozenset[str]:
         """Nodes (schedulable or not) whose labels match every selector item."""
-        sets = sorted((self.postings.get(item, frozenset()) for item in selector), key=len)
-        members = sets[0]
-        for s in sets[1:]:
-            members = members & s
+        lists = sorted((self.postings.get(item, []) for item in selector), key=len)
+        members = frozenset(lists[0])
+        for names in lists[1:]:
+            members = members.intersection(names)
         return members
 
     def _eligible(self, d: ModelDemand) -> _Eligibility:
@@ -476,10 +561,17 @@ class _Planner:
         if found is not None:
             return found
         selector, tolerations = sig
-        members = self._members(selector) if selector else None
-        if members is not None and len(members) <= _DIRECT_SEARCH:
+        if selector in self.views:
+            classes = []
+            for cls in self.views[selector]:
+                blocking, penalty = self._verdict(cls.taints, tolerations)
+                if blocking is None:
+                    classes.append((penalty, cls))
+            classes.sort(key=lambda pc: (pc[0], pc[1].index))
+            found = _Eligibility(classes=tuple(classes))
+        else:  # a selector matching few nodes: no view, search them directly
             direct = []
-            for name in sorted(members):
+            for name in sorted(self._members(selector)):
                 node = self.nodes[name]
                 if node.schedulable:
                     blocking, penalty = self._verdict(node.taints, tolerations)
@@ -487,17 +579,6 @@ class _Planner:
                         direct.append((penalty, node))
             direct.sort(key=lambda pn: pn[0])  # stable: then by name
             found = _Eligibility(direct=tuple(direct))
-        else:
-            classes = []
-            for cls in self.classes:
-                if any(k in cls.labels and cls.labels[k] != v for k, v in selector):
-                    continue
-                blocking, penalty = self._verdict(cls.taints, tolerations)
-                if blocking is None:
-                    classes.append((penalty, cls))
-            classes.sort(key=lambda pc: (pc[0], pc[1].index))
-            exact = all(k in self.class_keys for k, _ in selector)
-            found = _Eligibility(classes=tuple(classes), members=None if exact else members)
         self._eligibility[sig] = found
         return found
 
@@ -611,10 +692,10 @@ class _Planner:
                     best, chosen = score, (penalty, node)
             return chosen
 
-        members, key, nodes = elig.members, d.key, self.nodes
+        key, nodes = d.key, self.nodes
 
-        def accept(name: str) -> bool:
-            return (members is None or name in members) and key not in nodes[name].occupants
+        def accept(name: str) -> bool:  # this model's other replicas stay apart
+            return key not in nodes[name].occupants
 
         best_score: tuple[int, int, int, str] | None = None
         for penalty, cls in elig.classes:
@@ -694,11 +775,10 @@ class _Planner:
         k = _EXAMPLES_PER_CATEGORY
         pools = _Pools({}, {}, set(), [], [], [])
         counts, examples = pools.static_counts, pools.static_examples
-        unschedulable = [n for n, node in self.nodes.items() if not node.schedulable]
-        if unschedulable:
-            counts["unschedulable"] = len(unschedulable)
-            examples["unschedulable"] = unschedulable[:k]
-        schedulable = [node for node in self.nodes.values() if node.schedulable]
+        if self.unschedulable:
+            counts["unschedulable"] = len(self.unschedulable)
+            examples["unschedulable"] = self.unschedulable[:k]
+        schedulable = self.schedulable
         matching = schedulable
         if selector:
             members = self._members(selector)
@@ -780,16 +860,14 @@ def _chosen_reason(d: ModelDemand, node: _Node, penalty: int, moved: str) -> str
     return f"{moved}; {why}" if moved else why
 
 
-def _first_fit(
-    pool: list[Entry], cpu: int, memory: int, accept: Callable[[str], bool]
-) -> Entry | None:
+def _first_fit(pool: _Sorted, cpu: int, memory: int, accept: Callable[[str], bool]) -> Entry | None:
     """The first entry with at least ``cpu`` CPUs and ``memory`` that ``accept``s."""
-    i = bisect_left(pool, (cpu, memory, ""))
+    i = pool.bisect_left((cpu, memory, ""))
     n = len(pool)
     while i < n:
         cpus, free, name = pool[i]
         if free < memory:  # a CPU bucket's small-memory nodes: skip to its fitting ones
-            i = bisect_left(pool, (cpus, memory, ""), i)
+            i = pool.bisect_left((cpus, memory, ""), i)
             continue
         if accept(name):
             return pool[i]
@@ -797,15 +875,15 @@ def _first_fit(
     return None
 
 
-def _largest_fit(pool: list[Entry], memory: int, accept: Callable[[str], bool]) -> Entry | None:
+def _largest_fit(pool: _Sorted, memory: int, accept: Callable[[str], bool]) -> Entry | None:
     """The entry with the most CPUs (at least one), then the least memory that fits."""
     hi = len(pool)
     while hi > 0:
         cpus = pool[hi - 1][0]
         if cpus < 1:
             return None
-        lo = bisect_left(pool, (cpus, _MIN, ""), 0, hi)
-        for i in range(bisect_left(pool, (cpus, memory, ""), lo, hi), hi):
+        lo = pool.bisect_left((cpus, _MIN, ""), 0, hi)
+        for i in range(pool.bisect_left((cpus, memory, ""), lo, hi), hi):
             if accept(pool[i][2]):
                 return pool[i]
         hi = lo
