@@ -299,7 +299,7 @@ flag_names = st.sampled_from(["AVX", "AVX2", "AVX512F", "AVX512VNNI", "AMXTILE",
                               "AMXINT8", "FMA3", "SHA", "AVXVNNI"])  # fmt: skip
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(cpu_milli, memory_bytes, st.frozensets(flag_names))
 def test_budget_and_nfd_flags_are_read_back_exactly(
     milli: int, memory: int, flags: frozenset[str]

@@ -147,27 +147,27 @@ def test_format_bytes_rejects_non_byte_counts(bad: object) -> None:
 sizes = st.integers(min_value=0, max_value=2**62)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(sizes)
 def test_format_bytes_never_rounds_down_and_adds_less_than_a_mi(n: int) -> None:
     parsed = parse_bytes(format_bytes(n))
     assert n <= parsed < n + Mi
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(sizes)
 def test_format_bytes_is_a_fixed_point_after_one_round_trip(n: int) -> None:
     text = format_bytes(n)
     assert format_bytes(parse_bytes(text)) == text
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=2**40))
 def test_whole_mi_sizes_round_trip_exactly(mib: int) -> None:
     assert parse_bytes(format_bytes(mib * Mi)) == mib * Mi
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=10**12))
 def test_millicore_strings_round_trip(milli: int) -> None:
     assert parse_cpu_milli(f"{milli}m") == milli
@@ -175,7 +175,7 @@ def test_millicore_strings_round_trip(milli: int) -> None:
         assert parse_cpu_milli(str(milli // 1000)) == milli
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.decimals(min_value=0, max_value=10**9, places=6, allow_nan=False, allow_infinity=False))
 def test_decimal_cpu_is_the_ceiling_of_a_thousand_times_the_value(value: Decimal) -> None:
     expected = int((value * 1000).to_integral_value(rounding="ROUND_CEILING"))
@@ -184,7 +184,7 @@ def test_decimal_cpu_is_the_ceiling_of_a_thousand_times_the_value(value: Decimal
     assert parse_cpu_milli(f"{value:e}") == expected  # exponent form: 1.5e+2
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.integers(min_value=0, max_value=10**6),
     st.sampled_from(

@@ -110,7 +110,7 @@ flag_sets = st.frozensets(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(
     flags=st.one_of(st.none(), flag_sets),
     vendor=st.one_of(st.none(), st.sampled_from(["Intel", "AMD", "Hygon"]), label_value_text),
