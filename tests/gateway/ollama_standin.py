@@ -96,7 +96,9 @@ class StandinOllama:
         chunk["done"] = False
         return chunk
 
-    def _final(self, path: str, body: dict[str, Any], gen: Generation, reason: str) -> dict[str, Any]:
+    def _final(
+        self, path: str, body: dict[str, Any], gen: Generation, reason: str
+    ) -> dict[str, Any]:
         chunk = self._chunk(path, body, "")
         prompt = json.dumps(body.get("messages") or body.get("prompt") or "")
         chunk.update(
@@ -227,7 +229,9 @@ class StandinOllama:
         return web.json_response({"modelfile": f"FROM {body.get('model')}", "details": {}})
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        )
 
     # ---- OpenAI-compatible ----------------------------------------------
 
@@ -258,11 +262,16 @@ class StandinOllama:
             else:
                 last["text"] = ""
             await response.write(
-                b"data: " + json.dumps({**base, "object": obj, "choices": [last]}).encode() + b"\n\n"
+                b"data: "
+                + json.dumps({**base, "object": obj, "choices": [last]}).encode()
+                + b"\n\n"
             )
             if (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": 3, "completion_tokens": gen.tokens,
-                         "total_tokens": 3 + gen.tokens}
+                usage = {
+                    "prompt_tokens": 3,
+                    "completion_tokens": gen.tokens,
+                    "total_tokens": 3 + gen.tokens,
+                }
                 event = {**base, "object": obj, "choices": [], "usage": usage}
                 await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             await response.write(b"data: [DONE]\n\n")
@@ -278,7 +287,9 @@ class _Stop(Exception):
     pass
 
 
-async def start_standin(standin: StandinOllama, host: str = "127.0.0.1") -> tuple[web.AppRunner, str]:
+async def start_standin(
+    standin: StandinOllama, host: str = "127.0.0.1"
+) -> tuple[web.AppRunner, str]:
     """Serve the stand-in on a free loopback port. Handler cancellation mirrors
     Ollama's use of the request context: a closed connection stops a stream."""
     runner = web.AppRunner(standin.app(), handler_cancellation=True, access_log=None)
@@ -299,7 +310,11 @@ def main() -> None:
     args = parser.parse_args()
     standin = StandinOllama(token_delay=args.token_delay, tokens=args.tokens, keep_records=False)
     web.run_app(
-        standin.app(), host="127.0.0.1", port=args.port, access_log=None, print=None,
+        standin.app(),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=None,
         handler_cancellation=True,
     )
 

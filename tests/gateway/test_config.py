@@ -1,0 +1,91 @@
+"""Flags and LOCALMODEL_GATEWAY_* environment variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from localmodel.gateway.cli import run_cli
+from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
+
+
+def test_defaults_match_the_renderer_contract() -> None:
+    config = parse_config([], {})
+    assert config == GatewayConfig()
+    assert (config.upstream, config.engine) == ("http://127.0.0.1:11434", "ollama")
+    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 8080)
+    assert (config.slots, config.max_queue, config.deadline) == (1, 16, 600.0)
+    assert (config.max_tokens, config.keep_alive) == (2048, "-1")
+
+
+def test_environment_sets_every_flag_and_flags_win() -> None:
+    env = {
+        "LOCALMODEL_GATEWAY_UPSTREAM": "http://127.0.0.1:9000/",
+        "LOCALMODEL_GATEWAY_ENGINE": "llama-server",
+        "LOCALMODEL_GATEWAY_LISTEN": "127.0.0.1:9999",
+        "LOCALMODEL_GATEWAY_MODEL": "qwen3:1.7b",
+        "LOCALMODEL_GATEWAY_SLOTS": "3",
+        "LOCALMODEL_GATEWAY_THREADS": "4",
+        "LOCALMODEL_GATEWAY_CONTEXT": "8192",
+        "LOCALMODEL_GATEWAY_MAX_QUEUE": "0",
+        "LOCALMODEL_GATEWAY_DEADLINE": "30.5",
+        "LOCALMODEL_GATEWAY_MAX_TOKENS": "512",
+        "LOCALMODEL_GATEWAY_KEEP_ALIVE": "5m",
+    }
+    config = parse_config(["--slots", "2", "--threads=8"], env)
+    assert config.upstream == "http://127.0.0.1:9000"
+    assert config.engine == "llama-server"
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9999)
+    assert config.model == "qwen3:1.7b"
+    assert config.slots == 2  # flag beats env
+    assert config.threads == 8
+    assert config.context == 8192
+    assert config.max_queue == 0
+    assert config.deadline == 30.5
+    assert config.max_tokens == 512
+    assert config.keep_alive == "5m"
+
+
+def test_env_name_upper_cases_and_replaces_dashes() -> None:
+    assert env_name("max-queue") == "LOCALMODEL_GATEWAY_MAX_QUEUE"
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--slots", "0"], "slots"),
+        (["--slots", "two"], "slots"),
+        (["--threads", "-1"], "threads"),
+        (["--context", "1.5"], "context"),
+        (["--max-queue", "-3"], "max-queue"),
+        (["--deadline", "0"], "deadline"),
+        (["--deadline", "soon"], "deadline"),
+        (["--max-tokens", "0"], "max-tokens"),
+        (["--engine", "vllm"], "engine"),
+        (["--upstream", "127.0.0.1:11434"], "upstream"),
+        (["--listen", "8080"], "listen"),
+        (["--listen", "host:http"], "listen"),
+        (["--keep-alive", " "], "keep-alive"),
+        (["--bogus", "1"], "bogus"),
+        (["--slots"], "slots"),
+    ],
+)
+def test_bad_values_name_the_flag(argv: list[str], flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(argv, {})
+    assert info.value.flag == flag
+    assert f"--{flag}" in str(info.value)
+
+
+def test_bad_environment_value_names_the_flag() -> None:
+    with pytest.raises(ConfigError, match="--max-queue"):
+        parse_config([], {"LOCALMODEL_GATEWAY_MAX_QUEUE": "lots"})
+
+
+def test_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["--slots", "none"]) == 2
+    assert "--slots" in capsys.readouterr().err
+
+
+def test_cli_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["--help"]) == 0
+    assert "--max-queue" in capsys.readouterr().out

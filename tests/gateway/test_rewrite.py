@@ -1,0 +1,189 @@
+"""What the gateway changes in a caller's body before it goes upstream."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.rewrite import BadRequest, cap_generation, keep_alive_value, prepare
+from localmodel.gateway.routes import ROUTES, Route
+
+CONFIG = GatewayConfig(model="qwen3:1.7b", threads=4, context=8192, max_tokens=512)
+ROUTE = {r.path: r for r in ROUTES}
+
+
+def run(path: str, body: Any, config: GatewayConfig = CONFIG) -> tuple[dict[str, Any], bool]:
+    prepared = prepare(ROUTE[path], json.dumps(body).encode(), config)
+    return json.loads(prepared.body), prepared.caller_streams
+
+
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat"])
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (None, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_thread": 32}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_ctx": 2048}, {"num_thread": 4, "num_ctx": 2048, "num_predict": 512}),
+        ({"num_ctx": 131072}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_predict": 100}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 100}),
+        ({"num_predict": -1}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_predict": -2}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_predict": 9999}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        (
+            {"temperature": 0.2},
+            {"temperature": 0.2, "num_thread": 4, "num_ctx": 8192, "num_predict": 512},
+        ),
+    ],
+)
+def test_ollama_generation_gets_the_owned_options(
+    path: str, options: dict[str, Any] | None, expected: dict[str, Any]
+) -> None:
+    body: dict[str, Any] = {"model": "qwen3:1.7b", "prompt": "hi"}
+    if options is not None:
+        body["options"] = options
+    out, _ = run(path, body)
+    assert out["options"] == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "caller_streams"),
+    [
+        ("/api/generate", {"prompt": "x"}, True),  # Ollama streams unless told not to
+        ("/api/generate", {"prompt": "x", "stream": False}, False),
+        ("/api/chat", {"messages": [], "stream": True}, True),
+        ("/v1/chat/completions", {"messages": []}, False),  # OpenAI does not by default
+        ("/v1/completions", {"prompt": "x", "stream": True}, True),
+    ],
+)
+def test_generation_always_streams_upstream(
+    path: str, body: dict[str, Any], caller_streams: bool
+) -> None:
+    out, streams = run(path, body)
+    assert out["stream"] is True
+    assert streams is caller_streams
+
+
+def test_keep_alive_defaults_as_a_number_but_a_callers_value_stays() -> None:
+    out, _ = run("/api/generate", {"prompt": "x"})
+    assert out["keep_alive"] == -1
+    out, _ = run("/api/generate", {"prompt": "x", "keep_alive": "10m"})
+    assert out["keep_alive"] == "10m"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("-1", -1), ("300", 300), ("1.5", 1.5), ("5m", "5m")]
+)
+def test_keep_alive_value(setting: str, value: object) -> None:
+    assert keep_alive_value(setting) == value
+
+
+def test_model_defaults_to_the_served_model() -> None:
+    out, _ = run("/api/chat", {"messages": []})
+    assert out["model"] == "qwen3:1.7b"
+    out, _ = run("/v1/embeddings", {"input": "x", "model": "other"})
+    assert out["model"] == "other"
+
+
+def test_embed_gets_threads_and_context_but_no_generation_cap() -> None:
+    out, _ = run("/api/embed", {"input": "x"})
+    assert out["options"] == {"num_thread": 4, "num_ctx": 8192}
+    assert "stream" not in out
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({}, {"max_tokens": 512}),
+        ({"max_tokens": 10}, {"max_tokens": 10}),
+        ({"max_tokens": 100000}, {"max_tokens": 512}),
+        ({"max_tokens": None}, {"max_tokens": 512}),
+        ({"max_completion_tokens": 4096}, {"max_completion_tokens": 512}),
+        ({"n_predict": -1}, {"n_predict": 512}),
+    ],
+)
+def test_openai_generation_length_is_capped(body: dict[str, Any], expected: dict[str, Any]) -> None:
+    out, _ = run("/v1/chat/completions", {"messages": [], **body})
+    for key, value in expected.items():
+        assert out[key] == value
+
+
+def test_openai_non_streaming_caller_asks_upstream_for_usage() -> None:
+    out, _ = run("/v1/chat/completions", {"messages": []})
+    assert out["stream_options"] == {"include_usage": True}
+    out, _ = run("/v1/chat/completions", {"messages": [], "stream": True})
+    assert "stream_options" not in out  # a streaming caller keeps its own choice
+
+
+def test_without_threads_or_context_the_callers_options_stay() -> None:
+    config = GatewayConfig(max_tokens=64)
+    out, _ = run(
+        "/api/generate", {"prompt": "x", "options": {"num_thread": 3, "num_ctx": 99}}, config
+    )
+    assert out["options"] == {"num_thread": 3, "num_ctx": 99, "num_predict": 64}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"", "empty"),
+        (b"{bad", "malformed JSON"),
+        (b"\xff\xfe", "malformed JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"model": 3}', "model must be a string"),
+        (b'{"options": [1]}', "options must be a JSON object"),
+        (b'{"options": {"num_ctx": "big"}}', "options.num_ctx must be a number"),
+        (b'{"options": {"num_predict": 1.5}}', "options.num_predict must be an integer"),
+        (b'{"stream": "no"}', "stream must be true or false"),
+    ],
+)
+def test_bad_bodies_are_named(raw: bytes, message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        prepare(ROUTE["/api/generate"], raw, CONFIG)
+
+
+@given(
+    requested=st.one_of(st.none(), st.integers(min_value=-5, max_value=10**7)),
+    cap=st.integers(min_value=1, max_value=10**6),
+)
+def test_cap_generation_never_exceeds_the_cap(requested: int | None, cap: int) -> None:
+    value = cap_generation(requested, cap)
+    assert 1 <= value <= cap
+    if requested is not None and 0 < requested <= cap:
+        assert value == requested
+
+
+@given(
+    num_ctx=st.integers(min_value=-10, max_value=10**6),
+    num_thread=st.integers(min_value=-10, max_value=512),
+)
+def test_owned_options_hold_for_any_caller_values(num_ctx: int, num_thread: int) -> None:
+    out, _ = run(
+        "/api/chat", {"messages": [], "options": {"num_ctx": num_ctx, "num_thread": num_thread}}
+    )
+    assert out["options"]["num_thread"] == 4
+    assert 1 <= out["options"]["num_ctx"] <= 8192
+    if 0 < num_ctx <= 8192:
+        assert out["options"]["num_ctx"] == num_ctx
+
+
+def test_every_route_is_known() -> None:
+    paths = {r.path for r in ROUTES}
+    assert {
+        "/api/generate",
+        "/api/chat",
+        "/api/embed",
+        "/api/tags",
+        "/api/show",
+        "/api/ps",
+        "/api/version",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+    } == paths
+    assert all(isinstance(r, Route) for r in ROUTES)
