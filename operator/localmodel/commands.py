@@ -18,7 +18,7 @@ from localmodel.crd import crd_yaml
 from localmodel.desired import DesiredState, desired_state
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
-from localmodel.facts.node import NodeFactsError, from_node_list
+from localmodel.facts.node import NodeFactsError, from_node, from_node_list
 from localmodel.render import RenderOptions
 from localmodel.rules.docs import rules_markdown
 
@@ -102,7 +102,10 @@ def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
             items.append((where, doc))
         for where, doc in items:
             try:
-                nodes.extend(from_node_list([doc] if doc.get("kind") == "Node" else doc))
+                if isinstance(doc, dict) and doc.get("kind") == "Node":
+                    nodes.append(from_node(doc))
+                else:
+                    nodes.extend(from_node_list(doc))
             except (NodeFactsError, AttributeError) as e:
                 raise InputError(f"{where}: {e}") from e
     names = [n.name for n in nodes]

@@ -70,9 +70,12 @@ class CpuCondition:
     unknown: bool = True  # features not known (no NFD/probe labels) match
 
     def matches(self, node: NodeFacts) -> bool:
-        if node.cpu_flags is None:
-            return self.unknown
-        return bool(self.flags & node.cpu_flags)
+        # Per flag: a source may vouch for some flags and not others (NFD leaves
+        # some unlabelled by default), so "not labelled" can mean "unknown".
+        seen = [node.has(f) for f in sorted(self.flags)]
+        if any(s is True for s in seen):
+            return True
+        return self.unknown and any(s is None for s in seen)
 
     def describe(self) -> str:
         text = "CPU has any of " + ", ".join(sorted(self.flags))
