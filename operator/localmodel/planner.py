@@ -740,7 +740,8 @@ class _Planner:
             order = _ordered(findings.counts)
             counted = sorted(findings.counts.items(), key=lambda cn: (-cn[1], order.index(cn[0])))
             parts = ", ".join(_phrase(c, n, d, findings) for c, n in counted)
-            message = f"{head}: {total} nodes rejected: {parts}"
+            nodes = "1 node" if total == 1 else f"{total} nodes"
+            message = f"{head}: {nodes} rejected: {parts}"
         static = all(_rank(c) <= _rank("taint") for c in findings.counts)
         reason = "NoMatchingNode" if static else "NoFeasibleNode"
         return Unplaced(d.key, replica, reason, message, MappingProxyType(rejections))
