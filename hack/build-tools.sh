@@ -121,7 +121,8 @@ build_kubernetes() {
   } >"$dir/go.mod"
   local pkgs=() c
   for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  (cd "$dir" && go get "${pkgs[@]}")
+  # Name the version: a bare package path would mean @upgrade (the newest release).
+  (cd "$dir" && go get "${pkgs[@]/%/@$K8S_VERSION}")
   local ld="-s -w" p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
@@ -165,8 +166,17 @@ start=$SECONDS
 build_etcd
 go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
-go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
-  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+# helm's default "cluster" version (for `helm template` and lint) comes from the
+# k8s.io/client-go minor it was built with, as its own Makefile sets it.
+helm_k8s_minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
+  | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' \
+  | xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')"
+[[ -n "$helm_k8s_minor" ]] || { log "cannot read helm's k8s.io/client-go version"; exit 1; }
+helm_ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$helm_k8s_minor"
+done
+go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_ld"
 go_install "$KUBECONFORM_DIR" kubeconform github.com/yannh/kubeconform/cmd/kubeconform \
   "$KUBECONFORM_VERSION" "-X main.version=$KUBECONFORM_VERSION"
 build_kubernetes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.harness import Tools, ToolsMissingError, locate_tools
 from tests.harness.chart import CHART_DIR, helm, of_kind, render_chart
 

@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+
 from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
 from tests.harness.processes import pid_runs, wait_until
 

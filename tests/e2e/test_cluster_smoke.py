@@ -7,12 +7,17 @@ lifecycle, garbage collection and RBAC with the chart's own ClusterRole.
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
 from tests.harness import OPERATOR, OPERATOR_USER, ApiError, TestCluster
 from tests.harness.chart import NAMESPACE, render_chart
 from tests.harness.processes import wait_for
+from tests.harness.schemas import LOCATION_TEMPLATE, api_version_kinds, write_schemas
 
 pytestmark = pytest.mark.e2e
 
@@ -242,7 +247,7 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
     # Before the chart's RBAC exists the operator identity can do nothing.
     assert operator.status_of("GET", "/api/v1/nodes") == 403
 
-    rendered = render_chart(cluster.tools)
+    rendered = render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
     rbac = [m for m in rendered if m["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     assert {m["kind"] for m in rbac} == {"ClusterRole", "ClusterRoleBinding"}
     [binding] = [m for m in rbac if m["kind"] == "ClusterRoleBinding"]
@@ -290,3 +295,34 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
     with pytest.raises(ApiError) as no_crd:
         operator.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", SMOKE_CRD)
     assert no_crd.value.status == 403
+
+
+def kubeconform(cluster: TestCluster, schemas: Path, manifests: list[dict[str, Any]]) -> str:
+    """Run the pinned kubeconform, offline, strict; returns its output, raises if invalid."""
+    assert cluster.tools is not None
+    result = subprocess.run(
+        [str(cluster.tools["kubeconform"]), "-strict", "-summary", "-output", "text",
+         "-schema-location", f"{schemas}/{LOCATION_TEMPLATE}", "-"],
+        input=yaml.safe_dump_all(manifests), capture_output=True, text=True, timeout=60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(result.stdout + result.stderr)
+    return result.stdout
+
+
+def test_chart_is_valid_against_the_api_servers_own_schemas(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    assert cluster.tools is not None
+    rendered = render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
+    written = write_schemas(cluster.api().get("/openapi/v2"), tmp_path, api_version_kinds(rendered))
+    assert len(written) == len(api_version_kinds(rendered))
+
+    summary = kubeconform(cluster, tmp_path, rendered)
+    assert f"Valid: {len(rendered)}, Invalid: 0, Errors: 0, Skipped: 0" in summary
+
+    # The schemas are strict: a misspelt field fails, as it would at `kubectl apply`.
+    [deployment] = [m for m in rendered if m["kind"] == "Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePulPolicy"] = "Always"
+    with pytest.raises(AssertionError, match="imagePulPolicy"):
+        kubeconform(cluster, tmp_path, rendered)

@@ -29,9 +29,16 @@ def render_chart(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
     set_values: tuple[str, ...] = (),
+    kube_version: str | None = None,
 ) -> list[Manifest]:
-    """`helm template` the chart and return its objects (CRDs included)."""
+    """`helm template` the chart and return its objects (CRDs included).
+
+    `kube_version` is the cluster version to render for (helm's default is the
+    Kubernetes minor its client libraries come from).
+    """
     args = ["template", release, str(chart), "--namespace", namespace, "--include-crds"]
+    if kube_version:
+        args += ["--kube-version", kube_version]
     for value in set_values:
         args += ["--set", value]
     result = helm(tools, *args)
