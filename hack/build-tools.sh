@@ -39,6 +39,7 @@ print_paths() {
   done
   echo "etcd=$ETCD_DIR/etcd"
   echo "kwok=$KWOK_DIR/kwok"
+  echo "kwok-stages=$KWOK_DIR/stages.yaml"
   echo "helm=$HELM_DIR/helm"
   echo "kubeconform=$KUBECONFORM_DIR/kubeconform"
   echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION"
@@ -46,7 +47,7 @@ print_paths() {
 
 missing() {
   print_paths | grep -v '^versions=' | while IFS='=' read -r name path; do
-    [[ -x "$path" ]] || echo "$name ($path)"
+    [[ -x "$path" || ( "$path" == *.yaml && -s "$path" ) ]] || echo "$name ($path)"
   done
 }
 
@@ -162,10 +163,28 @@ go_install() {
   install_dir "$out" "$dir"
 }
 
+# The kwok binary has no built-in behaviour: kwokctl hands it the default Stage
+# objects (node initialize + heartbeat with lease, pod ready/complete/delete).
+# Take the same files from the pinned kwok module.
+kwok_stages() {
+  [[ -s "$KWOK_DIR/stages.yaml" ]] && return
+  local dir f out="$KWOK_DIR/stages.yaml.tmp"
+  dir="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  : >"$out"
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+           pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    [[ -f "$dir/kustomize/stage/$f.yaml" ]] || { log "kwok stage $f not in $dir"; return 1; }
+    { echo "---"; cat "$dir/kustomize/stage/$f.yaml"; } >>"$out"
+  done
+  mv "$out" "$KWOK_DIR/stages.yaml"
+}
+
 start=$SECONDS
 build_etcd
 go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
+kwok_stages
 # helm's default "cluster" version (for `helm template` and lint) comes from the
 # k8s.io/client-go minor it was built with, as its own Makefile sets it.
 helm_k8s_minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \

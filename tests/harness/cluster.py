@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import functools
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -352,6 +351,7 @@ class TestCluster:
     def _start_kwok(self) -> None:
         self._spawn("kwok", [
             self._tool("kwok"),
+            f"--config={self._tool('kwok-stages')}",
             f"--kubeconfig={self.admin_kubeconfig}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
@@ -439,25 +439,23 @@ def _healthz_ok(port: int) -> bool:
     return KubeApi(f"https://127.0.0.1:{port}", "", None).status_of("GET", "/healthz") == 200
 
 
-_previous_sigterm: Any = None
+_sigterm_hooked = False
 
 
 def _stop_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so try/finally and atexit stop the cluster."""
-    global _previous_sigterm
-    if _previous_sigterm is not None:
+    """Treat SIGTERM like Ctrl-C, so finally blocks, fixture teardown and atexit
+    stop the cluster (pytest ends the session on KeyboardInterrupt, but would
+    only fail one test on SystemExit). Leaves a handler someone else set alone."""
+    global _sigterm_hooked
+    if _sigterm_hooked:
         return
+    _sigterm_hooked = True
     try:
-        _previous_sigterm = signal.getsignal(signal.SIGTERM)
-        if _previous_sigterm in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _raise_system_exit)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _interrupt)
     except ValueError:  # not the main thread: leave signals alone
-        _previous_sigterm = signal.SIG_DFL
+        pass
 
 
-def _raise_system_exit(signum: int, frame: types.FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
+def _interrupt(signum: int, frame: types.FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

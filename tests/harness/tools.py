@@ -21,6 +21,7 @@ TOOL_NAMES = (
     "kube-scheduler",
     "kubectl",
     "kwok",
+    "kwok-stages",  # kwok's default Stage objects (a YAML file, not a binary)
     "helm",
     "kubeconform",
 )
@@ -62,6 +63,12 @@ def parse_print_output(text: str) -> Tools:
     return Tools(paths=paths, versions=versions)
 
 
+def _usable(path: Path) -> bool:
+    if path.suffix == ".yaml":
+        return path.is_file() and path.stat().st_size > 0
+    return os.access(path, os.X_OK)
+
+
 def locate_tools(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
     """Find the pinned binaries; raise ToolsMissingError naming any that are absent."""
     try:
@@ -78,7 +85,7 @@ def locate_tools(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
     missing = [
         f"{name} ({tools.paths.get(name, '?')})"
         for name in required
-        if name not in tools.paths or not os.access(tools.paths[name], os.X_OK)
+        if name not in tools.paths or not _usable(tools.paths[name])
     ]
     if missing:
         raise ToolsMissingError(
