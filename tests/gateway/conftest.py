@@ -15,6 +15,7 @@ import pytest
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway.slots import SlotBoard
 from tests.gateway.ollama_standin import StandinOllama, start_standin
 
 BASE = GatewayConfig(
@@ -76,6 +77,12 @@ async def wait_until(check: Callable[[], bool], timeout: float = 5.0, step: floa
             raise AssertionError("condition not met in time")
         await asyncio.sleep(step)
     return time.monotonic()
+
+
+def books_reach(board: SlotBoard, n: int) -> bool:
+    """True once n requests hold or wait for a slot."""
+    snap = board.snapshot()
+    return snap.busy + snap.queued == n
 
 
 class RawClient:

@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import pytest
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
-from tests.gateway.conftest import RawClient, wait_until
+from tests.gateway.conftest import RawClient, books_reach, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -352,9 +353,7 @@ async def test_foreground_requests_reach_the_engine_in_order(
         clients.append(
             await RawClient.send(gw.port, "/v1/completions", body, {"X-Request-Id": f"job{i}"})
         )
-        await wait_until(
-            lambda i=i: board.snapshot().busy + board.snapshot().queued == i + 1, timeout=10
-        )
+        await wait_until(partial(books_reach, board, i + 1), timeout=10)
     for client in clients:
         status, _, _ = await client.response()
         assert status == 200

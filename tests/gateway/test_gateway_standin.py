@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from functools import partial
+from typing import Any
 
 import aiohttp
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import start_gateway
-from tests.gateway.conftest import RawClient, RigFactory, wait_until
+from tests.gateway.conftest import RawClient, RigFactory, books_reach, wait_until
 from tests.gateway.ollama_standin import StandinOllama, start_standin
 
 LONG = StandinOllama(token_delay=0.01, tokens=300)  # about 3 s of generation
@@ -321,9 +323,7 @@ async def test_foreground_requests_are_served_in_arrival_order(make_rig: RigFact
             await RawClient.send(rig.port, "/api/generate", {"prompt": f"job{i}", "stream": False})
         )
         # Each one is in the books before the next is sent: arrival order is known.
-        await wait_until(
-            lambda i=i: gateway.board.snapshot().busy + gateway.board.snapshot().queued == i + 1
-        )
+        await wait_until(partial(books_reach, gateway.board, i + 1))
     # A background request cannot jump the queue.
     bg = await RawClient.send(
         rig.port, "/api/generate", {"prompt": "bg"}, {"X-Priority": "background"}
@@ -357,9 +357,9 @@ async def test_slots_is_exact_under_concurrency(make_rig: RigFactory) -> None:
     rig = await make_rig(long_standin(), slots=2, max_queue=10)
     async with aiohttp.ClientSession() as session:
 
-        async def slots() -> dict[str, object]:
+        async def slots() -> dict[str, Any]:
             async with session.get(rig.url + "/slots") as resp:
-                doc: dict[str, object] = await resp.json()
+                doc: dict[str, Any] = await resp.json()
                 return doc
 
         doc = await slots()
