@@ -59,8 +59,9 @@ READY_CACHE_SECONDS = 1.0
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status,
-        body=json.dumps(body, separators=(",", ":")).encode(),
+        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
         content_type="application/json",
+        charset="utf-8",
         headers=headers,
     )
 
