@@ -723,7 +723,8 @@ class _Planner:
         total = len(self.nodes)
         head = f"no node for replica {replica} ({_demand_text(d)})"
         if total == 0:
-            return Unplaced(d.key, replica, "NoNodes", f"{head}: there are no nodes", {})
+            message = f"{head}: there are no nodes"
+            return Unplaced(d.key, replica, "NoNodes", message, MappingProxyType({}))
         if total <= _MAX_REJECTIONS:
             findings, rejections = self._findings_direct(d)
         else:
