@@ -19,6 +19,7 @@ from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.v1alpha1 import (
     ENGINE_RULES,
     SPEC_RULES,
+    TOLERATION_RULES,
     LocalModelSpec,
     LocalModelStatus,
     rules_cel,
@@ -85,6 +86,8 @@ def spec_schema() -> Schema:
     schema = structural(LocalModelSpec)
     schema["x-kubernetes-validations"] = rules_cel(SPEC_RULES)
     schema["properties"]["engine"]["x-kubernetes-validations"] = rules_cel(ENGINE_RULES)
+    tolerations = schema["properties"]["placement"]["properties"]["tolerations"]["items"]
+    tolerations["x-kubernetes-validations"] = rules_cel(TOLERATION_RULES)
     return schema
 
 

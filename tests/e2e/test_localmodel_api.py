@@ -192,3 +192,12 @@ def test_rendered_objects_schedule_onto_the_planned_nodes(
     for replica in planned:  # storage.retain: the weights outlive the model
         path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/fleet-weights-{replica}"
         assert api.status_of("GET", path) == 200
+
+
+def test_api_server_rejects_a_keyless_equal_toleration(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    bad = lm("tol", placement={"tolerations": [{"operator": "Equal", "value": "x"}]})
+    status, body = create(cluster, crd, namespace, bad)
+    assert status == 422, body
+    assert "without a key must use operator Exists" in body["message"]

@@ -102,3 +102,16 @@ def test_spec_is_immutable() -> None:
     spec = LocalModelSpec(model="qwen3:1.7b")
     with pytest.raises(ValidationError):
         spec.cpu = 8  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("toleration", "words"),
+    [
+        ({"operator": "Equal", "value": "x"}, "without a key must use operator Exists"),
+        ({"key": "a", "operator": "Exists", "value": "x"}, "must not set a value"),
+    ],
+)
+def test_toleration_rules_match_kubernetes(toleration: dict[str, Any], words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        model(placement={"tolerations": [toleration]})
+    assert model(placement={"tolerations": [{"operator": "Exists"}]}).spec.placement.tolerations

@@ -174,15 +174,40 @@ class TaintEffect(StrEnum):
 class Toleration(_Base):
     """A Kubernetes toleration, copied to the model's pods."""
 
-    key: str | None = Field(None, description="Taint key; empty with Exists matches all.")
+    key: str | None = Field(
+        None, description="Taint key; empty with Exists matches all.", max_length=316
+    )
     operator: TolerationOperator = Field(
         TolerationOperator.EQUAL, description="`Equal` or `Exists`."
     )
-    value: str | None = Field(None, description="Taint value for `Equal`.")
+    value: str | None = Field(None, description="Taint value for `Equal`.", max_length=63)
     effect: TaintEffect | None = Field(None, description="Effect to match; empty matches all.")
     toleration_seconds: int | None = Field(
         None, description="For NoExecute: how long the pod stays bound after the taint."
     )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Toleration:
+        for rule in TOLERATION_RULES:
+            if not rule.check(self):
+                raise ValueError(f"{rule.field_path}: {rule.message}")
+        return self
+
+
+TOLERATION_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel="self.operator == 'Exists' || (has(self.key) && self.key != '')",
+        message="a toleration without a key must use operator Exists",
+        check=lambda t: t.operator is TolerationOperator.EXISTS or bool(t.key),
+        field_path="key",
+    ),
+    CrossFieldRule(
+        cel="self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        message="a toleration with operator Exists must not set a value",
+        check=lambda t: t.operator is not TolerationOperator.EXISTS or not t.value,
+        field_path="value",
+    ),
+)
 
 
 class Placement(_Base):
@@ -198,7 +223,7 @@ class Placement(_Base):
         default_factory=dict, description="Node labels every chosen node must carry."
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Taints the model's pods tolerate."
+        default_factory=list, description="Taints the model's pods tolerate.", max_length=32
     )
     safe_cpu_path: bool = Field(
         False,
