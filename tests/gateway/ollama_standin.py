@@ -56,6 +56,7 @@ class StandinOllama:
     loaded: bool = True  # what /api/ps reports
     fail_status: int | None = None  # answer every generation with this status
     error_after: int | None = None  # emit {"error": ...} after this many tokens
+    drop_next: int = 0  # close this many generation connections without answering
     generations: list[Generation] = field(default_factory=list)
     active: int = 0
     max_active: int = 0
@@ -146,6 +147,11 @@ class StandinOllama:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         path = request.path
+        if self.drop_next > 0:
+            self.drop_next -= 1
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError("stand-in dropped the connection")
         if self.fail_status is not None:
             return web.json_response({"error": "stand-in failure"}, status=self.fail_status)
         streamed = body.get("stream", True) is not False

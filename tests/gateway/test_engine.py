@@ -356,7 +356,7 @@ async def test_foreground_requests_reach_the_engine_in_order(
         await wait_until(partial(books_reach, board, i + 1), timeout=10)
     for client in clients:
         status, _, _ = await client.response()
-        assert status == 200
+        assert status == 200, (log, engine.log.read_text()[-4000:])
     finished = [json.loads(line)["request_id"] for line in log]
     assert finished == ["job0", "job1", "job2", "job3"]
 
@@ -382,3 +382,25 @@ async def test_slots_match_the_engine_under_concurrency(
         async with session.get(gw.url + "/slots") as resp:
             doc = await resp.json()
         assert (doc["busy"], doc["queued"]["foreground"]) == (0, 0)
+
+
+async def test_without_the_gateway_a_non_streaming_caller_leaving_does_not_stop_the_engine(
+    engine: Engine,
+) -> None:
+    """Control, and the engine fact the gateway exists for (ENGINE-FACTS.md,
+    Cancellation): straight to llama-server, a non-streaming request whose
+    caller disconnects keeps generating. If this starts failing, the engine
+    changed: update ENGINE-FACTS.md."""
+    port = int(engine.url.rsplit(":", 1)[1])
+    body = {"prompt": "Once upon a time", "max_tokens": 150, "ignore_eos": True}
+    async with aiohttp.ClientSession() as session:
+        client = await RawClient.send(port, "/v1/completions", body)
+        await wait_engine(session, engine, 1)
+        await asyncio.sleep(0.2)
+        left = time.monotonic()
+        client.close()
+        await asyncio.sleep(0.5)
+        still = await processing(session, engine)
+        idle = await wait_engine(session, engine, 0, timeout=60)
+    print(f"direct non-streaming disconnect: engine idle {1000 * (idle - left):.0f} ms after")
+    assert still == 1, "llama-server stopped a non-streaming request within 0.5 s of disconnect"

@@ -480,6 +480,19 @@ async def test_upstream_down_is_502_quickly() -> None:
         await gw.stop()
 
 
+async def test_engine_closing_before_answering_is_retried_once(make_rig: RigFactory) -> None:
+    rig = await make_rig(StandinOllama(token_delay=0, tokens=2, drop_next=1))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(rig.url + "/api/generate", json={"prompt": "x"}) as resp:
+            assert resp.status == 200
+        rig.standin.drop_next = 2
+        async with session.post(rig.url + "/api/generate", json={"prompt": "x"}) as resp:
+            assert resp.status == 502
+    errors = rig.gateway.gateway.metrics.upstream_errors
+    assert errors.value(("disconnect_retried",)) == 2
+    assert errors.value(("connect",)) == 1
+
+
 async def test_upstream_error_status_is_relayed(make_rig: RigFactory) -> None:
     rig = await make_rig(StandinOllama(fail_status=404))
     async with (

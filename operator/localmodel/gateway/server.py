@@ -321,15 +321,7 @@ class Gateway:
         try:
             async with timeout:
                 try:
-                    upstream = await self.session.request(
-                        request.method,
-                        self.upstream_url(route.path),
-                        data=prepared.body if request.method == "POST" else None,
-                        headers={"Content-Type": "application/json"}
-                        if request.method == "POST"
-                        else None,
-                        params=request.query if request.query else None,
-                    )
+                    upstream = await self._send(request, route, prepared)
                 except aiohttp.ClientConnectionError as exc:
                     rec.upstream_error = "connect"
                     message = f"engine unreachable at {self.config.upstream}: {exc}"
@@ -404,6 +396,29 @@ class Gateway:
                     # Anything unfinished: drop the connection so the engine
                     # sees it close and stops generating.
                     upstream.close()
+
+    async def _send(
+        self, request: web.Request, route: Route, prepared: Prepared
+    ) -> aiohttp.ClientResponse:
+        """Send upstream; once more if the engine closed the connection before
+        answering (a keep-alive race). Safe for generation too: the request
+        streams, so whatever the closed connection had started was cancelled
+        with it."""
+        post = request.method == "POST"
+        for attempt in (1, 2):
+            try:
+                return await self.session.request(
+                    request.method,
+                    self.upstream_url(route.path),
+                    data=prepared.body if post else None,
+                    headers={"Content-Type": "application/json"} if post else None,
+                    params=request.query if request.query else None,
+                )
+            except aiohttp.ServerDisconnectedError:
+                if attempt == 2:
+                    raise
+                self.metrics.upstream_errors.inc(1, ("disconnect_retried",))
+        raise AssertionError("unreachable")
 
     def _stream_error(self, route: Route, message: str) -> bytes:
         if route.is_openai:
