@@ -147,7 +147,7 @@ class TestCluster:
             self.tools = self.tools or locate_tools()
             self.nodes = load_fixture(self.fixture_path)
             for sub in ("etcd", "pki", "logs", "kcm", "scheduler"):
-                (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+                (self.workdir / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
             names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
             self.ports = dict(zip(names, free_ports(len(names)), strict=True))
             self._write_credentials()
@@ -159,6 +159,10 @@ class TestCluster:
             self._start_kwok()
             self._create_nodes_and_storage()
             self._wait_ready(timeout)
+        except Exception as exc:
+            logs = self._log_tails()
+            self.stop()
+            raise StartupError(f"{exc}\n{logs}") from exc
         except BaseException:
             self.stop()
             raise
@@ -176,6 +180,12 @@ class TestCluster:
             atexit.unregister(self.stop)
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _log_tails(self, lines: int = 15) -> str:
+        return "\n".join(
+            f"--- {p.name} (pid {p.pid}, {p.log_path}):\n{p.log_tail(lines)}"
+            for p in self.processes
+        )
 
     def listening_ports(self) -> list[int]:
         """Ports of this cluster that still accept connections (empty after stop)."""
@@ -321,6 +331,8 @@ class TestCluster:
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
+            # no front proxy or client certs here: skip looking for their CA configmap
+            "--authentication-skip-lookup=true",
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             f"--cert-dir={self.workdir / name}",
