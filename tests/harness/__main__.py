@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +141,10 @@ def cmd_down(args: argparse.Namespace) -> int:
         exe = state.get("executables", {}).get(name, "")
         if pid and pid_runs(int(pid), exe):
             terminate_pid(int(pid))
+    # A supervisor killed hard could not remove its temp dir either.
+    workdir = Path(state.get("workdir", ""))
+    if workdir.name.startswith("localmodel-cluster-"):
+        shutil.rmtree(workdir, ignore_errors=True)
     args.state.unlink(missing_ok=True)
     print("test cluster stopped")
     return 0
