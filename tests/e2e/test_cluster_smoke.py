@@ -200,6 +200,17 @@ def test_pod_with_a_local_volume_is_scheduled_bound_and_run(
     assert term["matchExpressions"][0]["values"] == [node]  # the volume is on the pod's node
     assert volume["spec"]["claimRef"]["name"] == "models"
 
+    # Retain, as on bare metal: freeing the claim releases the disk but keeps it
+    # reserved until an admin clears claimRef; do that so later tests get the disk.
+    pv_path = f"/api/v1/persistentvolumes/{volume['metadata']['name']}"
+    api.delete(f"{ns}/pods/engine")
+    api.delete(f"{ns}/persistentvolumeclaims/models")
+    wait_for("the volume to be released",
+             lambda: api.get(pv_path)["status"]["phase"] == "Released", timeout=60)
+    api.merge_patch(pv_path, {"spec": {"claimRef": None}})
+    wait_for("the volume to be available again",
+             lambda: api.get(pv_path)["status"]["phase"] == "Available", timeout=30)
+
 
 def test_scheduler_respects_the_fixtures_allocatable_cpu(
     cluster: TestCluster, namespace: str
