@@ -10,10 +10,12 @@ from tests.harness.chart import CHART_DIR, helm, of_kind, render_chart
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
+    problem = ""
     try:
         return locate_tools(("helm",))
     except ToolsMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    pytest.fail(problem, pytrace=False)
 
 
 def test_chart_passes_helm_lint_strict(tools: Tools) -> None:

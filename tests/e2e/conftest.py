@@ -21,16 +21,21 @@ from tests.harness.processes import pid_runs, wait_until
 def cluster() -> Iterator[TestCluster]:
     """A running cluster: `.admin_kubeconfig`, `.operator_kubeconfig`, `.server`,
     `.apply(...)`, `.kubectl(...)` and `.api(identity)`."""
+    problem = ""
     try:
         tools = locate_tools()
     except ToolsMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    if problem:  # fail outside the except block: one clear message, no chained traceback
+        pytest.fail(problem, pytrace=False)
     keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
     test_cluster = TestCluster(tools=tools, keep_workdir=keep)
     try:
         test_cluster.start()
     except (StartupError, ApiError, OSError) as exc:
-        pytest.fail(f"the test cluster did not start: {exc}", pytrace=False)
+        problem = f"the test cluster did not start: {exc}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
     print(f"\ntest cluster ready in {test_cluster.startup_seconds:.1f} s at {test_cluster.server}")
     try:
         yield test_cluster
