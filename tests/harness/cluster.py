@@ -254,13 +254,13 @@ class TestCluster:
         peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
         proc = self._spawn("etcd", [
             self._tool("etcd"),
-            "--name=default",
+            "--name=localmodel",
             f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
+            f"--initial-cluster=localmodel={peer}",
             "--unsafe-no-fsync",
             "--log-level=warn",
         ])
