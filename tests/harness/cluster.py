@@ -40,7 +40,6 @@ from tests.harness.nodes import (
     load_fixture,
     local_volume_manifests,
     node_manifest,
-    node_status,
     storage_class_manifest,
 )
 from tests.harness.processes import (
@@ -382,7 +381,6 @@ class TestCluster:
         )
         for shape in self.nodes.nodes:
             api.create("/api/v1/nodes", node_manifest(shape))
-            api.merge_patch(f"/api/v1/nodes/{shape.name}/status", node_status(shape))
             for pv in local_volume_manifests(shape, self.nodes.storage_class):
                 api.create("/api/v1/persistentvolumes", pv)
 
@@ -405,18 +403,18 @@ class TestCluster:
                 timeout,
                 by_name[name].check_alive,
             )
-        wanted = {shape.name for shape in self.nodes.nodes}
+        # Ready, and still with the fixture's allocatable (not kwok's defaults).
+        wanted = {(shape.name, shape.cpu, shape.memory) for shape in self.nodes.nodes}
 
         def nodes_ready() -> bool:
-            items = api.get("/api/v1/nodes")["items"]
-            ready = {
-                n["metadata"]["name"]
-                for n in items
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in n.get("status", {}).get("conditions", [])
-                )
-            }
+            ready = set()
+            for node in api.get("/api/v1/nodes")["items"]:
+                status = node.get("status", {})
+                if any(c["type"] == "Ready" and c["status"] == "True"
+                       for c in status.get("conditions", [])):
+                    allocatable = status.get("allocatable", {})
+                    ready.add((node["metadata"]["name"], allocatable.get("cpu"),
+                               allocatable.get("memory")))
             return wanted <= ready
 
         wait_until("kwok to report every fake node Ready", nodes_ready, timeout, alive)

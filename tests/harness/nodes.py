@@ -70,7 +70,12 @@ def load_fixture(path: Path = DEFAULT_FIXTURE) -> NodeFixture:
 
 
 def node_manifest(shape: NodeShape) -> Manifest:
-    """A Node object kwok will manage (its status is set separately, see node_status)."""
+    """A Node object kwok will manage, created with its capacity and allocatable.
+
+    Nodes are the one kind whose status may be set on create; setting it there,
+    not in a later patch, means kwok's first status write already sees it (a
+    patch could race kwok's initialization and lose to its defaults).
+    """
     labels = {
         "kubernetes.io/hostname": shape.name,
         "kubernetes.io/os": "linux",
@@ -78,6 +83,7 @@ def node_manifest(shape: NodeShape) -> Manifest:
         "type": "kwok",
         **shape.labels,
     }
+    resources = {"cpu": shape.cpu, "memory": shape.memory, "pods": shape.pods}
     spec: dict[str, Any] = {}
     if shape.taints:
         spec["taints"] = [
@@ -94,13 +100,8 @@ def node_manifest(shape: NodeShape) -> Manifest:
             "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]},
         },
         "spec": spec,
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
-
-
-def node_status(shape: NodeShape) -> dict[str, Any]:
-    """The status patch giving a fake node its capacity and allocatable resources."""
-    resources = {"cpu": shape.cpu, "memory": shape.memory, "pods": shape.pods}
-    return {"status": {"capacity": dict(resources), "allocatable": dict(resources)}}
 
 
 def storage_class_manifest(name: str) -> Manifest:
