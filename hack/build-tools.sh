@@ -74,7 +74,7 @@ fi
 export CGO_ENABLED=0
 log() { echo "build-tools: $*" >&2; }
 
-# complete DIR NAME...: true when every NAME exists and is executable in DIR.
+# have_all DIR NAME...: true when every NAME exists and is executable in DIR.
 have_all() {
   local dir="$1"; shift
   local n
