@@ -88,7 +88,7 @@ def test_defaults_filled_and_unknown_fields_pruned(
 ) -> None:
     obj = lm("qwen3", colour="blue", placement={"nodeSelector": {"pool": "a"}, "shiny": True})
     status, body = create(cluster, crd, namespace, obj)
-    assert status == 201, body
+    assert status == 201, body.get("message", body)
     spec = body["spec"]
     assert "colour" not in spec and "shiny" not in spec["placement"]
     assert (spec["cpu"], spec["context"], spec["slots"], spec["kvCache"]) == (4, 8192, 1, "f16")
@@ -104,7 +104,7 @@ def test_rendered_status_is_accepted_by_the_status_subresource(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
     status, body = create(cluster, crd, namespace, lm("withstatus", cpu=4))
-    assert status == 201, body
+    assert status == 201, body.get("message", body)
     model = LocalModel.model_validate(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
@@ -149,7 +149,7 @@ def test_rendered_objects_schedule_onto_the_planned_nodes(
             storage={"storageClassName": "local-disk", "size": "10Gi"},
         ),
     )
-    assert status == 201, body
+    assert status == 201, body.get("message", body)
     model = LocalModel.model_validate(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW, options=RenderOptions()).models[0]

@@ -126,7 +126,8 @@ class Engine(_Base):
 
 ENGINE_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
-        cel="self.name == 'ollama'",
+        # has(): the API server also checks the rule against the `{}` default.
+        cel="!has(self.name) || self.name == 'ollama'",
         message="engine.name llama-server is reserved for a later release; use ollama",
         check=lambda e: e.name is EngineName.OLLAMA,
         field_path="name",
@@ -364,13 +365,14 @@ def _managed(env: list[EnvVar]) -> list[str]:
 
 SPEC_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
-        cel="type(self.cpu) == int ? self.cpu >= 1 : self.cpu == 'node'",
+        cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 : self.cpu == 'node')",
         message="cpu must be a positive integer or 'node'",
         check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and s.cpu >= 1),
         field_path="cpu",
     ),
     CrossFieldRule(
-        cel="!(self.kvCache in ['q8_0', 'q4_0'] && self.flashAttention == 'disabled')",
+        cel="!has(self.kvCache) || !has(self.flashAttention) "
+        "|| !(self.kvCache in ['q8_0', 'q4_0'] && self.flashAttention == 'disabled')",
         message="a quantized kvCache needs flash attention: llama.cpp cannot create a "
         "quantized V cache without it; set flashAttention to auto or enabled, or kvCache "
         "to f16",
@@ -378,7 +380,9 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         field_path="kvCache",
     ),
     CrossFieldRule(
-        cel="self.env.all(e, !(e.name in [" + ", ".join(f"'{n}'" for n in MANAGED_ENV) + "]))",
+        cel="!has(self.env) || self.env.all(e, !(e.name in ["
+        + ", ".join(f"'{n}'" for n in MANAGED_ENV)
+        + "]))",
         message="sets a variable the operator manages ("
         + ", ".join(MANAGED_ENV)
         + "); use the matching spec field instead",
@@ -386,7 +390,7 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         field_path="env",
     ),
     CrossFieldRule(
-        cel="self.env.all(a, self.env.exists_one(b, b.name == a.name))",
+        cel="!has(self.env) || self.env.all(a, self.env.exists_one(b, b.name == a.name))",
         message="each variable name may appear once",
         check=lambda s: len({e.name for e in s.env}) == len(s.env),
         field_path="env",
