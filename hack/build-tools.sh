@@ -98,6 +98,7 @@ new_wrapper() {
 build_kubernetes() {
   have_all "$K8S_DIR" "${K8S_CMDS[@]}" && { log "kubernetes $K8S_VERSION: cached"; return; }
   log "kubernetes $K8S_VERSION: building ${K8S_CMDS[*]} (cold: 10-30 min on 2 cores)"
+  local t0=$SECONDS
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local staging_version="v0.${K8S_VERSION#v1.}"
   local modfile dir
@@ -133,12 +134,13 @@ build_kubernetes() {
   rm -rf "$out"; mkdir -p "$out"
   (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}")
   install_dir "$out" "$K8S_DIR"
-  "$K8S_DIR/kube-apiserver" --version >&2
+  log "kubernetes $K8S_VERSION: built in $((SECONDS - t0)) s ($("$K8S_DIR/kube-apiserver" --version))"
 }
 
 build_etcd() {
   have_all "$ETCD_DIR" etcd && { log "etcd $ETCD_VERSION: cached"; return; }
   log "etcd $ETCD_VERSION: building"
+  local t0=$SECONDS
   local dir out="$ETCD_DIR.tmp"
   dir="$(new_wrapper "etcd-$ETCD_VERSION")"
   # server/v3's own go.mod has relative replaces; as a dependency of a wrapper
@@ -149,7 +151,7 @@ build_etcd() {
   rm -rf "$out"; mkdir -p "$out"
   (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
   install_dir "$out" "$ETCD_DIR"
-  "$ETCD_DIR/etcd" --version >&2
+  log "etcd $ETCD_VERSION: built in $((SECONDS - t0)) s"
 }
 
 # go_install DIR NAME PKG VERSION LDFLAGS: `go install pkg@version` into DIR.
@@ -157,10 +159,11 @@ go_install() {
   local dir="$1" name="$2" pkg="$3" version="$4" ld="$5"
   have_all "$dir" "$name" && { log "$name $version: cached"; return; }
   log "$name $version: building"
-  local out="$dir.tmp"
+  local out="$dir.tmp" t0=$SECONDS
   rm -rf "$out"; mkdir -p "$out"
   GOBIN="$out" go install -trimpath -ldflags "-s -w $ld" "$pkg@$version"
   install_dir "$out" "$dir"
+  log "$name $version: built in $((SECONDS - t0)) s"
 }
 
 # The kwok binary has no built-in behaviour: kwokctl hands it the default Stage
@@ -196,8 +199,9 @@ for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
   helm_ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$helm_k8s_minor"
 done
 go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_ld"
-go_install "$KUBECONFORM_DIR" kubeconform github.com/yannh/kubeconform/cmd/kubeconform \
-  "$KUBECONFORM_VERSION" "-X main.version=$KUBECONFORM_VERSION"
+go_install "$KUBECONFORM_DIR" kubeconform \
+  github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" \
+  "-X main.version=$KUBECONFORM_VERSION"
 build_kubernetes
 
 m="$(missing)"
