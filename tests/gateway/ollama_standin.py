@@ -163,7 +163,6 @@ class StandinOllama:
             result = await asyncio.shield(task)
             return web.json_response(result)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
 
         async def emit(i: int) -> None:
             if self.error_after is not None and i >= self.error_after:
@@ -173,6 +172,7 @@ class StandinOllama:
             await response.write(line)
 
         try:
+            await response.prepare(request)
             reason = await self._produce(gen, n, emit)
             final = self._final(path, body, gen, reason)
             await response.write(json.dumps(final, separators=(",", ":")).encode() + b"\n")
@@ -182,9 +182,11 @@ class StandinOllama:
             self._end(gen, "error")
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
-        except (asyncio.CancelledError, ConnectionError):
+        except asyncio.CancelledError:
             self._end(gen, "client_gone")
             raise
+        except ConnectionError:
+            self._end(gen, "client_gone")
         return response
 
     async def _run_to_end(
@@ -247,7 +249,6 @@ class StandinOllama:
         gen = self._begin(request.path, body, True)
         n = self._count(body)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
         base = {"id": "cmpl-standin", "created": 1, "model": body.get("model", self.model)}
         obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -261,6 +262,7 @@ class StandinOllama:
             await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
 
         try:
+            await response.prepare(request)
             reason = await self._produce(gen, n, emit)
             last: dict[str, Any] = {"index": 0, "finish_reason": reason}
             if chat:
@@ -283,9 +285,11 @@ class StandinOllama:
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             self._end(gen, "done")
-        except (asyncio.CancelledError, ConnectionError):
+        except asyncio.CancelledError:
             self._end(gen, "client_gone")
             raise
+        except ConnectionError:
+            self._end(gen, "client_gone")
         return response
 
 

@@ -18,6 +18,7 @@ kept as text pieces only.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,9 @@ class LineSplitter:
         self._max = max_line
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._buf and data.endswith(b"\n"):
+            # The common case (one token, one whole line): no copying.
+            return [line.rstrip(b"\r") for line in data[:-1].split(b"\n")]
         self._buf += data
         if b"\n" not in data:
             if len(self._buf) > self._max:
@@ -463,8 +467,8 @@ class StreamWatcher:
     few lines that carry the final timing or an error, found by a cheap
     substring test so that relaying stays fast."""
 
-    _OLLAMA_MARKERS = (b'"done":true', b'"done": true', b'"error"')
-    _SSE_MARKERS = (b'"timings"', b'"usage"', b'"error"', b'"finish_reason":"', b"[DONE]")
+    _OLLAMA_MARKERS = re.compile(rb'"done":\s*true|"error"')
+    _SSE_MARKERS = re.compile(rb'"timings"|"usage"|"error"|"finish_reason":\s*"|\[DONE\]')
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
@@ -488,7 +492,7 @@ class StreamWatcher:
 
     def _line(self, line: bytes) -> None:
         markers = self._OLLAMA_MARKERS if self.ollama else self._SSE_MARKERS
-        if not any(m in line for m in markers):
+        if markers.search(line) is None:
             return
         if self.ollama:
             obj = decode_ndjson(line)

@@ -106,13 +106,6 @@ async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(body[:limit])
 
 
-async def _write(response: web.StreamResponse, data: bytes) -> None:
-    try:
-        await response.write(data)
-    except ConnectionError as exc:
-        raise _CallerGone from exc
-
-
 @dataclass
 class _Ready:
     at: float = -1e9
@@ -344,7 +337,10 @@ class Gateway:
                     return await self._assemble(route, upstream, rec)
                 response = web.StreamResponse(status=upstream.status)
                 response.content_type = upstream.content_type or "application/json"
-                await response.prepare(request)
+                try:
+                    await response.prepare(request)
+                except ConnectionError as exc:
+                    raise _CallerGone from exc
                 await self._relay(route, upstream, response, rec)
                 return response
         except TimeoutError:
@@ -434,12 +430,24 @@ class Gateway:
         rec: RequestRecord,
     ) -> None:
         watcher = StreamWatcher(route.kind) if route.streams else None
-        while chunk := await _read_chunk(upstream):
-            if rec.first_token_at is None and route.streams:
-                rec.first_token_at = self._clock()
+        content = upstream.content
+        # The hot loop: one read and one write per token; errors are told
+        # apart by where they happen (the engine's side or the caller's).
+        while True:
+            try:
+                chunk = await content.readany()
+            except aiohttp.ClientError as exc:
+                raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+            if not chunk:
+                break
             if watcher is not None:
+                if rec.first_token_at is None:
+                    rec.first_token_at = self._clock()
                 watcher.feed(chunk)
-            await _write(response, chunk)
+            try:
+                await response.write(chunk)
+            except ConnectionError as exc:
+                raise _CallerGone from exc
         try:
             await response.write_eof()
         except ConnectionError as exc:
