@@ -273,3 +273,24 @@ def test_rendered_pods_are_guaranteed_and_never_oversubscribe(
             parse_bytes(c["resources"]["limits"]["memory"]) for c in obj["spec"]["containers"]
         )
         assert total <= n.allocatable_memory_bytes
+
+
+def test_gateway_accepts_exactly_the_environment_the_renderer_sets() -> None:
+    from localmodel.gateway.config import parse_config
+
+    model = lm(
+        cpu=6,
+        slots=2,
+        context=4096,
+        gateway={"maxQueue": 3, "deadlineSeconds": 90, "maxTokens": 500},
+    )
+    pod = objects(model)["Pod/qwen3-0"]
+    gw = containers(pod)["gateway"]
+    config = parse_config([], env(gw))
+    assert config.threads == 6 and config.slots == 2 and config.context == 4096
+    assert (config.max_queue, config.deadline, config.max_tokens) == (3, 90, 500)
+    assert config.model == "qwen3:1.7b"
+    assert config.upstream.startswith("http://127.0.0.1:11434")
+    port = next(p["containerPort"] for p in gw["ports"] if p["name"] == "http")
+    assert config.listen_port == port
+    assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"
