@@ -308,14 +308,20 @@ async def run(per_client: dict[int, int], rounds: int) -> list[str]:
                         )
                 lines += report(concurrency, results)
                 if concurrency == 8:
-                    added = pct(results["gateway"].total, 99) - pct(results["direct"].total, 99)
-                    ratio = (results["gateway"].tokens / results["gateway"].wall) / (
-                        results["direct"].tokens / results["direct"].wall
+                    gw, direct = results["gateway"], results["direct"]
+                    added_ttft = pct(gw.ttft, 99) - pct(direct.ttft, 99)
+                    added_total = pct(gw.total, 99) - pct(direct.total, 99)
+                    ratio = (gw.tokens / gw.wall) / (direct.tokens / direct.wall)
+                    worst = max(added_ttft, added_total)
+                    lines.append(
+                        f"targets at 8: p99 added latency {added_ttft * 1000:.2f} ms to first "
+                        f"token, {added_total * 1000:.2f} ms in total (< 2 ms: "
+                        f"{'met' if worst < 0.002 else 'NOT met'}); throughput {ratio:.3f} "
+                        f"of direct (>= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
                     )
                     lines.append(
-                        f"targets at 8: p99 added latency {added * 1000:.2f} ms (< 2 ms: "
-                        f"{'met' if added < 0.002 else 'NOT met'}); throughput {ratio:.3f} of "
-                        f"direct (>= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
+                        "  (total latency spans 32 paced tokens, so its p99 carries the "
+                        "upstream's timer jitter; time to first token isolates the proxy)"
                     )
             return lines
         finally:

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 import pytest
 
 from localmodel.gateway.cli import run_cli
@@ -89,3 +98,56 @@ def test_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None
 def test_cli_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["--help"]) == 0
     assert "--max-queue" in capsys.readouterr().out
+
+
+def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm() -> None:
+    """The renderer's contract end to end: `localmodel gateway` configured only
+    by LOCALMODEL_GATEWAY_* variables answers /healthz and /slots, and exits 0
+    on SIGTERM."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ)
+    env.update(
+        LOCALMODEL_GATEWAY_LISTEN=f"127.0.0.1:{port}",
+        LOCALMODEL_GATEWAY_UPSTREAM="http://127.0.0.1:9",
+        LOCALMODEL_GATEWAY_MODEL="qwen3:1.7b",
+        LOCALMODEL_GATEWAY_SLOTS="2",
+        LOCALMODEL_GATEWAY_THREADS="4",
+        LOCALMODEL_GATEWAY_CONTEXT="8192",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from localmodel.cli import main; sys.exit(main())",
+            "gateway",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/slots", timeout=2) as resp:
+            doc = json.load(resp)
+        assert (doc["model"], doc["total"], doc["threads"], doc["context"]) == (
+            "qwen3:1.7b",
+            2,
+            4,
+            8192,
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -285,6 +285,10 @@ class Gateway:
             else:
                 rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
             raise
+        except ConnectionError:
+            # Whatever escaped on the caller's side: it is gone.
+            rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
+            return _error(499, "caller disconnected")
         except Exception as exc:
             self.unexpected_errors += 1
             rec.finish(Outcome.INTERNAL_ERROR, 500, f"{type(exc).__name__}: {exc}")
