@@ -70,7 +70,7 @@ def widgets(cluster: TestCluster) -> str:
 
     def established() -> bool:
         crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{GROUP}")
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_for("the smoke CRD to be established", established, timeout=30)
@@ -157,7 +157,7 @@ def pod(name: str, claim: str | None, cpu: str, node_selector: dict[str, str]) -
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for c in obj.get("status", {}).get("conditions", []):
+    for c in (obj.get("status") or {}).get("conditions") or []:
         if c["type"] == kind:
             return dict(c)
     return None

@@ -409,10 +409,10 @@ class TestCluster:
         def nodes_ready() -> bool:
             ready = set()
             for node in api.get("/api/v1/nodes")["items"]:
-                status = node.get("status", {})
+                status = node.get("status") or {}
                 if any(c["type"] == "Ready" and c["status"] == "True"
-                       for c in status.get("conditions", [])):
-                    allocatable = status.get("allocatable", {})
+                       for c in status.get("conditions") or []):
+                    allocatable = status.get("allocatable") or {}
                     ready.add((node["metadata"]["name"], allocatable.get("cpu"),
                                allocatable.get("memory")))
             return wanted <= ready
