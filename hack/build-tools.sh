@@ -61,6 +61,10 @@ case "${1:-}" in
   *) echo "usage: $0 [--print|--check]" >&2; exit 2 ;;
 esac
 
+if [[ -z "$(missing)" ]]; then
+  echo "build-tools: all tools cached in $BIN" >&2
+  exit 0
+fi
 command -v go >/dev/null || { echo "build-tools: 'go' not found on PATH" >&2; exit 1; }
 mkdir -p "$BIN" "$SRC"
 
@@ -183,22 +187,28 @@ kwok_stages() {
   mv "$out" "$KWOK_DIR/stages.yaml"
 }
 
+# helm's default "cluster" version (for `helm template` and lint) comes from the
+# k8s.io/client-go minor it was built with, as its own Makefile sets it.
+build_helm() {
+  have_all "$HELM_DIR" helm && { log "helm $HELM_VERSION: cached"; return; }
+  local minor ld p
+  minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
+    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' \
+    | xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')"
+  [[ -n "$minor" ]] || { log "cannot read helm's k8s.io/client-go version"; return 1; }
+  ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+  done
+  go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$ld"
+}
+
 start=$SECONDS
 build_etcd
 go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
   "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 kwok_stages
-# helm's default "cluster" version (for `helm template` and lint) comes from the
-# k8s.io/client-go minor it was built with, as its own Makefile sets it.
-helm_k8s_minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
-  | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' \
-  | xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')"
-[[ -n "$helm_k8s_minor" ]] || { log "cannot read helm's k8s.io/client-go version"; exit 1; }
-helm_ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-  helm_ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$helm_k8s_minor"
-done
-go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_ld"
+build_helm
 go_install "$KUBECONFORM_DIR" kubeconform \
   github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" \
   "-X main.version=$KUBECONFORM_VERSION"
