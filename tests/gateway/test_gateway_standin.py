@@ -314,6 +314,18 @@ async def test_background_is_served_when_a_slot_is_free(make_rig: RigFactory) ->
         assert resp.status == 200
 
 
+async def test_request_id_is_echoed_and_logged(make_rig: RigFactory) -> None:
+    rig = await make_rig(StandinOllama(token_delay=0, tokens=1))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            rig.url + "/api/chat", json={"messages": []}, headers={"X-Request-Id": "abc-1"}
+        ) as resp:
+            assert resp.headers["X-Request-Id"] == "abc-1"
+        async with session.post(rig.url + "/api/chat", data=b"{") as resp:
+            made_up = resp.headers["X-Request-Id"]
+    assert [d["request_id"] for d in rig.log_docs()] == ["abc-1", made_up]
+
+
 async def test_foreground_requests_are_served_in_arrival_order(make_rig: RigFactory) -> None:
     rig = await make_rig(StandinOllama(token_delay=0.005, tokens=10), max_queue=10)
     gateway = rig.gateway.gateway

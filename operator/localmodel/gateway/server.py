@@ -54,6 +54,7 @@ from localmodel.gateway.slots import (
 
 RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 READY_CACHE_SECONDS = 1.0
+REQUEST_ID = web.RequestKey("request_id", str)
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
@@ -144,6 +145,7 @@ class Gateway:
         app.router.add_get("/healthz", self.handle_healthz)
         app.router.add_get("/readyz", self.handle_readyz)
         app.router.add_get("/metrics", self.handle_metrics)
+        app.on_response_prepare.append(_echo_request_id)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
@@ -219,6 +221,7 @@ class Gateway:
             priority=parse_priority(request.headers.get("X-Priority")).value,
             start=self._clock(),
         )
+        request[REQUEST_ID] = rec.request_id
         self._in_flight += 1
         ticket = 0
         try:
@@ -582,6 +585,12 @@ class Gateway:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self.session.post(self.upstream_url("/api/generate"), json=body) as resp:
                 await resp.read()
+
+
+async def _echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    request_id = request.get(REQUEST_ID)
+    if isinstance(request_id, str):
+        response.headers["X-Request-Id"] = request_id
 
 
 def _model_loaded(model: str, loaded: set[str]) -> bool:
