@@ -215,11 +215,14 @@ def crd_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="localmodel crd", description="Print the LocalModel CRD (generated)."
     )
-    parser.add_argument("--write", metavar="PATH", help="write to PATH instead of stdout")
+    parser.add_argument(
+        "--write", metavar="PATH", action="append", help="write to PATH (repeatable), not stdout"
+    )
     args = parser.parse_args(list(argv))
     text = crd_yaml()
     if args.write:
-        Path(args.write).write_text(text)
+        for path in args.write:
+            Path(path).write_text(text)
     else:
         sys.stdout.write(text)
     return 0

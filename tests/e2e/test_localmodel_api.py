@@ -38,7 +38,7 @@ def crd(cluster: TestCluster) -> str:
             "GET",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/localmodels.localmodel.dev",
         )
-        conds = {c["type"]: c["status"] for c in body.get("status", {}).get("conditions", [])}
+        conds = {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or []}
         return status == 200 and conds.get("Established") == "True"
 
     wait_until("the LocalModel CRD to be established", established, timeout=30)

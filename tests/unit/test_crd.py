@@ -37,6 +37,13 @@ def test_crds_dir_matches_the_generator() -> None:
     )
 
 
+def test_chart_ships_the_same_crd() -> None:
+    chart_crd = ROOT / "charts" / "localmodel-operator" / "crds" / CRD_FILE.name
+    assert chart_crd.read_text() == crd_yaml(), (
+        "the chart's CRD drifted: run `localmodel crd --write " + str(chart_crd) + "`"
+    )
+
+
 def test_rules_doc_matches_the_rules_data() -> None:
     assert (ROOT / "docs" / "rules.md").read_text() == rules_markdown(), (
         "docs/rules.md drifted: run `localmodel rules --write docs/rules.md`"
