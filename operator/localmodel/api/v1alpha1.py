@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -61,6 +61,17 @@ class CrossFieldRule:
     message: str
     check: Callable[[Any], bool]  # True when the object is valid
     field_path: str  # where to point the user, relative to the object the rule sits on
+
+
+_T = TypeVar("_T")
+
+
+def enforce(rules: tuple[CrossFieldRule, ...], obj: _T) -> _T:
+    """Python's half of the cross-field rules: the first broken one raises."""
+    for rule in rules:
+        if not rule.check(obj):
+            raise ValueError(f"{rule.field_path}: {rule.message}")
+    return obj
 
 
 class EngineName(StrEnum):
@@ -118,10 +129,7 @@ class Engine(_Base):
 
     @model_validator(mode="after")
     def _rules(self) -> Engine:
-        for rule in ENGINE_RULES:
-            if not rule.check(self):
-                raise ValueError(f"{rule.field_path}: {rule.message}")
-        return self
+        return enforce(ENGINE_RULES, self)
 
 
 ENGINE_RULES: tuple[CrossFieldRule, ...] = (
@@ -189,10 +197,7 @@ class Toleration(_Base):
 
     @model_validator(mode="after")
     def _rules(self) -> Toleration:
-        for rule in TOLERATION_RULES:
-            if not rule.check(self):
-                raise ValueError(f"{rule.field_path}: {rule.message}")
-        return self
+        return enforce(TOLERATION_RULES, self)
 
 
 TOLERATION_RULES: tuple[CrossFieldRule, ...] = (
@@ -353,10 +358,7 @@ class LocalModelSpec(_Base):
 
     @model_validator(mode="after")
     def _cross_field(self) -> LocalModelSpec:
-        for rule in SPEC_RULES:
-            if not rule.check(self):
-                raise ValueError(f"{rule.field_path}: {rule.message}")
-        return self
+        return enforce(SPEC_RULES, self)
 
 
 def _managed(env: list[EnvVar]) -> list[str]:

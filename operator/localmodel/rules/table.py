@@ -54,11 +54,15 @@ def _ceil_gib(n: int) -> int:
 # --- rule functions: return the effect they had, or None -------------------
 
 
-def _threads(ctx: Context, s: Settings) -> str | None:
-    n = ctx.cpu
+def _set_threads(s: Settings, n: int) -> None:
     s.cpu = s.threads = n
     s.env["GOMAXPROCS"] = str(n)
     s.modelfile["num_thread"] = str(n)
+
+
+def _threads(ctx: Context, s: Settings) -> str | None:
+    n = ctx.cpu
+    _set_threads(s, n)
     return f"threads={n}: Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
 
 
@@ -73,9 +77,7 @@ def _threads_cap(ctx: Context, s: Settings) -> str | None:
     if s.threads <= cap:
         return None
     before = s.threads
-    s.cpu = s.threads = cap
-    s.env["GOMAXPROCS"] = str(cap)
-    s.modelfile["num_thread"] = str(cap)
+    _set_threads(s, cap)
     return f"threads {before} -> {cap}: capped by the {what}"
 
 
