@@ -192,16 +192,14 @@ def error_message(obj: dict[str, Any]) -> str | None:
 
 
 class _Text:
-    """Text pieces with a size limit (the bound on an assembled response)."""
+    """Text pieces, paid for from a shared budget (the bound on an assembled response)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self) -> None:
         self.pieces: list[str] = []
-        self.size = 0
-        self.limit = limit
 
-    def add(self, owner: _Budget, piece: Any) -> None:
+    def add(self, budget: _Budget, piece: Any) -> None:
         if isinstance(piece, str) and piece:
-            owner.spend(len(piece))
+            budget.spend(len(piece))
             self.pieces.append(piece)
 
     def text(self) -> str:
@@ -227,8 +225,8 @@ class OllamaAssembler:
             raise ValueError(f"not an Ollama generation route: {kind}")
         self.kind = kind
         self._budget = _Budget(limit)
-        self._content = _Text(limit)
-        self._thinking = _Text(limit)
+        self._content = _Text()
+        self._thinking = _Text()
         self._tool_calls: list[Any] = []
         self._role = "assistant"
         self._final: dict[str, Any] | None = None
@@ -303,7 +301,6 @@ class OpenAIAssembler:
         if kind not in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
             raise ValueError(f"not an OpenAI generation route: {kind}")
         self.kind = kind
-        self._limit = limit
         self._budget = _Budget(limit)
         self._choices: dict[int, _Choice] = {}
         self._meta: dict[str, Any] = {}
@@ -320,7 +317,7 @@ class OpenAIAssembler:
     def _choice(self, index: int) -> _Choice:
         choice = self._choices.get(index)
         if choice is None:
-            choice = _Choice(index, "assistant", _Text(self._limit), _Text(self._limit), {}, [])
+            choice = _Choice(index, "assistant", _Text(), _Text(), {}, [])
             self._choices[index] = choice
         return choice
 
