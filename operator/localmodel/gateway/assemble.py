@@ -306,7 +306,6 @@ class OpenAIAssembler:
         self._meta: dict[str, Any] = {}
         self._usage: dict[str, Any] | None = None
         self._timings: dict[str, Any] | None = None
-        self._chunks = 0
         self.done = False
         self.error: str | None = None
 
@@ -330,7 +329,6 @@ class OpenAIAssembler:
         if message is not None:
             self.error = message
             return
-        self._chunks += 1
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in event and key not in self._meta:
                 self._meta[key] = event[key]

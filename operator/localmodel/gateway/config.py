@@ -47,24 +47,23 @@ class GatewayConfig:
     body_timeout: float = 30.0
 
 
-def _positive_int(flag: str, raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(flag, f"expected a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ConfigError(flag, f"expected a positive integer, got {raw!r}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str, str], int]:
+    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(flag: str, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(flag, f"expected {wanted}, got {raw!r}") from None
+        if value < minimum:
+            raise ConfigError(flag, f"expected {wanted}, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(flag: str, raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(flag, f"expected an integer >= 0, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(flag, f"expected an integer >= 0, got {raw!r}")
-    return value
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
 
 
 def _positive_float(flag: str, raw: str) -> float:

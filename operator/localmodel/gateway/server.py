@@ -363,7 +363,15 @@ class Gateway:
                 await response.write(self._stream_error(route, message))
                 await response.write_eof()
             return response
-        except StreamError as exc:
+        except _CallerGone:
+            rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
+            if upstream is not None:
+                upstream.close()
+            assert response is not None
+            return response
+        except (StreamError, _UpstreamBroke) as exc:
+            # The engine broke its stream or a limit: tell the caller in the
+            # shape it is reading, if it is reading one already.
             rec.upstream_error = "stream"
             rec.finish(Outcome.UPSTREAM_ERROR, 502, str(exc))
             if upstream is not None:
@@ -373,20 +381,6 @@ class Gateway:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write(self._stream_error(route, str(exc)))
                 await response.write_eof()
-            return response
-        except _CallerGone:
-            rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
-            if upstream is not None:
-                upstream.close()
-            assert response is not None
-            return response
-        except _UpstreamBroke as exc:
-            rec.upstream_error = "stream"
-            rec.finish(Outcome.UPSTREAM_ERROR, 502, str(exc))
-            if upstream is not None:
-                upstream.close()
-            if response is None:
-                return _error(502, str(exc))
             return response
         finally:
             if upstream is not None:
