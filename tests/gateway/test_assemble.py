@@ -275,3 +275,24 @@ def test_watcher_reads_sse_timings_and_errors() -> None:
     assert watcher.timing == EngineTiming(4, 0.008, 3, 0.03, None, "stop")
     watcher.feed(b'data: {"error": {"message": "boom"}}\n\n')
     assert watcher.error == "boom"
+
+
+@given(st.lists(st.text(max_size=12), max_size=30))
+def test_ollama_assembly_is_the_concatenation_of_the_stream(pieces: list[str]) -> None:
+    asm = OllamaAssembler(Kind.CHAT, 100_000)
+    for piece in pieces:
+        asm.feed({"message": {"role": "assistant", "content": piece}, "done": False})
+    asm.feed({**FINAL, "message": {"role": "assistant", "content": ""}})
+    assert asm.result()["message"]["content"] == "".join(pieces)
+
+
+@given(st.lists(st.text(max_size=12), max_size=30), st.sampled_from(["stop", "length"]))
+def test_openai_assembly_is_the_concatenation_of_the_stream(pieces: list[str], reason: str) -> None:
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 100_000)
+    for piece in pieces:
+        asm.feed(chunk({"content": piece}))
+    asm.feed(chunk({}, reason))
+    asm.feed(DONE)
+    out = asm.result()
+    assert out["choices"][0]["message"]["content"] == "".join(pieces)
+    assert out["choices"][0]["finish_reason"] == reason
