@@ -188,29 +188,32 @@ def report(concurrency: int, results: dict[str, Samples]) -> list[str]:
         f"\nconcurrency {concurrency}: {direct.requests} requests per target, "
         f"{TOKENS} tokens each, one every {TOKEN_DELAY * 1000:g} ms"
     ]
-    header = f"{'':24}" + "".join(f"{n:>11}" for n in names)
-    header += "".join(f"{'+' + n:>11}" for n in names[1:])
+    header = f"{'':22}" + "".join(f"{n:>10}" for n in names)
+    header += "".join(f"{'+' + n:>10}" for n in names[1:])
+    header += "".join(f"{n[:2] + '/direct':>10}" for n in names[1:])
     lines.append(header)
 
-    def row(label: str, values: list[float], added: bool = True) -> None:
-        text = f"{label:24}" + "".join(f"{fmt(v):>11}" for v in values)
-        if added:
-            text += "".join(f"{fmt(v - values[0]):>11}" for v in values[1:])
+    def row(label: str, values: list[float]) -> None:
+        # Values, then added over direct, then the ratio to direct.
+        text = f"{label:22}" + "".join(f"{fmt(v):>10}" for v in values)
+        text += "".join(f"{fmt(v - values[0]):>10}" for v in values[1:])
+        text += "".join(f"{v / values[0]:>9.3f}x" for v in values[1:])
         lines.append(text)
 
     for metric, p in (("ttft", 50), ("ttft", 99), ("total", 50), ("total", 99)):
         row(f"{metric} p{p} ms", [pct(getattr(results[n], metric), p) for n in names])
     rates = [r.tokens / r.wall if r.wall else float("nan") for r in results.values()]
-    text = f"{'tokens/s':24}" + "".join(f"{v:>11.0f}" for v in rates)
-    text += "".join(f"{v / rates[0]:>10.3f}x" for v in rates[1:])
+    text = f"{'tokens/s':22}" + "".join(f"{v:>10.0f}" for v in rates)
+    text += "".join(f"{v - rates[0]:>10.0f}" for v in rates[1:])
+    text += "".join(f"{v / rates[0]:>9.3f}x" for v in rates[1:])
     lines.append(text)
     cpu = [r.cpu / r.requests * 1000 if r.requests else float("nan") for r in results.values()]
     lines.append(
-        f"{'proxy CPU ms/request':24}" + f"{'-':>11}" + "".join(f"{v:>11.3f}" for v in cpu[1:])
+        f"{'proxy CPU ms/request':22}" + f"{'-':>10}" + "".join(f"{v:>10.3f}" for v in cpu[1:])
     )
     util = [r.cpu / r.wall * 100 if r.wall else float("nan") for r in results.values()]
     lines.append(
-        f"{'proxy CPU % of a core':24}" + f"{'-':>11}" + "".join(f"{v:>11.1f}" for v in util[1:])
+        f"{'proxy CPU % of a core':22}" + f"{'-':>10}" + "".join(f"{v:>10.1f}" for v in util[1:])
     )
     errors = sum(r.errors for r in results.values())
     if errors:
