@@ -60,7 +60,9 @@ async def test_non_streaming_caller_disconnect_stops_upstream_generation(
     client.close()
     stopped = await wait_until(lambda: gen.stopped is not None, timeout=2)
     assert gen.stop_reason == "client_gone"
-    assert stopped - left < 0.1, f"upstream stopped {1000 * (stopped - left):.1f} ms after"
+    took = 1000 * (stopped - left)
+    print(f"stand-in non-streaming disconnect: upstream stopped {took:.1f} ms after")
+    assert took < 100, f"upstream stopped {took:.1f} ms after"
     assert gen.tokens < LONG.tokens
     await wait_until(lambda: len(rig.log) == 1)
     doc = rig.log_docs()[0]
@@ -102,6 +104,7 @@ async def test_deadline_header_cancels_upstream_and_answers_504(make_rig: RigFac
     gen = rig.standin.generations[0]
     stopped = await wait_until(lambda: gen.stopped is not None, timeout=2)
     assert gen.stop_reason == "client_gone"
+    print(f"stand-in deadline: upstream stopped {1000 * (stopped - start - 0.3):.1f} ms after it")
     assert stopped - (start + 0.3) < 0.1
     doc = rig.log_docs()[0]
     assert (doc["outcome"], doc["cancel_reason"]) == ("cancelled_deadline", "deadline")
