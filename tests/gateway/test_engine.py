@@ -201,6 +201,8 @@ async def test_chat_completion_through_gateway_has_engine_shape(
             assert resp.status == 200
             doc = await resp.json()
     assert doc["object"] == "chat.completion"
+    assert doc["id"] and doc["created"] and doc["model"]
+    assert doc["timings"]["predicted_n"] == doc["usage"]["completion_tokens"]
     choice = doc["choices"][0]
     assert choice["message"]["role"] == "assistant"
     assert isinstance(choice["message"]["content"], str) and choice["message"]["content"]
