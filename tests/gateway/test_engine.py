@@ -30,7 +30,7 @@ import pytest
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
-from tests.gateway.conftest import RawClient, books_reach, wait_until
+from tests.gateway.harness import RawClient, books_reach, wait_until
 
 pytestmark = pytest.mark.engine
 

@@ -15,7 +15,7 @@ import aiohttp
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import start_gateway
-from tests.gateway.conftest import RawClient, RigFactory, books_reach, wait_until
+from tests.gateway.harness import RawClient, RigFactory, books_reach, wait_until
 from tests.gateway.ollama_standin import StandinOllama, start_standin
 
 LONG = StandinOllama(token_delay=0.01, tokens=300)  # about 3 s of generation

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from tests.gateway.conftest import RawClient, RigFactory, wait_until
+from tests.gateway.harness import RawClient, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
 
 TOTAL = 2000
