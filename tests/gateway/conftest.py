@@ -17,15 +17,20 @@ from tests.gateway.ollama_standin import StandinOllama, start_standin
 
 @pytest.fixture
 async def make_rig() -> AsyncIterator[RigFactory]:
-    """make_rig(standin=StandinOllama(...), **config_overrides) -> Rig."""
+    """make_rig(standin=StandinOllama(...), access_log=..., **config_overrides) -> Rig."""
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(standin: StandinOllama | None = None, **overrides: Any) -> Rig:
+    async def make(
+        standin: StandinOllama | None = None,
+        access_log: Callable[[str], None] | None = None,
+        **overrides: Any,
+    ) -> Rig:
         standin = standin or StandinOllama()
         runner, url = await start_standin(standin)
         cleanups.append(runner.cleanup)
         log: list[str] = []
-        gateway = await start_gateway(replace(BASE, upstream=url, **overrides), log.append)
+        config = replace(BASE, upstream=url, **overrides)
+        gateway = await start_gateway(config, access_log or log.append)
         cleanups.append(gateway.stop)
         return Rig(gateway, standin, url, log)
 
