@@ -98,7 +98,7 @@ async def test_soak_ends_clean(make_rig: RigFactory) -> None:
     try:
         async with asyncio.timeout(60), aiohttp.ClientSession() as session:
             await asyncio.gather(*[worker(session) for _ in range(CONCURRENCY)])
-        await wait_until(lambda: gateway._in_flight == 0, timeout=5)
+        await wait_until(lambda: gateway.in_flight == 0, timeout=5)
         await wait_until(lambda: standin.active == 0, timeout=5)
     finally:
         for name in ("aiohttp.server", "aiohttp.web", "aiohttp.access", "asyncio"):
@@ -108,7 +108,7 @@ async def test_soak_ends_clean(make_rig: RigFactory) -> None:
 
     snap = gateway.board.snapshot()
     assert (snap.busy, snap.queued) == (0, 0)
-    assert gateway._waiters == {}
+    assert gateway.waiters == 0
     assert gateway.unexpected_errors == 0
     assert loop_errors == []
     assert [r.getMessage() for r in errors.records] == []

@@ -173,6 +173,16 @@ class Gateway:
             await self._session.close()
 
     @property
+    def in_flight(self) -> int:
+        """Requests being handled now, any route."""
+        return self._in_flight
+
+    @property
+    def waiters(self) -> int:
+        """Queued requests with a live wait (must equal the board's queue)."""
+        return len(self._waiters)
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         assert self._session is not None, "gateway not started"
         return self._session
