@@ -333,7 +333,8 @@ async def test_background_gets_429_fast_while_the_engine_is_busy(
                 await resp.read()
                 latencies.append(time.perf_counter() - start)
                 assert resp.status == 429
-            # Never reached the engine: still exactly the one generation running.
+            # Never reached the engine: it has two slots but still runs only
+            # the one generation (a leaked request would take the second).
             assert await processing(session, engine) == 1
         holder.close()
         await wait_engine(session, engine, 0)
