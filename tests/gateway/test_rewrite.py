@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from localmodel.gateway.config import GatewayConfig
-from localmodel.gateway.rewrite import BadRequest, cap_generation, keep_alive_value, prepare
+from localmodel.gateway.rewrite import (
+    BadRequest,
+    cap_generation,
+    keep_alive_value,
+    load_request,
+    model_loaded,
+    prepare,
+    request_deadline,
+)
 from localmodel.gateway.routes import ROUTES, Route
 
 CONFIG = GatewayConfig(model="qwen3:1.7b", threads=4, context=8192, max_tokens=512)
@@ -187,3 +195,41 @@ def test_every_route_is_known() -> None:
         "/v1/models",
     } == paths
     assert all(isinstance(r, Route) for r in ROUTES)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [(None, 600.0), ("", 600.0), ("30", 30.0), ("0.25", 0.25), ("3600", 600.0)],
+)
+def test_request_deadline_defaults_and_is_capped(header: str | None, expected: float) -> None:
+    assert request_deadline(header, 600.0) == expected
+
+
+@pytest.mark.parametrize("header", ["soon", "0", "-1", "nan"])
+def test_bad_request_deadline_is_named(header: str) -> None:
+    with pytest.raises(BadRequest, match="X-Request-Timeout"):
+        request_deadline(header, 600.0)
+
+
+def test_load_request_carries_the_owned_settings() -> None:
+    assert load_request(CONFIG) == {
+        "model": "qwen3:1.7b",
+        "keep_alive": -1,
+        "options": {"num_thread": 4, "num_ctx": 8192},
+        "stream": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "ps", "loaded"),
+    [
+        ("qwen3:1.7b", {"models": [{"name": "qwen3:1.7b", "model": "qwen3:1.7b"}]}, True),
+        ("gemma3", {"models": [{"name": "gemma3:latest"}]}, True),
+        ("gemma3:1b", {"models": [{"name": "gemma3:latest"}]}, False),
+        ("qwen3:1.7b", {"models": []}, False),
+        ("qwen3:1.7b", {}, False),
+        ("qwen3:1.7b", [], False),
+    ],
+)
+def test_model_loaded_reads_api_ps(model: str, ps: object, loaded: bool) -> None:
+    assert model_loaded(model, ps) is loaded

@@ -157,3 +157,46 @@ def prepare(route: Route, raw: bytes, config: GatewayConfig) -> Prepared:
             # streams keeps whatever it chose.
             body["stream_options"] = {"include_usage": True}
     return Prepared(body=encode(body), caller_streams=caller_streams, model=model)
+
+
+def request_deadline(header: str | None, default: float) -> float:
+    """X-Request-Timeout in seconds; the configured deadline is also the maximum
+    (it guards the node, so a caller cannot ask for more)."""
+    if header is None or not header.strip():
+        return default
+    try:
+        value = float(header)
+    except ValueError:
+        raise BadRequest(f"X-Request-Timeout must be a number of seconds, got {header!r}") from None
+    if not value > 0 or value != value:
+        raise BadRequest(f"X-Request-Timeout must be > 0 seconds, got {header!r}")
+    return min(value, default)
+
+
+def load_request(config: GatewayConfig) -> dict[str, Any]:
+    """The Ollama request that loads the model (a generate with no prompt) with
+    the owned settings, so the load uses the right threads and context."""
+    options: dict[str, int] = {}
+    if config.threads is not None:
+        options["num_thread"] = config.threads
+    if config.context is not None:
+        options["num_ctx"] = config.context
+    return {
+        "model": config.model,
+        "keep_alive": keep_alive_value(config.keep_alive),
+        "options": options,
+        "stream": False,
+    }
+
+
+def model_loaded(model: str, ps: Any) -> bool:
+    """Whether Ollama's /api/ps document lists the model as loaded."""
+    models = ps.get("models") if isinstance(ps, dict) else None
+    loaded = {
+        str(m.get(key, ""))
+        for m in (models if isinstance(models, list) else [])
+        if isinstance(m, dict)
+        for key in ("name", "model")
+    }
+    # Ollama reports "name:latest" for a model pulled as "name".
+    return model in loaded or (":" not in model and f"{model}:latest" in loaded)

@@ -42,7 +42,14 @@ from localmodel.gateway.record import (
     log_line,
     slots_document,
 )
-from localmodel.gateway.rewrite import BadRequest, Prepared, keep_alive_value, prepare
+from localmodel.gateway.rewrite import (
+    BadRequest,
+    Prepared,
+    load_request,
+    model_loaded,
+    prepare,
+    request_deadline,
+)
 from localmodel.gateway.routes import ROUTES, Kind, Route
 from localmodel.gateway.slots import (
     Decision,
@@ -70,19 +77,6 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     # {"error": "..."} is Ollama's error shape; OpenAI clients read it too.
     return _json(status, {"error": message}, headers)
-
-
-def parse_timeout(header: str | None, default: float) -> float:
-    """X-Request-Timeout in seconds; the configured deadline is also the maximum."""
-    if header is None or not header.strip():
-        return default
-    try:
-        value = float(header)
-    except ValueError:
-        raise BadRequest(f"X-Request-Timeout must be a number of seconds, got {header!r}") from None
-    if not value > 0 or value != value:
-        raise BadRequest(f"X-Request-Timeout must be > 0 seconds, got {header!r}")
-    return min(value, default)
 
 
 class _CallerGone(Exception):
@@ -236,7 +230,7 @@ class Gateway:
         ticket = 0
         try:
             try:
-                deadline = parse_timeout(
+                deadline = request_deadline(
                     request.headers.get("X-Request-Timeout"), self.config.deadline
                 )
             except BadRequest as exc:
@@ -554,15 +548,7 @@ class Gateway:
                     doc = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             return False, f"engine unreachable at {self.config.upstream}: {exc!r}"
-        if not self.config.model:
-            return True, ""
-        loaded = {
-            str(m.get(key, ""))
-            for m in (doc.get("models") or [])
-            if isinstance(m, dict)
-            for key in ("name", "model")
-        }
-        if _model_loaded(self.config.model, loaded):
+        if not self.config.model or model_loaded(self.config.model, doc):
             return True, ""
         self._start_warmup()
         return False, f"model {self.config.model} not loaded yet (loading)"
@@ -575,17 +561,7 @@ class Gateway:
         self._warmup = asyncio.get_running_loop().create_task(self._load_model())
 
     async def _load_model(self) -> None:
-        options: dict[str, int] = {}
-        if self.config.threads is not None:
-            options["num_thread"] = self.config.threads
-        if self.config.context is not None:
-            options["num_ctx"] = self.config.context
-        body = {
-            "model": self.config.model,
-            "keep_alive": keep_alive_value(self.config.keep_alive),
-            "options": options,
-            "stream": False,
-        }
+        body = load_request(self.config)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self.session.post(self.upstream_url("/api/generate"), json=body) as resp:
                 await resp.read()
@@ -595,13 +571,6 @@ async def _echo_request_id(request: web.Request, response: web.StreamResponse) -
     request_id = request.get(REQUEST_ID)
     if isinstance(request_id, str):
         response.headers["X-Request-Id"] = request_id
-
-
-def _model_loaded(model: str, loaded: set[str]) -> bool:
-    if model in loaded:
-        return True
-    # Ollama reports "name:latest" for a model pulled as "name".
-    return ":" not in model and f"{model}:latest" in loaded
 
 
 def _stdout_line(line: str) -> None:
