@@ -257,7 +257,7 @@ def probe_main(argv: Sequence[str]) -> int:
         "allocatableMemory": facts.allocatable_memory_bytes,
         "cpuset": facts.cpuset_cpus,
         "cgroupCPUQuota": facts.cgroup_cpu_quota,
-        "cpuFlags": sorted(facts.cpu_flags) if facts.cpu_flags is not None else None,
+        "cpuFlags": " ".join(sorted(facts.cpu_flags)) if facts.cpu_flags is not None else None,
         "labels": probe_labels(facts),
     }
     yaml.safe_dump(out, sys.stdout, sort_keys=False)
