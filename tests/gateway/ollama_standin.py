@@ -62,6 +62,10 @@ class StandinOllama:
     max_active: int = 0
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     keep_records: bool = True
+    # Pace tokens on a fixed schedule (token i at start + (i+1) * token_delay)
+    # instead of sleeping token_delay after each: timer lateness then does not
+    # add up over a stream (the benchmark wants the proxy, not the pacing).
+    steady: bool = False
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -120,8 +124,12 @@ class StandinOllama:
         """Generate n tokens, calling emit(i) per token. Returns the done reason."""
         if self.prefill_delay:
             await asyncio.sleep(self.prefill_delay)
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
         for i in range(n):
-            if self.token_delay:
+            if self.token_delay and self.steady:
+                await asyncio.sleep(max(0.0, begin + (i + 1) * self.token_delay - loop.time()))
+            elif self.token_delay:
                 await asyncio.sleep(self.token_delay)
             gen.tokens += 1
             await emit(i)
@@ -317,8 +325,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--token-delay", type=float, default=0.0)
+    parser.add_argument("--steady", action="store_true", help="pace tokens on a fixed schedule")
     args = parser.parse_args()
-    standin = StandinOllama(token_delay=args.token_delay, tokens=args.tokens, keep_records=False)
+    standin = StandinOllama(
+        token_delay=args.token_delay, tokens=args.tokens, keep_records=False, steady=args.steady
+    )
     web.run_app(
         standin.app(),
         host="127.0.0.1",

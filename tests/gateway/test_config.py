@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from localmodel.gateway.cli import run_cli
+from localmodel.gateway.cli import loop_factory, run_cli
 from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
 
 
@@ -74,6 +74,7 @@ def test_env_name_upper_cases_and_replaces_dashes() -> None:
         (["--listen", "8080"], "listen"),
         (["--listen", "host:http"], "listen"),
         (["--keep-alive", " "], "keep-alive"),
+        (["--event-loop", "trio"], "event-loop"),
         (["--bogus", "1"], "bogus"),
         (["--slots"], "slots"),
     ],
@@ -88,6 +89,26 @@ def test_bad_values_name_the_flag(argv: list[str], flag: str) -> None:
 def test_bad_environment_value_names_the_flag() -> None:
     with pytest.raises(ConfigError, match="--max-queue"):
         parse_config([], {"LOCALMODEL_GATEWAY_MAX_QUEUE": "lots"})
+
+
+def test_event_loop_flag_and_choice() -> None:
+    assert parse_config([], {}).event_loop == "auto"
+    assert parse_config([], {"LOCALMODEL_GATEWAY_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
+    assert loop_factory("asyncio") == (None, "asyncio")
+    factory, name = loop_factory("auto")
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        assert (factory, name) == (None, "asyncio")  # auto falls back
+        with pytest.raises(ImportError):
+            loop_factory("uvloop")
+    else:
+        assert name == "uvloop" and factory is not None
+        loop = factory()
+        try:
+            assert type(loop).__module__.startswith("uvloop")
+        finally:
+            loop.close()
 
 
 def test_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -210,6 +210,25 @@ async def test_streaming_caller_gets_the_engines_bytes(make_rig: RigFactory) -> 
     assert doc["generated_tokens"] == 3 and doc["stream"] is True
 
 
+async def test_streaming_caller_sees_the_status_while_the_engine_is_in_prefill(
+    make_rig: RigFactory,
+) -> None:
+    """The relay holds its headers back only to send them in one write with a
+    chunk that has already arrived; while the engine is still in prefill the
+    caller gets the status at once, and the bytes are the engine's."""
+    rig = await make_rig(StandinOllama(prefill_delay=0.5, token_delay=0, tokens=2))
+    async with aiohttp.ClientSession() as session:
+        start = time.monotonic()
+        async with session.post(rig.url + "/api/generate", json={"prompt": "x"}) as resp:
+            headers_after = time.monotonic() - start
+            assert resp.status == 200
+            body = await resp.read()
+        body_after = time.monotonic() - start
+    assert headers_after < 0.3, f"status after {headers_after:.3f}s, during prefill"
+    assert body_after >= 0.5
+    assert [json.loads(line)["done"] for line in body.splitlines()] == [False, False, True]
+
+
 async def test_openai_routes_on_ollama_assemble_completion_objects(make_rig: RigFactory) -> None:
     rig = await make_rig(StandinOllama(token_delay=0, tokens=4))
     async with aiohttp.ClientSession() as session:

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from localmodel.gateway.assemble import (
     LineSplitter,
@@ -79,6 +80,17 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return _json(status, {"error": message}, headers)
 
 
+class _RelayResponse(web.StreamResponse):
+    """A streamed response whose headers wait for the first body write, as
+    aiohttp's `web.Response` does: when the engine's headers arrive with its
+    first chunk (the usual case), both go to the caller in one write instead
+    of two. `_relay` writes at once when no chunk is there yet, so a caller
+    still sees the status as soon as the engine sent its own. (An aiohttp
+    without this class attribute just sends headers at `prepare`, as before.)"""
+
+    _send_headers_immediately = False
+
+
 class _CallerGone(Exception):
     """Writing to the caller failed: it went away."""
 
@@ -123,6 +135,7 @@ class Gateway:
         self._access_log = access_log if access_log is not None else _stdout_line
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # parsed once per route
         self._ready = _Ready()
         self._warmup: asyncio.Task[None] | None = None
         self._closing = False
@@ -149,6 +162,10 @@ class Gateway:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(
             connector=connector,
+            # The engine sets no cookies, and one jar shared by every caller
+            # must not carry any from one caller to the next (it also saves
+            # a jar lookup per request).
+            cookie_jar=aiohttp.DummyCookieJar(),
             # Connect fast or fail fast: the engine is on loopback. Reads are
             # bounded by each request's deadline instead (prefill can be long).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=3.0, connect=5.0),
@@ -181,8 +198,11 @@ class Gateway:
         assert self._session is not None, "gateway not started"
         return self._session
 
-    def upstream_url(self, path: str) -> str:
-        return self.config.upstream + path
+    def upstream_url(self, path: str) -> URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.config.upstream + path)
+        return url
 
     # ---- slots -----------------------------------------------------------
 
@@ -346,7 +366,7 @@ class Gateway:
                     )
                 if route.streams and not prepared.caller_streams:
                     return await self._assemble(route, upstream, rec)
-                response = web.StreamResponse(status=upstream.status)
+                response = _RelayResponse(status=upstream.status)
                 response.content_type = upstream.content_type or "application/json"
                 try:
                     await response.prepare(request)
@@ -438,23 +458,41 @@ class Gateway:
         content = upstream.content
         # The hot loop: one read and one write per token; errors are told
         # apart by where they happen (the engine's side or the caller's).
-        while True:
+        # Headers are still unsent (_RelayResponse): they go with the first
+        # chunk if it came with the engine's headers, else now.
+        try:
+            chunk = content.read_nowait()
+        except aiohttp.ClientError as exc:
+            raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+        if not chunk:
             try:
-                chunk = await content.readany()
-            except aiohttp.ClientError as exc:
-                raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+                await response.write(b"")  # sends the buffered headers alone
+            except ConnectionError as exc:
+                raise _CallerGone from exc
+        while True:
             if not chunk:
-                break
+                try:
+                    chunk = await content.readany()
+                except aiohttp.ClientError as exc:
+                    raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+                if not chunk:
+                    break
             if watcher is not None:
                 if rec.first_token_at is None:
                     rec.first_token_at = self._clock()
                 watcher.feed(chunk)
             try:
+                if content.at_eof():
+                    # The engine's last chunk came with the end of its body:
+                    # ours leave in one write too.
+                    await response.write_eof(chunk)
+                    break
                 await response.write(chunk)
             except ConnectionError as exc:
                 raise _CallerGone from exc
+            chunk = b""
         try:
-            await response.write_eof()
+            await response.write_eof()  # a no-op if already sent
         except ConnectionError as exc:
             raise _CallerGone from exc
         if watcher is not None:
