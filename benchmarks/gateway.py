@@ -3,6 +3,7 @@ gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
 concurrency 1, 8 and 64, side by side.
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
+         [--burst] [--concurrency C ...] [--gateway-arg=--event-loop=asyncio]
 Needs: nginx on PATH (apt-get install nginx-light); skipped with a note if absent.
 
 The upstream is the Ollama stand-in (tests/gateway/ollama_standin.py, not
@@ -13,6 +14,10 @@ every TOKEN_DELAY seconds (a fast CPU engine). The gateway runs as
 worker with upstream keep-alive and buffering off.
 
 Method (the same for direct, gateway and nginx):
+- A steady upstream: the stand-in paces token i at start + (i + 1) * delay
+  (`--steady`) rather than sleeping a delay after each token, so timer
+  lateness does not add up over 32 tokens and total latency measures the
+  proxy, not the upstream's drift.
 - CPU pinning. With two or more CPUs, the proxy under test (the gateway, or
   nginx's master and worker) runs on CPU 0 alone; the upstream and this load
   generator share the other CPUs. On a 2-core box, three busy processes on two
@@ -27,6 +32,12 @@ Method (the same for direct, gateway and nginx):
   about as much as the proxy) does not dominate the noise floor. Time to first
   token is from writing the request to the first complete NDJSON line; total
   is to the end of the chunked body; tokens are lines minus the final object.
+- Arrivals staggered: client i of N starts i/N of a request's length after
+  the first, so new requests arrive spread out, as from independent users.
+  With the upstream's steady pacing, clients started together would stay in
+  lock-step forever: every new request arriving with N - 1 others, so the
+  last of them waits for the proxy's per-request work on all the others.
+  That worst case is `--burst`, reported next to the default in the docs.
 - Warm-up: one unmeasured round over every target before measuring each
   concurrency, and each batch first runs one request per connection.
 - Targets are interleaved round by round (drift hits all three alike), and the
@@ -174,7 +185,12 @@ class _Client(asyncio.Protocol):
 
 
 async def batch(
-    port: int, concurrency: int, per_client: int, out: Samples, procs: list[psutil.Process]
+    port: int,
+    concurrency: int,
+    per_client: int,
+    out: Samples,
+    procs: list[psutil.Process],
+    stagger: float = 0.0,
 ) -> None:
     loop = asyncio.get_running_loop()
     request = (
@@ -211,11 +227,12 @@ async def batch(
         cpu_before = sum(_cpu(p) for p in procs)
         start = time.perf_counter()
 
-        async def run_client(client: _Client) -> None:
+        async def run_client(i: int, client: _Client) -> None:
+            await asyncio.sleep(i * stagger)
             for _ in range(per_client):
                 client = await one(client, out)
 
-        await asyncio.gather(*[run_client(c) for c in clients])
+        await asyncio.gather(*[run_client(i, c) for i, c in enumerate(clients)])
         out.wall += time.perf_counter() - start
         out.cpu += sum(_cpu(p) for p in procs) - cpu_before
     finally:
@@ -399,6 +416,7 @@ async def measure(
     per_client: dict[int, int],
     rounds: int,
     runs: int,
+    burst: bool,
 ) -> list[str]:
     lines: list[str] = []
     keys: dict[int, list[Key]] = {c: [] for c in per_client}
@@ -408,9 +426,22 @@ async def measure(
             for port, _ in targets.values():  # warm-up round, not measured
                 await batch(port, concurrency, 1, Samples(), [])
             results = {name: Samples() for name in targets}
+            # Staggered arrivals: client i starts i/concurrency of a request's
+            # length after the first, so requests arrive spread out as from
+            # independent users; --burst starts all together (steady pacing
+            # then keeps them in lock-step: every new request arrives with
+            # concurrency - 1 others, the proxy's worst case).
+            stagger = 0.0 if burst else TOKENS * TOKEN_DELAY / concurrency
             for _ in range(rounds):
                 for name, (port, watched) in targets.items():
-                    await batch(port, concurrency, per_client[concurrency], results[name], watched)
+                    await batch(
+                        port,
+                        concurrency,
+                        per_client[concurrency],
+                        results[name],
+                        watched,
+                        stagger,
+                    )
             lines += report(concurrency, results)
             keys[concurrency].append(key_numbers(results))
             if concurrency == 8:
@@ -430,7 +461,12 @@ async def measure(
 
 
 async def run(
-    per_client: dict[int, int], rounds: int, runs: int, pin: bool, gateway_args: list[str]
+    per_client: dict[int, int],
+    rounds: int,
+    runs: int,
+    pin: bool,
+    burst: bool,
+    gateway_args: list[str],
 ) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -521,7 +557,8 @@ async def run(
                 "\n".join(
                     [
                         f"gateway benchmark: {runs} run(s) of {rounds} interleaved rounds per "
-                        f"concurrency; {len(cpus)} CPUs; {placement}; load from one Python "
+                        f"concurrency; {len(cpus)} CPUs; {placement}; "
+                        f"{'burst' if burst else 'staggered'} arrivals; load from one Python "
                         f"process (asyncio protocol client); gateway flags: "
                         f"{' '.join(gateway_args) or '(defaults)'}",
                         *notes,
@@ -529,7 +566,7 @@ async def run(
                 ),
                 flush=True,
             )
-            return await measure(targets, per_client, rounds, runs)
+            return await measure(targets, per_client, rounds, runs, burst)
         finally:
             for proc in reversed(procs):
                 proc.send_signal(signal.SIGTERM)
@@ -559,6 +596,11 @@ def main() -> int:
         "--no-pin", action="store_true", help="do not pin the proxy and the load to separate CPUs"
     )
     parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="start every client at once (lock-step arrivals) instead of staggered",
+    )
+    parser.add_argument(
         "--gateway-arg",
         action="append",
         default=[],
@@ -571,7 +613,7 @@ def main() -> int:
         c: max(1, round(n * args.scale)) for c, n in {1: 20, 8: 25, 64: 4}.items() if c in levels
     }
     for line in asyncio.run(
-        run(per_client, args.rounds, args.runs, not args.no_pin, args.gateway_arg)
+        run(per_client, args.rounds, args.runs, not args.no_pin, args.burst, args.gateway_arg)
     ):
         print(line)
     return 0
