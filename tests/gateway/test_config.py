@@ -92,8 +92,8 @@ def test_bad_environment_value_names_the_flag() -> None:
 
 
 def test_event_loop_flag_and_choice() -> None:
-    assert parse_config([], {}).event_loop == "auto"
-    assert parse_config([], {"LOCALMODEL_GATEWAY_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
+    assert parse_config([], {}).event_loop == "asyncio"
+    assert parse_config([], {"LOCALMODEL_GATEWAY_EVENT_LOOP": "auto"}).event_loop == "auto"
     assert loop_factory("asyncio") == (None, "asyncio")
     factory, name = loop_factory("auto")
     try:

@@ -46,9 +46,11 @@ class GatewayConfig:
     idle_timeout: float = 30.0
     # A request body must arrive within this many seconds.
     body_timeout: float = 30.0
-    # auto: uvloop when it is installed (less CPU per relayed token), else
-    # asyncio's own loop; uvloop: require it.
-    event_loop: EventLoop = "auto"
+    # asyncio's own loop by default. uvloop costs less CPU per relayed token
+    # but added more p99 latency when requests arrive together (it defers
+    # writes to the end of a loop pass): opt in with uvloop (required) or
+    # auto (uvloop when installed). See docs/gateway.md, Overhead benchmark.
+    event_loop: EventLoop = "asyncio"
 
 
 def _int_at_least(minimum: int) -> Callable[[str, str], int]:
@@ -160,7 +162,7 @@ flags (each also read from LOCALMODEL_GATEWAY_<FLAG>, e.g. LOCALMODEL_GATEWAY_MA
   --max-body-bytes N    request body limit, 413 above it (default 8388608)
   --idle-timeout S      close connections idle or sending headers this long (default 30)
   --body-timeout S      a request body must arrive within this time (default 30)
-  --event-loop NAME     auto | asyncio | uvloop (default auto: uvloop if installed)
+  --event-loop NAME     asyncio | uvloop | auto (default asyncio; auto: uvloop if installed)
 """
 
 
