@@ -19,6 +19,7 @@ from localmodel.desired import DesiredState, desired_state
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list
+from localmodel.facts.quantity import format_bytes
 from localmodel.render import RenderOptions
 from localmodel.rules.docs import rules_markdown
 
@@ -97,10 +98,7 @@ def parse_models(paths: Sequence[str]) -> list[LocalModel]:
 def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
     nodes: list[NodeFacts] = []
     for path in paths:
-        items = []
         for where, doc in _documents(path):
-            items.append((where, doc))
-        for where, doc in items:
             try:
                 if isinstance(doc, dict) and doc.get("kind") == "Node":
                     nodes.append(from_node(doc))
@@ -142,7 +140,7 @@ def explain(state: DesiredState) -> str:
             t = rep.tuning
             lines.append(
                 f"  replica {rep.replica} -> node {rep.node}: threads={t.threads} "
-                f"cpu={t.cpu} memory={r.status.placements[rep.replica].memory} "
+                f"cpu={t.cpu} memory={format_bytes(t.memory_bytes)} "
                 f"flashAttention={t.flash_attention.value} kvCache={t.kv_cache.value}"
             )
             if rep.reason:

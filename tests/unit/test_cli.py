@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from localmodel.api import LocalModel
 from localmodel.cli import main
+from localmodel.commands import explain
+from localmodel.desired import desired_state
+from localmodel.facts import NodeFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
+FLEET = (
+    "-f",
+    str(EX / "models.yaml"),
+    "--nodes",
+    str(EX / "nodes-amx.yaml"),
+    "--nodes",
+    str(EX / "nodes-avx2.yaml"),
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -29,8 +42,6 @@ def test_render_example_for_this_machine(capsys: pytest.CaptureFixture[str]) -> 
     status = docs[0]["status"]
     assert {c["type"]: c["status"] for c in status["conditions"]}["Placed"] == "True"
     threads = status["placements"][0]["threads"]
-    import os
-
     assert 1 <= threads <= len(os.sched_getaffinity(0))  # cpu: node on this machine
 
 
@@ -38,12 +49,7 @@ def test_render_against_node_pools_json(capsys: pytest.CaptureFixture[str]) -> N
     rc, out, err = run(
         capsys,
         "render",
-        "-f",
-        str(EX / "models.yaml"),
-        "--nodes",
-        str(EX / "nodes-amx.yaml"),
-        "--nodes",
-        str(EX / "nodes-avx2.yaml"),
+        *FLEET,
         "-o",
         "json",
     )
@@ -60,12 +66,7 @@ def test_explain_lists_placements_and_rules(capsys: pytest.CaptureFixture[str]) 
     rc, out, _ = run(
         capsys,
         "render",
-        "-f",
-        str(EX / "models.yaml"),
-        "--nodes",
-        str(EX / "nodes-amx.yaml"),
-        "--nodes",
-        str(EX / "nodes-avx2.yaml"),
+        *FLEET,
         "--explain",
     )
     assert rc == 0
@@ -147,3 +148,17 @@ def test_crd_and_rules_commands(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "frobnicate")
     assert rc == 2 and "unknown command" in err
+
+
+def test_explain_when_an_earlier_replica_is_unplaced() -> None:
+    model = LocalModel.model_validate(
+        {
+            "metadata": {"name": "q", "namespace": "ai"},
+            "spec": {"model": "qwen3:1.7b", "replicas": 2},
+        }
+    )
+    node = NodeFacts("b", 16000, 64 * 1024**3)
+    state = desired_state([model], [node], now="t", current={"ai/q": [None, "b"]})
+    text = explain(state)
+    assert "replica 1 -> node b: threads=4 cpu=4 memory=" in text
+    assert "Placed  False" in text and "replica 0:" in text
