@@ -116,6 +116,7 @@ def _status(
     now: str,
 ) -> LocalModelStatus:
     want = lm.spec.replicas
+    n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
     conditions = []
     if found:
         msg = "; ".join(str(p) for p in found)
@@ -143,13 +144,11 @@ def _status(
                 )
             )
         else:
-            n = sum(1 for r in replicas if ready.get(r.replica))
-            ok = (n == want and want > 0) or want == 0
+            ok = n_ready == want
             reason = "AllReplicasReady" if ok else "ReplicasNotReady"
             conditions.append(
-                _condition("Ready", ok, reason, f"{n}/{want} replicas ready", lm, now)
+                _condition("Ready", ok, reason, f"{n_ready}/{want} replicas ready", lm, now)
             )
-    n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
     return LocalModelStatus(
         observed_generation=lm.metadata.generation,
         conditions=conditions,

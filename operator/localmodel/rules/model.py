@@ -108,7 +108,6 @@ class Settings:
     flash_attention: FlashAttention = FlashAttention.AUTO
     kv_cache: KVCacheType = KVCacheType.F16
     remove_libraries: list[str] = field(default_factory=list)
-    guaranteed: bool = False
     memory_bytes: int = 0
     memory_parts: dict[str, int] = field(default_factory=dict)
     storage_bytes: int = 0

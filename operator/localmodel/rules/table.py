@@ -131,14 +131,17 @@ def _amx_forced(ctx: Context, s: Settings) -> str | None:
     if not ctx.spec.placement.safe_cpu_path:
         return None
     effect = _amx_safe_path(ctx, s)
-    if AMX_LIBRARY not in s.remove_libraries:
-        s.remove_libraries.append(AMX_LIBRARY)
+    _remove_amx_library(s)
     return effect + f", remove {AMX_LIBRARY} at start" + _features_note(ctx)
 
 
-def _amx_library(ctx: Context, s: Settings) -> str | None:
+def _remove_amx_library(s: Settings) -> None:
     if AMX_LIBRARY not in s.remove_libraries:
         s.remove_libraries.append(AMX_LIBRARY)
+
+
+def _amx_library(ctx: Context, s: Settings) -> str | None:
+    _remove_amx_library(s)
     return f"remove {AMX_LIBRARY} at container start" + _features_note(ctx)
 
 
@@ -204,7 +207,7 @@ def _memory_explicit(ctx: Context, s: Settings) -> str | None:
 
 
 def _guaranteed(ctx: Context, s: Settings) -> str | None:
-    s.guaranteed = True
+    # The renderer always writes requests = limits; this rule records why.
     return f"requests = limits: cpu {s.cpu}, memory {format_bytes(s.memory_bytes)}"
 
 
