@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from localmodel.api import LocalModel
 from localmodel.crd import crd_yaml
 from localmodel.desired import DesiredState, desired_state
+from localmodel.errors import InvalidObject, format_errors, parse_local_model
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list
@@ -49,41 +48,15 @@ def _documents(path: str) -> Iterator[tuple[str, Any]]:
             yield where, doc
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("int", "str", "literal['node']", "constrained-int"):
-            continue  # pydantic's union branch names are noise to a user
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 def parse_models(paths: Sequence[str]) -> list[LocalModel]:
     models: list[LocalModel] = []
     errors: list[str] = []
     for path in paths:
         for where, doc in _documents(path):
-            if not isinstance(doc, dict):
-                errors.append(f"{where}: expected a LocalModel object, got {type(doc).__name__}")
-                continue
-            name = (doc.get("metadata") or {}).get("name", "?")
             try:
-                models.append(LocalModel.model_validate(doc))
-            except ValidationError as e:
-                seen = set()
-                for err in e.errors():
-                    field, msg = _loc(err["loc"]), err["msg"].removeprefix("Value error, ")
-                    # Cross-field rules name their field in the message: "kvCache: ...".
-                    head, sep, rest = msg.partition(": ")
-                    if sep and re.fullmatch(r"[a-zA-Z][a-zA-Z.]*", head):
-                        field, msg = f"{field}.{head}", rest
-                    line = f"{where}: LocalModel {name}: {field}: {msg}"
-                    if line not in seen:
-                        seen.add(line)
-                        errors.append(line)
+                models.append(parse_local_model(doc))
+            except InvalidObject as e:
+                errors.append(format_errors(e.errors, where=where, obj=f"{e.kind} {e.name}"))
     keys = [m.key for m in models]
     errors += [
         f"LocalModel {k} is given more than once" for k in sorted(set(keys)) if keys.count(k) > 1

@@ -20,6 +20,7 @@ from localmodel.api import (
     PlacementStatus,
 )
 from localmodel.catalog import lookup
+from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
 from localmodel.facts.quantity import format_bytes
 from localmodel.planner import ModelDemand, Plan, Toleration, Unplaced, Usage, plan
@@ -33,7 +34,7 @@ from localmodel.render import (
     pod_name,
     render_objects,
 )
-from localmodel.rules import Problem, engine_version, evaluate, problems
+from localmodel.rules import engine_version, evaluate, problems
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a
@@ -44,7 +45,7 @@ _UNKNOWN_NODE = NodeFacts(name="", allocatable_cpu_milli=10**9, allocatable_memo
 @dataclass(frozen=True)
 class ModelResult:
     model: LocalModel
-    problems: tuple[Problem, ...]
+    problems: tuple[FieldError, ...]
     replicas: tuple[ReplicaPlan, ...]
     unplaced: tuple[Unplaced, ...]
     objects: tuple[Manifest, ...]
@@ -109,7 +110,7 @@ def _condition(
 
 def _status(
     lm: LocalModel,
-    found: Sequence[Problem],
+    found: Sequence[FieldError],
     replicas: Sequence[ReplicaPlan],
     unplaced: Sequence[Unplaced],
     ready: Mapping[int, bool] | None,
@@ -119,7 +120,7 @@ def _status(
     n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
     conditions = []
     if found:
-        msg = "; ".join(str(p) for p in found)
+        msg = format_errors(found)
         conditions += [
             _condition("Valid", False, "InvalidSpec", msg, lm, now),
             _condition("Placed", False, "InvalidSpec", "not placed: the spec is invalid", lm, now),

@@ -211,7 +211,7 @@ def test_explicit_memory_below_estimate_warns() -> None:
 
 def test_unknown_model_needs_model_info_or_memory() -> None:
     found = problems(spec(model="acme/secret-model:7b"))
-    assert found and found[0].field == "spec.memory" and "modelInfo" in found[0].message
+    assert found and found[0].field_path == "spec.memory" and "modelInfo" in found[0].reason
     assert problems(spec(model="acme/secret-model:7b", memory="8Gi")) == []
     info = {"weightsSize": "4Gi", "layers": 32, "kvHeads": 8}
     assert problems(spec(model="acme/secret-model:7b", modelInfo=info)) == []

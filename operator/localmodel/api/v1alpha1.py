@@ -18,6 +18,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from localmodel.errors import FieldError
+
 # Kubernetes resource quantity (apimachinery's regex, simplified to what we accept).
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?|m)?$"
 # An Ollama keep_alive: a Go duration ("5m", "-1m", "24h") or a number of seconds ("-1").
@@ -67,10 +69,14 @@ _T = TypeVar("_T")
 
 
 def enforce(rules: tuple[CrossFieldRule, ...], obj: _T) -> _T:
-    """Python's half of the cross-field rules: the first broken one raises."""
+    """Python's half of the cross-field rules: the first broken one raises.
+
+    The FieldError's path is relative to the object the rules sit on; the
+    caller (`localmodel.errors.parse_local_model`) roots it.
+    """
     for rule in rules:
         if not rule.check(obj):
-            raise ValueError(f"{rule.field_path}: {rule.message}")
+            raise FieldError(rule.field_path, rule.message)
     return obj
 
 

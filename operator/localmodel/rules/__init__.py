@@ -1,6 +1,6 @@
 """Tuning rules: data with sources, and a small ordered evaluator."""
 
-from localmodel.rules.evaluate import Problem, Tuning, engine_version, evaluate, problems, tune
+from localmodel.rules.evaluate import Tuning, engine_version, evaluate, problems, tune
 from localmodel.rules.model import Decision, Rule
 from localmodel.rules.table import RULES, RULES_BY_ID
 
@@ -8,7 +8,6 @@ __all__ = [
     "RULES",
     "RULES_BY_ID",
     "Decision",
-    "Problem",
     "Rule",
     "Tuning",
     "engine_version",

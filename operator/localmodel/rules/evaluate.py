@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import ModelShape, lookup
+from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
 from localmodel.rules.model import (
     Context,
@@ -36,17 +37,6 @@ class Tuning:
     warnings: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Problem:
-    """Why a spec cannot be acted on: the field and the reason."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
 def engine_version(spec: LocalModelSpec) -> Version | None:
     """spec.engine.version, else the image tag, else unknown."""
     if spec.engine.version:
@@ -54,12 +44,15 @@ def engine_version(spec: LocalModelSpec) -> Version | None:
     return image_version(spec.engine.resolved_image())
 
 
-def problems(spec: LocalModelSpec) -> list[Problem]:
-    """What the schema cannot catch but the rules need (Valid=False when non-empty)."""
+def problems(spec: LocalModelSpec) -> list[FieldError]:
+    """What the schema cannot catch but the rules need (Valid=False when non-empty).
+
+    Paths are rooted at the LocalModel, like `parse_local_model`'s.
+    """
     found = []
     if spec.memory == "auto" and lookup(spec.model, spec.model_info) is None:
         found.append(
-            Problem(
+            FieldError(
                 "spec.memory",
                 f"model {spec.model!r} is not in the built-in catalog, so memory cannot be "
                 "sized automatically: set spec.modelInfo (weightsSize, layers, kvHeads, "

@@ -1,0 +1,101 @@
+"""FieldError / InvalidObject / parse_local_model / format_errors: errors carry their field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from localmodel.errors import FieldError, InvalidObject, format_errors, parse_local_model
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "localmodel.dev/v1alpha1",
+        "kind": "LocalModel",
+        "metadata": {"name": "m", "namespace": "ai"},
+        "spec": {"model": "qwen3:1.7b", **spec},
+    }
+
+
+def errors_of(obj: object) -> InvalidObject:
+    with pytest.raises(InvalidObject) as info:
+        parse_local_model(obj)
+    return info.value
+
+
+def test_field_error_is_a_value_error_with_path_and_reason() -> None:
+    e = FieldError("spec.kvCache", "needs flash attention")
+    assert isinstance(e, ValueError)
+    assert (e.field_path, e.reason, str(e)) == (
+        "spec.kvCache",
+        "needs flash attention",
+        "spec.kvCache: needs flash attention",
+    )
+    assert e.under("x") == FieldError("x.spec.kvCache", "needs flash attention")
+    nested = FieldError("[0].key", "r").under("spec.tolerations")
+    assert nested.field_path == "spec.tolerations[0].key"
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"kvCache": "q4_0", "flashAttention": "disabled"}, "spec.kvCache", "flash attention"),
+        ({"cpu": 0}, "spec.cpu", "positive integer"),
+        ({"engine": {"name": "llama-server"}}, "spec.engine.name", "reserved"),
+        (
+            {"placement": {"tolerations": [{"operator": "Exists"}, {"operator": "Equal"}]}},
+            "spec.placement.tolerations[1].key",
+            "operator Exists",
+        ),
+        ({"env": [{"name": "OLLAMA_HOST", "value": "x"}]}, "spec.env", "manages"),
+        ({"context": 10}, "spec.context", "greater than"),
+        ({"modle": "x"}, "spec.modle", "Extra inputs"),
+    ],
+)
+def test_cross_field_and_type_errors_are_rooted_at_the_object(
+    spec: dict[str, Any], path: str, words: str
+) -> None:
+    e = errors_of(body(**spec))
+    assert (e.kind, e.name) == ("LocalModel", "ai/m")
+    assert path in [f.field_path for f in e.errors], e.errors
+    assert any(words in f.reason for f in e.errors if f.field_path == path)
+    # The rule's message stands alone: no field path left inside the reason.
+    assert not any(f.reason.startswith(f.field_path.rsplit(".", 1)[-1] + ":") for f in e.errors)
+
+
+def test_every_error_is_reported_not_only_the_first() -> None:
+    e = errors_of(body(cpu=0, context=10, slots=0))
+    assert {"spec.cpu", "spec.context", "spec.slots"} <= {f.field_path for f in e.errors}
+
+
+@pytest.mark.parametrize(
+    ("obj", "name"),
+    [
+        (None, "?"),
+        ([1, 2], "?"),
+        ("text", "?"),
+        ({"metadata": "x", "spec": {}}, "?"),
+        ({"metadata": {"name": "n"}, "spec": 5}, "n"),
+        ({"metadata": {"name": 7}}, "?"),
+    ],
+)
+def test_anything_that_is_not_a_local_model_raises_invalid_object(obj: object, name: str) -> None:
+    e = errors_of(obj)
+    assert e.errors and e.name == name
+    assert str(e).startswith(f"LocalModel {name}")
+
+
+def test_format_errors_is_one_line_per_error_prefixed_by_where_and_object() -> None:
+    errs = [FieldError("spec.cpu", "bad"), FieldError("metadata.name", "worse")]
+    assert format_errors(errs) == "spec.cpu: bad\nmetadata.name: worse"
+    assert format_errors(errs, where="m.yaml[1]", obj="LocalModel ai/m") == (
+        "m.yaml[1]: LocalModel ai/m: spec.cpu: bad\n"
+        "m.yaml[1]: LocalModel ai/m: metadata.name: worse"
+    )
+    assert format_errors(errs[:1] * 2, obj="LocalModel m") == "LocalModel m: spec.cpu: bad"
+
+
+def test_a_valid_body_parses() -> None:
+    lm = parse_local_model(body(cpu=2))
+    assert lm.key == "ai/m" and lm.spec.cpu == 2
