@@ -1,50 +1,68 @@
-"""The `localmodel` command: render | doctor | crd | gateway | probe | run."""
+"""The `localmodel` command: one subcommand per entry of `COMMANDS`.
+
+The usage text is derived from `COMMANDS`, so it lists exactly the commands
+that exist: add an entry and it shows up in `localmodel --help`.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-
-USAGE = """usage: localmodel COMMAND [ARGS]
-
-commands:
-  render    print every object the operator would create (offline)
-  crd       print the LocalModel CustomResourceDefinition
-  rules     print the tuning rules table (markdown)
-  gateway   run the slot gate in front of an engine
-  doctor    walk the field debugging order against a cluster or this machine
-  probe     print this machine's node facts (and the labels the probe would set)
-  run       run the operator against the current kubeconfig
-"""
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
-def _lazy(module: str, func: str) -> Callable[[Sequence[str]], int]:
-    def call(argv: Sequence[str]) -> int:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand, imported only when it runs (`localmodel --help` stays fast)."""
+
+    summary: str  # one line for the usage text
+    module: str
+    func: str  # module.func(argv) -> exit status
+
+    def __call__(self, argv: Sequence[str]) -> int:
         import importlib
 
-        target: Callable[[Sequence[str]], int] = getattr(importlib.import_module(module), func)
-        return target(argv)
-
-    return call
+        result: int = getattr(importlib.import_module(self.module), self.func)(argv)
+        return result
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "render": _lazy("localmodel.commands", "render_main"),
-    "crd": _lazy("localmodel.commands", "crd_main"),
-    "rules": _lazy("localmodel.commands", "rules_main"),
-    "probe": _lazy("localmodel.commands", "probe_main"),
-    "gateway": _lazy("localmodel.gateway.cli", "run_cli"),
+COMMANDS: dict[str, Command] = {
+    "render": Command(
+        "print every object the operator would create (offline)",
+        "localmodel.commands",
+        "render_main",
+    ),
+    "crd": Command(
+        "print the LocalModel CustomResourceDefinition", "localmodel.commands", "crd_main"
+    ),
+    "rules": Command(
+        "print the tuning rules table (markdown)", "localmodel.commands", "rules_main"
+    ),
+    "gateway": Command(
+        "run the slot gate in front of an engine", "localmodel.gateway.cli", "run_cli"
+    ),
+    "probe": Command(
+        "print this machine's node facts (and the labels the probe would set)",
+        "localmodel.commands",
+        "probe_main",
+    ),
 }
+
+
+def usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"  {name:<{width}}  {c.summary}" for name, c in COMMANDS.items()]
+    return "usage: localmodel COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE)
+        print(usage())
         return 0
     command = COMMANDS.get(args[0])
     if command is None:
-        print(f"localmodel: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
+        print(f"localmodel: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
     try:
         return command(args[1:])

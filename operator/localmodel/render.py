@@ -18,15 +18,15 @@ from typing import Any
 
 from localmodel import API_VERSION, KIND, __version__
 from localmodel.api import LocalModel
+from localmodel.engines import ollama
 from localmodel.facts.quantity import format_bytes
 from localmodel.rules import Tuning
-from localmodel.rules.table import ENGINE_PORT, OLLAMA_HOME
 
 Manifest = dict[str, Any]
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
 GATEWAY_PORT = 8080
-SERVICE_PORT = 11434  # callers keep Ollama's port; the Service targets the gateway
+SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
 GATEWAY_MEMORY_BYTES = 256 * 1024**2
 MODELFILE_DIR = "/etc/localmodel"
@@ -200,16 +200,16 @@ def init_script(lm: LocalModel, tuning: Tuning) -> str:
 
 def _engine_command(tuning: Tuning) -> dict[str, Any]:
     if not tuning.remove_libraries:
-        return {"args": ["serve"]}
+        return {"args": [ollama.SERVE]}
     removal = " ".join(shlex.quote(p) for p in tuning.remove_libraries)
-    return {"command": ["/bin/sh", "-c", f"rm -f {removal}; exec /bin/ollama serve"]}
+    return {"command": ["/bin/sh", "-c", f"rm -f {removal}; exec {ollama.BINARY} {ollama.SERVE}"]}
 
 
 def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
     """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables."""
     gw, spec = lm.spec.gateway, lm.spec
     return {
-        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{ENGINE_PORT}",
+        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{ollama.PORT}",
         "LOCALMODEL_GATEWAY_ENGINE": spec.engine.name.value,
         "LOCALMODEL_GATEWAY_LISTEN": f"0.0.0.0:{GATEWAY_PORT}",
         "LOCALMODEL_GATEWAY_MODEL": spec.model,
@@ -223,67 +223,88 @@ def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
     }
 
 
-def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
-    t = r.tuning
-    image = lm.spec.engine.resolved_image()
-    engine_resources = _resources(str(t.cpu), format_bytes(t.memory_bytes))
-    mounts = [
-        {"name": "weights", "mountPath": OLLAMA_HOME},
+def _engine_resources(t: Tuning) -> dict[str, Any]:
+    return _resources(str(t.cpu), format_bytes(t.memory_bytes))
+
+
+def _engine_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "weights", "mountPath": ollama.HOME},
         {"name": "modelfile", "mountPath": MODELFILE_DIR, "readOnly": True},
     ]
-    engine_env = dict(t.env) | {e.name: e.value for e in lm.spec.env}
-    engine: dict[str, Any] = {
+
+
+def build_engine_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    """The Ollama server: the tuned environment, whole CPUs, the weights volume.
+
+    Without the gateway it is what the Service targets, so it has the readiness
+    probe; with it the gateway's probe speaks for the pod.
+    """
+    t = r.tuning
+    engine: Manifest = {
         "name": "ollama",
-        "image": image,
+        "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         **_engine_command(t),
-        "env": _env(engine_env),
-        "ports": [{"name": "engine", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
-        "resources": engine_resources,
-        "volumeMounts": mounts,
+        "env": _env(dict(t.env) | {e.name: e.value for e in lm.spec.env}),
+        "ports": [{"name": "engine", "containerPort": ollama.PORT, "protocol": "TCP"}],
+        "resources": _engine_resources(t),
+        "volumeMounts": _engine_mounts(),
     }
     if not lm.spec.gateway.enabled:
         engine["readinessProbe"] = {
-            "httpGet": {"path": "/api/version", "port": "engine"},
+            "httpGet": {"path": ollama.HEALTH_PATH, "port": "engine"},
             "periodSeconds": 5,
         }
-    containers = [engine]
-    if lm.spec.gateway.enabled:
-        containers.append(
-            {
-                "name": "gateway",
-                "image": lm.spec.gateway.image or options.operator_image,
-                "imagePullPolicy": options.pull_policy,
-                "command": ["localmodel", "gateway"],
-                "env": _env(gateway_env(lm, t)),
-                "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
-                "readinessProbe": {
-                    "httpGet": {"path": "/readyz", "port": "http"},
-                    "periodSeconds": 5,
-                },
-                "livenessProbe": {
-                    "httpGet": {"path": "/healthz", "port": "http"},
-                    "periodSeconds": 10,
-                    "failureThreshold": 6,
-                },
-                "resources": _resources(
-                    f"{GATEWAY_CPU_MILLI}m", format_bytes(GATEWAY_MEMORY_BYTES)
-                ),
-            }
-        )
-    init = {
+    return engine
+
+
+def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    """The slot gate sidecar (`localmodel gateway`), configured by environment."""
+    return {
+        "name": "gateway",
+        "image": lm.spec.gateway.image or options.operator_image,
+        "imagePullPolicy": options.pull_policy,
+        "command": ["localmodel", "gateway"],
+        "env": _env(gateway_env(lm, r.tuning)),
+        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "resources": _resources(f"{GATEWAY_CPU_MILLI}m", format_bytes(GATEWAY_MEMORY_BYTES)),
+    }
+
+
+def build_init_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    """Pulls the weights when the volume lacks them and builds the tuned model
+    (`init_script`), with the engine's image, resources and mounts."""
+    t = r.tuning
+    return {
         "name": "pull",
-        "image": image,
+        "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         "command": ["/bin/sh", "-c", init_script(lm, t)],
         "env": _env(
             {k: v for k, v in t.env.items() if k in ("OLLAMA_MODELS", "GOMAXPROCS")}
-            | {"OLLAMA_HOST": f"127.0.0.1:{ENGINE_PORT}"}
+            | {"OLLAMA_HOST": f"127.0.0.1:{ollama.PORT}"}
         ),
-        "resources": engine_resources,
-        "volumeMounts": mounts,
+        "resources": _engine_resources(t),
+        "volumeMounts": _engine_mounts(),
     }
-    spec: dict[str, Any] = {
+
+
+def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    """The pod spec: bound to the planned node, the containers, the volumes."""
+    containers = [build_engine_container(lm, r, options)]
+    if lm.spec.gateway.enabled:
+        containers.append(build_gateway_container(lm, r, options))
+    spec: Manifest = {
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -298,7 +319,7 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             }
         },
         "enableServiceLinks": False,
-        "initContainers": [init],
+        "initContainers": [build_init_container(lm, r, options)],
         "containers": containers,
         "volumes": [
             {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name(lm, r.replica)}},
@@ -318,7 +339,16 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             t.model_dump(by_alias=True, exclude_none=True, mode="json")
             for t in lm.spec.placement.tolerations
         ]
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return spec
+
+
+def pod_spec_hash(spec: Manifest) -> str:
+    """The pod-spec digest the operator compares to see whether a pod is stale."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
+    spec = build_pod_spec(lm, r, options)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -328,8 +358,8 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             labels={LABEL_REPLICA: str(r.replica)},
             annotations={
                 ANNOTATION_NODE: r.node,
-                ANNOTATION_THREADS: str(t.threads),
-                ANNOTATION_HASH: digest,
+                ANNOTATION_THREADS: str(r.tuning.threads),
+                ANNOTATION_HASH: pod_spec_hash(spec),
             },
         ),
         "spec": spec,

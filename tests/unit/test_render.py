@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
+from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
-from localmodel.rules.table import AMX_LIBRARY
+from localmodel.render import pod_spec_hash
 
 GiB = 1024**3
 NOW = "2026-11-29T00:00:00Z"
@@ -195,6 +197,48 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
     ready3 = next(c for c in up.models[0].status.conditions if c.type == "Ready")
     assert (ready3.status.value, ready3.last_transition_time) == ("True", "2027-01-01T00:00:00Z")
     assert up.models[0].status.ready == "1/1"
+
+
+# The pod-spec hash is how the operator tells a stale pod: a refactor of the
+# renderer must not change it (or every pod in every cluster restarts).
+PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
+    ("default", {"cpu": 4}, None, "a1457014dfe61b18"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "4bfe6fd0a959579e"),
+    ("AMX guard", {"engine": {"version": "0.31.0"}}, [node(flags=AMX)], "7845923e71806dd6"),
+    (
+        "env, placement, storage",
+        {
+            "env": [{"name": "OLLAMA_DEBUG", "value": "1"}],
+            "placement": {
+                "nodeSelector": {"pool": "a"},
+                "tolerations": [{"key": "ai", "operator": "Exists"}],
+            },
+            "storage": {"size": "30Gi", "storageClassName": "local"},
+        },
+        [node(labels={"pool": "a"}, taints=(Taint("ai", "", "NoSchedule"),))],
+        "a11ea082efe59ebc",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "ns", "digest"), PINNED_POD_SPEC_HASHES)
+def test_pod_spec_hash_is_stable(
+    case: str, spec: dict[str, Any], ns: list[NodeFacts] | None, digest: str
+) -> None:
+    pod = objects(lm(**spec), ns)["Pod/qwen3-0"]
+    assert pod["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"] == digest, case
+    assert pod_spec_hash(pod["spec"]) == digest
+
+
+def test_containers_share_no_objects() -> None:
+    """Each builder returns fresh objects: changing one container never changes
+    another (and YAML output carries no anchors)."""
+    pod = objects(lm(cpu=4))["Pod/qwen3-0"]
+    c = containers(pod)
+    c["pull"]["resources"]["limits"]["cpu"] = "99"
+    c["pull"]["volumeMounts"].clear()
+    assert c["ollama"]["resources"]["limits"]["cpu"] == "4"
+    assert len(c["ollama"]["volumeMounts"]) == 2
 
 
 # --- properties -----------------------------------------------------------

@@ -8,10 +8,11 @@ import pytest
 
 from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import CATALOG, lookup, normalize
+from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
 from localmodel.rules.model import VersionRange, image_version, parse_version
-from localmodel.rules.table import AMX_LIBRARY, COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
 
 GiB = 1024**3
 MiB = 1024**2

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from localmodel.engines import llama_server, ollama
 from localmodel.errors import FieldError
 
 # Kubernetes resource quantity (apimachinery's regex, simplified to what we accept).
@@ -102,9 +103,8 @@ class FlashAttention(StrEnum):
 
 
 DEFAULT_IMAGES: dict[EngineName, str] = {
-    # v0.32.2 carries the fix for the AMX (sapphirerapids) crash (ollama PR #17244).
-    EngineName.OLLAMA: "docker.io/ollama/ollama:0.32.2",
-    EngineName.LLAMA_SERVER: "ghcr.io/ggml-org/llama.cpp:server",
+    EngineName.OLLAMA: ollama.IMAGE,
+    EngineName.LLAMA_SERVER: llama_server.IMAGE,
 }
 
 
@@ -119,7 +119,7 @@ class Engine(_Base):
     image: str | None = Field(
         None,
         description="Engine container image. Defaults to a pinned image per engine "
-        "(ollama: docker.io/ollama/ollama:0.32.2).",
+        f"(ollama: {ollama.IMAGE}).",
         min_length=1,
     )
     version: str | None = Field(

@@ -2,7 +2,7 @@
 
 Sources cite /work/shared/docs/ENGINE-FACTS.md entries as `repo path` or
 `repo#issue`. `docs/rules.md` is generated from this table
-(`localmodel rules --markdown`); never edit that file by hand.
+(`localmodel rules --write docs/rules.md`); never edit that file by hand.
 """
 
 from __future__ import annotations
@@ -10,16 +10,12 @@ from __future__ import annotations
 from fractions import Fraction
 
 from localmodel.api import FlashAttention, KVCacheType
+from localmodel.engines import ollama
 from localmodel.facts.quantity import format_bytes, parse_bytes
 from localmodel.rules.model import Context, CpuCondition, Rule, Settings, VersionRange
 
 GiB = 1024**3
 MiB = 1024**2
-
-OLLAMA_HOME = "/root/.ollama"
-OLLAMA_MODELS_DIR = f"{OLLAMA_HOME}/models"
-ENGINE_PORT = 11434
-AMX_LIBRARY = "/usr/lib/ollama/libggml-cpu-sapphirerapids.so"
 
 # Ollama adds 768 MiB to 2 GiB of compute buffers per load for batches
 # (ENGINE-FACTS.md, Memory); we budget 1 GiB, plus the Ollama server and runner
@@ -86,8 +82,8 @@ def _one_model(ctx: Context, s: Settings) -> str | None:
     bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
     s.env.update(
         {
-            "OLLAMA_HOST": f"{bind}:{ENGINE_PORT}",
-            "OLLAMA_MODELS": OLLAMA_MODELS_DIR,
+            "OLLAMA_HOST": f"{bind}:{ollama.PORT}",
+            "OLLAMA_MODELS": ollama.MODELS_DIR,
             "OLLAMA_MAX_LOADED_MODELS": "1",
             "OLLAMA_NUM_PARALLEL": str(spec.slots),
             "OLLAMA_CONTEXT_LENGTH": str(spec.context),
@@ -100,7 +96,7 @@ def _one_model(ctx: Context, s: Settings) -> str | None:
     return (
         f"OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL={spec.slots}, "
         f"OLLAMA_CONTEXT_LENGTH={spec.context}, OLLAMA_KEEP_ALIVE={spec.keep_alive}, "
-        f"OLLAMA_MODELS={OLLAMA_MODELS_DIR}, engine on {bind}:{ENGINE_PORT}"
+        f"OLLAMA_MODELS={ollama.MODELS_DIR}, engine on {bind}:{ollama.PORT}"
     )
 
 
@@ -132,17 +128,17 @@ def _amx_forced(ctx: Context, s: Settings) -> str | None:
         return None
     effect = _amx_safe_path(ctx, s)
     _remove_amx_library(s)
-    return effect + f", remove {AMX_LIBRARY} at start" + _features_note(ctx)
+    return effect + f", remove {ollama.AMX_LIBRARY} at start" + _features_note(ctx)
 
 
 def _remove_amx_library(s: Settings) -> None:
-    if AMX_LIBRARY not in s.remove_libraries:
-        s.remove_libraries.append(AMX_LIBRARY)
+    if ollama.AMX_LIBRARY not in s.remove_libraries:
+        s.remove_libraries.append(ollama.AMX_LIBRARY)
 
 
 def _amx_library(ctx: Context, s: Settings) -> str | None:
     _remove_amx_library(s)
-    return f"remove {AMX_LIBRARY} at container start" + _features_note(ctx)
+    return f"remove {ollama.AMX_LIBRARY} at container start" + _features_note(ctx)
 
 
 def _features_note(ctx: Context) -> str:
@@ -214,13 +210,13 @@ def _guaranteed(ctx: Context, s: Settings) -> str | None:
 def _volume(ctx: Context, s: Settings) -> str | None:
     if ctx.spec.storage.size is not None:
         s.storage_bytes = parse_bytes(ctx.spec.storage.size)
-        return f"volume {ctx.spec.storage.size} at {OLLAMA_HOME} (from spec)"
+        return f"volume {ctx.spec.storage.size} at {ollama.HOME} (from spec)"
     # Weights never exceed the memory limit (no mmap on CPU), so without a
     # known size the limit bounds them.
     weights = ctx.shape.weights_bytes if ctx.shape is not None else s.memory_bytes
     # Twice the weights: an updated tag's new blobs land before the old are pruned.
     s.storage_bytes = _ceil_gib(2 * weights + GiB)
-    return f"volume {format_bytes(s.storage_bytes)} at {OLLAMA_HOME} (2 x weights + 1Gi)"
+    return f"volume {format_bytes(s.storage_bytes)} at {ollama.HOME} (2 x weights + 1Gi)"
 
 
 AMX = CpuCondition(AMX_FLAGS, unknown=True)
@@ -249,7 +245,7 @@ RULES: tuple[Rule, ...] = (
         title="One model per pod, one slot with the full context",
         effect="OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL=slots, "
         "OLLAMA_CONTEXT_LENGTH=context, OLLAMA_KEEP_ALIVE=keepAlive, OLLAMA_MODELS under "
-        "/root/.ollama, engine bound to loopback behind the gateway",
+        f"{ollama.HOME}, engine bound to loopback behind the gateway",
         reason="defaults load up to 3 models on CPU and a 4096 context; models sharing a "
         "pod split memory, slots and cores",
         source="ollama envconfig/config.go",
@@ -278,7 +274,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="amx-remove-cpu-variant",
         title="Remove the crashing sapphirerapids CPU variant",
-        effect=f"delete {AMX_LIBRARY} at container start",
+        effect=f"delete {ollama.AMX_LIBRARY} at container start",
         reason="0.30.0-0.32.1 ship a sapphirerapids variant that segfaults on AMX hosts; "
         "OLLAMA_LLM_LIBRARY does not choose a CPU variant in these versions",
         source="ollama#17205 (maintainer workaround); ggml cpu-feats-x86.cpp",
@@ -289,7 +285,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="amx-safe-path-forced",
         title="Admin-forced safe CPU path",
-        effect=f"flash attention off, OLLAMA_LLM_LIBRARY=cpu_avx2, delete {AMX_LIBRARY}",
+        effect=f"flash attention off, OLLAMA_LLM_LIBRARY=cpu_avx2, delete {ollama.AMX_LIBRARY}",
         reason="the admin asked for the safe path on AMX nodes whatever the engine version",
         source="ENGINE-FACTS.md AMX; spec.placement.safeCpuPath",
         apply=_amx_forced,
@@ -337,7 +333,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="weights-volume",
         title="Weights on a persistent volume",
-        effect="a PVC per replica at /root/.ollama; the init step pulls only when missing",
+        effect=f"a PVC per replica at {ollama.HOME}; the init step pulls only when missing",
         reason="without it every restart downloads gigabytes again",
         source="PRODUCT.md problem 3; ollama envconfig OLLAMA_MODELS",
         apply=_volume,
