@@ -7,17 +7,24 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from unittest import mock
+from collections.abc import Mapping, Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import planner
 from localmodel.facts import NodeFacts, Taint
-from localmodel.planner import ModelDemand, Placement, Plan, Toleration, Unplaced, Usage, plan
+from localmodel.planner import (
+    ModelDemand,
+    Placement,
+    Plan,
+    PlannerSettings,
+    Toleration,
+    Unplaced,
+    Usage,
+    plan,
+)
+from localmodel.planner.fit import SortedEntries
 
 G = 1 << 30
 
@@ -393,7 +400,7 @@ def test_message_summarises_a_large_cluster_and_rejections_stay_bounded() -> Non
         "90 with too little free memory (need 5.0 GiB, most free 3.0 GiB), "
         "10 already holding an exclusive model"
     )
-    assert 0 < len(u.rejections) <= 2 * planner._EXAMPLES_PER_CATEGORY
+    assert 0 < len(u.rejections) <= 2 * PlannerSettings().examples_per_category
     assert u.rejections["x000"].startswith("holds exclusive model ai/m")
 
 
@@ -439,24 +446,23 @@ def test_reasons_are_not_part_of_plan_equality() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 30)), max_size=120))
 def test_chunked_sorted_list_matches_a_plain_sorted_list(ops: list[tuple[bool, int]]) -> None:
-    with mock.patch.object(planner._Sorted, "_LOAD", 2):
-        s = planner._Sorted()
-        plain: list[tuple[int, int, str]] = []
-        for add, v in ops:
-            entry = (v % 5, v, f"n{v}")
-            if add and entry not in plain:
-                s.add(entry)
-                plain.append(entry)
-            elif not add and entry in plain:
-                s.remove(entry)
-                plain.remove(entry)
-            plain.sort()
-            assert len(s) == len(plain)
-            assert [s[i] for i in range(len(s))] == plain
-            key = (v % 5, 7, "")
-            expected = sum(1 for e in plain if e < key)
-            assert s.bisect_left(key) == expected
-            assert s.bisect_left(key, 1, 2) == min(max(expected, 1), 2)
+    s = SortedEntries(chunk_size=2)
+    plain: list[tuple[int, int, str]] = []
+    for add, v in ops:
+        entry = (v % 5, v, f"n{v}")
+        if add and entry not in plain:
+            s.add(entry)
+            plain.append(entry)
+        elif not add and entry in plain:
+            s.remove(entry)
+            plain.remove(entry)
+        plain.sort()
+        assert len(s) == len(plain)
+        assert [s[i] for i in range(len(s))] == plain
+        key = (v % 5, 7, "")
+        expected = sum(1 for e in plain if e < key)
+        assert s.bisect_left(key) == expected
+        assert s.bisect_left(key, 1, 2) == min(max(expected, 1), 2)
 
 
 # ---------------------------------------------------------------- properties
@@ -518,20 +524,13 @@ Problem = tuple[list[ModelDemand], list[NodeFacts], dict[str, list[str | None]],
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@contextmanager
-def index_variant(variant: str) -> Iterator[None]:
-    """Run the planner on its other code paths: views for every selector instead
-    of direct search, tiny chunks, and counted (not per-node) explanations."""
-    if variant == "default":
-        yield
-        return
-    with (
-        mock.patch.object(planner, "_DIRECT_SEARCH", 0),
-        mock.patch.object(planner._Sorted, "_LOAD", 1),
-        mock.patch.object(planner, "_MAX_REJECTIONS", 0),
-        mock.patch.object(planner, "_LIST_NODES", 0),
-    ):
-        yield
+# The planner's other code paths: views for every selector instead of direct
+# search, tiny chunks, and counted (not per-node) explanations.
+VARIANTS = {
+    "default": PlannerSettings(),
+    "other-paths": PlannerSettings(direct_search=0, chunk_size=1, max_rejections=0, list_nodes=0),
+}
+COUNTED = PlannerSettings(max_rejections=0, list_nodes=0)
 
 
 def reference(
@@ -615,8 +614,7 @@ def reference(
 @given(problems())
 def test_plan_matches_the_brute_force_reference(variant: str, problem: Problem) -> None:
     models, nodes, current, usage = problem
-    with index_variant(variant):
-        p = plan(models, nodes, current, usage)
+    p = plan(models, nodes, current, usage, settings=VARIANTS[variant])
     placed, unplaced = reference(models, nodes, current, usage)
     assert {(x.model, x.replica): (x.node, x.cpu) for x in p.placements} == placed
     assert {(u.model, u.replica) for u in p.unplaced} == unplaced
@@ -678,9 +676,8 @@ def test_every_replica_is_placed_or_unplaced_exactly_once(problem: Problem) -> N
 @given(problems())
 def test_re_planning_a_plan_returns_it_unchanged(variant: str, problem: Problem) -> None:
     models, nodes, current, usage = problem
-    with index_variant(variant):
-        p = plan(models, nodes, current, usage)
-        again = plan(models, nodes, p.as_current(), usage)
+    p = plan(models, nodes, current, usage, settings=VARIANTS[variant])
+    again = plan(models, nodes, p.as_current(), usage, settings=VARIANTS[variant])
     assert again == p  # decisions, and unplaced messages and rejections too
     assert all(x.reason.startswith("kept:") for x in again.placements)
 
@@ -724,11 +721,7 @@ def test_unplaced_replicas_are_explained_node_by_node(problem: Problem) -> None:
 def test_counted_explanations_agree_with_node_by_node_ones(problem: Problem) -> None:
     models, nodes, current, usage = problem
     direct = plan(models, nodes, current, usage)
-    with (
-        mock.patch.object(planner, "_MAX_REJECTIONS", 0),
-        mock.patch.object(planner, "_LIST_NODES", 0),
-    ):
-        counted = plan(models, nodes, current, usage)
+    counted = plan(models, nodes, current, usage, settings=COUNTED)
     for d, c in zip(direct.unplaced, counted.unplaced, strict=True):
         assert d.reason == c.reason
         if not nodes:

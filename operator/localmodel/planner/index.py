@@ -1,0 +1,311 @@
+"""The node index, eligibility, and the one definition of "fits".
+
+A *view* is the set of nodes one node selector matches (one view for "no
+selector", one per distinct broad selector); within a view, nodes with the same
+taints form a *taint class*, which keeps its usable nodes in sorted fit lists
+(`ByOccupancy`), one pair per distinct sidecar CPU overhead. A selector that
+matches few nodes gets no view: its nodes are searched directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from localmodel.facts import NodeFacts, Taint
+from localmodel.planner.fit import ByOccupancy, Entry, SortedEntries
+from localmodel.planner.model import ModelDemand, PlannerSettings, Toleration, Usage
+from localmodel.planner.text import gib, need_cpu_text, taint_text
+
+Selector = tuple[tuple[str, str], ...]
+Signature = tuple[Selector, tuple[Toleration, ...]]
+Verdict = tuple[Taint | None, int]  # (first untolerated hard taint, PreferNoSchedule count)
+
+
+class RejectKind(Enum):
+    """Why a node cannot take a replica, in the order checks (and messages) use.
+    The first three are static: they hold whatever else is placed."""
+
+    UNSCHEDULABLE = "unschedulable"
+    SELECTOR = "selector"
+    TAINT = "taint"
+    REPLICA = "replica"
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+    CPU = "cpu"
+    MEMORY = "memory"
+
+    @property
+    def rank(self) -> int:
+        return _KIND_ORDER.index(self)
+
+    @property
+    def static(self) -> bool:
+        return self.rank <= RejectKind.TAINT.rank
+
+
+_KIND_ORDER = tuple(RejectKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Category:
+    """A kind of rejection; taint rejections are counted per taint."""
+
+    kind: RejectKind
+    taint: Taint | None = None
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        return self.kind.rank, taint_text(self.taint) if self.taint is not None else ""
+
+
+UNSCHEDULABLE = Category(RejectKind.UNSCHEDULABLE)
+SELECTOR = Category(RejectKind.SELECTOR)
+REPLICA = Category(RejectKind.REPLICA)
+EXCLUSIVE = Category(RejectKind.EXCLUSIVE)
+SHARED = Category(RejectKind.SHARED)
+CPU = Category(RejectKind.CPU)
+MEMORY = Category(RejectKind.MEMORY)
+
+Rejected = tuple[Category, str]  # (category, the reason in words)
+
+
+def signature(d: ModelDemand) -> Signature:
+    return tuple(sorted(d.node_selector.items())), d.tolerations
+
+
+@dataclass(eq=False, slots=True)
+class TaintClass:
+    """The nodes of one view with the same taints: they look the same to every
+    demand that may use the view. ``fits`` holds their usable nodes per sidecar
+    CPU overhead, sorted by (whole CPUs free for the engine, free memory, name)."""
+
+    index: int
+    taints: tuple[Taint, ...]
+    fits: dict[int, ByOccupancy] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    schedulable: bool
+    free_cpu_milli: int
+    free_memory: int
+    occupants: dict[str, int] = field(default_factory=dict)  # model -> replica
+    exclusive_holder: str | None = None
+    classes: list[TaintClass] = field(default_factory=list)  # one per view it is in
+    indexed: list[tuple[SortedEntries, Entry]] = field(default_factory=list)
+
+    def free_cpus(self, overhead: int) -> int:
+        """Whole CPUs left for an engine whose sidecars take ``overhead`` milli."""
+        return (self.free_cpu_milli - overhead) // 1000
+
+    def entry(self, overhead: int) -> Entry:
+        return (self.free_cpus(overhead), self.free_memory, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """The nodes a (selector, tolerations) pair may use: the classes of its view
+    with their PreferNoSchedule penalty, or a short list of nodes."""
+
+    classes: tuple[tuple[int, TaintClass], ...] = ()
+    direct: tuple[tuple[int, Node], ...] | None = None
+
+
+class NodeIndex:
+    """Every node with what is free on it, indexed for the demands at hand."""
+
+    def __init__(
+        self,
+        models: Sequence[ModelDemand],
+        nodes: Sequence[NodeFacts],
+        usage: Mapping[str, Usage],
+        settings: PlannerSettings,
+    ) -> None:
+        self.settings = settings
+        self.nodes: dict[str, Node] = {}
+        for f in sorted(nodes, key=lambda f: f.name):
+            if f.name in self.nodes:
+                raise ValueError(f"node {f.name} is listed twice")
+            used = usage.get(f.name, Usage())
+            self.nodes[f.name] = Node(
+                name=f.name,
+                labels=f.labels,
+                taints=tuple(sorted(set(f.taints), key=lambda t: (t.key, t.value, t.effect))),
+                schedulable=f.schedulable,
+                free_cpu_milli=f.allocatable_cpu_milli - used.cpu_milli,
+                free_memory=f.allocatable_memory_bytes - used.memory_bytes,
+            )
+        self.schedulable = [node for node in self.nodes.values() if node.schedulable]
+        self.unschedulable = [name for name, node in self.nodes.items() if not node.schedulable]
+        self.overheads = sorted({d.overhead_cpu_milli for d in models})
+        self._verdicts: dict[tuple[tuple[Taint, ...], tuple[Toleration, ...]], Verdict] = {}
+        self._eligibility: dict[Signature, Eligibility] = {}
+        self._build({tuple(sorted(d.node_selector.items())) for d in models})
+
+    def _build(self, selectors: set[Selector]) -> None:
+        """Views: one index for all nodes and one per broad node selector, each
+        split into classes by taints, with per-overhead sorted fit lists."""
+        keys = {k for selector in selectors for k, _ in selector}
+        self.postings: dict[tuple[str, str], list[str]] = {}  # label -> nodes, by name
+        for node in self.nodes.values():
+            for k in keys:
+                v = node.labels.get(k)
+                if v is not None:
+                    self.postings.setdefault((k, v), []).append(node.name)
+
+        chunk = self.settings.chunk_size
+        self.views: dict[Selector, list[TaintClass]] = {}
+        for selector in sorted(selectors):
+            if selector:
+                members = self.members(selector)
+                if len(members) <= self.settings.direct_search:
+                    continue
+                in_view = [self.nodes[n] for n in sorted(members)]
+            else:
+                in_view = list(self.nodes.values())
+            by_taints: dict[tuple[Taint, ...], TaintClass] = {}
+            for node in in_view:
+                if not node.schedulable:
+                    continue
+                cls = by_taints.get(node.taints)
+                if cls is None:
+                    cls = by_taints[node.taints] = TaintClass(len(by_taints), node.taints)
+                    cls.fits = {
+                        o: ByOccupancy(SortedEntries(chunk), SortedEntries(chunk))
+                        for o in self.overheads
+                    }
+                node.classes.append(cls)
+            self.views[selector] = list(by_taints.values())
+        for node in self.nodes.values():
+            self.index(node, keep_sorted=False)
+        for classes in self.views.values():
+            for cls in classes:
+                for empty, shared in cls.fits.values():
+                    empty.freeze()
+                    shared.freeze()
+
+    def index(self, node: Node, keep_sorted: bool = True) -> None:
+        if node.exclusive_holder is not None:
+            return
+        for overhead in self.overheads:
+            entry = node.entry(overhead)
+            if entry[0] < 1:  # no demand can use it
+                continue
+            for cls in node.classes:
+                empty, shared = cls.fits[overhead]
+                entries = shared if node.occupants else empty
+                if keep_sorted:
+                    entries.add(entry)
+                else:
+                    entries.append(entry)
+                node.indexed.append((entries, entry))
+
+    def unindex(self, node: Node) -> None:
+        for entries, entry in node.indexed:
+            entries.remove(entry)
+        node.indexed.clear()
+
+    # ------------------------------------------------------------ eligibility
+
+    def verdict(self, taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Verdict:
+        """(first untolerated hard taint or None, untolerated PreferNoSchedule count)."""
+        key = (taints, tolerations)
+        cached = self._verdicts.get(key)
+        if cached is not None:
+            return cached
+        blocking: Taint | None = None
+        penalty = 0
+        for t in taints:
+            if any(tol.tolerates(t) for tol in tolerations):
+                continue
+            if t.effect == "PreferNoSchedule":
+                penalty += 1
+            elif blocking is None:  # NoSchedule, NoExecute (and anything unknown)
+                blocking = t
+        self._verdicts[key] = (blocking, penalty)
+        return blocking, penalty
+
+    def members(self, selector: Selector) -> frozenset[str]:
+        """Nodes (schedulable or not) whose labels match every selector item."""
+        lists = sorted((self.postings.get(item, []) for item in selector), key=len)
+        members = frozenset(lists[0])
+        for names in lists[1:]:
+            members = members.intersection(names)
+        return members
+
+    def eligible(self, d: ModelDemand) -> Eligibility:
+        sig = signature(d)
+        found = self._eligibility.get(sig)
+        if found is not None:
+            return found
+        selector, tolerations = sig
+        if selector in self.views:
+            classes = []
+            for cls in self.views[selector]:
+                blocking, penalty = self.verdict(cls.taints, tolerations)
+                if blocking is None:
+                    classes.append((penalty, cls))
+            classes.sort(key=lambda pc: (pc[0], pc[1].index))
+            found = Eligibility(classes=tuple(classes))
+        else:  # a selector matching few nodes: no view, search them directly
+            direct = []
+            for name in sorted(self.members(selector)):
+                node = self.nodes[name]
+                if node.schedulable:
+                    blocking, penalty = self.verdict(node.taints, tolerations)
+                    if blocking is None:
+                        direct.append((penalty, node))
+            direct.sort(key=lambda pn: pn[0])  # stable: then by name
+            found = Eligibility(direct=tuple(direct))
+        self._eligibility[sig] = found
+        return found
+
+    # ------------------------------------------------------------- the checks
+    # One definition of "fits": keeping, the direct search and every explanation
+    # use these; the index is an accelerated form of the same test.
+
+    def static_rejection(self, node: Node, d: ModelDemand) -> Rejected | None:
+        """(category, reason) when the node can never take this model."""
+        if not node.schedulable:
+            return UNSCHEDULABLE, "unschedulable (cordoned)"
+        for k, want in sorted(d.node_selector.items()):
+            have = node.labels.get(k)
+            if have != want:
+                if have is None:
+                    return SELECTOR, f"label {k} missing (nodeSelector wants {k}={want})"
+                return SELECTOR, f"label {k}={have} does not match nodeSelector {k}={want}"
+        blocking, _ = self.verdict(node.taints, d.tolerations)
+        if blocking is not None:
+            return Category(
+                RejectKind.TAINT, blocking
+            ), f"taint {taint_text(blocking)} not tolerated"
+        return None
+
+    def rejection(self, node: Node, d: ModelDemand) -> Rejected | None:
+        return self.static_rejection(node, d) or dynamic_rejection(node, d)
+
+
+def dynamic_rejection(node: Node, d: ModelDemand) -> Rejected | None:
+    """(category, reason) when the node cannot take this model now."""
+    if d.key in node.occupants:
+        return REPLICA, f"already runs replica {node.occupants[d.key]} of this model"
+    if node.exclusive_holder is not None:
+        return EXCLUSIVE, f"holds exclusive model {node.exclusive_holder}"
+    if d.exclusive and node.occupants:
+        names = sorted(node.occupants)
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        return SHARED, f"runs {', '.join(names[:3])}{more}; this model is exclusive"
+    free = node.free_cpus(d.overhead_cpu_milli)
+    if free < (d.cpu or 1):
+        return CPU, f"too few free CPUs (need {need_cpu_text(d)}, free {max(free, 0)})"
+    if node.free_memory < d.memory_bytes:
+        return MEMORY, (
+            f"too little free memory (need {gib(d.memory_bytes)}, "
+            f"free {gib(max(node.free_memory, 0))})"
+        )
+    return None

@@ -1,0 +1,182 @@
+"""The planner's inputs and outputs (pure data), and its tuning settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Literal
+
+from localmodel.facts import Taint
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """How the planner trades index size against direct search, and how much it
+    explains. None of these change which nodes are chosen, only how fast and
+    how verbosely; tests set them low to exercise the other code paths."""
+
+    # A selector matching at most this many nodes (a hostname, say) searches
+    # them one by one; broader selectors get their own index (a view).
+    direct_search: int = 128
+    # Up to this many nodes, an unplaced replica's rejections name every node.
+    max_rejections: int = 50
+    # Up to this many nodes, the message lists every node instead of counting.
+    list_nodes: int = 10
+    # Sample size per rejection category in large clusters.
+    examples_per_category: int = 5
+    # Entries per chunk of a sorted fit list (chunks are split at twice this).
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, not {self.chunk_size}")
+
+
+DEFAULT_SETTINGS = PlannerSettings()
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration, matched like Kubernetes does.
+
+    An empty (or None) key with ``Exists`` tolerates every taint; ``effect=None``
+    matches every effect.
+    """
+
+    key: str | None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise ValueError(f"toleration operator must be Equal or Exists, not {self.operator!r}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration with an empty key must use operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists must not have a value")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """What one model asks for, per replica.
+
+    ``cpu`` is a whole number of CPUs, or None for "node": all free whole
+    allocatable CPUs of the chosen node (at least one).
+    """
+
+    key: str  # "namespace/name"
+    replicas: int
+    cpu: int | None
+    memory_bytes: int
+    exclusive: bool = True
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    tolerations: tuple[Toleration, ...] = ()
+    # milli-CPUs per replica on top of the engine's whole CPUs (sidecars such as
+    # the gateway); must fit too, but is not part of ``Placement.cpu``.
+    overhead_cpu_milli: int = 0
+
+    def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise ValueError(f"{self.key}: replicas must be >= 0, not {self.replicas}")
+        if self.cpu is not None and self.cpu < 1:
+            raise ValueError(f"{self.key}: cpu must be a positive integer or None, not {self.cpu}")
+        if self.memory_bytes < 0:
+            raise ValueError(f"{self.key}: memory_bytes must be >= 0, not {self.memory_bytes}")
+        if self.overhead_cpu_milli < 0:
+            raise ValueError(f"{self.key}: overhead_cpu_milli must be >= 0")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Resources already requested on a node by pods that are not ours."""
+
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One replica on one node. ``reason`` explains the choice and is not compared:
+    two plans are equal when they make the same decisions."""
+
+    model: str
+    replica: int
+    node: str
+    cpu: int  # whole CPUs for the engine (overhead not included)
+    memory_bytes: int
+    reason: str = field(default="", compare=False)
+
+
+class UnplacedReason(StrEnum):
+    """Why a replica has no node, CamelCase for a condition's ``reason``."""
+
+    NO_NODES = "NoNodes"  # the cluster has no nodes at all
+    NO_MATCHING_NODE = "NoMatchingNode"  # every node is ruled out for good (selector, taints)
+    NO_FEASIBLE_NODE = "NoFeasibleNode"  # some node matches, but none has room now
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A replica no node can take: ``message`` is for people, ``rejections`` maps
+    node -> why (every node in small clusters, a bounded sample per kind of
+    rejection in large ones)."""
+
+    model: str
+    replica: int
+    reason: UnplacedReason
+    message: str
+    rejections: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+
+    @cached_property
+    def _by_model(self) -> dict[str, tuple[list[Placement], list[Unplaced]]]:
+        """Placements and unplaced replicas per model, built once on first use."""
+        out: dict[str, tuple[list[Placement], list[Unplaced]]] = {}
+        for p in self.placements:
+            out.setdefault(p.model, ([], []))[0].append(p)
+        for u in self.unplaced:
+            out.setdefault(u.model, ([], []))[1].append(u)
+        return out
+
+    def placements_for(self, model: str) -> tuple[Placement, ...]:
+        return tuple(self._by_model.get(model, ([], []))[0])
+
+    def unplaced_for(self, model: str) -> tuple[Unplaced, ...]:
+        return tuple(self._by_model.get(model, ([], []))[1])
+
+    def on_node(self, node: str) -> tuple[Placement, ...]:
+        return tuple(p for p in self.placements if p.node == node)
+
+    def node_of(self, model: str, replica: int) -> str | None:
+        for p in self.placements_for(model):
+            if p.replica == replica:
+                return p.node
+        return None
+
+    def as_current(self) -> dict[str, tuple[str | None, ...]]:
+        """This plan in the shape ``plan(current=...)`` takes: model -> node per
+        replica (None for an unplaced replica)."""
+        size: dict[str, int] = {}
+        for model, replica in [(p.model, p.replica) for p in self.placements] + [
+            (u.model, u.replica) for u in self.unplaced
+        ]:
+            size[model] = max(size.get(model, 0), replica + 1)
+        out: dict[str, list[str | None]] = {m: [None] * n for m, n in size.items()}
+        for p in self.placements:
+            out[p.model][p.replica] = p.node
+        return {m: tuple(nodes) for m, nodes in sorted(out.items())}
