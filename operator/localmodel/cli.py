@@ -42,9 +42,14 @@ COMMANDS: dict[str, Command] = {
         "run the slot gate in front of an engine", "localmodel.gateway.cli", "run_cli"
     ),
     "probe": Command(
-        "print this machine's node facts (and the labels the probe would set)",
+        "print this machine's node facts and probe labels; --node NAME labels that Node",
         "localmodel.commands",
         "probe_main",
+    ),
+    "doctor": Command(
+        "walk the field's debugging order against a cluster, or --local this machine",
+        "localmodel.doctor.cli",
+        "doctor_main",
     ),
 }
 

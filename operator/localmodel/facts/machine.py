@@ -14,10 +14,13 @@ files under ``root`` when ``root`` is not ``/``.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import socket
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
 
@@ -26,22 +29,30 @@ import psutil
 from localmodel.facts.flags import cpuid_name
 from localmodel.facts.model import FactSource, NodeFacts
 from localmodel.facts.node import is_label_value
+from localmodel.facts.topology import Topology, format_cpu_list, parse_cpu_list, read_topology
 
 __all__ = [
+    "AmxKernel",
     "CgroupLimits",
     "CpuInfo",
     "HostCalls",
+    "MachineFacts",
     "MachineFactsError",
     "from_this_machine",
+    "kernel_amx",
     "parse_cpu_list",
     "parse_cpuinfo",
     "read_cgroup_limits",
+    "read_machine",
 ]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # cpuinfo vendor_id -> the vendor names NFD uses (cpu-model.vendor_id).
 _VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
+
+
+_V1_UNLIMITED = 2**62
 
 
 class MachineFactsError(ValueError):
@@ -88,24 +99,6 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError):
         return None
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """A Linux CPU list ("0-3,8,10-11") as a set of CPU numbers."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, dash, last = part.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if dash else low
-        except ValueError:
-            raise ValueError(f"{text.strip()!r} is not a CPU list") from None
-        if low < 0 or high < low:
-            raise ValueError(f"{text.strip()!r} is not a CPU list")
-        cpus.update(range(low, high + 1))
-    return frozenset(cpus)
 
 
 def _file_cpu_count(root: Path) -> int | None:
@@ -155,9 +148,9 @@ class CgroupLimits:
     memory_bytes: int | None = None  # None = unlimited
 
 
-def _self_cgroups(root: Path) -> dict[str, str]:
-    """Controller -> this process's cgroup path, from /proc/self/cgroup ("" = v2)."""
-    text = _read(root / "proc/self/cgroup") or ""
+def _self_cgroups(root: Path, proc: str = "self") -> dict[str, str]:
+    """Controller -> the process's cgroup path, from /proc/<proc>/cgroup ("" = v2)."""
+    text = _read(root / "proc" / proc / "cgroup") or ""
     paths: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split(":", 2)
@@ -188,15 +181,16 @@ def _cgroup_dirs(mount: Path, cgroup_path: str | None) -> Iterator[Path]:
             yield current
 
 
-def read_cgroup_limits(root: Path = Path("/")) -> CgroupLimits:
+def read_cgroup_limits(root: Path = Path("/"), proc: str = "self") -> CgroupLimits:
     """CPU quota and memory limit from cgroup v2 and v1 files under ``root``.
 
     v2: ``cpu.max`` = "QUOTA PERIOD" or "max PERIOD"; ``memory.max`` = bytes or
     "max". v1: ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1 = unlimited);
     ``memory.limit_in_bytes`` (a huge number = unlimited). The tightest wins.
+    ``proc`` is the process whose cgroups count (``self``, or a pid).
     """
     cgroup = root / "sys/fs/cgroup"
-    own = _self_cgroups(root)
+    own = _self_cgroups(root, proc)
     quotas: list[tuple[int, int]] = []
     memory: list[int] = []
 
@@ -217,7 +211,9 @@ def read_cgroup_limits(root: Path = Path("/")) -> CgroupLimits:
                 quotas.append(quota)
     for directory in _cgroup_dirs(cgroup / "memory", own.get("memory")):
         limit = _int_file(directory / "memory.limit_in_bytes")
-        if limit is not None and limit >= 0:
+        # v1 writes "no limit" as PAGE_COUNTER_MAX pages (9223372036854771712 with
+        # 4 KiB pages): nothing real is that large.
+        if limit is not None and 0 <= limit < _V1_UNLIMITED:
             memory.append(limit)
 
     if not quotas:
@@ -295,6 +291,7 @@ class CpuInfo:
     model_id: str | None = None
     siblings: int | None = None  # logical CPUs per package
     cores: int | None = None  # physical cores per package
+    model_name: str | None = None  # "Intel(R) Xeon(R) Platinum 8481C"
 
 
 def parse_cpuinfo(text: str) -> CpuInfo:
@@ -317,6 +314,7 @@ def parse_cpuinfo(text: str) -> CpuInfo:
         model_id=fields.get("model") or None,
         siblings=_optional_int(fields.get("siblings")),
         cores=_optional_int(fields.get("cpu cores")),
+        model_name=fields.get("model name") or None,
     )
 
 
@@ -327,21 +325,108 @@ def _optional_int(text: str | None) -> int | None:
         return None
 
 
-def _hyperthreading(root: Path, cpu: CpuInfo) -> bool | None:
+def _hyperthreading(topology: Topology, cpu: CpuInfo) -> bool | None:
     # The cpuinfo "ht" flag is no evidence: x86 CPUs set it whatever the topology
     # (this AMD VM has "ht" with 2 siblings on 2 cores). The kernel's SMT switch is
-    # authoritative, then logical-vs-physical counts, as NFD's
-    # cpu-hardware_multithreading ("logical CPUs > physical CPUs").
-    active = _read(root / "sys/devices/system/cpu/smt/active")
-    if active is not None and active.strip() in ("0", "1"):
-        return active.strip() == "1"
+    # authoritative, then the sibling sets, then logical-vs-physical counts, as
+    # NFD's cpu-hardware_multithreading ("logical CPUs > physical CPUs").
+    if topology.smt_active is not None:
+        return topology.smt_active
+    if topology.threads_per_core is not None:
+        return topology.threads_per_core > 1
     if cpu.siblings is not None and cpu.cores is not None:
         return cpu.siblings > cpu.cores
     return None
 
 
+# arch_prctl(2) codes (Linux arch/x86/include/uapi/asm/prctl.h) and the AMX tile
+# data state component (XFEATURE_XTILEDATA, bit 18): the kernel offers AMX to user
+# space only when ARCH_GET_XCOMP_SUPP's mask has it; a process must then ask for it
+# with ARCH_REQ_XCOMP_PERM (Linux Documentation/arch/x86/xstate.rst).
+_SYS_ARCH_PRCTL_X86_64 = 158
+_ARCH_GET_XCOMP_SUPP = 0x1021
+_XFEATURE_XTILEDATA = 18
+
+
+class AmxKernel(StrEnum):
+    """Whether this kernel lets user space use AMX (ARCH_GET_XCOMP_SUPP)."""
+
+    OFFERED = "offered"  # the XTILEDATA bit is in the supported mask
+    NOT_OFFERED = "not-offered"  # arch_prctl answers, without XTILEDATA
+    NO_XCOMP = "no-arch-prctl-xcomp"  # arch_prctl refuses the code: kernel before 5.16
+    NOT_X86 = "not-x86"  # no such thing here
+
+
+def kernel_amx() -> AmxKernel:
+    """Ask this kernel (a container shares its node's) through arch_prctl(2)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return AmxKernel.NOT_X86
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mask = ctypes.c_uint64(0)
+        result = libc.syscall(_SYS_ARCH_PRCTL_X86_64, _ARCH_GET_XCOMP_SUPP, ctypes.byref(mask))
+    except (OSError, AttributeError):
+        return AmxKernel.NO_XCOMP
+    if result != 0:
+        return AmxKernel.NO_XCOMP
+    return AmxKernel.OFFERED if mask.value >> _XFEATURE_XTILEDATA & 1 else AmxKernel.NOT_OFFERED
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """Everything the probe and `doctor --local` read about one machine."""
+
+    node: NodeFacts  # the budget and CPU features, as the rules see them
+    topology: Topology
+    host_cpus: int  # logical CPUs of the host (online), whatever this process may use
+    host_memory_bytes: int | None  # the host's memory, before any cgroup limit
+    cpu_model_name: str | None
+    amx_kernel: AmxKernel | None  # None when not asked (a recorded tree)
+    cgroup: CgroupLimits
+
+    @property
+    def cpu_budget(self) -> float:
+        """CPUs this process may really use: min(host CPUs, cpuset, cgroup quota)."""
+        return self.node.allocatable_cpu_milli / 1000
+
+    def as_json(self) -> dict[str, object]:
+        """The full facts, as the probe's node annotation and `doctor -o json` carry them."""
+        topo, node = self.topology, self.node
+        return {
+            "hostname": node.name,
+            "host_cpus": self.host_cpus,
+            "cpu_budget": self.cpu_budget,
+            "cpuset_cpus": node.cpuset_cpus,
+            "cgroup_cpu_quota": self.cgroup.cpu_quota,
+            "memory_bytes": node.allocatable_memory_bytes,
+            "host_memory_bytes": self.host_memory_bytes,
+            "cgroup_memory_bytes": self.cgroup.memory_bytes,
+            "physical_cores": topo.physical_cores,
+            "threads_per_core": topo.threads_per_core,
+            "sockets": topo.sockets,
+            "smt_active": topo.smt_active,
+            "numa_nodes": {str(n): format_cpu_list(c) for n, c in topo.numa_nodes.items()},
+            "cpu_vendor": node.cpu_vendor,
+            "cpu_family": node.cpu_family,
+            "cpu_model_id": node.cpu_model_id,
+            "cpu_model_name": self.cpu_model_name,
+            "cpu_flags": sorted(node.cpu_flags) if node.cpu_flags is not None else None,
+            "amx_kernel": self.amx_kernel.value if self.amx_kernel is not None else None,
+        }
+
+
 def from_this_machine(root: Path = Path("/"), *, host: HostCalls | None = None) -> NodeFacts:
-    """NodeFacts for this machine: its effective CPU budget, memory and CPU features.
+    """NodeFacts for this machine (see `read_machine`)."""
+    return read_machine(root, host=host).node
+
+
+def read_machine(
+    root: Path = Path("/"),
+    *,
+    host: HostCalls | None = None,
+    amx: Callable[[], AmxKernel] | None = None,
+) -> MachineFacts:
+    """This machine's facts: its effective CPU budget, memory, CPU features, topology.
 
     ``allocatable_cpu_milli`` is min(CPU count, cpuset size, cgroup quota) in
     millicores; the quota is kept unrounded (``cgroup_cpu_quota``, in CPUs) and
@@ -349,14 +434,20 @@ def from_this_machine(root: Path = Path("/"), *, host: HostCalls | None = None) 
     Memory is the host total capped by the cgroup memory limit.
 
     ``host`` defaults to the live system calls when ``root`` is ``/`` and to
-    reading the same facts from files under ``root`` otherwise.
+    reading the same facts from files under ``root`` otherwise; ``amx`` (the
+    kernel's AMX offer) is asked live when ``root`` is ``/`` and left unknown
+    otherwise, unless given.
     """
+    live = root == Path("/")
     if host is None:
-        host = HostCalls.live() if root == Path("/") else HostCalls.from_files(root)
+        host = HostCalls.live() if live else HostCalls.from_files(root)
+    if amx is None and live:
+        amx = kernel_amx
 
     affinity = host.affinity()
     cpuset = len(affinity) if affinity else None
-    count = host.cpu_count() or cpuset or 1
+    topology = _topology(root)
+    count = host.cpu_count() or topology.logical_cpus or cpuset or 1
     limits = read_cgroup_limits(root)
     budgets = [count * 1000]
     if cpuset is not None:
@@ -376,7 +467,7 @@ def from_this_machine(root: Path = Path("/"), *, host: HostCalls | None = None) 
     # name means the same here as in a cluster.
     hostname_label = name.lower()
     labels = {HOSTNAME_LABEL: hostname_label} if is_label_value(hostname_label) else {}
-    return NodeFacts(
+    node = NodeFacts(
         name=name,
         labels=labels,
         allocatable_cpu_milli=min(budgets),
@@ -386,7 +477,26 @@ def from_this_machine(root: Path = Path("/"), *, host: HostCalls | None = None) 
         cpu_vendor=cpu.vendor,
         cpu_family=cpu.family,
         cpu_model_id=cpu.model_id,
-        hyperthreading=_hyperthreading(root, cpu),
+        hyperthreading=_hyperthreading(topology, cpu),
         cpuset_cpus=cpuset,
         cgroup_cpu_quota=limits.cpu_quota,
+        physical_cores=topology.physical_cores,
+        threads_per_core=topology.threads_per_core,
+        numa_nodes=len(topology.numa_nodes) or None,
     )
+    return MachineFacts(
+        node=node,
+        topology=topology,
+        host_cpus=count,
+        host_memory_bytes=total,
+        cpu_model_name=cpu.model_name,
+        amx_kernel=amx() if amx is not None else None,
+        cgroup=limits,
+    )
+
+
+def _topology(root: Path) -> Topology:
+    try:
+        return read_topology(root)
+    except ValueError as e:
+        raise MachineFactsError(str(e)) from None

@@ -55,6 +55,10 @@ class NodeFacts:
     # cgroup CPU quota in CPUs (quota / period), None when unlimited or unknown.
     cgroup_cpu_quota: float | None = None
     schedulable: bool = True
+    # Topology (probe labels or this machine's sysfs); None when not known.
+    physical_cores: int | None = None
+    threads_per_core: int | None = None  # 1 = no SMT; 2 = two hardware threads per core
+    numa_nodes: int | None = None
 
     def has(self, flag: str) -> bool | None:
         """True/False when the CPU feature is known, None when it is not.

@@ -10,7 +10,8 @@ label sets, and NFD wins wherever both say something:
 - our probe (``localmodel.dev/``, see `localmodel.probe.labels`):
   ``cpu-flags-known: "true"`` marks the flag set as complete for
   ``PROBE_CPU_FLAGS``; ``cpu.<FLAG>: "true"`` per present flag; ``cpu-vendor``,
-  ``cpu-family``, ``cpu-model-id``, ``cpu-hyperthreading``.
+  ``cpu-family``, ``cpu-model-id``, ``cpu-hyperthreading``; topology:
+  ``cpu-physical-cores``, ``cpu-threads-per-core``, ``numa-nodes``.
 
 No CPU labels at all means the features are unknown (``cpu_flags=None``,
 ``source=NONE``), never that they are absent.
@@ -49,6 +50,11 @@ PROBE_VENDOR = PROBE_PREFIX + "cpu-vendor"
 PROBE_FAMILY = PROBE_PREFIX + "cpu-family"
 PROBE_MODEL_ID = PROBE_PREFIX + "cpu-model-id"
 PROBE_HYPERTHREADING = PROBE_PREFIX + "cpu-hyperthreading"
+PROBE_PHYSICAL_CORES = PROBE_PREFIX + "cpu-physical-cores"
+PROBE_THREADS_PER_CORE = PROBE_PREFIX + "cpu-threads-per-core"
+PROBE_NUMA_NODES = PROBE_PREFIX + "numa-nodes"
+# The annotation with the probe's full facts as JSON (see `localmodel.probe`).
+PROBE_FACTS_ANNOTATION = PROBE_PREFIX + "node-facts"
 
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
@@ -124,6 +130,9 @@ def from_node(node: Mapping[str, Any], *, path: str = "") -> NodeFacts:
         cpu_model_id=cpu.model_id,
         hyperthreading=cpu.hyperthreading,
         schedulable=not unschedulable,
+        physical_cores=_count_label(labels.get(PROBE_PHYSICAL_CORES)),
+        threads_per_core=_count_label(labels.get(PROBE_THREADS_PER_CORE)),
+        numa_nodes=_count_label(labels.get(PROBE_NUMA_NODES)),
     )
 
 
@@ -279,3 +288,11 @@ def _bool_label(value: str | None) -> bool | None:
     if value is None:
         return None
     return {"true": True, "false": False}.get(value.lower())
+
+
+def _count_label(value: str | None) -> int | None:
+    """A positive count label ("16"); anything else reads as unknown."""
+    if value is None or not value.isdigit():
+        return None
+    count = int(value)
+    return count if count > 0 else None

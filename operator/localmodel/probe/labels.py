@@ -10,7 +10,9 @@ without NFD still gets its CPU features known:
 - ``localmodel.dev/cpu-vendor``: ``Intel``, ``AMD``... (NFD's spelling);
 - ``localmodel.dev/cpu-family``, ``localmodel.dev/cpu-model-id``: CPUID family
   and model, decimal;
-- ``localmodel.dev/cpu-hyperthreading``: ``"true"`` / ``"false"``.
+- ``localmodel.dev/cpu-hyperthreading``: ``"true"`` / ``"false"``;
+- ``localmodel.dev/cpu-physical-cores``, ``localmodel.dev/cpu-threads-per-core``
+  (1 = no SMT), ``localmodel.dev/numa-nodes``: counts, decimal.
 
 Absent flags get no label (the node stays small); ``cpu-flags-known`` is what
 makes their absence mean "not present" rather than "unknown". Flags outside
@@ -29,7 +31,10 @@ from localmodel.facts.node import (
     PROBE_FLAGS_KNOWN,
     PROBE_HYPERTHREADING,
     PROBE_MODEL_ID,
+    PROBE_NUMA_NODES,
+    PROBE_PHYSICAL_CORES,
     PROBE_PREFIX,
+    PROBE_THREADS_PER_CORE,
     PROBE_VENDOR,
     is_label_value,
 )
@@ -57,4 +62,11 @@ def probe_labels(facts: NodeFacts) -> dict[str, str]:
             labels[key] = value
     if facts.hyperthreading is not None:
         labels[PROBE_HYPERTHREADING] = "true" if facts.hyperthreading else "false"
+    for key, count in (
+        (PROBE_PHYSICAL_CORES, facts.physical_cores),
+        (PROBE_THREADS_PER_CORE, facts.threads_per_core),
+        (PROBE_NUMA_NODES, facts.numa_nodes),
+    ):
+        if count:
+            labels[key] = str(count)
     return labels

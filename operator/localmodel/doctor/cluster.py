@@ -1,0 +1,520 @@
+"""`localmodel doctor` against a cluster: nodes, pods and the gateways' metrics.
+
+`cluster_findings` is pure: the Node and Pod objects (as the API returns them,
+plain dicts) and each gateway's metrics in, facts and findings out, in the
+field's order:
+
+1. models holding weights per node: our pods and any other pod running an
+   Ollama or llama.cpp image;
+2. callers that can queue: each gateway's queue depth, busy slots, background
+   turned away, foreground waiting;
+3. cancellation: models served without the gateway;
+4. speed, last: decode and prefill tok/s, prefill time, threads against the
+   CPU limit, AMX nodes and the guard's state, nodes whose CPU is unknown.
+
+`gather` reads the cluster with the official client. A gateway's metrics come
+through the API server's pod proxy (``pods/<pod>:8080/proxy/metrics``), or from
+a URL given with ``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localmodel.doctor.local import queue_findings, speed_findings, threads_from_command_line
+from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.doctor.report import Finding, Verdict
+from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
+from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
+from localmodel.render import ANNOTATION_THREADS, GATEWAY_PORT, LABEL_NAME
+from localmodel.rules.model import image_version, show_version
+from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, AMX_LIBRARY
+
+__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "gather"]
+
+_ENGINE_IMAGE = re.compile(r"ollama|llama[.-]?cpp|llama-server", re.IGNORECASE)
+_DONE_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class EnginePod:
+    """One pod holding a model's weights, as doctor sees it."""
+
+    namespace: str
+    name: str
+    node: str
+    ours: bool  # rendered by the operator (localmodel.dev/name label)
+    engine: str  # "ollama" | "llama-server"
+    image: str
+    model: str | None
+    memory_bytes: int | None  # the engine container's memory limit (else request)
+    cpu_milli: int | None  # the engine container's CPU limit (else request)
+    threads: int | None
+    threads_source: str
+    context: int | None
+    gateway: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    commands: str = ""  # every container's command and args, for the AMX guard
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.key} ({self.model})" if self.model else self.key
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: Sequence[Mapping[str, Any]]
+    pods: Sequence[Mapping[str, Any]]
+    # "namespace/pod" of each gateway -> its metrics text, or why it could not be read.
+    metrics: Mapping[str, str | Exception] = field(default_factory=dict)
+
+
+def _env(container: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        str(e["name"]): str(e.get("value", ""))
+        for e in container.get("env") or []
+        if isinstance(e, Mapping) and "name" in e and "value" in e
+    }
+
+
+def _quantity(resources: Mapping[str, Any], name: str, parse: Callable[[str], int]) -> int | None:
+    for section in ("limits", "requests"):
+        raw = (resources.get(section) or {}).get(name)
+        if raw is not None:
+            try:
+                return parse(str(raw))
+            except ValueError:
+                return None
+    return None
+
+
+def _flag_value(argv: Sequence[str], *flags: str) -> str | None:
+    for index, arg in enumerate(argv):
+        for flag in flags:
+            if arg == flag and index + 1 < len(argv):
+                return argv[index + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _is_gateway(container: Mapping[str, Any]) -> bool:
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    return "gateway" in words and any("localmodel" in str(w) for w in words)
+
+
+def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
+    """The running or scheduled pods whose containers run an Ollama or llama.cpp image."""
+    found = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        node = spec.get("nodeName")
+        if not node or status.get("phase") in _DONE_PHASES or meta.get("deletionTimestamp"):
+            continue
+        containers = list(spec.get("containers") or [])
+        engines = [c for c in containers if _ENGINE_IMAGE.search(str(c.get("image", "")))]
+        if not engines:
+            continue
+        engine = engines[0]
+        image = str(engine.get("image", ""))
+        argv = [str(a) for a in [*(engine.get("command") or []), *(engine.get("args") or [])]]
+        kind = "ollama" if "ollama" in image.lower() else "llama-server"
+        env = _env(engine)
+        gateway = next((c for c in containers if _is_gateway(c)), None)
+        gateway_env = _env(gateway) if gateway else {}
+        annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        threads: int | None = None
+        source = ""
+        if str(annotations.get(ANNOTATION_THREADS, "")).isdigit():
+            threads, source = int(annotations[ANNOTATION_THREADS]), "the operator's Modelfile"
+        elif kind == "llama-server":
+            threads = threads_from_command_line(argv, env)
+            source = "its command line" if threads is not None else ""
+        context_text = (
+            gateway_env.get("LOCALMODEL_GATEWAY_CONTEXT")
+            or env.get("OLLAMA_CONTEXT_LENGTH")
+            or _flag_value(argv, "-c", "--ctx-size")
+            or ""
+        )
+        model = (
+            gateway_env.get("LOCALMODEL_GATEWAY_MODEL")
+            or _flag_value(argv, "-m", "--model", "-hf", "--hf-repo")
+            or (str(labels[LABEL_NAME]) if LABEL_NAME in labels else None)
+        )
+        resources = engine.get("resources") or {}
+        commands = " ".join(
+            " ".join(str(w) for w in [*(c.get("command") or []), *(c.get("args") or [])])
+            for c in [*containers, *(spec.get("initContainers") or [])]
+        )
+        found.append(
+            EnginePod(
+                namespace=str(meta.get("namespace", "default")),
+                name=str(meta.get("name", "?")),
+                node=str(node),
+                ours=LABEL_NAME in labels,
+                engine=kind,
+                image=image,
+                model=model or None,
+                memory_bytes=_quantity(resources, "memory", parse_bytes),
+                cpu_milli=_quantity(resources, "cpu", parse_cpu_milli),
+                threads=threads,
+                threads_source=source,
+                context=int(context_text) if context_text.isdigit() else None,
+                gateway=gateway is not None,
+                env=env,
+                commands=commands,
+            )
+        )
+    return found
+
+
+def _node_facts(nodes: Iterable[Mapping[str, Any]]) -> tuple[dict[str, NodeFacts], list[str]]:
+    facts: dict[str, NodeFacts] = {}
+    bad: list[str] = []
+    for index, node in enumerate(nodes):
+        try:
+            parsed = from_node(node, path=f"nodes[{index}]")
+        except NodeFactsError as e:
+            bad.append(str(e))
+            continue
+        facts[parsed.name] = parsed
+    return facts, bad
+
+
+def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
+    nodes, bad_nodes = _node_facts(view.nodes)
+    pods = engine_pods(view.pods)
+    gateways = [p for p in pods if p.gateway]
+    sources = {s.value: 0 for s in FactSource if s is not FactSource.MACHINE}
+    for n in nodes.values():
+        sources[n.source.value] = sources.get(n.source.value, 0) + 1
+    facts: dict[str, Any] = {
+        "nodes": len(nodes),
+        "node_cpu_facts": sources,
+        "model_pods": len(pods),
+        "gateways": len(gateways),
+    }
+    findings: list[Finding] = [
+        Finding("nodes", Verdict.WARN, f"unreadable Node: {b}", "fix the Node object")
+        for b in bad_nodes
+    ]
+    findings += _models_per_node(pods, nodes)
+    findings += _queues(gateways, view.metrics)
+    findings += _cancellation(pods)
+    findings += _speed(gateways, view.metrics)
+    findings += _threads(pods, nodes)
+    findings += _amx(pods, nodes)
+    findings += _unknown_nodes(nodes)
+    return facts, findings
+
+
+def _models_per_node(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Finding]:
+    by_node: dict[str, list[EnginePod]] = {}
+    for pod in pods:
+        by_node.setdefault(pod.node, []).append(pod)
+    findings = []
+    for node_name, held in sorted(by_node.items()):
+        if len(held) < 2:
+            continue
+        node = nodes.get(node_name)
+        parts = []
+        for pod in held:
+            memory = format_bytes(pod.memory_bytes) if pod.memory_bytes else "no memory limit"
+            context = f"context {pod.context}" if pod.context else "context unknown"
+            parts.append(f"{pod.label}: {memory}, {context}")
+        memory_total = sum(p.memory_bytes or 0 for p in held)
+        cpu_total = sum((p.threads * 1000 if p.threads else p.cpu_milli or 0) for p in held)
+        over = []
+        if node is not None and cpu_total > node.allocatable_cpu_milli:
+            over.append(
+                f"their threads ({cpu_total // 1000}) exceed the node's "
+                f"{node.allocatable_cpus} CPUs"
+            )
+        if node is not None and memory_total > node.allocatable_memory_bytes:
+            room = format_bytes(node.allocatable_memory_bytes)
+            over.append(f"their memory exceeds the node's {room}")
+        message = (
+            f"node {node_name} holds {len(held)} models ({'; '.join(parts)}): together "
+            f"{format_bytes(memory_total)} of weights, KV cache and buffers, and their threads "
+            "contend for the same cores"
+        )
+        if over:
+            message += "; " + " and ".join(over)
+        others = [p for p in held if not p.ours] or held[1:]
+        findings.append(
+            Finding(
+                "models-per-node",
+                Verdict.FAIL if over else Verdict.WARN,
+                message,
+                f"one model per node: move or stop {', '.join(p.key for p in others)} "
+                "(LocalModels keep one per node with placement.exclusive: true)",
+            )
+        )
+    if not findings:
+        findings.append(
+            Finding(
+                "models-per-node",
+                Verdict.OK,
+                f"{len(pods)} model pod{'s' if len(pods) != 1 else ''}, at most one per node",
+            )
+        )
+    return findings
+
+
+def _stats(key: str, metrics: Mapping[str, str | Exception]) -> GatewayStats | str:
+    raw = metrics.get(key)
+    if raw is None:
+        return "not read"
+    if isinstance(raw, Exception):
+        return str(raw)
+    try:
+        return gateway_stats(parse_metrics(raw))
+    except MetricsError as e:
+        return str(e)
+
+
+def _queues(gateways: Sequence[EnginePod], metrics: Mapping[str, str | Exception]) -> list[Finding]:
+    findings = []
+    for pod in gateways:
+        stats = _stats(pod.key, metrics)
+        if isinstance(stats, str):
+            findings.append(
+                Finding(
+                    "queue",
+                    Verdict.WARN,
+                    f"{pod.label}: the gateway's metrics could not be read: {stats}",
+                    f"check the pod is Ready, or pass --metrics-url {pod.key}=URL "
+                    f"(e.g. after kubectl port-forward pod/{pod.name} {GATEWAY_PORT})",
+                )
+            )
+        else:
+            findings.extend(queue_findings(pod.label, stats))
+    return findings
+
+
+def _cancellation(pods: Sequence[EnginePod]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        if pod.gateway:
+            continue
+        if pod.ours:
+            fix = (
+                f"set spec.gateway.enabled: true on LocalModel {pod.namespace}/"
+                f"{pod.model or pod.name} (the gateway always streams upstream and closes it "
+                "when the caller goes or the deadline passes)"
+            )
+        else:
+            fix = (
+                "run it as a LocalModel (its pods get the gateway), or add `localmodel gateway "
+                f"--engine {pod.engine}` as a sidecar and point the Service at it"
+            )
+        findings.append(
+            Finding(
+                "cancellation",
+                Verdict.WARN,
+                f"{pod.label} on node {pod.node} is served without the gateway: a timed-out "
+                "non-streaming call may keep running and hold its slot",
+                fix,
+            )
+        )
+    if not findings and pods:
+        findings.append(Finding("cancellation", Verdict.OK, "every model is behind the gateway"))
+    return findings
+
+
+def _speed(gateways: Sequence[EnginePod], metrics: Mapping[str, str | Exception]) -> list[Finding]:
+    findings = []
+    for pod in gateways:
+        stats = _stats(pod.key, metrics)
+        if not isinstance(stats, str):
+            findings.extend(speed_findings(pod.label, stats))
+    return findings
+
+
+def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        limit = pod.cpu_milli
+        node = nodes.get(pod.node)
+        cap_milli = limit if limit is not None else (node.allocatable_cpu_milli if node else None)
+        want = max(1, cap_milli // 1000) if cap_milli is not None else None
+        where = f"{pod.label} on node {pod.node}"
+        cpu_text = f"CPU limit {limit / 1000:g}" if limit is not None else "no CPU limit"
+        if pod.threads is None:
+            default = (
+                "Ollama uses cgroup v2 cpu.max when set, else the host's cores"
+                if pod.engine == "ollama"
+                else "llama-server uses the host's cores, ignoring quota and cpuset"
+            )
+            findings.append(
+                Finding(
+                    "threads",
+                    Verdict.WARN,
+                    f"{where}: thread count not set ({default}); {cpu_text}",
+                    (
+                        f"set num_thread {want} (Modelfile PARAMETER or options.num_thread)"
+                        if pod.engine == "ollama"
+                        else f"start llama-server with --threads {want}"
+                    )
+                    if want
+                    else "set a CPU limit and threads equal to it",
+                )
+            )
+            continue
+        if want is not None and pod.threads > cap_milli / 1000:  # type: ignore[operator]
+            findings.append(
+                Finding(
+                    "threads",
+                    Verdict.FAIL,
+                    f"{where}: {pod.threads} threads ({pod.threads_source}) on {cpu_text}: "
+                    "oversubscribed decode collapses",
+                    f"use {want} threads",
+                )
+            )
+        elif node is not None and node.threads_per_core and node.threads_per_core > 1:
+            cores = node.physical_cores
+            findings.append(
+                Finding(
+                    "threads",
+                    Verdict.OK,
+                    f"{where}: {pod.threads} threads on {cpu_text}; the node has "
+                    f"{node.threads_per_core} hardware threads per core"
+                    + (f" ({cores} cores)" if cores else "")
+                    + ", so these CPUs may be SMT siblings: measure at half the threads",
+                )
+            )
+        else:
+            findings.append(
+                Finding("threads", Verdict.OK, f"{where}: {pod.threads} threads on {cpu_text}")
+            )
+    return findings
+
+
+def _guarded(pod: EnginePod) -> bool:
+    return (
+        pod.env.get("OLLAMA_LLM_LIBRARY") == "cpu_avx2"
+        and pod.env.get("OLLAMA_FLASH_ATTENTION") in ("0", "false")
+    )
+
+
+def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        node = nodes.get(pod.node)
+        if node is None or pod.engine != "ollama":
+            continue
+        amx = [node.has(flag) for flag in sorted(AMX_FLAGS)]
+        if True not in amx:
+            continue
+        version = image_version(pod.image)
+        shown = show_version(version) if version else "unknown"
+        where = f"{pod.label} on AMX node {pod.node} (Ollama {shown})"
+        library_removed = AMX_LIBRARY in pod.commands
+        if version is not None and version >= AMX_FIXED_IN:
+            findings.append(
+                Finding("amx", Verdict.OK, f"{where}: the AMX crash is fixed in this version")
+            )
+        elif _guarded(pod) and (library_removed or version is None or version < (0, 30, 0)):
+            findings.append(
+                Finding(
+                    "amx",
+                    Verdict.OK,
+                    f"{where}: AMX guard on (OLLAMA_LLM_LIBRARY=cpu_avx2, flash attention off"
+                    + (f", {AMX_LIBRARY} removed" if library_removed else "")
+                    + ")",
+                    f"upgrading to Ollama {show_version(AMX_FIXED_IN)}+ lifts the guard",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "amx",
+                    Verdict.FAIL,
+                    f"{where}: no AMX guard; builds before {show_version(AMX_FIXED_IN)} crash on "
+                    "AMX CPUs in the AMX / flash-attention path (ollama#17205, #17006)",
+                    f"upgrade the image to ollama {show_version(AMX_FIXED_IN)} or later, or set "
+                    "OLLAMA_LLM_LIBRARY=cpu_avx2 and OLLAMA_FLASH_ATTENTION=0 and delete "
+                    f"{AMX_LIBRARY} at start (a LocalModel gets this from its amx rules)",
+                )
+            )
+    return findings
+
+
+def _unknown_nodes(nodes: Mapping[str, NodeFacts]) -> list[Finding]:
+    unknown = sorted(n.name for n in nodes.values() if n.cpu_flags is None)
+    if not unknown:
+        return [
+            Finding("node-facts", Verdict.OK, f"CPU features known on all {len(nodes)} nodes")
+        ]
+    more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+    shown = ", ".join(unknown[:10]) + more
+    return [
+        Finding(
+            "node-facts",
+            Verdict.WARN,
+            f"CPU features unknown on {len(unknown)} node{'s' if len(unknown) != 1 else ''} "
+            f"(no NFD or probe labels): {shown}; the rules take their safe path there "
+            "(AMX guard on whatever the CPU)",
+            "enable the chart's node probe (probe.enabled=true, the default) or install "
+            "Node Feature Discovery",
+        )
+    ]
+
+
+# ---- reading -----------------------------------------------------------------
+
+
+def gather(client: Any, metrics_urls: Mapping[str, str], timeout: float = 5.0) -> ClusterView:
+    """Nodes, pods and every gateway's metrics; a metrics error is kept, not raised."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(client)
+    nodes = client.sanitize_for_serialization(core.list_node()).get("items") or []
+    pods = client.sanitize_for_serialization(core.list_pod_for_all_namespaces()).get("items") or []
+    metrics: dict[str, str | Exception] = {}
+    for pod in engine_pods(pods):
+        if not pod.gateway:
+            continue
+        url = metrics_urls.get(pod.key)
+        try:
+            if url is not None:
+                metrics[pod.key] = _fetch(url, timeout)
+            else:
+                metrics[pod.key] = str(
+                    core.connect_get_namespaced_pod_proxy_with_path(
+                        f"{pod.name}:{GATEWAY_PORT}", pod.namespace, "metrics",
+                        _request_timeout=timeout,
+                    )
+                )
+        except Exception as e:  # every failure becomes a finding
+            metrics[pod.key] = _short(e)
+    return ClusterView(nodes=nodes, pods=pods, metrics=metrics)
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _short(e: Exception) -> Exception:
+    status = getattr(e, "status", None)
+    reason = getattr(e, "reason", None)
+    if status is not None:
+        return _Unreadable(f"{status} {reason or ''}".strip())
+    return _Unreadable(str(e) or type(e).__name__)
+
+
+def _fetch(url: str, timeout: float) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return str(response.read().decode("utf-8", "replace"))
