@@ -27,11 +27,12 @@ from typing import Any
 from localmodel.doctor.local import queue_findings, speed_findings, threads_from_command_line
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
+from localmodel.engines import ollama
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 from localmodel.render import ANNOTATION_THREADS, GATEWAY_PORT, LABEL_NAME
 from localmodel.rules.model import image_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, AMX_LIBRARY
+from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS
 
 __all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "gather"]
 
@@ -419,7 +420,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
         version = image_version(pod.image)
         shown = show_version(version) if version else "unknown"
         where = f"{pod.label} on AMX node {pod.node} (Ollama {shown})"
-        library_removed = AMX_LIBRARY in pod.commands
+        library_removed = ollama.AMX_LIBRARY in pod.commands
         if version is not None and version >= AMX_FIXED_IN:
             findings.append(
                 Finding("amx", Verdict.OK, f"{where}: the AMX crash is fixed in this version")
@@ -430,7 +431,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
                     "amx",
                     Verdict.OK,
                     f"{where}: AMX guard on (OLLAMA_LLM_LIBRARY=cpu_avx2, flash attention off"
-                    + (f", {AMX_LIBRARY} removed" if library_removed else "")
+                    + (f", {ollama.AMX_LIBRARY} removed" if library_removed else "")
                     + ")",
                     f"upgrading to Ollama {show_version(AMX_FIXED_IN)}+ lifts the guard",
                 )
@@ -444,7 +445,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
                     "AMX CPUs in the AMX / flash-attention path (ollama#17205, #17006)",
                     f"upgrade the image to ollama {show_version(AMX_FIXED_IN)} or later, or set "
                     "OLLAMA_LLM_LIBRARY=cpu_avx2 and OLLAMA_FLASH_ATTENTION=0 and delete "
-                    f"{AMX_LIBRARY} at start (a LocalModel gets this from its amx rules)",
+                    f"{ollama.AMX_LIBRARY} at start (a LocalModel gets this from its amx rules)",
                 )
             )
     return findings
