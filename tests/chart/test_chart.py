@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import Tools, ToolsMissingError, locate_tools
-from tests.harness.chart import CHART_DIR, helm, of_kind, render_chart
+from tests.harness.chart import (
+    CHART_DIR,
+    helm,
+    of_kind,
+    operator_objects,
+    probe_objects,
+    render_chart,
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +32,15 @@ def test_chart_passes_helm_lint_strict(tools: Tools) -> None:
 
 
 def test_cluster_role_never_grants_secrets_or_wildcards(tools: Tools) -> None:
-    [role] = of_kind(render_chart(tools), "ClusterRole")
-    for rule in role["rules"]:
+    roles = of_kind(render_chart(tools), "ClusterRole")
+    assert len(roles) == 2  # the operator's and the node probe's
+    for rule in (rule for role in roles for rule in role["rules"]):
         assert "secrets" not in rule["resources"]
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
 
 
 def test_binding_subject_is_the_charts_service_account(tools: Tools) -> None:
-    rendered = render_chart(tools, release="lm", namespace="models")
+    rendered = operator_objects(render_chart(tools, release="lm", namespace="models"))
     [account] = of_kind(rendered, "ServiceAccount")
     [binding] = of_kind(rendered, "ClusterRoleBinding")
     [role] = of_kind(rendered, "ClusterRole")
@@ -51,4 +59,56 @@ def test_deployment_runs_the_operator_with_the_image_from_values(tools: Tools) -
     assert container["image"] == "registry.local/lm:1.2.3"
     assert container["command"] == ["localmodel"]
     assert container["args"][0] == "run"
-    assert pod["serviceAccountName"] == of_kind(rendered, "ServiceAccount")[0]["metadata"]["name"]
+    [account] = of_kind(operator_objects(rendered), "ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_probe_daemonset_runs_unprivileged_with_read_only_mounts_of_what_it_reads(
+    tools: Tools,
+) -> None:
+    rendered = probe_objects(render_chart(tools, release="lm", namespace="models",
+                                          set_values=("probe.intervalSeconds=60",)))
+    [daemonset] = of_kind(rendered, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["localmodel"]
+    assert container["args"] == ["probe", "--node", "$(NODE_NAME)", "--root", "/host",
+                                 "--interval", "60"]
+    [env] = container["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    security = container["securityContext"]
+    assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert all(m["readOnly"] is True for m in mounts.values())
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert sorted(host_paths.values()) == ["/proc/cpuinfo", "/proc/meminfo",
+                                           "/sys/devices/system/cpu", "/sys/devices/system/node"]
+    for name, path in host_paths.items():  # each host file lands under --root at its own path
+        assert mounts[name]["mountPath"] == "/host" + path
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_probe_identity_may_get_and_patch_nodes_and_nothing_else(tools: Tools) -> None:
+    rendered = probe_objects(render_chart(tools, release="lm", namespace="models"))
+    [account] = of_kind(rendered, "ServiceAccount")
+    [role] = of_kind(rendered, "ClusterRole")
+    [binding] = of_kind(rendered, "ClusterRoleBinding")
+    [daemonset] = of_kind(rendered, "DaemonSet")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "models"}]
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == (
+        account["metadata"]["name"]
+    )
+
+
+def test_probe_is_optional(tools: Tools) -> None:
+    assert probe_objects(render_chart(tools)) != []
+    off = render_chart(tools, set_values=("probe.enabled=false",))
+    assert probe_objects(off) == []
+    assert of_kind(off, "DaemonSet") == []

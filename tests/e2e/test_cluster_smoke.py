@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.harness import OPERATOR, OPERATOR_USER, ApiError, TestCluster
-from tests.harness.chart import NAMESPACE, render_chart
+from tests.harness.chart import NAMESPACE, operator_objects, render_chart
 from tests.harness.processes import wait_for
 from tests.harness.schemas import LOCATION_TEMPLATE, api_version_kinds, write_schemas
 
@@ -258,7 +258,9 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
     # Before the chart's RBAC exists the operator identity can do nothing.
     assert operator.status_of("GET", "/api/v1/nodes") == 403
 
-    rendered = render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
+    rendered = operator_objects(
+        render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
+    )
     rbac = [m for m in rendered if m["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     assert {m["kind"] for m in rbac} == {"ClusterRole", "ClusterRoleBinding"}
     [binding] = [m for m in rbac if m["kind"] == "ClusterRoleBinding"]

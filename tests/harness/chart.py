@@ -49,3 +49,20 @@ def render_chart(
 
 def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
     return [m for m in manifests if m.get("kind") == kind]
+
+
+PROBE_COMPONENT = "node-probe"
+
+
+def is_probe(manifest: Manifest) -> bool:
+    """One of the node probe's objects (its ServiceAccount, RBAC, DaemonSet)."""
+    labels = (manifest.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component") == PROBE_COMPONENT
+
+
+def operator_objects(manifests: list[Manifest]) -> list[Manifest]:
+    return [m for m in manifests if not is_probe(m)]
+
+
+def probe_objects(manifests: list[Manifest]) -> list[Manifest]:
+    return [m for m in manifests if is_probe(m)]

@@ -31,3 +31,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* The node probe's name (its ServiceAccount, ClusterRole, binding and DaemonSet). */}}
+{{- define "localmodel-operator.probeName" -}}
+{{- printf "%s-probe" (include "localmodel-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "localmodel-operator.probeSelectorLabels" -}}
+{{ include "localmodel-operator.selectorLabels" . }}
+app.kubernetes.io/component: node-probe
+{{- end }}
