@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from localmodel.gateway.slots import (
-    Decision,
+    Admission,
     Priority,
     SlotBoard,
     parse_priority,
@@ -28,17 +28,17 @@ def test_priority_header(header: str | None, expected: Priority) -> None:
 
 def test_background_is_admitted_only_when_a_slot_is_free_and_never_queued() -> None:
     board = SlotBoard(total=1, queue_limit=4)
-    assert board.request(BG)[0] is Decision.ADMITTED
-    assert board.request(BG) == (Decision.REJECTED_BUSY, 0)
+    assert board.request(BG)[0] is Admission.ADMITTED
+    assert board.request(BG) == (Admission.REJECTED_BUSY, 0)
     assert board.snapshot().queued == 0
 
 
 def test_foreground_queues_up_to_the_limit_then_is_rejected() -> None:
     board = SlotBoard(total=1, queue_limit=2)
-    assert board.request(FG)[0] is Decision.ADMITTED
-    assert board.request(FG)[0] is Decision.QUEUED
-    assert board.request(FG)[0] is Decision.QUEUED
-    assert board.request(FG) == (Decision.REJECTED_QUEUE_FULL, 0)
+    assert board.request(FG)[0] is Admission.ADMITTED
+    assert board.request(FG)[0] is Admission.QUEUED
+    assert board.request(FG)[0] is Admission.QUEUED
+    assert board.request(FG) == (Admission.REJECTED_QUEUE_FULL, 0)
     snap = board.snapshot()
     assert (snap.busy, snap.queued_foreground, snap.free) == (1, 2, 0)
 
@@ -48,7 +48,7 @@ def test_freed_slot_goes_to_the_head_of_the_foreground_queue_in_order() -> None:
     _, holder = board.request(FG)
     queued = [board.request(FG)[1] for _ in range(3)]
     # A background request arriving now cannot take the slot from the queue.
-    assert board.request(BG)[0] is Decision.REJECTED_BUSY
+    assert board.request(BG)[0] is Admission.REJECTED_BUSY
     granted = []
     current = holder
     for _ in queued:
@@ -76,7 +76,7 @@ def test_withdraw_removes_a_waiter_but_not_a_holder() -> None:
 def test_zero_queue_limit_rejects_foreground_at_once() -> None:
     board = SlotBoard(total=1, queue_limit=0)
     board.request(FG)
-    assert board.request(FG)[0] is Decision.REJECTED_QUEUE_FULL
+    assert board.request(FG)[0] is Admission.REJECTED_QUEUE_FULL
 
 
 @pytest.mark.parametrize(
@@ -107,17 +107,17 @@ class BoardMachine(RuleBasedStateMachine):
     @rule(background=st.booleans())
     def arrive(self, background: bool) -> None:
         priority = BG if background else FG
-        decision, ticket = self.board.request(priority)
+        admission, ticket = self.board.request(priority)
         free = len(self.holders) < 2 and not self.waiting
         if free:
-            assert decision is Decision.ADMITTED
+            assert admission is Admission.ADMITTED
             self.holders.append(ticket)
         elif background:
-            assert decision is Decision.REJECTED_BUSY
+            assert admission is Admission.REJECTED_BUSY
         elif len(self.waiting) >= 3:
-            assert decision is Decision.REJECTED_QUEUE_FULL
+            assert admission is Admission.REJECTED_QUEUE_FULL
         else:
-            assert decision is Decision.QUEUED
+            assert admission is Admission.QUEUED
             self.waiting.append(ticket)
 
     @precondition(lambda self: self.holders)

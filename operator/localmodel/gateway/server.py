@@ -53,7 +53,7 @@ from localmodel.gateway.rewrite import (
 )
 from localmodel.gateway.routes import ROUTES, Kind, Route
 from localmodel.gateway.slots import (
-    Decision,
+    Admission,
     Priority,
     SlotBoard,
     parse_priority,
@@ -280,18 +280,18 @@ class Gateway:
             rec.caller_streams = prepared.caller_streams
 
             if route.uses_slot:
-                decision, ticket = self.board.request(Priority(rec.priority))
-                if decision is Decision.REJECTED_BUSY:
+                admission, ticket = self.board.request(Priority(rec.priority))
+                if admission is Admission.REJECTED_BUSY:
                     rec.finish(Outcome.REJECTED_BUSY, 429, "no free slot")
                     return _error(
                         429, "no free slot; background requests are not queued", self._retry_after()
                     )
-                if decision is Decision.REJECTED_QUEUE_FULL:
+                if admission is Admission.REJECTED_QUEUE_FULL:
                     rec.finish(Outcome.REJECTED_QUEUE_FULL, 503, "queue full")
                     return _error(
                         503, f"queue full ({self.config.max_queue} waiting)", self._retry_after()
                     )
-                if decision is Decision.QUEUED:
+                if admission is Admission.QUEUED:
                     rec.queued_at = rec.start
                     try:
                         async with asyncio.timeout_at(deadline_at):

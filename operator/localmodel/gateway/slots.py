@@ -29,7 +29,7 @@ def parse_priority(header: str | None) -> Priority:
     return Priority.FOREGROUND
 
 
-class Decision(StrEnum):
+class Admission(StrEnum):
     ADMITTED = "admitted"
     QUEUED = "queued"
     REJECTED_BUSY = "rejected_busy"  # background, no slot free -> 429
@@ -72,19 +72,19 @@ class SlotBoard:
         self._next += 1
         return self._next
 
-    def request(self, priority: Priority) -> tuple[Decision, int]:
-        """Ask for a slot. Returns the decision and the ticket (0 when rejected)."""
+    def request(self, priority: Priority) -> tuple[Admission, int]:
+        """Ask for a slot. Returns the admission and the ticket (0 when rejected)."""
         if len(self._holders) < self.total and not self._waiting:
             ticket = self._ticket()
             self._holders.add(ticket)
-            return Decision.ADMITTED, ticket
+            return Admission.ADMITTED, ticket
         if priority is Priority.BACKGROUND:
-            return Decision.REJECTED_BUSY, 0
+            return Admission.REJECTED_BUSY, 0
         if len(self._waiting) >= self.queue_limit:
-            return Decision.REJECTED_QUEUE_FULL, 0
+            return Admission.REJECTED_QUEUE_FULL, 0
         ticket = self._ticket()
         self._waiting[ticket] = None
-        return Decision.QUEUED, ticket
+        return Admission.QUEUED, ticket
 
     def release(self, ticket: int) -> int | None:
         """Free the ticket's slot. Returns the queued ticket that now holds it, if any."""
