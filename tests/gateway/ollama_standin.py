@@ -314,9 +314,7 @@ async def start_standin(
     await runner.setup()
     site = web.TCPSite(runner, host, 0)
     await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    port = server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     return runner, f"http://{host}:{port}"
 
 

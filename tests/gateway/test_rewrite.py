@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import (
+    RUNNER_OPTIONS,
     BadRequest,
     cap_generation,
     keep_alive_value,
@@ -36,7 +37,12 @@ def run(path: str, body: Any, config: GatewayConfig = CONFIG) -> tuple[dict[str,
     [
         (None, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
         ({"num_thread": 32}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
-        ({"num_ctx": 2048}, {"num_thread": 4, "num_ctx": 2048, "num_predict": 512}),
+        ({"num_ctx": 2048}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        ({"num_batch": 64}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
+        (
+            {"num_gpu": 99, "use_mmap": False},
+            {"num_thread": 4, "num_ctx": 8192, "num_predict": 512},
+        ),
         ({"num_ctx": 131072}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
         ({"num_predict": 100}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 100}),
         ({"num_predict": -1}, {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}),
@@ -127,12 +133,43 @@ def test_openai_non_streaming_caller_asks_upstream_for_usage() -> None:
     assert "stream_options" not in out  # a streaming caller keeps its own choice
 
 
-def test_without_threads_or_context_the_callers_options_stay() -> None:
+def test_without_threads_or_context_the_callers_runner_options_are_dropped() -> None:
+    """The engine then keeps the values it loaded with: no reload."""
     config = GatewayConfig(max_tokens=64)
     out, _ = run(
         "/api/generate", {"prompt": "x", "options": {"num_thread": 3, "num_ctx": 99}}, config
     )
-    assert out["options"] == {"num_thread": 3, "num_ctx": 99, "num_predict": 64}
+    assert out["options"] == {"num_predict": 64}
+
+
+@pytest.mark.parametrize(
+    ("options", "rewritten"),
+    [
+        (None, ()),
+        ({"num_thread": 4, "num_ctx": 8192}, ()),  # already the pod's values
+        ({"num_ctx": 2048, "temperature": 0.1}, ("num_ctx",)),
+        ({"num_batch": 64, "num_thread": 8}, ("num_batch", "num_thread")),
+        (
+            {"num_gpu": 0, "main_gpu": 0, "use_mmap": True, "use_mlock": True},
+            (
+                "num_gpu",
+                "main_gpu",
+                "use_mmap",
+                "use_mlock",
+            ),
+        ),
+    ],
+)
+def test_rewritten_runner_options_are_reported(
+    options: dict[str, Any] | None, rewritten: tuple[str, ...]
+) -> None:
+    body: dict[str, Any] = {"prompt": "x"}
+    if options is not None:
+        body["options"] = options
+    prepared = prepare(ROUTE["/api/generate"], json.dumps(body).encode(), CONFIG)
+    assert prepared.rewritten == rewritten
+    sent = json.loads(prepared.body)["options"]
+    assert not set(RUNNER_OPTIONS) - {"num_thread", "num_ctx"} & sent.keys()
 
 
 @pytest.mark.parametrize(
@@ -173,10 +210,7 @@ def test_owned_options_hold_for_any_caller_values(num_ctx: int, num_thread: int)
     out, _ = run(
         "/api/chat", {"messages": [], "options": {"num_ctx": num_ctx, "num_thread": num_thread}}
     )
-    assert out["options"]["num_thread"] == 4
-    assert 1 <= out["options"]["num_ctx"] <= 8192
-    if 0 < num_ctx <= 8192:
-        assert out["options"]["num_ctx"] == num_ctx
+    assert out["options"] == {"num_thread": 4, "num_ctx": 8192, "num_predict": 512}
 
 
 def test_every_route_is_known() -> None:

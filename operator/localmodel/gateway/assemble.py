@@ -198,8 +198,7 @@ class _Text:
         self.pieces: list[str] = []
 
     def add(self, budget: _Budget, piece: Any) -> None:
-        if isinstance(piece, str) and piece:
-            budget.spend(len(piece))
+        if isinstance(piece, str) and piece and budget.take(len(piece)):
             self.pieces.append(piece)
 
     def text(self) -> str:
@@ -207,24 +206,32 @@ class _Text:
 
 
 class _Budget:
-    def __init__(self, limit: int) -> None:
+    """What an assembler may keep. With `keep` false (a watcher of a relayed
+    stream) it keeps no content at all, only the final object's facts."""
+
+    def __init__(self, limit: int, keep: bool = True) -> None:
         self.limit = limit
+        self.keep = keep
         self.used = 0
 
-    def spend(self, n: int) -> None:
+    def take(self, n: int) -> bool:
+        """Pay for n characters; False when content is not kept."""
+        if not self.keep:
+            return False
         self.used += n
         if self.used > self.limit:
             raise StreamError(f"assembled response exceeds {self.limit} characters")
+        return True
 
 
 class OllamaAssembler:
     """Ollama NDJSON chunks -> the non-streaming /api/generate or /api/chat object."""
 
-    def __init__(self, kind: Kind, limit: int) -> None:
+    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
         if kind not in (Kind.GENERATE, Kind.CHAT):
             raise ValueError(f"not an Ollama generation route: {kind}")
         self.kind = kind
-        self._budget = _Budget(limit)
+        self._budget = _Budget(limit, keep_text)
         self._content = _Text()
         self._thinking = _Text()
         self._tool_calls: list[Any] = []
@@ -235,6 +242,16 @@ class OllamaAssembler:
     @property
     def finished(self) -> bool:
         return self._final is not None or self.error is not None
+
+    @property
+    def final_seen(self) -> bool:
+        return self._final is not None
+
+    def feed_line(self, line: bytes) -> None:
+        """One NDJSON line of the engine's stream."""
+        obj = decode_ndjson(line)
+        if obj is not None:
+            self.feed(obj)
 
     def feed(self, obj: dict[str, Any]) -> None:
         message = error_message(obj)
@@ -253,8 +270,7 @@ class OllamaAssembler:
                 self._content.add(self._budget, msg.get("content"))
                 self._thinking.add(self._budget, msg.get("thinking"))
                 calls = msg.get("tool_calls")
-                if isinstance(calls, list):
-                    self._budget.spend(len(json.dumps(calls)))
+                if isinstance(calls, list) and self._budget.take(len(json.dumps(calls))):
                     self._tool_calls.extend(calls)
         if obj.get("done") is True:
             self._final = obj
@@ -297,11 +313,11 @@ class _Choice:
 class OpenAIAssembler:
     """chat.completion.chunk / text_completion SSE events -> one completion object."""
 
-    def __init__(self, kind: Kind, limit: int) -> None:
+    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
         if kind not in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
             raise ValueError(f"not an OpenAI generation route: {kind}")
         self.kind = kind
-        self._budget = _Budget(limit)
+        self._budget = _Budget(limit, keep_text)
         self._choices: dict[int, _Choice] = {}
         self._meta: dict[str, Any] = {}
         self._usage: dict[str, Any] | None = None
@@ -312,6 +328,16 @@ class OpenAIAssembler:
     @property
     def finished(self) -> bool:
         return self.done or self.error is not None
+
+    @property
+    def final_seen(self) -> bool:
+        return self.done or self.finish_reason is not None
+
+    def feed_line(self, line: bytes) -> None:
+        """One SSE line of the engine's stream (non-`data:` lines carry nothing)."""
+        payload = sse_data(line)
+        if payload is not None:
+            self.feed(decode_event(payload))
 
     def _choice(self, index: int) -> _Choice:
         choice = self._choices.get(index)
@@ -349,7 +375,11 @@ class OpenAIAssembler:
             if self.kind is Kind.OPENAI_CHAT:
                 self._feed_delta(choice, raw.get("delta"))
                 logprobs = raw.get("logprobs")
-                if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+                if (
+                    isinstance(logprobs, dict)
+                    and isinstance(logprobs.get("content"), list)
+                    and self._budget.keep
+                ):
                     choice.logprobs.extend(logprobs["content"])
             else:
                 choice.content.add(self._budget, raw.get("text"))
@@ -369,9 +399,8 @@ class OpenAIAssembler:
         if not isinstance(calls, list):
             return
         for call in calls:
-            if not isinstance(call, dict):
+            if not isinstance(call, dict) or not self._budget.take(len(json.dumps(call))):
                 continue
-            self._budget.spend(len(json.dumps(call)))
             idx = call.get("index", len(choice.tool_calls))
             slot = choice.tool_calls.setdefault(
                 idx if isinstance(idx, int) else len(choice.tool_calls),
@@ -457,62 +486,49 @@ class OpenAIAssembler:
         return out
 
 
+Assembler = OllamaAssembler | OpenAIAssembler
+
+
+def assembler_for(kind: Kind, limit: int, *, keep_text: bool = True) -> Assembler:
+    """The assembler for a generation route's stream format."""
+    if kind in (Kind.GENERATE, Kind.CHAT):
+        return OllamaAssembler(kind, limit, keep_text=keep_text)
+    return OpenAIAssembler(kind, limit, keep_text=keep_text)
+
+
 class StreamWatcher:
     """For callers that stream: bytes are relayed untouched; this only reads the
     few lines that carry the final timing or an error, found by a cheap
-    substring test so that relaying stays fast."""
+    substring test so that relaying stays fast, and hands them to an assembler
+    that keeps no text (the one parser of both stream formats)."""
 
     _OLLAMA_MARKERS = re.compile(rb'"done":\s*true|"error"')
     _SSE_MARKERS = re.compile(rb'"timings"|"usage"|"error"|"finish_reason":\s*"|\[DONE\]')
 
     def __init__(self, kind: Kind) -> None:
-        self.kind = kind
-        self.ollama = kind in (Kind.GENERATE, Kind.CHAT)
+        self._reader = assembler_for(kind, 0, keep_text=False)
+        ollama = isinstance(self._reader, OllamaAssembler)
+        self._markers = self._OLLAMA_MARKERS if ollama else self._SSE_MARKERS
         self._lines = LineSplitter()
-        self.timing: EngineTiming | None = None
-        self.error: str | None = None
-        self.final_seen = False
-        self._usage: dict[str, Any] | None = None
-        self._timings: dict[str, Any] | None = None
-        self._finish: str | None = None
 
     def feed(self, data: bytes) -> None:
         for line in self._lines.feed(data):
-            self._line(line)
+            if self._markers.search(line) is not None:
+                self._reader.feed_line(line)
 
     def close(self) -> None:
         rest = self._lines.flush()
-        if rest:
-            self._line(rest)
+        if rest and self._markers.search(rest) is not None:
+            self._reader.feed_line(rest)
 
-    def _line(self, line: bytes) -> None:
-        markers = self._OLLAMA_MARKERS if self.ollama else self._SSE_MARKERS
-        if markers.search(line) is None:
-            return
-        if self.ollama:
-            obj = decode_ndjson(line)
-            if obj is None:
-                return
-            self.error = error_message(obj) or self.error
-            if obj.get("done") is True:
-                self.final_seen = True
-                self.timing = timing_from_ollama(obj)
-            return
-        payload = sse_data(line)
-        if payload is None:
-            return
-        event = decode_event(payload)
-        if event is DONE:
-            self.final_seen = True
-            return
-        assert isinstance(event, dict)
-        self.error = error_message(event) or self.error
-        if isinstance(event.get("usage"), dict):
-            self._usage = event["usage"]
-        if isinstance(event.get("timings"), dict):
-            self._timings = event["timings"]
-        for choice in event.get("choices") or []:
-            if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
-                self._finish = choice["finish_reason"]
-                self.final_seen = True
-        self.timing = timing_from_openai(self._usage, self._timings, self._finish)
+    @property
+    def timing(self) -> EngineTiming | None:
+        return self._reader.timing()
+
+    @property
+    def error(self) -> str | None:
+        return self._reader.error
+
+    @property
+    def final_seen(self) -> bool:
+        return self._reader.final_seen

@@ -8,13 +8,16 @@ Flags win over the environment; the environment wins over the defaults.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
 Engine = Literal["ollama", "llama-server"]
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 ENV_PREFIX = "LOCALMODEL_GATEWAY_"
+# The overflow endpoint's API key is read from this variable only: a flag would
+# put it in the process's command line, which any user of the node can read.
+OVERFLOW_API_KEY_ENV = ENV_PREFIX + "OVERFLOW_API_KEY"
 
 
 class ConfigError(ValueError):
@@ -51,6 +54,18 @@ class GatewayConfig:
     # writes to the end of a loop pass): opt in with uvloop (required) or
     # auto (uvloop when installed). See docs/gateway.md, Overhead benchmark.
     event_loop: EventLoop = "asyncio"
+    # An OpenAI-compatible endpoint for foreground requests that find no local
+    # slot within overflow_after seconds (0: as soon as none is free). Empty:
+    # no overflow. The base URL is the one OpenAI clients take (.../v1).
+    overflow_url: str = ""
+    overflow_model: str = ""
+    overflow_after: float = 0.0
+    # Never printed: not in repr, not in any message (see OVERFLOW_API_KEY_ENV).
+    overflow_api_key: str = field(default="", repr=False)
+
+    @property
+    def overflow(self) -> bool:
+        return bool(self.overflow_url)
 
 
 def _int_at_least(minimum: int) -> Callable[[str, str], int]:
@@ -79,6 +94,16 @@ def _positive_float(flag: str, raw: str) -> float:
         raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}") from None
     if not value > 0 or value != value or value == float("inf"):
         raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def _non_negative_float(flag: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(flag, f"expected a number of seconds >= 0, got {raw!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(flag, f"expected a number of seconds >= 0, got {raw!r}")
     return value
 
 
@@ -143,6 +168,9 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "idle-timeout": _positive_float,
     "body-timeout": _positive_float,
     "event-loop": _event_loop,
+    "overflow-url": _upstream,
+    "overflow-model": _text,
+    "overflow-after": _non_negative_float,
 }
 
 USAGE = """usage: localmodel gateway [--FLAG VALUE ...]
@@ -163,6 +191,13 @@ flags (each also read from LOCALMODEL_GATEWAY_<FLAG>, e.g. LOCALMODEL_GATEWAY_MA
   --idle-timeout S      close connections idle or sending headers this long (default 30)
   --body-timeout S      a request body must arrive within this time (default 30)
   --event-loop NAME     asyncio | uvloop | auto (default asyncio; auto: uvloop if installed)
+  --overflow-url URL    OpenAI-compatible base URL (e.g. https://api.example.com/v1) for
+                        foreground requests that find no local slot in time; default none
+  --overflow-model NAME the model name overflowed requests carry (required with --overflow-url)
+  --overflow-after S    how long a foreground request waits for a local slot before it
+                        overflows (default 0: as soon as none is free)
+
+The overflow endpoint's API key is read from LOCALMODEL_GATEWAY_OVERFLOW_API_KEY only.
 """
 
 
@@ -206,4 +241,12 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> GatewayConfig:
             kwargs["listen_host"], kwargs["listen_port"] = value
         else:
             kwargs[flag.replace("-", "_")] = value
-    return GatewayConfig(**kwargs)  # type: ignore[arg-type]
+    key = env.get(OVERFLOW_API_KEY_ENV, "").strip()
+    if key:
+        kwargs["overflow_api_key"] = key
+    config = GatewayConfig(**kwargs)  # type: ignore[arg-type]
+    if config.overflow and not config.overflow_model:
+        raise ConfigError("overflow-model", "required with --overflow-url")
+    if not config.overflow and (config.overflow_model or "overflow-after" in values):
+        raise ConfigError("overflow-url", "required with --overflow-model and --overflow-after")
+    return config

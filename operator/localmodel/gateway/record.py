@@ -70,6 +70,10 @@ class RequestRecord:
     end: float | None = None
     timing: EngineTiming | None = None
     upstream_error: str | None = None  # connect, status, stream, timeout
+    served_by: str = "local"  # or "overflow": the X-LocalModel-Served-By header
+    overflow_error: str | None = None  # an overflow attempt failed: connect, status, timeout
+    overflow_status: int | None = None  # the status it answered, for `status`
+    overflow_skipped: str | None = None  # past --overflow-after but not sent: why
 
     def finish(self, outcome: Outcome, status: int, detail: str = "") -> None:
         """Record how the request ended; the first outcome recorded wins."""
@@ -121,6 +125,7 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
         "stream": rec.caller_streams,
         "status": rec.status,
         "outcome": rec.outcome.value if rec.outcome else None,
+        "served_by": rec.served_by,
         "queue_wait_ms": _ms(rec.queue_wait),
         "ttft_ms": _ms(rec.ttft),
         "duration_ms": _ms(rec.duration),
@@ -130,6 +135,12 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
         "decode_tok_s": _round(timing.decode_tokens_per_second),
         "done_reason": timing.done_reason,
     }
+    if rec.overflow_error:
+        fields["overflow_error"] = rec.overflow_error
+        if rec.overflow_status is not None:
+            fields["overflow_status"] = rec.overflow_status
+    if rec.overflow_skipped:
+        fields["overflow_skipped"] = rec.overflow_skipped
     if rec.outcome in CANCEL_REASONS:
         fields["cancel_reason"] = CANCEL_REASONS[rec.outcome]
     if rec.detail:
@@ -164,6 +175,35 @@ class GatewayMetrics:
             p + "upstream_errors_total",
             "Upstream failures by kind (connect, status, stream).",
             ("kind",),
+        )
+        self.overflow_requests = Counter(
+            p + "overflow_requests_total",
+            "Requests served by the overflow endpoint, by route and outcome.",
+            ("route", "outcome"),
+        )
+        self.overflow_errors = Counter(
+            p + "overflow_errors_total",
+            "Overflow attempts that failed, by kind (connect, status, timeout); the "
+            "request then waited locally.",
+            ("kind",),
+        )
+        self.overflow_skipped = Counter(
+            p + "overflow_skipped_total",
+            "Foreground requests past --overflow-after that stayed local, by reason "
+            "(cooling_down after a failure, untranslatable, route).",
+            ("reason",),
+        )
+        self.overflow_duration = Histogram(
+            p + "overflow_request_duration_seconds",
+            "Time from arrival to the end of the response, for overflowed requests.",
+            LATENCY_BUCKETS,
+            ("route",),
+        )
+        self.options_rewritten = Counter(
+            p + "options_rewritten_total",
+            "Engine load options callers set to other values than the pod's (forced or "
+            "dropped: a different value would reload the model), by option.",
+            ("option",),
         )
         self.slot_busy = Counter(p + "slot_busy_seconds_total", "Seconds slots were held.")
         self.prompt_tokens = Counter(
@@ -214,6 +254,10 @@ class GatewayMetrics:
         def _slots_busy() -> dict[Labels, float]:
             return {(): float(slots().busy)}
 
+        def _occupancy() -> dict[Labels, float]:
+            snap = slots()
+            return {(): snap.busy / snap.total}
+
         def _queued() -> dict[Labels, float]:
             snap = slots()
             return {
@@ -227,6 +271,11 @@ class GatewayMetrics:
         self.gauges = (
             Gauge(p + "slots", "Slots (concurrent generations) this gateway allows.", _slots_total),
             Gauge(p + "slots_busy", "Slots held by a request now.", _slots_busy),
+            Gauge(
+                p + "slot_occupancy",
+                "Busy slots over slots, 0 to 1 (an autoscaling signal, with queued).",
+                _occupancy,
+            ),
             Gauge(
                 p + "queued", "Requests waiting for a slot, by priority.", _queued, ("priority",)
             ),
@@ -248,6 +297,11 @@ class GatewayMetrics:
             self.slot_busy,
             self.cancellations,
             self.upstream_errors,
+            self.overflow_requests,
+            self.overflow_errors,
+            self.overflow_skipped,
+            self.overflow_duration,
+            self.options_rewritten,
             self.prompt_tokens,
             self.prefill_seconds,
             self.generated_tokens,
@@ -267,7 +321,13 @@ class GatewayMetrics:
         if outcome in CANCEL_REASONS:
             self.cancellations.inc(1, (CANCEL_REASONS[outcome],))
         if rec.upstream_error:
-            self.upstream_errors.inc(1, (rec.upstream_error,))
+            # A broken stream from the overflow is the overflow's error, not the engine's.
+            errors = self.overflow_errors if rec.served_by == "overflow" else self.upstream_errors
+            errors.inc(1, (rec.upstream_error,))
+        if rec.overflow_error:
+            self.overflow_errors.inc(1, (rec.overflow_error,))
+        if rec.overflow_skipped:
+            self.overflow_skipped.inc(1, (rec.overflow_skipped,))
         if rec.slot_at is not None:
             wait = rec.queue_wait
             if wait is not None:
@@ -281,6 +341,10 @@ class GatewayMetrics:
             self.ttft.observe(rec.ttft, (rec.route,))
         if rec.duration is not None:
             self.duration.observe(rec.duration, (rec.route,))
+        if rec.served_by == "overflow":
+            self.overflow_requests.inc(1, (rec.route, outcome.value))
+            if rec.duration is not None:
+                self.overflow_duration.observe(rec.duration, (rec.route,))
         timing = rec.timing
         if timing is None:
             return

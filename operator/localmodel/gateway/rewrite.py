@@ -2,8 +2,10 @@
 
 The operator owns a few settings because they decide whether the node stays
 fast (ENGINE-FACTS.md): the thread count (oversubscription collapses decode),
-the context (memory was sized for it), the generation cap (an abandoned request
-must end by itself even if cancellation regresses in the engine,
+the context (memory was sized for it), every other option Ollama loads the
+model with (a different value reloads the model for every caller), the
+generation cap (an abandoned request must end by itself even if cancellation
+regresses in the engine,
 llama.cpp#11720/#13262) and keep_alive (weights are loaded once). And every
 generation goes upstream as a stream, because only a streaming request is
 cancelled reliably when its connection closes (ENGINE-FACTS.md, Cancellation).
@@ -23,11 +25,46 @@ class BadRequest(ValueError):
     """The caller's body cannot be used; the message names the problem."""
 
 
+# The options Ollama loads a model with (api/types.go, `Runner`: num_ctx,
+# num_batch, num_gpu, main_gpu, use_mmap, num_thread; older releases also
+# low_vram, f16_kv, logits_all, vocab_only, use_mlock, numa). A request whose
+# value differs from the loaded one makes the scheduler reload the model
+# (server/sched.go, needsReload compares the whole Runner struct), so one
+# caller's option would cost every caller a reload.
+RUNNER_OPTIONS = (
+    "num_ctx",
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "use_mmap",
+    "use_mlock",
+    "num_thread",
+    "low_vram",
+    "f16_kv",
+    "logits_all",
+    "vocab_only",
+    "numa",
+)
+
+
 @dataclass(frozen=True)
 class Prepared:
     body: bytes  # what goes upstream
     caller_streams: bool  # whether the caller asked for a stream back
     model: str
+    # Runner options the caller set to something other than the pod's values.
+    rewritten: tuple[str, ...] = ()
+
+
+def pod_runner_options(config: GatewayConfig) -> dict[str, int]:
+    """The runner options the pod loads its model with (the rest stay the
+    engine's own: the tuned Modelfile's PARAMETERs or Ollama's defaults)."""
+    options: dict[str, int] = {}
+    if config.threads is not None:
+        options["num_thread"] = config.threads
+    if config.context is not None:
+        options["num_ctx"] = config.context
+    return options
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -101,19 +138,27 @@ def _model(body: dict[str, Any], config: GatewayConfig) -> str:
     return model
 
 
-def _ollama_options(body: dict[str, Any], config: GatewayConfig, *, generation: bool) -> None:
+def _ollama_options(
+    body: dict[str, Any], config: GatewayConfig, *, generation: bool
+) -> tuple[str, ...]:
+    """Apply the owned options; returns the runner options the caller had
+    set differently (forced to the pod's value, or dropped so the engine keeps
+    the value it loaded with)."""
     options = body.get("options")
     if options is None:
         options = {}
     if not isinstance(options, dict):
         raise BadRequest("options must be a JSON object")
-    if config.threads is not None:
-        _int_field(options, "num_thread", "options.")
-        options["num_thread"] = config.threads
-    if config.context is not None:
-        num_ctx = _int_field(options, "num_ctx", "options.")
-        if num_ctx is None or num_ctx <= 0 or num_ctx > config.context:
-            options["num_ctx"] = config.context
+    owned = pod_runner_options(config)
+    rewritten: list[str] = []
+    for name in RUNNER_OPTIONS:
+        if name in options:
+            if name in owned:
+                _int_field(options, name, "options.")
+            if options[name] != owned.get(name):
+                rewritten.append(name)
+            del options[name]
+    options.update(owned)
     if generation:
         options["num_predict"] = cap_generation(
             _int_field(options, "num_predict", "options."), config.max_tokens
@@ -121,9 +166,11 @@ def _ollama_options(body: dict[str, Any], config: GatewayConfig, *, generation: 
     body["options"] = options
     if body.get("keep_alive") is None:
         body["keep_alive"] = keep_alive_value(config.keep_alive)
+    return tuple(rewritten)
 
 
-def _openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
+def openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
+    """Cap the generation length of an OpenAI-shaped body (absent: the cap)."""
     present = False
     for key in ("max_tokens", "max_completion_tokens", "n_predict"):
         if key in body:
@@ -142,21 +189,29 @@ def prepare(route: Route, raw: bytes, config: GatewayConfig) -> Prepared:
     body = parse_json_object(raw)
     model = _model(body, config)
     caller_streams = False
+    rewritten: tuple[str, ...] = ()
     if route.kind in (Kind.GENERATE, Kind.CHAT):
-        caller_streams = _bool_field(body, "stream", True)  # Ollama streams by default
-        _ollama_options(body, config, generation=True)
+        caller_streams = caller_stream_choice(route, body)
+        rewritten = _ollama_options(body, config, generation=True)
         body["stream"] = True
     elif route.kind is Kind.EMBED:
-        _ollama_options(body, config, generation=False)
+        rewritten = _ollama_options(body, config, generation=False)
     elif route.kind in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
-        caller_streams = _bool_field(body, "stream", False)  # OpenAI does not by default
-        _openai_caps(body, config)
+        caller_streams = caller_stream_choice(route, body)
+        openai_caps(body, config)
         body["stream"] = True
         if not caller_streams:
             # Usage arrives in a last chunk only when asked for; a caller that
             # streams keeps whatever it chose.
             body["stream_options"] = {"include_usage": True}
-    return Prepared(body=encode(body), caller_streams=caller_streams, model=model)
+    return Prepared(
+        body=encode(body), caller_streams=caller_streams, model=model, rewritten=rewritten
+    )
+
+
+def caller_stream_choice(route: Route, body: dict[str, Any]) -> bool:
+    """Whether the caller wants a stream back: Ollama streams by default, OpenAI does not."""
+    return _bool_field(body, "stream", route.is_ollama_native)
 
 
 def request_deadline(header: str | None, default: float) -> float:
@@ -176,15 +231,10 @@ def request_deadline(header: str | None, default: float) -> float:
 def load_request(config: GatewayConfig) -> dict[str, Any]:
     """The Ollama request that loads the model (a generate with no prompt) with
     the owned settings, so the load uses the right threads and context."""
-    options: dict[str, int] = {}
-    if config.threads is not None:
-        options["num_thread"] = config.threads
-    if config.context is not None:
-        options["num_ctx"] = config.context
     return {
         "model": config.model,
         "keep_alive": keep_alive_value(config.keep_alive),
-        "options": options,
+        "options": pod_runner_options(config),
         "stream": False,
     }
 

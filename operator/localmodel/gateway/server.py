@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,15 +28,20 @@ from yarl import URL
 
 from localmodel.gateway.assemble import (
     LineSplitter,
-    OllamaAssembler,
-    OpenAIAssembler,
     StreamError,
     StreamWatcher,
-    decode_event,
-    decode_ndjson,
-    sse_data,
+    assembler_for,
 )
 from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.overflow import (
+    OVERFLOW_PATHS,
+    OllamaReply,
+    OverflowBreaker,
+    OverflowRequest,
+    Untranslatable,
+    overflow_request,
+    scrub,
+)
 from localmodel.gateway.record import (
     GatewayMetrics,
     Outcome,
@@ -63,6 +69,8 @@ from localmodel.gateway.slots import (
 RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 READY_CACHE_SECONDS = 1.0
 REQUEST_ID = web.RequestKey("request_id", str)
+SERVED_BY = web.RequestKey("served_by", str)
+SERVED_BY_HEADER = "X-LocalModel-Served-By"
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
@@ -80,13 +88,26 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return _json(status, {"error": message}, headers)
 
 
+def _stream_error(route: Route, message: str) -> bytes:
+    """An error told inside a stream the caller is already reading."""
+    if route.is_openai:
+        event = {"error": {"message": message, "type": "gateway_error"}}
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
+    return json.dumps({"error": message}).encode() + b"\n"
+
+
 class _RelayResponse(web.StreamResponse):
     """A streamed response whose headers wait for the first body write, as
-    aiohttp's `web.Response` does: when the engine's headers arrive with its
-    first chunk (the usual case), both go to the caller in one write instead
-    of two. `_relay` writes at once when no chunk is there yet, so a caller
-    still sees the status as soon as the engine sent its own. (An aiohttp
-    without this class attribute just sends headers at `prepare`, as before.)"""
+    aiohttp's own `web.Response` does: when the engine's headers arrive with
+    its first chunk (the usual case), both go to the caller in one write
+    instead of two, one syscall and one TCP segment less per response (see
+    docs/gateway.md, Overhead benchmark). `_relay` writes at once when no chunk
+    is there yet, so a caller still sees the status as soon as the engine sent
+    its own.
+
+    `_send_headers_immediately` is private to aiohttp (3.9+, where
+    `web.Response` sets it False). tests/gateway/test_gateway_standin.py fails
+    loudly if aiohttp drops it; without it headers simply go at `prepare`."""
 
     _send_headers_immediately = False
 
@@ -96,14 +117,18 @@ class _CallerGone(Exception):
 
 
 class _UpstreamBroke(Exception):
-    """Reading the engine's stream failed mid-way."""
+    """Reading the upstream's stream failed mid-way."""
 
 
-async def _read_chunk(upstream: aiohttp.ClientResponse) -> bytes:
+async def _read_chunk(upstream: aiohttp.ClientResponse, *, wait: bool = True) -> bytes:
+    """The one read of an upstream body (wait=False: only what already arrived).
+    A failure here is the upstream's."""
     try:
-        return await upstream.content.readany()
+        if wait:
+            return await upstream.content.readany()
+        return upstream.content.read_nowait()
     except aiohttp.ClientError as exc:
-        raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+        raise _UpstreamBroke(f"upstream stream broke: {exc!r}") from exc
 
 
 async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -111,6 +136,55 @@ async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> bytes:
     while len(body) < limit and (chunk := await _read_chunk(upstream)):
         body += chunk
     return bytes(body[:limit])
+
+
+async def _to_caller(
+    response: web.StreamResponse, chunk: bytes = b"", *, eof: bool = False
+) -> None:
+    """The one write to the caller (eof: with the end of the body). A failure
+    here means the caller left."""
+    try:
+        if eof:
+            await response.write_eof(chunk)
+        else:
+            await response.write(chunk)
+    except ConnectionError as exc:
+        raise _CallerGone from exc
+
+
+@dataclass
+class _Exchange:
+    """One request's upstream call and its reply to the caller, as far as they got."""
+
+    route: Route
+    rec: RequestRecord
+    upstream: aiohttp.ClientResponse | None = None
+    response: web.StreamResponse | None = None
+
+    def close_upstream(self) -> None:
+        """Drop the upstream connection: the engine (or overflow) sees it close
+        and stops generating."""
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def settle(self) -> None:
+        """A finished body goes back to the pool; anything unfinished is dropped."""
+        upstream = self.upstream
+        if upstream is None:
+            return
+        finished = self.rec.outcome in (None, Outcome.OK, Outcome.UPSTREAM_STATUS)
+        if finished and upstream.content.at_eof():
+            upstream.release()
+        else:
+            upstream.close()
+
+
+@dataclass(frozen=True)
+class _Overflowed:
+    """The overflow endpoint answered (2xx) a request that left the queue."""
+
+    plan: OverflowRequest
+    upstream: aiohttp.ClientResponse
 
 
 @dataclass
@@ -132,6 +206,7 @@ class Gateway:
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._in_flight = 0
         self.metrics = GatewayMetrics(self.board.snapshot, lambda: self._in_flight)
+        self.breaker = OverflowBreaker()
         self._access_log = access_log if access_log is not None else _stdout_line
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
@@ -139,6 +214,7 @@ class Gateway:
         self._ready = _Ready()
         self._warmup: asyncio.Task[None] | None = None
         self._closing = False
+        self._assembled_limit = max(4 * 1024 * 1024, config.max_tokens * 256)
         self.unexpected_errors = 0
 
     # ---- lifecycle -------------------------------------------------------
@@ -152,7 +228,7 @@ class Gateway:
         app.router.add_get("/healthz", self.handle_healthz)
         app.router.add_get("/readyz", self.handle_readyz)
         app.router.add_get("/metrics", self.handle_metrics)
-        app.on_response_prepare.append(_echo_request_id)
+        app.on_response_prepare.append(_tag_response)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
@@ -199,9 +275,13 @@ class Gateway:
         return self._session
 
     def upstream_url(self, path: str) -> URL:
-        url = self._urls.get(path)
+        return self._url(self.config.upstream, path)
+
+    def _url(self, base: str, path: str) -> URL:
+        key = base + path
+        url = self._urls.get(key)
         if url is None:
-            url = self._urls[path] = URL(self.config.upstream + path)
+            url = self._urls[key] = URL(key)
         return url
 
     # ---- slots -----------------------------------------------------------
@@ -213,22 +293,116 @@ class Gateway:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
-    async def _wait_for_slot(self, ticket: int) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[ticket] = waiter
-        try:
-            await waiter
-        except BaseException:
-            self._waiters.pop(ticket, None)
-            if not self.board.withdraw(ticket):
-                # Granted in the same instant we were cancelled: pass it on.
-                self._release(ticket)
-            raise
+    def _leave_queue(self, ticket: int) -> None:
+        self._waiters.pop(ticket, None)
+        if not self.board.withdraw(ticket):
+            # Granted in the same instant it gave up: pass the slot on.
+            self._release(ticket)
 
     def _retry_after(self) -> dict[str, str]:
         snap = self.board.snapshot()
         seconds = retry_after_seconds(self.metrics.mean_slot_seconds, snap.queued, snap.total)
         return {"Retry-After": str(seconds)}
+
+    async def _wait(
+        self, route: Route, raw: bytes, rec: RequestRecord, ticket: int, deadline_at: float
+    ) -> _Overflowed | None:
+        """Wait in the queue for a slot (returns None: the ticket holds one).
+
+        With an overflow endpoint, a foreground request that has waited
+        --overflow-after seconds is also sent there, once, racing the queue:
+        whichever answers first serves it (a slot that frees first wins and the
+        overflow connection is closed). If the overflow fails, the request
+        keeps its place and waits locally. Ticket 0 (the queue is full): only
+        the overflow can serve it. TimeoutError at the deadline.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        if ticket:
+            self._waiters[ticket] = waiter
+        attempt: asyncio.Task[_Overflowed | None] | None = None
+        overflow_at = loop.time() + self.config.overflow_after if self.config.overflow else math.inf
+        granted = False
+        try:
+            while True:
+                if attempt is None and loop.time() >= overflow_at:
+                    overflow_at = math.inf  # one attempt per request: no retry storm
+                    plan = self._overflow_plan(route, raw, rec)
+                    if plan is not None:
+                        attempt = loop.create_task(self._open_overflow(plan, rec))
+                if attempt is None and not ticket:
+                    return None
+                pending: set[asyncio.Future[Any]] = {waiter}
+                if attempt is not None:
+                    pending.add(attempt)
+                timeout = min(deadline_at, overflow_at) - loop.time()
+                await asyncio.wait(
+                    pending, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+                )
+                if waiter.done():
+                    granted = True
+                    return None
+                if attempt is not None and attempt.done():
+                    answered, attempt = attempt.result(), None
+                    if answered is not None:
+                        return answered
+                    continue  # failed: wait locally
+                if loop.time() >= deadline_at:
+                    if attempt is not None:
+                        rec.overflow_error = "timeout"
+                        self.breaker.failed(self._clock())
+                    raise TimeoutError
+        finally:
+            if attempt is not None:
+                if attempt.done():
+                    late = attempt.result() if not attempt.cancelled() else None
+                    if late is not None:
+                        late.upstream.close()
+                else:
+                    attempt.cancel()  # closes the overflow connection
+            if ticket and not granted:
+                self._leave_queue(ticket)
+
+    # ---- overflow ----------------------------------------------------------
+
+    def _overflow_plan(
+        self, route: Route, raw: bytes, rec: RequestRecord
+    ) -> OverflowRequest | None:
+        if route.kind not in OVERFLOW_PATHS:
+            rec.overflow_skipped = "route"
+            return None
+        if not self.breaker.allows(self._clock()):
+            rec.overflow_skipped = "cooling_down"
+            return None
+        try:
+            return overflow_request(route, raw, self.config)
+        except Untranslatable:
+            rec.overflow_skipped = "untranslatable"
+            return None
+
+    async def _open_overflow(self, plan: OverflowRequest, rec: RequestRecord) -> _Overflowed | None:
+        """Send to the overflow endpoint; its response once it answered 2xx,
+        else None (the failure is counted and the breaker told)."""
+        headers = {"Content-Type": "application/json"}
+        if self.config.overflow_api_key:
+            headers["Authorization"] = f"Bearer {self.config.overflow_api_key}"
+        try:
+            upstream = await self.session.post(
+                self._url(self.config.overflow_url, plan.path), data=plan.body, headers=headers
+            )
+        except (aiohttp.ClientError, TimeoutError):
+            rec.overflow_error = "connect"
+            self.breaker.failed(self._clock())
+            return None
+        if upstream.status >= 300:
+            # The body is not read: an endpoint may echo what it was sent.
+            upstream.close()
+            rec.overflow_error = "status"
+            rec.overflow_status = upstream.status
+            self.breaker.failed(self._clock())
+            return None
+        self.breaker.succeeded()
+        return _Overflowed(plan, upstream)
 
     # ---- handlers --------------------------------------------------------
 
@@ -276,6 +450,8 @@ class Gateway:
                 except BadRequest as exc:
                     rec.finish(Outcome.BAD_REQUEST, 400, str(exc))
                     return _error(400, str(exc))
+                for option in prepared.rewritten:
+                    self.metrics.options_rewritten.inc(1, (option,))
             rec.model = prepared.model
             rec.caller_streams = prepared.caller_streams
 
@@ -286,26 +462,32 @@ class Gateway:
                     return _error(
                         429, "no free slot; background requests are not queued", self._retry_after()
                     )
-                if admission is Admission.REJECTED_QUEUE_FULL:
-                    rec.finish(Outcome.REJECTED_QUEUE_FULL, 503, "queue full")
-                    return _error(
-                        503, f"queue full ({self.config.max_queue} waiting)", self._retry_after()
-                    )
-                if admission is Admission.QUEUED:
+                if admission is not Admission.ADMITTED:
                     rec.queued_at = rec.start
+                    queued, ticket = ticket, 0  # _wait keeps it only if granted
                     try:
-                        async with asyncio.timeout_at(deadline_at):
-                            await self._wait_for_slot(ticket)
+                        overflowed = await self._wait(route, raw, rec, queued, deadline_at)
                     except TimeoutError:
-                        ticket = 0  # withdrawn (or passed on) by _wait_for_slot
                         message = f"deadline of {deadline:g}s passed while queued"
                         rec.finish(Outcome.CANCELLED_DEADLINE, 504, message)
                         return _error(504, message)
-                    except BaseException:
-                        ticket = 0
-                        raise
+                    if overflowed is not None:
+                        return await self._overflow(
+                            request, route, overflowed, rec, deadline, deadline_at
+                        )
+                    if not queued:
+                        rec.finish(Outcome.REJECTED_QUEUE_FULL, 503, "queue full")
+                        return _error(
+                            503,
+                            f"queue full ({self.config.max_queue} waiting)",
+                            self._retry_after(),
+                        )
+                    ticket = queued
                 rec.slot_at = self._clock()
-            return await self._forward(request, route, prepared, rec, deadline, deadline_at)
+            ex = _Exchange(route, rec)
+            return await self._guarded(
+                ex, deadline, self._local(request, prepared, ex), deadline_at
+            )
         except asyncio.CancelledError:
             if self._closing:
                 rec.finish(Outcome.SHUTDOWN, 499, "gateway shutting down")
@@ -330,93 +512,134 @@ class Gateway:
             self.metrics.record(rec)
             self._access_log(log_line(rec, datetime.now(UTC).isoformat(timespec="milliseconds")))
 
-    async def _forward(
+    async def _guarded(
+        self,
+        ex: _Exchange,
+        deadline: float,
+        work: Coroutine[Any, Any, web.StreamResponse],
+        deadline_at: float,
+    ) -> web.StreamResponse:
+        """Run one upstream exchange under the request's deadline; every early
+        end closes the upstream connection at once."""
+        timeout = asyncio.timeout_at(deadline_at)
+        try:
+            async with timeout:
+                return await work
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            return await self._end_early(
+                ex, Outcome.CANCELLED_DEADLINE, 504, f"deadline of {deadline:g}s passed"
+            )
+        except _CallerGone:
+            ex.rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
+            ex.close_upstream()
+            assert ex.response is not None
+            return ex.response
+        except (StreamError, _UpstreamBroke) as exc:
+            # The upstream broke its stream or a limit.
+            ex.rec.upstream_error = "stream"
+            return await self._end_early(ex, Outcome.UPSTREAM_ERROR, 502, str(exc))
+        finally:
+            ex.settle()
+
+    async def _end_early(
+        self, ex: _Exchange, outcome: Outcome, status: int, message: str
+    ) -> web.StreamResponse:
+        """Stop the upstream now, then tell the caller, in the shape it is
+        reading if it is reading a stream already."""
+        ex.close_upstream()
+        message = scrub(message, self.config.overflow_api_key)
+        ex.rec.finish(outcome, status, message)
+        if ex.response is None:
+            return _error(status, message)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ex.response.write(_stream_error(ex.route, message))
+            await ex.response.write_eof()
+        return ex.response
+
+    async def _local(
+        self, request: web.Request, prepared: Prepared, ex: _Exchange
+    ) -> web.StreamResponse:
+        route, rec = ex.route, ex.rec
+        try:
+            ex.upstream = upstream = await self._send(request, route, prepared)
+        except aiohttp.ClientConnectionError as exc:
+            rec.upstream_error = "connect"
+            message = f"engine unreachable at {self.config.upstream}: {exc}"
+            rec.finish(Outcome.UPSTREAM_UNAVAILABLE, 502, message)
+            return _error(502, message)
+        if upstream.status >= 300:
+            rec.upstream_error = "status"
+            body = await _read_limited(upstream, RELAY_ERROR_BODY_LIMIT)
+            rec.finish(
+                Outcome.UPSTREAM_STATUS, upstream.status, body[:200].decode("utf-8", "replace")
+            )
+            return web.Response(
+                status=upstream.status,
+                body=body,
+                content_type=upstream.content_type or "application/json",
+            )
+        if route.streams and not prepared.caller_streams:
+            return await self._assemble(ex)
+        return await self._relay(request, ex, watch=route.streams)
+
+    async def _overflow(
         self,
         request: web.Request,
         route: Route,
-        prepared: Prepared,
+        overflowed: _Overflowed,
         rec: RequestRecord,
         deadline: float,
         deadline_at: float,
     ) -> web.StreamResponse:
-        timeout = asyncio.timeout_at(deadline_at)
-        response: web.StreamResponse | None = None
-        upstream: aiohttp.ClientResponse | None = None
-        try:
-            async with timeout:
-                try:
-                    upstream = await self._send(request, route, prepared)
-                except aiohttp.ClientConnectionError as exc:
-                    rec.upstream_error = "connect"
-                    message = f"engine unreachable at {self.config.upstream}: {exc}"
-                    rec.finish(Outcome.UPSTREAM_UNAVAILABLE, 502, message)
-                    return _error(502, message)
-                if upstream.status >= 300:
-                    rec.upstream_error = "status"
-                    body = await _read_limited(upstream, RELAY_ERROR_BODY_LIMIT)
-                    rec.finish(
-                        Outcome.UPSTREAM_STATUS,
-                        upstream.status,
-                        body[:200].decode("utf-8", "replace"),
-                    )
-                    return web.Response(
-                        status=upstream.status,
-                        body=body,
-                        content_type=upstream.content_type or "application/json",
-                    )
-                if route.streams and not prepared.caller_streams:
-                    return await self._assemble(route, upstream, rec)
-                response = _RelayResponse(status=upstream.status)
-                response.content_type = upstream.content_type or "application/json"
-                try:
-                    await response.prepare(request)
-                except ConnectionError as exc:
-                    raise _CallerGone from exc
-                await self._relay(route, upstream, response, rec)
-                return response
-        except TimeoutError:
-            if not timeout.expired():
-                raise
-            message = f"deadline of {deadline:g}s passed"
-            rec.finish(Outcome.CANCELLED_DEADLINE, 504, message)
-            if upstream is not None:
-                upstream.close()  # stop the engine now, before anything else
-            if response is None:
-                return _error(504, message)
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await response.write(self._stream_error(route, message))
-                await response.write_eof()
-            return response
-        except _CallerGone:
-            rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
-            if upstream is not None:
-                upstream.close()
-            assert response is not None
-            return response
-        except (StreamError, _UpstreamBroke) as exc:
-            # The engine broke its stream or a limit: tell the caller in the
-            # shape it is reading, if it is reading one already.
-            rec.upstream_error = "stream"
-            rec.finish(Outcome.UPSTREAM_ERROR, 502, str(exc))
-            if upstream is not None:
-                upstream.close()
-            if response is None:
-                return _error(502, str(exc))
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await response.write(self._stream_error(route, str(exc)))
-                await response.write_eof()
-            return response
-        finally:
-            if upstream is not None:
-                if (
-                    rec.outcome in (None, Outcome.OK, Outcome.UPSTREAM_STATUS)
-                    and upstream.content.at_eof()
-                ):
-                    upstream.release()
-                else:
-                    # Anything unfinished: drop the connection so the engine
-                    # sees it close and stops generating.
-                    upstream.close()
+        request[SERVED_BY] = rec.served_by = "overflow"
+        ex = _Exchange(route, rec, upstream=overflowed.upstream)
+        return await self._guarded(
+            ex, deadline, self._from_overflow(request, overflowed.plan, ex), deadline_at
+        )
+
+    async def _from_overflow(
+        self, request: web.Request, plan: OverflowRequest, ex: _Exchange
+    ) -> web.StreamResponse:
+        """Relay the overflow's answer in the shape the caller asked for."""
+        upstream, rec = ex.upstream, ex.rec
+        assert upstream is not None
+        key = self.config.overflow_api_key.encode()
+
+        def clean(data: bytes) -> bytes:
+            return data.replace(key, b"[redacted]") if key else data
+
+        if plan.ollama:
+            now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            reply = OllamaReply(ex.route.kind, self.config.overflow_model, now)
+            if plan.caller_streams:
+                return await self._relay(
+                    request,
+                    ex,
+                    watch=False,
+                    translate=reply.feed,
+                    end=reply.close,
+                    content_type="application/x-ndjson",
+                )
+            try:
+                doc = json.loads(await _read_limited(upstream, self._assembled_limit))
+            except ValueError as exc:
+                raise StreamError(f"overflow endpoint sent invalid JSON: {exc}") from None
+            if not isinstance(doc, dict):
+                raise StreamError("overflow endpoint sent a JSON value that is not an object")
+            body = reply.whole(doc)
+            rec.finish(Outcome.OK, 200)
+            return _json(200, body)
+        if plan.caller_streams:
+            return await self._relay(request, ex, watch=False, translate=clean)
+        raw = clean(await _read_limited(upstream, self._assembled_limit))
+        rec.finish(Outcome.OK, upstream.status)
+        return web.Response(
+            status=upstream.status,
+            body=raw,
+            content_type=upstream.content_type or "application/json",
+        )
 
     async def _send(
         self, request: web.Request, route: Route, prepared: Prepared
@@ -441,90 +664,69 @@ class Gateway:
                 self.metrics.upstream_errors.inc(1, ("disconnect_retried",))
         raise AssertionError("unreachable")
 
-    def _stream_error(self, route: Route, message: str) -> bytes:
-        if route.is_openai:
-            event = {"error": {"message": message, "type": "gateway_error"}}
-            return b"data: " + json.dumps(event).encode() + b"\n\n"
-        return json.dumps({"error": message}).encode() + b"\n"
-
     async def _relay(
         self,
-        route: Route,
-        upstream: aiohttp.ClientResponse,
-        response: web.StreamResponse,
-        rec: RequestRecord,
-    ) -> None:
-        watcher = StreamWatcher(route.kind) if route.streams else None
-        content = upstream.content
-        # The hot loop: one read and one write per token; errors are told
-        # apart by where they happen (the engine's side or the caller's).
-        # Headers are still unsent (_RelayResponse): they go with the first
-        # chunk if it came with the engine's headers, else now.
+        request: web.Request,
+        ex: _Exchange,
+        *,
+        watch: bool,
+        translate: Callable[[bytes], bytes] | None = None,
+        end: Callable[[], bytes] | None = None,
+        content_type: str | None = None,
+    ) -> web.StreamResponse:
+        """Stream the upstream's body to the caller as it comes (translated
+        when the caller reads another shape; watched for the engine's final
+        timing and errors)."""
+        upstream, rec = ex.upstream, ex.rec
+        assert upstream is not None
+        response = ex.response = _RelayResponse(status=upstream.status)
+        response.content_type = content_type or upstream.content_type or "application/json"
         try:
-            chunk = content.read_nowait()
-        except aiohttp.ClientError as exc:
-            raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+            await response.prepare(request)
+        except ConnectionError as exc:
+            raise _CallerGone from exc
+        watcher = StreamWatcher(ex.route.kind) if watch else None
+        content = upstream.content
+        # The hot loop: one read and one write per token. Headers are still
+        # unsent (_RelayResponse): they go with the first chunk if it came
+        # with the upstream's headers, else now.
+        chunk = await _read_chunk(upstream, wait=False)
         if not chunk:
-            try:
-                await response.write(b"")  # sends the buffered headers alone
-            except ConnectionError as exc:
-                raise _CallerGone from exc
+            await _to_caller(response)  # sends the buffered headers alone
         while True:
             if not chunk:
-                try:
-                    chunk = await content.readany()
-                except aiohttp.ClientError as exc:
-                    raise _UpstreamBroke(f"engine stream broke: {exc!r}") from exc
+                chunk = await _read_chunk(upstream)
                 if not chunk:
                     break
             if watcher is not None:
                 if rec.first_token_at is None:
                     rec.first_token_at = self._clock()
                 watcher.feed(chunk)
-            try:
-                if content.at_eof():
-                    # The engine's last chunk came with the end of its body:
-                    # ours leave in one write too.
-                    await response.write_eof(chunk)
-                    break
-                await response.write(chunk)
-            except ConnectionError as exc:
-                raise _CallerGone from exc
+            if translate is not None:
+                chunk = translate(chunk)
+            if content.at_eof():
+                break  # the last chunk leaves with the end of the body, below
+            if chunk:
+                await _to_caller(response, chunk)
             chunk = b""
-        try:
-            await response.write_eof()  # a no-op if already sent
-        except ConnectionError as exc:
-            raise _CallerGone from exc
+        if end is not None:
+            chunk += end()
+        await _to_caller(response, chunk, eof=True)
         if watcher is not None:
             watcher.close()
             rec.timing = watcher.timing
             if watcher.error is not None:
                 rec.upstream_error = "stream"
                 rec.finish(Outcome.UPSTREAM_ERROR, 200, watcher.error)
-                return
+                return response
         rec.finish(Outcome.OK, response.status)
+        return response
 
-    async def _assemble(
-        self, route: Route, upstream: aiohttp.ClientResponse, rec: RequestRecord
-    ) -> web.Response:
-        limit = max(4 * 1024 * 1024, self.config.max_tokens * 256)
+    async def _assemble(self, ex: _Exchange) -> web.Response:
+        upstream, rec = ex.upstream, ex.rec
+        assert upstream is not None
         lines = LineSplitter()
-        assembler: OllamaAssembler | OpenAIAssembler
-        if route.is_ollama_native:
-            assembler = OllamaAssembler(route.kind, limit)
-        else:
-            assembler = OpenAIAssembler(route.kind, limit)
-
-        def feed(line: bytes) -> None:
-            if isinstance(assembler, OllamaAssembler):
-                obj = decode_ndjson(line)
-                if obj is not None:
-                    assembler.feed(obj)
-            else:
-                payload = sse_data(line)
-                if payload is not None:
-                    assembler.feed(decode_event(payload))
-
+        assembler = assembler_for(ex.route.kind, self._assembled_limit)
         # Read to the end even after the final object, so the connection
         # can go back to the pool.
         while chunk := await _read_chunk(upstream):
@@ -532,10 +734,10 @@ class Gateway:
                 rec.first_token_at = self._clock()
             for line in lines.feed(chunk):
                 if not assembler.finished:
-                    feed(line)
+                    assembler.feed_line(line)
         rest = lines.flush()
         if rest and not assembler.finished:
-            feed(rest)
+            assembler.feed_line(rest)
         rec.timing = assembler.timing()
         if assembler.error is not None:
             rec.upstream_error = "stream"
@@ -605,10 +807,12 @@ class Gateway:
                 await resp.read()
 
 
-async def _echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
+async def _tag_response(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response says which request it answers and where it was served."""
     request_id = request.get(REQUEST_ID)
     if isinstance(request_id, str):
         response.headers["X-Request-Id"] = request_id
+    response.headers[SERVED_BY_HEADER] = request.get(SERVED_BY, "local")
 
 
 def _stdout_line(line: str) -> None:
@@ -646,9 +850,7 @@ async def start_gateway(
     await runner.setup()
     site = web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024)
     await site.start()
-    port = config.listen_port
-    server = site._server  # the bound socket tells us the port when 0 was asked
-    if isinstance(server, asyncio.Server) and server.sockets:
-        port = server.sockets[0].getsockname()[1]
+    # The bound socket tells the port when 0 was asked.
+    port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
     host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     return RunningGateway(gateway, runner, host, port)
