@@ -296,3 +296,15 @@ def test_openai_assembly_is_the_concatenation_of_the_stream(pieces: list[str], r
     out = asm.result()
     assert out["choices"][0]["message"]["content"] == "".join(pieces)
     assert out["choices"][0]["finish_reason"] == reason
+
+
+def test_watcher_keeps_no_text_even_on_the_lines_it_reads() -> None:
+    """The watcher reads final lines through an assembler that keeps nothing,
+    so a relayed stream of any size costs it no memory and hits no limit."""
+    watcher = StreamWatcher(Kind.OPENAI_CHAT)
+    big = chunk({"content": "x" * 100_000, "tool_calls": [{"index": 0, "id": "t"}]}, "stop")
+    watcher.feed(b"data: " + json.dumps(big).encode() + b"\n\ndata: [DONE]\n\n")
+    assert watcher.final_seen and watcher.error is None
+    ollama = StreamWatcher(Kind.GENERATE)
+    ollama.feed(json.dumps({**FINAL, "response": "y" * 100_000}).encode() + b"\n")
+    assert ollama.timing == timing_from_ollama(FINAL)

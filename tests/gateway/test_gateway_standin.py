@@ -274,6 +274,46 @@ async def test_owned_settings_reach_the_engine(make_rig: RigFactory) -> None:
     assert embed["options"] == {"num_thread": 3, "num_ctx": 2048}
 
 
+async def test_options_that_would_reload_the_model_reach_the_engine_as_the_pods(
+    make_rig: RigFactory,
+) -> None:
+    """Ollama reloads a loaded model for a request whose load options differ
+    (server/sched.go, needsReload): a smaller num_ctx or another num_batch
+    from one caller would cost every caller a reload."""
+    rig = await make_rig(StandinOllama(token_delay=0, tokens=2), threads=3, context=2048)
+    callers = [
+        {"num_ctx": 512},
+        {"num_batch": 64, "num_gpu": 1, "use_mmap": False},
+        {"num_ctx": 2048, "num_thread": 3, "temperature": 0.3},
+    ]
+    async with aiohttp.ClientSession() as session:
+        for options in callers:
+            body = {"messages": [], "stream": False, "options": options}
+            async with session.post(rig.url + "/api/chat", json=body) as resp:
+                assert resp.status == 200
+        async with session.get(rig.url + "/metrics") as resp:
+            metrics = await resp.text()
+    received = [body["options"] for _, body in rig.standin.requests]
+    pod = {"num_thread": 3, "num_ctx": 2048, "num_predict": 4096}
+    assert received == [pod, pod, pod | {"temperature": 0.3}]
+    for option in ("num_ctx", "num_batch", "num_gpu", "use_mmap"):
+        assert f'localmodel_gateway_options_rewritten_total{{option="{option}"}} 1' in metrics
+    assert 'option="num_thread"' not in metrics  # already the pod's value
+
+
+def test_relay_response_relies_on_a_private_aiohttp_attribute_that_still_exists() -> None:
+    """_RelayResponse sends headers with the first chunk by setting aiohttp's
+    private `_send_headers_immediately` (web.Response sets it False). If
+    aiohttp renames it, headers silently go out alone again: fail loudly."""
+    from aiohttp import web
+
+    from localmodel.gateway.server import _RelayResponse
+
+    assert web.StreamResponse._send_headers_immediately is True
+    assert web.Response._send_headers_immediately is False
+    assert _RelayResponse._send_headers_immediately is False
+
+
 async def test_passthrough_routes(make_rig: RigFactory) -> None:
     rig = await make_rig()
     async with aiohttp.ClientSession() as session:

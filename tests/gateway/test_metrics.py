@@ -105,6 +105,7 @@ def test_metrics_from_records() -> None:
         "localmodel_gateway_decode_seconds_total 2",
         "localmodel_gateway_slots 2",
         "localmodel_gateway_slots_busy 1",
+        "localmodel_gateway_slot_occupancy 0.5",
         'localmodel_gateway_queued{priority="foreground"} 3',
         "localmodel_gateway_in_flight 4",
         'localmodel_gateway_decode_tokens_per_second_bucket{le="20"} 1',
@@ -113,6 +114,36 @@ def test_metrics_from_records() -> None:
     for line in expect:
         assert line in text, line
     assert metrics.mean_slot_seconds == 1.5
+
+
+def test_overflowed_records_count_as_overflow_not_as_engine_work() -> None:
+    snap = SlotSnapshot(total=1, busy=1, queued_foreground=0, queued_background=0, queue_limit=8)
+    metrics = GatewayMetrics(lambda: snap, lambda: 1)
+    far = record(queued_at=10.0, end=11.5, served_by="overflow")
+    far.finish(Outcome.OK, 200)
+    broke = record(queued_at=10.0, end=11.0, served_by="overflow", upstream_error="stream")
+    broke.finish(Outcome.UPSTREAM_ERROR, 502)
+    near = record(slot_at=10.0, slot_released_at=10.5, end=10.5)
+    near.finish(Outcome.OK, 200)
+    for rec in (far, broke, near):
+        metrics.record(rec)
+    text = metrics.render()
+    assert_valid_exposition(text)
+    for line in (
+        'localmodel_gateway_overflow_requests_total{route="/api/chat",outcome="ok"} 1',
+        'localmodel_gateway_overflow_requests_total{route="/api/chat",outcome="upstream_error"} 1',
+        'localmodel_gateway_overflow_errors_total{kind="stream"} 1',
+        'localmodel_gateway_overflow_request_duration_seconds_count{route="/api/chat"} 2',
+        'localmodel_gateway_overflow_request_duration_seconds_sum{route="/api/chat"} 2.5',
+    ):
+        assert line in text, line
+    assert "localmodel_gateway_upstream_errors_total{" not in text  # not the engine's
+    assert metrics.queue_wait.series == {
+        ("foreground",): metrics.queue_wait.series[("foreground",)]
+    }
+    assert metrics.queue_wait.series[("foreground",)].count == 1  # only the local one
+    assert log_fields(far)["served_by"] == "overflow"
+    assert log_fields(near)["served_by"] == "local"
 
 
 def test_log_line_is_one_json_object_with_rates() -> None:

@@ -71,6 +71,8 @@ class RequestRecord:
     timing: EngineTiming | None = None
     upstream_error: str | None = None  # connect, status, stream, timeout
     served_by: str = "local"  # or "overflow": the X-LocalModel-Served-By header
+    # Logged here; counted by GatewayMetrics.overflow_failed / overflow_skip at
+    # once, since the request may wait long after.
     overflow_error: str | None = None  # an overflow attempt failed: connect, status, timeout
     overflow_status: int | None = None  # the status it answered, for `status`
     overflow_skipped: str | None = None  # past --overflow-after but not sent: why
@@ -285,6 +287,14 @@ class GatewayMetrics:
         self._held = 0
         self._held_seconds = 0.0
 
+    def overflow_failed(self, rec: RequestRecord, kind: str, status: int | None = None) -> None:
+        rec.overflow_error, rec.overflow_status = kind, status
+        self.overflow_errors.inc(1, (kind,))
+
+    def overflow_skip(self, rec: RequestRecord, reason: str) -> None:
+        rec.overflow_skipped = reason
+        self.overflow_skipped.inc(1, (reason,))
+
     @property
     def mean_slot_seconds(self) -> float:
         return self._held_seconds / self._held if self._held else 0.0
@@ -324,10 +334,7 @@ class GatewayMetrics:
             # A broken stream from the overflow is the overflow's error, not the engine's.
             errors = self.overflow_errors if rec.served_by == "overflow" else self.upstream_errors
             errors.inc(1, (rec.upstream_error,))
-        if rec.overflow_error:
-            self.overflow_errors.inc(1, (rec.overflow_error,))
-        if rec.overflow_skipped:
-            self.overflow_skipped.inc(1, (rec.overflow_skipped,))
+
         if rec.slot_at is not None:
             wait = rec.queue_wait
             if wait is not None:

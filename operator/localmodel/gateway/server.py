@@ -321,7 +321,10 @@ class Gateway:
         if ticket:
             self._waiters[ticket] = waiter
         attempt: asyncio.Task[_Overflowed | None] | None = None
-        overflow_at = loop.time() + self.config.overflow_after if self.config.overflow else math.inf
+        overflow_at = math.inf
+        if self.config.overflow:
+            # A full queue has no local wait to offer: overflow at once.
+            overflow_at = loop.time() + (self.config.overflow_after if ticket else 0.0)
         granted = False
         try:
             while True:
@@ -349,7 +352,7 @@ class Gateway:
                     continue  # failed: wait locally
                 if loop.time() >= deadline_at:
                     if attempt is not None:
-                        rec.overflow_error = "timeout"
+                        self.metrics.overflow_failed(rec, "timeout")
                         self.breaker.failed(self._clock())
                     raise TimeoutError
         finally:
@@ -369,15 +372,15 @@ class Gateway:
         self, route: Route, raw: bytes, rec: RequestRecord
     ) -> OverflowRequest | None:
         if route.kind not in OVERFLOW_PATHS:
-            rec.overflow_skipped = "route"
+            self.metrics.overflow_skip(rec, "route")
             return None
         if not self.breaker.allows(self._clock()):
-            rec.overflow_skipped = "cooling_down"
+            self.metrics.overflow_skip(rec, "cooling_down")
             return None
         try:
             return overflow_request(route, raw, self.config)
         except Untranslatable:
-            rec.overflow_skipped = "untranslatable"
+            self.metrics.overflow_skip(rec, "untranslatable")
             return None
 
     async def _open_overflow(self, plan: OverflowRequest, rec: RequestRecord) -> _Overflowed | None:
@@ -391,14 +394,13 @@ class Gateway:
                 self._url(self.config.overflow_url, plan.path), data=plan.body, headers=headers
             )
         except (aiohttp.ClientError, TimeoutError):
-            rec.overflow_error = "connect"
+            self.metrics.overflow_failed(rec, "connect")
             self.breaker.failed(self._clock())
             return None
         if upstream.status >= 300:
             # The body is not read: an endpoint may echo what it was sent.
             upstream.close()
-            rec.overflow_error = "status"
-            rec.overflow_status = upstream.status
+            self.metrics.overflow_failed(rec, "status", upstream.status)
             self.breaker.failed(self._clock())
             return None
         self.breaker.succeeded()
