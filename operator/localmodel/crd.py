@@ -3,8 +3,8 @@
 pydantic's JSON Schema is close to, but not, a Kubernetes structural schema: it
 uses `$ref`, `anyOf [X, null]` for optional fields, `title`, and
 `additionalProperties: false`. `structural()` rewrites it; `build_crd()` adds
-CEL rules (from the same rule objects Python validates with), the status
-subresource and printer columns. `crds/` holds the output; a test fails if the
+CEL rules (from the same rule objects Python validates with), the status and
+scale subresources and printer columns. `crds/` holds the output; a test fails if the
 two drift.
 """
 
@@ -18,6 +18,7 @@ import yaml
 from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.v1alpha1 import (
     ENGINE_RULES,
+    GATEWAY_RULES,
     SPEC_RULES,
     TOLERATION_RULES,
     LocalModelSpec,
@@ -86,6 +87,7 @@ def spec_schema() -> Schema:
     schema = structural(LocalModelSpec)
     schema["x-kubernetes-validations"] = rules_cel(SPEC_RULES)
     schema["properties"]["engine"]["x-kubernetes-validations"] = rules_cel(ENGINE_RULES)
+    schema["properties"]["gateway"]["x-kubernetes-validations"] = rules_cel(GATEWAY_RULES)
     tolerations = schema["properties"]["placement"]["properties"]["tolerations"]["items"]
     tolerations["x-kubernetes-validations"] = rules_cel(TOLERATION_RULES)
     return schema
@@ -142,7 +144,16 @@ def build_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {
+                        "status": {},
+                        # `kubectl scale lm NAME --replicas N`, and HorizontalPodAutoscalers
+                        # or KEDA driving spec.replicas (docs/autoscaling.md).
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {
                         "openAPIV3Schema": {

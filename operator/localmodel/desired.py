@@ -32,6 +32,7 @@ from localmodel.render import (
     ReplicaPlan,
     endpoint,
     pod_name,
+    pod_selector,
     render_objects,
 )
 from localmodel.rules import engine_version, evaluate, problems
@@ -171,6 +172,8 @@ def _status(
             )
             for r in replicas
         ],
+        replicas=len(replicas),
+        selector=pod_selector(lm),
         ready_replicas=n_ready,
         ready=f"{n_ready}/{want}",
         nodes=",".join(r.node for r in replicas),

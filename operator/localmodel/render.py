@@ -205,10 +205,23 @@ def _engine_command(tuning: Tuning) -> dict[str, Any]:
     return {"command": ["/bin/sh", "-c", f"rm -f {removal}; exec {ollama.BINARY} {ollama.SERVE}"]}
 
 
+def pod_selector(lm: LocalModel) -> str:
+    """The label selector of a LocalModel's pods, as the scale subresource reports it."""
+    return f"{LABEL_NAME}={lm.metadata.name}"
+
+
 def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
-    """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables."""
+    """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables (the
+    overflow's API key is not among them: see `gateway_secret_env`)."""
     gw, spec = lm.spec.gateway, lm.spec
-    return {
+    overflow: dict[str, str] = {}
+    if gw.overflow is not None:
+        overflow = {
+            "LOCALMODEL_GATEWAY_OVERFLOW_URL": gw.overflow.url,
+            "LOCALMODEL_GATEWAY_OVERFLOW_MODEL": gw.overflow.model,
+            "LOCALMODEL_GATEWAY_OVERFLOW_AFTER": f"{gw.overflow.after:g}",
+        }
+    return overflow | {
         "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{ollama.PORT}",
         "LOCALMODEL_GATEWAY_ENGINE": spec.engine.name.value,
         "LOCALMODEL_GATEWAY_LISTEN": f"0.0.0.0:{GATEWAY_PORT}",
@@ -221,6 +234,21 @@ def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
         "LOCALMODEL_GATEWAY_MAX_TOKENS": str(gw.max_tokens),
         "LOCALMODEL_GATEWAY_KEEP_ALIVE": spec.keep_alive,
     }
+
+
+def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
+    """The overflow's API key, mapped from its Secret: the key itself never
+    passes through the operator, the pod spec or its hash."""
+    overflow = lm.spec.gateway.overflow
+    if overflow is None or overflow.api_key_secret_ref is None:
+        return []
+    ref = overflow.api_key_secret_ref
+    return [
+        {
+            "name": "LOCALMODEL_GATEWAY_OVERFLOW_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+        }
+    ]
 
 
 def _engine_resources(t: Tuning) -> dict[str, Any]:
@@ -266,7 +294,7 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
         "image": lm.spec.gateway.image or options.operator_image,
         "imagePullPolicy": options.pull_policy,
         "command": ["localmodel", "gateway"],
-        "env": _env(gateway_env(lm, r.tuning)),
+        "env": [*_env(gateway_env(lm, r.tuning)), *gateway_secret_env(lm)],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},

@@ -74,6 +74,37 @@ def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
         ({"storage": {"size": "big"}}, "storage.size", "pattern"),
         ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
         ({"modelInfo": {"weightsSize": "1Gi"}}, "modelInfo.layers", "Field required"),
+        ({"gateway": {"overflow": {"model": "m"}}}, "gateway.overflow.url", "Field required"),
+        ({"gateway": {"overflow": {"url": "ftp://x", "model": "m"}}}, "overflow.url", "pattern"),
+        (
+            {"gateway": {"overflow": {"url": "https://x/v1?k=1", "model": "m"}}},
+            "overflow.url",
+            "pattern",
+        ),
+        ({"gateway": {"overflow": {"url": "https://x/v1", "model": ""}}}, "overflow.model", ""),
+        (
+            {"gateway": {"overflow": {"url": "https://x/v1", "model": "m", "after": -1}}},
+            "overflow.after",
+            "greater than or equal to 0",
+        ),
+        (
+            {
+                "gateway": {
+                    "overflow": {
+                        "url": "https://x/v1",
+                        "model": "m",
+                        "apiKeySecretRef": {"name": "Bad_Name", "key": "k"},
+                    }
+                }
+            },
+            "apiKeySecretRef.name",
+            "pattern",
+        ),
+        (
+            {"gateway": {"enabled": False, "overflow": {"url": "https://x/v1", "model": "m"}}},
+            "overflow",
+            "overflow needs the gateway",
+        ),
     ],
 )
 def test_invalid_spec_names_the_field_and_reason(
@@ -115,3 +146,24 @@ def test_toleration_rules_match_kubernetes(toleration: dict[str, Any], words: st
     with pytest.raises(ValidationError, match=words):
         model(placement={"tolerations": [toleration]})
     assert model(placement={"tolerations": [{"operator": "Exists"}]}).spec.placement.tolerations
+
+
+def test_overflow_round_trips_with_its_secret_reference() -> None:
+    overflow = {
+        "url": "https://api.example.com/v1",
+        "model": "gpt-4o-mini",
+        "apiKeySecretRef": {"name": "llm-keys", "key": "openai"},
+        "after": 2.5,
+    }
+    m = model(gateway={"overflow": overflow})
+    o = m.spec.gateway.overflow
+    assert o is not None and o.api_key_secret_ref is not None
+    assert (o.url, o.model, o.after, o.api_key_secret_ref.key) == (
+        "https://api.example.com/v1",
+        "gpt-4o-mini",
+        2.5,
+        "openai",
+    )
+    dumped = m.model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert dumped["spec"]["gateway"]["overflow"] == overflow
+    assert model().spec.gateway.overflow is None

@@ -78,7 +78,7 @@ def test_cel_rules_are_the_python_rules() -> None:
     assert all(name in next(iter(r for r in rules if "env.all(e" in r)) for name in MANAGED_ENV)
 
 
-def test_names_columns_and_status_subresource() -> None:
+def test_names_columns_and_status_and_scale_subresources() -> None:
     crd = build_crd()
     assert crd["metadata"]["name"] == "localmodels.localmodel.dev"
     names = crd["spec"]["names"]
@@ -89,7 +89,17 @@ def test_names_columns_and_status_subresource() -> None:
     )
     assert crd["spec"]["scope"] == "Namespaced"
     version = crd["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["replicas"]["type"] == "integer"
+    assert status["selector"]["type"] == "string"
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     for wanted in ("Model", "Engine", "CPU", "Context", "Ready", "Nodes", "Age"):
         assert wanted in columns

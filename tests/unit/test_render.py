@@ -338,3 +338,44 @@ def test_gateway_accepts_exactly_the_environment_the_renderer_sets() -> None:
     port = next(p["containerPort"] for p in gw["ports"] if p["name"] == "http")
     assert config.listen_port == port
     assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_overflow_settings_and_the_secret_reach_the_gateway_container() -> None:
+    from localmodel.gateway.config import OVERFLOW_API_KEY_ENV, parse_config
+
+    overflow = {
+        "url": "https://api.example.com/v1",
+        "model": "gpt-4o-mini",
+        "apiKeySecretRef": {"name": "llm-keys", "key": "openai"},
+        "after": 1.5,
+    }
+    pod = objects(lm(gateway={"overflow": overflow}))["Pod/qwen3-0"]
+    gw = containers(pod)["gateway"]
+    secret = [e for e in gw["env"] if "valueFrom" in e]
+    assert secret == [
+        {
+            "name": OVERFLOW_API_KEY_ENV,
+            "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "openai"}},
+        }
+    ]
+    plain = {e["name"]: e["value"] for e in gw["env"] if "value" in e}
+    config = parse_config([], plain | {OVERFLOW_API_KEY_ENV: "sk-from-the-secret"})
+    assert (config.overflow_url, config.overflow_model, config.overflow_after) == (
+        "https://api.example.com/v1",
+        "gpt-4o-mini",
+        1.5,
+    )
+    assert config.overflow_api_key == "sk-from-the-secret"
+    # Without overflow the gateway gets no overflow variables at all.
+    plain_pod = objects(lm())["Pod/qwen3-0"]
+    names = [e["name"] for e in containers(plain_pod)["gateway"]["env"]]
+    assert not [n for n in names if "OVERFLOW" in n]
+
+
+def test_status_carries_the_scale_subresources_replicas_and_selector() -> None:
+    state = desired_state([lm(replicas=2)], [node("n1"), node("n2")], now=NOW)
+    status = state.models[0].status
+    assert (status.replicas, status.selector) == (2, "localmodel.dev/name=qwen3")
+    pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]
+    key, value = status.selector.split("=")
+    assert all(p["metadata"]["labels"][key] == value for p in pods)

@@ -17,8 +17,10 @@ from localmodel.api.v1alpha1 import (
     LocalModelStatus,
     ModelInfo,
     ObjectMeta,
+    Overflow,
     Placement,
     PlacementStatus,
+    SecretKeyRef,
     Storage,
     Toleration,
 )
@@ -40,8 +42,10 @@ __all__ = [
     "LocalModelStatus",
     "ModelInfo",
     "ObjectMeta",
+    "Overflow",
     "Placement",
     "PlacementStatus",
+    "SecretKeyRef",
     "Storage",
     "Toleration",
 ]

@@ -263,6 +263,61 @@ class Storage(_Base):
     )
 
 
+# A Kubernetes object name (DNS-1123 subdomain) and a Secret data key.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# An http(s) base URL without query or fragment, e.g. https://api.example.com/v1.
+HTTP_URL_PATTERN = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+
+
+class SecretKeyRef(_Base):
+    """One key of a Secret in the LocalModel's namespace."""
+
+    name: str = Field(
+        description="Secret name.", pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253
+    )
+    key: str = Field(
+        description="Key in the Secret's data.",
+        pattern=SECRET_KEY_PATTERN,
+        min_length=1,
+        max_length=253,
+    )
+
+
+class Overflow(_Base):
+    """Where foreground requests go when no local slot frees in time.
+
+    People must not queue behind background work on a CPU-only model: a
+    foreground request that cannot start locally within `after` seconds is
+    sent to this OpenAI-compatible endpoint with its model name replaced.
+    Background requests never overflow. See docs/gateway.md, Overflow."""
+
+    url: str = Field(
+        description="OpenAI-compatible base URL, as OpenAI clients take it, e.g. "
+        "`https://api.example.com/v1`.",
+        pattern=HTTP_URL_PATTERN,
+        max_length=2048,
+    )
+    model: str = Field(
+        description="Model name overflowed requests carry.",
+        pattern=r"^\S+$",
+        min_length=1,
+        max_length=256,
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None,
+        description="Secret key holding the endpoint's API key (sent as a bearer token; "
+        "never logged).",
+    )
+    after: float = Field(
+        0,
+        description="Seconds a foreground request waits for a local slot before it "
+        "overflows; 0 overflows as soon as none is free.",
+        ge=0,
+        le=3600,
+    )
+
+
 class Gateway(_Base):
     """The slot gate in front of the engine."""
 
@@ -285,6 +340,23 @@ class Gateway(_Base):
     max_tokens: int = Field(
         2048, description="Cap on tokens generated per request (num_predict).", ge=1
     )
+    overflow: Overflow | None = Field(
+        None, description="An endpoint for foreground requests the local slots cannot take."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Gateway:
+        return enforce(GATEWAY_RULES, self)
+
+
+GATEWAY_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel="!has(self.overflow) || !has(self.enabled) || self.enabled",
+        message="overflow needs the gateway: set enabled to true or remove overflow",
+        check=lambda g: g.overflow is None or g.enabled,
+        field_path="overflow",
+    ),
+)
 
 
 class EnvVar(_Base):
@@ -461,6 +533,14 @@ class LocalModelStatus(_Base):
     )
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="Per-replica placement and settings."
+    )
+    replicas: int = Field(
+        0, description="Replicas placed (the scale subresource's status.replicas)."
+    )
+    selector: str = Field(
+        "",
+        description="Label selector of the replicas' pods, for the scale subresource "
+        "(HorizontalPodAutoscaler, KEDA).",
     )
     ready_replicas: int = Field(0, description="Replicas whose pod is Ready.")
     ready: str = Field("", description="Ready replicas over desired, e.g. `1/1`.")
