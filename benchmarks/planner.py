@@ -32,10 +32,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, Toleration
 from localmodel.desired import demand, desired_state
 from localmodel.facts import NodeFacts, Taint
-from localmodel.planner import ModelDemand, Plan, Toleration, Usage, plan
+from localmodel.planner import ModelDemand, Plan, Usage, plan
 
 GiB = 1 << 30
 SHAPES = [  # (pool, instance type, CPUs, memory GiB, weight)
@@ -46,6 +46,7 @@ SHAPES = [  # (pool, instance type, CPUs, memory GiB, weight)
 ]
 DEDICATED = Taint("dedicated", "inference", "NoSchedule")
 SPOT = Taint("spot", "true", "PreferNoSchedule")
+DEDICATED_OK = Toleration(key="dedicated", value="inference")
 
 
 def cluster(n: int, rng: random.Random) -> tuple[list[NodeFacts], dict[str, Usage]]:
@@ -90,7 +91,7 @@ def models(n: int, nodes: list[NodeFacts], rng: random.Random) -> list[ModelDema
             selector = {"localmodel.dev/pool": rng.choice(SHAPES)[0]}
         elif roll < 0.20:
             selector = {"topology.kubernetes.io/zone": f"zone-{rng.randrange(3)}"}
-        tolerations = (Toleration("dedicated", "Equal", "inference"),) if rng.random() < 0.1 else ()
+        tolerations = (DEDICATED_OK,) if rng.random() < 0.1 else ()
         out.append(
             ModelDemand(
                 key=f"ns-{i % 50}/model-{i:05d}",

@@ -23,7 +23,7 @@ from localmodel.catalog import lookup
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
 from localmodel.facts.quantity import format_bytes
-from localmodel.planner import ModelDemand, Plan, Toleration, Unplaced, Usage, plan
+from localmodel.planner import ModelDemand, Plan, Unplaced, Usage, plan
 from localmodel.render import (
     GATEWAY_CPU_MILLI,
     GATEWAY_MEMORY_BYTES,
@@ -75,15 +75,7 @@ def demand(lm: LocalModel) -> ModelDemand:
         memory_bytes=memory,
         exclusive=spec.placement.exclusive,
         node_selector=dict(spec.placement.node_selector),
-        tolerations=tuple(
-            Toleration(
-                key=t.key,
-                operator=t.operator.value,
-                value=t.value or "",
-                effect=t.effect.value if t.effect else None,
-            )
-            for t in spec.placement.tolerations
-        ),
+        tolerations=tuple(spec.placement.tolerations),
         overhead_cpu_milli=GATEWAY_CPU_MILLI if spec.gateway.enabled else 0,
     )
 

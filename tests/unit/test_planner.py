@@ -13,20 +13,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from localmodel.api import Toleration
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner import (
+    Assignment,
     ModelDemand,
-    Placement,
     Plan,
     PlannerSettings,
-    Toleration,
     Unplaced,
     Usage,
     plan,
+    tolerates,
 )
 from localmodel.planner.fit import SortedEntries
 
 G = 1 << 30
+
+
+def tol(
+    key: str | None, operator: str = "Equal", value: str | None = None, effect: str | None = None
+) -> Toleration:
+    """An API toleration (validated there, once), in Kubernetes' field order."""
+    fields = {"key": key, "operator": operator, "value": value, "effect": effect}
+    return Toleration.model_validate({k: v for k, v in fields.items() if v is not None})
 
 
 def node(
@@ -142,7 +151,7 @@ def test_best_fit_ties_break_on_least_free_memory_then_name() -> None:
 def test_cpu_node_takes_every_free_whole_cpu_of_the_largest_node() -> None:
     nodes = [node("n1", cpus=8), node("n2", cpus=16.9)]
     p = plan([model("ai/a", cpu=None)], nodes, usage={"n2": Usage(cpu_milli=500)})
-    assert p.placements == (Placement("ai/a", 0, "n2", 16, 4 * G),)
+    assert p.placements == (Assignment("ai/a", 0, "n2", 16, 4 * G),)
 
 
 def test_cpu_node_gets_what_fixed_demands_leave_whatever_the_keys() -> None:
@@ -157,7 +166,7 @@ def test_cpu_node_with_a_narrow_selector_also_takes_the_largest_node() -> None:
     # Few matching nodes: searched one by one rather than through the index.
     nodes = [node(f"n{c}", cpus=c, labels={"pool": "p"}) for c in (4, 16, 8)] + [node("x", cpus=64)]
     p = plan([model("ai/a", cpu=None, selector={"pool": "p"})], nodes)
-    assert p.placements == (Placement("ai/a", 0, "n16", 16, 4 * G),)
+    assert p.placements == (Assignment("ai/a", 0, "n16", 16, 4 * G),)
 
 
 def test_cpu_node_needs_at_least_one_whole_cpu() -> None:
@@ -243,22 +252,22 @@ def test_hard_taints_reject_a_node(taint: Taint) -> None:
 @pytest.mark.parametrize(
     ("toleration", "taint", "tolerated"),
     [
-        (Toleration("dedicated", "Equal", "ml"), NO_SCHEDULE, True),
-        (Toleration("dedicated", "Equal", "web"), NO_SCHEDULE, False),
-        (Toleration("dedicated", "Exists"), NO_SCHEDULE, True),
-        (Toleration("other", "Exists"), NO_SCHEDULE, False),
-        (Toleration(None, "Exists"), NO_SCHEDULE, True),
-        (Toleration("", "Exists"), NO_EXECUTE, True),
-        (Toleration("dedicated", "Exists", effect="NoSchedule"), NO_SCHEDULE, True),
-        (Toleration("dedicated", "Exists", effect="NoExecute"), NO_SCHEDULE, False),
-        (Toleration("maintenance", "Equal", "", "NoExecute"), NO_EXECUTE, True),
-        (Toleration(None, "Exists", effect="NoSchedule"), NO_EXECUTE, False),
+        (tol("dedicated", "Equal", "ml"), NO_SCHEDULE, True),
+        (tol("dedicated", "Equal", "web"), NO_SCHEDULE, False),
+        (tol("dedicated", "Exists"), NO_SCHEDULE, True),
+        (tol("other", "Exists"), NO_SCHEDULE, False),
+        (tol(None, "Exists"), NO_SCHEDULE, True),
+        (tol("", "Exists"), NO_EXECUTE, True),
+        (tol("dedicated", "Exists", effect="NoSchedule"), NO_SCHEDULE, True),
+        (tol("dedicated", "Exists", effect="NoExecute"), NO_SCHEDULE, False),
+        (tol("maintenance", "Equal", "", "NoExecute"), NO_EXECUTE, True),
+        (tol(None, "Exists", effect="NoSchedule"), NO_EXECUTE, False),
     ],
 )
 def test_toleration_matching_follows_kubernetes(
     toleration: Toleration, taint: Taint, tolerated: bool
 ) -> None:
-    assert toleration.tolerates(taint) is tolerated
+    assert tolerates(toleration, taint) is tolerated
     p = plan([model("ai/a", tolerations=[toleration])], [node("n1", taints=[taint])])
     assert bool(p.placements) is tolerated
 
@@ -273,8 +282,9 @@ def test_toleration_matching_follows_kubernetes(
     ],
 )
 def test_invalid_tolerations_are_refused(kwargs: dict[str, object]) -> None:
+    """The planner matches only API tolerations, which validate themselves."""
     with pytest.raises(ValueError):
-        Toleration(**kwargs)  # type: ignore[arg-type]
+        Toleration.model_validate(kwargs)
 
 
 def test_prefer_no_schedule_is_avoided_but_not_a_rejection() -> None:
@@ -286,7 +296,7 @@ def test_prefer_no_schedule_is_avoided_but_not_a_rejection() -> None:
     assert where(p) == {("ai/a", 0): "tainted"}
     assert "PreferNoSchedule" in p.placements[0].reason
     # Tolerating it removes the penalty: best fit again.
-    tolerant = model("ai/a", cpu=4, tolerations=[Toleration("spot", "Exists")])
+    tolerant = model("ai/a", cpu=4, tolerations=[tol("spot", "Exists")])
     assert where(plan([tolerant], nodes)) == {("ai/a", 0): "tainted"}
 
 
@@ -436,8 +446,8 @@ def test_plan_lookups() -> None:
 
 
 def test_reasons_are_not_part_of_plan_equality() -> None:
-    a = Placement("ai/a", 0, "n1", 2, G, reason="chosen: ...")
-    assert a == Placement("ai/a", 0, "n1", 2, G, reason="kept: ...")
+    a = Assignment("ai/a", 0, "n1", 2, G, reason="chosen: ...")
+    assert a == Assignment("ai/a", 0, "n1", 2, G, reason="kept: ...")
 
 
 # ----------------------------------------------------------- the sorted index
@@ -471,11 +481,11 @@ TAINTS = [NO_SCHEDULE, NO_EXECUTE, PREFER_NOT, Taint("dedicated", "web", "NoSche
 TOLERATIONS: list[tuple[Toleration, ...]] = [
     (),
     (),
-    (Toleration("dedicated", "Equal", "ml"),),
-    (Toleration("dedicated", "Exists"),),
-    (Toleration(None, "Exists"),),
-    (Toleration("spot", "Exists", effect="PreferNoSchedule"),),
-    (Toleration("maintenance", "Exists", effect="NoExecute"), Toleration("dedicated", "Exists")),
+    (tol("dedicated", "Equal", "ml"),),
+    (tol("dedicated", "Exists"),),
+    (tol(None, "Exists"),),
+    (tol("spot", "Exists", effect="PreferNoSchedule"),),
+    (tol("maintenance", "Exists", effect="NoExecute"), tol("dedicated", "Exists")),
 ]
 LABELS: list[dict[str, str]] = [{}, {"pool": "a"}, {"pool": "b"}, {"pool": "a", "zone": "z1"}]
 SELECTORS: list[dict[str, str]] = [{}, {}, {"pool": "a"}, {"pool": "b"}, {"zone": "z1"}]
@@ -551,7 +561,7 @@ def reference(
         for tol in d.tolerations:
             key_ok = not tol.key or tol.key == t.key
             effect_ok = tol.effect is None or tol.effect == t.effect
-            value_ok = tol.operator == "Exists" or tol.value == t.value
+            value_ok = tol.operator == "Exists" or (tol.value or "") == t.value
             if key_ok and effect_ok and value_ok:
                 return True
         return False

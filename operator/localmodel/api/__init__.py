@@ -23,6 +23,7 @@ from localmodel.api.v1alpha1 import (
     SecretKeyRef,
     Storage,
     Toleration,
+    TolerationOperator,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "SecretKeyRef",
     "Storage",
     "Toleration",
+    "TolerationOperator",
 ]

@@ -68,13 +68,13 @@ definition of "fits"; ``place``: keep, then place; ``explain``: why a replica
 fits nowhere; ``text``: how quantities are worded.
 """
 
+from localmodel.planner.index import tolerates
 from localmodel.planner.model import (
     DEFAULT_SETTINGS,
+    Assignment,
     ModelDemand,
-    Placement,
     Plan,
     PlannerSettings,
-    Toleration,
     Unplaced,
     UnplacedReason,
     Usage,
@@ -83,13 +83,13 @@ from localmodel.planner.place import plan
 
 __all__ = [
     "DEFAULT_SETTINGS",
+    "Assignment",
     "ModelDemand",
-    "Placement",
     "Plan",
     "PlannerSettings",
-    "Toleration",
     "Unplaced",
     "UnplacedReason",
     "Usage",
     "plan",
+    "tolerates",
 ]

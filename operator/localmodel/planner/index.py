@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from localmodel.api import Toleration, TolerationOperator
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner.fit import ByOccupancy, Entry, SortedEntries
-from localmodel.planner.model import ModelDemand, PlannerSettings, Toleration, Usage
+from localmodel.planner.model import ModelDemand, PlannerSettings, Usage
 from localmodel.planner.text import gib, need_cpu_text, taint_text
 
 Selector = tuple[tuple[str, str], ...]
@@ -69,6 +70,19 @@ CPU = Category(RejectKind.CPU)
 MEMORY = Category(RejectKind.MEMORY)
 
 Rejected = tuple[Category, str]  # (category, the reason in words)
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """Whether a (validated) toleration tolerates a taint, as Kubernetes matches:
+    an empty key with ``Exists`` matches every key, no effect every effect, and
+    ``Equal`` compares values (a missing value is the empty string)."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    return (
+        toleration.operator is TolerationOperator.EXISTS or (toleration.value or "") == taint.value
+    )
 
 
 def signature(d: ModelDemand) -> Signature:
@@ -221,7 +235,7 @@ class NodeIndex:
         blocking: Taint | None = None
         penalty = 0
         for t in taints:
-            if any(tol.tolerates(t) for tol in tolerations):
+            if any(tolerates(tol, t) for tol in tolerations):
                 continue
             if t.effect == "PreferNoSchedule":
                 penalty += 1
@@ -281,9 +295,8 @@ class NodeIndex:
                 return SELECTOR, f"label {k}={have} does not match nodeSelector {k}={want}"
         blocking, _ = self.verdict(node.taints, d.tolerations)
         if blocking is not None:
-            return Category(
-                RejectKind.TAINT, blocking
-            ), f"taint {taint_text(blocking)} not tolerated"
+            why = f"taint {taint_text(blocking)} not tolerated"
+            return Category(RejectKind.TAINT, blocking), why
         return None
 
     def rejection(self, node: Node, d: ModelDemand) -> Rejected | None:

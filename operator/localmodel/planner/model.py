@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Literal
 
-from localmodel.facts import Taint
+from localmodel.api import Toleration
 
 
 @dataclass(frozen=True)
@@ -38,35 +37,6 @@ DEFAULT_SETTINGS = PlannerSettings()
 
 
 @dataclass(frozen=True)
-class Toleration:
-    """A pod toleration, matched like Kubernetes does.
-
-    An empty (or None) key with ``Exists`` tolerates every taint; ``effect=None``
-    matches every effect.
-    """
-
-    key: str | None
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.operator not in ("Equal", "Exists"):
-            raise ValueError(f"toleration operator must be Equal or Exists, not {self.operator!r}")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration with an empty key must use operator Exists")
-        if self.operator == "Exists" and self.value:
-            raise ValueError("a toleration with operator Exists must not have a value")
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
-
-
-@dataclass(frozen=True)
 class ModelDemand:
     """What one model asks for, per replica.
 
@@ -80,9 +50,10 @@ class ModelDemand:
     memory_bytes: int
     exclusive: bool = True
     node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Validated once, by the API model; the planner only matches them.
     tolerations: tuple[Toleration, ...] = ()
     # milli-CPUs per replica on top of the engine's whole CPUs (sidecars such as
-    # the gateway); must fit too, but is not part of ``Placement.cpu``.
+    # the gateway); must fit too, but is not part of ``Assignment.cpu``.
     overhead_cpu_milli: int = 0
 
     def __post_init__(self) -> None:
@@ -105,9 +76,10 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Placement:
-    """One replica on one node. ``reason`` explains the choice and is not compared:
-    two plans are equal when they make the same decisions."""
+class Assignment:
+    """One replica on one node (``Plan.placements``; not the API's ``Placement``,
+    which is the policy in ``spec.placement``). ``reason`` explains the choice and
+    is not compared: two plans are equal when they make the same decisions."""
 
     model: str
     replica: int
@@ -140,26 +112,26 @@ class Unplaced:
 
 @dataclass(frozen=True)
 class Plan:
-    placements: tuple[Placement, ...] = ()
+    placements: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
 
     @cached_property
-    def _by_model(self) -> dict[str, tuple[list[Placement], list[Unplaced]]]:
+    def _by_model(self) -> dict[str, tuple[list[Assignment], list[Unplaced]]]:
         """Placements and unplaced replicas per model, built once on first use."""
-        out: dict[str, tuple[list[Placement], list[Unplaced]]] = {}
+        out: dict[str, tuple[list[Assignment], list[Unplaced]]] = {}
         for p in self.placements:
             out.setdefault(p.model, ([], []))[0].append(p)
         for u in self.unplaced:
             out.setdefault(u.model, ([], []))[1].append(u)
         return out
 
-    def placements_for(self, model: str) -> tuple[Placement, ...]:
+    def placements_for(self, model: str) -> tuple[Assignment, ...]:
         return tuple(self._by_model.get(model, ([], []))[0])
 
     def unplaced_for(self, model: str) -> tuple[Unplaced, ...]:
         return tuple(self._by_model.get(model, ([], []))[1])
 
-    def on_node(self, node: str) -> tuple[Placement, ...]:
+    def on_node(self, node: str) -> tuple[Assignment, ...]:
         return tuple(p for p in self.placements if p.node == node)
 
     def node_of(self, model: str, replica: int) -> str | None:

@@ -10,8 +10,8 @@ from localmodel.planner.fit import first_fit, largest_fit
 from localmodel.planner.index import Node, NodeIndex, dynamic_rejection
 from localmodel.planner.model import (
     DEFAULT_SETTINGS,
+    Assignment,
     ModelDemand,
-    Placement,
     Plan,
     PlannerSettings,
     Usage,
@@ -50,7 +50,7 @@ class _Planner:
             raise ValueError("model keys must be unique")
         self.current = current
         self.index = NodeIndex(self.models, nodes, usage, settings)
-        self.placements: list[Placement] = []
+        self.placements: list[Assignment] = []
         self.held: dict[str, list[str]] = {d.key: [] for d in self.models}  # model -> nodes
 
     def run(self) -> Plan:
@@ -101,7 +101,7 @@ class _Planner:
             node.exclusive_holder = d.key
         self.index.index(node)
         self.held[d.key].append(node.name)
-        self.placements.append(Placement(d.key, replica, node.name, cpu, d.memory_bytes, reason))
+        self.placements.append(Assignment(d.key, replica, node.name, cpu, d.memory_bytes, reason))
 
     def _best(self, d: ModelDemand) -> tuple[int, Node] | None:
         """The best node for one more replica of ``d`` (with its penalty), or None."""

@@ -11,7 +11,7 @@ from localmodel.facts import NodeFacts
 from localmodel.rules.model import (
     Context,
     Decision,
-    Settings,
+    TuningDraft,
     Version,
     image_version,
     parse_version,
@@ -71,27 +71,27 @@ def evaluate(
 ) -> Tuning:
     """Run every matching rule in order. `cpu` is what the planner gave the replica."""
     ctx = Context(spec=spec, node=node, cpu=cpu, shape=shape, version=version)
-    settings = Settings()
+    draft = TuningDraft()
     decisions = []
     for rule in RULES:
         if not rule.matches(ctx):
             continue
-        effect = rule.apply(ctx, settings)
+        effect = rule.apply(ctx, draft)
         if effect is not None:
             decisions.append(Decision(rule.id, effect, rule.reason, rule.source))
     return Tuning(
-        threads=settings.threads,
-        cpu=settings.cpu,
-        memory_bytes=settings.memory_bytes,
-        memory_parts=dict(settings.memory_parts),
-        storage_bytes=settings.storage_bytes,
-        env=engine_env(settings),
-        modelfile=dict(settings.modelfile),
-        remove_libraries=tuple(settings.remove_libraries),
-        flash_attention=settings.flash_attention,
-        kv_cache=settings.kv_cache,
+        threads=draft.threads,
+        cpu=draft.cpu,
+        memory_bytes=draft.memory_bytes,
+        memory_parts=dict(draft.memory_parts),
+        storage_bytes=draft.storage_bytes,
+        env=engine_env(draft),
+        modelfile=dict(draft.modelfile),
+        remove_libraries=tuple(draft.remove_libraries),
+        flash_attention=draft.flash_attention,
+        kv_cache=draft.kv_cache,
         decisions=tuple(decisions),
-        warnings=tuple(settings.warnings),
+        warnings=tuple(draft.warnings),
     )
 
 

@@ -1,4 +1,4 @@
-"""The shapes rules are made of: conditions as data, a context, mutable settings."""
+"""The shapes rules are made of: conditions as data, a context, a mutable draft."""
 
 from __future__ import annotations
 
@@ -98,8 +98,9 @@ class Context:
 
 
 @dataclass
-class Settings:
-    """What the rules decide, built up in rule order."""
+class TuningDraft:
+    """What the rules decide, built up in rule order (mutable); `evaluate`
+    freezes it into a `Tuning`."""
 
     threads: int = 0
     cpu: int = 0
@@ -114,13 +115,13 @@ class Settings:
     warnings: list[str] = field(default_factory=list)
 
 
-Apply = Callable[[Context, Settings], str | None]
+Apply = Callable[[Context, TuningDraft], str | None]
 
 
 @dataclass(frozen=True)
 class Rule:
     """One tuning rule. Conditions are data (they generate the docs); `apply`
-    checks what only the spec can tell, changes the settings and returns the
+    checks what only the spec can tell, changes the draft and returns the
     effect it had, or None when it does not apply."""
 
     id: str

@@ -12,7 +12,7 @@ from fractions import Fraction
 from localmodel.api import FlashAttention, KVCacheType
 from localmodel.engines import ollama
 from localmodel.facts.quantity import format_bytes, parse_bytes
-from localmodel.rules.model import Context, CpuCondition, Rule, Settings, VersionRange
+from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, VersionRange
 
 GiB = 1024**3
 MiB = 1024**2
@@ -50,19 +50,19 @@ def _ceil_gib(n: int) -> int:
 # --- rule functions: return the effect they had, or None -------------------
 
 
-def _set_threads(s: Settings, n: int) -> None:
+def _set_threads(s: TuningDraft, n: int) -> None:
     s.cpu = s.threads = n
     s.env["GOMAXPROCS"] = str(n)
     s.modelfile["num_thread"] = str(n)
 
 
-def _threads(ctx: Context, s: Settings) -> str | None:
+def _threads(ctx: Context, s: TuningDraft) -> str | None:
     n = ctx.cpu
     _set_threads(s, n)
     return f"threads={n}: Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
 
 
-def _threads_cap(ctx: Context, s: Settings) -> str | None:
+def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
     limits = {"node allocatable CPUs": ctx.node.allocatable_cpus}
     if ctx.node.cpuset_cpus is not None:
         limits["cpuset (sched_getaffinity)"] = ctx.node.cpuset_cpus
@@ -77,7 +77,7 @@ def _threads_cap(ctx: Context, s: Settings) -> str | None:
     return f"threads {before} -> {cap}: capped by the {what}"
 
 
-def _one_model(ctx: Context, s: Settings) -> str | None:
+def _one_model(ctx: Context, s: TuningDraft) -> str | None:
     spec = ctx.spec
     bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
     s.env.update(
@@ -100,7 +100,7 @@ def _one_model(ctx: Context, s: Settings) -> str | None:
     )
 
 
-def _kv_needs_fa(ctx: Context, s: Settings) -> str | None:
+def _kv_needs_fa(ctx: Context, s: TuningDraft) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
         return None
     s.flash_attention = FlashAttention.ENABLED
@@ -109,7 +109,7 @@ def _kv_needs_fa(ctx: Context, s: Settings) -> str | None:
     )
 
 
-def _amx_safe_path(ctx: Context, s: Settings) -> str:
+def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
     changes = []
     if s.flash_attention is not FlashAttention.DISABLED:
         changes.append(f"flash attention {s.flash_attention.value} -> disabled")
@@ -119,11 +119,11 @@ def _amx_safe_path(ctx: Context, s: Settings) -> str:
     return ", ".join(changes)
 
 
-def _amx_guard(ctx: Context, s: Settings) -> str | None:
+def _amx_guard(ctx: Context, s: TuningDraft) -> str | None:
     return _amx_safe_path(ctx, s) + _features_note(ctx)
 
 
-def _amx_forced(ctx: Context, s: Settings) -> str | None:
+def _amx_forced(ctx: Context, s: TuningDraft) -> str | None:
     if not ctx.spec.placement.safe_cpu_path:
         return None
     effect = _amx_safe_path(ctx, s)
@@ -131,12 +131,12 @@ def _amx_forced(ctx: Context, s: Settings) -> str | None:
     return effect + f", remove {ollama.AMX_LIBRARY} at start" + _features_note(ctx)
 
 
-def _remove_amx_library(s: Settings) -> None:
+def _remove_amx_library(s: TuningDraft) -> None:
     if ollama.AMX_LIBRARY not in s.remove_libraries:
         s.remove_libraries.append(ollama.AMX_LIBRARY)
 
 
-def _amx_library(ctx: Context, s: Settings) -> str | None:
+def _amx_library(ctx: Context, s: TuningDraft) -> str | None:
     _remove_amx_library(s)
     return f"remove {ollama.AMX_LIBRARY} at container start" + _features_note(ctx)
 
@@ -150,7 +150,7 @@ def _features_note(ctx: Context) -> str:
     return f" ({'; '.join(notes)}: taking the safe side)" if notes else ""
 
 
-def _kv_fallback(ctx: Context, s: Settings) -> str | None:
+def _kv_fallback(ctx: Context, s: TuningDraft) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.DISABLED:
         return None
     before = s.kv_cache
@@ -159,7 +159,7 @@ def _kv_fallback(ctx: Context, s: Settings) -> str | None:
     return f"kvCache {before.value} -> f16: flash attention was turned off on this node"
 
 
-def _memory_auto(ctx: Context, s: Settings) -> str | None:
+def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
     if ctx.spec.memory != "auto" or ctx.shape is None:
         return None
     shape, spec = ctx.shape, ctx.spec
@@ -185,7 +185,7 @@ def _memory_auto(ctx: Context, s: Settings) -> str | None:
     )
 
 
-def _memory_explicit(ctx: Context, s: Settings) -> str | None:
+def _memory_explicit(ctx: Context, s: TuningDraft) -> str | None:
     if ctx.spec.memory == "auto":
         return None
     s.memory_bytes = parse_bytes(ctx.spec.memory)
@@ -202,12 +202,12 @@ def _memory_explicit(ctx: Context, s: Settings) -> str | None:
     return f"memory {ctx.spec.memory} from spec"
 
 
-def _guaranteed(ctx: Context, s: Settings) -> str | None:
+def _guaranteed(ctx: Context, s: TuningDraft) -> str | None:
     # The renderer always writes requests = limits; this rule records why.
     return f"requests = limits: cpu {s.cpu}, memory {format_bytes(s.memory_bytes)}"
 
 
-def _volume(ctx: Context, s: Settings) -> str | None:
+def _volume(ctx: Context, s: TuningDraft) -> str | None:
     if ctx.spec.storage.size is not None:
         s.storage_bytes = parse_bytes(ctx.spec.storage.size)
         return f"volume {ctx.spec.storage.size} at {ollama.HOME} (from spec)"
@@ -343,7 +343,7 @@ RULES: tuple[Rule, ...] = (
 RULES_BY_ID = {r.id: r for r in RULES}
 
 
-def engine_env(s: Settings) -> dict[str, str]:
+def engine_env(s: TuningDraft) -> dict[str, str]:
     """The engine environment: the rules' variables plus flash attention and KV
     cache type, written in exactly one place (ollama envconfig/config.go)."""
     env = dict(s.env)
