@@ -108,6 +108,11 @@ def _meta(lm: LocalModel, name: str, *, owned: bool = True, **extra: Any) -> dic
     return meta
 
 
+def _replica_meta(lm: LocalModel, r: ReplicaPlan, name: str, **extra: Any) -> dict[str, Any]:
+    """Metadata of a per-replica object: the replica label on top of `_meta`."""
+    return _meta(lm, name, labels={LABEL_REPLICA: str(r.replica)}, **extra)
+
+
 def modelfile(lm: LocalModel, tuning: Tuning) -> str:
     """The tuned Modelfile: same name, the operator's parameters layered on top.
 
@@ -138,11 +143,8 @@ def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _meta(
-            lm,
-            claim_name(lm, r.replica),
-            owned=not lm.spec.storage.retain,
-            labels={LABEL_REPLICA: str(r.replica)},
+        "metadata": _replica_meta(
+            lm, r, claim_name(lm, r.replica), owned=not lm.spec.storage.retain
         ),
         "spec": spec,
     }
@@ -380,10 +382,10 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(
+        "metadata": _replica_meta(
             lm,
+            r,
             pod_name(lm, r.replica),
-            labels={LABEL_REPLICA: str(r.replica)},
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
