@@ -679,6 +679,11 @@ def test_every_replica_is_placed_or_unplaced_exactly_once(problem: Problem) -> N
     p = plan(models, nodes, current, usage)
     seen = [(x.model, x.replica) for x in p.placements] + [(u.model, u.replica) for u in p.unplaced]
     assert sorted(seen) == sorted((m.key, r) for m in models for r in range(m.replicas))
+    # The per-model lookups (indexed once) agree with a scan of the plan.
+    for m in models:
+        assert p.placements_for(m.key) == tuple(x for x in p.placements if x.model == m.key)
+        assert p.unplaced_for(m.key) == tuple(u for u in p.unplaced if u.model == m.key)
+    assert p.placements_for("nobody/here") == () and p.unplaced_for("nobody/here") == ()
 
 
 @pytest.mark.parametrize("variant", ["default", "other-paths"])
