@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
 from tests.harness.processes import pid_runs, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "localmodel.dev_localmodels.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +64,25 @@ def namespace(cluster: TestCluster) -> Iterator[str]:
     wait_until(f"the default ServiceAccount in {name}", has_default_sa, timeout=30)
     yield name
     api.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def install_crd(cluster: TestCluster, path: Path, name: str) -> None:
+    """Apply a CRD and wait until the API server serves it."""
+    cluster.apply(path)
+    api = cluster.api()
+
+    def established() -> bool:
+        status, body = api.request(
+            "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        )
+        conds = {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or []}
+        return status == 200 and conds.get("Established") == "True"
+
+    wait_until(f"the {name} CRD to be established", established, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: TestCluster) -> str:
+    """The generated LocalModel CRD, installed; returns the API group's base path."""
+    install_crd(cluster, CRD, "localmodels.localmodel.dev")
+    return "/apis/localmodel.dev/v1alpha1"

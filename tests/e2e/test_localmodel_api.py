@@ -8,7 +8,6 @@ kube-scheduler really binds to the planned node with their weights claims.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,26 +22,7 @@ from tests.harness.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "localmodel.dev_localmodels.yaml"
 NOW = "2026-11-29T00:00:00Z"
-
-
-@pytest.fixture(scope="module")
-def crd(cluster: TestCluster) -> str:
-    cluster.apply(CRD)
-    api = cluster.api()
-
-    def established() -> bool:
-        status, body = api.request(
-            "GET",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/localmodels.localmodel.dev",
-        )
-        conds = {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or []}
-        return status == 200 and conds.get("Established") == "True"
-
-    wait_until("the LocalModel CRD to be established", established, timeout=30)
-    return "/apis/localmodel.dev/v1alpha1"
 
 
 def lm(name: str, **spec: Any) -> dict[str, Any]:

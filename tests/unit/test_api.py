@@ -167,3 +167,23 @@ def test_overflow_round_trips_with_its_secret_reference() -> None:
     dumped = m.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert dumped["spec"]["gateway"]["overflow"] == overflow
     assert model().spec.gateway.overflow is None
+
+
+def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
+    """docs/autoscaling.md's LocalModel, as the CLI and operator read it (the
+    API server's dry run of the same block is in tests/e2e/test_autoscaling.py)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "autoscaling.md").read_text()
+    docs = [
+        d
+        for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+        for d in yaml.safe_load_all(block)
+        if isinstance(d, dict) and d.get("kind") == "LocalModel"
+    ]
+    (model,) = docs
+    overflow = LocalModel.model_validate(model).spec.gateway.overflow
+    assert overflow is not None and overflow.api_key_secret_ref is not None
