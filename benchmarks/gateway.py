@@ -3,15 +3,19 @@ gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
 concurrency 1, 8 and 64, side by side.
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
-         [--burst] [--concurrency C ...] [--gateway-arg=--event-loop=asyncio]
+         [--burst] [--no-overflow] [--concurrency C ...] [--gateway-arg=--event-loop=asyncio]
 Needs: nginx on PATH (apt-get install nginx-light); skipped with a note if absent.
 
 The upstream is the Ollama stand-in (tests/gateway/ollama_standin.py, not
 Ollama) in its own process, streaming /api/generate NDJSON: TOKENS tokens, one
 every TOKEN_DELAY seconds (a fast CPU engine). The gateway runs as
 `localmodel gateway` in its own process with enough slots that nothing queues
-(queueing is the feature, not overhead), logging to /dev/null. nginx runs one
-worker with upstream keep-alive and buffering off.
+(queueing is the feature, not overhead), logging to /dev/null, and with an
+overflow endpoint configured (`--overflow-url`, an API key in its environment)
+that is never used because nothing queues: the overflow must cost the local
+path nothing (`--no-overflow` leaves it out; the run checks afterwards that
+the gateway's metrics show no overflow activity). nginx runs one worker with
+upstream keep-alive and buffering off.
 
 Method (the same for direct, gateway and nginx):
 - A steady upstream: the stand-in paces token i at start + (i + 1) * delay
@@ -67,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -467,6 +472,7 @@ async def run(
     pin: bool,
     burst: bool,
     gateway_args: list[str],
+    overflow: bool,
 ) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -505,6 +511,19 @@ async def run(
             )
             wait_port(up_port)
             gw_port = free_port()
+            overflow_args: list[str] = []
+            gw_env = dict(env)
+            if overflow:
+                # A closed port: any use would show as an overflow error.
+                overflow_args = [
+                    "--overflow-url",
+                    f"http://127.0.0.1:{free_port()}/v1",
+                    "--overflow-model",
+                    "far-model",
+                    "--overflow-after",
+                    "0",
+                ]
+                gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
             gateway = subprocess.Popen(
                 [
                     sys.executable,
@@ -525,10 +544,11 @@ async def run(
                     "2",
                     "--context",
                     "4096",
+                    *overflow_args,
                     *gateway_args,
                 ],
                 cwd=ROOT,
-                env=env,
+                env=gw_env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=_pinned(proxy_cpus),
@@ -560,13 +580,17 @@ async def run(
                         f"concurrency; {len(cpus)} CPUs; {placement}; "
                         f"{'burst' if burst else 'staggered'} arrivals; load from one Python "
                         f"process (asyncio protocol client); gateway flags: "
-                        f"{' '.join(gateway_args) or '(defaults)'}",
+                        f"{' '.join(gateway_args) or '(defaults)'}; overflow "
+                        f"{'configured (never used: nothing queues)' if overflow else 'off'}",
                         *notes,
                     ]
                 ),
                 flush=True,
             )
-            return await measure(targets, per_client, rounds, runs, burst)
+            lines = await measure(targets, per_client, rounds, runs, burst)
+            if overflow:
+                lines.append(overflow_check(gw_port))
+            return lines
         finally:
             for proc in reversed(procs):
                 proc.send_signal(signal.SIGTERM)
@@ -576,6 +600,20 @@ async def run(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def overflow_check(port: int) -> str:
+    """The gateway's own account: configured overflow, no overflow activity."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    used = [
+        line
+        for line in text.splitlines()
+        if line.startswith("localmodel_gateway_overflow_") and not line.endswith(" 0")
+    ]
+    if used:
+        raise SystemExit("overflow was used during the benchmark:\n" + "\n".join(used))
+    return "overflow: configured, 0 overflowed requests, 0 attempts (gateway /metrics)"
 
 
 def main() -> int:
@@ -601,6 +639,11 @@ def main() -> int:
         help="start every client at once (lock-step arrivals) instead of staggered",
     )
     parser.add_argument(
+        "--no-overflow",
+        action="store_true",
+        help="run the gateway without an overflow endpoint configured",
+    )
+    parser.add_argument(
         "--gateway-arg",
         action="append",
         default=[],
@@ -613,7 +656,15 @@ def main() -> int:
         c: max(1, round(n * args.scale)) for c, n in {1: 20, 8: 25, 64: 4}.items() if c in levels
     }
     for line in asyncio.run(
-        run(per_client, args.rounds, args.runs, not args.no_pin, args.burst, args.gateway_arg)
+        run(
+            per_client,
+            args.rounds,
+            args.runs,
+            not args.no_pin,
+            args.burst,
+            args.gateway_arg,
+            not args.no_overflow,
+        )
     ):
         print(line)
     return 0
