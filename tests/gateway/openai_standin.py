@@ -112,7 +112,7 @@ class StandinOpenAI:
                 await event({"index": 0, "delta": {"content": piece}, "finish_reason": None})
             else:
                 await event({"index": 0, "text": piece, "finish_reason": None})
-        last = {"index": 0, "finish_reason": "stop"}
+        last: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
         await event(last | ({"delta": {}} if chat else {"text": ""}))
         if (body.get("stream_options") or {}).get("include_usage"):
             await event(None, usage=usage)

@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,130 +26,26 @@ import pytest
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.gateway.harness import RawClient, books_reach, wait_until
+from tests.gateway.llama import (
+    Engine,
+    decode_total,
+    llama_server,
+    processing,
+    wait_engine,
+)
 
 pytestmark = pytest.mark.engine
 
-CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
-BINARY = Path(os.environ.get("LOCALMODEL_LLAMA_SERVER", CACHE / "bin" / "llama-server"))
-MODEL = Path(os.environ.get("LOCALMODEL_GEMMA_GGUF", CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"))
 ENGINE_SLOTS = 2
 # Generous bound for "stops at once" on a shared 2-core machine; the issue's
 # 100 ms target is what the measured numbers are compared with (printed).
 STOP_BOUND = 0.25
 
 
-@dataclass
-class Engine:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    missing = [str(p) for p in (BINARY, MODEL) if not p.exists()]
-    if missing:
-        pytest.fail(
-            "engine tests need the real llama-server and Gemma 3 270M model, missing: "
-            + ", ".join(missing)
-            + ". Build them with: bash hack/build-llama-server.sh",
-            pytrace=False,
-        )
-    port = _free_port()
-    log = tmp_path_factory.mktemp("engine") / "llama-server.log"
-    cmd = [
-        str(BINARY),
-        "-m",
-        str(MODEL),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-c",
-        str(2048 * ENGINE_SLOTS),
-        "-np",
-        str(ENGINE_SLOTS),
-        "-t",
-        "1",
-        "--metrics",
-        "--slots",
-        "--no-warmup",
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"llama-server exited ({process.returncode}):\n" + log.read_text()[-3000:],
-                    pytrace=False,
-                )
-            try:
-                if _get(url + "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    "llama-server did not become healthy in 120 s:\n" + log.read_text()[-3000:],
-                    pytrace=False,
-                )
-            time.sleep(0.1)
-        yield Engine(url, process, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-async def engine_slots(session: aiohttp.ClientSession, engine: Engine) -> list[dict[str, Any]]:
-    async with session.get(engine.url + "/slots") as resp:
-        slots: list[dict[str, Any]] = await resp.json()
-        return slots
-
-
-async def processing(session: aiohttp.ClientSession, engine: Engine) -> int:
-    return sum(1 for s in await engine_slots(session, engine) if s.get("is_processing"))
-
-
-async def decode_total(session: aiohttp.ClientSession, engine: Engine) -> float:
-    async with session.get(engine.url + "/metrics") as resp:
-        for line in (await resp.text()).splitlines():
-            if line.startswith("llamacpp:n_decode_total "):
-                return float(line.split()[1])
-    raise AssertionError("llamacpp:n_decode_total not in /metrics")
-
-
-async def wait_engine(
-    session: aiohttp.ClientSession, engine: Engine, want: int, timeout: float = 30
-) -> float:
-    """Poll the engine's /slots until `want` slots are processing; the time it was seen."""
-    end = time.monotonic() + timeout
-    while True:
-        if await processing(session, engine) == want:
-            return time.monotonic()
-        if time.monotonic() > end:
-            raise AssertionError(f"engine never had {want} slots processing")
-        await asyncio.sleep(0.002)
+    with llama_server(tmp_path_factory.mktemp("engine"), slots=ENGINE_SLOTS) as running:
+        yield running
 
 
 GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
