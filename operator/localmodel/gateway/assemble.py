@@ -224,24 +224,40 @@ class _Budget:
         return True
 
 
-class OllamaAssembler:
-    """Ollama NDJSON chunks -> the non-streaming /api/generate or /api/chat object."""
+class _Assembler:
+    """What both stream formats' assemblers share: the route, the budget, the
+    error, and whether the stream is over (`finished`: nothing more to read)."""
+
+    KINDS: tuple[Kind, ...] = ()
 
     def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
-        if kind not in (Kind.GENERATE, Kind.CHAT):
-            raise ValueError(f"not an Ollama generation route: {kind}")
+        if kind not in self.KINDS:
+            raise ValueError(f"not a {type(self).__name__} route: {kind}")
         self.kind = kind
         self._budget = _Budget(limit, keep_text)
+        self.error: str | None = None
+
+    @property
+    def final_seen(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def finished(self) -> bool:
+        return self.final_seen or self.error is not None
+
+
+class OllamaAssembler(_Assembler):
+    """Ollama NDJSON chunks -> the non-streaming /api/generate or /api/chat object."""
+
+    KINDS = (Kind.GENERATE, Kind.CHAT)
+
+    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
+        super().__init__(kind, limit, keep_text=keep_text)
         self._content = _Text()
         self._thinking = _Text()
         self._tool_calls: list[Any] = []
         self._role = "assistant"
         self._final: dict[str, Any] | None = None
-        self.error: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._final is not None or self.error is not None
 
     @property
     def final_seen(self) -> bool:
@@ -310,20 +326,18 @@ class _Choice:
     finish_reason: str | None = None
 
 
-class OpenAIAssembler:
+class OpenAIAssembler(_Assembler):
     """chat.completion.chunk / text_completion SSE events -> one completion object."""
 
+    KINDS = (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION)
+
     def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
-        if kind not in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
-            raise ValueError(f"not an OpenAI generation route: {kind}")
-        self.kind = kind
-        self._budget = _Budget(limit, keep_text)
+        super().__init__(kind, limit, keep_text=keep_text)
         self._choices: dict[int, _Choice] = {}
         self._meta: dict[str, Any] = {}
         self._usage: dict[str, Any] | None = None
         self._timings: dict[str, Any] | None = None
         self.done = False
-        self.error: str | None = None
 
     @property
     def finished(self) -> bool:
