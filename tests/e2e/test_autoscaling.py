@@ -104,7 +104,7 @@ def test_an_hpa_reads_the_localmodels_scale(cluster: TestCluster, crd: str, name
     api = cluster.api()
     status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels", lm("qwen3"))
     assert status == 201, body
-    hpa = next(d for d in doc_blocks() if d["kind"] == "HorizontalPodAutoscaler")
+    hpa = next(d for d in doc_blocks() if d.get("kind") == "HorizontalPodAutoscaler")
     hpa["metadata"]["namespace"] = namespace
     cluster.apply([hpa])
     path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/qwen3"
@@ -141,7 +141,7 @@ def test_the_docs_examples_validate_against_the_api_server(
         "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(objects)
     ).stdout
     for kind in ("localmodel", "horizontalpodautoscaler", "scaledobject", "secret", "configmap"):
-        assert re.search(rf"^{kind}[^ ]* \S+ created \(server dry run\)$", out, flags=re.M), out
+        assert re.search(rf"^{kind}[^/]*/\S+ created \(server dry run\)$", out, flags=re.M), out
     # The same examples, broken, are refused: the dry run really validates.
     by_kind = {o["kind"]: o for o in objects}
     scaled, model = by_kind["ScaledObject"], by_kind["LocalModel"]
