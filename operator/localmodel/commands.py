@@ -14,12 +14,20 @@ import yaml
 from localmodel.api import LocalModel
 from localmodel.crd import crd_yaml
 from localmodel.desired import DesiredState, desired_state
-from localmodel.errors import InvalidObject, format_errors, parse_local_model
+from localmodel.errors import (
+    FieldError,
+    InvalidObject,
+    format_errors,
+    object_name,
+    parse_local_model,
+)
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list
 from localmodel.facts.quantity import format_bytes
+from localmodel.manifest import ManifestError, documents
 from localmodel.render import RenderOptions
+from localmodel.rules import problems
 from localmodel.rules.docs import rules_markdown
 
 # Offline renders carry a fixed time so the output is reproducible (diffable in review).
@@ -32,60 +40,64 @@ class InputError(Exception):
 
 def _documents(path: str) -> Iterator[tuple[str, Any]]:
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML: {e}") from e
-    for i, doc in enumerate(d for d in docs if d is not None):
-        where = f"{path}[{i}]" if len(docs) > 1 else path
-        if isinstance(doc, dict) and doc.get("kind") in ("List", "LocalModelList"):
-            for j, item in enumerate(doc.get("items") or []):
-                yield f"{where}.items[{j}]", item
-        else:
-            yield where, doc
+        yield from documents(path)
+    except ManifestError as e:
+        raise InputError(str(e)) from None
 
 
-def parse_models(paths: Sequence[str]) -> list[LocalModel]:
-    models: list[LocalModel] = []
+def parse_models(paths: Sequence[str], *, semantic: bool = True) -> list[LocalModel]:
+    """Every LocalModel in `paths`, or InputError listing every problem found.
+
+    With `semantic`, problems the schema cannot see but the operator would report
+    as `Valid=False` (an unknown model with `memory: auto`) are errors too, so a
+    pipeline running `render` as a check fails on a model that will never deploy.
+    """
+    found: dict[str, tuple[str, LocalModel]] = {}  # key -> (where, model)
     errors: list[str] = []
     for path in paths:
         for where, doc in _documents(path):
             try:
-                models.append(parse_local_model(doc))
+                lm = parse_local_model(doc)
             except InvalidObject as e:
                 errors.append(format_errors(e.errors, where=where, obj=f"{e.kind} {e.name}"))
-    keys = [m.key for m in models]
-    errors += [
-        f"LocalModel {k} is given more than once" for k in sorted(set(keys)) if keys.count(k) > 1
-    ]
+                continue
+            obj = f"LocalModel {object_name(doc)}"  # as written: no namespace, no default/
+            if lm.key in found:
+                first = found[lm.key][0]
+                again = FieldError("metadata.name", f"given more than once (also in {first})")
+                errors.append(format_errors([again], where=where, obj=obj))
+                continue
+            found[lm.key] = (where, lm)
+            if semantic:
+                errors.extend(format_errors([p], where=where, obj=obj) for p in problems(lm.spec))
     if errors:
         raise InputError("\n".join(errors))
-    if not models:
+    if not found:
         raise InputError("no LocalModel objects found in " + ", ".join(paths))
-    return models
+    return [lm for _, lm in found.values()]
 
 
 def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
-    nodes: list[NodeFacts] = []
+    nodes: dict[str, tuple[str, NodeFacts]] = {}  # name -> (where, facts)
     for path in paths:
         for where, doc in _documents(path):
             try:
                 if isinstance(doc, dict) and doc.get("kind") == "Node":
-                    nodes.append(from_node(doc))
+                    got = [from_node(doc)]
                 else:
-                    nodes.extend(from_node_list(doc))
-            except (NodeFactsError, AttributeError) as e:
-                raise InputError(f"{where}: {e}") from e
-    names = [n.name for n in nodes]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise InputError(f"node(s) given more than once: {', '.join(dup)}")
+                    got = from_node_list(doc)
+            except NodeFactsError as e:
+                raise InputError(f"{where}: {e}") from None
+            for facts in got:
+                if facts.name in nodes:
+                    raise InputError(
+                        f"{where}: Node {facts.name}: metadata.name: given more than once "
+                        f"(also in {nodes[facts.name][0]})"
+                    )
+                nodes[facts.name] = (where, facts)
     if not nodes:
         raise InputError("no Node objects found in " + ", ".join(paths))
-    return nodes
+    return [n for _, n in nodes.values()]
 
 
 def _dump(obj: Any) -> Any:

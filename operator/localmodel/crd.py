@@ -19,6 +19,7 @@ from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.v1alpha1 import (
     ENGINE_RULES,
     GATEWAY_RULES,
+    OBJECT_NAME,
     SPEC_RULES,
     TOLERATION_RULES,
     LocalModelSpec,
@@ -162,6 +163,13 @@ def build_crd() -> dict[str, Any]:
                             "settings tuned per node (threads from the CPU limit, memory from "
                             "weights + KV cache, crash guards) and a slot gate in front.",
                             "required": ["spec"],
+                            # CEL may read metadata.name: the same declaration as Python's.
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": OBJECT_NAME.cel("self.metadata.name"),
+                                    "message": f"metadata.name {OBJECT_NAME.message}",
+                                }
+                            ],
                             "properties": {
                                 "apiVersion": {
                                     "type": "string",

@@ -19,7 +19,12 @@ from localmodel.api import (
 
 def model(**spec: Any) -> LocalModel:
     return LocalModel.model_validate(
-        {"metadata": {"name": "m", "namespace": "ai"}, "spec": {"model": "qwen3:1.7b", **spec}}
+        {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
+            "metadata": {"name": "m", "namespace": "ai"},
+            "spec": {"model": "qwen3:1.7b", **spec},
+        }
     )
 
 
@@ -67,11 +72,11 @@ def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
         ({"env": [{"name": "1BAD"}]}, "env", "pattern"),
         ({"engine": {"name": "llama-server"}}, "engine", "reserved"),
         ({"engine": {"name": "vllm"}}, "engine.name", "'ollama' or 'llama-server'"),
-        ({"memory": "lots"}, "memory", "pattern"),
+        ({"memory": "lots"}, "memory", "a quantity from 64Mi to 64Ti"),
         ({"keepAlive": "forever"}, "keepAlive", "pattern"),
         ({"model": ""}, "model", ""),
         ({"replicas": -1}, "replicas", "greater than or equal to 0"),
-        ({"storage": {"size": "big"}}, "storage.size", "pattern"),
+        ({"storage": {"size": "big"}}, "storage.size", "a quantity from"),
         ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
         ({"modelInfo": {"weightsSize": "1Gi"}}, "modelInfo.layers", "Field required"),
         ({"gateway": {"overflow": {"model": "m"}}}, "gateway.overflow.url", "Field required"),

@@ -122,7 +122,7 @@ def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert (rc, out) == (2, "") and "cannot read" in err
 
 
-def test_unknown_model_renders_valid_false(
+def test_unknown_model_exits_2_saying_what_to_add(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     f = tmp_path / "m.yaml"
@@ -130,12 +130,16 @@ def test_unknown_model_renders_valid_false(
         "apiVersion: localmodel.dev/v1alpha1\nkind: LocalModel\nmetadata: {name: m}\n"
         "spec: {model: 'acme/private:7b', cpu: 1}\n"
     )
-    rc, out, _ = run(capsys, "render", "-f", str(f))
-    assert rc == 0
-    docs = list(yaml.safe_load_all(out))
-    valid = next(c for c in docs[0]["status"]["conditions"] if c["type"] == "Valid")
-    assert valid["status"] == "False" and "spec.modelInfo" in valid["message"]
-    assert len(docs) == 1  # nothing else rendered
+    rc, out, err = run(capsys, "render", "-f", str(f))
+    assert (rc, out) == (2, "")
+    assert f"{f}: LocalModel m: spec.memory: model 'acme/private:7b'" in err
+    assert "set spec.modelInfo" in err and "explicit spec.memory" in err
+    # The operator's pure path reports the same as Valid=False and renders nothing.
+    model = LocalModel.model_validate(yaml.safe_load(f.read_text()))
+    result = desired_state([model], [NodeFacts("n", 8000, 64 * 1024**3)], now="t").models[0]
+    valid = next(c for c in result.status.conditions if c.type == "Valid")
+    assert valid.status.value == "False" and "spec.modelInfo" in valid.message
+    assert result.objects == ()
 
 
 def test_crd_and_rules_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,6 +157,8 @@ def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_explain_when_an_earlier_replica_is_unplaced() -> None:
     model = LocalModel.model_validate(
         {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
             "metadata": {"name": "q", "namespace": "ai"},
             "spec": {"model": "qwen3:1.7b", "replicas": 2},
         }

@@ -32,6 +32,8 @@ esac
 def init_script(tmp_path: Path, version: str = "0.32.2") -> str:
     model = LocalModel.model_validate(
         {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
             "metadata": {"name": "q"},
             "spec": {"model": "qwen3:1.7b", "cpu": 2, "engine": {"version": version}},
         }

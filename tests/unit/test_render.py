@@ -25,7 +25,14 @@ def lm(name: str = "qwen3", uid: str | None = None, **spec: Any) -> LocalModel:
     meta: dict[str, Any] = {"name": name, "namespace": "ai", "generation": 3}
     if uid:
         meta["uid"] = uid
-    return LocalModel.model_validate({"metadata": meta, "spec": {"model": "qwen3:1.7b", **spec}})
+    return LocalModel.model_validate(
+        {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
+            "metadata": meta,
+            "spec": {"model": "qwen3:1.7b", **spec},
+        }
+    )
 
 
 def node(

@@ -13,16 +13,42 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from localmodel.api.checks import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    Boolean,
+    Integer,
+    NameFormat,
+    Number,
+    QuantityRange,
+)
 from localmodel.engines import llama_server, ollama
 from localmodel.errors import FieldError
 
-# Kubernetes resource quantity (apimachinery's regex, simplified to what we accept).
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?|m)?$"
+# Sizes: one declaration each, enforced by Python and (as CEL) by the API server. Zero is
+# never valid: a zero memory limit is no limit (and no Guaranteed QoS), a zero volume none.
+MEMORY = QuantityRange("64Mi", "64Ti", keyword="auto", example="8Gi")
+STORAGE_SIZE = QuantityRange("64Mi", "1Pi", example="20Gi")
+WEIGHTS_SIZE = QuantityRange("1Mi", "64Ti", example="4.7Gi")
+# metadata.name becomes a Service name (DNS-1035: a letter first), a label value and the
+# stem of `<name>-weights-<replica>` and `<name>-modelfile`: 52 leaves room for the suffixes.
+OBJECT_NAME = NameFormat(DNS1035_LABEL.title, DNS1035_LABEL.regex, 52)
+# A toleration key is a label key, or empty (with Exists: every taint).
+TOLERATION_KEY = NameFormat(
+    QUALIFIED_NAME.title,
+    QUALIFIED_NAME.regex,
+    QUALIFIED_NAME.max_length,
+    prefix_max=QUALIFIED_NAME.prefix_max,
+    allow_empty=True,
+)
 # An Ollama keep_alive: a Go duration ("5m", "-1m", "24h") or a number of seconds ("-1").
 KEEP_ALIVE_PATTERN = r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^-?[0-9]+$"
 # Ollama model reference: [registry/][namespace/]name[:tag]
@@ -44,6 +70,16 @@ MANAGED_ENV: tuple[str, ...] = (
     "GOMAXPROCS",
     "LLAMA_ARG_THREADS",
 )
+
+# Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
+# LD_LIBRARY_PATH, LD_AUDIT, ...) and PATH. The AMX guard deletes a CPU library and pins
+# `/bin/ollama`; a user LD_PRELOAD or LD_LIBRARY_PATH could load that code back, and PATH
+# picks the binaries the start scripts run. Rejected like MANAGED_ENV (docs/api.md).
+LOADER_ENV: tuple[str, ...] = ("PATH",)
+LOADER_ENV_PREFIX = "LD_"
+
+MAX_CPU = 1024
+CPU_MESSAGE = f"must be a positive integer or 'node' (at most {MAX_CPU} CPUs)"
 
 
 class _Base(BaseModel):
@@ -152,21 +188,27 @@ ENGINE_RULES: tuple[CrossFieldRule, ...] = (
 class ModelInfo(_Base):
     """Size and shape of a model the built-in catalog does not know."""
 
-    weights_size: str = Field(
+    weights_size: Annotated[str, WEIGHTS_SIZE] = Field(
         description="Size of the model weights as stored by the engine (a quantity, "
         "e.g. `4.7Gi`). CPU-only Ollama disables mmap, so all of it counts "
         "against the memory limit.",
-        pattern=QUANTITY_PATTERN,
     )
-    layers: int = Field(description="Transformer blocks (GGUF `<arch>.block_count`).", ge=1)
-    kv_heads: int = Field(
-        description="Key/value attention heads (GGUF `<arch>.attention.head_count_kv`).", ge=1
+    layers: Integer = Field(
+        description="Transformer blocks (GGUF `<arch>.block_count`).", ge=1, le=4096
     )
-    key_length: int = Field(
-        128, description="Key head size (GGUF `<arch>.attention.key_length`).", ge=1
+    kv_heads: Integer = Field(
+        description="Key/value attention heads (GGUF `<arch>.attention.head_count_kv`).",
+        ge=1,
+        le=4096,
     )
-    value_length: int = Field(
-        128, description="Value head size (GGUF `<arch>.attention.value_length`).", ge=1
+    key_length: Integer = Field(
+        128, description="Key head size (GGUF `<arch>.attention.key_length`).", ge=1, le=65536
+    )
+    value_length: Integer = Field(
+        128,
+        description="Value head size (GGUF `<arch>.attention.value_length`).",
+        ge=1,
+        le=65536,
     )
     family: str | None = Field(
         None,
@@ -189,16 +231,21 @@ class TaintEffect(StrEnum):
 class Toleration(_Base):
     """A Kubernetes toleration, copied to the model's pods."""
 
-    key: str | None = Field(
-        None, description="Taint key; empty with Exists matches all.", max_length=316
+    key: Annotated[str, TOLERATION_KEY] | None = Field(
+        None, description="Taint key (a label key); empty with Exists matches all."
     )
     operator: TolerationOperator = Field(
         TolerationOperator.EQUAL, description="`Equal` or `Exists`."
     )
-    value: str | None = Field(None, description="Taint value for `Equal`.", max_length=63)
+    value: Annotated[str, LABEL_VALUE] | None = Field(
+        None, description="Taint value for `Equal` (a label value)."
+    )
     effect: TaintEffect | None = Field(None, description="Effect to match; empty matches all.")
-    toleration_seconds: int | None = Field(
-        None, description="For NoExecute: how long the pod stays bound after the taint."
+    toleration_seconds: Integer | None = Field(
+        None,
+        description="For NoExecute only: how long the pod stays bound after the taint.",
+        ge=0,
+        le=10**9,
     )
 
     @model_validator(mode="after")
@@ -219,25 +266,36 @@ TOLERATION_RULES: tuple[CrossFieldRule, ...] = (
         check=lambda t: t.operator is not TolerationOperator.EXISTS or not t.value,
         field_path="value",
     ),
+    CrossFieldRule(
+        # As Kubernetes validates a pod's tolerations (ValidateTolerations).
+        cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        message="tolerationSeconds is only valid with effect NoExecute",
+        check=lambda t: t.toleration_seconds is None or t.effect is TaintEffect.NO_EXECUTE,
+        field_path="effect",
+    ),
 )
 
 
 class Placement(_Base):
     """Where replicas may run."""
 
-    exclusive: bool = Field(
+    exclusive: Boolean = Field(
         True,
         description="One model per node: no other LocalModel is placed on a node that runs "
         "this one. Two models on one CPU node split memory and cores and are often "
         "slower than one.",
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels every chosen node must carry."
+    node_selector: Annotated[
+        dict[str, Annotated[str, LABEL_VALUE]], QUALIFIED_NAME.keys
+    ] = Field(
+        default_factory=dict,
+        description="Node labels every chosen node must carry (label keys and values).",
+        max_length=64,
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Taints the model's pods tolerate.", max_length=32
     )
-    safe_cpu_path: bool = Field(
+    safe_cpu_path: Boolean = Field(
         False,
         description="Force the AMX-safe CPU path on AMX nodes (flash attention off, AVX2 "
         "CPU backend, AMX library removed) even for engine versions that carry the fix.",
@@ -247,16 +305,15 @@ class Placement(_Base):
 class Storage(_Base):
     """The persistent volume at /root/.ollama that keeps weights across restarts."""
 
-    size: str | None = Field(
+    size: Annotated[str, STORAGE_SIZE] | None = Field(
         None,
         description="Volume size. Defaults to the weights size plus headroom, rounded up "
         "to whole GiB.",
-        pattern=QUANTITY_PATTERN,
     )
-    storage_class_name: str | None = Field(
-        None, description="StorageClass of the volume; empty uses the cluster default."
+    storage_class_name: Annotated[str, DNS1123_SUBDOMAIN] | None = Field(
+        None, description="StorageClass of the volume; unset uses the cluster default."
     )
-    retain: bool = Field(
+    retain: Boolean = Field(
         True,
         description="Keep the weights volume when the LocalModel is deleted (no owner "
         "reference on the claim), so re-creating the model needs no download.",
@@ -309,7 +366,7 @@ class Overflow(_Base):
         description="Secret key holding the endpoint's API key (sent as a bearer token; "
         "never logged).",
     )
-    after: float = Field(
+    after: Number = Field(
         0,
         description="Seconds a foreground request waits for a local slot before it "
         "overflows; 0 overflows as soon as none is free.",
@@ -321,24 +378,24 @@ class Overflow(_Base):
 class Gateway(_Base):
     """The slot gate in front of the engine."""
 
-    enabled: bool = Field(
+    enabled: Boolean = Field(
         True,
         description="Run the gateway sidecar: real cancellation, background skip, metrics.",
     )
     image: str | None = Field(
         None, description="Gateway image. Defaults to the operator's own image.", min_length=1
     )
-    max_queue: int = Field(
+    max_queue: Integer = Field(
         16, description="Foreground requests allowed to wait; past it, 503.", ge=0, le=10000
     )
-    deadline_seconds: int = Field(
+    deadline_seconds: Integer = Field(
         600,
         description="Default request deadline; past it the upstream generation is cancelled.",
         ge=1,
         le=86400,
     )
-    max_tokens: int = Field(
-        2048, description="Cap on tokens generated per request (num_predict).", ge=1
+    max_tokens: Integer = Field(
+        2048, description="Cap on tokens generated per request (num_predict).", ge=1, le=1048576
     )
     overflow: Overflow | None = Field(
         None, description="An endpoint for foreground requests the local slots cannot take."
@@ -378,22 +435,21 @@ class LocalModelSpec(_Base):
         max_length=200,
     )
     engine: Engine = Field(default_factory=Engine, description="Inference engine.")
-    replicas: int = Field(1, description="Replicas, each on a different node.", ge=0, le=1000)
+    replicas: Integer = Field(1, description="Replicas, each on a different node.", ge=0, le=1000)
     cpu: int | Literal["node"] = Field(
         4,
         description="Whole CPUs for the engine (limit = request). The engine gets exactly "
         "this many threads. `node` takes all free allocatable CPUs of the chosen node.",
     )
-    memory: str = Field(
+    memory: Annotated[str, MEMORY] = Field(
         "auto",
         description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
         "compute overhead.",
-        pattern=r"^auto$|" + QUANTITY_PATTERN,
     )
-    context: int = Field(
+    context: Integer = Field(
         8192, description="Context length of each slot, in tokens.", ge=512, le=1048576
     )
-    slots: int = Field(
+    slots: Integer = Field(
         1,
         description="Parallel requests (OLLAMA_NUM_PARALLEL). Each slot holds a full context.",
         ge=1,
@@ -428,10 +484,11 @@ class LocalModelSpec(_Base):
     @classmethod
     def _cpu(cls, value: object) -> object:
         # Reject booleans and strings like "4" early, with a message that says what fits.
-        if isinstance(value, bool) or (isinstance(value, str) and value != "node"):
-            raise ValueError("must be a positive integer or 'node'")
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be a positive integer or 'node'")
+        # int-or-string: the API server refuses 2.0 here (unlike in `type: integer`).
+        if isinstance(value, bool | float) or (isinstance(value, str) and value != "node"):
+            raise ValueError(CPU_MESSAGE)
+        if isinstance(value, int) and not 1 <= value <= MAX_CPU:
+            raise ValueError(CPU_MESSAGE)
         return value
 
     @model_validator(mode="after")
@@ -443,11 +500,16 @@ def _managed(env: list[EnvVar]) -> list[str]:
     return [e.name for e in env if e.name in MANAGED_ENV]
 
 
+def _loader(name: str) -> bool:
+    return name in LOADER_ENV or name.startswith(LOADER_ENV_PREFIX)
+
+
 SPEC_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
-        cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 : self.cpu == 'node')",
-        message="cpu must be a positive integer or 'node'",
-        check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and s.cpu >= 1),
+        cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 && self.cpu <= "
+        f"{MAX_CPU} : self.cpu == 'node')",
+        message=CPU_MESSAGE,
+        check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and 1 <= s.cpu <= MAX_CPU),
         field_path="cpu",
     ),
     CrossFieldRule(
@@ -470,6 +532,17 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         field_path="env",
     ),
     CrossFieldRule(
+        cel="!has(self.env) || self.env.all(e, !(e.name in ["
+        + ", ".join(f"'{n}'" for n in LOADER_ENV)
+        + f"] || e.name.startsWith('{LOADER_ENV_PREFIX}')))",
+        message="sets a variable that decides which code the engine runs ("
+        + ", ".join(LOADER_ENV)
+        + f", {LOADER_ENV_PREFIX}*): it could load a library a crash guard removed or "
+        "run another binary than the image's; build an image instead",
+        check=lambda s: not any(_loader(e.name) for e in s.env),
+        field_path="env",
+    ),
+    CrossFieldRule(
         cel="!has(self.env) || self.env.all(a, self.env.exists_one(b, b.name == a.name))",
         message="each variable name may appear once",
         check=lambda s: len({e.name for e in s.env}) == len(s.env),
@@ -489,7 +562,7 @@ class Condition(_Base):
 
     type: str = Field(description="Condition type: Valid, Placed or Ready.")
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    observed_generation: int | None = Field(
+    observed_generation: Integer | None = Field(
         None, description="The spec generation this condition was computed from."
     )
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
@@ -509,11 +582,11 @@ class DecisionStatus(_Base):
 class PlacementStatus(_Base):
     """Where one replica runs and with which engine settings."""
 
-    replica: int = Field(description="Replica index.")
+    replica: Integer = Field(description="Replica index.")
     node: str = Field(description="Node the replica is placed on.")
     pod: str = Field(description="Pod name.")
-    threads: int = Field(description="Engine threads (= whole CPUs of the limit).")
-    cpu: int = Field(description="Whole CPUs requested and limited.")
+    threads: Integer = Field(description="Engine threads (= whole CPUs of the limit).")
+    cpu: Integer = Field(description="Whole CPUs requested and limited.")
     memory: str = Field(description="Memory requested and limited.")
     settings: dict[str, str] = Field(
         default_factory=dict, description="Effective engine settings (environment, options)."
@@ -527,14 +600,16 @@ class PlacementStatus(_Base):
 class LocalModelStatus(_Base):
     """Observed state of a LocalModel."""
 
-    observed_generation: int | None = Field(None, description="The spec generation last acted on.")
+    observed_generation: Integer | None = Field(
+        None, description="The spec generation last acted on."
+    )
     conditions: list[Condition] = Field(
         default_factory=list, description="Valid, Placed and Ready conditions."
     )
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="Per-replica placement and settings."
     )
-    replicas: int = Field(
+    replicas: Integer = Field(
         0, description="Replicas placed (the scale subresource's status.replicas)."
     )
     selector: str = Field(
@@ -542,7 +617,7 @@ class LocalModelStatus(_Base):
         description="Label selector of the replicas' pods, for the scale subresource "
         "(HorizontalPodAutoscaler, KEDA).",
     )
-    ready_replicas: int = Field(0, description="Replicas whose pod is Ready.")
+    ready_replicas: Integer = Field(0, description="Replicas whose pod is Ready.")
     ready: str = Field("", description="Ready replicas over desired, e.g. `1/1`.")
     nodes: str = Field("", description="Nodes the replicas run on, comma separated.")
     endpoint: str = Field("", description="In-cluster URL of the model's Service.")
@@ -553,21 +628,23 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=52)
-    namespace: str = "default"
+    name: Annotated[str, OBJECT_NAME]
+    # Offline manifests without one land in "default", as kubectl would put them.
+    namespace: Annotated[str, DNS1123_LABEL] = "default"
     uid: str | None = None
-    generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: Integer | None = None
+    labels: Annotated[dict[str, Annotated[str, LABEL_VALUE]], QUALIFIED_NAME.keys] = Field(
+        default_factory=dict
+    )
+    annotations: Annotated[dict[str, str], QUALIFIED_NAME.keys] = Field(default_factory=dict)
 
 
 class LocalModel(_Base):
     """A local LLM served on CPU nodes, tuned per node."""
 
-    api_version: Literal["localmodel.dev/v1alpha1"] = Field(
-        "localmodel.dev/v1alpha1", alias="apiVersion"
-    )
-    kind: Literal["LocalModel"] = "LocalModel"
+    # Required, as the API server requires them: a manifest without them cannot be applied.
+    api_version: Literal["localmodel.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["LocalModel"]
     metadata: ObjectMeta
     spec: LocalModelSpec
     status: LocalModelStatus | None = None

@@ -1,0 +1,304 @@
+"""Field checks declared once, enforced twice: by Python and by the API server.
+
+Each declaration here yields both halves of one check: the Python validator the
+CLI and operator run (`localmodel.errors.parse_local_model`), and the OpenAPI
+keywords / CEL rule the generated CRD carries, with the same message. So the
+API server refuses exactly what the operator cannot use, and offline `render`
+says the same as the cluster.
+
+- `QuantityRange`: a Kubernetes quantity with limits. The syntax is a strict
+  subset of apimachinery's (`pattern`), the limits are checked in CEL with the
+  Kubernetes quantity library (`isQuantity`, `quantity(...).compareTo`), and in
+  Python with the exact parser in `localmodel.facts.quantity`.
+- `NameFormat`: the Kubernetes name grammars (DNS-1035 label, DNS-1123 label and
+  subdomain, qualified name = label key, label value), as a regex plus length
+  limits that read the same in Python `re` and CEL's RE2.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, GetCoreSchemaHandler, GetJsonSchemaHandler, StrictBool
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from localmodel.facts.quantity import parse_quantity
+
+__all__ = [
+    "DNS1035_LABEL",
+    "DNS1123_LABEL",
+    "DNS1123_SUBDOMAIN",
+    "LABEL_VALUE",
+    "QUALIFIED_NAME",
+    "Boolean",
+    "Integer",
+    "KeysOf",
+    "NameFormat",
+    "Number",
+    "QuantityRange",
+    "cel_string",
+]
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal (single-quoted, backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class _Check:
+    """A pydantic `Annotated` marker: Python check after the type, and its CRD keywords.
+
+    `Annotated[str, DECLARATION]` is all a model field needs.
+    """
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = dict(handler(schema))
+        out.update(self.schema())
+        return out
+
+
+# ---- numbers and booleans, as the API server reads them ----------------------------------
+
+
+def _integer(value: Any) -> Any:
+    """What a CRD `type: integer` accepts: a JSON integer, or a number with no fraction.
+
+    The API server stores `2.0` as 2 and refuses `"2"`, `true` and `2.5`; so does this.
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"must be an integer, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", float: "a fraction", type(None): "null"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
+
+
+def _number(value: Any) -> Any:
+    """What `type: number` accepts: an integer or a finite fraction; not "5", not true."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, not {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _boolean(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be a boolean (true or false), not {_kind(value)}")
+    return value
+
+
+# `type: integer` / `type: boolean` fields: no coercion of "2", "yes" or 1.
+Integer = Annotated[int, BeforeValidator(_integer)]
+Number = Annotated[float, BeforeValidator(_number)]
+Boolean = Annotated[StrictBool, BeforeValidator(_boolean)]
+
+
+# ---- quantities -------------------------------------------------------------------------
+
+# A strict subset of apimachinery's quantity grammar: no sign, no bare "." forms, only the
+# suffixes a memory or disk size uses. Anything this accepts, `isQuantity` accepts too.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+# Long enough for any sensible size, short enough to bound CEL's cost estimate.
+QUANTITY_MAX_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class QuantityRange(_Check):
+    """A size in bytes between `minimum` and `maximum` (quantities, inclusive).
+
+    `keyword` is a literal allowed instead of a quantity (`auto`).
+    """
+
+    minimum: str
+    maximum: str
+    keyword: str | None = None
+    example: str = "8Gi"
+    _bounds: tuple[Fraction, Fraction] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_bounds", (parse_quantity(self.minimum), parse_quantity(self.maximum))
+        )
+
+    @property
+    def message(self) -> str:
+        alt = f"`{self.keyword}` or " if self.keyword else ""
+        return (
+            f"must be {alt}a quantity from {self.minimum} to {self.maximum} "
+            f"(e.g. {self.example}; suffixes Ki Mi Gi Ti Pi Ei, k M G T P E, or e<n>)"
+        )
+
+    @property
+    def pattern(self) -> str:
+        return (f"^{self.keyword}$|" if self.keyword else "") + QUANTITY_PATTERN
+
+    @property
+    def cel(self) -> str:
+        q, lo, hi = "quantity(self)", cel_string(self.minimum), cel_string(self.maximum)
+        rule = (
+            f"isQuantity(self) && {q}.compareTo(quantity({lo})) >= 0 "
+            f"&& {q}.compareTo(quantity({hi})) <= 0"
+        )
+        return f"self == {cel_string(self.keyword)} || ({rule})" if self.keyword else rule
+
+    def valid(self, value: str) -> bool:
+        if self.keyword is not None and value == self.keyword:
+            return True
+        if len(value) > QUANTITY_MAX_LENGTH or not _QUANTITY_RE.fullmatch(value):
+            return False
+        try:
+            amount = parse_quantity(value)
+        except ValueError:  # an exponent beyond any limit
+            return False
+        lo, hi = self._bounds
+        return lo <= amount <= hi
+
+    def check(self, value: str) -> str:
+        if not self.valid(value):
+            raise ValueError(self.message)
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "maxLength": QUANTITY_MAX_LENGTH,
+            "x-kubernetes-validations": [{"rule": self.cel, "message": self.message}],
+        }
+
+
+
+# ---- names ------------------------------------------------------------------------------
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # a qualified name's name part
+
+
+@dataclass(frozen=True)
+class NameFormat(_Check):
+    """One of Kubernetes' name grammars: a regex, a length limit, a prefix limit.
+
+    `prefix_max` is for qualified names: the part before `/` (a DNS subdomain)
+    may be at most that long.
+    """
+
+    title: str
+    regex: str  # without anchors; the same text in Python re and RE2
+    max_length: int
+    prefix_max: int | None = None
+    allow_empty: bool = False
+
+    @property
+    def message(self) -> str:
+        what = {
+            "DNS-1035 label": "lower-case letters, digits and '-', starting with a letter and "
+            "ending with a letter or digit",
+            "DNS-1123 label": "lower-case letters, digits and '-', starting and ending with a "
+            "letter or digit",
+            "DNS-1123 subdomain": "DNS-1123 labels joined by '.'",
+            "qualified name": "an optional DNS subdomain prefix and '/', then letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit",
+            "label value": "letters, digits, '-', '_' or '.', starting and ending with a "
+            "letter or digit",
+        }[self.title]
+        empty = ", or empty" if self.allow_empty else ""
+        prefix = f" (prefix at most {self.prefix_max})" if self.prefix_max else ""
+        return (
+            f"must be a {self.title}: {what}, at most {self.max_length} characters"
+            f"{prefix}{empty}"
+        )
+
+    @property
+    def pattern(self) -> str:
+        body = f"^({self.regex})$"
+        return f"^$|{body}" if self.allow_empty else body
+
+    def valid(self, value: str) -> bool:
+        if value == "":
+            return self.allow_empty
+        if len(value) > self.max_length or not re.fullmatch(self.regex, value):
+            return False
+        return self.prefix_max is None or value.find("/") <= self.prefix_max
+
+    def cel(self, expr: str = "self") -> str:
+        """A CEL boolean: `expr` (a string) is valid."""
+        rule = f"{expr}.size() <= {self.max_length} && {expr}.matches({cel_string(self.pattern)})"
+        if self.prefix_max is not None:
+            rule += f" && {expr}.indexOf('/') <= {self.prefix_max}"
+        return rule
+
+    def check(self, value: str) -> str:
+        if not self.valid(value):
+            raise ValueError(self.message)
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        """OpenAPI keywords for a string field (a prefix limit needs CEL)."""
+        out: dict[str, Any] = {"pattern": self.pattern, "maxLength": self.max_length}
+        if self.prefix_max is not None:
+            out["x-kubernetes-validations"] = [
+                {"rule": "self == '' || " + self.cel() if self.allow_empty else self.cel(),
+                 "message": self.message}
+            ]
+        return out
+
+    @property
+    def keys(self) -> KeysOf:
+        """The same format for the keys of a map."""
+        return KeysOf(self)
+
+
+@dataclass(frozen=True)
+class KeysOf(_Check):
+    """Every key of a map has `format` (a map's keys have no OpenAPI pattern: CEL)."""
+
+    format: NameFormat
+
+    @property
+    def message(self) -> str:
+        return f"every key {self.format.message}"
+
+    def check(self, value: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in value if not self.format.valid(k)]
+        if bad:
+            raise ValueError(f"key {bad[0]!r}: {self.format.message}")
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        rule = f"self.all(k, {self.format.cel('k')})"
+        return {"x-kubernetes-validations": [{"rule": rule, "message": self.message}]}
+
+
+DNS1035_LABEL = NameFormat("DNS-1035 label", r"[a-z]([-a-z0-9]*[a-z0-9])?", 63)
+DNS1123_LABEL = NameFormat("DNS-1123 label", _LABEL, 63)
+DNS1123_SUBDOMAIN = NameFormat("DNS-1123 subdomain", rf"{_LABEL}(\.{_LABEL})*", 253)
+QUALIFIED_NAME = NameFormat(
+    "qualified name", rf"({_LABEL}(\.{_LABEL})*/)?{_NAME}", 253 + 1 + 63, prefix_max=253
+)
+LABEL_VALUE = NameFormat("label value", _NAME, 63, allow_empty=True)
