@@ -31,6 +31,11 @@ class Engine:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    api_key: str = ""  # started with --api-key: every endpoint but /health needs it
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 def free_port() -> int:
@@ -48,7 +53,9 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 
 
 @contextlib.contextmanager
-def llama_server(workdir: Path, slots: int, extra: Sequence[str] = ()) -> Iterator[Engine]:
+def llama_server(
+    workdir: Path, slots: int, extra: Sequence[str] = (), api_key: str = ""
+) -> Iterator[Engine]:
     """Start llama-server (FAILS the test, never skips, when it is not built)
     and stop it afterwards."""
     missing = [str(p) for p in (BINARY, MODEL) if not p.exists()]
@@ -78,6 +85,7 @@ def llama_server(workdir: Path, slots: int, extra: Sequence[str] = ()) -> Iterat
         "--metrics",
         "--slots",
         "--no-warmup",
+        *(["--api-key", api_key] if api_key else []),
         *extra,
     ]
     with log.open("wb") as out:
@@ -102,7 +110,7 @@ def llama_server(workdir: Path, slots: int, extra: Sequence[str] = ()) -> Iterat
                     pytrace=False,
                 )
             time.sleep(0.1)
-        yield Engine(url, process, log)
+        yield Engine(url, process, log, api_key)
     finally:
         process.terminate()
         try:
@@ -113,7 +121,7 @@ def llama_server(workdir: Path, slots: int, extra: Sequence[str] = ()) -> Iterat
 
 
 async def engine_slots(session: aiohttp.ClientSession, engine: Engine) -> list[dict[str, Any]]:
-    async with session.get(engine.url + "/slots") as resp:
+    async with session.get(engine.url + "/slots", headers=engine.headers) as resp:
         slots: list[dict[str, Any]] = await resp.json()
         return slots
 
@@ -123,7 +131,7 @@ async def processing(session: aiohttp.ClientSession, engine: Engine) -> int:
 
 
 async def decode_total(session: aiohttp.ClientSession, engine: Engine) -> float:
-    async with session.get(engine.url + "/metrics") as resp:
+    async with session.get(engine.url + "/metrics", headers=engine.headers) as resp:
         for line in (await resp.text()).splitlines():
             if line.startswith("llamacpp:n_decode_total "):
                 return float(line.split()[1])
