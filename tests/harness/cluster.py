@@ -306,23 +306,60 @@ class TestCluster:
 
     def _write_kubeconfigs(self) -> None:
         for ident in self.identities.values():
-            config = {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{
-                    "name": "localmodel-test",
-                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
-                }],
-                "users": [{"name": ident.name, "user": {"token": ident.token}}],
-                "contexts": [{
-                    "name": ident.name,
-                    "context": {"cluster": "localmodel-test", "user": ident.name},
-                }],
-                "current-context": ident.name,
-            }
-            path = self.kubeconfig(ident.name)
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
-            path.chmod(0o600)
+            self._write_kubeconfig(ident)
+
+    def _write_kubeconfig(self, ident: Identity) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{
+                "name": "localmodel-test",
+                "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+            }],
+            "users": [{"name": ident.name, "user": {"token": ident.token}}],
+            "contexts": [{
+                "name": ident.name,
+                "context": {"cluster": "localmodel-test", "user": ident.name},
+            }],
+            "current-context": ident.name,
+        }
+        path = self.kubeconfig(ident.name)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+
+    def bound_token_identity(
+        self, name: str, namespace: str, service_account: str, pod: str
+    ) -> Identity:
+        """A ServiceAccount's own token, bound to one of its pods, as a pod gets it.
+
+        TokenRequest with a Pod boundObjectRef: the API server signs a token whose
+        user is ``system:serviceaccount:NS:SA`` and whose extra carries the pod's
+        name and its node's (``authentication.kubernetes.io/node-name``), exactly
+        what a DaemonSet pod's projected token says. Registers the identity for
+        `api(name)` and `kubeconfig(name)`.
+        """
+        api = self.api(ADMIN)
+        uid = api.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")["metadata"]["uid"]
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid},
+            },
+        }
+        answer = api.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token", request
+        )
+        ident = Identity(
+            name,
+            f"system:serviceaccount:{namespace}:{service_account}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+            answer["status"]["token"],
+        )
+        self.identities[name] = ident
+        self._write_kubeconfig(ident)
+        return ident
 
     def _delegated_serving_flags(self, name: str, port: int) -> list[str]:
         kubeconfig = str(self.admin_kubeconfig)

@@ -1,0 +1,102 @@
+"""`localmodel doctor --local` on this machine, as a process, against a REAL
+llama-server (built by hack/build-llama-server.sh, serving Gemma 3 270M) inside a
+REAL 1-CPU cgroup quota (created here as root; v2 or v1, whichever this machine
+has). Nothing stands in: the budget, the engine's thread count (its command line)
+and the quota are all read by doctor from the running system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cgroup import CgroupUnavailableError, cpu_quota_cgroup
+from tests.harness.llama import LlamaMissingError, llama_server
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def doctor(*args: str, preexec: Callable[[], None] | None = None) -> tuple[int, dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    env.pop("OLLAMA_HOST", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "localmodel.cli", "doctor", "--local", "-o", "json", *args],
+        capture_output=True, text=True, timeout=120, env=env, preexec_fn=preexec,
+    )
+    assert result.stderr == "", result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def own_quota() -> float | None:
+    """This test process's own cgroup CPU quota, read independently of the code under test
+    (its own cgroup only; nested limits are the unit tier's business)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            cpu_max = Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max"
+            if cpu_max.exists():
+                quota, period = cpu_max.read_text().split()
+                if quota != "max":
+                    return int(quota) / int(period)
+        elif "cpu" in controllers.split(","):
+            base = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
+            quota_file = base / "cpu.cfs_quota_us"
+            if quota_file.exists() and int(quota_file.read_text()) > 0:
+                return int(quota_file.read_text()) / int((base / "cpu.cfs_period_us").read_text())
+    return None
+
+
+def by_check(report: dict[str, Any], check: str) -> list[dict[str, str]]:
+    return [f for f in report["findings"] if f["check"] == check]
+
+
+def test_reports_this_machines_real_cpu_budget() -> None:
+    status, report = doctor("--engine-url", "http://127.0.0.1:9")  # nothing listens there
+    facts = report["facts"]
+    expected = float(min(os.cpu_count() or 1, len(os.sched_getaffinity(0))))
+    quota = own_quota()
+    if quota is not None:
+        expected = min(expected, quota)
+    print(f"\ndoctor --local here: cpu_budget={facts['cpu_budget']} host_cpus={facts['host_cpus']}")
+    assert facts["host_cpus"] == os.cpu_count()
+    assert facts["cpu_budget"] == pytest.approx(expected, abs=0.001)
+    [engine] = by_check(report, "engine")
+    assert engine["verdict"] == "warn" and "127.0.0.1:9" in engine["message"]
+    assert status == 0  # warnings only, no --strict
+
+
+def test_eight_threads_in_a_one_cpu_quota_are_flagged_with_a_fix_naming_one(
+    tmp_path: Path,
+) -> None:
+    try:
+        with cpu_quota_cgroup(cpus=1) as group, llama_server(
+            tmp_path / "llama-server.log", threads=8, context=512, preexec=group.join
+        ) as engine:
+            status, report = doctor("--engine-url", engine.url, preexec=group.join)
+            strict, _ = doctor("--engine-url", engine.url, "--strict", preexec=group.join)
+    except (CgroupUnavailableError, LlamaMissingError) as e:
+        pytest.fail(str(e), pytrace=False)
+    facts = report["facts"]
+    print(f"\ndoctor --local in a 1-CPU quota: {json.dumps(report['findings'], indent=1)}")
+    assert facts["cpu_budget"] == 1.0
+    assert facts["cgroup_cpu_quota"] == 1.0
+    assert facts["host_cpus"] == os.cpu_count()
+    assert facts["engine"]["kind"] == "llama-server"
+    assert facts["engine"]["threads"] == 8
+    assert facts["engine"]["cpu_budget"] == 1.0  # the engine's own cgroup, read by pid
+    [threads] = by_check(report, "threads")
+    assert threads["verdict"] == "fail"
+    assert "runs 8 threads" in threads["message"] and "CPU budget of 1" in threads["message"]
+    assert threads["fix"] == "start it with --threads 1 (-t 1)"
+    [budget] = by_check(report, "cpu-budget")
+    assert "should run 1 thread" in budget["message"]
+    assert status == 2 and strict == 2

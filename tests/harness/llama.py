@@ -1,0 +1,96 @@
+"""A real llama-server (built by hack/build-llama-server.sh) for tests outside the
+gateway tier: where it lives, and a process that is started, waited for and stopped.
+
+Same locations as tests/gateway/test_engine.py: ``LOCALMODEL_LLAMA_SERVER`` and
+``LOCALMODEL_GEMMA_GGUF``, by default under ~/.cache/localmodel-operator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.processes import free_ports
+
+CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
+BINARY = Path(os.environ.get("LOCALMODEL_LLAMA_SERVER", CACHE / "bin" / "llama-server"))
+MODEL = Path(os.environ.get("LOCALMODEL_GEMMA_GGUF", CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"))
+
+
+class LlamaMissingError(RuntimeError):
+    pass
+
+
+@dataclass
+class LlamaServer:
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    argv: list[str]
+
+
+def missing() -> list[str]:
+    return [str(p) for p in (BINARY, MODEL) if not p.exists()]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def llama_server(
+    log: Path,
+    *,
+    threads: int,
+    context: int = 1024,
+    slots: int = 1,
+    extra: Sequence[str] = (),
+    preexec: Callable[[], None] | None = None,
+    timeout: float = 120.0,
+) -> Iterator[LlamaServer]:
+    """Start llama-server with exactly ``threads`` threads; stop it (by pid) afterwards."""
+    if missing():
+        raise LlamaMissingError(
+            "needs the real llama-server and Gemma 3 270M model, missing: "
+            + ", ".join(missing()) + ". Build them with: bash hack/build-llama-server.sh"
+        )
+    [port] = free_ports(1)
+    argv = [
+        str(BINARY), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+        "-c", str(context * slots), "-np", str(slots), "-t", str(threads),
+        "--metrics", "--no-warmup", *extra,
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                   preexec_fn=preexec)  # e.g. joins a cgroup before exec
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while not _healthy(url):
+            if process.poll() is not None:
+                raise RuntimeError(f"llama-server exited ({process.returncode}):\n"
+                                   + log.read_text()[-3000:])
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server not healthy in {timeout:.0f} s:\n"
+                                   + log.read_text()[-3000:])
+            time.sleep(0.1)
+        yield LlamaServer(url, port, process, log, argv)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
