@@ -268,3 +268,27 @@ def test_json_and_table_carry_every_finding() -> None:
     assert "memory_bytes  1Gi" in table
     assert "fail     threads  8 threads on 1 CPU" in table
     assert "fix: use 1 thread" in table
+
+
+def test_doctor_without_a_cluster_says_which_configuration_it_tried(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from localmodel.cli import main
+
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["doctor"]) == 2
+    err = capsys.readouterr().err
+    assert "in-cluster configuration (no --kubeconfig, no KUBECONFIG)" in err
+    missing = tmp_path / "nope.yaml"
+    assert main(["doctor", "--kubeconfig", str(missing)]) == 2
+    assert f"kubeconfig {missing}" in capsys.readouterr().err
+
+
+def test_doctor_rejects_a_malformed_metrics_url(capsys: pytest.CaptureFixture[str]) -> None:
+    from localmodel.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["doctor", "--metrics-url", "chat-0=http://x"])
+    assert exit_info.value.code == 2
+    assert "expected NAMESPACE/POD=URL" in capsys.readouterr().err
