@@ -106,10 +106,11 @@ def run(
 ) -> int:
     """Probe ``node`` every ``interval`` seconds (once with ``once``).
 
-    An API error is logged with its status and retried at the next interval; with
-    ``once`` it ends the run with status 1.
+    An API error (or an unreadable file) is logged and retried at the next
+    interval; with ``once`` it ends the run with status 1.
     """
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     while True:
         try:
@@ -120,6 +121,10 @@ def run(
                 file=log,
                 flush=True,
             )
+            if once:
+                return 1
+        except (HTTPError, OSError, ValueError) as e:  # API unreachable; unreadable file
+            print(f"localmodel probe: node {node}: {e}", file=log, flush=True)
             if once:
                 return 1
         else:
