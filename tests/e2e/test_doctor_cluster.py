@@ -36,7 +36,7 @@ from localmodel.facts.node import from_node_list
 from tests.harness import TestCluster
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
 from tests.harness.llama import LlamaMissingError, LlamaServer, llama_server
-from tests.harness.processes import free_ports, wait_until
+from tests.harness.processes import ManagedProcess, free_ports, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -99,12 +99,13 @@ def engine(tmp_path: Path) -> Iterator[LlamaServer]:
 @pytest.fixture
 def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
     [port] = free_ports(1)
-    log = (tmp_path / "gateway.log").open("wb")
-    process = subprocess.Popen(
+    process = ManagedProcess(
+        "gateway",
         [sys.executable, "-m", "localmodel.cli", "gateway", "--upstream", engine.url,
          "--engine", "llama-server", "--listen", f"127.0.0.1:{port}", "--slots", "1",
          "--max-queue", "4", "--model", "gemma"],
-        stdout=log, stderr=subprocess.STDOUT, env=_env(),
+        tmp_path / "gateway.log",
+        env=_env(),
     )
 
     def ready() -> bool:
@@ -114,18 +115,12 @@ def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
         except (urllib.error.URLError, OSError):
             return False
 
-    def alive() -> None:
-        if process.poll() is not None:
-            raise RuntimeError(f"gateway exited {process.returncode}: "
-                               + (tmp_path / "gateway.log").read_text()[-2000:])
-
+    process.start()
     try:
-        wait_until("the gateway /readyz", ready, 60, alive)
+        wait_until("the gateway /readyz", ready, 60, process.check_alive)
         yield port
     finally:
-        process.terminate()
-        process.wait(timeout=15)
-        log.close()
+        process.stop()
 
 
 def chat(max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.processes import free_ports
+from tests.harness.processes import ManagedProcess, free_ports, wait_until
 
 CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
 BINARY = Path(os.environ.get("LOCALMODEL_LLAMA_SERVER", CACHE / "bin" / "llama-server"))
@@ -32,9 +30,7 @@ class LlamaMissingError(RuntimeError):
 class LlamaServer:
     url: str
     port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-    argv: list[str]
+    process: ManagedProcess
 
 
 def missing() -> list[str]:
@@ -60,7 +56,9 @@ def llama_server(
     preexec: Callable[[], None] | None = None,
     timeout: float = 120.0,
 ) -> Iterator[LlamaServer]:
-    """Start llama-server with exactly ``threads`` threads; stop it (by pid) afterwards."""
+    """Start llama-server with exactly ``threads`` threads; stop it (by pid) afterwards.
+
+    ``preexec`` runs in the child before exec (e.g. `Cgroup.join`)."""
     if missing():
         raise LlamaMissingError(
             "needs the real llama-server and Gemma 3 270M model, missing: "
@@ -72,25 +70,11 @@ def llama_server(
         "-c", str(context * slots), "-np", str(slots), "-t", str(threads),
         "--metrics", "--no-warmup", *extra,
     ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                   preexec_fn=preexec)  # e.g. joins a cgroup before exec
+    process = ManagedProcess("llama-server", argv, log, preexec=preexec)
+    process.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(url):
-            if process.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({process.returncode}):\n"
-                                   + log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server not healthy in {timeout:.0f} s:\n"
-                                   + log.read_text()[-3000:])
-            time.sleep(0.1)
-        yield LlamaServer(url, port, process, log, argv)
+        wait_until("llama-server /health", lambda: _healthy(url), timeout, process.check_alive)
+        yield LlamaServer(url, port, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        process.stop()

@@ -64,6 +64,8 @@ class ManagedProcess:
     argv: list[str]
     log_path: Path
     env: dict[str, str] | None = None
+    # Runs in the child before exec, after the die-with-parent setup (e.g. join a cgroup).
+    preexec: Callable[[], None] | None = field(default=None, repr=False)
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -80,8 +82,13 @@ class ManagedProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=self._preexec,
         )
+
+    def _preexec(self) -> None:
+        _die_with_parent()
+        if self.preexec is not None:
+            self.preexec()
 
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
