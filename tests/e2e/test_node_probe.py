@@ -24,13 +24,15 @@ import pytest
 from localmodel.facts.machine import read_machine
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION, from_node
 from tests.harness import TestCluster
-from tests.harness.chart import NAMESPACE, of_kind, probe_objects, render_chart
+from tests.harness.chart import of_kind, probe_objects, render_chart
 from tests.harness.cluster import Identity
 from tests.harness.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
+# Its own namespace, so the operator's smoke tests own theirs.
+NAMESPACE = "localmodel-probe"
 PROBE_NODE = "small-0"
 OTHER_NODE = "amx-0"
 
@@ -49,10 +51,10 @@ def run_probe(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[s
 def probe(cluster: TestCluster) -> Identity:
     assert cluster.tools is not None
     admin = cluster.api()
-    if admin.status_of("GET", f"/api/v1/namespaces/{NAMESPACE}") == 404:
-        admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     rendered = probe_objects(
-        render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
+        render_chart(cluster.tools, namespace=NAMESPACE,
+                     kube_version=cluster.tools.kubernetes_version)
     )
     cluster.apply(rendered)
     [account] = of_kind(rendered, "ServiceAccount")
