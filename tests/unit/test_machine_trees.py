@@ -105,3 +105,23 @@ def test_cgroup_v1_unlimited_memory_is_no_limit(tmp_path: Path) -> None:
 def test_cpu_list_spelling_round_trips(cpus: set[int]) -> None:
     assert parse_cpu_list(format_cpu_list(cpus)) == cpus
     assert format_cpu_list({0, 1, 2, 3, 8}) == "0-3,8"
+
+
+def test_the_daemonsets_four_mounts_are_all_the_probe_needs(tmp_path: Path) -> None:
+    """The chart mounts only these host paths under /host (tests/chart checks the list)."""
+    import shutil
+
+    source = TREES / "smt-2numa-v2-quota"
+    for path in ("proc/cpuinfo", "proc/meminfo", "sys/devices/system/cpu",
+                 "sys/devices/system/node"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        if (source / path).is_dir():
+            shutil.copytree(source / path, tmp_path / path)
+        else:
+            shutil.copy(source / path, tmp_path / path)
+    full, mounted = read_machine(source), read_machine(tmp_path)
+    assert probe_labels(mounted.node) == probe_labels(full.node)
+    node_keys = ("host_cpus", "host_memory_bytes", "physical_cores", "threads_per_core",
+                 "sockets", "smt_active", "numa_nodes", "cpu_flags", "cpu_model_name")
+    assert {k: mounted.as_json()[k] for k in node_keys} == {k: full.as_json()[k]
+                                                              for k in node_keys}
