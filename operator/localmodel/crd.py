@@ -17,8 +17,8 @@ import yaml
 
 from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.v1alpha1 import (
-    ENGINE_RULES,
     GATEWAY_RULES,
+    GGUF_RULES,
     OBJECT_NAME,
     SPEC_RULES,
     TOLERATION_RULES,
@@ -87,8 +87,8 @@ def structural(model: type[Any]) -> Schema:
 def spec_schema() -> Schema:
     schema = structural(LocalModelSpec)
     schema["x-kubernetes-validations"] = rules_cel(SPEC_RULES)
-    schema["properties"]["engine"]["x-kubernetes-validations"] = rules_cel(ENGINE_RULES)
     schema["properties"]["gateway"]["x-kubernetes-validations"] = rules_cel(GATEWAY_RULES)
+    schema["properties"]["gguf"]["x-kubernetes-validations"] = rules_cel(GGUF_RULES)
     tolerations = schema["properties"]["placement"]["properties"]["tolerations"]["items"]
     tolerations["x-kubernetes-validations"] = rules_cel(TOLERATION_RULES)
     return schema

@@ -54,6 +54,11 @@ def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
     assert model(cpu=cpu).spec.cpu == cpu
 
 
+SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GGUF_SPEC = {"url": "https://models.example/gemma-3-270m-q4_k_m.gguf", "sha256": SHA}
+LLAMA = {"engine": {"name": "llama-server"}, "gguf": GGUF_SPEC}
+
+
 @pytest.mark.parametrize(
     ("spec", "field", "words"),
     [
@@ -70,7 +75,15 @@ def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
         ({"env": [{"name": "GOMAXPROCS", "value": "64"}]}, "env", "operator manages"),
         ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env", "once"),
         ({"env": [{"name": "1BAD"}]}, "env", "pattern"),
-        ({"engine": {"name": "llama-server"}}, "engine", "reserved"),
+        ({"engine": {"name": "llama-server"}}, "gguf", "set gguf.url and gguf.sha256"),
+        ({"gguf": GGUF_SPEC}, "gguf", "is for engine llama-server"),
+        (LLAMA | {"keepAlive": "5m"}, "keepAlive", "always keeps its model loaded"),
+        (LLAMA | {"placement": {"safeCpuPath": True}}, "placement", "Ollama's AMX workaround"),
+        (LLAMA | {"gguf": GGUF_SPEC | {"sha256": "ABC"}}, "gguf.sha256", "pattern"),
+        (LLAMA | {"gguf": GGUF_SPEC | {"url": "ftp://h/m.gguf"}}, "gguf.url", "pattern"),
+        (LLAMA | {"gguf": GGUF_SPEC | {"url": "https://h/m?x=1"}}, "gguf", "set gguf.file"),
+        (LLAMA | {"gguf": GGUF_SPEC | {"file": "../m.gguf"}}, "gguf.file", "pattern"),
+        ({"env": [{"name": "LLAMA_ARG_CTX_SIZE", "value": "9"}]}, "env", "operator manages"),
         ({"engine": {"name": "vllm"}}, "engine.name", "'ollama' or 'llama-server'"),
         ({"memory": "lots"}, "memory", "a quantity from 64Mi to 64Ti"),
         ({"keepAlive": "forever"}, "keepAlive", "pattern"),
@@ -192,3 +205,17 @@ def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
     (model,) = docs
     overflow = LocalModel.model_validate(model).spec.gateway.overflow
     assert overflow is not None and overflow.api_key_secret_ref is not None
+
+
+@pytest.mark.parametrize(
+    ("gguf", "file"),
+    [
+        (GGUF_SPEC, "gemma-3-270m-q4_k_m.gguf"),
+        (GGUF_SPEC | {"url": "https://h/r/m.Q4_K_M.gguf?download=true"}, "m.Q4_K_M.gguf"),
+        (GGUF_SPEC | {"url": "https://h/blob/123", "file": "mine.gguf"}, "mine.gguf"),
+    ],
+)
+def test_llama_server_model_names_its_gguf_file(gguf: dict[str, str], file: str) -> None:
+    spec = model(**(LLAMA | {"gguf": gguf})).spec
+    assert spec.engine.name.value == "llama-server"
+    assert spec.gguf is not None and spec.gguf.file_name() == file

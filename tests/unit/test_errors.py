@@ -42,7 +42,12 @@ def test_field_error_is_a_value_error_with_path_and_reason() -> None:
     [
         ({"kvCache": "q4_0", "flashAttention": "disabled"}, "spec.kvCache", "flash attention"),
         ({"cpu": 0}, "spec.cpu", "positive integer"),
-        ({"engine": {"name": "llama-server"}}, "spec.engine.name", "reserved"),
+        ({"engine": {"name": "llama-server"}}, "spec.gguf", "set gguf.url"),
+        (
+            {"engine": {"name": "llama-server"}, "gguf": {"url": "https://h/x", "sha256": "0" * 64}},
+            "spec.gguf.file",
+            "set gguf.file",
+        ),
         (
             {"placement": {"tolerations": [{"operator": "Exists"}, {"operator": "Equal"}]}},
             "spec.placement.tolerations[1].key",

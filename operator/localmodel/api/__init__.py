@@ -2,6 +2,7 @@
 
 from localmodel.api.v1alpha1 import (
     DEFAULT_IMAGES,
+    GGUF,
     MANAGED_ENV,
     Condition,
     ConditionStatus,
@@ -28,6 +29,7 @@ from localmodel.api.v1alpha1 import (
 
 __all__ = [
     "DEFAULT_IMAGES",
+    "GGUF",
     "MANAGED_ENV",
     "Condition",
     "ConditionStatus",

@@ -68,7 +68,23 @@ MANAGED_ENV: tuple[str, ...] = (
     "OLLAMA_KV_CACHE_TYPE",
     "OLLAMA_LLM_LIBRARY",
     "GOMAXPROCS",
+    # llama-server reads LLAMA_ARG_* first and its flags second (llama.cpp
+    # common/arg.cpp), so one of these would be silently overridden by the
+    # flag the operator renders: refused rather than ignored. (Names as
+    # `llama-server --help` lists them; -tb has no variable.)
+    "LLAMA_ARG_MODEL",
+    "LLAMA_ARG_ALIAS",
+    "LLAMA_ARG_HOST",
+    "LLAMA_ARG_PORT",
     "LLAMA_ARG_THREADS",
+    "LLAMA_ARG_CTX_SIZE",
+    "LLAMA_ARG_N_PARALLEL",
+    "LLAMA_ARG_CACHE_TYPE_K",
+    "LLAMA_ARG_CACHE_TYPE_V",
+    "LLAMA_ARG_FLASH_ATTN",
+    "LLAMA_ARG_ENDPOINT_METRICS",
+    "LLAMA_ARG_ENDPOINT_SLOTS",
+    "LLAMA_ARG_UI",
 )
 
 # Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
@@ -149,8 +165,8 @@ class Engine(_Base):
 
     name: EngineName = Field(
         EngineName.OLLAMA,
-        description="Inference engine. Only `ollama` is supported in this release; "
-        "`llama-server` is reserved.",
+        description="Inference engine: `ollama` (pulls `model` itself) or `llama-server` "
+        "(llama.cpp's server; serves the GGUF file named by `gguf`).",
     )
     image: str | None = Field(
         None,
@@ -169,20 +185,6 @@ class Engine(_Base):
     def resolved_image(self) -> str:
         return self.image or DEFAULT_IMAGES[self.name]
 
-    @model_validator(mode="after")
-    def _rules(self) -> Engine:
-        return enforce(ENGINE_RULES, self)
-
-
-ENGINE_RULES: tuple[CrossFieldRule, ...] = (
-    CrossFieldRule(
-        # has(): the API server also checks the rule against the `{}` default.
-        cel="!has(self.name) || self.name == 'ollama'",
-        message="engine.name llama-server is reserved for a later release; use ollama",
-        check=lambda e: e.name is EngineName.OLLAMA,
-        field_path="name",
-    ),
-)
 
 
 class ModelInfo(_Base):
@@ -215,6 +217,56 @@ class ModelInfo(_Base):
         description="Model family (e.g. `qwen3`, `llama`, `gemma3`) for family-scoped rules.",
         pattern=r"^[a-z0-9][a-z0-9.\-]*$",
     )
+
+
+# The last path segment of a URL, when it names a GGUF file (query and fragment aside).
+GGUF_URL_FILE_PATTERN = r"/([A-Za-z0-9][A-Za-z0-9._-]*[.]gguf)([?#].*)?$"
+GGUF_FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*[.]gguf$"
+
+
+class GGUF(_Base):
+    """The GGUF file llama-server serves, kept on the weights volume."""
+
+    url: str = Field(
+        description="Where the init step downloads the file when the weights volume does "
+        "not hold it yet (http or https). Downloaded once: later starts find it there.",
+        pattern=r"^https?://\S+$",
+        max_length=2048,
+    )
+    sha256: str = Field(
+        description="SHA-256 of the file, 64 lower-case hex digits. A download or a file "
+        "already on the volume that does not match fails the pod's start.",
+        pattern=r"^[0-9a-f]{64}$",
+    )
+    file: str | None = Field(
+        None,
+        description="File name on the volume. Defaults to the URL's last path segment, "
+        "which must then end in `.gguf`.",
+        pattern=GGUF_FILE_PATTERN,
+        max_length=255,
+    )
+
+    def file_name(self) -> str:
+        if self.file:
+            return self.file
+        m = re.search(GGUF_URL_FILE_PATTERN, self.url)
+        if m is None:  # the cross-field rule below refuses such an object
+            raise ValueError("gguf.url does not end in a .gguf file name")
+        return m.group(1)
+
+    @model_validator(mode="after")
+    def _rules(self) -> GGUF:
+        return enforce(GGUF_RULES, self)
+
+
+GGUF_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel=f"has(self.file) || self.url.matches('{GGUF_URL_FILE_PATTERN}')",
+        message="the URL does not end in a .gguf file name: set gguf.file",
+        check=lambda g: bool(g.file) or re.search(GGUF_URL_FILE_PATTERN, g.url) is not None,
+        field_path="file",
+    ),
+)
 
 
 class TolerationOperator(StrEnum):
@@ -429,12 +481,18 @@ class LocalModelSpec(_Base):
     """Desired state of a LocalModel."""
 
     model: str = Field(
-        description="Ollama model reference, e.g. `qwen3:1.7b`.",
+        description="Ollama model reference, e.g. `qwen3:1.7b`. For llama-server, the name "
+        "the model is served as (`--alias`) and looked up by in the built-in catalog.",
         pattern=MODEL_PATTERN,
         min_length=1,
         max_length=200,
     )
     engine: Engine = Field(default_factory=Engine, description="Inference engine.")
+    gguf: GGUF | None = Field(
+        None,
+        description="The model file for engine llama-server (required there; Ollama pulls "
+        "`model` itself and refuses this field).",
+    )
     replicas: Integer = Field(1, description="Replicas, each on a different node.", ge=0, le=1000)
     cpu: int | Literal["node"] = Field(
         4,
@@ -451,7 +509,8 @@ class LocalModelSpec(_Base):
     )
     slots: Integer = Field(
         1,
-        description="Parallel requests (OLLAMA_NUM_PARALLEL). Each slot holds a full context.",
+        description="Parallel requests (OLLAMA_NUM_PARALLEL; llama-server `-np`). Each slot "
+        "holds a full context.",
         ge=1,
         le=64,
     )
@@ -464,7 +523,8 @@ class LocalModelSpec(_Base):
     )
     keep_alive: str = Field(
         "-1",
-        description="How long the model stays loaded after a request; `-1` keeps it loaded.",
+        description="How long the model stays loaded after a request; `-1` keeps it loaded. "
+        "Ollama only: llama-server always keeps its model loaded.",
         pattern=KEEP_ALIVE_PATTERN,
     )
     model_info: ModelInfo | None = Field(
@@ -504,6 +564,14 @@ def _loader(name: str) -> bool:
     return name in LOADER_ENV or name.startswith(LOADER_ENV_PREFIX)
 
 
+# CEL: the engine is llama-server (the `engine: {}` default means ollama).
+_CEL_LLAMA = "(has(self.engine) && has(self.engine.name) && self.engine.name == 'llama-server')"
+
+
+def _is_llama(s: LocalModelSpec) -> bool:
+    return s.engine.name is EngineName.LLAMA_SERVER
+
+
 SPEC_RULES: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 && self.cpu <= "
@@ -511,6 +579,32 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         message=CPU_MESSAGE,
         check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and 1 <= s.cpu <= MAX_CPU),
         field_path="cpu",
+    ),
+    CrossFieldRule(
+        cel=f"!{_CEL_LLAMA} || has(self.gguf)",
+        message="engine llama-server serves a GGUF file: set gguf.url and gguf.sha256",
+        check=lambda s: not _is_llama(s) or s.gguf is not None,
+        field_path="gguf",
+    ),
+    CrossFieldRule(
+        cel=f"{_CEL_LLAMA} || !has(self.gguf)",
+        message="gguf is for engine llama-server; Ollama pulls spec.model itself",
+        check=lambda s: _is_llama(s) or s.gguf is None,
+        field_path="gguf",
+    ),
+    CrossFieldRule(
+        cel=f"!{_CEL_LLAMA} || !has(self.keepAlive) || self.keepAlive == '-1'",
+        message="keepAlive is Ollama's; llama-server always keeps its model loaded",
+        check=lambda s: not _is_llama(s) or s.keep_alive == "-1",
+        field_path="keepAlive",
+    ),
+    CrossFieldRule(
+        cel=f"!{_CEL_LLAMA} || !has(self.placement) || !has(self.placement.safeCpuPath) "
+        "|| !self.placement.safeCpuPath",
+        message="placement.safeCpuPath is Ollama's AMX workaround (its CPU libraries); "
+        "llama-server has no such switch here",
+        check=lambda s: not _is_llama(s) or not s.placement.safe_cpu_path,
+        field_path="placement",
     ),
     CrossFieldRule(
         cel="!has(self.kvCache) || !has(self.flashAttention) "
