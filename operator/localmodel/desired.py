@@ -8,6 +8,7 @@ the same thing. The caller supplies the clock (`now`) and what it observed
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -155,7 +156,8 @@ def _status(
                 cpu=r.tuning.cpu,
                 memory=format_bytes(r.tuning.memory_bytes),
                 settings=r.tuning.env
-                | {f"modelfile.{k}": v for k, v in sorted(r.tuning.modelfile.items())},
+                | {f"modelfile.{k}": v for k, v in sorted(r.tuning.modelfile.items())}
+                | ({"args": shlex.join(r.tuning.args)} if r.tuning.args else {}),
                 decisions=[
                     DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
                     for d in r.tuning.decisions

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel import API_VERSION, KIND, __version__
-from localmodel.api import LocalModel
-from localmodel.engines import ollama
+from localmodel.api import GGUF, EngineName, LocalModel
+from localmodel.engines import llama_server, ollama
 from localmodel.facts.quantity import format_bytes
 from localmodel.rules import Tuning
 
@@ -212,6 +212,59 @@ def pod_selector(lm: LocalModel) -> str:
     return f"{LABEL_NAME}={lm.metadata.name}"
 
 
+# The init step for llama-server, as a template: $-names are the shell's,
+# {braces} are filled in (quoted) by gguf_init_script.
+_GGUF_INIT = """\
+set -eu
+file={file}
+want={sha256}
+if [ -f "$file" ] && [ "$(cat "$file.sha256" 2>/dev/null)" = "$want" ]; then
+  echo "localmodel: $file already on the volume (sha256 recorded): no download"
+  exit 0
+fi
+if [ -f "$file" ]; then
+  got="$(sha256sum "$file" | cut -d ' ' -f 1)"
+  if [ "$got" = "$want" ]; then
+    echo "$want" > "$file.sha256"
+    echo "localmodel: $file already on the volume (sha256 checked): no download"
+    exit 0
+  fi
+  echo "localmodel: $file on the volume has sha256 $got, not $want: downloading it again"
+fi
+rm -f "$file.part"
+curl -fsSL --retry 5 --retry-delay 2 -o "$file.part" {url}
+got="$(sha256sum "$file.part" | cut -d ' ' -f 1)"
+if [ "$got" != "$want" ]; then
+  echo "localmodel: the download from "{url}" has sha256 $got, not $want" >&2
+  rm -f "$file.part"
+  exit 1
+fi
+mv -f "$file.part" "$file"
+echo "$want" > "$file.sha256"
+echo "localmodel: downloaded $file"
+"""
+
+
+def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:
+    """Download the GGUF file once: nothing to do when the volume holds it with a
+    matching checksum; a download is checked before it replaces anything.
+
+    `<file>.sha256` records a verified checksum, so a restart does not hash
+    gigabytes again; a file put on the volume by other means is hashed once.
+    The download lands in `<file>.part` and is renamed only once its checksum
+    matches, so a failed or wrong download never removes a good file.
+    """
+    return _GGUF_INIT.format(
+        file=shlex.quote(f"{directory}/{gguf.file_name()}"),
+        sha256=gguf.sha256,
+        url=shlex.quote(gguf.url),
+    )
+
+
+def _engine_port(lm: LocalModel) -> int:
+    return llama_server.PORT if lm.spec.engine.name is EngineName.LLAMA_SERVER else ollama.PORT
+
+
 def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
     """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables (the
     overflow's API key is not among them: see `gateway_secret_env`)."""
@@ -224,7 +277,7 @@ def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
             "LOCALMODEL_GATEWAY_OVERFLOW_AFTER": f"{gw.overflow.after:g}",
         }
     return overflow | {
-        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{ollama.PORT}",
+        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{_engine_port(lm)}",
         "LOCALMODEL_GATEWAY_ENGINE": spec.engine.name.value,
         "LOCALMODEL_GATEWAY_LISTEN": f"0.0.0.0:{GATEWAY_PORT}",
         "LOCALMODEL_GATEWAY_MODEL": spec.model,
@@ -289,6 +342,52 @@ def build_engine_container(lm: LocalModel, r: ReplicaPlan, options: RenderOption
     return engine
 
 
+def _llama_probe(**extra: int) -> Manifest:
+    return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": "engine"}, **extra}
+
+
+def build_llama_server_container(
+    lm: LocalModel, r: ReplicaPlan, options: RenderOptions
+) -> Manifest:
+    """llama-server: the rules' flags, whole CPUs, the GGUF on the weights volume.
+
+    /health answers 503 while the model loads: the startup probe gives a large
+    model time to load before liveness counts; without the gateway /health is
+    also the readiness probe.
+    """
+    t = r.tuning
+    engine: Manifest = {
+        "name": "llama-server",
+        "image": lm.spec.engine.resolved_image(),
+        "imagePullPolicy": options.pull_policy,
+        "args": list(t.args),
+        "env": _env(dict(t.env) | {e.name: e.value for e in lm.spec.env}),
+        "ports": [{"name": "engine", "containerPort": llama_server.PORT, "protocol": "TCP"}],
+        "resources": _engine_resources(t),
+        "volumeMounts": [{"name": "weights", "mountPath": llama_server.MODELS_DIR}],
+        "startupProbe": _llama_probe(periodSeconds=5, timeoutSeconds=5, failureThreshold=360),
+        "livenessProbe": _llama_probe(periodSeconds=10, timeoutSeconds=5, failureThreshold=6),
+    }
+    if not lm.spec.gateway.enabled:
+        engine["readinessProbe"] = _llama_probe(periodSeconds=5, timeoutSeconds=5)
+    return engine
+
+
+def build_llama_server_init_container(
+    lm: LocalModel, r: ReplicaPlan, options: RenderOptions
+) -> Manifest:
+    """Downloads the GGUF file when the volume lacks it (`gguf_init_script`)."""
+    assert lm.spec.gguf is not None  # the API requires it for llama-server
+    return {
+        "name": "download",
+        "image": lm.spec.engine.resolved_image(),
+        "imagePullPolicy": options.pull_policy,
+        "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf)],
+        "resources": _engine_resources(r.tuning),
+        "volumeMounts": [{"name": "weights", "mountPath": llama_server.MODELS_DIR}],
+    }
+
+
 def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
     """The slot gate sidecar (`localmodel gateway`), configured by environment."""
     return {
@@ -331,9 +430,29 @@ def build_init_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions)
 
 def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
     """The pod spec: bound to the planned node, the containers, the volumes."""
-    containers = [build_engine_container(lm, r, options)]
+    llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
+    if llama:
+        engine = build_llama_server_container(lm, r, options)
+        init = build_llama_server_init_container(lm, r, options)
+    else:
+        engine = build_engine_container(lm, r, options)
+        init = build_init_container(lm, r, options)
+    containers = [engine]
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
+    volumes: list[Manifest] = [
+        {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name(lm, r.replica)}}
+    ]
+    if not llama:
+        volumes.append(
+            {
+                "name": "modelfile",
+                "configMap": {
+                    "name": configmap_name(lm),
+                    "items": [{"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}],
+                },
+            }
+        )
     spec: Manifest = {
         "affinity": {
             "nodeAffinity": {
@@ -349,18 +468,9 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
             }
         },
         "enableServiceLinks": False,
-        "initContainers": [build_init_container(lm, r, options)],
+        "initContainers": [init],
         "containers": containers,
-        "volumes": [
-            {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name(lm, r.replica)}},
-            {
-                "name": "modelfile",
-                "configMap": {
-                    "name": configmap_name(lm),
-                    "items": [{"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}],
-                },
-            },
-        ],
+        "volumes": volumes,
     }
     if lm.spec.placement.node_selector:
         spec["nodeSelector"] = dict(lm.spec.placement.node_selector)
@@ -399,11 +509,12 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
 def render_objects(
     lm: LocalModel, replicas: Sequence[ReplicaPlan], options: RenderOptions | None = None
 ) -> list[Manifest]:
-    """Every object for one LocalModel: ConfigMap, claims, pods, Service."""
+    """Every object for one LocalModel: ConfigMap (Ollama's Modelfiles), claims,
+    pods, Service."""
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
     objects: list[Manifest] = []
-    if replicas:
+    if replicas and lm.spec.engine.name is EngineName.OLLAMA:
         objects.append(render_configmap(lm, replicas))
     objects += [render_claim(lm, r) for r in replicas]
     objects += [render_pod(lm, r, options) for r in replicas]

@@ -37,6 +37,9 @@ def test_field_error_is_a_value_error_with_path_and_reason() -> None:
     assert nested.field_path == "spec.tolerations[0].key"
 
 
+SHA0 = "0" * 64
+
+
 @pytest.mark.parametrize(
     ("spec", "path", "words"),
     [
@@ -44,7 +47,7 @@ def test_field_error_is_a_value_error_with_path_and_reason() -> None:
         ({"cpu": 0}, "spec.cpu", "positive integer"),
         ({"engine": {"name": "llama-server"}}, "spec.gguf", "set gguf.url"),
         (
-            {"engine": {"name": "llama-server"}, "gguf": {"url": "https://h/x", "sha256": "0" * 64}},
+            {"engine": {"name": "llama-server"}, "gguf": {"url": "https://h/x", "sha256": SHA0}},
             "spec.gguf.file",
             "set gguf.file",
         ),

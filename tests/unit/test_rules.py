@@ -43,8 +43,39 @@ def fired(t: Tuning) -> set[str]:
     return {d.rule for d in t.decisions}
 
 
+SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+LLAMA: dict[str, Any] = {
+    "model": "gemma3:270m",
+    "engine": {"name": "llama-server"},
+    "gguf": {"url": "https://h/gemma-3-270m-q4_k_m.gguf", "sha256": SHA},
+}
+NO_GATEWAY = {"gateway": {"enabled": False}}
+
 # (rule id, spec, node, cpu, expected: does it fire?)
 CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
+    ("threads-from-cpu-limit", LLAMA, node(), 2, True),
+    ("threads-capped-by-node", LLAMA, node(cpuset_cpus=2), 4, True),
+    ("one-model-per-pod", LLAMA, node(), 4, False),
+    ("llama-server-context-per-slot", LLAMA, node(), 4, True),
+    ("llama-server-context-per-slot", {}, node(), 4, False),
+    ("kv-cache-quantized-enables-flash-attention", LLAMA | {"kvCache": "q8_0"}, node(), 4, True),
+    (
+        "amx-guard",
+        LLAMA | {"engine": {"name": "llama-server", "version": "0.31.0"}},
+        node(AMX),
+        4,
+        False,
+    ),
+    ("amx-remove-cpu-variant", LLAMA, node(None), 4, False),
+    ("memory-from-weights-and-kv", LLAMA, node(), 4, True),
+    ("weights-volume", LLAMA, node(), 4, True),
+    ("llama-server-metrics", LLAMA, node(), 4, True),
+    ("llama-server-metrics", {}, node(), 4, False),
+    ("llama-server-no-webui", LLAMA, node(), 4, True),
+    ("llama-server-no-webui", {}, node(), 4, False),
+    ("llama-server-private-slots", LLAMA | NO_GATEWAY, node(), 4, True),
+    ("llama-server-private-slots", LLAMA, node(), 4, False),
+    ("llama-server-private-slots", NO_GATEWAY, node(), 4, False),
     ("threads-from-cpu-limit", {}, node(), 4, True),
     ("threads-from-cpu-limit", {"engine": {"name": "ollama"}}, node(), 1, True),
     ("threads-capped-by-node", {}, node(cpuset_cpus=2), 4, True),

@@ -186,7 +186,6 @@ class Engine(_Base):
         return self.image or DEFAULT_IMAGES[self.name]
 
 
-
 class ModelInfo(_Base):
     """Size and shape of a model the built-in catalog does not know."""
 

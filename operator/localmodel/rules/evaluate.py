@@ -16,7 +16,7 @@ from localmodel.rules.model import (
     image_version,
     parse_version,
 )
-from localmodel.rules.table import RULES, engine_env
+from localmodel.rules.table import RULES, engine_args, engine_env
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Tuning:
     storage_bytes: int
     env: dict[str, str]
     modelfile: dict[str, str]
+    args: tuple[str, ...]  # llama-server's command line; () for Ollama
     remove_libraries: tuple[str, ...]
     flash_attention: FlashAttention
     kv_cache: KVCacheType
@@ -85,8 +86,9 @@ def evaluate(
         memory_bytes=draft.memory_bytes,
         memory_parts=dict(draft.memory_parts),
         storage_bytes=draft.storage_bytes,
-        env=engine_env(draft),
+        env=engine_env(ctx.engine, draft),
         modelfile=dict(draft.modelfile),
+        args=engine_args(ctx.engine, draft),
         remove_libraries=tuple(draft.remove_libraries),
         flash_attention=draft.flash_attention,
         kv_cache=draft.kv_cache,

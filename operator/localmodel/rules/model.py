@@ -106,6 +106,8 @@ class TuningDraft:
     cpu: int = 0
     env: dict[str, str] = field(default_factory=dict)
     modelfile: dict[str, str] = field(default_factory=dict)
+    # llama-server flags in command-line order; "" marks a switch without a value.
+    args: dict[str, str] = field(default_factory=dict)
     flash_attention: FlashAttention = FlashAttention.AUTO
     kv_cache: KVCacheType = KVCacheType.F16
     remove_libraries: list[str] = field(default_factory=list)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from localmodel.api import FlashAttention, KVCacheType
-from localmodel.engines import ollama
+from localmodel.api import EngineName, FlashAttention, KVCacheType
+from localmodel.engines import llama_server, ollama
 from localmodel.facts.quantity import format_bytes, parse_bytes
 from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, VersionRange
 
@@ -50,16 +50,21 @@ def _ceil_gib(n: int) -> int:
 # --- rule functions: return the effect they had, or None -------------------
 
 
-def _set_threads(s: TuningDraft, n: int) -> None:
+def _set_threads(ctx: Context, s: TuningDraft, n: int) -> str:
+    """Set the thread count where this engine reads it; returns how, for the effect."""
     s.cpu = s.threads = n
+    if ctx.engine is EngineName.LLAMA_SERVER:
+        # -tb defaults to -t, but say both: prefill uses -tb (llama.cpp common/arg.cpp).
+        s.args["-t"] = s.args["-tb"] = str(n)
+        return f"-t {n} -tb {n}"
     s.env["GOMAXPROCS"] = str(n)
     s.modelfile["num_thread"] = str(n)
+    return f"Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
 
 
 def _threads(ctx: Context, s: TuningDraft) -> str | None:
     n = ctx.cpu
-    _set_threads(s, n)
-    return f"threads={n}: Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
+    return f"threads={n}: {_set_threads(ctx, s, n)}"
 
 
 def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
@@ -73,8 +78,8 @@ def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
     if s.threads <= cap:
         return None
     before = s.threads
-    _set_threads(s, cap)
-    return f"threads {before} -> {cap}: capped by the {what}"
+    how = _set_threads(ctx, s, cap)
+    return f"threads {before} -> {cap}: capped by the {what} ({how})"
 
 
 def _one_model(ctx: Context, s: TuningDraft) -> str | None:
@@ -100,13 +105,52 @@ def _one_model(ctx: Context, s: TuningDraft) -> str | None:
     )
 
 
+def _llama_slots(ctx: Context, s: TuningDraft) -> str | None:
+    spec = ctx.spec
+    assert spec.gguf is not None  # the API requires it for llama-server
+    bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
+    total = spec.context * spec.slots
+    s.args.update(
+        {
+            "-m": f"{llama_server.MODELS_DIR}/{spec.gguf.file_name()}",
+            "--alias": spec.model,
+            "--host": bind,
+            "--port": str(llama_server.PORT),
+            "-c": str(total),
+            "-np": str(spec.slots),
+        }
+    )
+    s.flash_attention = spec.flash_attention
+    s.kv_cache = spec.kv_cache
+    return (
+        f"-c {total} -np {spec.slots}: {spec.slots} slot(s) of {spec.context} tokens; "
+        f"engine on {bind}:{llama_server.PORT}"
+    )
+
+
 def _kv_needs_fa(ctx: Context, s: TuningDraft) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
         return None
     s.flash_attention = FlashAttention.ENABLED
-    return (
-        f"flash attention auto -> enabled (OLLAMA_FLASH_ATTENTION=1) for kvCache {s.kv_cache.value}"
-    )
+    how = "-fa on" if ctx.engine is EngineName.LLAMA_SERVER else "OLLAMA_FLASH_ATTENTION=1"
+    return f"flash attention auto -> enabled ({how}) for kvCache {s.kv_cache.value}"
+
+
+def _llama_metrics(ctx: Context, s: TuningDraft) -> str | None:
+    s.args["--metrics"] = ""
+    return "--metrics: Prometheus metrics at /metrics"
+
+
+def _llama_no_webui(ctx: Context, s: TuningDraft) -> str | None:
+    s.args["--no-webui"] = ""
+    return "--no-webui"
+
+
+def _llama_private_slots(ctx: Context, s: TuningDraft) -> str | None:
+    if ctx.spec.gateway.enabled:
+        return None
+    s.args["--no-slots"] = ""
+    return "--no-slots: the engine faces the Service directly, and /slots shows prompts"
 
 
 def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
@@ -208,15 +252,16 @@ def _guaranteed(ctx: Context, s: TuningDraft) -> str | None:
 
 
 def _volume(ctx: Context, s: TuningDraft) -> str | None:
+    at = llama_server.MODELS_DIR if ctx.engine is EngineName.LLAMA_SERVER else ollama.HOME
     if ctx.spec.storage.size is not None:
         s.storage_bytes = parse_bytes(ctx.spec.storage.size)
-        return f"volume {ctx.spec.storage.size} at {ollama.HOME} (from spec)"
+        return f"volume {ctx.spec.storage.size} at {at} (from spec)"
     # Weights never exceed the memory limit (no mmap on CPU), so without a
     # known size the limit bounds them.
     weights = ctx.shape.weights_bytes if ctx.shape is not None else s.memory_bytes
     # Twice the weights: an updated tag's new blobs land before the old are pruned.
     s.storage_bytes = _ceil_gib(2 * weights + GiB)
-    return f"volume {format_bytes(s.storage_bytes)} at {ollama.HOME} (2 x weights + 1Gi)"
+    return f"volume {format_bytes(s.storage_bytes)} at {at} (2 x weights + 1Gi)"
 
 
 AMX = CpuCondition(AMX_FLAGS, unknown=True)
@@ -225,11 +270,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="threads-from-cpu-limit",
         title="Threads equal the CPU limit",
-        effect="num_thread (Modelfile PARAMETER) and GOMAXPROCS = whole CPUs of the limit",
+        effect="threads = whole CPUs of the limit: Ollama num_thread (Modelfile PARAMETER) "
+        "and GOMAXPROCS; llama-server -t and -tb",
         reason="engines default to one thread per host core; on a CPU quota decode collapses "
-        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs)",
-        source="ollama#17916; llama.cpp common/common.cpp; ollama api/types.go",
+        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs; docs/benchmarks.md measures it here)",
+        source="ollama#17916; llama.cpp common/common.cpp (cpu_get_num_math), common/arg.cpp "
+        "(-t, -tb); ollama api/types.go; docs/benchmarks.md",
         apply=_threads,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
     Rule(
         id="threads-capped-by-node",
@@ -238,6 +286,7 @@ RULES: tuple[Rule, ...] = (
         reason="more threads than CPUs to run them on oversubscribes the busy-wait barrier",
         source="ENGINE-FACTS.md Threads (round down; never exceed sched_getaffinity)",
         apply=_threads_cap,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
     ),
     Rule(
@@ -252,13 +301,27 @@ RULES: tuple[Rule, ...] = (
         apply=_one_model,
     ),
     Rule(
+        id="llama-server-context-per-slot",
+        title="Explicit slots, each with the full context",
+        effect="-c context x slots, -np slots; -m the GGUF on the weights volume, --alias "
+        "model; engine bound to loopback behind the gateway (--host, --port)",
+        reason="-c is the total context, split evenly across -np slots; without -np recent "
+        "builds default to 4 slots sharing one cache",
+        source="llama.cpp PR #16736; llama.cpp tools/server/README.md (-c, -np); "
+        "docs/engine-facts.md",
+        apply=_llama_slots,
+        engines=frozenset({EngineName.LLAMA_SERVER}),
+    ),
+    Rule(
         id="kv-cache-quantized-enables-flash-attention",
         title="A quantized KV cache turns flash attention on",
-        effect="flashAttention auto -> enabled (OLLAMA_FLASH_ATTENTION=1)",
+        effect="flashAttention auto -> enabled (OLLAMA_FLASH_ATTENTION=1; llama-server -fa on)",
         reason="a quantized V cache needs flash attention; without it Ollama <= 0.24 silently "
-        "falls back to f16 and >= 0.30 fails to load",
-        source="ollama llm/server.go; ollama#13337; llama.cpp context creation",
+        "falls back to f16 and >= 0.30 fails to load, as llama-server does",
+        source="ollama llm/server.go; ollama#13337; llama.cpp src/llama-context.cpp "
+        "(quantized V cache requires flash_attn)",
         apply=_kv_needs_fa,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
     ),
     Rule(
@@ -299,6 +362,7 @@ RULES: tuple[Rule, ...] = (
         reason="a quantized V cache cannot be created without flash attention",
         source="llama.cpp context creation; ollama llm/server.go",
         apply=_kv_fallback,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="kvCache quantized and flash attention turned off by a rule",
     ),
     Rule(
@@ -306,10 +370,12 @@ RULES: tuple[Rule, ...] = (
         title="Memory sized from weights plus KV cache",
         effect="memory = weights + KV cache (context x slots, cache type) + 1Gi compute "
         "+ 256Mi runtime",
-        reason="CPU-only Ollama disables mmap, so weights count fully against the limit; "
-        "the KV cache grows with context x slots",
+        reason="CPU-only Ollama disables mmap and llama-server maps the file (its pages "
+        "count against the cgroup), so weights count fully against the limit; the KV cache "
+        "grows with context x slots",
         source="ENGINE-FACTS.md Memory (KV formula; compute buffers 768 MiB-2 GiB)",
         apply=_memory_auto,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="memory: auto",
     ),
     Rule(
@@ -319,6 +385,7 @@ RULES: tuple[Rule, ...] = (
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
         source="ENGINE-FACTS.md Memory",
         apply=_memory_explicit,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="memory set",
     ),
     Rule(
@@ -329,24 +396,83 @@ RULES: tuple[Rule, ...] = (
         "integer CPUs; a burstable engine shares cores and its barrier stalls",
         source="ENGINE-FACTS.md What a pod sees as its CPU budget (kubernetes#127525)",
         apply=_guaranteed,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
     Rule(
         id="weights-volume",
         title="Weights on a persistent volume",
-        effect=f"a PVC per replica at {ollama.HOME}; the init step pulls only when missing",
+        effect=f"a PVC per replica at {ollama.HOME} (Ollama) or {llama_server.MODELS_DIR} "
+        "(llama-server); the init step downloads only when the weights are missing",
         reason="without it every restart downloads gigabytes again",
         source="PRODUCT.md problem 3; ollama envconfig OLLAMA_MODELS",
         apply=_volume,
+        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+    ),
+    Rule(
+        id="llama-server-metrics",
+        title="Engine metrics on",
+        effect="--metrics",
+        reason="llama-server's Prometheus endpoint is off by default; its decode and queue "
+        "counters explain a slow model",
+        source="llama.cpp tools/server/README.md (--metrics); docs/engine-facts.md",
+        apply=_llama_metrics,
+        engines=frozenset({EngineName.LLAMA_SERVER}),
+    ),
+    Rule(
+        id="llama-server-no-webui",
+        title="No web UI",
+        effect="--no-webui",
+        reason="callers use the API through the gateway; the UI is code nobody in the pod needs",
+        source="llama.cpp tools/server/README.md (--no-webui)",
+        apply=_llama_no_webui,
+        engines=frozenset({EngineName.LLAMA_SERVER}),
+    ),
+    Rule(
+        id="llama-server-private-slots",
+        title="No /slots endpoint when the engine is exposed",
+        effect="--no-slots",
+        reason="/slots shows every slot's prompt text; behind the gateway the engine listens "
+        "on loopback only, without it the Service reaches the engine directly",
+        source="llama.cpp tools/server/README.md (--slots, --no-slots); docs/engine-facts.md",
+        apply=_llama_private_slots,
+        engines=frozenset({EngineName.LLAMA_SERVER}),
+        spec_condition="gateway.enabled: false",
     ),
 )
 
 RULES_BY_ID = {r.id: r for r in RULES}
 
 
-def engine_env(s: TuningDraft) -> dict[str, str]:
-    """The engine environment: the rules' variables plus flash attention and KV
-    cache type, written in exactly one place (ollama envconfig/config.go)."""
+# llama-server's -fa takes a value; a bare `-fa` would swallow the next argument
+# (llama.cpp common/arg.cpp).
+_FA_FLAG = {
+    FlashAttention.AUTO: "auto",
+    FlashAttention.ENABLED: "on",
+    FlashAttention.DISABLED: "off",
+}
+
+
+def engine_args(engine: EngineName, s: TuningDraft) -> tuple[str, ...]:
+    """llama-server's command line: the rules' flags plus cache types and flash
+    attention, written in exactly one place. Ollama takes no flags (`serve`)."""
+    if engine is not EngineName.LLAMA_SERVER:
+        return ()
+    flags = dict(s.args)
+    flags["-ctk"] = flags["-ctv"] = s.kv_cache.value
+    flags["-fa"] = _FA_FLAG[s.flash_attention]
+    out: list[str] = []
+    for flag, value in flags.items():
+        out += [flag, value] if value else [flag]
+    return tuple(out)
+
+
+def engine_env(engine: EngineName, s: TuningDraft) -> dict[str, str]:
+    """The engine environment: the rules' variables plus, for Ollama, flash
+    attention and KV cache type, written in exactly one place (ollama
+    envconfig/config.go)."""
     env = dict(s.env)
+    if engine is not EngineName.OLLAMA:
+        return dict(sorted(env.items()))
     if s.flash_attention is FlashAttention.ENABLED:
         env["OLLAMA_FLASH_ATTENTION"] = "1"
     elif s.flash_attention is FlashAttention.DISABLED:
