@@ -52,23 +52,8 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-@contextlib.contextmanager
-def llama_server(
-    workdir: Path, slots: int, extra: Sequence[str] = (), api_key: str = ""
-) -> Iterator[Engine]:
-    """Start llama-server (FAILS the test, never skips, when it is not built)
-    and stop it afterwards."""
-    missing = [str(p) for p in (BINARY, MODEL) if not p.exists()]
-    if missing:
-        pytest.fail(
-            "engine tests need the real llama-server and Gemma 3 270M model, missing: "
-            + ", ".join(missing)
-            + ". Build them with: bash hack/build-llama-server.sh",
-            pytrace=False,
-        )
-    port = free_port()
-    log = workdir / f"llama-server-{port}.log"
-    cmd = [
+def _default_command(port: int, slots: int, extra: Sequence[str]) -> list[str]:
+    return [
         str(BINARY),
         "-m",
         str(MODEL),
@@ -85,9 +70,40 @@ def llama_server(
         "--metrics",
         "--slots",
         "--no-warmup",
-        *(["--api-key", api_key] if api_key else []),
         *extra,
     ]
+
+
+@contextlib.contextmanager
+def llama_server(
+    workdir: Path,
+    slots: int,
+    extra: Sequence[str] = (),
+    api_key: str = "",
+    rendered: Sequence[str] | None = None,
+) -> Iterator[Engine]:
+    """Start llama-server (FAILS the test, never skips, when it is not built)
+    and stop it afterwards. `rendered`: the arguments of a rendered pod's
+    llama-server container, run as they are but for this machine's model path
+    and a free port (`slots` is then what they say)."""
+    missing = [str(p) for p in (BINARY, MODEL) if not p.exists()]
+    if missing:
+        pytest.fail(
+            "engine tests need the real llama-server and Gemma 3 270M model, missing: "
+            + ", ".join(missing)
+            + ". Build them with: bash hack/build-llama-server.sh",
+            pytrace=False,
+        )
+    port = free_port()
+    log = workdir / f"llama-server-{port}.log"
+    key = ["--api-key", api_key] if api_key else []
+    if rendered is not None:
+        args = list(rendered)
+        args[args.index("-m") + 1] = str(MODEL)
+        args[args.index("--port") + 1] = str(port)
+        cmd = [str(BINARY), *args, *key, *extra]
+    else:
+        cmd = _default_command(port, slots, [*key, *extra])
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

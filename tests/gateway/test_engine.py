@@ -8,6 +8,10 @@ The engine's `/slots` reports `is_processing` per slot and its `/metrics`
 counts `llamacpp:n_decode_total` (one per llama_decode call, so one per
 generated token while a single request runs): "generation stopped" means the
 slot went idle and that counter stopped moving.
+
+Both run as the operator renders a llama-server LocalModel: the engine with the
+pod's llama-server arguments, the gateway with the pod's gateway environment;
+only the model path and the ports are this machine's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from localmodel.gateway.config import GatewayConfig
+from localmodel.api import LocalModel
+from localmodel.desired import desired_state
+from localmodel.facts import NodeFacts
+from localmodel.gateway.config import GatewayConfig, parse_config
 from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.gateway.harness import RawClient, books_reach, wait_until
 from tests.gateway.llama import (
@@ -37,14 +44,65 @@ from tests.gateway.llama import (
 pytestmark = pytest.mark.engine
 
 ENGINE_SLOTS = 2
+GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 # Generous bound for "stops at once" on a shared 2-core machine; the issue's
 # 100 ms target is what the measured numbers are compared with (printed).
 STOP_BOUND = 0.25
 
 
+def rendered_containers() -> dict[str, dict[str, Any]]:
+    """The containers the operator renders for a one-CPU llama-server
+    LocalModel with two slots (engine tests use one thread)."""
+    model = LocalModel.model_validate(
+        {
+            "metadata": {"name": "gemma", "namespace": "t"},
+            "spec": {
+                "model": "gemma3:270m",
+                "engine": {"name": "llama-server"},
+                "gguf": {
+                    "url": "https://models.example/gemma-3-270m-q4_k_m.gguf",
+                    "sha256": GGUF_SHA256,
+                },
+                "cpu": 1,
+                "context": 2048,
+                "slots": ENGINE_SLOTS,
+                "gateway": {"maxTokens": 4096},
+            },
+        }
+    )
+    node = NodeFacts(name="n", allocatable_cpu_milli=4000, allocatable_memory_bytes=8 * 1024**3)
+    objects = desired_state([model], [node], now="t").models[0].objects
+    pod = next(o for o in objects if o["kind"] == "Pod")
+    return {c["name"]: c for c in pod["spec"]["containers"]}
+
+
+RENDERED = rendered_containers()
+
+
+def gateway_config(upstream: str) -> GatewayConfig:
+    """The rendered gateway environment, listening on a free loopback port."""
+    env = {e["name"]: e["value"] for e in RENDERED["gateway"]["env"]}
+    return replace(parse_config([], env), upstream=upstream, listen_host="127.0.0.1", listen_port=0)
+
+
+def test_engine_and_gateway_run_as_rendered() -> None:
+    """What the fixtures below take from the render (so a render change reaches them)."""
+    args = RENDERED["llama-server"]["args"]
+    assert args[args.index("-t") + 1] == args[args.index("-tb") + 1] == "1"
+    assert args[args.index("-np") + 1] == str(ENGINE_SLOTS)
+    assert args[args.index("-c") + 1] == str(2048 * ENGINE_SLOTS)
+    assert "--metrics" in args and args[args.index("-fa") + 1] in ("auto", "on", "off")
+    config = gateway_config("http://127.0.0.1:1234")
+    assert (config.engine, config.slots, config.threads) == ("llama-server", ENGINE_SLOTS, 1)
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    with llama_server(tmp_path_factory.mktemp("engine"), slots=ENGINE_SLOTS) as running:
+    with llama_server(
+        tmp_path_factory.mktemp("engine"),
+        slots=ENGINE_SLOTS,
+        rendered=RENDERED["llama-server"]["args"],
+    ) as running:
         yield running
 
 
@@ -56,14 +114,7 @@ async def gateway(engine: Engine) -> AsyncIterator[GatewayFactory]:
     started: list[RunningGateway] = []
 
     async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
-        config = GatewayConfig(
-            upstream=engine.url,
-            engine="llama-server",
-            listen_host="127.0.0.1",
-            listen_port=0,
-            model="gemma3-270m",
-            max_tokens=4096,
-        )
+        config = gateway_config(engine.url)
         log: list[str] = []
         running = await start_gateway(replace(config, **overrides), log.append)
         started.append(running)

@@ -45,6 +45,25 @@ def test_render_example_for_this_machine(capsys: pytest.CaptureFixture[str]) -> 
     assert 1 <= threads <= len(os.sched_getaffinity(0))  # cpu: node on this machine
 
 
+def test_render_llama_server_example(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(
+        capsys,
+        "render",
+        "-f",
+        str(EX / "gemma-llama-server.yaml"),
+        "--nodes",
+        str(EX / "nodes-avx2.yaml"),
+    )
+    assert rc == 0, err
+    docs = list(yaml.safe_load_all(out))
+    assert [d["kind"] for d in docs] == ["LocalModel", "PersistentVolumeClaim", "Pod", "Service"]
+    pod = docs[2]
+    engine = pod["spec"]["containers"][0]
+    assert engine["name"] == "llama-server"
+    assert " ".join(engine["args"]).startswith("-t 1 -tb 1 -m /models/gemma-3-270m-q4_k_m.gguf")
+    assert docs[0]["status"]["placements"][0]["settings"]["args"] == " ".join(engine["args"])
+
+
 def test_render_against_node_pools_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(
         capsys,
