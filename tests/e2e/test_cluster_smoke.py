@@ -32,32 +32,38 @@ SMOKE_CRD: dict[str, Any] = {
         "group": GROUP,
         "scope": "Namespaced",
         "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [{
-            "name": "v1",
-            "served": True,
-            "storage": True,
-            "subresources": {"status": {}},
-            "schema": {"openAPIV3Schema": {
-                "type": "object",
-                "properties": {
-                    "spec": {
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
                         "type": "object",
                         "properties": {
-                            "minReplicas": {"type": "integer", "minimum": 0},
-                            "maxReplicas": {"type": "integer", "minimum": 0},
+                            "spec": {
+                                "type": "object",
+                                "properties": {
+                                    "minReplicas": {"type": "integer", "minimum": 0},
+                                    "maxReplicas": {"type": "integer", "minimum": 0},
+                                },
+                                "x-kubernetes-validations": [
+                                    {
+                                        "rule": "self.minReplicas <= self.maxReplicas",
+                                        "message": CEL_MESSAGE,
+                                    }
+                                ],
+                            },
+                            "status": {
+                                "type": "object",
+                                "properties": {"phase": {"type": "string"}},
+                            },
                         },
-                        "x-kubernetes-validations": [{
-                            "rule": "self.minReplicas <= self.maxReplicas",
-                            "message": CEL_MESSAGE,
-                        }],
-                    },
-                    "status": {
-                        "type": "object",
-                        "properties": {"phase": {"type": "string"}},
-                    },
+                    }
                 },
-            }},
-        }],
+            }
+        ],
     },
 }
 
@@ -78,8 +84,13 @@ def widgets(cluster: TestCluster) -> str:
 
 
 def widget(name: str, spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": name},
-            "spec": spec, **extra}
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Widget",
+        "metadata": {"name": name},
+        "spec": spec,
+        **extra,
+    }
 
 
 def test_cel_rule_rejects_an_invalid_object_with_the_rules_message(
@@ -118,8 +129,9 @@ def test_status_is_a_subresource(cluster: TestCluster, widgets: str, namespace: 
     api = cluster.api()
     path = f"{widgets}/{namespace}/widgets"
 
-    created = api.create(path, widget("st", {"minReplicas": 0, "maxReplicas": 1},
-                                      status={"phase": "Ignored"}))
+    created = api.create(
+        path, widget("st", {"minReplicas": 0, "maxReplicas": 1}, status={"phase": "Ignored"})
+    )
     assert "status" not in created  # the main resource ignores status
 
     api.merge_patch(f"{path}/st/status", {"status": {"phase": "Ready"}})
@@ -146,8 +158,10 @@ def pod(name: str, claim: str | None, cpu: str, node_selector: dict[str, str]) -
     container: dict[str, Any] = {
         "name": "engine",
         "image": "ollama/ollama:0.12.0",
-        "resources": {"requests": {"cpu": cpu, "memory": "1Gi"},
-                      "limits": {"cpu": cpu, "memory": "1Gi"}},
+        "resources": {
+            "requests": {"cpu": cpu, "memory": "1Gi"},
+            "limits": {"cpu": cpu, "memory": "1Gi"},
+        },
     }
     spec: dict[str, Any] = {"containers": [container], "nodeSelector": node_selector}
     if claim:
@@ -205,11 +219,17 @@ def test_pod_with_a_local_volume_is_scheduled_bound_and_run(
     pv_path = f"/api/v1/persistentvolumes/{volume['metadata']['name']}"
     api.delete(f"{ns}/pods/engine")
     api.delete(f"{ns}/persistentvolumeclaims/models")
-    wait_for("the volume to be released",
-             lambda: api.get(pv_path)["status"]["phase"] == "Released", timeout=60)
+    wait_for(
+        "the volume to be released",
+        lambda: api.get(pv_path)["status"]["phase"] == "Released",
+        timeout=60,
+    )
     api.merge_patch(pv_path, {"spec": {"claimRef": None}})
-    wait_for("the volume to be available again",
-             lambda: api.get(pv_path)["status"]["phase"] == "Available", timeout=30)
+    wait_for(
+        "the volume to be available again",
+        lambda: api.get(pv_path)["status"]["phase"] == "Available",
+        timeout=30,
+    )
 
 
 def test_scheduler_respects_the_fixtures_allocatable_cpu(
@@ -236,8 +256,12 @@ def test_deleting_an_owner_garbage_collects_its_dependents(
     api = cluster.api()
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     owner = api.create(path, {"metadata": {"name": "owner"}, "data": {"k": "v"}})
-    reference = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-                 "uid": owner["metadata"]["uid"]}
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+    }
     for name in ("dependent-a", "dependent-b"):
         api.create(path, {"metadata": {"name": name, "ownerReferences": [reference]}})
     api.create(path, {"metadata": {"name": "bystander"}})
@@ -269,8 +293,11 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
     admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     cluster.apply(rbac)
 
-    wait_for("the binding to take effect",
-             lambda: operator.status_of("GET", "/api/v1/nodes") == 200, timeout=30)
+    wait_for(
+        "the binding to take effect",
+        lambda: operator.status_of("GET", "/api/v1/nodes") == 200,
+        timeout=30,
+    )
 
     allowed = [
         ("GET", "/api/v1/nodes"),
@@ -297,12 +324,16 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
     event = {
         "metadata": {"name": "decision.1"},
         "involvedObject": {"kind": "ConfigMap", "namespace": NAMESPACE, "name": "rendered-config"},
-        "reason": "RuleFired", "message": "threads=4 from the CPU limit", "type": "Normal",
+        "reason": "RuleFired",
+        "message": "threads=4 from the CPU limit",
+        "type": "Normal",
     }
     operator.create(f"/api/v1/namespaces/{NAMESPACE}/events", event)
     with pytest.raises(ApiError) as no_secret:
-        operator.create(f"/api/v1/namespaces/{NAMESPACE}/secrets",
-                        {"metadata": {"name": "stolen"}, "stringData": {"k": "v"}})
+        operator.create(
+            f"/api/v1/namespaces/{NAMESPACE}/secrets",
+            {"metadata": {"name": "stolen"}, "stringData": {"k": "v"}},
+        )
     assert no_secret.value.status == 403
     assert "secrets" in no_secret.value.message
     with pytest.raises(ApiError) as no_crd:
@@ -314,9 +345,20 @@ def kubeconform(cluster: TestCluster, schemas: Path, manifests: list[dict[str, A
     """Run the pinned kubeconform, offline, strict; returns its output, raises if invalid."""
     assert cluster.tools is not None
     result = subprocess.run(
-        [str(cluster.tools["kubeconform"]), "-strict", "-summary", "-output", "text",
-         "-schema-location", f"{schemas}/{LOCATION_TEMPLATE}", "-"],
-        input=yaml.safe_dump_all(manifests), capture_output=True, text=True, timeout=60,
+        [
+            str(cluster.tools["kubeconform"]),
+            "-strict",
+            "-summary",
+            "-output",
+            "text",
+            "-schema-location",
+            f"{schemas}/{LOCATION_TEMPLATE}",
+            "-",
+        ],
+        input=yaml.safe_dump_all(manifests),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if result.returncode != 0:
         raise AssertionError(result.stdout + result.stderr)

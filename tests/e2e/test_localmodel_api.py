@@ -25,6 +25,11 @@ pytestmark = pytest.mark.e2e
 NOW = "2026-11-29T00:00:00Z"
 
 
+SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GGUF = {"url": "https://models.example/gemma-3-270m-q4_k_m.gguf", "sha256": SHA}
+LLAMA: dict[str, Any] = {"model": "gemma3:270m", "engine": {"name": "llama-server"}, "gguf": GGUF}
+
+
 def lm(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "localmodel.dev/v1alpha1",
@@ -51,7 +56,13 @@ def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tup
         ({"cpu": "lots"}, "spec.cpu: Invalid value: must be a positive integer or 'node'"),
         ({"context": 100}, "spec.context"),
         ({"kvCache": "q2"}, "spec.kvCache"),
-        ({"engine": {"name": "llama-server"}}, "llama-server is reserved"),
+        ({"engine": {"name": "llama-server"}}, "engine llama-server serves a GGUF file"),
+        ({"gguf": GGUF}, "gguf is for engine llama-server"),
+        (LLAMA | {"keepAlive": "5m"}, "llama-server always keeps its model loaded"),
+        (LLAMA | {"placement": {"safeCpuPath": True}}, "Ollama's AMX workaround"),
+        (LLAMA | {"gguf": GGUF | {"url": "https://h/blob?x=1"}}, "set gguf.file"),
+        (LLAMA | {"gguf": GGUF | {"sha256": "abc"}}, "spec.gguf.sha256"),
+        ({"env": [{"name": "LLAMA_ARG_THREADS", "value": "64"}]}, "operator manages"),
         ({"memory": "a lot"}, "spec.memory"),
     ],
 )
@@ -181,3 +192,38 @@ def test_api_server_rejects_a_keyless_equal_toleration(
     status, body = create(cluster, crd, namespace, bad)
     assert status == 422, body
     assert "without a key must use operator Exists" in body["message"]
+
+
+def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    """A llama-server LocalModel passes the CRD's rules, and what render makes of
+    it (pod with the download init step, claim, Service) is accepted and bound."""
+    storage = {"storageClassName": "local-disk", "size": "10Gi"}
+    status, body = create(
+        cluster, crd, namespace, lm("gemma", **(LLAMA | {"cpu": 2, "storage": storage}))
+    )
+    assert status == 201, body.get("message", body)
+    assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "llama-server"
+    model = LocalModel.model_validate(body)
+    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
+    result = desired_state([model], nodes, now=NOW).models[0]
+    assert result.replicas, result.status.conditions
+    node = result.replicas[0].node
+    cluster.apply(yaml.safe_dump_all(list(result.objects)))
+    api = cluster.api()
+
+    def running() -> bool:
+        pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-0")
+        return pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running"
+
+    wait_until("the llama-server pod to run on its planned node", running, timeout=60)
+    pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-0")
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    engine = pod["spec"]["containers"][0]
+    assert engine["args"][:4] == ["-t", "2", "-tb", "2"]
+    assert pod["spec"]["initContainers"][0]["name"] == "download"
+    patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
+    after = api.merge_patch(f"{crd}/namespaces/{namespace}/localmodels/gemma/status", patch)
+    rules = {d["rule"] for d in after["status"]["placements"][0]["decisions"]}
+    assert {"threads-from-cpu-limit", "llama-server-context-per-slot"} <= rules
