@@ -199,10 +199,13 @@ def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
 ) -> None:
     """A llama-server LocalModel passes the CRD's rules, and what render makes of
     it (pod with the download init step, claim, Service) is accepted and bound."""
-    storage = {"storageClassName": "local-disk", "size": "10Gi"}
-    status, body = create(
-        cluster, crd, namespace, lm("gemma", **(LLAMA | {"cpu": 2, "storage": storage}))
-    )
+    spec = LLAMA | {
+        "cpu": 2,
+        "storage": {"storageClassName": "local-disk", "size": "10Gi"},
+        # AMX nodes: none of Ollama's AMX rules may fire for llama-server.
+        "placement": {"nodeSelector": {"node.kubernetes.io/instance-type": "sapphire-rapids-32"}},
+    }
+    status, body = create(cluster, crd, namespace, lm("gemma", **spec))
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "llama-server"
     model = LocalModel.model_validate(body)
@@ -227,3 +230,4 @@ def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
     after = api.merge_patch(f"{crd}/namespaces/{namespace}/localmodels/gemma/status", patch)
     rules = {d["rule"] for d in after["status"]["placements"][0]["decisions"]}
     assert {"threads-from-cpu-limit", "llama-server-context-per-slot"} <= rules
+    assert not any(r.startswith("amx-") for r in rules)
