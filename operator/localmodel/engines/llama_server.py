@@ -4,9 +4,9 @@ from __future__ import annotations
 
 # The pinned default image: ggml-org/llama.cpp's CPU server build
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
-# BINARY, LLAMA_ARG_HOST=0.0.0.0). The tag is the llama.cpp build the tests
-# run (the tree vendored in PyPI's llama-cpp-python 0.3.36, see
-# docs/engine-facts.md); bumping it is a reviewed change.
+# BINARY, LLAMA_ARG_HOST=0.0.0.0). The tag is about the llama.cpp build the
+# tests run (the tree vendored in PyPI's llama-cpp-python 0.3.36,
+# hack/build-llama-server.sh); bumping it is a reviewed change.
 IMAGE = "ghcr.io/ggml-org/llama.cpp:server-b11316"
 BINARY = "/app/llama-server"
 

@@ -273,9 +273,9 @@ RULES: tuple[Rule, ...] = (
         effect="threads = whole CPUs of the limit: Ollama num_thread (Modelfile PARAMETER) "
         "and GOMAXPROCS; llama-server -t and -tb",
         reason="engines default to one thread per host core; on a CPU quota decode collapses "
-        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs; docs/benchmarks.md measures it here)",
+        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs)",
         source="ollama#17916; llama.cpp common/common.cpp (cpu_get_num_math), common/arg.cpp "
-        "(-t, -tb); ollama api/types.go; docs/benchmarks.md",
+        "(-t, -tb); ollama api/types.go",
         apply=_threads,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
@@ -307,8 +307,7 @@ RULES: tuple[Rule, ...] = (
         "model; engine bound to loopback behind the gateway (--host, --port)",
         reason="-c is the total context, split evenly across -np slots; without -np recent "
         "builds default to 4 slots sharing one cache",
-        source="llama.cpp PR #16736; llama.cpp tools/server/README.md (-c, -np); "
-        "docs/engine-facts.md",
+        source="llama.cpp PR #16736; llama.cpp tools/server/README.md (-c, -np)",
         apply=_llama_slots,
         engines=frozenset({EngineName.LLAMA_SERVER}),
     ),
@@ -414,7 +413,7 @@ RULES: tuple[Rule, ...] = (
         effect="--metrics",
         reason="llama-server's Prometheus endpoint is off by default; its decode and queue "
         "counters explain a slow model",
-        source="llama.cpp tools/server/README.md (--metrics); docs/engine-facts.md",
+        source="llama.cpp tools/server/README.md (--metrics)",
         apply=_llama_metrics,
         engines=frozenset({EngineName.LLAMA_SERVER}),
     ),
@@ -433,7 +432,7 @@ RULES: tuple[Rule, ...] = (
         effect="--no-slots",
         reason="/slots shows every slot's prompt text; behind the gateway the engine listens "
         "on loopback only, without it the Service reaches the engine directly",
-        source="llama.cpp tools/server/README.md (--slots, --no-slots); docs/engine-facts.md",
+        source="llama.cpp tools/server/README.md (--slots, --no-slots)",
         apply=_llama_private_slots,
         engines=frozenset({EngineName.LLAMA_SERVER}),
         spec_condition="gateway.enabled: false",
