@@ -55,6 +55,8 @@ def rendered_containers() -> dict[str, dict[str, Any]]:
     LocalModel with two slots (engine tests use one thread)."""
     model = LocalModel.model_validate(
         {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
             "metadata": {"name": "gemma", "namespace": "t"},
             "spec": {
                 "model": "gemma3:270m",
@@ -349,3 +351,45 @@ async def test_without_the_gateway_a_non_streaming_caller_leaving_does_not_stop_
         idle = await wait_engine(session, engine, 0, timeout=60)
     print(f"direct non-streaming disconnect: engine idle {1000 * (idle - left):.0f} ms after")
     assert still == 1, "llama-server stopped a non-streaming request within 0.5 s of disconnect"
+
+
+async def test_conversation_id_does_not_reach_the_engine_so_a_disconnect_still_stops_it(
+    engine: Engine, gateway: GatewayFactory
+) -> None:
+    """llama-server keeps generating for a request carrying X-Conversation-Id
+    after its client goes (its replay buffer; control below); the gateway
+    never forwards that header, so leaving still stops the generation."""
+    gw, _ = await gateway()
+    body = {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        client = await RawClient.send(
+            gw.port, "/v1/completions", body, {"X-Conversation-Id": "conv-gateway"}
+        )
+        await client.reader.readline()
+        await wait_engine(session, engine, 1)
+        await asyncio.sleep(0.3)
+        left = time.monotonic()
+        client.close()
+        await _assert_generation_stopped(session, engine, left, "disconnect with conversation id")
+
+
+async def test_without_the_gateway_a_conversation_id_keeps_the_engine_generating(
+    engine: Engine,
+) -> None:
+    """Control: straight to llama-server, a streaming request with
+    X-Conversation-Id goes on after its client disconnects, while the same
+    request without the header stops. If this starts failing, the engine
+    changed: update docs/engine-facts.md."""
+    port = int(engine.url.rsplit(":", 1)[1])
+    body = {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        client = await RawClient.send(
+            port, "/v1/completions", body, {"X-Conversation-Id": "conv-direct"}
+        )
+        await client.reader.readline()
+        await wait_engine(session, engine, 1)
+        client.close()
+        await asyncio.sleep(1.0)
+        still = await processing(session, engine)
+        await wait_engine(session, engine, 0, timeout=120)
+    assert still == 1, "llama-server stopped a conversation-id request when its client left"

@@ -35,7 +35,14 @@ def lm(**spec: Any) -> LocalModel:
         "gguf": {"url": URL, "sha256": SHA},
         "cpu": 2,
     } | spec
-    return LocalModel.model_validate({"metadata": {"name": "g", "namespace": "ai"}, "spec": body})
+    return LocalModel.model_validate(
+        {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
+            "metadata": {"name": "g", "namespace": "ai"},
+            "spec": body,
+        }
+    )
 
 
 def node(cpus: int = 16, **kw: Any) -> NodeFacts:
@@ -267,7 +274,12 @@ def test_no_ollama_settings_reach_llama_server() -> None:
 def test_status_carries_the_same_kind_of_decisions_as_ollama() -> None:
     llama = render(lm(cpu=2))["status"]["placements"][0]
     ollama_lm = LocalModel.model_validate(
-        {"metadata": {"name": "o", "namespace": "ai"}, "spec": {"model": "gemma3:270m", "cpu": 2}}
+        {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
+            "metadata": {"name": "o", "namespace": "ai"},
+            "spec": {"model": "gemma3:270m", "cpu": 2},
+        }
     )
     ollama = desired_state([ollama_lm], [node()], now=NOW).models[0]
     ollama_rules = {d.rule for d in ollama.replicas[0].tuning.decisions}
