@@ -479,9 +479,15 @@ CORPUS: tuple[Bad, ...] = (
     ),
     spec_case("model-with-space", {"model": "qwen3 1.7b"}, "spec.model", "pattern"),
     spec_case("model-shell", {"model": "x;rm -rf /"}, "spec.model", "pattern"),
+    # kubectl's default fieldValidation=Strict refuses it; without Strict the API server
+    # prunes it and the operator reads the pruned, valid object.
     spec_case(
-        "unknown-field", {"colour": "blue"}, "spec.colour", "Extra inputs", api=ACCEPTED
-    ),  # the API server prunes it; the operator reads the pruned object
+        "unknown-field",
+        {"colour": "blue"},
+        "spec.colour",
+        "Extra inputs",
+        api='unknown field "spec.colour"',
+    ),
     Bad(
         "api-version-missing",
         _yaml(model(apiVersion=_DROP)),
@@ -495,7 +501,7 @@ CORPUS: tuple[Bad, ...] = (
         _yaml(model(apiVersion="localmodel.dev/v1")),
         "apiVersion",
         "localmodel.dev/v1alpha1",
-        api="API version in the data (localmodel.dev/v1)",
+        api='LocalModel in version "v1" cannot be handled',
     ),
     Bad("kind-wrong", _yaml(model(kind="Pod")), "kind", "'LocalModel'", api=None),
     Bad(

@@ -1,0 +1,64 @@
+"""The API server agrees: every bad manifest it can see is refused naming the same field.
+
+The table is `tests/corpus.py`, the offline side is `tests/unit/test_hostile.py`.
+Here each case that is a single JSON object (`api` is not None) is POSTed to a
+real kube-apiserver with the generated CRD, as `kubectl apply` sends it
+(`fieldValidation=Strict`, kubectl's default), and the refusal must contain what
+the case says, normally the very field path the offline error names. A case the
+API server stores (`api == ACCEPTED`) must be one that the operator's pure path,
+`parse_local_model` on the object the API server returns plus `desired_state`,
+marks `Valid=False` with the same field, rendering nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from localmodel.desired import desired_state
+from localmodel.errors import InvalidObject, parse_local_model
+from localmodel.facts import NodeFacts
+from tests.corpus import ACCEPTED, CORPUS, Bad
+from tests.harness import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+REACHES_API = [c for c in CORPUS if c.api is not None]
+NODE = NodeFacts("n1", 16000, 64 * 1024**3)
+
+
+def post(cluster: TestCluster, base: str, ns: str, body: dict[str, Any]) -> tuple[int, Any]:
+    # kubectl apply's defaults: unknown fields are an error, not silently pruned.
+    path = f"{base}/namespaces/{ns}/localmodels?fieldValidation=Strict"
+    return cluster.api().request("POST", path, body)
+
+
+def test_the_table_covers_every_class_the_api_server_can_see() -> None:
+    assert len(REACHES_API) >= 50
+    assert sum(c.api == ACCEPTED for c in REACHES_API) == 1  # only what needs the catalog
+
+
+@pytest.mark.parametrize("case", REACHES_API, ids=[c.id for c in REACHES_API])
+def test_the_api_server_refuses_what_render_refuses(
+    cluster: TestCluster, crd: str, namespace: str, case: Bad
+) -> None:
+    body = case.body()
+    status, answer = post(cluster, crd, namespace, body)
+    message = answer.get("message", "") if isinstance(answer, dict) else str(answer)
+    if case.api != ACCEPTED:
+        assert status in (400, 422), f"the API server stored {case.id}: {status} {message}"
+        assert case.api is not None and case.api in message, message
+        return
+    assert status == 201, message
+    # Stored: the operator reads what the API server returns and must say Valid=False.
+    try:
+        model = parse_local_model(answer)
+    except InvalidObject as e:  # pragma: no cover - would mean the two disagree on the schema
+        pytest.fail(f"the API server stored {case.id}, which parse_local_model refuses: {e}")
+    result = desired_state([model], [NODE], now="2026-12-01T00:00:00Z").models[0]
+    valid = next(c for c in result.status.conditions if c.type == "Valid")
+    assert valid.status.value == "False"
+    assert valid.message.startswith(f"{case.field}: "), valid.message
+    assert case.words in valid.message
+    assert result.objects == ()
