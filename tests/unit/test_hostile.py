@@ -131,3 +131,21 @@ def test_anchors_within_the_budget_and_timestamps_still_read(
     rc, out, err = render(capsys, "-f", str(path), "--nodes", NODES)
     assert rc == 0, err
     assert "creationTimestamp: '2026-01-01T00:00:00Z'" in out
+
+
+def test_the_validation_doc_states_the_limits_the_code_enforces() -> None:
+    from localmodel.api.v1alpha1 import (
+        LOADER_ENV,
+        LOADER_ENV_PREFIX,
+        MEMORY,
+        STORAGE_SIZE,
+        WEIGHTS_SIZE,
+    )
+
+    doc = (ROOT / "docs" / "validation.md").read_text()
+    for q in (MEMORY, STORAGE_SIZE, WEIGHTS_SIZE):
+        assert f"{q.minimum} to {q.maximum}" in doc
+    assert f"At most {manifest.MAX_BYTES // 2**20} MiB" in doc
+    assert f"At most {manifest.MAX_DEPTH} levels" in doc
+    assert f"at most {manifest.ALIAS_BUDGET}" in doc
+    assert all(f"`{name}`" in doc for name in LOADER_ENV) and f"`{LOADER_ENV_PREFIX}*`" in doc

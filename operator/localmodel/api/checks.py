@@ -193,7 +193,6 @@ class QuantityRange(_Check):
         }
 
 
-
 # ---- names ------------------------------------------------------------------------------
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -230,8 +229,7 @@ class NameFormat(_Check):
         empty = ", or empty" if self.allow_empty else ""
         prefix = f" (prefix at most {self.prefix_max})" if self.prefix_max else ""
         return (
-            f"must be a {self.title}: {what}, at most {self.max_length} characters"
-            f"{prefix}{empty}"
+            f"must be a {self.title}: {what}, at most {self.max_length} characters{prefix}{empty}"
         )
 
     @property
@@ -263,8 +261,10 @@ class NameFormat(_Check):
         out: dict[str, Any] = {"pattern": self.pattern, "maxLength": self.max_length}
         if self.prefix_max is not None:
             out["x-kubernetes-validations"] = [
-                {"rule": "self == '' || " + self.cel() if self.allow_empty else self.cel(),
-                 "message": self.message}
+                {
+                    "rule": "self == '' || " + self.cel() if self.allow_empty else self.cel(),
+                    "message": self.message,
+                }
             ]
         return out
 

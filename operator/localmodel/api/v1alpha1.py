@@ -90,7 +90,7 @@ MANAGED_ENV: tuple[str, ...] = (
 # Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
 # LD_LIBRARY_PATH, LD_AUDIT, ...) and PATH. The AMX guard deletes a CPU library and pins
 # `/bin/ollama`; a user LD_PRELOAD or LD_LIBRARY_PATH could load that code back, and PATH
-# picks the binaries the start scripts run. Rejected like MANAGED_ENV (docs/api.md).
+# picks the binaries the start scripts run. Rejected like MANAGED_ENV (docs/validation.md).
 LOADER_ENV: tuple[str, ...] = ("PATH",)
 LOADER_ENV_PREFIX = "LD_"
 
