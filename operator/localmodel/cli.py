@@ -51,6 +51,11 @@ COMMANDS: dict[str, Command] = {
         "localmodel.doctor.cli",
         "doctor_main",
     ),
+    "run": Command(
+        "run the operator against a cluster (kubeconfig or in-cluster)",
+        "localmodel.controller.main",
+        "run_main",
+    ),
 }
 
 

@@ -9,21 +9,13 @@ the same thing. The caller supplies the clock (`now`) and what it observed
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from localmodel.api import (
-    Condition,
-    ConditionStatus,
-    DecisionStatus,
-    LocalModel,
-    LocalModelStatus,
-    PlacementStatus,
-)
+from localmodel.api import DecisionStatus, LocalModel, LocalModelStatus
 from localmodel.catalog import lookup
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
-from localmodel.facts.quantity import format_bytes
 from localmodel.planner import ModelDemand, Plan, Unplaced, Usage, plan
 from localmodel.render import (
     GATEWAY_CPU_MILLI,
@@ -37,11 +29,16 @@ from localmodel.render import (
     render_objects,
 )
 from localmodel.rules import engine_version, evaluate, problems
+from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a
 # quantized KV cache that falls back to f16 only grows).
 _UNKNOWN_NODE = NodeFacts(name="", allocatable_cpu_milli=10**9, allocatable_memory_bytes=10**18)
+
+
+# (model, replica, node) -> the claim the replica mounts there
+ClaimChooser = Callable[[LocalModel, int, str], str]
 
 
 @dataclass(frozen=True)
@@ -81,27 +78,6 @@ def demand(lm: LocalModel) -> ModelDemand:
     )
 
 
-def _condition(
-    type_: str, ok: bool | None, reason: str, message: str, lm: LocalModel, now: str
-) -> Condition:
-    status = (
-        ConditionStatus.UNKNOWN
-        if ok is None
-        else (ConditionStatus.TRUE if ok else ConditionStatus.FALSE)
-    )
-    previous = {c.type: c for c in (lm.status.conditions if lm.status else [])}.get(type_)
-    # lastTransitionTime moves only when the status does (metav1.Condition).
-    since = previous.last_transition_time if previous and previous.status == status else now
-    return Condition(
-        type=type_,
-        status=status,
-        observed_generation=lm.metadata.generation,
-        last_transition_time=since,
-        reason=reason,
-        message=message,
-    )
-
-
 def _status(
     lm: LocalModel,
     found: Sequence[FieldError],
@@ -110,51 +86,17 @@ def _status(
     ready: Mapping[int, bool] | None,
     now: str,
 ) -> LocalModelStatus:
-    want = lm.spec.replicas
-    n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
-    conditions = []
-    if found:
-        msg = format_errors(found)
-        conditions += [
-            _condition("Valid", False, "InvalidSpec", msg, lm, now),
-            _condition("Placed", False, "InvalidSpec", "not placed: the spec is invalid", lm, now),
-            _condition("Ready", False, "InvalidSpec", "not deployed: the spec is invalid", lm, now),
-        ]
-    else:
-        conditions.append(_condition("Valid", True, "SpecValid", "spec accepted", lm, now))
-        warnings = sorted({w for r in replicas for w in r.tuning.warnings})
-        if unplaced:
-            msg = "; ".join(f"replica {u.replica}: {u.message}" for u in unplaced)
-            conditions.append(_condition("Placed", False, unplaced[0].reason, msg, lm, now))
-        else:
-            nodes = ", ".join(r.node for r in replicas) or "none"
-            msg = f"{len(replicas)}/{want} replicas placed on {nodes}"
-            if warnings:
-                msg += "; warnings: " + "; ".join(warnings)
-            conditions.append(_condition("Placed", True, "AllReplicasPlaced", msg, lm, now))
-        if ready is None:
-            conditions.append(
-                _condition(
-                    "Ready", None, "NotDeployed", "offline render: nothing is running", lm, now
-                )
-            )
-        else:
-            ok = n_ready == want
-            reason = "AllReplicasReady" if ok else "ReplicasNotReady"
-            conditions.append(
-                _condition("Ready", ok, reason, f"{n_ready}/{want} replicas ready", lm, now)
-            )
-    return LocalModelStatus(
-        observed_generation=lm.metadata.generation,
-        conditions=conditions,
-        placements=[
-            PlacementStatus(
+    return build_status(
+        lm,
+        format_errors(found) if found else "",
+        [
+            ReplicaStatusInput(
                 replica=r.replica,
                 node=r.node,
                 pod=pod_name(lm, r.replica),
                 threads=r.tuning.threads,
                 cpu=r.tuning.cpu,
-                memory=format_bytes(r.tuning.memory_bytes),
+                memory_bytes=r.tuning.memory_bytes,
                 settings=r.tuning.env
                 | {f"modelfile.{k}": v for k, v in sorted(r.tuning.modelfile.items())}
                 | ({"args": shlex.join(r.tuning.args)} if r.tuning.args else {}),
@@ -162,16 +104,16 @@ def _status(
                     DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
                     for d in r.tuning.decisions
                 ],
+                warnings=r.tuning.warnings,
                 reason=r.reason,
             )
             for r in replicas
         ],
-        replicas=len(replicas),
+        [UnplacedInput(u.replica, u.reason, u.message) for u in unplaced],
+        ready,
+        now,
+        endpoint=endpoint(lm),
         selector=pod_selector(lm),
-        ready_replicas=n_ready,
-        ready=f"{n_ready}/{want}",
-        nodes=",".join(r.node for r in replicas),
-        endpoint=endpoint(lm) if not found else "",
     )
 
 
@@ -184,8 +126,12 @@ def desired_state(
     usage: Mapping[str, Usage] | None = None,
     ready: Mapping[str, Mapping[int, bool]] | None = None,
     options: RenderOptions | None = None,
+    claims: ClaimChooser | None = None,
 ) -> DesiredState:
-    """Everything the operator would create for these models on these nodes."""
+    """Everything the operator would create for these models on these nodes.
+
+    ``claims`` names the weights claim a replica mounts on its node (the
+    operator's choice among existing claims); by default, the replica's own."""
     found = {lm.key: tuple(problems(lm.spec)) for lm in models}
     valid = [lm for lm in models if not found[lm.key]]
     the_plan = plan([demand(lm) for lm in valid], nodes, current or {}, usage or {})
@@ -199,7 +145,8 @@ def desired_state(
             version = engine_version(lm.spec)
             for p in the_plan.placements_for(lm.key):
                 tuning = evaluate(lm.spec, by_node[p.node], p.cpu, shape, version)
-                replicas.append(ReplicaPlan(p.replica, p.node, tuning, p.reason))
+                claim = claims(lm, p.replica, p.node) if claims else ""
+                replicas.append(ReplicaPlan(p.replica, p.node, tuning, p.reason, claim))
             unplaced = the_plan.unplaced_for(lm.key)
         seen = None if ready is None else ready.get(lm.key, {})
         status = _status(lm, found[lm.key], replicas, unplaced, seen, now)

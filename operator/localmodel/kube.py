@@ -1,4 +1,4 @@
-"""Kubernetes API clients for the commands that talk to a cluster (probe --node, doctor).
+"""Kubernetes API clients for the commands that talk to a cluster (run, probe --node, doctor).
 
 Configuration as for `localmodel run`: ``--kubeconfig PATH``, else the
 ``KUBECONFIG`` environment variable, else the in-cluster service account.
@@ -7,9 +7,10 @@ Configuration as for `localmodel run`: ``--kubeconfig PATH``, else the
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KubeconfigError", "api_client"]
+__all__ = ["Credentials", "KubeconfigError", "api_client", "credentials"]
 
 
 class KubeconfigError(Exception):
@@ -37,3 +38,63 @@ def api_client(kubeconfig: str | None = None) -> Any:
             else "in-cluster configuration (no --kubeconfig, no KUBECONFIG)"
         )
         raise KubeconfigError(f"{where}: {e}") from e
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and how to authenticate, as plain values, for the
+    clients that are not the official one (the operator's aiohttp writer, kopf's
+    login). Read by the official client's loaders, so every command understands
+    the same kubeconfigs (contexts, inline data, exec plugins)."""
+
+    server: str
+    ca_file: str | None = None
+    insecure: bool = False
+    token: str | None = None
+    # In-cluster service-account tokens rotate: read the file on every request.
+    token_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def bearer(self) -> str | None:
+        if self.token_file:
+            with open(self.token_file) as f:
+                return f.read().strip()
+        return self.token
+
+
+_SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def credentials(kubeconfig: str | None = None) -> Credentials:
+    """Credentials from --kubeconfig, else KUBECONFIG, else in-cluster."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    configuration = client.Configuration()
+    try:
+        if path:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path.split(os.pathsep)[0], client_configuration=configuration)
+        else:
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as e:
+        where = (f"kubeconfig {path}" if path
+                 else "in-cluster configuration (no --kubeconfig, no KUBECONFIG)")
+        raise KubeconfigError(f"{where}: {e}") from e
+    # The client keeps the header value under "authorization" or "BearerToken"
+    # (depending on the loader), with or without its "Bearer " prefix.
+    keys = configuration.api_key or {}
+    auth = str(keys.get("authorization") or keys.get("BearerToken") or "")
+    token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else (auth or None)
+    return Credentials(
+        server=str(configuration.host).rstrip("/"),
+        ca_file=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        token=None if not path else token,
+        token_file=None if path else _SA_TOKEN,
+        cert_file=configuration.cert_file or None,
+        key_file=configuration.key_file or None,
+    )

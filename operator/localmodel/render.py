@@ -52,6 +52,14 @@ class ReplicaPlan:
     node: str
     tuning: Tuning
     reason: str = ""
+    # The weights claim this replica mounts; empty: the default name. The
+    # operator picks another when the default claim is bound to a volume the
+    # replica's new node cannot reach.
+    claim: str = ""
+
+
+def replica_claim(lm: LocalModel, r: ReplicaPlan) -> str:
+    return r.claim or claim_name(lm, r.replica)
 
 
 def pod_name(lm: LocalModel, replica: int) -> str:
@@ -144,7 +152,7 @@ def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": _replica_meta(
-            lm, r, claim_name(lm, r.replica), owned=not lm.spec.storage.retain
+            lm, r, replica_claim(lm, r), owned=not lm.spec.storage.retain
         ),
         "spec": spec,
     }
@@ -441,7 +449,7 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
     volumes: list[Manifest] = [
-        {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name(lm, r.replica)}}
+        {"name": "weights", "persistentVolumeClaim": {"claimName": replica_claim(lm, r)}}
     ]
     if not llama:
         volumes.append(

@@ -112,3 +112,35 @@ def test_probe_is_optional(tools: Tools) -> None:
     off = render_chart(tools, set_values=("probe.enabled=false",))
     assert probe_objects(off) == []
     assert of_kind(off, "DaemonSet") == []
+
+
+def test_deployment_command_exists_and_accepts_the_charts_flags(tools: Tools) -> None:
+    """The chart runs `localmodel run` with flags: the real CLI must know the command
+    and parse every flag the chart passes (a missing command or flag fails here)."""
+    from localmodel.cli import COMMANDS
+    from localmodel.controller.config import parse_config
+
+    rendered = render_chart(tools, set_values=("namespaces={ai,batch}", "logFormat=json"))
+    [deployment] = of_kind(rendered, "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["localmodel"]
+    command, *flags = container["args"]
+    assert command in COMMANDS
+    config = parse_config(flags, {"POD_NAMESPACE": "localmodel-system"})
+    assert config.namespaces == ("ai", "batch")
+    assert config.log_format == "json"
+    assert config.health_listen == ("0.0.0.0", 8081)
+    probes = {container["livenessProbe"]["httpGet"]["path"],
+              container["readinessProbe"]["httpGet"]["path"]}
+    assert probes == {"/healthz", "/readyz"}
+    assert deployment["spec"]["replicas"] == 2
+
+
+def test_leader_election_lease_is_granted_only_in_the_release_namespace(tools: Tools) -> None:
+    rendered = render_chart(tools, release="lm", namespace="models")
+    roles = of_kind(rendered, "Role")
+    assert [r["metadata"]["namespace"] for r in roles] == ["models"]
+    [rule] = roles[0]["rules"]
+    assert rule["resources"] == ["leases"] and "delete" not in rule["verbs"]
+    for role in of_kind(rendered, "ClusterRole"):
+        assert all("leases" not in r["resources"] for r in role["rules"])

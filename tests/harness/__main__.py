@@ -2,6 +2,9 @@
 
     python -m tests.harness up            # foreground; Ctrl-C stops it
     python -m tests.harness up --detach   # returns once ready; `down` stops it
+    python -m tests.harness up --detach --operator
+                                          # plus the CRD, the chart's RBAC and
+                                          # `localmodel run` as the operator identity
     python -m tests.harness status
     python -m tests.harness down
 
@@ -25,6 +28,7 @@ from typing import Any
 
 from tests.harness.cluster import TestCluster
 from tests.harness.nodes import DEFAULT_FIXTURE
+from tests.harness.operator import OperatorProcess, install_operator
 from tests.harness.processes import pid_runs, terminate_pid
 
 CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
@@ -51,6 +55,10 @@ def _print_summary(state: dict[str, Any]) -> None:
     versions = " ".join(f"{k}={v}" for k, v in state["versions"].items())
     print(f"versions:    {versions}")
     print(f"ready in:    {state['startup_seconds']:.1f} s")
+    if state.get("operator"):
+        op = state["operator"]
+        print(f"operator:    localmodel run, log {op['log']}")
+        print(f"             metrics {op['metrics']}")
     print(f"export KUBECONFIG={state['kubeconfigs']['admin']}")
 
 
@@ -65,8 +73,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_detached(args)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     state_path.unlink(missing_ok=True)
-    cluster = TestCluster(fixture=args.fixture)
+    cluster = TestCluster(fixture=args.fixture, audit=args.operator)
     stop_requested = False
+    operator: OperatorProcess | None = None
 
     def request_stop(signum: int, frame: object) -> None:
         nonlocal stop_requested
@@ -74,8 +83,18 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     try:
         cluster.start()
+        if args.operator:
+            install_operator(cluster)
+            operator = OperatorProcess(cluster, identity="operator")
+            operator.start()
+            cluster.processes.append(operator.proc)  # type: ignore[arg-type]
         state = {
             **cluster.describe(),
+            "operator": None if operator is None else {
+                "log": str(operator.log_path),
+                "metrics": f"http://127.0.0.1:{operator.metrics_port}/metrics",
+                "health": f"http://127.0.0.1:{operator.health_port}/readyz",
+            },
             "supervisor_pid": os.getpid(),
             "supervisor_executable": sys.executable,
         }
@@ -105,7 +124,8 @@ def _up_detached(args: argparse.Namespace) -> int:
     with log.open("wb") as out:
         child = subprocess.Popen(
             [sys.executable, "-m", "tests.harness", "up",
-             "--state", str(state_path), "--fixture", str(args.fixture)],
+             "--state", str(state_path), "--fixture", str(args.fixture),
+             *(["--operator"] if args.operator else [])],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=Path(__file__).resolve().parents[2],
         )
@@ -176,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start a test cluster")
     up.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE, help="node shapes")
     up.add_argument("--detach", action="store_true", help="return once ready")
+    up.add_argument("--operator", action="store_true",
+                    help="install the CRD and the chart's RBAC and run `localmodel run`")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (--detach)")
     up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help="state file")
     up.set_defaults(func=cmd_up)

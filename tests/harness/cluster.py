@@ -83,8 +83,13 @@ class TestCluster:
         workdir: Path | None = None,
         tools: Tools | None = None,
         keep_workdir: bool = False,
+        audit: bool = False,
     ) -> None:
         self.fixture_path = fixture
+        # With `audit`, the API server logs (blocking, JSON lines) every request
+        # the operator's identity makes: "which verbs did it use", "how many
+        # writes while idle" are then read from `audit_events()`.
+        self.audit = audit
         self.tools = tools
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="localmodel-cluster-"))
@@ -292,6 +297,7 @@ class TestCluster:
             # `kubernetes` Service endpoint.
             "--endpoint-reconciler-type=none",
             "--v=1",
+            *self._audit_flags(),
         ])
         admin = KubeApi(
             f"https://127.0.0.1:{self.ports['apiserver']}", self.identities[ADMIN].token, None
@@ -303,6 +309,49 @@ class TestCluster:
             proc.check_alive,
             interval=0.25,
         )
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "logs" / "audit.jsonl"
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.workdir / "pki" / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {"level": "Metadata", "users": [OPERATOR_USER]},
+                {"level": "None"},
+            ],
+        }))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-mode=blocking",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
+
+    def audit_events(self, user: str = OPERATOR_USER) -> list[dict[str, Any]]:
+        """Completed requests by `user` (ResponseComplete stage), oldest first."""
+        if not self.audit:
+            raise RuntimeError("this TestCluster was started without audit=True")
+        out = []
+        try:
+            lines = self.audit_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if (event.get("user") or {}).get("username") == user and event.get(
+                    "stage"
+                ) in ("ResponseComplete", "Panic"):
+                    out.append(event)
+        return out
 
     def _write_kubeconfigs(self) -> None:
         for ident in self.identities.values():

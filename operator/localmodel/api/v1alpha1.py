@@ -108,6 +108,15 @@ class _Base(BaseModel):
     )
 
 
+class _StatusBase(_Base):
+    """Status is written by the operator but may carry fields others wrote (kopf
+    writes `status.kopf` by default; an older operator may have written fields
+    this one does not know). Reading status must tolerate them, so status models
+    ignore unknown fields; the spec stays strict."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 @dataclass(frozen=True)
 class CrossFieldRule:
     """One validation rule, enforced by the API server (CEL) and by Python alike."""
@@ -650,7 +659,7 @@ class ConditionStatus(StrEnum):
     UNKNOWN = "Unknown"
 
 
-class Condition(_Base):
+class Condition(_StatusBase):
     """A metav1.Condition."""
 
     type: str = Field(description="Condition type: Valid, Placed or Ready.")
@@ -663,7 +672,7 @@ class Condition(_Base):
     message: str = Field("", description="Human-readable explanation.")
 
 
-class DecisionStatus(_Base):
+class DecisionStatus(_StatusBase):
     """One rule that fired for a placement, what it changed and why."""
 
     rule: str = Field(description="Rule id (see docs/rules.md).")
@@ -672,7 +681,7 @@ class DecisionStatus(_Base):
     source: str = Field(description="Where the engine fact comes from.")
 
 
-class PlacementStatus(_Base):
+class PlacementStatus(_StatusBase):
     """Where one replica runs and with which engine settings."""
 
     replica: Integer = Field(description="Replica index.")
@@ -690,7 +699,7 @@ class PlacementStatus(_Base):
     reason: str = Field("", description="Why this node was chosen.")
 
 
-class LocalModelStatus(_Base):
+class LocalModelStatus(_StatusBase):
     """Observed state of a LocalModel."""
 
     observed_generation: Integer | None = Field(

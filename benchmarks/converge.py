@@ -1,0 +1,137 @@
+"""How fast the operator converges, and what it costs the API server, as N grows.
+
+For each N: a fresh real control plane (etcd, kube-apiserver with an audit log,
+controller-manager, scheduler, kwok) with N fake nodes (8 CPUs, 32 GiB, one
+local disk each), the CRD and the chart's RBAC, `localmodel run` as the
+chart's identity; then N exclusive LocalModels are applied at once and the
+clock runs until every one is Ready. API requests by the operator's user come
+from the audit log. Printed side by side: seconds to all Ready, and reads and
+writes per model (writes per model should not depend on N).
+
+    python benchmarks/converge.py                # N = 50, 100, 300, 1000
+    python benchmarks/converge.py --sizes 50 100 # a subset
+    python benchmarks/converge.py --json         # one JSON object as the last line
+
+Needs the binaries of hack/build-tools.sh. Reports the machine's load average
+before and after each size: the cluster and the operator share its CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
+                str(Path(__file__).resolve().parents[1] / "operator")]
+
+from tests.harness import TestCluster, locate_tools  # noqa: E402
+from tests.harness.operator import OperatorProcess, install_operator  # noqa: E402
+
+READ = {"get", "list", "watch"}
+WRITE = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def fixture(n: int, path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "storageClass": "local-disk",
+        "pools": [{"name": "node", "count": n, "cpu": "8", "memory": "32Gi",
+                   "labels": {"feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"},
+                   "volumes": ["50Gi"]}],
+    }))
+    return path
+
+
+def models(n: int, ns: str) -> list[dict[str, Any]]:
+    return [{"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+             "metadata": {"name": f"m{i:04d}", "namespace": ns},
+             "spec": {"model": "qwen3:0.6b", "cpu": 4, "context": 4096,
+                      "storage": {"size": "5Gi"}}} for i in range(n)]
+
+
+def run_size(n: int, timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        load_before = os.getloadavg()[0]
+        cluster = TestCluster(fixture=fixture(n, Path(tmp) / "nodes.yaml"),
+                              tools=locate_tools(), audit=True)
+        began = time.monotonic()
+        cluster.start(timeout=600)
+        install_operator(cluster)
+        op = OperatorProcess(cluster, identity="bench")
+        op.start()
+        setup = time.monotonic() - began
+        try:
+            api = cluster.api()
+            api.create("/api/v1/namespaces", {"metadata": {"name": "bench"}})
+            audit_start = len(cluster.audit_events())
+            t0 = time.monotonic()
+            cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(models(n, "bench")))
+            applied = time.monotonic() - t0
+            ready = 0
+            while time.monotonic() - t0 < timeout:
+                items = api.get("/apis/localmodel.dev/v1alpha1/namespaces/bench/localmodels")
+                ready = sum(1 for lm in items["items"] for c in
+                            (lm.get("status") or {}).get("conditions") or []
+                            if c.get("type") == "Ready" and c.get("status") == "True")
+                if ready == n:
+                    break
+                time.sleep(0.5)
+            seconds = time.monotonic() - t0
+            time.sleep(3)  # the last status writes and events
+            events = cluster.audit_events()[audit_start:]
+        finally:
+            op.stop()
+            cluster.stop()
+        verbs = Counter(e["verb"] for e in events)
+        writes = Counter(f"{e['verb']} {e['objectRef'].get('resource')}"
+                         for e in events if e["verb"] in WRITE)
+        return {
+            "n": n,
+            "ready": ready,
+            "seconds_to_ready": round(seconds, 1),
+            "apply_seconds": round(applied, 1),
+            "setup_seconds": round(setup, 1),
+            "reads_per_model": round(sum(verbs[v] for v in READ) / n, 2),
+            "writes_per_model": round(sum(verbs[v] for v in WRITE) / n, 2),
+            "writes": dict(sorted(writes.items())),
+            "load_before": round(load_before, 2),
+            "load_after": round(os.getloadavg()[0], 2),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 300, 1000])
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for n in args.sizes:
+        row = run_size(n, args.timeout)
+        rows.append(row)
+        print(f"N={n}: {row['ready']}/{n} Ready in {row['seconds_to_ready']} s "
+              f"(load {row['load_before']} -> {row['load_after']})", file=sys.stderr)
+    print(f"{'N':>6} {'ready':>7} {'s to Ready':>11} {'s/model':>8} {'reads/model':>12} "
+          f"{'writes/model':>13} {'writes/model vs N=' + str(rows[0]['n']):>22}")
+    base = rows[0]["writes_per_model"] or 1
+    for r in rows:
+        print(f"{r['n']:>6} {r['ready']:>7} {r['seconds_to_ready']:>11.1f} "
+              f"{r['seconds_to_ready'] / r['n']:>8.3f} {r['reads_per_model']:>12.2f} "
+              f"{r['writes_per_model']:>13.2f} {r['writes_per_model'] / base:>22.2f}")
+    print("writes by verb and resource (last N): " + ", ".join(
+        f"{k}={v}" for k, v in rows[-1]["writes"].items()))
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

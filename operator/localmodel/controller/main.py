@@ -1,0 +1,173 @@
+"""`localmodel run`: wire config, credentials, kopf, the Lease, the reconciler,
+and the health and metrics endpoints together, then run until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from localmodel.controller.config import ConfigError, OperatorConfig, parse_config
+from localmodel.controller.handlers import build_registry
+from localmodel.controller.leader import LeaderElector
+from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+from localmodel.controller.writer import Kube
+from localmodel.gateway.metrics import render
+from localmodel.kube import Credentials, KubeconfigError, credentials
+
+log = logging.getLogger("localmodel.run")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(config: OperatorConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if config.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+async def _serve(app: web.Application, where: tuple[str, int] | None) -> web.AppRunner | None:
+    if where is None:
+        return None
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, where[0], where[1]).start()
+    return runner
+
+
+async def operate(config: OperatorConfig, creds: Credentials) -> int:
+    identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    metrics = OperatorMetrics()
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async with Kube(creds, on_write=metrics.on_write, concurrency=config.write_concurrency,
+                    identity=identity) as kube:
+        reconciler = Reconciler(config, kube, metrics, identity=identity)
+
+        def leadership(leading: bool) -> None:
+            metrics.leader = 1.0 if leading else 0.0
+            if leading:
+                reconciler.trigger()
+            else:
+                reconciler.abort_pass()
+
+        elector = LeaderElector(
+            kube, config.leader_namespace, config.leader_name, identity,
+            lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
+            on_change=leadership,
+        )
+        registry = build_registry(reconciler, creds)
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if ready.is_set():
+                return web.Response(text="ready\n")
+            return web.Response(status=503, text="starting\n")
+
+        async def metrics_page(_: web.Request) -> web.Response:
+            return web.Response(text=render(metrics.all()),
+                                content_type="text/plain", charset="utf-8")
+
+        health_app = web.Application()
+        health_app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz)])
+        metrics_app = web.Application()
+        metrics_app.add_routes([web.get("/metrics", metrics_page)])
+        runners = [await _serve(health_app, config.health_listen),
+                   await _serve(metrics_app, config.metrics_listen)]
+
+        import kopf
+
+        kopf_ready = asyncio.Event()
+        kopf_task = asyncio.create_task(kopf.operator(
+            registry=registry,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            standalone=True,
+            stop_flag=stop,
+            ready_flag=kopf_ready,
+        ), name="kopf")
+
+        async def mark_ready() -> None:
+            await kopf_ready.wait()
+            ready.set()
+
+        tasks = [
+            kopf_task,
+            asyncio.create_task(elector.run(), name="leader"),
+            asyncio.create_task(reconciler.run(elector.leading), name="reconcile"),
+            asyncio.create_task(mark_ready(), name="ready"),
+        ]
+        log.info("localmodel operator %s starting (namespaces: %s, Lease %s/%s)", identity,
+                 ", ".join(config.namespaces) or "all", config.leader_namespace,
+                 config.leader_name)
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([*tasks[:3], stopper], return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        for task in done:
+            if task is not stopper and task.exception() is not None:
+                log.error("%s stopped: %r", task.get_name(), task.exception())
+                code = 1
+        stop.set()
+        reconciler.abort_pass()
+        await elector.release()
+        for task in tasks:
+            if task is not kopf_task:
+                task.cancel()
+        try:
+            await asyncio.wait_for(kopf_task, timeout=10)
+        except (TimeoutError, asyncio.CancelledError, Exception):
+            kopf_task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for runner in runners:
+            if runner is not None:
+                await runner.cleanup()
+    log.info("localmodel operator stopped")
+    return code
+
+
+def run_main(argv: Sequence[str]) -> int:
+    try:
+        config = parse_config(argv, os.environ)
+    except ConfigError as exc:
+        print(f"localmodel run: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config)
+    try:
+        creds = credentials(config.kubeconfig)
+    except KubeconfigError as exc:
+        print(f"localmodel run: {exc}", file=sys.stderr)
+        return 1
+    return asyncio.run(operate(config, creds))

@@ -1,0 +1,355 @@
+"""The one reconciler: wait for a trigger, debounce, snapshot, plan, apply, report.
+
+One task, because the planner is global (exclusive models claim whole nodes):
+per-object handlers planning at once could put two models on one node. Every
+watch event only records and triggers; a pass reads the whole in-memory
+snapshot (`indexes`, kept by kopf from its watches: nothing here lists the
+cluster), calls the pure core (`observe`, `desired_state`, `model_changes`,
+`status_events`), then writes what differs. A pass that fails part-way is
+harmless: the next one starts again from what the watches show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from localmodel import API_VERSION, KIND
+from localmodel.api import ConditionStatus, LocalModelStatus
+from localmodel.controller.changes import (
+    Apply,
+    Change,
+    Create,
+    Delete,
+    ModelChanges,
+    choose_claim,
+    model_changes,
+)
+from localmodel.controller.config import OperatorConfig
+from localmodel.controller.observed import (
+    ModelObject,
+    Observed,
+    Snapshot,
+    current_placements,
+    observe,
+    readiness,
+)
+from localmodel.controller.writer import Kube, KubeError
+from localmodel.desired import desired_state
+from localmodel.gateway.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
+from localmodel.render import RenderOptions
+from localmodel.status import (
+    EventReason,
+    EventSpec,
+    invalid_status,
+    status_body,
+    status_changed,
+    status_events,
+    with_progress,
+)
+
+log = logging.getLogger("localmodel.reconcile")
+RESOURCES = ("localmodels", "nodes", "pods", "claims", "volumes", "configmaps", "services")
+# A change that failed is tried again after this long (doubling per failure).
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def rfc3339(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class OperatorMetrics:
+    passes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_passes_total", "Reconcile passes by result.", ("result",)))
+    pass_seconds: Histogram = field(default_factory=lambda: Histogram(
+        "localmodel_operator_pass_duration_seconds", "Time one reconcile pass took.",
+        LATENCY_BUCKETS))
+    writes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_api_writes_total",
+        "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
+    leader: float = 0.0
+    models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def all(self) -> list[Metric]:
+        return [
+            self.passes,
+            self.pass_seconds,
+            self.writes,
+            Gauge("localmodel_operator_models", "LocalModels by condition and status.",
+                  lambda: dict(self.models_by_condition), ("condition", "status")),
+            Gauge("localmodel_operator_leader", "1 while this replica holds the Lease.",
+                  lambda: {(): self.leader}),
+        ]
+
+    def on_write(self, verb: str, kind: str, code: int) -> None:
+        self.writes.inc(labels=(verb, kind, str(code)))
+
+
+@dataclass
+class PassResult:
+    writes: int = 0
+    failures: int = 0
+    models: int = 0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        config: OperatorConfig,
+        kube: Kube,
+        metrics: OperatorMetrics,
+        *,
+        identity: str = "localmodel-operator",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.kube = kube
+        self.metrics = metrics
+        self.identity = identity
+        self.clock = clock
+        self.sources: dict[str, Callable[[], Iterable[Mapping[str, Any]]]] = {}
+        self._wake = asyncio.Event()
+        self._first_trigger = 0.0
+        self._failures: dict[str, int] = {}
+        self._last_failure_event: dict[str, str] = {}
+        self._retry: asyncio.TimerHandle | None = None
+        self.synced = asyncio.Event()
+        self.passes = 0
+        self._current: asyncio.Task[PassResult] | None = None
+        self._aborted = False
+
+    def abort_pass(self) -> None:
+        """Stop a pass under way (this replica lost the Lease: it must not write)."""
+        if self._current is not None and not self._current.done():
+            self._aborted = True
+            self._current.cancel()
+
+    # ---- triggers ---------------------------------------------------------
+
+    def trigger(self) -> None:
+        if not self._wake.is_set():
+            self._first_trigger = time.monotonic()
+        self._wake.set()
+
+    def trigger_later(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self._retry is not None and self._retry.when() <= loop.time() + seconds:
+            return
+        if self._retry is not None:
+            self._retry.cancel()
+        self._retry = loop.call_later(seconds, self.trigger)
+
+    def snapshot(self) -> Snapshot:
+        def take(name: str) -> list[Mapping[str, Any]]:
+            source = self.sources.get(name)
+            return list(source()) if source else []
+
+        return Snapshot(*(take(name) for name in RESOURCES))
+
+    # ---- the loop ----------------------------------------------------------
+
+    async def run(self, leading: asyncio.Event) -> None:
+        await self.synced.wait()
+        while True:
+            await self._wake.wait()
+            await leading.wait()
+            # Coalesce a burst: wait until it is quiet, but not forever.
+            while True:
+                self._wake.clear()
+                waited = time.monotonic() - self._first_trigger
+                quiet = min(self.config.debounce_seconds,
+                            max(0.0, self.config.max_delay_seconds - waited))
+                if quiet <= 0:
+                    break
+                await asyncio.sleep(quiet)
+                if not self._wake.is_set():
+                    break
+            self._wake.clear()
+            started = time.monotonic()
+            self._current = asyncio.create_task(self.reconcile_once())
+            try:
+                result = await self._current
+            except asyncio.CancelledError:
+                if not self._aborted:
+                    raise
+                self._aborted = False
+                log.warning("reconcile pass aborted: leadership lost")
+                self.metrics.passes.inc(labels=("aborted",))
+                continue
+            except Exception:  # one bad pass must never stop the operator
+                log.exception("reconcile pass failed; retrying")
+                self.metrics.passes.inc(labels=("error",))
+                self.trigger_later(RETRY_SECONDS[1])
+                continue
+            finally:
+                self.metrics.pass_seconds.observe(time.monotonic() - started)
+            self.passes += 1
+            self.metrics.passes.inc(labels=("failed" if result.failures else "ok",))
+
+    async def reconcile_once(self) -> PassResult:
+        now_s = rfc3339(self.clock())
+        obs = observe(self.snapshot(), self.config.namespaces)
+        for name, why in obs.bad_nodes.items():
+            log.warning("node %s is left out of placement: %s", name, why)
+        state = desired_state(
+            obs.valid_models(),
+            list(obs.nodes.values()),
+            now=now_s,
+            current=current_placements(obs),
+            usage=obs.usage,
+            ready=readiness(obs),
+            options=RenderOptions(operator_image=self.config.operator_image),
+            claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
+        )
+        result = PassResult(models=len(obs.models))
+        work: list[tuple[ModelObject, ModelChanges, LocalModelStatus]] = []
+        for model_result in state.models:
+            mo = obs.models[model_result.model.key]
+            if model_result.problems:
+                changes = ModelChanges()  # an invalid spec changes nothing but its status
+                new_status = model_result.status
+            else:
+                changes = model_changes(model_result, mo.uid, obs)
+                new_status = with_progress(model_result.status, changes.rolling,
+                                           model_result.model, now_s)
+            work.append((mo, changes, new_status))
+        for mo in obs.models.values():
+            if mo.model is None:
+                work.append((mo, ModelChanges(),
+                             invalid_status(mo.generation, mo.error, mo.status, now_s)))
+        self._count_models([status for _, _, status in work])
+        await asyncio.gather(*(self._model(mo, ch, st, now_s, result, obs)
+                               for mo, ch, st in work))
+        return result
+
+    def _count_models(self, statuses: list[LocalModelStatus]) -> None:
+        counts: dict[tuple[str, ...], float] = {}
+        for status in statuses:
+            for c in status.conditions:
+                k = (c.type, c.status.value)
+                counts[k] = counts.get(k, 0) + 1
+        self.metrics.models_by_condition = counts
+
+    async def _model(
+        self,
+        mo: ModelObject,
+        changes: ModelChanges,
+        status: LocalModelStatus,
+        now: str,
+        result: PassResult,
+        obs: Observed,
+    ) -> None:
+        events: list[EventSpec] = []
+        failed: list[str] = []
+        sem = asyncio.Semaphore(self.config.write_concurrency)
+
+        async def one(change: Change) -> None:
+            async with sem:
+                try:
+                    await self._apply(change)
+                    result.writes += 1
+                    event = getattr(change, "event", None)
+                    if event is not None:
+                        events.append(event)
+                except KubeError as exc:
+                    if exc.status in (404, 409) and isinstance(change, Delete | Create):
+                        return  # already gone / already there: the next pass sees it
+                    if _namespace_ending(exc):
+                        return  # the namespace (and the model in it) is being deleted
+                    result.failures += 1
+                    failed.append(str(exc))
+                    log.warning("%s: %s", mo.key, exc)
+                except (TimeoutError, OSError) as exc:
+                    result.failures += 1
+                    failed.append(f"API unreachable: {exc}")
+
+        await asyncio.gather(*(one(c) for c in changes.changes))
+        if failed:
+            n = self._failures.get(mo.key, 0)
+            self._failures[mo.key] = n + 1
+            self.trigger_later(RETRY_SECONDS[min(n, len(RETRY_SECONDS) - 1)])
+            message = "; ".join(sorted(set(failed)))[:1000]
+            if self._last_failure_event.get(mo.key) != message:
+                self._last_failure_event[mo.key] = message
+                events.append(EventSpec(EventReason.FAILED, message, warning=True))
+        else:
+            self._failures.pop(mo.key, None)
+            self._last_failure_event.pop(mo.key, None)
+        events = status_events(mo.status, status) + events
+        for event in events:
+            await self._event(mo, event, now)
+        if status_changed(mo.status, status):
+            await self._write_status(mo, status)
+
+    async def _apply(self, change: Change) -> None:
+        if isinstance(change, Create):
+            await self.kube.create(change.manifest)
+        elif isinstance(change, Apply):
+            await self.kube.apply(change.manifest)
+        else:
+            await self.kube.delete(change.kind, change.namespace, change.name, change.uid,
+                                   force=change.force)
+        log.info("%s %s %s/%s: %s", type(change).__name__.lower(),
+                 *_describe(change), change.why)
+
+    async def _write_status(self, mo: ModelObject, status: LocalModelStatus) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": mo.name, "namespace": mo.namespace},
+            "status": status_body(status),
+        }
+        try:
+            await self.kube.apply(body, subresource="status")
+        except KubeError as exc:
+            if exc.status != 404 and not _namespace_ending(exc):  # a model gone needs none
+                log.warning("%s: status not written: %s", mo.key, exc)
+                self.trigger_later(RETRY_SECONDS[1])
+
+    async def _event(self, mo: ModelObject, event: EventSpec, now: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{mo.name}.", "namespace": mo.namespace},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": mo.name,
+                               "namespace": mo.namespace, "uid": mo.uid},
+            "reason": event.reason.value,
+            "message": event.message[:1024],
+            "type": "Warning" if event.warning else "Normal",
+            "source": {"component": "localmodel-operator"},
+            "reportingComponent": "localmodel.dev/operator",
+            "reportingInstance": self.identity[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.kube.create(body)
+        except KubeError as exc:
+            if not _namespace_ending(exc):
+                log.warning("%s: event not posted: %s", mo.key, exc)
+        except (TimeoutError, OSError) as exc:
+            log.warning("%s: event not posted: %s", mo.key, exc)
+
+
+def _namespace_ending(exc: KubeError) -> bool:
+    """The API server refuses new objects in a namespace being deleted (403,
+    reason Forbidden, "being terminated"): nothing to retry or report."""
+    return exc.status == 403 and "being terminated" in str(exc)
+
+
+def _describe(change: Change) -> tuple[str, str, str]:
+    if isinstance(change, Delete):
+        return change.kind, change.namespace, change.name
+    meta = change.manifest["metadata"]
+    return str(change.manifest["kind"]), str(meta["namespace"]), str(meta["name"])
+
+
+def ready_condition(status: LocalModelStatus) -> bool:
+    return any(c.type == "Ready" and c.status == ConditionStatus.TRUE for c in status.conditions)

@@ -1,0 +1,330 @@
+"""The status vocabulary and the building of a LocalModel's status. Pure.
+
+One home for the condition types and their reasons (kubebuilder's
+`metav1.Condition` shape: CamelCase reasons, `observedGeneration`,
+`lastTransitionTime` that moves only when the status does), for building the
+status from what was planned and observed, for deciding whether a status write
+is needed at all (`status_changed`), and for the Events that tell the story of
+a change (`status_events`). `desired.py` and the operator both use it; nothing
+here reads a clock, the environment or the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from localmodel.api import (
+    Condition,
+    ConditionStatus,
+    DecisionStatus,
+    LocalModel,
+    LocalModelStatus,
+    PlacementStatus,
+)
+from localmodel.facts.quantity import format_bytes
+
+
+class ConditionType(StrEnum):
+    VALID = "Valid"
+    PLACED = "Placed"
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+
+
+class Reason(StrEnum):
+    """Every condition reason the operator writes."""
+
+    SPEC_VALID = "SpecValid"
+    INVALID_SPEC = "InvalidSpec"
+    ALL_REPLICAS_PLACED = "AllReplicasPlaced"
+    # Unplaced replicas carry the planner's reason (planner.UnplacedReason):
+    # NoNodes, NoMatchingNode, NoFeasibleNode.
+    NOT_DEPLOYED = "NotDeployed"
+    ALL_REPLICAS_READY = "AllReplicasReady"
+    REPLICAS_NOT_READY = "ReplicasNotReady"
+    ROLLING = "RollingUpdate"
+    UP_TO_DATE = "UpToDate"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events the operator posts (one per change, never repeated)."""
+
+    PLACED = "Placed"
+    MOVED = "Moved"
+    UNPLACED = "Unplaced"
+    DECISION_ON = "DecisionApplied"
+    DECISION_OFF = "DecisionRemoved"
+    REPLACING = "ReplacingPod"
+    CREATED_CLAIM = "CreatedClaim"
+    INVALID = "InvalidSpec"
+    VALID = "SpecValid"
+    SCALED_DOWN = "ScaledDown"
+    FAILED = "ApplyFailed"
+
+
+@dataclass(frozen=True)
+class ReplicaStatusInput:
+    """What status needs of one placed replica (a view of render.ReplicaPlan)."""
+
+    replica: int
+    node: str
+    pod: str
+    threads: int
+    cpu: int
+    memory_bytes: int
+    settings: Mapping[str, str]
+    decisions: Sequence[DecisionStatus]
+    warnings: Sequence[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class UnplacedInput:
+    replica: int
+    reason: str
+    message: str
+
+
+def condition(
+    type_: ConditionType,
+    ok: bool | None,
+    reason: str,
+    message: str,
+    lm: LocalModel,
+    now: str,
+) -> Condition:
+    status = (
+        ConditionStatus.UNKNOWN
+        if ok is None
+        else (ConditionStatus.TRUE if ok else ConditionStatus.FALSE)
+    )
+    previous = {c.type: c for c in (lm.status.conditions if lm.status else [])}.get(type_.value)
+    # lastTransitionTime moves only when the status does (metav1.Condition).
+    since = previous.last_transition_time if previous and previous.status == status else now
+    return Condition(
+        type=type_.value,
+        status=status,
+        observed_generation=lm.metadata.generation,
+        last_transition_time=since,
+        reason=reason,
+        message=message,
+    )
+
+
+def build_status(
+    lm: LocalModel,
+    invalid: str,
+    replicas: Sequence[ReplicaStatusInput],
+    unplaced: Sequence[UnplacedInput],
+    ready: Mapping[int, bool] | None,
+    now: str,
+    *,
+    endpoint: str,
+    selector: str = "",
+) -> LocalModelStatus:
+    """The status for one model: `invalid` is the formatted validation errors
+    (errors.format_errors; empty when valid); `ready` is None for an offline
+    render (nothing runs)."""
+    want = lm.spec.replicas
+    n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
+    conditions = []
+    if invalid:
+        msg = invalid
+        conditions += [
+            condition(ConditionType.VALID, False, Reason.INVALID_SPEC, msg, lm, now),
+            condition(
+                ConditionType.PLACED, False, Reason.INVALID_SPEC,
+                "not placed: the spec is invalid", lm, now,
+            ),
+            condition(
+                ConditionType.READY, False, Reason.INVALID_SPEC,
+                "not deployed: the spec is invalid", lm, now,
+            ),
+        ]
+    else:
+        conditions.append(
+            condition(ConditionType.VALID, True, Reason.SPEC_VALID, "spec accepted", lm, now)
+        )
+        warnings = sorted({w for r in replicas for w in r.warnings})
+        if unplaced:
+            msg = "; ".join(f"replica {u.replica}: {u.message}" for u in unplaced)
+            conditions.append(
+                condition(ConditionType.PLACED, False, unplaced[0].reason, msg, lm, now)
+            )
+        else:
+            nodes = ", ".join(r.node for r in replicas) or "none"
+            msg = f"{len(replicas)}/{want} replicas placed on {nodes}"
+            if warnings:
+                msg += "; warnings: " + "; ".join(warnings)
+            conditions.append(
+                condition(ConditionType.PLACED, True, Reason.ALL_REPLICAS_PLACED, msg, lm, now)
+            )
+        if ready is None:
+            conditions.append(
+                condition(
+                    ConditionType.READY, None, Reason.NOT_DEPLOYED,
+                    "offline render: nothing is running", lm, now,
+                )
+            )
+        else:
+            ok = n_ready == want
+            reason = Reason.ALL_REPLICAS_READY if ok else Reason.REPLICAS_NOT_READY
+            conditions.append(
+                condition(ConditionType.READY, ok, reason, f"{n_ready}/{want} replicas ready",
+                          lm, now)
+            )
+    return LocalModelStatus(
+        observed_generation=lm.metadata.generation,
+        conditions=conditions,
+        placements=[
+            PlacementStatus(
+                replica=r.replica,
+                node=r.node,
+                pod=r.pod,
+                threads=r.threads,
+                cpu=r.cpu,
+                memory=format_bytes(r.memory_bytes),
+                settings=dict(r.settings),
+                decisions=list(r.decisions),
+                reason=r.reason,
+            )
+            for r in replicas
+        ],
+        replicas=len(replicas),
+        selector=selector,
+        ready_replicas=n_ready,
+        ready=f"{n_ready}/{want}",
+        nodes=",".join(r.node for r in replicas),
+        endpoint=endpoint if not invalid else "",
+    )
+
+
+def invalid_status(lm_meta_generation: int | None, message: str, previous: LocalModelStatus | None,
+                   now: str) -> LocalModelStatus:
+    """Status for an object the operator cannot parse at all (no usable spec):
+    Valid=False naming the field, and the previous placements kept for the record."""
+    def cond(type_: ConditionType, msg: str) -> Condition:
+        old = {c.type: c for c in (previous.conditions if previous else [])}.get(type_.value)
+        since = (old.last_transition_time
+                 if old and old.status == ConditionStatus.FALSE else now)
+        return Condition(
+            type=type_.value, status=ConditionStatus.FALSE, observed_generation=lm_meta_generation,
+            last_transition_time=since, reason=Reason.INVALID_SPEC.value, message=msg,
+        )
+
+    return LocalModelStatus(
+        observed_generation=lm_meta_generation,
+        conditions=[
+            cond(ConditionType.VALID, message),
+            cond(ConditionType.PLACED, "not placed: the spec is invalid"),
+            cond(ConditionType.READY, "not reconciled: the spec is invalid"),
+        ],
+        placements=list(previous.placements) if previous else [],
+        ready_replicas=previous.ready_replicas if previous else 0,
+        ready=previous.ready if previous else "",
+        nodes=previous.nodes if previous else "",
+    )
+
+
+def with_progress(status: LocalModelStatus, rolling: str | None, lm: LocalModel,
+                  now: str) -> LocalModelStatus:
+    """Add the Progressing condition: True with the roll's story while pods are
+    being replaced or started, False (UpToDate) once every pod runs the spec."""
+    if rolling is None:
+        cond = condition(ConditionType.PROGRESSING, False, Reason.UP_TO_DATE,
+                         "every replica runs the current spec", lm, now)
+    else:
+        cond = condition(ConditionType.PROGRESSING, True, Reason.ROLLING, rolling, lm, now)
+    others = [c for c in status.conditions if c.type != ConditionType.PROGRESSING.value]
+    return status.model_copy(update={"conditions": [*others, cond]})
+
+
+def status_body(status: LocalModelStatus) -> dict[str, Any]:
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def status_changed(old: LocalModelStatus | None, new: LocalModelStatus) -> bool:
+    """Whether a status write is needed: never when nothing changed (quiet at rest)."""
+    return old is None or status_body(old) != status_body(new)
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An Event to post about a LocalModel (the operator adds the object reference)."""
+
+    reason: EventReason
+    message: str
+    warning: bool = False
+
+
+def _decisions(p: PlacementStatus) -> dict[str, DecisionStatus]:
+    return {d.rule: d for d in p.decisions}
+
+
+def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """The Events that tell what changed between two statuses: placements made,
+    moved or lost, decisions that start or stop firing, validity flips. Empty when
+    nothing a person would care about changed, so re-planning is silent."""
+    events: list[EventSpec] = []
+    old_valid = _condition_of(old, ConditionType.VALID)
+    new_valid = _condition_of(new, ConditionType.VALID)
+    if new_valid and new_valid.status == ConditionStatus.FALSE:
+        if old_valid is None or old_valid.status != ConditionStatus.FALSE or (
+            old_valid.message != new_valid.message
+        ):
+            events.append(EventSpec(EventReason.INVALID, new_valid.message, warning=True))
+        return events
+    if old_valid and old_valid.status == ConditionStatus.FALSE and new_valid:
+        events.append(EventSpec(EventReason.VALID, "the spec is valid again"))
+    before = {p.replica: p for p in (old.placements if old else [])}
+    after = {p.replica: p for p in new.placements}
+    for replica, p in sorted(after.items()):
+        was = before.get(replica)
+        if was is None:
+            # A first placement starts every decision at once: one Event lists them.
+            rules = ", ".join(d.rule for d in p.decisions) or "none"
+            events.append(EventSpec(
+                EventReason.PLACED,
+                f"replica {replica} placed on node {p.node}: threads={p.threads} cpu={p.cpu} "
+                f"memory={p.memory}; rules: {rules}" + (f" ({p.reason})" if p.reason else ""),
+            ))
+            continue
+        if was.node != p.node:
+            events.append(EventSpec(
+                EventReason.MOVED,
+                f"replica {replica} moved from node {was.node} to {p.node}"
+                + (f" ({p.reason})" if p.reason else ""),
+            ))
+        old_d = _decisions(was)
+        new_d = _decisions(p)
+        for rule in sorted(new_d.keys() - old_d.keys()):
+            d = new_d[rule]
+            events.append(EventSpec(
+                EventReason.DECISION_ON,
+                f"replica {replica} on {p.node}: {d.rule}: {d.effect} ({d.reason})",
+            ))
+        for rule in sorted(old_d.keys() - new_d.keys()):
+            events.append(EventSpec(
+                EventReason.DECISION_OFF,
+                f"replica {replica} on {p.node}: rule {rule} no longer applies",
+            ))
+    old_placed = _condition_of(old, ConditionType.PLACED)
+    new_placed = _condition_of(new, ConditionType.PLACED)
+    if new_placed and new_placed.status == ConditionStatus.FALSE and (
+        old_placed is None or old_placed.status != ConditionStatus.FALSE
+        or old_placed.message != new_placed.message
+    ):
+        events.append(EventSpec(EventReason.UNPLACED, new_placed.message, warning=True))
+    return events
+
+
+def _condition_of(status: LocalModelStatus | None, type_: ConditionType) -> Condition | None:
+    if status is None:
+        return None
+    for c in status.conditions:
+        if c.type == type_.value:
+            return c
+    return None

@@ -1,0 +1,334 @@
+"""What must change (controller/changes.py), as a table over observed worlds.
+
+Each world is built the way the operator sees it: objects rendered by the real
+pipeline, then "stored" (uid, nodeName, Ready condition added as the API
+server and kubelet would) and read back through `observe`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from localmodel.controller.changes import (
+    Apply,
+    Create,
+    Delete,
+    ModelChanges,
+    choose_claim,
+    model_changes,
+    with_applied_hash,
+)
+from localmodel.controller.observed import (
+    Observed,
+    Snapshot,
+    current_placements,
+    observe,
+    readiness,
+)
+from localmodel.desired import ModelResult, desired_state
+from localmodel.render import ANNOTATION_HASH
+
+UID = "uid-qwen3"
+NOW = "2026-12-01T00:00:00Z"
+Raw = dict[str, Any]
+
+
+def model(replicas: int = 1, uid: str = UID, **spec: Any) -> Raw:
+    return {
+        "apiVersion": "localmodel.dev/v1alpha1",
+        "kind": "LocalModel",
+        "metadata": {"name": "qwen3", "namespace": "ai", "uid": uid, "generation": 1},
+        "spec": {"model": "qwen3:1.7b", "cpu": 4, "context": 4096, "replicas": replicas,
+                 **spec},
+    }
+
+
+def node(name: str, cpu: int = 16, labels: dict[str, str] | None = None) -> Raw:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}",
+                     "labels": {"kubernetes.io/hostname": name,
+                                "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true",
+                                **(labels or {})}},
+        "status": {"allocatable": {"cpu": str(cpu), "memory": "64Gi"}},
+    }
+
+
+def local_pv(name: str, node_name: str) -> Raw:
+    return {
+        "metadata": {"name": name},
+        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}]}]}}},
+    }
+
+
+def stored(manifest: Raw, *, node_name: str | None = None, ready: bool = True,
+           terminating: bool = False, volume: str | None = None) -> Raw:
+    """What the API server holds after a create (and the scheduler/kubelet acted)."""
+    obj = copy.deepcopy(manifest)
+    meta = obj["metadata"]
+    meta["uid"] = f"uid-{meta['name']}"
+    if terminating:
+        meta["deletionTimestamp"] = NOW
+    if obj["kind"] == "Pod":
+        obj["spec"]["nodeName"] = node_name or meta["annotations"]["localmodel.dev/node"]
+        obj["status"] = {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}
+    if obj["kind"] == "PersistentVolumeClaim" and volume:
+        obj["spec"]["volumeName"] = volume
+    return obj
+
+
+def plan(snap: Snapshot) -> tuple[Observed, ModelResult]:
+    obs = observe(snap)
+    state = desired_state(
+        obs.valid_models(), list(obs.nodes.values()), now=NOW,
+        current=current_placements(obs), usage=obs.usage, ready=readiness(obs),
+        claims=lambda lm, r, n: choose_claim(lm, r, n, obs),
+    )
+    [result] = state.models
+    return obs, result
+
+
+def converged(replicas: int = 1, nodes: int = 3, **spec: Any) -> tuple[Snapshot, ModelResult]:
+    """A world where every desired object exists, stored, Ready."""
+    snap = Snapshot(localmodels=[model(replicas, **spec)],
+                    nodes=[node(f"n{i}") for i in range(nodes)])
+    _, result = plan(snap)
+    objects = [with_applied_hash(o) if o["kind"] in ("ConfigMap", "Service") else o
+               for o in result.objects]
+    return _with(snap, objects), result
+
+
+def _with(snap: Snapshot, objects: list[Raw], **kw: Any) -> Snapshot:
+    by_kind: dict[str, list[Raw]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(stored(o, **kw))
+    return Snapshot(
+        localmodels=snap.localmodels, nodes=snap.nodes, volumes=snap.volumes,
+        pods=[*snap.pods, *by_kind.get("Pod", [])],
+        claims=[*snap.claims, *by_kind.get("PersistentVolumeClaim", [])],
+        configmaps=[*snap.configmaps, *by_kind.get("ConfigMap", [])],
+        services=[*snap.services, *by_kind.get("Service", [])],
+    )
+
+
+def changes_of(snap: Snapshot) -> ModelChanges:
+    obs, result = plan(snap)
+    return model_changes(result, UID, obs)
+
+
+def summary(ch: ModelChanges) -> list[str]:
+    out = []
+    for c in ch.changes:
+        if isinstance(c, Delete):
+            out.append(f"delete {c.kind} {c.name}")
+        else:
+            verb = "create" if isinstance(c, Create) else "apply"
+            out.append(f"{verb} {c.manifest['kind']} {c.manifest['metadata']['name']}")
+    return sorted(out)
+
+
+# ---- the table ----------------------------------------------------------------
+
+
+def world_empty() -> Snapshot:
+    return Snapshot(localmodels=[model(2)], nodes=[node("n0"), node("n1")])
+
+
+def world_converged() -> Snapshot:
+    return converged(2)[0]
+
+
+def world_cpu_changed() -> Snapshot:
+    snap, _ = converged(3)
+    return Snapshot(**{**snap.__dict__, "localmodels": [model(3, cpu=2)]})
+
+
+def world_cpu_changed_one_replaced_not_ready() -> Snapshot:
+    """Replica 0 already runs the new spec but is not Ready yet: nothing else rolls."""
+    snap, _ = converged(3)
+    new = Snapshot(**{**snap.__dict__, "localmodels": [model(3, cpu=2)]})
+    _, result = plan(new)
+    pod0 = next(o for o in result.objects if o["kind"] == "Pod"
+                and o["metadata"]["name"] == "qwen3-0")
+    pods = [p for p in new.pods if p["metadata"]["name"] != "qwen3-0"]
+    pods.append(stored(pod0, ready=False))
+    return Snapshot(**{**new.__dict__, "pods": pods})
+
+
+def world_scaled_down() -> Snapshot:
+    snap, _ = converged(3)
+    return Snapshot(**{**snap.__dict__, "localmodels": [model(1)]})
+
+
+def world_node_gone() -> Snapshot:
+    snap, result = converged(1, nodes=2)
+    gone = result.replicas[0].node
+    return Snapshot(**{**snap.__dict__, "nodes": [n for n in snap.nodes
+                                                  if n["metadata"]["name"] != gone]})
+
+
+def world_terminating_pod() -> Snapshot:
+    snap, result = converged(1)
+    pods = [stored(o, terminating=True) for o in result.objects if o["kind"] == "Pod"]
+    return Snapshot(**{**snap.__dict__, "pods": pods})
+
+
+def world_service_edited() -> Snapshot:
+    """Someone changed our Service (its recorded hash no longer matches the spec)."""
+    snap, _ = converged(1)
+    services = copy.deepcopy(list(snap.services))
+    services[0]["metadata"]["annotations"]["localmodel.dev/applied-hash"] = "stale"
+    return Snapshot(**{**snap.__dict__, "services": services})
+
+
+def world_retain_flipped() -> Snapshot:
+    snap, _ = converged(1)  # retained (default): claims without owner
+    return Snapshot(**{**snap.__dict__, "localmodels": [model(1, storage={"retain": False})]})
+
+
+def world_foreign_pod_same_labels_no_owner() -> Snapshot:
+    """A pod with our labels but no LocalModel owner is not ours: never touched."""
+    snap, result = converged(1)
+    foreign = stored(next(o for o in result.objects if o["kind"] == "Pod"))
+    foreign["metadata"]["name"] = "qwen3-7"
+    foreign["metadata"]["labels"]["localmodel.dev/replica"] = "7"
+    foreign["metadata"].pop("ownerReferences", None)
+    return Snapshot(**{**snap.__dict__, "pods": [*snap.pods, foreign]})
+
+
+TABLE: list[tuple[str, Callable[[], Snapshot], list[str], bool]] = [
+    ("nothing exists: create everything", world_empty, [
+        "create ConfigMap qwen3-modelfile", "create PersistentVolumeClaim qwen3-weights-0",
+        "create PersistentVolumeClaim qwen3-weights-1", "create Pod qwen3-0",
+        "create Pod qwen3-1", "create Service qwen3"], True),
+    ("everything exists and is Ready: nothing", world_converged, [], False),
+    ("cpu changed: one replica at a time (the configmap is re-applied)", world_cpu_changed,
+     ["apply ConfigMap qwen3-modelfile", "delete Pod qwen3-0"], True),
+    ("the replaced replica is not Ready yet: no second replacement",
+     world_cpu_changed_one_replaced_not_ready, ["apply ConfigMap qwen3-modelfile"], True),
+    ("scaled 3 -> 1: pods of replicas 1 and 2 go; retained claims stay", world_scaled_down,
+     ["apply ConfigMap qwen3-modelfile", "delete Pod qwen3-1", "delete Pod qwen3-2"], False),
+    ("node gone: its pod is deleted at once", world_node_gone, ["delete Pod qwen3-0"], True),
+    ("old pod still terminating: wait, create nothing", world_terminating_pod, [], True),
+    ("our Service was edited: re-applied", world_service_edited, ["apply Service qwen3"], False),
+    ("storage.retain flipped to false: claim ownership applied", world_retain_flipped,
+     ["apply PersistentVolumeClaim qwen3-weights-0"], False),
+    ("a look-alike pod without our owner: untouched", world_foreign_pod_same_labels_no_owner,
+     [], False),
+]
+
+
+@pytest.mark.parametrize(("world", "expected", "rolling"),
+                         [(w, e, r) for _, w, e, r in TABLE], ids=[t[0] for t in TABLE])
+def test_changes_table(world: Callable[[], Snapshot], expected: list[str], rolling: bool) -> None:
+    ch = changes_of(world())
+    assert summary(ch) == expected
+    assert (ch.rolling is not None) == rolling, ch.rolling
+
+
+def test_replaced_pod_carries_an_event_naming_the_reason() -> None:
+    ch = changes_of(world_cpu_changed())
+    [delete] = [c for c in ch.changes if isinstance(c, Delete)]
+    assert delete.event is not None and "spec changed" in delete.event.message
+    assert delete.uid == "uid-qwen3-0"  # precondition: never a newer pod of that name
+
+
+def test_roll_converges_one_replica_at_a_time() -> None:
+    """Drive a roll to the end: each step deletes at most one pod, a deleted pod is
+    re-created with the new spec, and the world ends with every pod on the new hash."""
+    snap, _ = converged(3)
+    snap = Snapshot(**{**snap.__dict__, "localmodels": [model(3, context=8192)]})
+    deletions = []
+    for _ in range(20):
+        obs, result = plan(snap)
+        ch = model_changes(result, UID, obs)
+        deletes = [c for c in ch.changes if isinstance(c, Delete) and c.kind == "Pod"]
+        creates = [c for c in ch.changes if isinstance(c, Create)
+                   and c.manifest["kind"] == "Pod"]
+        assert len(deletes) <= 1
+        if not deletes and not creates:
+            break
+        deletions += [d.name for d in deletes]
+        pods = [p for p in snap.pods if p["metadata"]["name"] not in {d.name for d in deletes}]
+        pods += [stored(c.manifest) for c in creates]
+        snap = Snapshot(**{**snap.__dict__, "pods": pods})
+    assert sorted(deletions) == ["qwen3-0", "qwen3-1", "qwen3-2"]
+    _, result = plan(snap)
+    want = {o["metadata"]["name"]: o["metadata"]["annotations"][ANNOTATION_HASH]
+            for o in result.objects if o["kind"] == "Pod"}
+    have = {p["metadata"]["name"]: p["metadata"]["annotations"][ANNOTATION_HASH]
+            for p in snap.pods}
+    assert have == want
+
+
+def test_moved_replica_gets_a_new_claim_when_the_old_volume_cannot_follow() -> None:
+    """The replica's claim is bound to a local PV on the gone node: a new claim (a
+    new name) is made for the new node; the retained old claim is kept."""
+    snap = Snapshot(localmodels=[model(1)], nodes=[node("n0"), node("n1")],
+                    volumes=[local_pv("pv-n0", "n0"), local_pv("pv-n1", "n1")])
+    _, result = plan(snap)
+    first = result.replicas[0].node
+    other = "n1" if first == "n0" else "n0"
+    objs = [o for o in result.objects if o["kind"] in ("Pod", "PersistentVolumeClaim")]
+    world = _with(snap, [o for o in objs if o["kind"] == "Pod"])
+    world = _with(world, [o for o in objs if o["kind"] == "PersistentVolumeClaim"],
+                  volume=f"pv-{first}")
+    world = Snapshot(**{**world.__dict__, "nodes": [node(other)]})
+    obs, result2 = plan(world)
+    assert result2.replicas[0].node == other
+    ch = model_changes(result2, UID, obs)
+    assert "create PersistentVolumeClaim qwen3-weights-0-1" in summary(ch)
+    assert "delete Pod qwen3-0" in summary(ch)
+    assert not any(isinstance(c, Delete) and c.kind == "PersistentVolumeClaim"
+                   for c in ch.changes)  # retained: never deleted
+    pod = next(o for o in result2.objects if o["kind"] == "Pod")
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+              if "persistentVolumeClaim" in v]
+    assert claims == ["qwen3-weights-0-1"]
+
+
+def test_unretained_claim_left_behind_is_deleted_once_unused() -> None:
+    snap = Snapshot(localmodels=[model(1, storage={"retain": False})],
+                    nodes=[node("n0"), node("n1")],
+                    volumes=[local_pv("pv-n0", "n0"), local_pv("pv-n1", "n1")])
+    _, result = plan(snap)
+    first = result.replicas[0].node
+    other = "n1" if first == "n0" else "n0"
+    claims = [o for o in result.objects if o["kind"] == "PersistentVolumeClaim"]
+    world = _with(snap, claims, volume=f"pv-{first}")  # no pod: it is gone already
+    world = Snapshot(**{**world.__dict__, "nodes": [node(other)]})
+    ch = changes_of(world)
+    assert "delete PersistentVolumeClaim qwen3-weights-0" in summary(ch)
+
+
+def test_unbound_claim_is_reused_on_any_node() -> None:
+    snap = Snapshot(localmodels=[model(1)], nodes=[node("n0")])
+    _, result = plan(snap)
+    claims = [o for o in result.objects if o["kind"] == "PersistentVolumeClaim"]
+    obs = observe(_with(snap, claims))
+    lm = obs.valid_models()[0]
+    assert choose_claim(lm, 0, "n0", obs) == "qwen3-weights-0"
+
+
+def test_apply_never_targets_an_object_owned_by_another_model_uid() -> None:
+    snap, _ = converged(1)
+    services = copy.deepcopy(list(snap.services))
+    services[0]["metadata"]["annotations"]["localmodel.dev/applied-hash"] = "stale"
+    services[0]["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    world = Snapshot(**{**snap.__dict__, "services": services})
+    assert not [c for c in changes_of(world).changes if isinstance(c, Apply)]
+
+
+def test_a_model_recreated_with_a_new_uid_leaves_old_pods_to_garbage_collection() -> None:
+    snap, _ = converged(1)
+    world = Snapshot(**{**snap.__dict__, "localmodels": [model(1, uid="uid-new")]})
+    obs, result = plan(world)
+    ch = model_changes(result, "uid-new", obs)
+    assert not [c for c in ch.changes if isinstance(c, Delete)]

@@ -1,0 +1,133 @@
+"""The status vocabulary: building, writing only on change, Events, foreign fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus
+from localmodel.controller.observed import parse_model
+from localmodel.desired import desired_state
+from localmodel.errors import InvalidObject, parse_local_model
+from localmodel.facts import FactSource, NodeFacts
+from localmodel.status import (
+    ConditionType,
+    EventReason,
+    Reason,
+    status_changed,
+    status_events,
+    with_progress,
+)
+
+GiB = 1024**3
+NOW = "2026-12-01T00:00:00Z"
+LATER = "2026-12-01T01:00:00Z"
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+            "metadata": {"name": "m", "namespace": "ai", "uid": "u1", "generation": 2},
+            "spec": {"model": "qwen3:1.7b", "cpu": 4, **spec}}
+
+
+def nodes(*flags: frozenset[str]) -> list[NodeFacts]:
+    return [NodeFacts(name=f"n{i}", allocatable_cpu_milli=16000,
+                      allocatable_memory_bytes=64 * GiB, cpu_flags=f, source=FactSource.NFD)
+            for i, f in enumerate(flags)]
+
+
+AVX2 = frozenset({"AVX2"})
+AMX = frozenset({"AVX2", "AVX512F", "AMXTILE", "AMXINT8", "AMXBF16"})
+
+
+def status_for(lm: LocalModel, ns: list[NodeFacts], now: str = NOW,
+               ready: dict[int, bool] | None = None) -> LocalModelStatus:
+    [r] = desired_state([lm], ns, now=now, ready={lm.key: ready or {}}).models
+    return r.status
+
+
+def test_a_status_with_fields_others_wrote_is_read_and_the_spec_stays_strict() -> None:
+    raw = body()
+    raw["status"] = {"kopf": {"progress": {}}, "readyReplicas": 1,
+                     "conditions": [{"type": "Ready", "status": "True", "reason": "X",
+                                     "lastTransitionTime": NOW, "someoneElse": 1}]}
+    lm = parse_local_model(raw)
+    assert lm.status is not None and lm.status.ready_replicas == 1
+    assert lm.status.conditions[0].status == ConditionStatus.TRUE
+    bad = body()
+    bad["spec"]["surprise"] = True
+    with pytest.raises(InvalidObject) as exc:
+        parse_local_model(bad)
+    assert [e.field_path for e in exc.value.errors] == ["spec.surprise"]
+
+
+def test_operator_reads_a_garbage_status_as_none_but_keeps_the_model() -> None:
+    raw = body()
+    raw["status"] = {"conditions": "not a list"}
+    mo = parse_model(raw)
+    assert mo.model is not None and mo.status is None and not mo.error
+
+
+def test_operator_marks_an_unparseable_object_with_the_field_and_reason() -> None:
+    mo = parse_model(body(kvCache="q3_0"))
+    assert mo.model is None
+    assert mo.error.startswith("spec.kvCache: ")
+
+
+def test_identical_status_needs_no_write_and_transition_times_hold() -> None:
+    lm = parse_local_model(body())
+    first = status_for(lm, nodes(AVX2))
+    again = status_for(lm.model_copy(update={"status": first}), nodes(AVX2), now=LATER)
+    assert not status_changed(first, again)
+    assert status_changed(None, first)
+    ready = status_for(lm.model_copy(update={"status": first}), nodes(AVX2), now=LATER,
+                       ready={0: True})
+    assert status_changed(first, ready)
+    times = {c.type: c.last_transition_time for c in ready.conditions}
+    assert times["Ready"] == LATER and times["Valid"] == NOW
+
+
+def test_first_placement_is_one_event_listing_its_rules() -> None:
+    lm = parse_local_model(body())
+    new = status_for(lm, nodes(AMX))
+    events = status_events(None, new)
+    assert [e.reason for e in events] == [EventReason.PLACED]
+    assert "n0" in events[0].message and "threads=4" in events[0].message
+    assert "rules:" in events[0].message
+
+
+def test_moving_and_decisions_starting_and_stopping_are_events() -> None:
+    lm = parse_local_model(body())
+    on_avx2 = status_for(lm, nodes(AVX2))
+    on_amx = status_for(lm, [NodeFacts(name="n9", allocatable_cpu_milli=16000,
+                                       allocatable_memory_bytes=64 * GiB, cpu_flags=AMX,
+                                       source=FactSource.NFD)])
+    events = status_events(on_avx2, on_amx)
+    reasons = [e.reason for e in events]
+    assert reasons[0] == EventReason.MOVED
+    rules_avx2 = {d.rule for d in on_avx2.placements[0].decisions}
+    rules_amx = {d.rule for d in on_amx.placements[0].decisions}
+    assert (EventReason.DECISION_ON in reasons) == bool(rules_amx - rules_avx2)
+    assert (EventReason.DECISION_OFF in reasons) == bool(rules_avx2 - rules_amx)
+    assert status_events(on_amx, on_amx) == []
+
+
+def test_unplaced_and_invalid_are_warnings_once() -> None:
+    lm = parse_local_model(body(cpu=64))
+    unplaced = status_for(lm, nodes(AVX2))
+    events = status_events(None, unplaced)
+    assert [(e.reason, e.warning) for e in events] == [(EventReason.UNPLACED, True)]
+    assert status_events(unplaced, unplaced) == []
+
+
+def test_progressing_condition_follows_the_roll() -> None:
+    lm = parse_local_model(body())
+    base = status_for(lm, nodes(AVX2))
+    rolling = with_progress(base, "replica 0: starting", lm, NOW)
+    done = with_progress(base, None, lm, NOW)
+    get = {c.type: c for c in rolling.conditions}
+    assert get[ConditionType.PROGRESSING.value].status == ConditionStatus.TRUE
+    assert get[ConditionType.PROGRESSING.value].reason == Reason.ROLLING.value
+    final = {c.type: c for c in done.conditions}[ConditionType.PROGRESSING.value]
+    assert final.status == ConditionStatus.FALSE and final.reason == Reason.UP_TO_DATE.value
