@@ -61,8 +61,9 @@ class DesiredState:
     plan: Plan = field(default_factory=lambda: Plan((), ()))
 
 
-def demand(lm: LocalModel) -> ModelDemand:
-    """What the planner must fit: engine CPUs and memory plus the gateway sidecar."""
+def demand(lm: LocalModel, avoid: frozenset[str] = frozenset()) -> ModelDemand:
+    """What the planner must fit: engine CPUs and memory plus the gateway sidecar.
+    `avoid`: nodes where the scheduler could not run this model's pod."""
     spec = lm.spec
     worst = evaluate(spec, _UNKNOWN_NODE, 1, lookup(spec.model, spec.model_info), None)
     memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
@@ -75,6 +76,7 @@ def demand(lm: LocalModel) -> ModelDemand:
         node_selector=dict(spec.placement.node_selector),
         tolerations=tuple(spec.placement.tolerations),
         overhead_cpu_milli=GATEWAY_CPU_MILLI if spec.gateway.enabled else 0,
+        avoid=avoid,
     )
 
 
@@ -127,14 +129,22 @@ def desired_state(
     ready: Mapping[str, Mapping[int, bool]] | None = None,
     options: RenderOptions | None = None,
     claims: ClaimChooser | None = None,
+    avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> DesiredState:
     """Everything the operator would create for these models on these nodes.
 
     ``claims`` names the weights claim a replica mounts on its node (the
-    operator's choice among existing claims); by default, the replica's own."""
+    operator's choice among existing claims); by default, the replica's own.
+    ``avoid`` maps a model to the nodes its pods could not be scheduled on."""
     found = {lm.key: tuple(problems(lm.spec)) for lm in models}
     valid = [lm for lm in models if not found[lm.key]]
-    the_plan = plan([demand(lm) for lm in valid], nodes, current or {}, usage or {})
+    avoid = avoid or {}
+    the_plan = plan(
+        [demand(lm, avoid.get(lm.key, frozenset())) for lm in valid],
+        nodes,
+        current or {},
+        usage or {},
+    )
     by_node = {n.name: n for n in nodes}
     results = []
     for lm in sorted(models, key=lambda m: m.key):

@@ -62,6 +62,7 @@ class EventReason(StrEnum):
     INVALID = "InvalidSpec"
     VALID = "SpecValid"
     SCALED_DOWN = "ScaledDown"
+    UNSCHEDULABLE = "Unschedulable"
     FAILED = "ApplyFailed"
 
 

@@ -60,7 +60,8 @@ def cluster() -> Iterator[TestCluster]:
 
 @pytest.fixture(scope="module")
 def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, identity="operator-a")
+    op = OperatorProcess(cluster, identity="operator-a",
+                         extra_args=("--unschedulable-seconds", "5"))
     op.start()
     try:
         yield op
@@ -109,9 +110,9 @@ def container(pod: dict[str, Any], name: str = "ollama") -> dict[str, Any]:
     return next(c for c in pod["spec"]["containers"] if c["name"] == name)
 
 
-def add_node(cluster: TestCluster, name: str, labels: dict[str, str], cpu: str = "8") -> None:
-    shape = NodeShape(name=name, cpu=cpu, memory="32Gi", labels=labels,
-                      volumes=("50Gi", "50Gi"))
+def add_node(cluster: TestCluster, name: str, labels: dict[str, str], cpu: str = "8",
+             volumes: tuple[str, ...] = ("50Gi", "50Gi")) -> None:
+    shape = NodeShape(name=name, cpu=cpu, memory="32Gi", labels=labels, volumes=volumes)
     api = cluster.api()
     api.create("/api/v1/nodes", node_manifest(shape))
     for pv in local_volume_manifests(shape, "local-disk"):
@@ -271,6 +272,29 @@ def test_deleted_node_replaces_its_model_with_a_new_claim(
             "mover-weights-0": [], "mover-weights-0-1": [lm["metadata"]["uid"]]}, timeout=60)
     finally:
         for n in (f"{ns}-a", f"{ns}-b"):
+            cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
+
+
+def test_a_pod_left_unschedulable_moves_its_replica_to_the_next_node(
+    cluster: TestCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """The planner cannot see free local volumes; the scheduler can. The smaller
+    node (best fit) has no volume left: its pod stays Unschedulable, and after
+    --unschedulable-seconds the replica moves to the next eligible node."""
+    sel = {"localmodel.dev/pool": f"p-{ns}"}
+    add_node(cluster, f"{ns}-novol", sel, cpu="4", volumes=())
+    add_node(cluster, f"{ns}-vol", sel, cpu="8")
+    try:
+        apply(cluster, model("stuck", ns, placement={"nodeSelector": sel}))
+        wait_until("the first placement on the node without volumes", lambda: get_lm(
+            cluster, ns, "stuck").get("status", {}).get("nodes") == f"{ns}-novol", timeout=60)
+        lm = wait_condition(cluster, ns, "stuck", "Ready", timeout=90)
+        assert lm["status"]["nodes"] == f"{ns}-vol"
+        events = cluster.kubectl("get", "events", "-n", ns,
+                                 "--field-selector", "involvedObject.name=stuck").stdout
+        assert "Unschedulable" in events and f"{ns}-novol" in events
+    finally:
+        for n in (f"{ns}-novol", f"{ns}-vol"):
             cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
 
 

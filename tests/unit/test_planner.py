@@ -785,3 +785,22 @@ def _kind(why: str) -> str:
     if why.startswith("too few free CPUs"):
         return "with too few free CPUs"
     return "with too little free memory"
+
+
+def test_avoided_nodes_are_rejected_kept_placements_move_and_the_reason_says_why() -> None:
+    """A node where the scheduler left the model's pod Unschedulable is avoided:
+    the replica moves to the next eligible node, in small clusters (direct search,
+    listed rejections) and large ones (the index, counted rejections)."""
+    for n_nodes in (3, 60):
+        nodes = [node(f"n{i:02d}", cpus=4 + i) for i in range(n_nodes)]
+        first = plan([model("ai/m", cpu=4)], nodes)
+        [a] = first.placements
+        assert a.node == "n00"  # best fit: the smallest node that fits
+        again = plan([ModelDemand("ai/m", 1, 4, G, avoid=frozenset({"n00"}))], nodes,
+                     current=first.as_current())
+        [b] = again.placements
+        assert b.node == "n01"
+        nowhere = plan([ModelDemand("ai/m", 1, 4, G,
+                                    avoid=frozenset(n.name for n in nodes))], nodes)
+        [u] = nowhere.unplaced
+        assert "Unschedulable" in u.message, u.message

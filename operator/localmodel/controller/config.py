@@ -43,7 +43,9 @@ class OperatorConfig:
     # coalescing), and at most this long after the first.
     debounce_seconds: float = 0.2
     max_delay_seconds: float = 1.0
-    # A pod the scheduler leaves Unschedulable this long rejects its node.
+    # A pod the scheduler leaves Unschedulable this long rejects its node for
+    # its model (the planner cannot see everything the scheduler checks, such as
+    # a free local volume on that node).
     unschedulable_seconds: float = 60.0
     write_concurrency: int = 16
 

@@ -418,6 +418,38 @@ def current_placements(obs: Observed) -> dict[str, list[str | None]]:
     return out
 
 
+@dataclass(frozen=True)
+class StuckPod:
+    model: str
+    replica: int
+    pod: str
+    node: str  # the node the pod was placed on (its node affinity)
+    since: float  # seconds since the epoch
+
+
+def _epoch(rfc3339: str) -> float | None:
+    import datetime as dt
+
+    try:
+        return dt.datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def unschedulable(obs: Observed) -> list[StuckPod]:
+    """Our pods the scheduler has marked Unschedulable, with the node they were
+    placed on and since when."""
+    out = []
+    for pod in obs.pods.values():
+        if pod.unschedulable_since is None or pod.terminating or pod.node is None:
+            continue
+        since = _epoch(pod.unschedulable_since)
+        if since is not None:
+            out.append(StuckPod(pod.model, pod.replica, pod.name, pod.node, since))
+    return sorted(out, key=lambda s: (s.model, s.replica))
+
+
 def readiness(obs: Observed) -> dict[str, dict[int, bool]]:
     out: dict[str, dict[int, bool]] = {}
     for key, m in obs.models.items():

@@ -38,6 +38,7 @@ from localmodel.controller.observed import (
     current_placements,
     observe,
     readiness,
+    unschedulable,
 )
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.desired import desired_state
@@ -55,6 +56,8 @@ from localmodel.status import (
 
 log = logging.getLogger("localmodel.reconcile")
 RESOURCES = ("localmodels", "nodes", "pods", "claims", "volumes", "configmaps", "services")
+# A node the scheduler could not run a model's pod on is avoided this long.
+AVOID_SECONDS = 600.0
 # A change that failed is tried again after this long (doubling per failure).
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -123,6 +126,8 @@ class Reconciler:
         self.passes = 0
         self._current: asyncio.Task[PassResult] | None = None
         self._aborted = False
+        # model -> node -> until when: nodes whose pods stayed Unschedulable
+        self.avoid: dict[str, dict[str, float]] = {}
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -193,10 +198,12 @@ class Reconciler:
             self.metrics.passes.inc(labels=("failed" if result.failures else "ok",))
 
     async def reconcile_once(self) -> PassResult:
-        now_s = rfc3339(self.clock())
+        now = self.clock()
+        now_s = rfc3339(now)
         obs = observe(self.snapshot(), self.config.namespaces)
         for name, why in obs.bad_nodes.items():
             log.warning("node %s is left out of placement: %s", name, why)
+        extra_events = self._avoid_stuck(obs, now)
         state = desired_state(
             obs.valid_models(),
             list(obs.nodes.values()),
@@ -206,6 +213,7 @@ class Reconciler:
             ready=readiness(obs),
             options=RenderOptions(operator_image=self.config.operator_image),
             claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
+            avoid={m: frozenset(nodes) for m, nodes in self.avoid.items()},
         )
         result = PassResult(models=len(obs.models))
         work: list[tuple[ModelObject, ModelChanges, LocalModelStatus]] = []
@@ -224,9 +232,40 @@ class Reconciler:
                 work.append((mo, ModelChanges(),
                              invalid_status(mo.generation, mo.error, mo.status, now_s)))
         self._count_models([status for _, _, status in work])
-        await asyncio.gather(*(self._model(mo, ch, st, now_s, result, obs)
+        await asyncio.gather(*(self._model(mo, ch, st, now_s, result, obs,
+                                           extra_events.get(mo.key, []))
                                for mo, ch, st in work))
         return result
+
+    def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
+        """Nodes whose pods the scheduler left Unschedulable for a while are
+        rejected for that model (for AVOID_SECONDS), so the replica moves on to
+        the next eligible node; younger stuck pods are looked at again when they
+        mature, without waiting for a watch event."""
+        events: dict[str, list[EventSpec]] = {}
+        for model, nodes in list(self.avoid.items()):
+            for node, until in list(nodes.items()):
+                if until <= now:
+                    del nodes[node]
+            if not nodes:
+                del self.avoid[model]
+        threshold = self.config.unschedulable_seconds
+        for stuck in unschedulable(obs):
+            age = now - stuck.since
+            if age < threshold:
+                self.trigger_later(threshold - age + 0.5)
+                continue
+            nodes = self.avoid.setdefault(stuck.model, {})
+            if stuck.node not in nodes:
+                events.setdefault(stuck.model, []).append(EventSpec(
+                    EventReason.UNSCHEDULABLE,
+                    f"replica {stuck.replica}: the scheduler left pod {stuck.pod} "
+                    f"Unschedulable on node {stuck.node} for {age:.0f} s; placing the "
+                    "replica on another eligible node", warning=True))
+                log.warning("%s: pod %s Unschedulable on %s for %.0f s: avoiding that node",
+                            stuck.model, stuck.pod, stuck.node, age)
+            nodes[stuck.node] = now + AVOID_SECONDS
+        return events
 
     def _count_models(self, statuses: list[LocalModelStatus]) -> None:
         counts: dict[tuple[str, ...], float] = {}
@@ -244,8 +283,9 @@ class Reconciler:
         now: str,
         result: PassResult,
         obs: Observed,
+        extra: list[EventSpec],
     ) -> None:
-        events: list[EventSpec] = []
+        events: list[EventSpec] = list(extra)
         failed: list[str] = []
         sem = asyncio.Semaphore(self.config.write_concurrency)
 

@@ -21,6 +21,7 @@ from localmodel.planner.index import (
     EXCLUSIVE,
     MEMORY,
     REPLICA,
+    SCHEDULER,
     SELECTOR,
     SHARED,
     UNSCHEDULABLE,
@@ -177,6 +178,9 @@ class Explainer:
         own = sorted(n for n in set(self.held[d.key]) if n in census.eligible)
         findings.add(REPLICA, len(own))
         findings.sample(REPLICA, own[:k])
+        avoided = sorted(n for n in d.avoid if n in census.eligible and n not in own)
+        findings.add(SCHEDULER, len(avoided))
+        findings.sample(SCHEDULER, avoided[:k])
         # An exclusive model's own nodes are held by it and count as "replica";
         # a non-exclusive model's own nodes sit among the shared entries.
         own_held = {n for n in own if nodes[n].exclusive_holder is not None}
@@ -253,6 +257,8 @@ def _phrase(category: Category, n: int, d: ModelDemand, findings: Findings) -> s
         return f"{n} with taint {taint_text(category.taint)} not tolerated"
     if kind is RejectKind.REPLICA:
         return f"{n} already running a replica of this model"
+    if kind is RejectKind.SCHEDULER:
+        return f"{n} where the scheduler left this model's pod Unschedulable"
     if kind is RejectKind.EXCLUSIVE:
         return f"{n} already holding an exclusive model"
     if kind is RejectKind.SHARED:

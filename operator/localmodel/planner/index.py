@@ -32,6 +32,7 @@ class RejectKind(Enum):
     SELECTOR = "selector"
     TAINT = "taint"
     REPLICA = "replica"
+    SCHEDULER = "scheduler"
     EXCLUSIVE = "exclusive"
     SHARED = "shared"
     CPU = "cpu"
@@ -64,6 +65,7 @@ class Category:
 UNSCHEDULABLE = Category(RejectKind.UNSCHEDULABLE)
 SELECTOR = Category(RejectKind.SELECTOR)
 REPLICA = Category(RejectKind.REPLICA)
+SCHEDULER = Category(RejectKind.SCHEDULER)
 EXCLUSIVE = Category(RejectKind.EXCLUSIVE)
 SHARED = Category(RejectKind.SHARED)
 CPU = Category(RejectKind.CPU)
@@ -307,6 +309,8 @@ def dynamic_rejection(node: Node, d: ModelDemand) -> Rejected | None:
     """(category, reason) when the node cannot take this model now."""
     if d.key in node.occupants:
         return REPLICA, f"already runs replica {node.occupants[d.key]} of this model"
+    if node.name in d.avoid:
+        return SCHEDULER, "the scheduler left this model's pod Unschedulable here"
     if node.exclusive_holder is not None:
         return EXCLUSIVE, f"holds exclusive model {node.exclusive_holder}"
     if d.exclusive and node.occupants:

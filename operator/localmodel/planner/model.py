@@ -55,6 +55,9 @@ class ModelDemand:
     # milli-CPUs per replica on top of the engine's whole CPUs (sidecars such as
     # the gateway); must fit too, but is not part of ``Assignment.cpu``.
     overhead_cpu_milli: int = 0
+    # Nodes where the scheduler left this model's pod Unschedulable (something
+    # the planner cannot see, such as a volume or a device): rejected for it.
+    avoid: frozenset[str] = field(default_factory=frozenset, hash=False)
 
     def __post_init__(self) -> None:
         if self.replicas < 0:

@@ -123,8 +123,10 @@ class _Planner:
 
         key, nodes = d.key, self.index.nodes
 
+        avoid = d.avoid
+
         def accept(name: str) -> bool:  # this model's other replicas stay apart
-            return key not in nodes[name].occupants
+            return key not in nodes[name].occupants and name not in avoid
 
         best_score: tuple[int, int, int, str] | None = None
         for penalty, cls in elig.classes:
