@@ -7,7 +7,6 @@ by the real scheduler, then marked Running/Ready by kwok; no container runs).
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
 import subprocess
@@ -304,6 +303,8 @@ def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
     spec = {"replicas": 3, "placement": {"exclusive": False}, "cpu": 1}
     apply(cluster, model("roll", ns, **spec))
     wait_condition(cluster, ns, "roll", "Ready", timeout=90)
+    before = {p["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"]
+              for p in pods(cluster, ns)}
     since = len(cluster.audit_events())
     apply(cluster, model("roll", ns, **{**spec, "context": 2048}))
 
@@ -311,9 +312,9 @@ def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
         got = get_lm(cluster, ns, "roll")
         ctx = {c["status"] for c in got["status"]["conditions"] if c["type"] == "Progressing"}
         ps = pods(cluster, ns)
-        return (ctx == {"False"} and len(ps) == 3 and all(
-            "2048" in json.dumps(p["spec"]) for p in ps)
-            and got["status"].get("readyReplicas") == 3)
+        hashes = {p["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"] for p in ps}
+        return (ctx == {"False"} and len(ps) == 3 and not hashes & before
+                and got["status"].get("readyReplicas") == 3)
 
     wait_until("the roll to finish", rolled, timeout=120)
     deletes = [e for e in writes_by(cluster, since)
