@@ -127,7 +127,9 @@ def choose_claim(lm: LocalModel, replica: int, node: str, obs: Observed) -> str:
             return base
     if usable:
         return usable[0].name
-    taken = {c.name for c in obs.claims.values() if c.namespace == lm.metadata.namespace}
+    # Claim names start with the model's name: only its own claims can collide
+    # (an object of that name someone else made makes the create fail, reported).
+    taken = {c.name for c in obs.claims_of(key)}
     if base not in taken:
         return base
     n = 1

@@ -136,13 +136,26 @@ class Observed:
     def valid_models(self) -> list[LocalModel]:
         return [m.model for m in self.models.values() if m.model is not None]
 
+    # Per-model views, built once per snapshot: a pass looks each model up
+    # several times, and a scan per lookup would make a pass quadratic.
+    _pods_by_model: dict[str, list[OwnedPod]] | None = field(default=None, repr=False)
+    _claims_by_model: dict[str, list[OwnedClaim]] | None = field(default=None, repr=False)
+
     def pods_of(self, model: str) -> list[OwnedPod]:
-        return sorted((p for p in self.pods.values() if p.model == model),
-                      key=lambda p: (p.replica, p.name))
+        if self._pods_by_model is None:
+            by: dict[str, list[OwnedPod]] = {}
+            for p in sorted(self.pods.values(), key=lambda p: (p.replica, p.name)):
+                by.setdefault(p.model, []).append(p)
+            self._pods_by_model = by
+        return self._pods_by_model.get(model, [])
 
     def claims_of(self, model: str) -> list[OwnedClaim]:
-        return sorted((c for c in self.claims.values() if c.model == model),
-                      key=lambda c: (c.replica, c.name))
+        if self._claims_by_model is None:
+            by: dict[str, list[OwnedClaim]] = {}
+            for c in sorted(self.claims.values(), key=lambda c: (c.replica, c.name)):
+                by.setdefault(c.model, []).append(c)
+            self._claims_by_model = by
+        return self._claims_by_model.get(model, [])
 
 
 def _section(obj: Raw, name: str) -> Mapping[str, Any]:
