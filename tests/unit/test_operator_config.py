@@ -54,3 +54,21 @@ def test_credentials_from_a_kubeconfig_carry_the_token(tmp_path) -> None:  # typ
     creds = credentials(str(kc))
     assert (creds.server, creds.bearer(), creds.ca_file) == ("https://10.0.0.1:6443", "abc123",
                                                              str(ca))
+
+
+async def test_trigger_later_fires_again_after_an_earlier_timer_fired() -> None:
+    """A retry timer that already fired must not swallow the next one."""
+    import asyncio
+
+    from localmodel.controller.config import OperatorConfig
+    from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+
+    r = Reconciler(OperatorConfig(), None, OperatorMetrics())  # type: ignore[arg-type]
+    for _ in range(2):
+        r._wake.clear()
+        r.trigger_later(0.05)
+        await asyncio.wait_for(r._wake.wait(), timeout=2)
+    r._wake.clear()
+    r.trigger_later(5)
+    r.trigger_later(0.05)  # an earlier wake-up replaces a later one
+    await asyncio.wait_for(r._wake.wait(), timeout=2)

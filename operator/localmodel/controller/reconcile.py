@@ -143,8 +143,11 @@ class Reconciler:
         self._wake.set()
 
     def trigger_later(self, seconds: float) -> None:
+        """Wake the reconciler in `seconds` (one timer: the earliest wins)."""
         loop = asyncio.get_running_loop()
-        if self._retry is not None and self._retry.when() <= loop.time() + seconds:
+        now = loop.time()
+        pending = self._retry is not None and self._retry.when() > now
+        if pending and self._retry is not None and self._retry.when() <= now + seconds:
             return
         if self._retry is not None:
             self._retry.cancel()
