@@ -382,7 +382,7 @@ def test_idle_operator_writes_nothing_but_its_lease(
 def test_two_replicas_only_the_leader_writes_and_a_crash_fails_over(
     cluster: TestCluster, operator: OperatorProcess, ns: str
 ) -> None:
-    second = OperatorProcess(cluster, identity="operator-b")
+    second = OperatorProcess(cluster, identity="operator-b", extra_args=operator.extra_args)
     second.start()
     try:
         lease = cluster.api().get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}"
@@ -398,11 +398,10 @@ def test_two_replicas_only_the_leader_writes_and_a_crash_fails_over(
         assert agents, "the leader wrote nothing"
         assert all("(operator-a)" in a for a in agents), set(agents)
         assert "localmodel_operator_api_writes_total{" not in _non_lease(second.metrics())
-        assert "localmodel_operator_leader 1" in operator.metrics()
+        assert leads(operator) and not leads(second)
         operator.kill()
         began = time.monotonic()
-        wait_until("the follower to take over",
-                   lambda: "localmodel_operator_leader 1" in second.metrics(), timeout=30)
+        wait_until("the follower to take over", lambda: leads(second), timeout=30)
         failover = time.monotonic() - began
         print(f"\nfailover after SIGKILL: {failover:.1f} s")
         assert failover < 20
@@ -412,6 +411,10 @@ def test_two_replicas_only_the_leader_writes_and_a_crash_fails_over(
         second.stop()
         if not operator.alive():
             operator.start()
+
+
+def leads(op: OperatorProcess) -> bool:
+    return "localmodel_operator_leader 1" in op.metrics().splitlines()
 
 
 def _non_lease(metrics: str) -> str:

@@ -86,7 +86,7 @@ class OperatorMetrics:
             self.writes,
             Gauge("localmodel_operator_models", "LocalModels by condition and status.",
                   lambda: dict(self.models_by_condition), ("condition", "status")),
-            Gauge("localmodel_operator_leader", "1 while this replica holds the Lease.",
+            Gauge("localmodel_operator_leader", "Whether this replica holds the Lease (1 or 0).",
                   lambda: {(): self.leader}),
         ]
 
