@@ -1,25 +1,22 @@
 """A real llama-server (built by hack/build-llama-server.sh) for tests outside the
 gateway tier: where it lives, and a process that is started, waited for and stopped.
 
-Same locations as tests/gateway/test_engine.py: ``LOCALMODEL_LLAMA_SERVER`` and
-``LOCALMODEL_GEMMA_GGUF``, by default under ~/.cache/localmodel-operator.
+The binary and model are where tests/gateway/llama.py says (``LOCALMODEL_LLAMA_SERVER``,
+``LOCALMODEL_GEMMA_GGUF``, by default under ~/.cache/localmodel-operator); this
+one takes any thread count and a pre-exec hook (to start it inside a cgroup).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.gateway.llama import BINARY, MODEL
 from tests.harness.processes import ManagedProcess, free_ports, wait_until
-
-CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
-BINARY = Path(os.environ.get("LOCALMODEL_LLAMA_SERVER", CACHE / "bin" / "llama-server"))
-MODEL = Path(os.environ.get("LOCALMODEL_GEMMA_GGUF", CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"))
 
 
 class LlamaMissingError(RuntimeError):
