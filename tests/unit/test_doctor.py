@@ -292,3 +292,29 @@ def test_doctor_rejects_a_malformed_metrics_url(capsys: pytest.CaptureFixture[st
         main(["doctor", "--metrics-url", "chat-0=http://x"])
     assert exit_info.value.code == 2
     assert "expected NAMESPACE/POD=URL" in capsys.readouterr().err
+
+
+def test_numa_nodes_from_the_probes_annotation() -> None:
+    from localmodel.facts.node import PROBE_FACTS_ANNOTATION
+    from localmodel.probe.node import desired_metadata
+
+    # avx2-0 (8 CPUs) carries the probe's facts of a two-socket machine with NUMA
+    # nodes of 8 CPUs; the chat pod's 4 threads fit, a 12-thread pod would not.
+    _, annotations = desired_metadata(read_machine(TREES / "smt-2numa-v2-quota"))
+    view = scenario_view()
+    nodes = json.loads(json.dumps(view.nodes))
+    for n in nodes:
+        if n["metadata"]["name"] == "avx2-0":
+            n["metadata"].setdefault("annotations", {}).update(annotations)
+    assert PROBE_FACTS_ANNOTATION in annotations
+    _, findings = cluster_findings(replace(view, nodes=nodes))
+    numa = {f.message.split(" ")[0]: f for f in by_check(findings, "numa")}
+    assert numa["shop/chat-0"].verdict is Verdict.OK
+    assert "2 NUMA nodes of 8 CPUs" in numa["shop/chat-0"].message
+    assert numa["shop/stray"].verdict is Verdict.OK  # 8 CPUs: fits exactly
+    wide = json.loads(json.dumps([p for p in view.pods if p["metadata"]["name"] == "stray"]))
+    wide[0]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "12"
+    _, findings = cluster_findings(replace(view, nodes=nodes, pods=wide))
+    [too_wide] = by_check(findings, "numa")
+    assert too_wide.verdict is Verdict.WARN and "cannot fit in one NUMA node" in too_wide.message
+    assert "at most 8 CPUs" in too_wide.fix

@@ -19,17 +19,25 @@ a URL given with ``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test)
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from localmodel.doctor.local import queue_findings, speed_findings, threads_from_command_line
+from localmodel.doctor.local import (
+    NUMA_SOURCE,
+    queue_findings,
+    speed_findings,
+    threads_from_command_line,
+)
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.engines import ollama
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
+from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
+from localmodel.facts.topology import parse_cpu_list
 from localmodel.render import ANNOTATION_THREADS, GATEWAY_PORT, LABEL_NAME
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS
@@ -214,6 +222,7 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)
     findings += _threads(pods, nodes)
+    findings += _numa(pods, _numa_sizes(view.nodes))
     findings += _amx(pods, nodes)
     findings += _unknown_nodes(nodes)
     return facts, findings
@@ -397,6 +406,57 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
         else:
             findings.append(
                 Finding("threads", Verdict.OK, f"{where}: {pod.threads} threads on {cpu_text}")
+            )
+    return findings
+
+
+def _numa_sizes(nodes: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """Node name -> CPUs per NUMA node, from the probe's facts annotation (when it has
+    more than one NUMA node)."""
+    sizes: dict[str, list[int]] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        raw = (meta.get("annotations") or {}).get(PROBE_FACTS_ANNOTATION)
+        if not raw:
+            continue
+        try:
+            numa = json.loads(raw).get("numa_nodes") or {}
+            cpus = [len(parse_cpu_list(str(listed))) for listed in numa.values()]
+        except (ValueError, AttributeError):
+            continue
+        if len(cpus) > 1:
+            sizes[str(meta.get("name"))] = cpus
+    return sizes
+
+
+def _numa(pods: Sequence[EnginePod], sizes: Mapping[str, list[int]]) -> list[Finding]:
+    findings = []
+    for pod in pods:
+        per_node = sizes.get(pod.node)
+        if not per_node:
+            continue
+        cpus = pod.threads or (pod.cpu_milli // 1000 if pod.cpu_milli else None)
+        smallest = min(per_node)
+        where = f"{pod.label} on node {pod.node} ({len(per_node)} NUMA nodes of {smallest} CPUs)"
+        if cpus is not None and cpus > smallest:
+            findings.append(
+                Finding(
+                    "numa",
+                    Verdict.WARN,
+                    f"{where}: its {cpus} threads cannot fit in one NUMA node, so weights are "
+                    f"read across the interconnect ({NUMA_SOURCE})",
+                    f"use at most {smallest} CPUs (one NUMA node), or an engine NUMA "
+                    "option (llama-server --numa distribute)",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "numa",
+                    Verdict.OK,
+                    f"{where}: its CPUs fit in one NUMA node; the kubelet's Topology Manager "
+                    "policy single-numa-node keeps a Guaranteed pod's CPUs there",
+                )
             )
     return findings
 
