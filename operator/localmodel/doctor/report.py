@@ -88,7 +88,7 @@ def render_table(report: Report, width: int = 100) -> str:
 
 def _show(value: Any, key: str = "") -> str:
     if value is None:
-        return "unknown"
+        return "none" if key.startswith("cgroup_") else "unknown"  # no limit set
     if key.endswith("_bytes") and isinstance(value, int):
         return format_bytes(value)
     if isinstance(value, Mapping):
