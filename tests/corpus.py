@@ -24,6 +24,10 @@ import yaml
 ACCEPTED = "accepted"  # the API server stores it: the operator must mark it Valid=False
 
 _HEAD = "apiVersion: localmodel.dev/v1alpha1\nkind: LocalModel\n"
+_JSON_HEAD = (
+    b'{"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel", "metadata": '
+    b'{"name": "m"}, "spec": {"model": "qwen3:1.7b", '
+)
 
 
 @dataclass(frozen=True)
@@ -509,6 +513,46 @@ CORPUS: tuple[Bad, ...] = (
         (_HEAD + "metadata: {name: m}\nspec: {model: 'qwen3:1.7b', cpu: 1, cpu: 2}\n").encode(),
         "",
         "duplicate key 'cpu'",
+        obj="",
+    ),
+    # ---- JSON input (read by the json module, same limits) --------------------------------
+    Bad(
+        "json-duplicate-key",
+        b'{"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel", "metadata": '
+        b'{"name": "m"}, "spec": {"model": "qwen3:1.7b", "cpu": 1, "cpu": 2}}',
+        "",
+        "duplicate key 'cpu'",
+        obj="",
+    ),
+    # Not JSON: read as YAML, where NaN is a string (as kubectl reads it), not a number.
+    Bad("json-nan", _JSON_HEAD + b'"replicas": NaN}}', "spec.replicas", "not a string"),
+    Bad(
+        "json-huge-int",
+        _JSON_HEAD + b'"replicas": 1' + b"0" * 30 + b"}}",
+        "",
+        "integer out of range",
+        obj="",
+    ),
+    Bad(
+        "json-infinite",
+        _JSON_HEAD + b'"replicas": 1e400}}',
+        "",
+        "not a finite number",
+        obj="",
+    ),
+    Bad("json-deep", b"[" * 5000 + b"]" * 5000, "", "nested deeper than", obj=""),
+    Bad(
+        "json-too-many-values",
+        b"[" + b",".join([b"0"] * 1_000_100) + b"]",
+        "",
+        "more than 1000000 values",
+        obj="",
+    ),
+    Bad(
+        "yaml-over-the-yaml-limit",
+        _yaml(model()) + b"#" * (1024 * 1024),
+        "",
+        "larger than 1 MiB of YAML",
         obj="",
     ),
     # ---- errors that named no field ------------------------------------------------------

@@ -2,7 +2,10 @@
 
 What a hostile or careless file can do to a YAML reader, and what happens here:
 
-- too big (or endless, `-f /dev/zero`): at most `MAX_BYTES` are read; more is refused;
+- too big (or endless, `-f /dev/zero`): at most `MAX_BYTES` are read; more is refused.
+  YAML is slow to read in Python (about a second per MiB here), so YAML may be at
+  most `MAX_YAML_BYTES`; JSON (`kubectl get nodes -o json`) is read by the json
+  module, fast, up to `MAX_BYTES`;
 - not UTF-8: refused, with the offset of the first bad byte;
 - nested thousands deep: refused past `MAX_DEPTH` levels, before any recursion;
 - an alias bomb ("billion laughs"): aliases may add at most `ALIAS_BUDGET` nodes in
@@ -19,6 +22,7 @@ they cost one extra pass and no recursion.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Iterator
@@ -31,14 +35,17 @@ __all__ = [
     "ALIAS_BUDGET",
     "MAX_BYTES",
     "MAX_DEPTH",
+    "MAX_VALUES",
+    "MAX_YAML_BYTES",
     "ManifestError",
     "documents",
     "load_all",
     "read_bytes",
 ]
 
-# 8 MiB is about 5,000 Nodes as `kubectl get nodes -o yaml` prints them, read in ~5 s.
-MAX_BYTES = 8 * 1024 * 1024
+MAX_BYTES = 16 * 1024 * 1024  # JSON: about 15,000 Nodes as `kubectl get nodes -o json` prints
+MAX_YAML_BYTES = 1024 * 1024  # YAML: about 1,000 Nodes, or thousands of LocalModels
+MAX_VALUES = 1_000_000  # JSON values (objects, keys, items) in one file: ~20,000 Nodes
 MAX_DEPTH = 100
 ALIAS_BUDGET = 10_000
 _INT64 = (-(2**63), 2**63 - 1)
@@ -183,29 +190,100 @@ def read_bytes(path: str, stdin: BinaryIO | None = None) -> bytes:
     return data
 
 
+def _load_json(text: str) -> list[Any]:
+    """JSON with the same limits as YAML, at C speed: Python runs once per object (to
+    refuse duplicate keys and count) and once per value after parsing (depth, numbers)."""
+    objects = 0
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal objects
+        objects += 1 + len(items)
+        if objects > MAX_VALUES:
+            raise _Refused(f"more than {MAX_VALUES} values")
+        out = dict(items)
+        if len(out) != len(items):
+            seen: set[str] = set()
+            dup = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise _Refused(f"duplicate key {dup!r}")
+        return out
+
+    def constant(name: str) -> Any:
+        # NaN/Infinity are not JSON; as YAML (how kubectl reads them) they are strings.
+        raise json.JSONDecodeError(f"{name} is not a JSON value", text, 0)
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except RecursionError:
+        raise _Refused(f"nested deeper than {MAX_DEPTH} levels") from None
+    _check_values(doc)
+    return [doc]
+
+
+def _check_values(doc: Any) -> None:
+    """Depth, count and number ranges of a decoded JSON document, without recursion."""
+    todo = [(doc, 1)]
+    count = 1
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_DEPTH:
+                raise _Refused(f"nested deeper than {MAX_DEPTH} levels")
+            count += len(node)  # counted before anything is queued: memory stays bounded
+            if count > MAX_VALUES:
+                raise _Refused(f"more than {MAX_VALUES} values")
+            children = node.values() if isinstance(node, dict) else node
+            todo.extend((c, depth + 1) for c in children)
+        elif isinstance(node, bool):
+            continue
+        elif isinstance(node, int) and not _INT64[0] <= node <= _INT64[1]:
+            raise _Refused("integer out of range (more than 64 bits)")
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise _Refused(f"{node!r} is not a finite number")
+
+
+def _load_yaml(text: str) -> list[Any]:
+    _check_events(text)
+    loader = _Loader(text)
+    try:
+        docs = []
+        while loader.check_data():
+            docs.append(loader.get_data())
+        return docs
+    finally:
+        loader.dispose()
+
+
 def load_all(data: bytes, where: str) -> list[Any]:
-    """Every document in `data` (YAML or JSON), checked; `where` names it in errors."""
+    """Every document in `data` (JSON, or YAML), checked; `where` names it in errors."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ManifestError(where, f"not UTF-8 text (byte {e.start})") from None
     text = text.removeprefix("\ufeff")
     try:
-        _check_events(text)
-        loader = _Loader(text)
-        try:
-            docs = []
-            while loader.check_data():
-                docs.append(loader.get_data())
-            return docs
-        finally:
-            loader.dispose()
+        not_json: json.JSONDecodeError | None = None
+        if text.strip():  # JSON is YAML, but the json module reads it much faster
+            try:
+                return _load_json(text)
+            except json.JSONDecodeError as e:
+                not_json = e  # block or flow style YAML, or broken JSON
+        if len(data) > MAX_YAML_BYTES:  # too big to be read as YAML
+            if not_json is not None and text.lstrip()[:1] in ("{", "["):
+                at = f"line {not_json.lineno}, column {not_json.colno}"
+                raise _Refused(f"{at}: not valid JSON: {not_json.msg}")
+            raise _Refused(
+                f"larger than {MAX_YAML_BYTES // 2**20} MiB of YAML (JSON may be up to "
+                f"{MAX_BYTES // 2**20} MiB: `kubectl get ... -o json`)"
+            )
+        return _load_yaml(text)
     except _Refused as e:
         raise ManifestError(where, _at(e.mark) + e.reason) from None
     except yaml.YAMLError as e:
         raise ManifestError(where, f"not valid YAML: {e}") from None
     except RecursionError:  # only without libyaml, and past MAX_DEPTH it cannot happen
         raise ManifestError(where, f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:  # int() past Python's digit limit
+        raise ManifestError(where, f"not a valid number: {e}") from None
 
 
 def documents(path: str, stdin: BinaryIO | None = None) -> Iterator[tuple[str, Any]]:

@@ -155,3 +155,11 @@ def test_many_models_share_nodes_without_escaping_errors(
     for result in state.models:
         for obj in result.objects:
             check_object(obj)
+
+
+@FUZZ
+@given(json_values)
+def test_reader_reads_back_any_json_and_yaml_it_is_given(value: Any) -> None:
+    as_json = json.dumps(value).encode()
+    assert load_all(as_json, "v.json") == [value]
+    assert load_all(yaml.safe_dump(value).encode(), "v.yaml") == [value]

@@ -142,10 +142,12 @@ def test_the_validation_doc_states_the_limits_the_code_enforces() -> None:
         WEIGHTS_SIZE,
     )
 
-    doc = (ROOT / "docs" / "validation.md").read_text()
+    doc = " ".join((ROOT / "docs" / "validation.md").read_text().split())
     for q in (MEMORY, STORAGE_SIZE, WEIGHTS_SIZE):
         assert f"{q.minimum} to {q.maximum}" in doc
     assert f"At most {manifest.MAX_BYTES // 2**20} MiB" in doc
+    assert f"may be at most {manifest.MAX_YAML_BYTES // 2**20} MiB" in doc
+    assert f"at most {manifest.MAX_VALUES} values" in doc
     assert f"At most {manifest.MAX_DEPTH} levels" in doc
     assert f"at most {manifest.ALIAS_BUDGET}" in doc
     assert all(f"`{name}`" in doc for name in LOADER_ENV) and f"`{LOADER_ENV_PREFIX}*`" in doc
