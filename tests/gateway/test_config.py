@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,52 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+MAIN = "import sys; from localmodel.cli import main; sys.exit(main())"
+
+
+def test_gateway_process_names_the_overflow_host_and_never_its_key() -> None:
+    """The real process, configured as the renderer configures it: its output
+    names where overflow goes, never the key (nor credentials in the URL)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key = "sk-process-secret-91c2"
+    env = dict(os.environ)
+    env.update(
+        LOCALMODEL_GATEWAY_LISTEN=f"127.0.0.1:{port}",
+        LOCALMODEL_GATEWAY_UPSTREAM="http://127.0.0.1:9",
+        LOCALMODEL_GATEWAY_OVERFLOW_URL="https://user:pw-in-url@far.example/v1",
+        LOCALMODEL_GATEWAY_OVERFLOW_MODEL="big",
+        LOCALMODEL_GATEWAY_OVERFLOW_AFTER="2",
+        LOCALMODEL_GATEWAY_OVERFLOW_API_KEY=key,
+        # This checkout's package, not whichever one is installed.
+        PYTHONPATH=str(Path(__file__).resolve().parents[2] / "operator"),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MAIN, "gateway"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                    metrics = r.read().decode()
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.decode() + err.decode() + metrics
+    assert "foreground overflow to far.example after 2s" in err.decode()
+    assert key not in text and "pw-in-url" not in text

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 from localmodel.gateway.config import USAGE, ConfigError, GatewayConfig, parse_config
 from localmodel.gateway.server import start_gateway
@@ -19,10 +20,15 @@ async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    overflow = ""
+    if config.overflow:
+        # The host only: a URL may carry credentials, and the key is never printed.
+        host = urlsplit(config.overflow_url).hostname
+        overflow = f", foreground overflow to {host} after {config.overflow_after:g}s"
     print(
         f"localmodel gateway: listening on {config.listen_host}:{running.port}, "
         f"engine {config.engine} at {config.upstream}, {config.slots} slot(s), "
-        f"{loop_name} event loop",
+        f"{loop_name} event loop{overflow}",
         file=sys.stderr,
         flush=True,
     )
