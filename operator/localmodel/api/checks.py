@@ -93,9 +93,16 @@ def _integer(value: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    return {str: "a string", float: "a fraction", type(None): "null"}.get(
-        type(value), f"a {type(value).__name__}"
-    )
+    names = {
+        str: "a string",
+        float: "a fraction",
+        int: "an integer",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "null",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 def _number(value: Any) -> Any:
