@@ -65,6 +65,9 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
         began = time.monotonic()
         cluster.start(timeout=600)
         install_operator(cluster)
+        # Bare metal: the local disks are the default class (claims name none).
+        cluster.kubectl("annotate", "storageclass", "local-disk",
+                        "storageclass.kubernetes.io/is-default-class=true")
         op = OperatorProcess(cluster, identity="bench")
         op.start()
         setup = time.monotonic() - began

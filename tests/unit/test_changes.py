@@ -332,3 +332,28 @@ def test_a_model_recreated_with_a_new_uid_leaves_old_pods_to_garbage_collection(
     obs, result = plan(world)
     ch = model_changes(result, "uid-new", obs)
     assert not [c for c in ch.changes if isinstance(c, Delete)]
+
+
+def test_unschedulable_pods_say_whether_another_node_could_help() -> None:
+    from localmodel.controller.observed import unschedulable
+
+    snap, result = converged(1)
+    pod = stored(next(o for o in result.objects if o["kind"] == "Pod"))
+    del pod["spec"]["nodeName"]
+
+    def stuck_with(message: str) -> list[Any]:
+        p = copy.deepcopy(pod)
+        p["status"] = {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "lastTransitionTime": "2026-12-01T00:00:00Z", "message": message}]}
+        return unschedulable(observe(Snapshot(**{**snap.__dict__, "pods": [p]})))
+
+    [node_full] = stuck_with("0/3 nodes are available: 1 node(s) didn't find available "
+                             "persistent volumes to bind, 2 node(s) didn't match Pod's "
+                             "node affinity/selector.")
+    assert node_full.node == result.replicas[0].node and node_full.node_specific
+    assert node_full.since == 1796083200.0  # 2026-12-01T00:00:00Z
+    [no_class] = stuck_with("0/3 nodes are available: pod has unbound immediate "
+                            "PersistentVolumeClaims. preemption: 0/3 nodes are available")
+    assert not no_class.node_specific
+    assert stuck_with("") != [] and unschedulable(observe(snap)) == []

@@ -79,6 +79,7 @@ class OwnedPod:
     claim: str | None
     # lastTransitionTime of PodScheduled=False/Unschedulable, if the pod is stuck
     unschedulable_since: str | None = None
+    unschedulable_message: str = ""
 
     @property
     def key(self) -> Key:
@@ -232,7 +233,8 @@ def _pod_ready(status: Mapping[str, Any]) -> bool:
     return False
 
 
-def _unschedulable_since(status: Mapping[str, Any]) -> str | None:
+def _unschedulable(status: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(since, message) of a PodScheduled=False/Unschedulable condition."""
     for c in status.get("conditions") or []:
         if (
             isinstance(c, Mapping)
@@ -240,8 +242,8 @@ def _unschedulable_since(status: Mapping[str, Any]) -> str | None:
             and c.get("status") == "False"
             and c.get("reason") == "Unschedulable"
         ):
-            return str(c.get("lastTransitionTime") or "") or None
-    return None
+            return str(c.get("lastTransitionTime") or "") or None, str(c.get("message") or "")
+    return None, ""
 
 
 def _pod_claim(spec: Mapping[str, Any]) -> str | None:
@@ -262,6 +264,7 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         return None
     spec, status = _section(body, "spec"), _section(body, "status")
     annotations = _str_map(meta.get("annotations"))
+    since, why = _unschedulable(status)
     return OwnedPod(
         namespace=who[0],
         name=str(meta.get("name")),
@@ -274,7 +277,8 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         ready=_pod_ready(status) and not meta.get("deletionTimestamp"),
         terminating=bool(meta.get("deletionTimestamp")),
         claim=_pod_claim(spec),
-        unschedulable_since=_unschedulable_since(status),
+        unschedulable_since=since,
+        unschedulable_message=why,
     )
 
 
@@ -431,6 +435,11 @@ def current_placements(obs: Observed) -> dict[str, list[str | None]]:
     return out
 
 
+# Scheduler messages that say the pod cannot run on *any* node (its claim has
+# no class and nothing binds it, ...): moving it to another node cannot help.
+_NOT_THE_NODE = ("unbound immediate PersistentVolumeClaims", "persistentvolumeclaim \"")
+
+
 @dataclass(frozen=True)
 class StuckPod:
     model: str
@@ -438,6 +447,12 @@ class StuckPod:
     pod: str
     node: str  # the node the pod was placed on (its node affinity)
     since: float  # seconds since the epoch
+    message: str = ""
+
+    @property
+    def node_specific(self) -> bool:
+        """Whether another node could help (else: report, do not move)."""
+        return not any(m in self.message for m in _NOT_THE_NODE)
 
 
 def _epoch(rfc3339: str) -> float | None:
@@ -459,7 +474,8 @@ def unschedulable(obs: Observed) -> list[StuckPod]:
             continue
         since = _epoch(pod.unschedulable_since)
         if since is not None:
-            out.append(StuckPod(pod.model, pod.replica, pod.name, pod.node, since))
+            out.append(StuckPod(pod.model, pod.replica, pod.name, pod.node, since,
+                                pod.unschedulable_message))
     return sorted(out, key=lambda s: (s.model, s.replica))
 
 

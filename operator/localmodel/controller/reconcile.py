@@ -128,6 +128,7 @@ class Reconciler:
         self._aborted = False
         # model -> node -> until when: nodes whose pods stayed Unschedulable
         self.avoid: dict[str, dict[str, float]] = {}
+        self._reported_stuck: dict[str, str] = {}  # pod -> message already reported
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -257,6 +258,16 @@ class Reconciler:
             age = now - stuck.since
             if age < threshold:
                 self.trigger_later(threshold - age + 0.5)
+                continue
+            if not stuck.node_specific:
+                # Another node would not help (e.g. a claim with no StorageClass
+                # and no default): say so once, keep the placement.
+                if self._reported_stuck.get(stuck.pod) != stuck.message:
+                    self._reported_stuck[stuck.pod] = stuck.message
+                    events.setdefault(stuck.model, []).append(EventSpec(
+                        EventReason.UNSCHEDULABLE,
+                        f"replica {stuck.replica}: pod {stuck.pod} cannot be scheduled on "
+                        f"any node: {stuck.message[:400]}", warning=True))
                 continue
             nodes = self.avoid.setdefault(stuck.model, {})
             if stuck.node not in nodes:
