@@ -190,7 +190,7 @@ def build_status(
                 memory=format_bytes(r.memory_bytes),
                 settings=dict(r.settings),
                 decisions=list(r.decisions),
-                reason=r.reason,
+                reason=_stable_reason(lm, r),
             )
             for r in replicas
         ],
@@ -201,6 +201,16 @@ def build_status(
         nodes=",".join(r.node for r in replicas),
         endpoint=endpoint if not invalid else "",
     )
+
+
+def _stable_reason(lm: LocalModel, r: ReplicaStatusInput) -> str:
+    """A kept placement keeps the reason it was made for: re-planning says
+    "kept: ...", which is true but would rewrite status on every pass."""
+    if r.reason.startswith("kept") and lm.status is not None:
+        for p in lm.status.placements:
+            if p.replica == r.replica and p.node == r.node and p.reason:
+                return p.reason
+    return r.reason
 
 
 def invalid_status(lm_meta_generation: int | None, message: str, previous: LocalModelStatus | None,

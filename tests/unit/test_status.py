@@ -131,3 +131,17 @@ def test_progressing_condition_follows_the_roll() -> None:
     assert get[ConditionType.PROGRESSING.value].reason == Reason.ROLLING.value
     final = {c.type: c for c in done.conditions}[ConditionType.PROGRESSING.value]
     assert final.status == ConditionStatus.FALSE and final.reason == Reason.UP_TO_DATE.value
+
+
+def test_a_kept_placement_keeps_the_reason_it_was_made_for() -> None:
+    """Re-planning a stored placement says "kept: ..."; status keeps the original
+    reason, so a second pass writes nothing."""
+    lm = parse_local_model(body())
+    first = status_for(lm, nodes(AVX2))
+    assert not first.placements[0].reason.startswith("kept")
+    stored = lm.model_copy(update={"status": first})
+    [r] = desired_state([stored], nodes(AVX2), now=LATER, ready={lm.key: {}},
+                        current={lm.key: ["n0"]}).models
+    assert r.replicas[0].reason.startswith("kept")
+    assert r.status.placements[0].reason == first.placements[0].reason
+    assert not status_changed(first, r.status)

@@ -206,6 +206,8 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
         pod = pods.get(replica)
         if pod is None:
             out.append(Create(manifest, f"replica {replica} has no pod"))
+            # The same words until Ready: a pod being created and one starting are
+            # one state to a reader, and one status write fewer per replica.
             pending.append(f"replica {replica}: starting on {placed_nodes[replica]}")
             in_flight = True
         elif pod.terminating:
@@ -228,7 +230,7 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
                 candidates.append((pod.ready, replica, pod, why))
                 pending.append(f"replica {replica}: to be replaced ({why})")
         elif not pod.ready:
-            pending.append(f"replica {replica}: waiting for Ready on {pod.node}")
+            pending.append(f"replica {replica}: starting on {pod.node}")
             in_flight = True
     if candidates and not in_flight:
         # Broken (not Ready) stale pods first: replacing them costs nothing.
