@@ -58,6 +58,13 @@ def models(n: int, ns: str) -> list[dict[str, Any]]:
                       "storage": {"size": "5Gi"}}} for i in range(n)]
 
 
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def run_size(n: int, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         load_before = os.getloadavg()[0]
@@ -107,6 +114,7 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             seconds = time.monotonic() - t0
             time.sleep(3)  # the last status writes and events
             events = cluster.audit_events()[audit_start:]
+            metrics = op.metrics()
         finally:
             op.stop()
             cluster.stop()
@@ -123,6 +131,9 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             "reads_per_model": round(sum(verbs[v] for v in READ) / n, 2),
             "writes_per_model": round(sum(verbs[v] for v in WRITE) / n, 2),
             "writes": dict(sorted(writes.items())),
+            "passes": _metric(metrics, "localmodel_operator_pass_duration_seconds_count"),
+            "pass_seconds_total": round(
+                _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),
             "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2),
         }
