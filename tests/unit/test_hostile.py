@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+import yaml
 
 from localmodel import manifest
 from localmodel.cli import main
@@ -124,13 +125,17 @@ def test_anchors_within_the_budget_and_timestamps_still_read(
     path.write_text(
         "apiVersion: localmodel.dev/v1alpha1\nkind: LocalModel\n"
         "metadata:\n  name: m\n  creationTimestamp: 2026-01-01T00:00:00Z\n"
+        "  labels: &sel {pool: small}\n  annotations: {<<: *sel, note: x}\n"
         "spec:\n  model: 'qwen3:1.7b'\n  cpu: 1\n"
-        "  placement:\n    nodeSelector: &sel {pool: small}\n"
+        "  placement:\n    nodeSelector: *sel\n"
         "    tolerations: [{key: pool, operator: Equal, value: small}]\n"
     )
     rc, out, err = render(capsys, "-f", str(path), "--nodes", NODES)
     assert rc == 0, err
     assert "creationTimestamp: '2026-01-01T00:00:00Z'" in out
+    model = next(yaml.safe_load_all(out))
+    assert model["metadata"]["annotations"] == {"pool": "small", "note": "x"}
+    assert model["spec"]["placement"]["nodeSelector"] == {"pool": "small"}
 
 
 def test_the_validation_doc_states_the_limits_the_code_enforces() -> None:
