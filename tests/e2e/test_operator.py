@@ -521,3 +521,47 @@ def test_localmodel_run_without_credentials_fails_clearly(tmp_path: Path) -> Non
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 1
     assert "missing" in out.stderr and "Traceback" not in out.stderr
+
+
+# ---- llama-server ------------------------------------------------------------------
+
+GGUF = {
+    "url": "https://models.example/gemma-3-270m-q4_k_m.gguf",
+    "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+}
+
+
+def test_llama_server_model_reaches_ready_with_the_same_kind_of_decisions(
+    cluster: TestCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """engine.name: llama-server through the operator: Ready, its pod as the
+    renderer makes it (flags from the CPU limit and the slots, the download
+    init step, Guaranteed), and status decisions of the same kind as an Ollama
+    model's next to it."""
+    avx2 = {"nodeSelector": {"node.kubernetes.io/instance-type": "avx2-8"}}
+    apply(cluster,
+          model("gemma", ns, model="gemma3:270m", cpu=2, context=4096, slots=2,
+                engine={"name": "llama-server"}, gguf=GGUF, placement=avx2),
+          model("qwen", ns, cpu=2, placement=avx2))
+    for name in ("gemma", "qwen"):
+        wait_condition(cluster, ns, name, "Ready", timeout=90)
+    gemma, qwen = get_lm(cluster, ns, "gemma"), get_lm(cluster, ns, "qwen")
+    shared = {"threads-from-cpu-limit", "memory-from-weights-and-kv", "guaranteed-qos",
+              "weights-volume"}
+    assert shared <= _decisions(gemma) & _decisions(qwen)
+    assert {"llama-server-context-per-slot", "llama-server-metrics"} <= _decisions(gemma)
+    assert not {"one-model-per-pod"} & _decisions(gemma)
+    [placement] = gemma["status"]["placements"]
+    assert (placement["threads"], placement["cpu"]) == (2, 2)
+    assert all(d["reason"] and d["source"] for d in placement["decisions"])
+    [pod] = [p for p in pods(cluster, ns) if p["metadata"]["name"].startswith("gemma-")]
+    engine = container(pod, "llama-server")
+    args = engine["args"]
+    assert args[:4] == ["-t", "2", "-tb", "2"]
+    assert args[args.index("-c") + 1] == "8192" and args[args.index("-np") + 1] == "2"
+    assert placement["settings"]["args"] == " ".join(args)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["download"]
+    assert pod["status"].get("qosClass") == "Guaranteed"
+    row = next(r.split() for r in cluster.kubectl("get", "lm", "-n", ns).stdout.splitlines()
+               if r.startswith("gemma "))
+    assert row[2] == "llama-server" and "1/1" in row

@@ -377,9 +377,10 @@ async def test_without_the_gateway_a_conversation_id_keeps_the_engine_generating
     engine: Engine,
 ) -> None:
     """Control: straight to llama-server, a streaming request with
-    X-Conversation-Id goes on after its client disconnects, while the same
-    request without the header stops. If this starts failing, the engine
-    changed: update docs/engine-facts.md."""
+    X-Conversation-Id goes on after its client disconnects (without the
+    header a streaming disconnect stops it, as the tests above show). If this
+    starts failing, the engine changed, and so may the gateway's reason to
+    drop the header."""
     port = int(engine.url.rsplit(":", 1)[1])
     body = {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True}
     async with aiohttp.ClientSession() as session:
