@@ -273,9 +273,10 @@ RULES: tuple[Rule, ...] = (
         effect="threads = whole CPUs of the limit: Ollama num_thread (Modelfile PARAMETER) "
         "and GOMAXPROCS; llama-server -t and -tb",
         reason="engines default to one thread per host core; on a CPU quota decode collapses "
-        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs)",
+        "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs; more than 379x at 8 threads on a "
+        "1-CPU quota here)",
         source="ollama#17916; llama.cpp common/common.cpp (cpu_get_num_math), common/arg.cpp "
-        "(-t, -tb); ollama api/types.go",
+        "(-t, -tb); ollama api/types.go; docs/benchmarks.md",
         apply=_threads,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
