@@ -180,7 +180,7 @@ class Engine(_Base):
     image: str | None = Field(
         None,
         description="Engine container image. Defaults to a pinned image per engine "
-        f"(ollama: {ollama.IMAGE}).",
+        f"(ollama: {ollama.IMAGE}; llama-server: {llama_server.IMAGE}).",
         min_length=1,
     )
     version: str | None = Field(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 # The pinned default image: ggml-org/llama.cpp's CPU server build
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
-# BINARY, LLAMA_ARG_HOST=0.0.0.0). The tag is about the llama.cpp build the
-# tests run (the tree vendored in PyPI's llama-cpp-python 0.3.36,
-# hack/build-llama-server.sh); bumping it is a reviewed change.
+# BINARY, LLAMA_ARG_HOST=0.0.0.0). The tests run the llama.cpp tree vendored
+# in PyPI's llama-cpp-python 0.3.36 (hack/build-engines.sh), which reports no
+# build number (`--version`: build 1); the tag is the upstream build nearest
+# to it as far as we can tell, not a verified match. Bumping it is a reviewed
+# change; the flags rendered are checked against the tested build.
 IMAGE = "ghcr.io/ggml-org/llama.cpp:server-b11316"
 BINARY = "/app/llama-server"
 
