@@ -91,11 +91,12 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
         4,
         False,
     ),
-    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AMX), 4, True),
+    ("amx-guard", {"engine": {"version": "0.24.0"}}, node(AMX), 4, True),
     ("amx-guard", {"engine": {"image": "ollama/ollama:latest"}}, node(AMX), 4, True),
     ("amx-guard", {"engine": {"version": "0.20.0"}}, node(None), 4, True),
+    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AMX), 4, False),
     ("amx-guard", {"engine": {"version": "0.32.2"}}, node(AMX), 4, False),
-    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AVX2), 4, False),
+    ("amx-guard", {"engine": {"version": "0.24.0"}}, node(AVX2), 4, False),
     ("amx-remove-cpu-variant", {"engine": {"version": "0.30.0"}}, node(AMX), 4, True),
     ("amx-remove-cpu-variant", {"engine": {"version": "0.32.1"}}, node(AMX), 4, True),
     ("amx-remove-cpu-variant", {"engine": {"version": "0.24.0"}}, node(AMX), 4, False),
@@ -105,7 +106,7 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("amx-safe-path-forced", {}, node(AMX), 4, False),
     (
         "kv-cache-falls-back-to-f16",
-        {"kvCache": "q8_0", "engine": {"version": "0.31.0"}},
+        {"kvCache": "q8_0", "engine": {"version": "0.24.0"}},
         node(AMX),
         4,
         True,
@@ -175,11 +176,9 @@ def test_quantized_cache_turns_flash_attention_on_explicitly() -> None:
 
 
 def test_amx_guard_overrides_explicit_flash_attention_and_falls_back_the_cache() -> None:
-    t = run(spec(kvCache="q8_0", flashAttention="enabled", engine={"version": "0.31.0"}), node(AMX))
+    t = run(spec(kvCache="q8_0", flashAttention="enabled", engine={"version": "0.24.0"}), node(AMX))
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
-    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
     assert t.kv_cache is KVCacheType.F16 and t.env["OLLAMA_KV_CACHE_TYPE"] == "f16"
-    assert AMX_LIBRARY in t.remove_libraries
     assert any("fell back to f16" in w for w in t.warnings)
     fallback = next(d for d in t.decisions if d.rule == "kv-cache-falls-back-to-f16")
     assert "q8_0 -> f16" in fallback.effect
@@ -187,12 +186,38 @@ def test_amx_guard_overrides_explicit_flash_attention_and_falls_back_the_cache()
 
 def test_amx_guard_before_0_30_does_not_delete_the_library() -> None:
     t = run(spec(engine={"version": "0.24.0"}), node(AMX))
-    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
     assert t.remove_libraries == ()
 
 
+@pytest.mark.parametrize(("version", "chooses_runner"), [("0.5.7", True), ("0.5.12", False),
+                                                         ("0.24.0", False), (None, True)])
+def test_cpu_avx2_only_where_ollama_llm_library_chooses_a_cpu_runner(
+    version: str | None, chooses_runner: bool
+) -> None:
+    """OLLAMA_LLM_LIBRARY picks a CPU runner only before 0.5.12; later it only
+    filters GPU folders, so cpu_avx2 is not presented as a fix there
+    (docs/engine-facts.md#ollama_llm_library). Unknown: the safe side."""
+    engine = {"version": version} if version else {"image": "ollama/ollama:latest"}
+    t = run(spec(engine=engine), node(AMX))
+    assert ("OLLAMA_LLM_LIBRARY" in t.env) is chooses_runner
+    guard = next(d for d in t.decisions if d.rule == "amx-guard")
+    assert ("cpu_avx2" in guard.effect) is chooses_runner
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.31.0", "0.32.1"])
+def test_amx_affected_variant_is_removed_and_flash_attention_stays(version: str) -> None:
+    """0.30.0-0.32.1: the sapphirerapids library is the crash; deleting it is the
+    fix, and OLLAMA_LLM_LIBRARY would not choose a CPU variant anyway."""
+    t = run(spec(kvCache="q8_0", engine={"version": version}), node(AMX))
+    assert AMX_LIBRARY in t.remove_libraries
+    assert "OLLAMA_LLM_LIBRARY" not in t.env
+    assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert t.kv_cache is KVCacheType.Q8_0
+
+
 def test_fixed_version_on_amx_keeps_flash_attention_and_the_library() -> None:
-    t = run(spec(kvCache="q8_0"), node(AMX))  # default image 0.32.2
+    t = run(spec(kvCache="q8_0"), node(AMX))  # default image 0.34.4
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
     assert "OLLAMA_LLM_LIBRARY" not in t.env
     assert t.remove_libraries == ()
@@ -207,7 +232,7 @@ def test_unknown_features_or_version_take_the_safe_side_and_say_so() -> None:
 def test_forced_safe_path_on_fixed_version() -> None:
     t = run(spec(placement={"safeCpuPath": True}), node(AMX))
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
-    assert t.env["OLLAMA_LLM_LIBRARY"] == "cpu_avx2"
+    assert "OLLAMA_LLM_LIBRARY" not in t.env  # does nothing on CPU in 0.34.4
     assert AMX_LIBRARY in t.remove_libraries
 
 

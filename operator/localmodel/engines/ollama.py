@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-# The pinned default image. v0.32.2 carries the fix for the AMX
-# (sapphirerapids) crash (ollama PR #17244).
-IMAGE = "docker.io/ollama/ollama:0.32.2"
+# The pinned default image: the newest release the Go module proxy serves
+# (v0.34.4, 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)
+# and which the engine tests build and run (hack/build-engines.sh).
+IMAGE = "docker.io/ollama/ollama:0.34.4"
 
 # The server's port (ollama envconfig OLLAMA_HOST default).
 PORT = 11434

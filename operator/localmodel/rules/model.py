@@ -130,7 +130,7 @@ class Rule:
     title: str
     effect: str  # what it does, for the docs
     reason: str  # one line: why
-    source: str  # where the engine fact comes from (ENGINE-FACTS.md citation)
+    source: str  # where the engine fact comes from (citations, see rules/table.py)
     apply: Apply
     engines: frozenset[EngineName] = frozenset({EngineName.OLLAMA})
     versions: VersionRange | None = None

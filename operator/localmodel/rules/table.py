@@ -1,7 +1,10 @@
 """The tuning rules, in evaluation order. Each is data plus one small function.
 
-Sources cite /work/shared/docs/ENGINE-FACTS.md entries as `repo path` or
-`repo#issue`. `docs/rules.md` is generated from this table
+Each rule's `source` cites, separated by "; ", upstream files (`repo path`, or
+`repo@version path` for a fact of one version), upstream issues and pull
+requests (`repo#number`), each optionally with a note in parentheses, the project's own engine facts
+(`docs/engine-facts.md#section`) or API fields (`spec.field`); a unit test
+checks that every citation resolves. `docs/rules.md` is generated from this table
 (`localmodel rules --write docs/rules.md`); never edit that file by hand.
 """
 
@@ -18,12 +21,12 @@ GiB = 1024**3
 MiB = 1024**2
 
 # Ollama adds 768 MiB to 2 GiB of compute buffers per load for batches
-# (ENGINE-FACTS.md, Memory); we budget 1 GiB, plus the Ollama server and runner
+# (docs/engine-facts.md#memory-budget); we budget 1 GiB, plus the Ollama server and runner
 # processes themselves.
 COMPUTE_OVERHEAD = 1 * GiB
 RUNTIME_OVERHEAD = 256 * MiB
 
-# Bytes per KV cache element (ENGINE-FACTS.md: f16 2, q8_0 34/32, q4_0 18/32).
+# Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
 KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
     KVCacheType.F16: Fraction(2),
     KVCacheType.Q8_0: Fraction(34, 32),
@@ -31,8 +34,11 @@ KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
 }
 
 AMX_FLAGS = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AMXFP16"})
-AMX_FIXED_IN = (0, 32, 2)  # ollama PR #17244 (GCC 13 build)
+AMX_FIXED_IN = (0, 32, 2)  # ollama#17244 (GCC 13 build)
 AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from v0.30
+# OLLAMA_LLM_LIBRARY chooses a CPU runner (cpu_avx2) only before v0.5.12; from
+# then on it filters GPU library folders only (docs/engine-facts.md#ollama_llm_library).
+CPU_RUNNERS_UNTIL = (0, 5, 12)
 
 
 def kv_cache_bytes(
@@ -158,8 +164,11 @@ def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
     if s.flash_attention is not FlashAttention.DISABLED:
         changes.append(f"flash attention {s.flash_attention.value} -> disabled")
         s.flash_attention = FlashAttention.DISABLED
-    s.env["OLLAMA_LLM_LIBRARY"] = "cpu_avx2"
-    changes.append("OLLAMA_LLM_LIBRARY=cpu_avx2")
+    # Only the old per-CPU-level runners can be chosen by name; from v0.5.12
+    # the variable does nothing on CPU, so it is not presented as a fix there.
+    if ctx.version is None or ctx.version < CPU_RUNNERS_UNTIL:
+        s.env["OLLAMA_LLM_LIBRARY"] = "cpu_avx2"
+        changes.append("OLLAMA_LLM_LIBRARY=cpu_avx2 (chooses the AVX2 runner before 0.5.12)")
     return ", ".join(changes)
 
 
@@ -275,8 +284,11 @@ RULES: tuple[Rule, ...] = (
         reason="engines default to one thread per host core; on a CPU quota decode collapses "
         "(0.27 vs 12.07 tok/s at 8 vs 4 threads on 4 CPUs; more than 379x at 8 threads on a "
         "1-CPU quota here)",
-        source="ollama#17916; llama.cpp common/common.cpp (cpu_get_num_math), common/arg.cpp "
-        "(-t, -tb); ollama api/types.go; docs/benchmarks.md",
+        source="ollama#17916; llama.cpp common/common.cpp (common_cpu_get_num_math); "
+        "llama.cpp common/arg.cpp (-t, -tb); ollama api/types.go; "
+        "docs/engine-facts.md#threads-from-the-modelfile; "
+        "docs/engine-facts.md#llama-server-default-thread-count; "
+        "docs/benchmarks.md#the-thread-rule-benchmarksthreadspy",
         apply=_threads,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
@@ -285,7 +297,8 @@ RULES: tuple[Rule, ...] = (
         title="Threads never exceed the node or cpuset",
         effect="threads and CPU limit lowered to the node's allocatable CPUs, cpuset or quota",
         reason="more threads than CPUs to run them on oversubscribes the busy-wait barrier",
-        source="ENGINE-FACTS.md Threads (round down; never exceed sched_getaffinity)",
+        source="docs/engine-facts.md#llama-server-default-thread-count; "
+        "docs/engine-facts.md#oversubscription; ollama#17916",
         apply=_threads_cap,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
@@ -298,7 +311,7 @@ RULES: tuple[Rule, ...] = (
         f"{ollama.HOME}, engine bound to loopback behind the gateway",
         reason="defaults load up to 3 models on CPU and a 4096 context; models sharing a "
         "pod split memory, slots and cores",
-        source="ollama envconfig/config.go",
+        source="ollama envconfig/config.go; docs/engine-facts.md#ollama-defaults-on-cpu",
         apply=_one_model,
     ),
     Rule(
@@ -308,7 +321,7 @@ RULES: tuple[Rule, ...] = (
         "model; engine bound to loopback behind the gateway (--host, --port)",
         reason="-c is the total context, split evenly across -np slots; without -np recent "
         "builds default to 4 slots sharing one cache",
-        source="llama.cpp PR #16736; llama.cpp tools/server/README.md (-c, -np)",
+        source="llama.cpp#16736; llama.cpp tools/server/README.md (-c, -np)",
         apply=_llama_slots,
         engines=frozenset({EngineName.LLAMA_SERVER}),
     ),
@@ -317,21 +330,27 @@ RULES: tuple[Rule, ...] = (
         title="A quantized KV cache turns flash attention on",
         effect="flashAttention auto -> enabled (OLLAMA_FLASH_ATTENTION=1; llama-server -fa on)",
         reason="a quantized V cache needs flash attention; without it Ollama <= 0.24 silently "
-        "falls back to f16 and >= 0.30 fails to load, as llama-server does",
-        source="ollama llm/server.go; ollama#13337; llama.cpp src/llama-context.cpp "
-        "(quantized V cache requires flash_attn)",
+        "falls back to f16 and >= 0.30 fails to load (HTTP 500), as llama-server does; "
+        ">= 0.30's auto already enables it on CPU, so the explicit value keeps it on",
+        source="docs/engine-facts.md#quantized-kv-cache; llama.cpp src/llama-context.cpp "
+        "(quantized V cache requires flash_attn); ollama@v0.24.0 llm/server.go; "
+        "ollama llm/llama_server.go; ollama#13337",
         apply=_kv_needs_fa,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
     ),
     Rule(
         id="amx-guard",
-        title="AMX guard for engine builds without the fix",
-        effect="flash attention off (OLLAMA_FLASH_ATTENTION=0), OLLAMA_LLM_LIBRARY=cpu_avx2",
-        reason="Ollama builds before 0.32.2 crash on AMX CPUs in the AMX / flash-attention path",
-        source="ollama#17205, #17006, #17249, #17236; fixed by ollama PR #17244",
+        title="AMX guard for engine builds before 0.30",
+        effect="flash attention off (OLLAMA_FLASH_ATTENTION=0); before 0.5.12 also "
+        "OLLAMA_LLM_LIBRARY=cpu_avx2",
+        reason="an Ollama build before 0.30 crashed on AMX CPUs in its AMX / flash-attention "
+        "path; turning flash attention off avoided it. Only runners before 0.5.12 can be "
+        "chosen by OLLAMA_LLM_LIBRARY; 0.30-0.32.1 need the library removed instead",
+        source="docs/engine-facts.md#amx; docs/engine-facts.md#ollama_llm_library; "
+        "ollama@v0.5.7 llm/server.go; ollama@v0.24.0 discover/runner.go",
         apply=_amx_guard,
-        versions=VersionRange(high=AMX_FIXED_IN, unknown=True),
+        versions=VersionRange(high=AMX_VARIANT_BACK, unknown=True),
         cpu=AMX,
     ),
     Rule(
@@ -340,7 +359,9 @@ RULES: tuple[Rule, ...] = (
         effect=f"delete {ollama.AMX_LIBRARY} at container start",
         reason="0.30.0-0.32.1 ship a sapphirerapids variant that segfaults on AMX hosts; "
         "OLLAMA_LLM_LIBRARY does not choose a CPU variant in these versions",
-        source="ollama#17205 (maintainer workaround); ggml cpu-feats-x86.cpp",
+        source="ollama#17205; ollama#17006; ollama#17249; ollama#17236; ollama#17244; "
+        "llama.cpp ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp; ollama discover/runner.go; "
+        "docs/engine-facts.md#amx",
         apply=_amx_library,
         versions=VersionRange(low=AMX_VARIANT_BACK, high=AMX_FIXED_IN, unknown=True),
         cpu=AMX,
@@ -348,9 +369,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="amx-safe-path-forced",
         title="Admin-forced safe CPU path",
-        effect=f"flash attention off, OLLAMA_LLM_LIBRARY=cpu_avx2, delete {ollama.AMX_LIBRARY}",
+        effect=f"flash attention off, delete {ollama.AMX_LIBRARY}; before 0.5.12 also "
+        "OLLAMA_LLM_LIBRARY=cpu_avx2",
         reason="the admin asked for the safe path on AMX nodes whatever the engine version",
-        source="ENGINE-FACTS.md AMX; spec.placement.safeCpuPath",
+        source="docs/engine-facts.md#amx; docs/engine-facts.md#ollama_llm_library; "
+        "spec.placement.safeCpuPath",
         apply=_amx_forced,
         cpu=AMX,
         spec_condition="placement.safeCpuPath: true",
@@ -359,8 +382,10 @@ RULES: tuple[Rule, ...] = (
         id="kv-cache-falls-back-to-f16",
         title="KV cache falls back to f16 when flash attention is off",
         effect="kvCache -> f16, with a warning",
-        reason="a quantized V cache cannot be created without flash attention",
-        source="llama.cpp context creation; ollama llm/server.go",
+        reason="a quantized V cache cannot be created without flash attention: Ollama >= 0.30 "
+        "fails to load the model (HTTP 500), <= 0.24 silently uses f16",
+        source="docs/engine-facts.md#quantized-kv-cache; llama.cpp src/llama-context.cpp; "
+        "ollama@v0.24.0 llm/server.go",
         apply=_kv_fallback,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="kvCache quantized and flash attention turned off by a rule",
@@ -373,7 +398,8 @@ RULES: tuple[Rule, ...] = (
         reason="CPU-only Ollama disables mmap and llama-server maps the file (its pages "
         "count against the cgroup), so weights count fully against the limit; the KV cache "
         "grows with context x slots",
-        source="ENGINE-FACTS.md Memory (KV formula; compute buffers 768 MiB-2 GiB)",
+        source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#kv-cache-size; "
+        "llama.cpp src/llama-kv-cache.cpp",
         apply=_memory_auto,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="memory: auto",
@@ -383,7 +409,7 @@ RULES: tuple[Rule, ...] = (
         title="Explicit memory, checked against the estimate",
         effect="memory = spec.memory; a warning when it is below weights + overhead",
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
-        source="ENGINE-FACTS.md Memory",
+        source="docs/engine-facts.md#memory-budget",
         apply=_memory_explicit,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
         spec_condition="memory set",
@@ -394,7 +420,7 @@ RULES: tuple[Rule, ...] = (
         effect="requests = limits for every container; integer CPUs for the engine",
         reason="the static CPU manager gives exclusive cores only to Guaranteed pods with "
         "integer CPUs; a burstable engine shares cores and its barrier stalls",
-        source="ENGINE-FACTS.md What a pod sees as its CPU budget (kubernetes#127525)",
+        source="docs/engine-facts.md#cpu-budget; kubernetes#127525",
         apply=_guaranteed,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
@@ -404,7 +430,8 @@ RULES: tuple[Rule, ...] = (
         effect=f"a PVC per replica at {ollama.HOME} (Ollama) or {llama_server.MODELS_DIR} "
         "(llama-server); the init step downloads only when the weights are missing",
         reason="without it every restart downloads gigabytes again",
-        source="PRODUCT.md problem 3; ollama envconfig OLLAMA_MODELS",
+        source="docs/engine-facts.md#weights-on-a-volume; "
+        "docs/engine-facts.md#weights-imported-once-offline; ollama envconfig/config.go",
         apply=_volume,
         engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
     ),
