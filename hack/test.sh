@@ -8,7 +8,7 @@ python -m pip install -q -e '.[dev]'
 # Real parts for the tests, built from registries and cached by version
 # outside the repo (~/.cache/localmodel-operator): reruns take seconds.
 bash hack/build-tools.sh          # etcd, kube-apiserver/-controller-manager/-scheduler, kwok, helm, kubeconform
-bash hack/build-llama-server.sh   # llama-server + the gemma3 270M GGUF for the gateway tests
+bash hack/build-engines.sh        # Ollama, llama-server, llama-bench + the Gemma 3 270M GGUF (engine tier)
 
 ruff check operator tests benchmarks
 mypy

