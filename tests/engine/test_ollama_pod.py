@@ -35,6 +35,8 @@ def rendered() -> tuple[dict[str, Any], str]:
     """The pod and its Modelfile, rendered for this machine kind's CPU (no AMX)."""
     lm = LocalModel.model_validate(
         {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
             "metadata": {"name": "gemma", "namespace": "ai"},
             "spec": {
                 "model": MODEL,
