@@ -1,5 +1,5 @@
 """`localmodel doctor --local` on this machine, as a process, against a REAL
-llama-server (built by hack/build-llama-server.sh, serving Gemma 3 270M) inside a
+llama-server (built by hack/build-engines.sh, serving Gemma 3 270M) inside a
 REAL 1-CPU cgroup quota (created here as root; v2 or v1, whichever this machine
 has). Nothing stands in: the budget, the engine's thread count (its command line)
 and the quota are all read by doctor from the running system.

@@ -1,4 +1,4 @@
-"""A real llama-server (built by hack/build-llama-server.sh) for tests outside the
+"""A real llama-server (built by hack/build-engines.sh) for tests outside the
 gateway tier: where it lives, and a process that is started, waited for and stopped.
 
 The binary and model are where tests/gateway/llama.py says (``LOCALMODEL_LLAMA_SERVER``,
@@ -59,7 +59,7 @@ def llama_server(
     if missing():
         raise LlamaMissingError(
             "needs the real llama-server and Gemma 3 270M model, missing: "
-            + ", ".join(missing()) + ". Build them with: bash hack/build-llama-server.sh"
+            + ", ".join(missing()) + ". Build them with: bash hack/build-engines.sh"
         )
     [port] = free_ports(1)
     argv = [
