@@ -198,6 +198,7 @@ build_ollama() {
     log "ollama $OLLAMA_VERSION cached: $OLLAMA_ROOT"
   else
     command -v go >/dev/null || { log "'go' not found on PATH"; return 1; }
+    command -v ninja >/dev/null || { log "'ninja' not found (apt-get install ninja-build, or pip install ninja)"; return 1; }
     local t0=$SECONDS moddir work archive tree patch
     moddir="$(go mod download -json "github.com/ollama/ollama@$OLLAMA_VERSION" \
       | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
