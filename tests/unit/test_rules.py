@@ -340,3 +340,26 @@ def test_catalog_aliases_and_lookup() -> None:
 def test_evaluate_is_pure() -> None:
     s, n = spec(kvCache="q8_0"), node(AMX)
     assert evaluate(s, n, 4, lookup(s.model), None) == evaluate(s, n, 4, lookup(s.model), None)
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "removed", "guarded"),
+    [
+        ((0, 31, 0), {}, True, True),  # the variant gone is enough
+        ((0, 31, 0), {"OLLAMA_FLASH_ATTENTION": "0", "OLLAMA_LLM_LIBRARY": "cpu_avx2"}, False,
+         False),
+        ((0, 24, 0), {"OLLAMA_FLASH_ATTENTION": "0"}, False, True),
+        ((0, 24, 0), {}, True, False),
+        ((0, 5, 7), {"OLLAMA_FLASH_ATTENTION": "0"}, False, False),  # needs the AVX2 runner too
+        ((0, 5, 7), {"OLLAMA_FLASH_ATTENTION": "0", "OLLAMA_LLM_LIBRARY": "cpu_avx2"}, False, True),
+        (None, {"OLLAMA_FLASH_ATTENTION": "0"}, True, True),
+        (None, {"OLLAMA_FLASH_ATTENTION": "0"}, False, False),
+    ],
+)
+def test_amx_guarded_matches_what_the_amx_rules_apply(
+    version: tuple[int, int, int] | None, env: dict[str, str], removed: bool, guarded: bool
+) -> None:
+    from localmodel.rules.table import amx_guarded, amx_workaround
+
+    assert amx_guarded(version, env, removed) is guarded
+    assert ("cpu_avx2" in amx_workaround(version)) is (version is not None and version < (0, 5, 12))

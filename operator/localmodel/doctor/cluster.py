@@ -40,7 +40,7 @@ from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 from localmodel.facts.topology import parse_cpu_list
 from localmodel.render import ANNOTATION_THREADS, GATEWAY_PORT, LABEL_NAME
 from localmodel.rules.model import image_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS
+from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 
 __all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "gather"]
 
@@ -461,13 +461,6 @@ def _numa(pods: Sequence[EnginePod], sizes: Mapping[str, list[int]]) -> list[Fin
     return findings
 
 
-def _guarded(pod: EnginePod) -> bool:
-    return (
-        pod.env.get("OLLAMA_LLM_LIBRARY") == "cpu_avx2"
-        and pod.env.get("OLLAMA_FLASH_ATTENTION") in ("0", "false")
-    )
-
-
 def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Finding]:
     findings = []
     for pod in pods:
@@ -485,14 +478,12 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
             findings.append(
                 Finding("amx", Verdict.OK, f"{where}: the AMX crash is fixed in this version")
             )
-        elif _guarded(pod) and (library_removed or version is None or version < (0, 30, 0)):
+        elif amx_guarded(version, pod.env, library_removed):
             findings.append(
                 Finding(
                     "amx",
                     Verdict.OK,
-                    f"{where}: AMX guard on (OLLAMA_LLM_LIBRARY=cpu_avx2, flash attention off"
-                    + (f", {ollama.AMX_LIBRARY} removed" if library_removed else "")
-                    + ")",
+                    f"{where}: AMX guard on ({amx_workaround(version)})",
                     f"upgrading to Ollama {show_version(AMX_FIXED_IN)}+ lifts the guard",
                 )
             )
@@ -503,9 +494,8 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
                     Verdict.FAIL,
                     f"{where}: no AMX guard; builds before {show_version(AMX_FIXED_IN)} crash on "
                     "AMX CPUs in the AMX / flash-attention path (ollama#17205, #17006)",
-                    f"upgrade the image to ollama {show_version(AMX_FIXED_IN)} or later, or set "
-                    "OLLAMA_LLM_LIBRARY=cpu_avx2 and OLLAMA_FLASH_ATTENTION=0 and delete "
-                    f"{ollama.AMX_LIBRARY} at start (a LocalModel gets this from its amx rules)",
+                    f"upgrade the image to ollama {show_version(AMX_FIXED_IN)} or later, or "
+                    f"{amx_workaround(version)} (a LocalModel gets this from its amx rules)",
                 )
             )
     return findings

@@ -30,7 +30,7 @@ from localmodel.facts.machine import AmxKernel, MachineFacts, read_cgroup_limits
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import format_cpu_list
 from localmodel.rules.model import parse_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS
+from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_workaround
 
 __all__ = [
     "EngineView",
@@ -367,8 +367,8 @@ def _amx_engine_findings(machine: MachineFacts, engine: EngineView) -> list[Find
             Verdict.FAIL,
             f"Ollama {seen} on an AMX CPU: builds before {show_version(AMX_FIXED_IN)} crash "
             "in the AMX / flash-attention path (ollama#17205)",
-            f"upgrade to Ollama {show_version(AMX_FIXED_IN)} or later, or set "
-            "OLLAMA_LLM_LIBRARY=cpu_avx2 and OLLAMA_FLASH_ATTENTION=0",
+            f"upgrade to Ollama {show_version(AMX_FIXED_IN)} or later, or "
+            f"{amx_workaround(version)}",
         )
     ]
 

@@ -10,12 +10,13 @@ checks that every citation resolves. `docs/rules.md` is generated from this tabl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 
 from localmodel.api import EngineName, FlashAttention, KVCacheType
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.quantity import format_bytes, parse_bytes
-from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, VersionRange
+from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, Version, VersionRange
 
 GiB = 1024**3
 MiB = 1024**2
@@ -39,6 +40,30 @@ AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from
 # OLLAMA_LLM_LIBRARY chooses a CPU runner (cpu_avx2) only before v0.5.12; from
 # then on it filters GPU library folders only (docs/engine-facts.md#ollama_llm_library).
 CPU_RUNNERS_UNTIL = (0, 5, 12)
+
+
+def amx_workaround(version: Version | None) -> str:
+    """What keeps an AMX host safe on an Ollama version without the fix, as the
+    amx rules apply it (docs/engine-facts.md#amx): for the doctor's advice."""
+    remove = f"delete {ollama.AMX_LIBRARY} at start"
+    fa_off = "set OLLAMA_FLASH_ATTENTION=0"
+    if version is not None and version >= AMX_VARIANT_BACK:
+        return remove
+    if version is not None and version >= CPU_RUNNERS_UNTIL:
+        return fa_off
+    if version is not None:
+        return f"{fa_off} and OLLAMA_LLM_LIBRARY=cpu_avx2"
+    return f"{fa_off} and {remove} (version unknown)"
+
+
+def amx_guarded(version: Version | None, env: Mapping[str, str], library_removed: bool) -> bool:
+    """Whether a pod's engine settings carry that workaround."""
+    fa_off = env.get("OLLAMA_FLASH_ATTENTION") in ("0", "false")
+    if version is None:
+        return fa_off and library_removed
+    if version >= AMX_VARIANT_BACK:
+        return library_removed
+    return fa_off and (version >= CPU_RUNNERS_UNTIL or env.get("OLLAMA_LLM_LIBRARY") == "cpu_avx2")
 
 
 def kv_cache_bytes(
