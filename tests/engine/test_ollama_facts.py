@@ -179,16 +179,14 @@ def _send(port: int, body: dict[str, Any]) -> socket.socket:
     return sock
 
 
-def wait_busy(server: Ollama, timeout: float = 120.0) -> None:
-    """Until the child has spent CPU for a while: past loading, into generation."""
+def wait_busy(server: Ollama, start: float, timeout: float = 120.0) -> None:
+    """Until the child has spent 0.5 CPU seconds since `start` (its CPU time
+    then): into generation. Cumulative, so a loaded machine only makes it slower."""
     end = time.monotonic() + timeout
     child = server.runner()
-    while True:
-        start = cpu_seconds(child)
-        time.sleep(1.0)
-        if cpu_seconds(child) - start > 0.3:
-            return
+    while cpu_seconds(child) - start < 0.5:
         assert time.monotonic() < end, "the engine never got busy"
+        time.sleep(0.1)
 
 
 def test_non_streaming_caller_that_leaves_stops_the_engine(tuned: Ollama) -> None:
@@ -208,8 +206,9 @@ def test_non_streaming_caller_that_leaves_stops_the_engine(tuned: Ollama) -> Non
     control.close()
     wait_idle(tuned.runner(), timeout=30)
 
+    start = cpu_seconds(tuned.runner())
     caller = _send(port, LONG | {"stream": False})
-    wait_busy(tuned)
+    wait_busy(tuned, start)
     left = time.monotonic()
     caller.close()
     idle_after = wait_idle(tuned.runner(), timeout=control_for - 2, window=0.5, busy=0.05)

@@ -87,15 +87,15 @@ async def gateway(engine: Ollama) -> AsyncIterator[tuple[RunningGateway, list[st
     await asyncio.to_thread(wait_idle, engine.runner(), 60)
 
 
-async def _busy(engine: Ollama, timeout: float = 120.0) -> None:
+async def _busy(engine: Ollama, start: float, timeout: float = 120.0) -> None:
+    """Until the child has spent 0.5 CPU seconds since `start` (its CPU time
+    then): past the prompt, into generation. Cumulative, so a loaded machine
+    only makes it slower."""
     child = engine.runner()
     end = time.monotonic() + timeout
-    while True:
-        start = cpu_seconds(child)
-        await asyncio.sleep(1.0)
-        if cpu_seconds(child) - start > 0.3:
-            return
+    while cpu_seconds(child) - start < 0.5:
         assert time.monotonic() < end, "the engine never got busy"
+        await asyncio.sleep(0.1)
 
 
 async def _stopped(engine: Ollama, left: float, what: str) -> None:
@@ -186,8 +186,9 @@ async def test_non_streaming_caller_that_leaves_stops_real_ollama(
         "options": LONG_OPTIONS,
         "stream": False,
     }
+    start = cpu_seconds(engine.runner())
     caller = await RawClient.send(gw.port, "/api/generate", body)
-    await _busy(engine)
+    await _busy(engine, start)
     left = time.monotonic()
     caller.close()
     await _stopped(engine, left, "non-streaming caller leaves")
