@@ -119,6 +119,13 @@ async def test_official_ollama_client_through_the_gateway(
     )
     assert answer.done and answer.response
     assert answer.eval_count and answer.eval_count <= 8
+    # Each of these reloads a real Ollama when it reaches it directly
+    # (tests/engine/test_ollama_facts.py::test_a_different_option_reloads_the_model).
+    for options in ({"num_ctx": 512}, {"num_batch": 64}, {"num_thread": 2}):
+        again = await client.generate(
+            model=TUNED, prompt="Say hi.", options={"num_predict": 2, **options}
+        )
+        assert again.done
     parts = []
     async for chunk in await client.chat(
         model=TUNED,
