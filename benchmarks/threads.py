@@ -82,7 +82,7 @@ from tests.harness.cgroup import (  # noqa: E402
 
 CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
 MODEL_TAG = "gemma3:270m"  # the catalog entry for the GGUF the engine serves
-# The GGUF's checksum (hack/build-engines.sh); the spec needs one, nothing downloads.
+# The GGUF's checksum (hack/build-llama-server.sh); the spec needs one, nothing downloads.
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 CONTEXT = 2048
 
@@ -125,7 +125,7 @@ def _print_lines(script: Path) -> dict[str, str]:
 
 
 def find_tools() -> Tools:
-    """hack/build-engines.sh --print, else hack/build-engines.sh --print, else the cache."""
+    """hack/build-engines.sh --print, else hack/build-llama-server.sh --print, else the cache."""
     printed: dict[str, str] = {}
     source = "cache defaults"
     for name in ("build-engines.sh", "build-llama-server.sh"):
@@ -943,7 +943,7 @@ def main() -> int:
     if tools.llama_server is None or tools.model is None:
         print(
             "threads.py needs llama-server and the Gemma 3 270M GGUF: "
-            "bash hack/build-engines.sh (or hack/build-engines.sh)",
+            "bash hack/build-llama-server.sh (or hack/build-engines.sh)",
             file=sys.stderr,
         )
         return 2
