@@ -538,11 +538,10 @@ def test_llama_server_model_reaches_ready_with_the_same_kind_of_decisions(
     renderer makes it (flags from the CPU limit and the slots, the download
     init step, Guaranteed), and status decisions of the same kind as an Ollama
     model's next to it."""
-    avx2 = {"nodeSelector": {"node.kubernetes.io/instance-type": "avx2-8"}}
     apply(cluster,
           model("gemma", ns, model="gemma3:270m", cpu=2, context=4096, slots=2,
-                engine={"name": "llama-server"}, gguf=GGUF, placement=avx2),
-          model("qwen", ns, cpu=2, placement=avx2))
+                engine={"name": "llama-server"}, gguf=GGUF),
+          model("qwen", ns, cpu=2))
     for name in ("gemma", "qwen"):
         wait_condition(cluster, ns, name, "Ready", timeout=90)
     gemma, qwen = get_lm(cluster, ns, "gemma"), get_lm(cluster, ns, "qwen")
