@@ -99,7 +99,7 @@ async def test_held_slot_sends_a_foreground_request_to_the_overflow_after_the_wa
     assert reply.choices[0].message.content == "far0 far1 far2 far3 far4 "
     own = 5 * setup.far.token_delay
     print(f"overflowed after {took:.3f}s (after={AFTER}s, overflow's own time {own:.2f}s)")
-    assert AFTER <= took < AFTER + own + 0.3
+    assert AFTER <= took < AFTER + own + 1.0  # generous: a loaded CI machine
     (call,) = setup.far.calls
     assert call.body["model"] == "big-model"  # the model name is replaced
     assert call.headers["Authorization"] == f"Bearer {KEY}"  # the key is sent
@@ -321,11 +321,11 @@ async def test_hanging_overflow_does_not_hold_the_caller_past_its_deadline(
         ) as resp:
             took = time.monotonic() - start
             assert resp.status == 504
-    assert 0.5 <= took < 0.8
+    assert 0.5 <= took < 1.5  # the deadline, not a hang (generous under load)
     call = setup.far.calls[0]
     await wait_until(lambda: call.ended is not None, timeout=2)
     assert call.how == "client_gone"  # the overflow connection was closed
-    assert call.ended is not None and call.ended - (start + 0.5) < 0.1
+    assert call.ended is not None and call.ended - (start + 0.5) < 0.5
     assert setup.metric("overflow_errors", ("timeout",)) == 1
     holder.close()
 
@@ -361,7 +361,7 @@ async def test_caller_leaving_an_overflowed_stream_closes_the_overflow_connectio
     call = far.calls[0]
     await wait_until(lambda: call.ended is not None, timeout=2)
     assert call.how == "client_gone" and call.ended is not None
-    assert call.ended - left < 0.1
+    assert call.ended - left < 0.5
     await wait_until(lambda: len(setup.rig.log) == 1)
     assert setup.rig.log_docs()[0]["cancel_reason"] == "disconnect"
     holder.close()

@@ -142,7 +142,7 @@ async def test_held_slot_overflows_foreground_to_the_second_engine_with_the_key(
         assert reply.model == "far-gemma"  # the overflow's alias: the name was replaced
         assert await far_prompt_tokens(session, engines.far) > before  # the far engine did it
         assert await processing(session, engines.local) == 1  # only the holder ran locally
-        assert 0.5 <= took < 0.5 + own + 0.5
+        assert 0.5 <= took < 0.5 + own + 1.5
         # Background: 429 at once, nothing sent anywhere.
         before = await far_prompt_tokens(session, engines.far)
         async with openai.AsyncOpenAI(
@@ -194,7 +194,7 @@ async def test_caller_leaving_an_overflowed_stream_stops_the_second_engine(
         client.close()
         idle = await wait_engine(session, engines.far, 0, timeout=5)
         print(f"overflow engine idle {1000 * (idle - left):.1f} ms after the caller left")
-        assert idle - left < 0.5
+        assert idle - left < 1.0
         holder.close()
     await wait_until(lambda: len(log) == 2)
     assert json.loads(log[0])["cancel_reason"] == "disconnect"
@@ -233,9 +233,9 @@ async def test_hanging_overflow_neither_holds_callers_past_the_deadline_nor_the_
             ) as resp:
                 took = time.monotonic() - start
                 assert resp.status == 504
-            assert 1.5 <= took < 2.0
+            assert 1.5 <= took < 3.0
             await wait_until(lambda: len(closed) == 1, timeout=2)
-            assert closed[0] - (start + 1.5) < 0.2  # the overflow connection was closed
+            assert closed[0] - (start + 1.5) < 0.7  # the overflow connection was closed
             # The local queue still works: a waiting request gets the freed slot
             # although its overflow attempt hangs (cooling down: no second attempt).
             gw.gateway.breaker.succeeded()
