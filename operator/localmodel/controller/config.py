@@ -1,8 +1,8 @@
 """Operator settings: flags, each also readable from LOCALMODEL_<FLAG>. Pure.
 
 `parse_config(argv, env)` returns a frozen `OperatorConfig` or raises
-`ConfigError` naming the flag. Flags win over the environment; the environment
-wins over the defaults. `--kubeconfig` also falls back to KUBECONFIG, then to
+`ConfigError` (the gateway's: one type for bad flags) naming the flag.
+Flags win over the environment; the environment wins over the defaults. `--kubeconfig` also falls back to KUBECONFIG, then to
 the in-cluster service account.
 """
 
@@ -13,16 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+# One error type for "this flag (or its variable) has a value we cannot use",
+# shared with the gateway's flags.
+from localmodel.gateway.config import ConfigError
 from localmodel.render import DEFAULT_OPERATOR_IMAGE
 
 ENV_PREFIX = "LOCALMODEL_"
 LogFormat = Literal["json", "text"]
-
-
-class ConfigError(ValueError):
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(f"--{flag}: {message}")
-        self.flag = flag
 
 
 @dataclass(frozen=True)
