@@ -2,8 +2,9 @@
 
 `parse_config(argv, env)` returns a frozen `OperatorConfig` or raises
 `ConfigError` (the gateway's: one type for bad flags) naming the flag.
-Flags win over the environment; the environment wins over the defaults. `--kubeconfig` also falls back to KUBECONFIG, then to
-the in-cluster service account.
+Flags win over the environment; the environment wins over the defaults.
+`--kubeconfig` also falls back to KUBECONFIG, then to the in-cluster service
+account.
 """
 
 from __future__ import annotations
