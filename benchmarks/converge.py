@@ -36,6 +36,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
 
 from tests.harness import TestCluster, locate_tools  # noqa: E402
 from tests.harness.operator import OperatorProcess, install_operator  # noqa: E402
+from tests.harness.processes import wait_until  # noqa: E402
 
 READ = {"get", "list", "watch"}
 WRITE = {"create", "update", "patch", "delete", "deletecollection"}
@@ -58,6 +59,14 @@ def models(n: int, ns: str) -> list[dict[str, Any]]:
                       "storage": {"size": "5Gi"}}} for i in range(n)]
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU the operator process has used (from /proc)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
+
+
 def _metric(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
@@ -76,6 +85,15 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
         # Bare metal: the local disks are the default class (claims name none).
         cluster.kubectl("annotate", "storageclass", "local-disk",
                         "storageclass.kubernetes.io/is-default-class=true")
+        # The node lifecycle controller removes the `not-ready` taint a little
+        # after kwok reports a node Ready: start the clock on a ready cluster.
+        def untainted() -> bool:
+            nodes = cluster.api().get("/api/v1/nodes")["items"]
+            return len(nodes) == n and not any(
+                t.get("key") == "node.kubernetes.io/not-ready"
+                for node in nodes for t in (node.get("spec") or {}).get("taints") or [])
+
+        wait_until("every node without the not-ready taint", untainted, timeout=300)
         op = OperatorProcess(cluster, identity="bench")
         op.start()
         setup = time.monotonic() - began
@@ -115,6 +133,13 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             time.sleep(3)  # the last status writes and events
             events = cluster.audit_events()[audit_start:]
             metrics = op.metrics()
+            all_events = api.get("/api/v1/namespaces/bench/events")["items"]
+            event_reasons = Counter(e.get("reason", "") for e in all_events)
+            for e in all_events:
+                if e.get("reason") in ("Unplaced", "Moved") and os.environ.get("CONVERGE_DEBUG"):
+                    print(e["involvedObject"]["name"], e["reason"], e["message"][:300],
+                          file=sys.stderr)
+            operator_cpu = _cpu_seconds(op.proc.pid if op.proc else None)
         finally:
             op.stop()
             cluster.stop()
@@ -131,6 +156,8 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             "reads_per_model": round(sum(verbs[v] for v in READ) / n, 2),
             "writes_per_model": round(sum(verbs[v] for v in WRITE) / n, 2),
             "writes": dict(sorted(writes.items())),
+            "operator_cpu_s": operator_cpu,
+            "events_by_reason": dict(sorted(event_reasons.items())),
             "passes": _metric(metrics, "localmodel_operator_pass_duration_seconds_count"),
             "pass_seconds_total": round(
                 _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),

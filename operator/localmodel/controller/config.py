@@ -19,6 +19,8 @@ from typing import Literal
 from localmodel.gateway.config import ConfigError
 from localmodel.render import DEFAULT_OPERATOR_IMAGE
 
+__all__ = ["ConfigError", "OperatorConfig", "parse_config"]
+
 ENV_PREFIX = "LOCALMODEL_"
 LogFormat = Literal["json", "text"]
 

@@ -58,6 +58,7 @@ class ModelObject:
     model: LocalModel | None
     error: str  # empty when `model` parsed
     status: LocalModelStatus | None  # what is stored (None if absent or unreadable)
+    resource_version: str = ""
 
     @property
     def key(self) -> str:
@@ -208,6 +209,7 @@ def parse_model(body: Raw) -> ModelObject:
     name = str(meta.get("name") or "")
     uid = str(meta.get("uid") or "")
     generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+    rv = str(meta.get("resourceVersion") or "")
     status: LocalModelStatus | None = None
     raw_status = body.get("status")
     if isinstance(raw_status, Mapping) and raw_status:
@@ -220,10 +222,10 @@ def parse_model(body: Raw) -> ModelObject:
         model = parse_local_model(without_status)
     except InvalidObject as exc:
         return ModelObject(namespace, name, uid, generation, None, format_errors(exc.errors),
-                           status)
+                           status, rv)
     if status is not None:
         model = model.model_copy(update={"status": status})
-    return ModelObject(namespace, name, uid, generation, model, "", status)
+    return ModelObject(namespace, name, uid, generation, model, "", status, rv)
 
 
 def _pod_ready(status: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,7 @@ from localmodel.controller.changes import (
 )
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.observed import (
+    ANNOTATION_APPLIED,
     ModelObject,
     Observed,
     Snapshot,
@@ -56,6 +58,9 @@ from localmodel.status import (
 
 log = logging.getLogger("localmodel.reconcile")
 RESOURCES = ("localmodels", "nodes", "pods", "claims", "volumes", "configmaps", "services")
+# A write is expected to show in the watches within this long; after that the
+# next pass acts on what it sees, whatever was written before.
+EXPECT_SECONDS = 30.0
 # A node the scheduler could not run a model's pod on is avoided this long.
 AVOID_SECONDS = 600.0
 # A change that failed is tried again after this long (doubling per failure).
@@ -129,6 +134,13 @@ class Reconciler:
         # model -> node -> until when: nodes whose pods stayed Unschedulable
         self.avoid: dict[str, dict[str, float]] = {}
         self._reported_stuck: dict[str, str] = {}  # pod -> message already reported
+        # Expectations (controller-runtime's idea): what this replica wrote and the
+        # watches have not shown yet. A pass that starts before the watch event of
+        # an earlier write arrives would otherwise repeat the write (a 409 create,
+        # a second delete, the same status again): more writes per model as N grows.
+        self._expected: dict[tuple[str, str, str], tuple[str, float]] = {}
+        self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
+        self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -212,13 +224,16 @@ class Reconciler:
             obs.valid_models(),
             list(obs.nodes.values()),
             now=now_s,
-            current=current_placements(obs),
+            current=self._current_with_memory(obs),
             usage=obs.usage,
             ready=readiness(obs),
             options=RenderOptions(operator_image=self.config.operator_image),
             claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
             avoid={m: frozenset(nodes) for m, nodes in self.avoid.items()},
         )
+        self._placed = {
+            r.model.key: {rep.replica: rep.node for rep in r.replicas} for r in state.models
+        }
         result = PassResult(models=len(obs.models))
         work: list[tuple[ModelObject, ModelChanges, LocalModelStatus]] = []
         for model_result in state.models:
@@ -240,6 +255,19 @@ class Reconciler:
                                            extra_events.get(mo.key, []))
                                for mo, ch, st in work))
         return result
+
+    def _current_with_memory(self, obs: Observed) -> dict[str, list[str | None]]:
+        """Where replicas are: what the watches show, else where the last pass put
+        them (its pods and status may not have reached the watches yet; without
+        this, a pass right after a big one would plan those models afresh and
+        move them)."""
+        current = current_placements(obs)
+        for key, nodes in current.items():
+            remembered = self._placed.get(key, {})
+            for replica, node in enumerate(nodes):
+                if node is None and replica in remembered:
+                    nodes[replica] = remembered[replica]
+        return current
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
         """Nodes whose pods the scheduler left Unschedulable for a while are
@@ -304,9 +332,12 @@ class Reconciler:
         sem = asyncio.Semaphore(self.config.write_concurrency)
 
         async def one(change: Change) -> None:
+            if self._still_expected(change, obs):
+                return
             async with sem:
                 try:
                     await self._apply(change)
+                    self._expect(change)
                     result.writes += 1
                     event = getattr(change, "event", None)
                     if event is not None:
@@ -339,7 +370,46 @@ class Reconciler:
         for event in events:
             await self._event(mo, event, now)
         if status_changed(mo.status, status):
-            await self._write_status(mo, status)
+            body = json.dumps(status_body(status), sort_keys=True)
+            # Written already, and the watch has not shown it yet: not again.
+            if self._written_status.get(mo.key) != (
+                mo.resource_version, body
+            ) and await self._write_status(mo, status):
+                self._written_status[mo.key] = (mo.resource_version, body)
+
+    def _still_expected(self, change: Change, obs: Observed) -> bool:
+        """Whether this change was already made and the watches lag behind."""
+        kind, ns, name = _describe(change)
+        key = (kind, ns, name)
+        seen = self._expected.get(key)
+        if seen is None:
+            return False
+        what, until = seen
+        if time.monotonic() > until:
+            del self._expected[key]
+            return False
+        present = _observed_has(obs, kind, ns, name)
+        if (what == "delete" and not present) or (what == "create" and present):
+            del self._expected[key]  # the watch caught up
+            return False
+        if what.startswith("apply:"):
+            digest = _applied_hash(change)
+            have = obs.objects.get((kind, ns, name))
+            if have is not None and have.applied_hash == what[len("apply:"):]:
+                del self._expected[key]
+                return False
+            return digest == what[len("apply:"):]
+        return what == ("delete" if isinstance(change, Delete) else "create")
+
+    def _expect(self, change: Change) -> None:
+        key = _describe(change)
+        if isinstance(change, Delete):
+            what = "delete"
+        elif isinstance(change, Create):
+            what = "create"
+        else:
+            what = "apply:" + _applied_hash(change)
+        self._expected[key] = (what, time.monotonic() + EXPECT_SECONDS)
 
     async def _apply(self, change: Change) -> None:
         if isinstance(change, Create):
@@ -352,7 +422,7 @@ class Reconciler:
         log.info("%s %s %s/%s: %s", type(change).__name__.lower(),
                  *_describe(change), change.why)
 
-    async def _write_status(self, mo: ModelObject, status: LocalModelStatus) -> None:
+    async def _write_status(self, mo: ModelObject, status: LocalModelStatus) -> bool:
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -365,6 +435,12 @@ class Reconciler:
             if exc.status != 404 and not _namespace_ending(exc):  # a model gone needs none
                 log.warning("%s: status not written: %s", mo.key, exc)
                 self.trigger_later(RETRY_SECONDS[1])
+            return False
+        except (TimeoutError, OSError) as exc:
+            log.warning("%s: status not written: %s", mo.key, exc)
+            self.trigger_later(RETRY_SECONDS[1])
+            return False
+        return True
 
     async def _event(self, mo: ModelObject, event: EventSpec, now: str) -> None:
         body = {
@@ -390,6 +466,24 @@ class Reconciler:
                 log.warning("%s: event not posted: %s", mo.key, exc)
         except (TimeoutError, OSError) as exc:
             log.warning("%s: event not posted: %s", mo.key, exc)
+
+
+def _applied_hash(change: Change) -> str:
+    if isinstance(change, Delete):
+        return ""
+    annotations = change.manifest["metadata"].get("annotations") or {}
+    return str(annotations.get(ANNOTATION_APPLIED, "")) or json.dumps(
+        change.manifest, sort_keys=True)
+
+
+def _observed_has(obs: Observed, kind: str, ns: str, name: str) -> bool:
+    if kind == "Pod":
+        return (ns, name) in obs.pods
+    if kind == "PersistentVolumeClaim":
+        return (ns, name) in obs.claims
+    if kind in ("ConfigMap", "Service"):
+        return (kind, ns, name) in obs.objects
+    return False
 
 
 def _namespace_ending(exc: KubeError) -> bool:
