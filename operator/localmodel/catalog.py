@@ -3,7 +3,7 @@
 Architecture numbers (blocks, KV heads, head sizes) come from each model's
 published config (`num_hidden_layers`, `num_key_value_heads`, `head_dim`),
 which GGUF carries as `<arch>.block_count`, `<arch>.attention.head_count_kv`,
-`<arch>.attention.key_length` / `value_length` (ENGINE-FACTS.md, Memory).
+`<arch>.attention.key_length` / `value_length` (docs/engine-facts.md, Memory).
 Weights sizes are the download sizes of Ollama's default (Q4_K_M) tags as the
 Ollama library lists them; CPU-only Ollama disables mmap, so they count fully
 against the memory limit. For anything else, `spec.modelInfo` says it.

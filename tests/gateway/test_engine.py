@@ -334,10 +334,10 @@ async def test_slots_match_the_engine_under_concurrency(
 async def test_without_the_gateway_a_non_streaming_caller_leaving_does_not_stop_the_engine(
     engine: Engine,
 ) -> None:
-    """Control, and the engine fact the gateway exists for (ENGINE-FACTS.md,
+    """Control, and the engine fact the gateway exists for (docs/engine-facts.md,
     Cancellation): straight to llama-server, a non-streaming request whose
     caller disconnects keeps generating. If this starts failing, the engine
-    changed: update ENGINE-FACTS.md."""
+    changed: update docs/engine-facts.md."""
     port = int(engine.url.rsplit(":", 1)[1])
     body = {"prompt": "Once upon a time", "max_tokens": 150, "ignore_eos": True}
     async with aiohttp.ClientSession() as session:

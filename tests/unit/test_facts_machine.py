@@ -124,7 +124,7 @@ def test_cpuset_smaller_than_the_quota_wins(tmp_path: Path) -> None:
 
 def test_static_cpu_manager_exclusive_cpus_without_quota(tmp_path: Path) -> None:
     # DisableCPUQuotaWithExclusiveCPUs: cpu.max reads max, the cpuset is the limit
-    # (ENGINE-FACTS.md, kubernetes#127525).
+    # (docs/engine-facts.md, kubernetes#127525).
     files = {**base(16, allowed="4,5,12,13"), "sys/fs/cgroup/cpu.max": "max 100000\n"}
     facts = from_this_machine(build(tmp_path, files))
     assert facts.cgroup_cpu_quota is None
@@ -369,7 +369,8 @@ def test_budget_is_the_min_of_cpus_cpuset_and_quota(
         assert facts.cgroup_cpu_quota is None
     assert facts.allocatable_cpu_milli == expected
     assert facts.allocatable_cpu_milli <= (facts.cpuset_cpus or 0) * 1000
-    # Threads derived from the budget never exceed the quota (ENGINE-FACTS "Threads").
+    # Threads derived from the budget never exceed the quota
+    # (docs/engine-facts.md, "Threads and the CPU budget").
     if facts.cgroup_cpu_quota is not None:
         assert facts.allocatable_cpus <= facts.cgroup_cpu_quota
 

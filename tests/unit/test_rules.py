@@ -239,7 +239,7 @@ def test_forced_safe_path_on_fixed_version() -> None:
 def test_memory_is_weights_plus_kv_plus_overhead() -> None:
     t = run(spec(context=2048))
     shape = CATALOG["qwen3:1.7b"]
-    kv = 224 * MiB  # ENGINE-FACTS.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
+    kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
     assert t.memory_bytes == shape.weights_bytes + kv + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
 

@@ -97,7 +97,8 @@ _THREAD_FLAGS = ("-t", "--threads")
 
 def threads_from_command_line(argv: Sequence[str], env: Mapping[str, str]) -> int | None:
     """llama-server's ``-t/--threads N`` (or ``--threads=N``), else ``LLAMA_ARG_THREADS``
-    (the flag wins: llama.cpp applies the environment first, ENGINE-FACTS Threads)."""
+    (the flag wins: llama.cpp applies the environment first; docs/engine-facts.md,
+    "The child inherits the environment")."""
     found: int | None = None
     args = list(argv)
     for index, arg in enumerate(args):

@@ -3,7 +3,7 @@
 The CPU budget is what a process here may really use: the smallest of the CPU
 count, the cpuset (``sched_getaffinity``) and the cgroup CPU quota. Engines get
 this wrong by themselves: llama.cpp counts every host CPU, and Ollama reads only
-cgroup v2 ``cpu.max`` and never the cpuset (ENGINE-FACTS.md "Threads", "What a
+cgroup v2 ``cpu.max`` and never the cpuset (docs/engine-facts.md "Threads", "What a
 pod sees as its CPU budget").
 
 Every file is read under ``root`` so tests can build a fake ``/proc`` and

@@ -1,14 +1,14 @@
 """Request rewriting: what the gateway changes in a caller's body, and why. Pure.
 
 The operator owns a few settings because they decide whether the node stays
-fast (ENGINE-FACTS.md): the thread count (oversubscription collapses decode),
+fast (docs/engine-facts.md): the thread count (oversubscription collapses decode),
 the context (memory was sized for it), every other option Ollama loads the
 model with (a different value reloads the model for every caller), the
 generation cap (an abandoned request must end by itself even if cancellation
 regresses in the engine,
 llama.cpp#11720/#13262) and keep_alive (weights are loaded once). And every
 generation goes upstream as a stream, because only a streaming request is
-cancelled reliably when its connection closes (ENGINE-FACTS.md, Cancellation).
+cancelled reliably when its connection closes (docs/engine-facts.md, Cancellation).
 """
 
 from __future__ import annotations

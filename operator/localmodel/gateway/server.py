@@ -5,7 +5,7 @@ handler cancellation on, so a caller that goes away cancels its handler task
 at once, even while a non-streaming caller is only waiting; every path that
 leaves a handler early closes the upstream response (`ClientResponse.close`,
 which closes its TCP connection), and the engine, which is always asked to
-stream, stops at its next token (ENGINE-FACTS.md, Cancellation).
+stream, stops at its next token (docs/engine-facts.md, Cancellation).
 """
 
 from __future__ import annotations
