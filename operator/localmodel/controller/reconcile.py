@@ -354,7 +354,13 @@ class Reconciler:
                     result.failures += 1
                     failed.append(f"API unreachable: {exc}")
 
-        await asyncio.gather(*(one(c) for c in changes.changes))
+        # A pod's claim and ConfigMap first: a pod the scheduler sees before its
+        # claim exists fails scheduling and waits out a back-off.
+        def is_pod_create(c: Change) -> bool:
+            return isinstance(c, Create) and c.manifest.get("kind") == "Pod"
+
+        await asyncio.gather(*(one(c) for c in changes.changes if not is_pod_create(c)))
+        await asyncio.gather(*(one(c) for c in changes.changes if is_pod_create(c)))
         if failed:
             n = self._failures.get(mo.key, 0)
             self._failures[mo.key] = n + 1
