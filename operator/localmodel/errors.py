@@ -134,6 +134,26 @@ def object_name(body: object) -> str:
     return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
+def _drop_nulls(value: object, depth: int = 0) -> object:
+    """The object as the API server stores it: a null in a field the schema does
+    not mark nullable (none of ours is) is pruned before defaulting, so the
+    field's default applies, as if it were absent."""
+    if depth > 200:  # deeper than any valid spec; let validation say what is wrong
+        return value
+    if isinstance(value, Mapping):
+        return {k: _drop_nulls(v, depth + 1) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v, depth + 1) for v in value]
+    return value
+
+
+def _without_nulls(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping):
+        return body
+    return {**body, "spec": _drop_nulls(spec)}
+
+
 def parse_local_model(body: object) -> LocalModel:
     """A LocalModel from a manifest or an API server object, or InvalidObject.
 
@@ -152,7 +172,7 @@ def parse_local_model(body: object) -> LocalModel:
             name=name,
         )
     try:
-        return LocalModel.model_validate(body)
+        return LocalModel.model_validate(_without_nulls(body))
     except ValidationError as e:
         raise InvalidObject(from_validation_error(e), kind="LocalModel", name=name) from None
     except FieldError as e:  # a rule that ran outside pydantic's wrapping

@@ -107,3 +107,16 @@ def test_format_errors_is_one_line_per_error_prefixed_by_where_and_object() -> N
 def test_a_valid_body_parses() -> None:
     lm = parse_local_model(body(cpu=2))
     assert lm.key == "ai/m" and lm.spec.cpu == 2
+
+
+def test_nulls_in_the_spec_mean_the_default_as_the_api_server_reads_them() -> None:
+    """The API server prunes a null in a non-nullable field before defaulting (the
+    fuzz test found `engine: null` stored as the default): Python agrees."""
+    from localmodel.errors import parse_local_model
+
+    lm = parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+                            "metadata": {"name": "m"},
+                            "spec": {"model": "qwen3:1.7b", "engine": None, "replicas": None,
+                                     "gateway": {"maxQueue": None}}})
+    assert (lm.spec.engine.name.value, lm.spec.replicas) == ("ollama", 1)
+    assert lm.spec.gateway.max_queue == type(lm.spec.gateway)().max_queue  # its default
