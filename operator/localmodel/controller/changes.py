@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from localmodel.api import LocalModel
@@ -81,9 +81,6 @@ class ModelChanges:
     changes: tuple[Change, ...] = ()
     # Set while a roll (or start-up) is under way: the Progressing message.
     rolling: str | None = None
-    # When to look again without a watch event (an Unschedulable pod maturing).
-    recheck_after: float | None = None
-    rejected_nodes: Mapping[int, str] = field(default_factory=dict)
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localmodel import API_VERSION, KIND
-from localmodel.api import ConditionStatus, LocalModelStatus
+from localmodel.api import LocalModelStatus
 from localmodel.controller.changes import (
     Apply,
     Change,
@@ -503,7 +503,3 @@ def _describe(change: Change) -> tuple[str, str, str]:
         return change.kind, change.namespace, change.name
     meta = change.manifest["metadata"]
     return str(change.manifest["kind"]), str(meta["namespace"]), str(meta["name"])
-
-
-def ready_condition(status: LocalModelStatus) -> bool:
-    return any(c.type == "Ready" and c.status == ConditionStatus.TRUE for c in status.conditions)
