@@ -147,11 +147,26 @@ def _drop_nulls(value: object, depth: int = 0) -> object:
     return value
 
 
+def _meta_without_nulls(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """ObjectMeta as the API server decodes it: a null field is its zero value
+    (absent), and a null label or annotation value is the empty string."""
+    out: dict[str, Any] = {}
+    for k, v in meta.items():
+        if v is None:
+            continue
+        if k in ("labels", "annotations") and isinstance(v, Mapping):
+            v = {key: "" if val is None else val for key, val in v.items()}
+        out[k] = v
+    return out
+
+
 def _without_nulls(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = body.get("spec")
-    if not isinstance(spec, Mapping):
-        return body
-    return {**body, "spec": _drop_nulls(spec)}
+    out = {k: v for k, v in body.items() if v is not None}
+    if isinstance(out.get("spec"), Mapping):
+        out["spec"] = _drop_nulls(out["spec"])
+    if isinstance(out.get("metadata"), Mapping):
+        out["metadata"] = _meta_without_nulls(out["metadata"])
+    return out
 
 
 def parse_local_model(body: object) -> LocalModel:

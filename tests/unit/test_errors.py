@@ -120,3 +120,19 @@ def test_nulls_in_the_spec_mean_the_default_as_the_api_server_reads_them() -> No
                                      "gateway": {"maxQueue": None}}})
     assert (lm.spec.engine.name.value, lm.spec.replicas) == ("ollama", 1)
     assert lm.spec.gateway.max_queue == type(lm.spec.gateway)().max_queue  # its default
+
+
+def test_nulls_in_metadata_read_as_the_api_server_decodes_them() -> None:
+    """ObjectMeta is a Go struct: a null field is absent and a null label value
+    is "" (seen on kube-apiserver v1.35: `labels: {a: null}` is stored as
+    `{a: ""}`; the e2e fuzz found `labels: null` stored)."""
+    from localmodel.errors import parse_local_model
+
+    lm = parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+                            "metadata": {"name": "m", "namespace": "ai", "uid": None,
+                                         "labels": {"a": None}, "annotations": None},
+                            "spec": {"model": "qwen3:1.7b"}})
+    assert (lm.key, lm.metadata.labels, lm.metadata.annotations) == ("ai/m", {"a": ""}, {})
+    with pytest.raises(InvalidObject, match=r"metadata\.name"):
+        parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+                           "metadata": {"name": None}, "spec": {"model": "qwen3:1.7b"}})
