@@ -223,7 +223,7 @@ CORPUS: tuple[Bad, ...] = (
         "spec-null",
         _yaml(model(spec=None) | {"spec": None}),
         "spec",
-        "valid dictionary",
+        "Field required",  # a null is absent, as the API server reads it
         api="spec: Required value",
     ),
     # ---- quantities the schema accepted but the parser refused ---------------------------
