@@ -3,7 +3,8 @@ gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
 concurrency 1, 8 and 64, side by side.
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
-         [--burst] [--no-overflow] [--concurrency C ...] [--gateway-arg=--event-loop=asyncio]
+         [--burst] [--no-overflow] [--no-plain] [--concurrency C ...]
+         [--gateway-arg=--event-loop=asyncio]
 Needs: nginx on PATH (apt-get install nginx-light); skipped with a note if absent.
 
 The upstream is the Ollama stand-in (tests/gateway/ollama_standin.py, not
@@ -14,7 +15,9 @@ every TOKEN_DELAY seconds (a fast CPU engine). The gateway runs as
 overflow endpoint configured (`--overflow-url`, an API key in its environment)
 that is never used because nothing queues: the overflow must cost the local
 path nothing (`--no-overflow` leaves it out; the run checks afterwards that
-the gateway's metrics show no overflow activity). nginx runs one worker with
+the gateway's metrics show no overflow activity). To show that cost free of
+the machine's run-to-run noise, a second gateway without overflow
+(`gw-plain`) is measured in the same rounds (`--no-plain` leaves it out). nginx runs one worker with
 upstream keep-alive and buffering off.
 
 Method (the same for direct, gateway and nginx):
@@ -78,6 +81,7 @@ from pathlib import Path
 
 import psutil
 
+PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = 32
 TOKEN_DELAY = 0.004
@@ -413,6 +417,17 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
             f" throughput >= 0.95 of direct in {met_ratio}/{runs} runs "
             f"(median {statistics.median(ratios):.3f})"
         )
+        if PLAIN in ks[0].throughput:
+            # Overflow's cost on the local path, from the A/B in the same runs.
+            ttft = [k.added_ttft_p99["gateway"] - k.added_ttft_p99[PLAIN] for k in ks]
+            total = [k.added_total_p99["gateway"] - k.added_total_p99[PLAIN] for k in ks]
+            cpu = [k.cpu_ms["gateway"] / k.cpu_ms[PLAIN] for k in ks]
+            lines.append(
+                f"overflow configured vs not ({PLAIN}), at 8: p99 ttft "
+                f"{statistics.median(ttft) * 1000:+.2f} ms, p99 total "
+                f"{statistics.median(total) * 1000:+.2f} ms, CPU per request "
+                f"{statistics.median(cpu):.3f}x (medians over {runs} runs)"
+            )
     return lines
 
 
@@ -473,6 +488,7 @@ async def run(
     burst: bool,
     gateway_args: list[str],
     overflow: bool,
+    plain: bool,
 ) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -524,41 +540,55 @@ async def run(
                     "0",
                 ]
                 gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
-            gateway = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "localmodel.cli",
-                    "gateway",
-                    "--upstream",
-                    f"http://127.0.0.1:{up_port}",
-                    "--listen",
-                    f"127.0.0.1:{gw_port}",
-                    "--model",
-                    "standin:1b",
-                    "--slots",
-                    "256",
-                    "--max-queue",
-                    "256",
-                    "--threads",
-                    "2",
-                    "--context",
-                    "4096",
-                    *overflow_args,
-                    *gateway_args,
-                ],
-                cwd=ROOT,
-                env=gw_env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=_pinned(proxy_cpus),
-            )
-            procs.append(gateway)
-            wait_port(gw_port)
+
+            def start_gateway(
+                port: int, extra: list[str], env: dict[str, str]
+            ) -> subprocess.Popen[bytes]:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "localmodel.cli",
+                        "gateway",
+                        "--upstream",
+                        f"http://127.0.0.1:{up_port}",
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--model",
+                        "standin:1b",
+                        "--slots",
+                        "256",
+                        "--max-queue",
+                        "256",
+                        "--threads",
+                        "2",
+                        "--context",
+                        "4096",
+                        *extra,
+                        *gateway_args,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    preexec_fn=_pinned(proxy_cpus),
+                )
+                procs.append(proc)
+                wait_port(port)
+                return proc
+
+            gateway = start_gateway(gw_port, overflow_args, gw_env)
             targets: dict[str, tuple[int, list[psutil.Process]]] = {
                 "direct": (up_port, []),
                 "gateway": (gw_port, [psutil.Process(gateway.pid)]),
             }
+            if overflow and plain:
+                # The same gateway without overflow, measured in the same run:
+                # what configuring overflow costs the local path, free of the
+                # machine's run-to-run noise.
+                plain_port = free_port()
+                bare = start_gateway(plain_port, [], env)
+                targets[PLAIN] = (plain_port, [psutil.Process(bare.pid)])
             nginx = start_nginx(tmp, up_port, proxy_cpus)
             notes = []
             if nginx is None:
@@ -649,6 +679,11 @@ def main() -> int:
         default=[],
         help="extra flag for the gateway, e.g. --gateway-arg=--event-loop=asyncio",
     )
+    parser.add_argument(
+        "--no-plain",
+        action="store_true",
+        help="leave out the gw-plain target (the same gateway without overflow, the A/B)",
+    )
     args = parser.parse_args()
     # Requests per client per round: enough samples for a p99 at every level.
     levels = args.concurrency or CONCURRENCY
@@ -664,6 +699,7 @@ def main() -> int:
             args.burst,
             args.gateway_arg,
             not args.no_overflow,
+            not args.no_plain,
         )
     ):
         print(line)
