@@ -481,8 +481,10 @@ CORPUS: tuple[Bad, ...] = (
         "spec.kvCache",
         "needs flash attention",
     ),
-    spec_case("model-with-space", {"model": "qwen3 1.7b"}, "spec.model", "pattern"),
-    spec_case("model-shell", {"model": "x;rm -rf /"}, "spec.model", "pattern"),
+    spec_case(
+        "model-with-space", {"model": "qwen3 1.7b"}, "spec.model", "must be a model reference"
+    ),
+    spec_case("model-shell", {"model": "x;rm -rf /"}, "spec.model", "got 'x;rm -rf /'"),
     # kubectl's default fieldValidation=Strict refuses it; without Strict the API server
     # prunes it and the operator reads the pruned, valid object.
     spec_case(

@@ -110,8 +110,20 @@ def _reason(err: Mapping[str, Any]) -> tuple[str, str]:
     raised = (err.get("ctx") or {}).get("error")
     if isinstance(raised, FieldError):
         return raised.field_path, raised.reason
+    if err.get("type") == "string_pattern_mismatch":
+        from localmodel.api.v1alpha1 import PATTERN_WORDS
+
+        words = PATTERN_WORDS.get(str((err.get("ctx") or {}).get("pattern")))
+        if words is not None:
+            return "", f"must be {words}; got {_shown(err.get('input'))}"
     msg = str(err.get("msg", "invalid"))
     return "", msg.removeprefix("Value error, ")
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A value quoted for a message, cut short: input may be long or hostile."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def from_validation_error(e: ValidationError) -> tuple[FieldError, ...]:

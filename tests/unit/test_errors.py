@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import pytest
@@ -136,3 +137,50 @@ def test_nulls_in_metadata_read_as_the_api_server_decodes_them() -> None:
     with pytest.raises(InvalidObject, match=r"metadata\.name"):
         parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
                            "metadata": {"name": None}, "spec": {"model": "qwen3:1.7b"}})
+
+
+def _field_patterns(model: type[Any], seen: set[type[Any]]) -> set[str]:
+    """The `pattern=` of every string field pydantic checks, below `model`."""
+    from pydantic import BaseModel
+
+    if model in seen:
+        return set()
+    seen.add(model)
+    found: set[str] = set()
+    for field in model.model_fields.values():
+        found |= {
+            m.pattern
+            for m in field.metadata
+            # pydantic's own constraint, not a check from api/checks.py
+            if type(m).__module__.startswith("pydantic")
+            and isinstance(getattr(m, "pattern", None), str)
+        }
+        for arg in typing.get_args(field.annotation) or (field.annotation,):
+            for inner in typing.get_args(arg) or (arg,):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    found |= _field_patterns(inner, seen)
+    return found
+
+
+def test_every_pattern_in_the_spec_has_words() -> None:
+    """A value that fails a pattern is told what the field wants, not the regex:
+    a new `pattern=` in the spec without words fails here. (Names and
+    quantities are checked by api/checks.py, which words its own errors.)"""
+    from localmodel.api import LocalModel
+    from localmodel.api.v1alpha1 import PATTERN_WORDS, LocalModelSpec
+
+    patterns = _field_patterns(LocalModelSpec, set())
+    assert LocalModel.model_fields["spec"].annotation is LocalModelSpec
+    assert len(patterns) >= 10 and patterns <= set(PATTERN_WORDS), patterns - set(PATTERN_WORDS)
+
+
+def test_a_pattern_error_names_what_the_field_wants_and_what_it_got() -> None:
+    bad = {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+           "metadata": {"name": "m"}, "spec": {"model": "Bad Model!" + "x" * 100}}
+    with pytest.raises(InvalidObject) as info:
+        parse_local_model(bad)
+    [err] = info.value.errors
+    assert err.field_path == "spec.model"
+    assert err.reason.startswith("must be a model reference such as qwen3:1.7b")
+    assert "got 'Bad Model!xxx" in err.reason and err.reason.endswith("...")
+    assert "^[" not in err.reason  # no regex

@@ -54,6 +54,9 @@ KEEP_ALIVE_PATTERN = r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^-?[0-9]+$"
 # Ollama model reference: [registry/][namespace/]name[:tag]
 MODEL_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._\-/]*(:[a-zA-Z0-9._\-]+)?$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENGINE_VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+){0,2}([-+].*)?$"
+FAMILY_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
+NO_SPACE_PATTERN = r"^\S+$"
 
 # Environment variables the operator sets from the spec and its rules. A user
 # setting one of them would silently undo a rule, so the API rejects it.
@@ -188,7 +191,7 @@ class Engine(_Base):
         description="Engine version used by version-ranged rules (e.g. `0.32.2`). "
         "Defaults to the image tag; an unparsable tag means an unknown version, "
         "and rules then take the safe side.",
-        pattern=r"^v?[0-9]+(\.[0-9]+){0,2}([-+].*)?$",
+        pattern=ENGINE_VERSION_PATTERN,
     )
 
     def resolved_image(self) -> str:
@@ -223,13 +226,15 @@ class ModelInfo(_Base):
     family: str | None = Field(
         None,
         description="Model family (e.g. `qwen3`, `llama`, `gemma3`) for family-scoped rules.",
-        pattern=r"^[a-z0-9][a-z0-9.\-]*$",
+        pattern=FAMILY_PATTERN,
     )
 
 
 # The last path segment of a URL, when it names a GGUF file (query and fragment aside).
 GGUF_URL_FILE_PATTERN = r"/([A-Za-z0-9][A-Za-z0-9._-]*[.]gguf)([?#].*)?$"
 GGUF_FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*[.]gguf$"
+GGUF_URL_PATTERN = r"^https?://\S+$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
 class GGUF(_Base):
@@ -238,13 +243,13 @@ class GGUF(_Base):
     url: str = Field(
         description="Where the init step downloads the file when the weights volume does "
         "not hold it yet (http or https). Downloaded once: later starts find it there.",
-        pattern=r"^https?://\S+$",
+        pattern=GGUF_URL_PATTERN,
         max_length=2048,
     )
     sha256: str = Field(
         description="SHA-256 of the file, 64 lower-case hex digits. A download or a file "
         "already on the volume that does not match fails the pod's start.",
-        pattern=r"^[0-9a-f]{64}$",
+        pattern=SHA256_PATTERN,
     )
     file: str | None = Field(
         None,
@@ -386,6 +391,26 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # An http(s) base URL without query or fragment, e.g. https://api.example.com/v1.
 HTTP_URL_PATTERN = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 
+# What each pattern asks for, in words: a value that fails one is refused with
+# these words (errors.py looks the pattern up here) rather than the regex.
+PATTERN_WORDS: dict[str, str] = {
+    MODEL_PATTERN: "a model reference such as qwen3:1.7b or library/qwen3:1.7b (letters, "
+    "digits, '.', '_', '-' and '/', then an optional ':tag'; no spaces)",
+    KEEP_ALIVE_PATTERN: "a Go duration such as 5m, 1h30m or -1m, or whole seconds such as 300",
+    ENV_NAME_PATTERN: "an environment variable name (a letter or '_', then letters, digits "
+    "or '_')",
+    ENGINE_VERSION_PATTERN: "a version such as 0.34.4 or v0.34.4",
+    FAMILY_PATTERN: "a model family such as qwen3 (lower-case letters, digits, '.' and '-')",
+    NO_SPACE_PATTERN: "a name without spaces",
+    GGUF_URL_PATTERN: "an http:// or https:// URL without spaces",
+    SHA256_PATTERN: "a SHA-256 digest: 64 lower-case hex digits",
+    GGUF_FILE_PATTERN: "a file name ending in .gguf (letters, digits, '.', '_' and '-')",
+    DNS_SUBDOMAIN_PATTERN: "a Kubernetes object name (lower-case letters, digits, '-' and '.')",
+    SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_' and '.')",
+    HTTP_URL_PATTERN: "an http:// or https:// base URL without spaces, query or fragment, "
+    "such as https://api.example.com/v1",
+}
+
 
 class SecretKeyRef(_Base):
     """One key of a Secret in the LocalModel's namespace."""
@@ -417,7 +442,7 @@ class Overflow(_Base):
     )
     model: str = Field(
         description="Model name overflowed requests carry.",
-        pattern=r"^\S+$",
+        pattern=NO_SPACE_PATTERN,
         min_length=1,
         max_length=256,
     )
