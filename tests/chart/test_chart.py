@@ -12,6 +12,7 @@ from tests.harness.chart import (
     operator_objects,
     probe_objects,
     render_chart,
+    user_roles,
 )
 
 
@@ -33,7 +34,7 @@ def test_chart_passes_helm_lint_strict(tools: Tools) -> None:
 
 def test_cluster_role_never_grants_secrets_or_wildcards(tools: Tools) -> None:
     roles = of_kind(render_chart(tools), "ClusterRole")
-    assert len(roles) == 2  # the operator's and the node probe's
+    assert len(roles) == 4  # the operator's, the node probe's, and edit and view for users
     for rule in (rule for role in roles for rule in role["rules"]):
         assert "secrets" not in rule["resources"]
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
@@ -144,3 +145,26 @@ def test_leader_election_lease_is_granted_only_in_the_release_namespace(tools: T
     assert rule["resources"] == ["leases"] and "delete" not in rule["verbs"]
     for role in of_kind(rendered, "ClusterRole"):
         assert all("leases" not in r["resources"] for r in role["rules"])
+
+
+def test_users_with_edit_may_scale_localmodels_and_view_may_only_read(tools: Tools) -> None:
+    """The roles aggregated into the cluster's admin, edit and view; their effect
+    on a real cluster is tests/e2e/test_autoscaling.py's."""
+    roles = {r["metadata"]["labels"].get("rbac.authorization.k8s.io/aggregate-to-view", "edit"):
+             r for r in user_roles(render_chart(tools))}
+    edit, view = roles["edit"], roles["true"]
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+
+    def grants(role: dict[str, object], resource: str) -> set[str]:
+        rules = role["rules"]
+        assert isinstance(rules, list)
+        return {v for rule in rules if resource in rule["resources"] for v in rule["verbs"]}
+
+    assert {"create", "patch", "delete"} <= grants(edit, "localmodels")
+    assert {"get", "patch", "update"} <= grants(edit, "localmodels/scale")
+    assert grants(edit, "localmodels/status") == {"get", "list", "watch"}  # the operator's
+    for resource in ("localmodels", "localmodels/status", "localmodels/scale"):
+        assert grants(view, resource) == {"get", "list", "watch"}
+    off = render_chart(tools, set_values=("rbac.aggregateToDefaultRoles=false",))
+    assert user_roles(off) == []

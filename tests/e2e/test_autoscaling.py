@@ -23,6 +23,7 @@ from localmodel.desired import desired_state
 from localmodel.facts.node import from_node_list
 from tests.e2e.conftest import ROOT, install_crd
 from tests.harness import TestCluster
+from tests.harness.chart import render_chart, user_roles
 from tests.harness.processes import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -96,6 +97,70 @@ def test_kubectl_scale_drives_spec_replicas_and_the_scale_subresource_reads_stat
     )
     assert refused.returncode != 0
     assert "spec.replicas" in refused.stderr
+
+
+def test_users_with_edit_may_kubectl_scale_and_view_may_only_read(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    """The chart's roles aggregated into the cluster's edit and view, as
+    kube-controller-manager's aggregation controller folds them in."""
+    assert cluster.tools is not None
+    api = cluster.api()
+    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels", lm("shared"))
+    assert status == 201, body
+    for user, role in (("alice", "edit"), ("bob", "view")):
+        api.create(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+            {
+                "metadata": {"name": f"{user}-{role}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                              "name": user}],
+            },
+        )
+
+    def can(user: str, verb: str, *extra: str) -> bool:
+        out = cluster.kubectl(
+            "auth", "can-i", verb, "localmodels.localmodel.dev", *extra, "-n", namespace,
+            "--as", user, check=False,
+        )
+        return out.stdout.strip() == "yes"
+
+    def scale(user: str, replicas: int) -> subprocess.CompletedProcess[str]:
+        return cluster.kubectl(
+            "scale", "lm", "shared", "-n", namespace, "--replicas", str(replicas),
+            "--as", user, check=False,
+        )
+
+    # Without the chart's roles, edit knows nothing of LocalModels.
+    assert not can("alice", "patch", "--subresource=scale")
+    assert "forbidden" in scale("alice", 2).stderr.lower()
+    roles = user_roles(
+        render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version)
+    )
+    assert len(roles) == 2
+    cluster.apply(roles)
+    try:
+        wait_until(
+            "the aggregation controller to fold the chart's roles into edit and view",
+            lambda: can("alice", "patch", "--subresource=scale") and can("bob", "get"),
+            timeout=60,
+            interval=0.5,
+        )
+        out = scale("alice", 2)
+        assert out.returncode == 0 and "scaled" in out.stdout, out.stderr
+        path = f"{crd}/namespaces/{namespace}/localmodels/shared"
+        assert api.get(path)["spec"]["replicas"] == 2
+        assert can("alice", "delete") and not can("alice", "patch", "--subresource=status")
+        got = cluster.kubectl("get", "lm", "shared", "-n", namespace, "--as", "bob")
+        assert "shared" in got.stdout
+        refused = scale("bob", 3)
+        assert refused.returncode != 0 and "forbidden" in refused.stderr.lower()
+        assert api.get(path)["spec"]["replicas"] == 2
+    finally:
+        for role in roles:
+            api.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}")
 
 
 def test_an_hpa_reads_the_localmodels_scale(cluster: TestCluster, crd: str, namespace: str) -> None:

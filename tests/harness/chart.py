@@ -60,8 +60,22 @@ def is_probe(manifest: Manifest) -> bool:
     return labels.get("app.kubernetes.io/component") == PROBE_COMPONENT
 
 
+USER_ROLES_COMPONENT = "user-roles"
+
+
+def is_user_role(manifest: Manifest) -> bool:
+    """One of the ClusterRoles aggregated into the cluster's admin, edit and view."""
+    labels = (manifest.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component") == USER_ROLES_COMPONENT
+
+
 def operator_objects(manifests: list[Manifest]) -> list[Manifest]:
-    return [m for m in manifests if not is_probe(m)]
+    """What the operator itself runs as and with (not the probe's, not the user roles)."""
+    return [m for m in manifests if not is_probe(m) and not is_user_role(m)]
+
+
+def user_roles(manifests: list[Manifest]) -> list[Manifest]:
+    return [m for m in manifests if is_user_role(m)]
 
 
 def probe_objects(manifests: list[Manifest]) -> list[Manifest]:
