@@ -54,10 +54,14 @@ def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
 PROBE_COMPONENT = "node-probe"
 
 
+def _component(manifest: Manifest) -> object:
+    labels = (manifest.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component")
+
+
 def is_probe(manifest: Manifest) -> bool:
     """One of the node probe's objects (its ServiceAccount, RBAC, DaemonSet)."""
-    labels = (manifest.get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/component") == PROBE_COMPONENT
+    return _component(manifest) == PROBE_COMPONENT
 
 
 USER_ROLES_COMPONENT = "user-roles"
@@ -65,8 +69,7 @@ USER_ROLES_COMPONENT = "user-roles"
 
 def is_user_role(manifest: Manifest) -> bool:
     """One of the ClusterRoles aggregated into the cluster's admin, edit and view."""
-    labels = (manifest.get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/component") == USER_ROLES_COMPONENT
+    return _component(manifest) == USER_ROLES_COMPONENT
 
 
 def operator_objects(manifests: list[Manifest]) -> list[Manifest]:

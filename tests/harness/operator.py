@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness.chart import NAMESPACE, is_user_role, render_chart
+from tests.harness.chart import NAMESPACE, operator_objects, render_chart
 from tests.harness.cluster import OPERATOR, TestCluster
 from tests.harness.processes import ManagedProcess, free_ports, wait_until
 from tests.harness.tools import REPO_ROOT
@@ -33,9 +33,7 @@ def chart_rbac(cluster: TestCluster) -> list[dict[str, Any]]:
     assert cluster.tools is not None
     rendered = render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version,
                             set_values=("probe.enabled=false",))
-    # The operator's own (not the probe's, not the roles for the cluster's users).
-    return [m for m in rendered if m["kind"] in RBAC_KINDS
-            and "probe" not in m["metadata"]["name"] and not is_user_role(m)]
+    return [m for m in operator_objects(rendered) if m["kind"] in RBAC_KINDS]
 
 
 def install_operator(cluster: TestCluster) -> list[dict[str, Any]]:
