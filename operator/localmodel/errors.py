@@ -107,13 +107,14 @@ def _path(loc: Sequence[int | str]) -> str:
 
 def _reason(err: Mapping[str, Any]) -> tuple[str, str]:
     """(extra path below loc, reason) of one pydantic error."""
-    raised = (err.get("ctx") or {}).get("error")
+    ctx = err.get("ctx") or {}
+    raised = ctx.get("error")
     if isinstance(raised, FieldError):
         return raised.field_path, raised.reason
     if err.get("type") == "string_pattern_mismatch":
         from localmodel.api.v1alpha1 import PATTERN_WORDS
 
-        words = PATTERN_WORDS.get(str((err.get("ctx") or {}).get("pattern")))
+        words = PATTERN_WORDS.get(str(ctx.get("pattern")))
         if words is not None:
             return "", f"must be {words}; got {_shown(err.get('input'))}"
     msg = str(err.get("msg", "invalid"))

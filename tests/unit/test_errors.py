@@ -127,8 +127,6 @@ def test_nulls_in_metadata_read_as_the_api_server_decodes_them() -> None:
     """ObjectMeta is a Go struct: a null field is absent and a null label value
     is "" (seen on kube-apiserver v1.35: `labels: {a: null}` is stored as
     `{a: ""}`; the e2e fuzz found `labels: null` stored)."""
-    from localmodel.errors import parse_local_model
-
     lm = parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
                             "metadata": {"name": "m", "namespace": "ai", "uid": None,
                                          "labels": {"a": None}, "annotations": None},
