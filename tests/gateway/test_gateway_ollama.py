@@ -148,17 +148,24 @@ async def test_openai_client_through_the_gateway_on_ollama(
     engine: Ollama, gateway: tuple[RunningGateway, list[str]]
 ) -> None:
     gw, _ = gateway
-    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
-    done = await client.chat.completions.create(
-        model=TUNED, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
-    )
-    assert done.choices[0].message.content
-    assert done.usage is not None and 0 < done.usage.completion_tokens <= 8
-    stream = await client.chat.completions.create(
-        model=TUNED, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, stream=True
-    )
-    text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
-    assert "".join(text)
+    # Closed here: an AsyncOpenAI left to the garbage collector schedules its
+    # aclose() on whatever loop runs then (a later test's), which fails there.
+    async with openai.AsyncOpenAI(
+        base_url=gw.url + "/v1", api_key="unused", max_retries=0
+    ) as client:
+        done = await client.chat.completions.create(
+            model=TUNED, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+        )
+        assert done.choices[0].message.content
+        assert done.usage is not None and 0 < done.usage.completion_tokens <= 8
+        stream = await client.chat.completions.create(
+            model=TUNED,
+            messages=[{"role": "user", "content": "Say hi."}],
+            max_tokens=8,
+            stream=True,
+        )
+        text = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        assert "".join(text)
 
 
 async def test_streaming_ollama_client_that_leaves_stops_real_ollama(
