@@ -302,16 +302,16 @@ async def test_options_that_would_reload_the_model_reach_the_engine_as_the_pods(
 
 
 def test_relay_response_relies_on_a_private_aiohttp_attribute_that_still_exists() -> None:
-    """_RelayResponse sends headers with the first chunk by setting aiohttp's
+    """RelayResponse sends headers with the first chunk by setting aiohttp's
     private `_send_headers_immediately` (web.Response sets it False). If
     aiohttp renames it, headers silently go out alone again: fail loudly."""
     from aiohttp import web
 
-    from localmodel.gateway.server import _RelayResponse
+    from localmodel.gateway.wire import RelayResponse
 
     assert web.StreamResponse._send_headers_immediately is True
     assert web.Response._send_headers_immediately is False
-    assert _RelayResponse._send_headers_immediately is False
+    assert RelayResponse._send_headers_immediately is False
 
 
 async def test_passthrough_routes(make_rig: RigFactory) -> None:

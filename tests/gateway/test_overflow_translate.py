@@ -222,6 +222,9 @@ def test_breaker_backs_off_and_resets() -> None:
 def test_scrub() -> None:
     assert scrub("bad key sk-1 given", "sk-1") == "bad key [redacted] given"
     assert scrub("x", "") == "x"
+    # The overflow's answer is relayed as bytes, scrubbed the same way.
+    assert scrub(b'{"e":"sk-1 sk-1"}', "sk-1") == b'{"e":"[redacted] [redacted]"}'
+    assert scrub(b"x", "") == b"x"
 
 
 def test_overflow_flags_and_the_key_from_the_environment_only() -> None:

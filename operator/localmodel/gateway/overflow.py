@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from localmodel.gateway.assemble import (
     DONE,
@@ -298,6 +298,15 @@ class OverflowBreaker:
         self.open_until = -math.inf
 
 
-def scrub(text: str, secret: str) -> str:
-    """Text that may echo the API key (an endpoint's error body), key removed."""
-    return text.replace(secret, "[redacted]") if secret else text
+@overload
+def scrub(text: str, secret: str) -> str: ...
+@overload
+def scrub(text: bytes, secret: str) -> bytes: ...
+def scrub(text: str | bytes, secret: str) -> str | bytes:
+    """Text or bytes that may echo the API key (an endpoint's error body, the
+    overflow's answer relayed), key removed."""
+    if not secret:
+        return text
+    if isinstance(text, bytes):
+        return text.replace(secret.encode(), b"[redacted]")
+    return text.replace(secret, "[redacted]")

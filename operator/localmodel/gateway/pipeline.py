@@ -1,0 +1,239 @@
+"""One request, start to end: its deadline, its body read in time, the pure
+rewrite, a slot (or a place in the queue, or the overflow endpoint), the
+upstream exchange, and at the end its record: metrics and one log line.
+
+Each step either passes its result on or answers the caller at once, raising
+`_Answered` with the outcome already recorded; `Pipeline.handle` is the one
+place that turns what escapes (a caller gone, a shutdown, a bug) into an
+outcome, and that gives the slot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
+from localmodel.gateway.queueing import SlotQueue
+from localmodel.gateway.record import GatewayMetrics, Outcome, RequestRecord, log_line
+from localmodel.gateway.relay import Exchange, Relay
+from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
+from localmodel.gateway.routes import Kind, Route
+from localmodel.gateway.slots import Admission, Priority, parse_priority
+from localmodel.gateway.wire import error_response
+
+REQUEST_ID = web.RequestKey("request_id", str)
+SERVED_BY = web.RequestKey("served_by", str)
+
+
+class _Answered(Exception):
+    """A step answered the caller early; its outcome is in the record."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+@dataclass
+class _Slot:
+    """The slot a request holds (ticket 0: none), given back when it ends."""
+
+    ticket: int = 0
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    seconds: float  # as the caller or --deadline set it
+    at: float  # on the event loop's clock
+
+
+class Pipeline:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        queue: SlotQueue,
+        relay: Relay,
+        overflow: OverflowClient | None,
+        metrics: GatewayMetrics,
+        access_log: Callable[[str], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.queue = queue
+        self.relay = relay
+        self.overflow = overflow
+        self.metrics = metrics
+        self._access_log = access_log
+        self._clock = clock
+        self.in_flight = 0  # requests being handled now, any route
+        self.unexpected_errors = 0
+        self.closing = False  # the gateway is shutting down
+
+    async def handle(self, request: web.Request, route: Route) -> web.StreamResponse:
+        rec = self._record(request, route)
+        slot = _Slot()
+        self.in_flight += 1
+        try:
+            return await self._serve(request, route, rec, slot)
+        except _Answered as answered:
+            return answered.response
+        except asyncio.CancelledError:
+            if self.closing:
+                rec.finish(Outcome.SHUTDOWN, 499, "gateway shutting down")
+            else:
+                rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
+            raise
+        except ConnectionError:
+            # Whatever escaped on the caller's side: it is gone.
+            rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
+            return error_response(499, "caller disconnected")
+        except Exception as exc:
+            self.unexpected_errors += 1
+            rec.finish(Outcome.INTERNAL_ERROR, 500, f"{type(exc).__name__}: {exc}")
+            print(f"gateway: unexpected error in {route.path}: {exc!r}", file=sys.stderr)
+            return error_response(500, "internal gateway error")
+        finally:
+            self._end(rec, slot)
+
+    def _record(self, request: web.Request, route: Route) -> RequestRecord:
+        rec = RequestRecord(
+            request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16],
+            route=route.path,
+            priority=parse_priority(request.headers.get("X-Priority")).value,
+            start=self._clock(),
+        )
+        request[REQUEST_ID] = rec.request_id
+        return rec
+
+    def _end(self, rec: RequestRecord, slot: _Slot) -> None:
+        if slot.ticket and self.queue.holds(slot.ticket):
+            rec.slot_released_at = self._clock()
+            self.queue.release(slot.ticket)
+        self.in_flight -= 1
+        rec.end = self._clock()
+        self.metrics.record(rec)
+        self._access_log(log_line(rec, datetime.now(UTC).isoformat(timespec="milliseconds")))
+
+    async def _serve(
+        self, request: web.Request, route: Route, rec: RequestRecord, slot: _Slot
+    ) -> web.StreamResponse:
+        deadline = self._deadline(request, rec)
+        raw = await self._read_body(request, rec)
+        prepared = self._prepare(route, raw, rec)
+        if route.uses_slot:
+            overflowed = await self._take_slot(route, raw, rec, deadline, slot)
+            if overflowed is not None:
+                return await self._from_overflow(request, route, overflowed, rec, deadline)
+        ex = Exchange(route, rec)
+        work = self.relay.local(request, prepared, ex)
+        return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
+
+    # ---- the steps -----------------------------------------------------------
+
+    def _deadline(self, request: web.Request, rec: RequestRecord) -> _Deadline:
+        try:
+            seconds = request_deadline(
+                request.headers.get("X-Request-Timeout"), self.config.deadline
+            )
+        except BadRequest as exc:
+            raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
+        return _Deadline(seconds, asyncio.get_running_loop().time() + seconds)
+
+    async def _read_body(self, request: web.Request, rec: RequestRecord) -> bytes:
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            message = f"request body exceeds {self.config.max_body_bytes} bytes"
+            raise self._answer(rec, Outcome.TOO_LARGE, 413, message) from None
+        except TimeoutError:
+            message = f"request body not received within {self.config.body_timeout:g}s"
+            raise self._answer(rec, Outcome.BODY_TIMEOUT, 408, message) from None
+
+    def _prepare(self, route: Route, raw: bytes, rec: RequestRecord) -> Prepared:
+        if route.kind is Kind.PASSTHROUGH:
+            prepared = Prepared(body=raw, caller_streams=False, model="")
+        else:
+            try:
+                prepared = prepare(route, raw, self.config)
+            except BadRequest as exc:
+                raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
+            for option in prepared.rewritten:
+                self.metrics.options_rewritten.inc(1, (option,))
+        rec.model = prepared.model
+        rec.caller_streams = prepared.caller_streams
+        return prepared
+
+    async def _take_slot(
+        self, route: Route, raw: bytes, rec: RequestRecord, deadline: _Deadline, slot: _Slot
+    ) -> Overflowed | None:
+        """Hold a slot (None), or the overflow endpoint's answer instead."""
+        admission, ticket = self.queue.request(Priority(rec.priority))
+        if admission is Admission.REJECTED_BUSY:
+            raise self._answer(
+                rec, Outcome.REJECTED_BUSY, 429, "no free slot",
+                "no free slot; background requests are not queued", self._retry_after(),
+            )
+        if admission is not Admission.ADMITTED:
+            rec.queued_at = rec.start
+            overflowed = await self._wait(route, raw, rec, ticket, deadline)
+            if overflowed is not None:
+                return overflowed
+            if not ticket:
+                raise self._answer(
+                    rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
+                    f"queue full ({self.config.max_queue} waiting)", self._retry_after(),
+                )
+        slot.ticket = ticket
+        rec.slot_at = self._clock()
+        return None
+
+    async def _wait(
+        self, route: Route, raw: bytes, rec: RequestRecord, ticket: int, deadline: _Deadline
+    ) -> Overflowed | None:
+        """Wait in the queue (ticket 0: the queue is full), racing the overflow."""
+        attempt: OverflowTry | None = None
+        if self.overflow is not None:
+            attempt = self.overflow.attempt_for(route, raw, rec)
+        try:
+            return await self.queue.wait(ticket, deadline.at, attempt)
+        except TimeoutError:
+            message = f"deadline of {deadline.seconds:g}s passed while queued"
+            raise self._answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
+
+    async def _from_overflow(
+        self,
+        request: web.Request,
+        route: Route,
+        overflowed: Overflowed,
+        rec: RequestRecord,
+        deadline: _Deadline,
+    ) -> web.StreamResponse:
+        request[SERVED_BY] = rec.served_by = "overflow"
+        ex = Exchange(route, rec, upstream=overflowed.upstream)
+        work = self.relay.overflow(request, overflowed.plan, ex)
+        return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
+
+    def _retry_after(self) -> dict[str, str]:
+        return self.queue.retry_after(self.metrics.mean_slot_seconds)
+
+    @staticmethod
+    def _answer(
+        rec: RequestRecord,
+        outcome: Outcome,
+        status: int,
+        detail: str,
+        message: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> _Answered:
+        """Record the outcome; the answer to raise (message: what the caller
+        reads, when it says more than the record's detail)."""
+        rec.finish(outcome, status, detail)
+        return _Answered(error_response(status, message or detail, headers))
