@@ -58,37 +58,10 @@ ENGINE_VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+){0,2}([-+].*)?$"
 FAMILY_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
 NO_SPACE_PATTERN = r"^\S+$"
 
-# Environment variables the operator sets from the spec and its rules. A user
-# setting one of them would silently undo a rule, so the API rejects it.
-MANAGED_ENV: tuple[str, ...] = (
-    "OLLAMA_HOST",
-    "OLLAMA_MODELS",
-    "OLLAMA_KEEP_ALIVE",
-    "OLLAMA_NUM_PARALLEL",
-    "OLLAMA_MAX_LOADED_MODELS",
-    "OLLAMA_CONTEXT_LENGTH",
-    "OLLAMA_FLASH_ATTENTION",
-    "OLLAMA_KV_CACHE_TYPE",
-    "OLLAMA_LLM_LIBRARY",
-    "GOMAXPROCS",
-    # llama-server reads LLAMA_ARG_* first and its flags second (llama.cpp
-    # common/arg.cpp), so one of these would be silently overridden by the
-    # flag the operator renders: refused rather than ignored. (Names as
-    # `llama-server --help` lists them; -tb has no variable.)
-    "LLAMA_ARG_MODEL",
-    "LLAMA_ARG_ALIAS",
-    "LLAMA_ARG_HOST",
-    "LLAMA_ARG_PORT",
-    "LLAMA_ARG_THREADS",
-    "LLAMA_ARG_CTX_SIZE",
-    "LLAMA_ARG_N_PARALLEL",
-    "LLAMA_ARG_CACHE_TYPE_K",
-    "LLAMA_ARG_CACHE_TYPE_V",
-    "LLAMA_ARG_FLASH_ATTN",
-    "LLAMA_ARG_ENDPOINT_METRICS",
-    "LLAMA_ARG_ENDPOINT_SLOTS",
-    "LLAMA_ARG_UI",
-)
+# Environment variables the operator sets from the spec and its rules, as each
+# engine lists them (localmodel.engines). A user setting one of them would
+# silently undo a rule, so the API rejects it.
+MANAGED_ENV: tuple[str, ...] = ollama.MANAGED_ENV + llama_server.MANAGED_ENV
 
 # Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
 # LD_LIBRARY_PATH, LD_AUDIT, ...) and PATH. The AMX guard deletes a CPU library and pins
@@ -146,8 +119,8 @@ def enforce(rules: tuple[CrossFieldRule, ...], obj: _T) -> _T:
 
 
 class EngineName(StrEnum):
-    OLLAMA = "ollama"
-    LLAMA_SERVER = "llama-server"
+    OLLAMA = ollama.NAME
+    LLAMA_SERVER = llama_server.NAME
 
 
 class KVCacheType(StrEnum):
@@ -399,7 +372,7 @@ PATTERN_WORDS: dict[str, str] = {
     KEEP_ALIVE_PATTERN: "a Go duration such as 5m, 1h30m or -1m, or whole seconds such as 300",
     ENV_NAME_PATTERN: "an environment variable name (a letter or '_', then letters, digits "
     "or '_')",
-    ENGINE_VERSION_PATTERN: "a version such as 0.34.4 or v0.34.4",
+    ENGINE_VERSION_PATTERN: f"a version such as {ollama.VERSION} or v{ollama.VERSION}",
     FAMILY_PATTERN: "a model family such as qwen3 (lower-case letters, digits, '.' and '-')",
     NO_SPACE_PATTERN: "a name without spaces",
     GGUF_URL_PATTERN: "an http:// or https:// URL without spaces",
@@ -598,7 +571,9 @@ def _loader(name: str) -> bool:
 
 
 # CEL: the engine is llama-server (the `engine: {}` default means ollama).
-_CEL_LLAMA = "(has(self.engine) && has(self.engine.name) && self.engine.name == 'llama-server')"
+_CEL_LLAMA = (
+    f"(has(self.engine) && has(self.engine.name) && self.engine.name == '{llama_server.NAME}')"
+)
 
 
 def _is_llama(s: LocalModelSpec) -> bool:

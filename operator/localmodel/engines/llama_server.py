@@ -1,22 +1,34 @@
-"""llama.cpp's llama-server: image, binary, port and paths the operator relies on."""
+"""llama.cpp's llama-server: its name, image, tested build, binary, port,
+paths, the flags the operator renders and the variables that shadow them."""
 
 from __future__ import annotations
+
+# `spec.engine.name` (the API's EngineName), the gateway's --engine and doctor's kind.
+NAME = "llama-server"
 
 # The pinned default image: ggml-org/llama.cpp's CPU server build
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
 # BINARY, LLAMA_ARG_HOST=0.0.0.0). The tests run the llama.cpp tree vendored
-# in PyPI's llama-cpp-python 0.3.36 (hack/build-engines.sh), which reports no
-# build number (`--version`: build 1); the tag is the upstream build nearest
-# to it as far as we can tell, not a verified match. Bumping it is a reviewed
-# change; the flags rendered are checked against the tested build.
-IMAGE = "ghcr.io/ggml-org/llama.cpp:server-b11316"
+# in PyPI's llama-cpp-python TESTED_VERSION (hack/build-engines.sh builds
+# exactly it by default; tests/unit/test_engine_home.py checks it), which
+# reports no build number (`--version`: build 1); BUILD is the upstream build
+# nearest to it as far as we can tell, not a verified match. Bumping either is
+# a reviewed change; the flags rendered are checked against the tested build.
+BUILD = "b11316"
+IMAGE = f"ghcr.io/ggml-org/llama.cpp:server-{BUILD}"
+TESTED_SOURCE = "llama-cpp-python"
+TESTED_VERSION = "0.3.36"
 BINARY = "/app/llama-server"
 
 # The server's port in the pod. llama-server's own default, 8080, is the
 # gateway's; the operator always passes --port.
 PORT = 8081
-# 503 while the model loads, 200 once it serves (tools/server/README.md).
-HEALTH_PATH = "/health"
+
+# HTTP paths the operator, the gateway and doctor call (tools/server/README.md).
+HEALTH_PATH = "/health"  # 503 while the model loads, 200 once it serves
+PROPS_PATH = "/props"  # slots, context and build; reports no thread count
+SLOTS_PATH = "/slots"  # per-slot state, prompts included (off with --no-slots)
+METRICS_PATH = "/metrics"  # Prometheus counters, with --metrics
 
 # Where the weights volume is mounted and the GGUF file lives.
 MODELS_DIR = "/models"
@@ -24,3 +36,31 @@ MODELS_DIR = "/models"
 # What the init step needs from the image: a POSIX shell, curl (installed in
 # the image's base stage) and coreutils' sha256sum.
 SHELL = "/bin/sh"
+
+# Every flag the operator's rules render, with the environment variable
+# llama-server reads for it (names as `llama-server --help` lists them; -tb has
+# none). llama-server reads LLAMA_ARG_* first and its flags second (llama.cpp
+# common/arg.cpp), so a user variable would be silently overridden by the flag:
+# the API refuses it rather than ignore it.
+FLAG_ENV: dict[str, str | None] = {
+    "-m": "LLAMA_ARG_MODEL",
+    "--alias": "LLAMA_ARG_ALIAS",
+    "--host": "LLAMA_ARG_HOST",
+    "--port": "LLAMA_ARG_PORT",
+    "-t": "LLAMA_ARG_THREADS",
+    "-tb": None,
+    "-c": "LLAMA_ARG_CTX_SIZE",
+    "-np": "LLAMA_ARG_N_PARALLEL",
+    "-ctk": "LLAMA_ARG_CACHE_TYPE_K",
+    "-ctv": "LLAMA_ARG_CACHE_TYPE_V",
+    "-fa": "LLAMA_ARG_FLASH_ATTN",
+    "--metrics": "LLAMA_ARG_ENDPOINT_METRICS",
+    "--no-slots": "LLAMA_ARG_ENDPOINT_SLOTS",
+    "--no-webui": "LLAMA_ARG_UI",
+}
+# The thread flag's long form and its variable, as doctor reads a command line.
+THREADS_FLAGS = ("-t", "--threads")
+THREADS_ENV = "LLAMA_ARG_THREADS"
+
+# The variables the API refuses in spec.env for llama-server's sake.
+MANAGED_ENV: tuple[str, ...] = tuple(v for v in FLAG_ENV.values() if v is not None)
