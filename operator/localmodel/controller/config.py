@@ -1,7 +1,8 @@
 """Operator settings: flags, each also readable from LOCALMODEL_<FLAG>. Pure.
 
 `parse_config(argv, env)` returns a frozen `OperatorConfig` or raises
-`ConfigError` (the gateway's: one type for bad flags) naming the flag.
+`ConfigError` (`localmodel.settings`'s, as the gateway's) naming the flag.
+Each setting is written once, in `OperatorConfig` (default, help, parser).
 Flags win over the environment; the environment wins over the defaults.
 `--kubeconfig` also falls back to KUBECONFIG, then to the in-cluster service
 account.
@@ -12,12 +13,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-# One error type for "this flag (or its variable) has a value we cannot use",
-# shared with the gateway's flags.
-from localmodel.gateway.config import ConfigError
 from localmodel.render import DEFAULT_OPERATOR_IMAGE
+from localmodel.settings import (
+    ConfigError,
+    as_is,
+    field_values,
+    flags,
+    listen_or_off,
+    one_of,
+    pick,
+    positive_seconds,
+    setting,
+    split_words,
+)
 
 __all__ = ["ConfigError", "OperatorConfig", "parse_config"]
 
@@ -27,52 +37,59 @@ LogFormat = Literal["json", "text"]
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    kubeconfig: str | None = None  # None: in-cluster
-    namespaces: tuple[str, ...] = ()  # empty: every namespace
-    operator_image: str = DEFAULT_OPERATOR_IMAGE
-    metrics_listen: tuple[str, int] | None = ("0.0.0.0", 9090)
-    health_listen: tuple[str, int] | None = ("0.0.0.0", 8081)
-    log_format: LogFormat = "text"
+    kubeconfig: str | None = setting(
+        None, "kubeconfig file", metavar="FILE", shown_default="$KUBECONFIG, else in-cluster",
+        fallback_env=("KUBECONFIG",), parse=as_is,
+    )
+    namespaces: tuple[str, ...] = setting(
+        (), "watch only this namespace, repeatable", flag="namespace", metavar="NS",
+        shown_default="all namespaces", repeatable=True, parse=split_words,
+    )
+    operator_image: str = setting(
+        DEFAULT_OPERATOR_IMAGE, "image of the gateway sidecar", metavar="IMAGE", parse=as_is
+    )
+    metrics_listen: tuple[str, int] | None = setting(
+        ("0.0.0.0", 9090), "HOST:PORT for /metrics, or off", metavar="HOST:PORT",
+        empty_is_value=True, parse=listen_or_off("0.0.0.0"),
+    )
+    health_listen: tuple[str, int] | None = setting(
+        ("0.0.0.0", 8081), "HOST:PORT for /healthz and /readyz, or off", metavar="HOST:PORT",
+        empty_is_value=True, parse=listen_or_off("0.0.0.0"),
+    )
+    log_format: LogFormat = setting(
+        "text", "log lines as json or text", metavar="FORMAT", choices=("json", "text"),
+        parse=one_of("json", "text"),
+    )
     # Leader election: a coordination.k8s.io Lease in this namespace.
-    leader_namespace: str = "localmodel-system"
-    leader_name: str = "localmodel-operator"
-    identity: str = ""
-    lease_seconds: float = 12.0
-    renew_seconds: float = 3.0
+    leader_namespace: str = setting(
+        "localmodel-system",
+        "namespace of the leader-election Lease (default $POD_NAMESPACE, else {default})",
+        metavar="NS", fallback_env=("POD_NAMESPACE",), parse=as_is,
+    )
+    leader_name: str = setting("localmodel-operator", "name of the Lease", metavar="NAME",
+                               parse=as_is)
+    identity: str = setting(
+        "", "this replica's Lease holder identity (default host name, pid and a random suffix)",
+        metavar="ID", parse=as_is,
+    )
+    lease_seconds: float = setting(
+        12.0, "Lease duration: failover time after a crash", metavar="S", parse=positive_seconds
+    )
+    renew_seconds: float = 3.0  # a quarter of --lease-seconds, at least 0.5
     # A pass runs this long after the last change it was woken for (burst
     # coalescing), and at most this long after the first.
     debounce_seconds: float = 0.2
     max_delay_seconds: float = 1.0
-    # A pod the scheduler leaves Unschedulable this long rejects its node for
-    # its model (the planner cannot see everything the scheduler checks, such as
-    # a free local volume on that node).
-    unschedulable_seconds: float = 60.0
+    # The planner cannot see everything the scheduler checks, such as a free
+    # local volume on that node.
+    unschedulable_seconds: float = setting(
+        60.0, "how long a pod may stay Unschedulable before its node is rejected for its model",
+        metavar="S", parse=positive_seconds,
+    )
     write_concurrency: int = 16
 
 
-def _listen(flag: str, raw: str) -> tuple[str, int] | None:
-    if raw in ("", "off", "0"):
-        return None
-    host, sep, port = raw.rpartition(":")
-    if not sep:
-        host, port = "0.0.0.0", raw
-    try:
-        number = int(port)
-    except ValueError:
-        raise ConfigError(flag, f"expected HOST:PORT, PORT or off, got {raw!r}") from None
-    if not 0 < number < 65536:
-        raise ConfigError(flag, f"port must be 1..65535, got {raw!r}")
-    return (host or "0.0.0.0", number)
-
-
-def _positive(flag: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(flag, f"expected a number of seconds > 0, got {raw!r}")
-    return value
+FLAGS = flags(OperatorConfig)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,66 +99,31 @@ def _parser() -> argparse.ArgumentParser:
         "every model, keep its objects and status true. Every flag can also be set as "
         f"{ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}LOG_FORMAT=json).",
     )
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("--namespace", action="append", dest="namespaces", metavar="NS",
-                   help="watch only this namespace (repeatable; default: all namespaces)")
-    p.add_argument("--operator-image", help="image of the gateway sidecar")
-    p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, or off (default 0.0.0.0:9090)")
-    p.add_argument("--health-listen",
-                   help="HOST:PORT for /healthz and /readyz, or off (default 0.0.0.0:8081)")
-    p.add_argument("--log-format", choices=["json", "text"])
-    p.add_argument("--leader-namespace",
-                   help="namespace of the leader-election Lease (default: $POD_NAMESPACE, "
-                   "else localmodel-system)")
-    p.add_argument("--leader-name", help="name of the Lease (default localmodel-operator)")
-    p.add_argument("--identity", help="this replica's holder identity (default: host name + pid)")
-    p.add_argument("--lease-seconds", help="Lease duration: failover time after a crash")
-    p.add_argument("--unschedulable-seconds",
-                   help="how long a pod may stay Unschedulable before its node is rejected")
+    for flag in FLAGS.values():
+        extra: dict[str, Any] = {"action": "append"} if flag.spec.repeatable else {}
+        if flag.spec.choices:
+            extra["choices"] = flag.spec.choices
+        else:
+            extra["metavar"] = flag.spec.metavar
+        p.add_argument(f"--{flag.name}", dest=flag.name, help=flag.help, **extra)
     return p
 
 
+def _given(value: str | list[str] | None) -> str | None:
+    """A repeated flag's values as one list (the form its variable takes)."""
+    if isinstance(value, list):
+        return ",".join(value)
+    return value
+
+
 def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> OperatorConfig:
-    """Flags, then LOCALMODEL_* variables, then defaults."""
-    args = _parser().parse_args(list(argv))
-
-    def pick(flag: str) -> str | None:
-        value = getattr(args, flag.replace("-", "_"))
+    """Flags, then LOCALMODEL_* variables, then fallback variables, then defaults."""
+    args = vars(_parser().parse_args(list(argv)))
+    raw: dict[str, str] = {}
+    for name, flag in FLAGS.items():
+        value = pick(flag, _given(args[name]), env, ENV_PREFIX)
         if value is not None:
-            return str(value)
-        return env.get(ENV_PREFIX + flag.upper().replace("-", "_"))
-
-    base = OperatorConfig()
-    kubeconfig = pick("kubeconfig") or env.get("KUBECONFIG") or None
-    namespaces: tuple[str, ...]
-    if args.namespaces:
-        namespaces = tuple(args.namespaces)
-    else:
-        raw_ns = env.get(ENV_PREFIX + "NAMESPACE", "")
-        namespaces = tuple(n for n in raw_ns.replace(",", " ").split() if n)
-    log_format = pick("log-format") or base.log_format
-    if log_format not in ("json", "text"):
-        raise ConfigError("log-format", f"expected json or text, got {log_format!r}")
-    metrics = pick("metrics-listen")
-    health = pick("health-listen")
-    lease = pick("lease-seconds")
-    unsched = pick("unschedulable-seconds")
-    lease_seconds = _positive("lease-seconds", lease) if lease else base.lease_seconds
-    return OperatorConfig(
-        kubeconfig=kubeconfig,
-        namespaces=namespaces,
-        operator_image=pick("operator-image") or base.operator_image,
-        metrics_listen=_listen("metrics-listen", metrics) if metrics is not None
-        else base.metrics_listen,
-        health_listen=_listen("health-listen", health) if health is not None
-        else base.health_listen,
-        log_format=log_format,  # type: ignore[arg-type]
-        leader_namespace=pick("leader-namespace") or env.get("POD_NAMESPACE")
-        or base.leader_namespace,
-        leader_name=pick("leader-name") or base.leader_name,
-        identity=pick("identity") or "",
-        lease_seconds=lease_seconds,
-        renew_seconds=max(0.5, lease_seconds / 4),
-        unschedulable_seconds=_positive("unschedulable-seconds", unsched) if unsched
-        else base.unschedulable_seconds,
-    )
+            raw[name] = value
+    values = field_values(FLAGS, raw)
+    lease = values.get("lease_seconds", OperatorConfig.lease_seconds)
+    return OperatorConfig(**values, renew_seconds=max(0.5, lease / 4))
