@@ -18,6 +18,25 @@ from typing import Any
 
 from localmodel import API_VERSION, KIND, __version__
 from localmodel.api import GGUF, EngineName, LocalModel
+from localmodel.contract import (
+    ANNOTATION_NODE,
+    ANNOTATION_POD_SPEC_HASH,
+    ANNOTATION_THREADS,
+    APP_NAME,
+    CONTAINER_DOWNLOAD,
+    CONTAINER_GATEWAY,
+    CONTAINER_PULL,
+    LABEL_APP_NAME,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA,
+    MANAGED_BY,
+    PORT_ENGINE,
+    PORT_HTTP,
+    VOLUME_MODELFILE,
+    VOLUME_WEIGHTS,
+)
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.quantity import format_bytes
 from localmodel.rules import Tuning
@@ -30,12 +49,6 @@ SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets th
 GATEWAY_CPU_MILLI = 250
 GATEWAY_MEMORY_BYTES = 256 * 1024**2
 MODELFILE_DIR = "/etc/localmodel"
-
-LABEL_NAME = "localmodel.dev/name"
-LABEL_REPLICA = "localmodel.dev/replica"
-ANNOTATION_NODE = "localmodel.dev/node"
-ANNOTATION_THREADS = "localmodel.dev/threads"
-ANNOTATION_HASH = "localmodel.dev/pod-spec-hash"
 
 
 @dataclass(frozen=True)
@@ -80,9 +93,9 @@ def endpoint(lm: LocalModel) -> str:
 
 def labels(lm: LocalModel) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "localmodel",
-        "app.kubernetes.io/instance": lm.metadata.name,
-        "app.kubernetes.io/managed-by": "localmodel-operator",
+        LABEL_APP_NAME: APP_NAME,
+        LABEL_INSTANCE: lm.metadata.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_NAME: lm.metadata.name,
     }
 
@@ -159,7 +172,7 @@ def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
 
 
 def render_service(lm: LocalModel) -> Manifest:
-    target = "http" if lm.spec.gateway.enabled else "engine"
+    target = PORT_HTTP if lm.spec.gateway.enabled else PORT_ENGINE
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -168,7 +181,7 @@ def render_service(lm: LocalModel) -> Manifest:
             "type": "ClusterIP",
             "selector": {LABEL_NAME: lm.metadata.name},
             "ports": [
-                {"name": "http", "port": SERVICE_PORT, "targetPort": target, "protocol": "TCP"}
+                {"name": PORT_HTTP, "port": SERVICE_PORT, "targetPort": target, "protocol": "TCP"}
             ],
         },
     }
@@ -320,8 +333,8 @@ def _engine_resources(t: Tuning) -> dict[str, Any]:
 
 def _engine_mounts() -> list[dict[str, Any]]:
     return [
-        {"name": "weights", "mountPath": ollama.HOME},
-        {"name": "modelfile", "mountPath": MODELFILE_DIR, "readOnly": True},
+        {"name": VOLUME_WEIGHTS, "mountPath": ollama.HOME},
+        {"name": VOLUME_MODELFILE, "mountPath": MODELFILE_DIR, "readOnly": True},
     ]
 
 
@@ -338,20 +351,20 @@ def build_engine_container(lm: LocalModel, r: ReplicaPlan, options: RenderOption
         "imagePullPolicy": options.pull_policy,
         **_engine_command(t),
         "env": _env(dict(t.env) | {e.name: e.value for e in lm.spec.env}),
-        "ports": [{"name": "engine", "containerPort": ollama.PORT, "protocol": "TCP"}],
+        "ports": [{"name": PORT_ENGINE, "containerPort": ollama.PORT, "protocol": "TCP"}],
         "resources": _engine_resources(t),
         "volumeMounts": _engine_mounts(),
     }
     if not lm.spec.gateway.enabled:
         engine["readinessProbe"] = {
-            "httpGet": {"path": ollama.HEALTH_PATH, "port": "engine"},
+            "httpGet": {"path": ollama.HEALTH_PATH, "port": PORT_ENGINE},
             "periodSeconds": 5,
         }
     return engine
 
 
 def _llama_probe(**extra: int) -> Manifest:
-    return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": "engine"}, **extra}
+    return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": PORT_ENGINE}, **extra}
 
 
 def build_llama_server_container(
@@ -370,9 +383,9 @@ def build_llama_server_container(
         "imagePullPolicy": options.pull_policy,
         "args": list(t.args),
         "env": _env(dict(t.env) | {e.name: e.value for e in lm.spec.env}),
-        "ports": [{"name": "engine", "containerPort": llama_server.PORT, "protocol": "TCP"}],
+        "ports": [{"name": PORT_ENGINE, "containerPort": llama_server.PORT, "protocol": "TCP"}],
         "resources": _engine_resources(t),
-        "volumeMounts": [{"name": "weights", "mountPath": llama_server.MODELS_DIR}],
+        "volumeMounts": [{"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}],
         "startupProbe": _llama_probe(periodSeconds=5, timeoutSeconds=5, failureThreshold=360),
         "livenessProbe": _llama_probe(periodSeconds=10, timeoutSeconds=5, failureThreshold=6),
     }
@@ -387,30 +400,30 @@ def build_llama_server_init_container(
     """Downloads the GGUF file when the volume lacks it (`gguf_init_script`)."""
     assert lm.spec.gguf is not None  # the API requires it for llama-server
     return {
-        "name": "download",
+        "name": CONTAINER_DOWNLOAD,
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf)],
         "resources": _engine_resources(r.tuning),
-        "volumeMounts": [{"name": "weights", "mountPath": llama_server.MODELS_DIR}],
+        "volumeMounts": [{"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}],
     }
 
 
 def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
     """The slot gate sidecar (`localmodel gateway`), configured by environment."""
     return {
-        "name": "gateway",
+        "name": CONTAINER_GATEWAY,
         "image": lm.spec.gateway.image or options.operator_image,
         "imagePullPolicy": options.pull_policy,
         "command": ["localmodel", "gateway"],
         "env": [*_env(gateway_env(lm, r.tuning)), *gateway_secret_env(lm)],
-        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "ports": [{"name": PORT_HTTP, "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "http"},
+            "httpGet": {"path": "/readyz", "port": PORT_HTTP},
             "periodSeconds": 5,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "http"},
+            "httpGet": {"path": "/healthz", "port": PORT_HTTP},
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
@@ -423,7 +436,7 @@ def build_init_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions)
     (`init_script`), with the engine's image, resources and mounts."""
     t = r.tuning
     return {
-        "name": "pull",
+        "name": CONTAINER_PULL,
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         "command": ["/bin/sh", "-c", init_script(lm, t)],
@@ -449,12 +462,12 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
     volumes: list[Manifest] = [
-        {"name": "weights", "persistentVolumeClaim": {"claimName": replica_claim(lm, r)}}
+        {"name": VOLUME_WEIGHTS, "persistentVolumeClaim": {"claimName": replica_claim(lm, r)}}
     ]
     if not llama:
         volumes.append(
             {
-                "name": "modelfile",
+                "name": VOLUME_MODELFILE,
                 "configMap": {
                     "name": configmap_name(lm),
                     "items": [{"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}],
@@ -507,7 +520,7 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
-                ANNOTATION_HASH: pod_spec_hash(spec),
+                ANNOTATION_POD_SPEC_HASH: pod_spec_hash(spec),
             },
         ),
         "spec": spec,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from localmodel.contract import ANNOTATION_POD_SPEC_HASH
 from localmodel.controller.changes import (
     Apply,
     Create,
@@ -30,7 +31,6 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.desired import ModelResult, desired_state
-from localmodel.render import ANNOTATION_HASH
 
 UID = "uid-qwen3"
 NOW = "2026-12-01T00:00:00Z"
@@ -261,9 +261,9 @@ def test_roll_converges_one_replica_at_a_time() -> None:
         snap = Snapshot(**{**snap.__dict__, "pods": pods})
     assert sorted(deletions) == ["qwen3-0", "qwen3-1", "qwen3-2"]
     _, result = plan(snap)
-    want = {o["metadata"]["name"]: o["metadata"]["annotations"][ANNOTATION_HASH]
+    want = {o["metadata"]["name"]: o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
             for o in result.objects if o["kind"] == "Pod"}
-    have = {p["metadata"]["name"]: p["metadata"]["annotations"][ANNOTATION_HASH]
+    have = {p["metadata"]["name"]: p["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
             for p in snap.pods}
     assert have == want
 

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.api import LocalModel
+from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.controller.observed import (
-    ANNOTATION_APPLIED,
     Observed,
     OwnedClaim,
     OwnedPod,
     volume_reaches,
 )
 from localmodel.desired import ModelResult
-from localmodel.render import ANNOTATION_HASH, claim_name
+from localmodel.render import claim_name
 from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]
@@ -91,7 +91,7 @@ def with_applied_hash(manifest: Manifest) -> Manifest:
     """The manifest carrying the hash of itself (without the hash)."""
     digest = manifest_hash(manifest)
     meta = dict(manifest["metadata"])
-    meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_APPLIED: digest}
+    meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_APPLIED_HASH: digest}
     return {**manifest, "metadata": meta}
 
 
@@ -166,7 +166,7 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
             if have is None:
                 out.append(Create(desired, f"{kind} {name} is missing"))
             elif have.owner_uid == uid and have.applied_hash != desired["metadata"][
-                "annotations"][ANNOTATION_APPLIED]:
+                "annotations"][ANNOTATION_APPLIED_HASH]:
                 out.append(Apply(desired, f"{kind} {name} differs from the spec"))
 
     # Claims: create when missing; re-apply ownership only.
@@ -176,7 +176,7 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
         wanted_claims.add(name)
         have_claim = obs.claims.get((ns, name))
         if have_claim is None:
-            replica = int(manifest["metadata"]["labels"]["localmodel.dev/replica"])
+            replica = int(manifest["metadata"]["labels"][LABEL_REPLICA])
             # A claim under another name than the replica's own exists because
             # the old one cannot follow the replica to its new node: say so.
             event = None if name == claim_name(lm, replica) else EventSpec(
@@ -192,14 +192,14 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
 
     # Pods.
     pods = {p.replica: p for p in obs.pods_of(key) if p.owner_uid == uid}
-    desired_pods = {int(m["metadata"]["labels"]["localmodel.dev/replica"]): m
+    desired_pods = {int(m["metadata"]["labels"][LABEL_REPLICA]): m
                     for m in _by_kind(result.objects, "Pod")}
     placed_nodes = {r.replica: r.node for r in result.replicas}
     pending: list[str] = []  # replicas not yet running the current spec, for Progressing
     candidates: list[tuple[bool, int, OwnedPod, str]] = []
     in_flight = False
     for replica, manifest in sorted(desired_pods.items()):
-        want_hash = manifest["metadata"]["annotations"][ANNOTATION_HASH]
+        want_hash = manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
         pod = pods.get(replica)
         if pod is None:
             out.append(Create(manifest, f"replica {replica} has no pod"))

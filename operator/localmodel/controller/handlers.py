@@ -18,11 +18,17 @@ from typing import Any
 import kopf
 
 from localmodel import GROUP, PLURAL, VERSION
-from localmodel.controller.observed import MANAGED_BY, MANAGED_BY_LABEL
+from localmodel.contract import (
+    KOPF_ANNOTATIONS_PREFIX,
+    KOPF_DIFFBASE_KEY,
+    KOPF_FINALIZER,
+    OWNED_SELECTOR,
+    VOLUME_WEIGHTS,
+)
 from localmodel.controller.reconcile import Reconciler
 from localmodel.kube import Credentials
 
-_OURS = {MANAGED_BY_LABEL: MANAGED_BY}
+_OURS = OWNED_SELECTOR
 
 
 def _reduced_pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,7 +47,7 @@ def _reduced_pod(body: Mapping[str, Any]) -> dict[str, Any]:
             "containers": resources(spec.get("containers")),
             "initContainers": resources(spec.get("initContainers")),
             "overhead": spec.get("overhead"),
-            "volumes": [v for v in spec.get("volumes") or [] if v.get("name") == "weights"],
+            "volumes": [v for v in spec.get("volumes") or [] if v.get("name") == VOLUME_WEIGHTS],
         },
         "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or []},
     }
@@ -70,10 +76,10 @@ def build_registry(reconciler: Reconciler, creds: Credentials) -> kopf.OperatorR
         settings.posting.enabled = False  # the reconciler posts its own Events
         settings.scanning.disabled = True  # fixed resources: no CRD/namespace scanning
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="localmodel.dev")
+            prefix=KOPF_ANNOTATIONS_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="localmodel.dev", key="last-handled-configuration")
-        settings.persistence.finalizer = "localmodel.dev/kopf-finalizer"
+            prefix=KOPF_ANNOTATIONS_PREFIX, key=KOPF_DIFFBASE_KEY)
+        settings.persistence.finalizer = KOPF_FINALIZER
         settings.watching.server_timeout = 270
         settings.watching.client_timeout = 300
         settings.networking.request_timeout = 60

@@ -19,16 +19,21 @@ from pydantic import ValidationError
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, LocalModelStatus
+from localmodel.contract import (
+    ANNOTATION_APPLIED_HASH,
+    ANNOTATION_NODE,
+    ANNOTATION_POD_SPEC_HASH,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA,
+    MANAGED_BY,
+    VOLUME_WEIGHTS,
+)
 from localmodel.errors import InvalidObject, format_errors, parse_local_model
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_node, pod_requests
 from localmodel.planner import Usage
-from localmodel.render import ANNOTATION_HASH, ANNOTATION_NODE, LABEL_NAME, LABEL_REPLICA
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "localmodel-operator"
-ANNOTATION_APPLIED = "localmodel.dev/applied-hash"
 
 Raw = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -191,7 +196,7 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
 def _ours(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, model name) when the object carries the operator's labels."""
     labels = _str_map(meta.get("labels"))
-    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or not labels.get(LABEL_NAME):
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not labels.get(LABEL_NAME):
         return None
     return str(meta.get("namespace") or ""), labels[LABEL_NAME]
 
@@ -250,7 +255,7 @@ def _unschedulable(status: Mapping[str, Any]) -> tuple[str | None, str]:
 
 def _pod_claim(spec: Mapping[str, Any]) -> str | None:
     for v in spec.get("volumes") or []:
-        if isinstance(v, Mapping) and v.get("name") == "weights":
+        if isinstance(v, Mapping) and v.get("name") == VOLUME_WEIGHTS:
             pvc = v.get("persistentVolumeClaim")
             if isinstance(pvc, Mapping) and pvc.get("claimName"):
                 return str(pvc["claimName"])
@@ -275,7 +280,7 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         owner_uid=owner,
         replica=replica,
         node=pod_node(body) or annotations.get(ANNOTATION_NODE),
-        spec_hash=annotations.get(ANNOTATION_HASH, ""),
+        spec_hash=annotations.get(ANNOTATION_POD_SPEC_HASH, ""),
         ready=_pod_ready(status) and not meta.get("deletionTimestamp"),
         terminating=bool(meta.get("deletionTimestamp")),
         claim=_pod_claim(spec),
@@ -316,7 +321,7 @@ def owned_object(body: Raw, kind: str) -> OwnedObject | None:
         uid=str(meta.get("uid") or ""),
         model=f"{who[0]}/{who[1]}",
         owner_uid=owner,
-        applied_hash=_str_map(meta.get("annotations")).get(ANNOTATION_APPLIED, ""),
+        applied_hash=_str_map(meta.get("annotations")).get(ANNOTATION_APPLIED_HASH, ""),
     )
 
 

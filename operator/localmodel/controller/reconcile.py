@@ -22,6 +22,12 @@ from typing import Any
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModelStatus
+from localmodel.contract import (
+    ANNOTATION_APPLIED_HASH,
+    EVENT_REPORTING_COMPONENT,
+    EVENT_SOURCE_COMPONENT,
+    OPERATOR,
+)
 from localmodel.controller.changes import (
     Apply,
     Change,
@@ -33,7 +39,6 @@ from localmodel.controller.changes import (
 )
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.observed import (
-    ANNOTATION_APPLIED,
     ModelObject,
     Observed,
     Snapshot,
@@ -113,7 +118,7 @@ class Reconciler:
         kube: Kube,
         metrics: OperatorMetrics,
         *,
-        identity: str = "localmodel-operator",
+        identity: str = OPERATOR,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -458,8 +463,8 @@ class Reconciler:
             "reason": event.reason.value,
             "message": event.message[:1024],
             "type": "Warning" if event.warning else "Normal",
-            "source": {"component": "localmodel-operator"},
-            "reportingComponent": "localmodel.dev/operator",
+            "source": {"component": EVENT_SOURCE_COMPONENT},
+            "reportingComponent": EVENT_REPORTING_COMPONENT,
             "reportingInstance": self.identity[:128],
             "firstTimestamp": now,
             "lastTimestamp": now,
@@ -478,7 +483,7 @@ def _applied_hash(change: Change) -> str:
     if isinstance(change, Delete):
         return ""
     annotations = change.manifest["metadata"].get("annotations") or {}
-    return str(annotations.get(ANNOTATION_APPLIED, "")) or json.dumps(
+    return str(annotations.get(ANNOTATION_APPLIED_HASH, "")) or json.dumps(
         change.manifest, sort_keys=True)
 
 

@@ -20,9 +20,8 @@ from urllib.parse import quote
 import aiohttp
 
 from localmodel import API_VERSION, PLURAL, __version__
+from localmodel.contract import FIELD_MANAGER, OPERATOR
 from localmodel.kube import Credentials
-
-FIELD_MANAGER = "localmodel-operator"
 
 _PATHS = {
     "Pod": ("/api/v1", "pods"),
@@ -62,7 +61,7 @@ class Kube:
                  concurrency: int = 16, identity: str = "") -> None:
         self.creds = creds
         # The audit log names the user, not the replica: the user agent does.
-        self.user_agent = f"localmodel-operator/{__version__}" + (
+        self.user_agent = f"{OPERATOR}/{__version__}" + (
             f" ({identity})" if identity else "")
         self.on_write = on_write
         self._limit = concurrency

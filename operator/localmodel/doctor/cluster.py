@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from localmodel.contract import ANNOTATION_THREADS, LABEL_NAME
 from localmodel.doctor.local import (
     NUMA_SOURCE,
     queue_findings,
@@ -38,7 +39,7 @@ from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 from localmodel.facts.topology import parse_cpu_list
-from localmodel.render import ANNOTATION_THREADS, GATEWAY_PORT, LABEL_NAME
+from localmodel.render import GATEWAY_PORT
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from localmodel.contract import PREFIX
 from localmodel.facts.model import FactSource, NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 
@@ -43,7 +44,7 @@ NFD_FAMILY = NFD_PREFIX + "cpu-model.family"
 NFD_MODEL_ID = NFD_PREFIX + "cpu-model.id"
 NFD_MULTITHREADING = NFD_PREFIX + "cpu-hardware_multithreading"
 
-PROBE_PREFIX = "localmodel.dev/"
+PROBE_PREFIX = PREFIX  # the node probe's labels and annotations (localmodel.contract)
 PROBE_FLAGS_KNOWN = PROBE_PREFIX + "cpu-flags-known"
 PROBE_FLAG = PROBE_PREFIX + "cpu."
 PROBE_VENDOR = PROBE_PREFIX + "cpu-vendor"
