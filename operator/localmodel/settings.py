@@ -222,7 +222,7 @@ def http_url(flag: str, raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(
-            flag, f"expected an http(s) URL such as http://127.0.0.1:11434, got {raw!r}"
+            flag, f"expected an http(s) URL such as http://HOST:PORT, got {raw!r}"
         )
     return raw.rstrip("/")
 

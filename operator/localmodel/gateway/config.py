@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from localmodel.engines import llama_server, ollama
 from localmodel.settings import (
     ConfigError,
     field_values,
@@ -33,7 +34,9 @@ from localmodel.settings import env_name as _env_name
 
 __all__ = ["USAGE", "ConfigError", "GatewayConfig", "env_name", "parse_config"]
 
-Engine = Literal["ollama", "llama-server"]
+# The engines the gateway fronts, by their own names (localmodel.engines);
+# --engine takes one of them.
+ENGINES = (ollama.NAME, llama_server.NAME)
 EventLoop = Literal["auto", "asyncio", "uvloop"]
 ENV_PREFIX = "LOCALMODEL_GATEWAY_"
 # The overflow endpoint's API key is read from this variable only: a flag would
@@ -50,10 +53,10 @@ def _keep_alive(flag: str, raw: str) -> str:
 @dataclass(frozen=True)
 class GatewayConfig:
     upstream: str = setting(
-        "http://127.0.0.1:11434", "engine base URL", metavar="URL", parse=http_url
+        f"http://127.0.0.1:{ollama.PORT}", "engine base URL", metavar="URL", parse=http_url
     )
-    engine: Engine = setting(
-        "ollama", "ollama | llama-server", metavar="NAME", parse=one_of("ollama", "llama-server")
+    engine: str = setting(
+        ollama.NAME, " | ".join(ENGINES), metavar="NAME", parse=one_of(*ENGINES)
     )
     listen_host: str = setting(
         "0.0.0.0", "where the gateway listens", flag="listen", also=("listen_port",),

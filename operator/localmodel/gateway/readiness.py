@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from localmodel.engines import llama_server, ollama
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import load_request, model_loaded
 from localmodel.gateway.wire import Upstreams, json_response
@@ -76,13 +77,14 @@ class Readiness:
         answers its health path only once its one model is loaded."""
         session = self.upstreams.session
         async with asyncio.timeout(2.0):
-            if self.config.engine == "llama-server":
-                # /health answers 503 while the model loads, 200 once loaded.
-                async with session.get(self._url("/health")) as resp:
-                    _answered_ok(resp, "/health")
+            if self.config.engine == llama_server.NAME:
+                # Its health path answers 503 while the model loads, 200 once loaded.
+                path = llama_server.HEALTH_PATH
+                async with session.get(self._url(path)) as resp:
+                    _answered_ok(resp, path)
                 return _SERVING
-            async with session.get(self._url("/api/ps")) as resp:
-                _answered_ok(resp, "/api/ps")
+            async with session.get(self._url(ollama.PS_PATH)) as resp:
+                _answered_ok(resp, ollama.PS_PATH)
                 return await resp.json(content_type=None)
 
     def _start_warmup(self) -> None:
@@ -93,8 +95,9 @@ class Readiness:
 
     async def _load_model(self) -> None:
         body = load_request(self.config)
+        url = self._url(ollama.GENERATE_PATH)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self.upstreams.session.post(self._url("/api/generate"), json=body) as resp:
+            async with self.upstreams.session.post(url, json=body) as resp:
                 await resp.read()
 
     def _url(self, path: str) -> URL:
