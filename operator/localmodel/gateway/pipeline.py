@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from localmodel.gateway.body import Exchange
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.record import GatewayMetrics, Outcome, RequestRecord, log_line
-from localmodel.gateway.relay import Exchange, Relay
+from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
 from localmodel.gateway.routes import Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
@@ -218,7 +219,7 @@ class Pipeline:
     ) -> web.StreamResponse:
         request[SERVED_BY] = rec.served_by = "overflow"
         ex = Exchange(route, rec, upstream=overflowed.upstream)
-        work = self.relay.overflow(request, overflowed.plan, ex)
+        work = self.relay.body.overflow(request, overflowed.plan, ex)
         return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
 
     def _retry_after(self) -> dict[str, str]:

@@ -9,9 +9,10 @@ stream, stops at its next token (docs/engine-facts.md, Cancellation).
 
 The parts, each in its module: `pipeline` (one request, start to end),
 `queueing` (slots, the queue and its race with the overflow endpoint),
-`overflow_client` (the call to that endpoint), `relay` (the upstream exchange
-and the body), `readiness` (/readyz and the warm-up), `wire` (bytes to the
-caller and from the upstream).
+`overflow_client` (the call to that endpoint), `relay` (the upstream call
+under the deadline), `body` (the answer relayed, assembled or translated),
+`readiness` (/readyz and the warm-up), `wire` (bytes to the caller and from the
+upstream).
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ class RelayResponse(web.StreamResponse):
     aiohttp's own `web.Response` does: when the engine's headers arrive with
     its first chunk (the usual case), both go to the caller in one write
     instead of two, one syscall and one TCP segment less per response (see
-    docs/gateway.md, Overhead benchmark). `Relay.stream` writes at once when no
-    chunk is there yet, so a caller still sees the status as soon as the engine
+    docs/gateway.md, Overhead benchmark). `BodyRelay.stream` writes at once when
+    no chunk is there yet, so a caller still sees the status as soon as the engine
     sent its own.
 
     `_send_headers_immediately` is private to aiohttp (3.9+, where
