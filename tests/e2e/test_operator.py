@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localmodel.engines import ollama
 from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
 from tests.harness.chart import NAMESPACE
 from tests.harness.cluster import OPERATOR_USER
@@ -140,7 +141,7 @@ def test_applied_model_reaches_ready_and_explains_itself(
                           "STATUS"]
     assert row[:6] == ["qwen3", "qwen3:0.6b", "ollama", "4", "8192", "1/1"]
     assert row[6] and row[6] != "<none>" and row[7] == "AllReplicasReady"
-    assert row[-1] == f"http://qwen3.{ns}.svc:11434"
+    assert row[-1] == f"http://qwen3.{ns}.svc:{ollama.PORT}"
     describe = cluster.kubectl("describe", "lm", "qwen3", "-n", ns).stdout
     assert "threads" in describe.lower() and "Decisions" in describe
     assert "Placed" in describe and "replica 0 placed on node" in describe

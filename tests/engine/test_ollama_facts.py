@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from localmodel.engines.ollama import PS_PATH
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL, Ollama, cpu_seconds, wait_idle
 
@@ -87,7 +88,7 @@ def test_child_command_line_carries_the_options(ollama: OllamaFactory) -> None:
 def test_defaults_on_cpu(ollama: OllamaFactory, tmp_path: Path) -> None:
     server = ollama(env=ONE_THREAD)
     generate(server, MODEL)
-    status, ps = server.api("/api/ps")
+    status, ps = server.api(PS_PATH)
     assert status == 200
     assert ps["models"][0]["context_length"] == 4096
     child = server.runner().cmdline()

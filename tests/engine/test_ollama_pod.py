@@ -20,6 +20,7 @@ import pytest
 
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
+from localmodel.engines.ollama import PS_PATH, SHOW_PATH
 from localmodel.facts import FactSource, NodeFacts
 from tests.engine.conftest import OllamaFactory
 from tests.engine.engines import ollama_version
@@ -142,7 +143,7 @@ def test_init_script_builds_the_tuned_model_offline_and_the_engine_runs_it(
     env.pop("OLLAMA_MODELS")
     server = ollama(env=env)
 
-    status, show = server.api("/api/show", {"model": MODEL})
+    status, show = server.api(SHOW_PATH, {"model": MODEL})
     assert status == 200, show
     params = dict(line.split(None, 1) for line in show["parameters"].splitlines())
     assert params["num_thread"].strip() == str(THREADS)
@@ -154,7 +155,7 @@ def test_init_script_builds_the_tuned_model_offline_and_the_engine_runs_it(
         {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
     )
     assert status == 200, answer
-    status, ps = server.api("/api/ps")
+    status, ps = server.api(PS_PATH)
     assert status == 200
     assert [m["name"] for m in ps["models"]] == [MODEL]
     assert ps["models"][0]["context_length"] == CONTEXT

@@ -33,6 +33,8 @@ from typing import Any
 
 from aiohttp import web
 
+from localmodel.engines import ollama
+
 
 @dataclass
 class Generation:
@@ -72,10 +74,10 @@ class StandinOllama:
         app.router.add_post("/api/generate", self.generate)
         app.router.add_post("/api/chat", self.generate)
         app.router.add_post("/api/embed", self.embed)
-        app.router.add_get("/api/tags", self.tags)
-        app.router.add_get("/api/ps", self.ps)
-        app.router.add_get("/api/version", self.version)
-        app.router.add_post("/api/show", self.show)
+        app.router.add_get(ollama.TAGS_PATH, self.tags)
+        app.router.add_get(ollama.PS_PATH, self.ps)
+        app.router.add_get(ollama.VERSION_PATH, self.version)
+        app.router.add_post(ollama.SHOW_PATH, self.show)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.openai)
         app.router.add_post("/v1/completions", self.openai)

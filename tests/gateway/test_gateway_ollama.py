@@ -21,6 +21,7 @@ import ollama
 import openai
 import pytest
 
+from localmodel.engines.ollama import VERSION_PATH
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.engine.real_ollama import (
@@ -223,6 +224,6 @@ async def test_ollama_client_timeout_stops_real_ollama(
 
 
 def test_the_engine_fixture_is_the_real_ollama(engine: Ollama) -> None:
-    status, version = engine.api("/api/version")
+    status, version = engine.api(VERSION_PATH)
     assert status == 200 and version["version"] != "0.0.0"
     assert Path(engine.runner().exe()).name == "llama-server"

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 
+from localmodel.engines import ollama
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import start_gateway
 from tests.gateway.harness import RawClient, RigFactory, books_reach, wait_until
@@ -317,11 +318,11 @@ def test_relay_response_relies_on_a_private_aiohttp_attribute_that_still_exists(
 async def test_passthrough_routes(make_rig: RigFactory) -> None:
     rig = await make_rig()
     async with aiohttp.ClientSession() as session:
-        for path in ("/api/tags", "/api/ps", "/api/version", "/v1/models"):
+        for path in (ollama.TAGS_PATH, ollama.PS_PATH, ollama.VERSION_PATH, "/v1/models"):
             async with session.get(rig.url + path) as resp:
                 assert resp.status == 200, path
                 await resp.json()
-        async with session.post(rig.url + "/api/show", json={"model": "standin:1b"}) as resp:
+        async with session.post(rig.url + ollama.SHOW_PATH, json={"model": "standin:1b"}) as resp:
             assert (await resp.json())["modelfile"] == "FROM standin:1b"
     assert rig.gateway.gateway.board.snapshot().busy == 0
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from localmodel.engines import ollama
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import (
     RUNNER_OPTIONS,
@@ -219,10 +220,10 @@ def test_every_route_is_known() -> None:
         "/api/generate",
         "/api/chat",
         "/api/embed",
-        "/api/tags",
-        "/api/show",
-        "/api/ps",
-        "/api/version",
+        ollama.TAGS_PATH,
+        ollama.SHOW_PATH,
+        ollama.PS_PATH,
+        ollama.VERSION_PATH,
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",

@@ -15,6 +15,7 @@ from localmodel.api import (
     LocalModel,
     LocalModelSpec,
 )
+from localmodel.engines import ollama
 
 
 def model(**spec: Any) -> LocalModel:
@@ -31,7 +32,7 @@ def model(**spec: Any) -> LocalModel:
 def test_defaults_match_the_documented_api() -> None:
     s = model().spec
     assert s.engine.name is EngineName.OLLAMA
-    assert s.engine.resolved_image() == "docker.io/ollama/ollama:0.34.4"
+    assert s.engine.resolved_image() == ollama.IMAGE
     assert (s.replicas, s.cpu, s.memory, s.context, s.slots) == (1, 4, "auto", 8192, 1)
     assert s.kv_cache is KVCacheType.F16
     assert s.flash_attention is FlashAttention.AUTO

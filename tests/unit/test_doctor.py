@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from localmodel.doctor.cluster import ClusterView, cluster_findings, engine_pods
-from localmodel.doctor.local import (
+from localmodel.doctor.checks import (
     EngineView,
     LoadedModel,
     local_findings,
     threads_from_command_line,
 )
+from localmodel.doctor.cluster import ClusterView, cluster_findings, engine_pods
 from localmodel.doctor.metrics import MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Report, Verdict, exit_status, render_table, to_json
+from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import read_machine
 from localmodel.facts.node import from_node_list
 from localmodel.gateway.assemble import EngineTiming
@@ -169,7 +170,7 @@ def test_metrics_parse_the_gateways_own_text() -> None:
 
 
 LLAMA_8 = EngineView(
-    url="http://127.0.0.1:8081",
+    url=f"http://127.0.0.1:{llama_server.PORT}",
     kind="llama-server",
     models=(LoadedModel("gemma.gguf", context=2048),),
     slots=1,
@@ -224,7 +225,7 @@ def test_local_llama_server_without_threads_uses_host_cores() -> None:
 
 def test_local_two_loaded_models_warn() -> None:
     machine = read_machine(TREES / "recorded-2cpu-v1")
-    engine = EngineView(url="http://127.0.0.1:11434", kind="ollama", version="0.32.2",
+    engine = EngineView(url=f"http://127.0.0.1:{ollama.PORT}", kind="ollama", version="0.32.2",
                         models=(LoadedModel("a", 2**30, 8192), LoadedModel("b", 2**31)))
     [models] = by_check(local_findings(machine, engine), "models-per-node")
     assert models.verdict is Verdict.WARN and "2 models hold weights" in models.message

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
+from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
@@ -128,7 +129,7 @@ def test_gateway_disabled_exposes_the_engine() -> None:
     objs = objects(lm(gateway={"enabled": False}))
     c = containers(objs["Pod/qwen3-0"])
     assert "gateway" not in c
-    assert env(c["ollama"])["OLLAMA_HOST"] == "0.0.0.0:11434"
+    assert env(c["ollama"])["OLLAMA_HOST"] == f"0.0.0.0:{ollama.PORT}"
     assert objs["Service/qwen3"]["spec"]["ports"][0]["targetPort"] == "engine"
 
 
@@ -163,7 +164,7 @@ def test_status_explains_placement_and_decisions() -> None:
     assert {p.node for p in status.placements} == {"a", "b"}
     assert status.placements[0].settings["OLLAMA_NUM_PARALLEL"] == "1"
     assert "threads-from-cpu-limit" in [d.rule for d in status.placements[0].decisions]
-    assert status.endpoint == "http://qwen3.ai.svc:11434"
+    assert status.endpoint == f"http://qwen3.ai.svc:{ollama.PORT}"
 
 
 def test_nothing_fits_says_why_per_node() -> None:
@@ -345,7 +346,7 @@ def test_gateway_accepts_exactly_the_environment_the_renderer_sets() -> None:
     assert config.threads == 6 and config.slots == 2 and config.context == 4096
     assert (config.max_queue, config.deadline, config.max_tokens) == (3, 90, 500)
     assert config.model == "qwen3:1.7b"
-    assert config.upstream.startswith("http://127.0.0.1:11434")
+    assert config.upstream.startswith(f"http://127.0.0.1:{ollama.PORT}")
     port = next(p["containerPort"] for p in gw["ports"] if p["name"] == "http")
     assert config.listen_port == port
     assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"

@@ -244,12 +244,12 @@ def test_health_probes(gateway: bool, readiness: bool, service_target: str) -> N
     r = render(lm(gateway={"enabled": gateway}))
     e = r["engine"]
     for probe in ("startupProbe", "livenessProbe"):
-        assert e[probe]["httpGet"] == {"path": "/health", "port": "engine"}
+        assert e[probe]["httpGet"] == {"path": llama_server.HEALTH_PATH, "port": "engine"}
     # /health is 503 while loading: the startup probe allows a long load.
     assert e["startupProbe"]["failureThreshold"] * e["startupProbe"]["periodSeconds"] >= 1800
     assert ("readinessProbe" in e) is readiness
     if readiness:
-        assert e["readinessProbe"]["httpGet"]["path"] == "/health"
+        assert e["readinessProbe"]["httpGet"]["path"] == llama_server.HEALTH_PATH
     ports = r["objects"]["Service/g"]["spec"]["ports"]
     assert ports[0]["targetPort"] == service_target
     assert ("gateway" in r["containers"]) is gateway

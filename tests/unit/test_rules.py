@@ -8,6 +8,7 @@ import pytest
 
 from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import CATALOG, lookup, normalize
+from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
@@ -163,8 +164,8 @@ def test_one_model_per_pod_environment() -> None:
     assert t.env["OLLAMA_CONTEXT_LENGTH"] == "4096"
     assert t.env["OLLAMA_KEEP_ALIVE"] == "30m"
     assert t.env["OLLAMA_MODELS"].startswith("/root/.ollama")
-    assert t.env["OLLAMA_HOST"] == "127.0.0.1:11434"
-    assert run(spec(gateway={"enabled": False})).env["OLLAMA_HOST"] == "0.0.0.0:11434"
+    assert t.env["OLLAMA_HOST"] == f"127.0.0.1:{ollama.PORT}"
+    assert run(spec(gateway={"enabled": False})).env["OLLAMA_HOST"] == f"0.0.0.0:{ollama.PORT}"
 
 
 def test_quantized_cache_turns_flash_attention_on_explicitly() -> None:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from localmodel.doctor.report import Report, exit_status, render_table, to_json
+from localmodel.engines import ollama
 
 USAGE_EPILOG = """exit status: 0 all ok; 1 warnings (only with --strict); 2 any failure
 (bad arguments, or a cluster or machine that cannot be read, also exit 2)."""
@@ -25,7 +26,7 @@ def doctor_main(argv: Sequence[str]) -> int:
         "--engine-url",
         metavar="URL",
         help="with --local: the engine (Ollama or llama-server) or a gateway; "
-        "default OLLAMA_HOST, else http://127.0.0.1:11434",
+        f"default OLLAMA_HOST, else http://127.0.0.1:{ollama.PORT}",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
     parser.add_argument(
@@ -63,7 +64,8 @@ class _Unavailable(Exception):
 
 
 def _local(engine_url: str | None) -> Report:
-    from localmodel.doctor.local import default_engine_url, gather_engine, local_findings
+    from localmodel.doctor.checks import default_engine_url, local_findings
+    from localmodel.doctor.local import gather_engine
     from localmodel.facts.machine import read_machine
 
     machine = read_machine()

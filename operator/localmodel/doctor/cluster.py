@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localmodel.contract import ANNOTATION_THREADS, LABEL_NAME
-from localmodel.doctor.local import (
+from localmodel.doctor.checks import (
     NUMA_SOURCE,
     queue_findings,
     speed_findings,
@@ -34,7 +34,7 @@ from localmodel.doctor.local import (
 )
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
-from localmodel.engines import ollama
+from localmodel.engines import llama_server, ollama
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
@@ -57,7 +57,7 @@ class EnginePod:
     name: str
     node: str
     ours: bool  # rendered by the operator (localmodel.dev/name label)
-    engine: str  # "ollama" | "llama-server"
+    engine: str  # ollama.NAME | llama_server.NAME
     image: str
     model: str | None
     memory_bytes: int | None  # the engine container's memory limit (else request)
@@ -137,7 +137,7 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
         engine = engines[0]
         image = str(engine.get("image", ""))
         argv = [str(a) for a in [*(engine.get("command") or []), *(engine.get("args") or [])]]
-        kind = "ollama" if "ollama" in image.lower() else "llama-server"
+        kind = ollama.NAME if ollama.NAME in image.lower() else llama_server.NAME
         env = _env(engine)
         gateway = next((c for c in containers if _is_gateway(c)), None)
         gateway_env = _env(gateway) if gateway else {}
@@ -147,7 +147,7 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
         source = ""
         if str(annotations.get(ANNOTATION_THREADS, "")).isdigit():
             threads, source = int(annotations[ANNOTATION_THREADS]), "the operator's Modelfile"
-        elif kind == "llama-server":
+        elif kind == llama_server.NAME:
             threads = threads_from_command_line(argv, env)
             source = "its command line" if threads is not None else ""
         context_text = (
@@ -364,7 +364,7 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
         if pod.threads is None:
             default = (
                 "Ollama uses cgroup v2 cpu.max when set, else the host's cores"
-                if pod.engine == "ollama"
+                if pod.engine == ollama.NAME
                 else "llama-server uses the host's cores, ignoring quota and cpuset"
             )
             findings.append(
@@ -374,7 +374,7 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
                     f"{where}: thread count not set ({default}); {cpu_text}",
                     (
                         f"set num_thread {want} (Modelfile PARAMETER or options.num_thread)"
-                        if pod.engine == "ollama"
+                        if pod.engine == ollama.NAME
                         else f"start llama-server with --threads {want}"
                     )
                     if want
@@ -466,7 +466,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
     findings = []
     for pod in pods:
         node = nodes.get(pod.node)
-        if node is None or pod.engine != "ollama":
+        if node is None or pod.engine != ollama.NAME:
             continue
         amx = [node.has(flag) for flag in sorted(AMX_FLAGS)]
         if True not in amx:

@@ -1,439 +1,41 @@
-"""`localmodel doctor --local`: the same questions for one machine or container.
+"""`localmodel doctor --local`: reading one machine's engine.
 
-`local_findings` is pure: this machine's facts and what was read from the
-engine (an `EngineView`) in, findings out. `gather_engine` does the reading:
-the engine's HTTP API at ``--engine-url`` (Ollama: ``/api/version``,
-``/api/ps``, ``/api/show``; llama-server: ``/props``, ``/slots``, which report
-no thread count) and, when the engine runs on this machine, its process (found
-by the port it listens on): its command line and environment give the threads,
-its own cgroup and cpuset give the CPU budget it really has.
+`gather_engine` asks the engine's HTTP API at ``--engine-url`` (Ollama:
+its version, loaded models and Modelfiles; llama-server: its props, which
+report no thread count) and, when the engine runs on this machine, its
+process (found by the port it listens on): its command line and environment
+give the threads, its own cgroup and cpuset give the CPU budget it really has.
+The checks over what was read are `localmodel.doctor.checks`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
-from localmodel.doctor.report import Finding, Verdict
-from localmodel.facts.machine import AmxKernel, MachineFacts, read_cgroup_limits
-from localmodel.facts.quantity import format_bytes
-from localmodel.facts.topology import format_cpu_list
-from localmodel.rules.model import parse_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_workaround
-
-__all__ = [
-    "EngineView",
-    "LoadedModel",
-    "budget_findings",
-    "default_engine_url",
-    "gather_engine",
-    "local_findings",
-    "threads_from_command_line",
-]
-
-# Sources for the SMT and NUMA advice (see docs/doctor.md, "Use what the probe learns").
-SMT_SOURCE = (
-    "llama.cpp common/common.cpp (its default thread count is the physical cores); "
-    "one report of 8 cores / 16 threads: ~9 tok/s at 8 threads, ~2.5 at 16 (llama.cpp #19110, "
-    "PR #20020)"
+from localmodel.doctor.checks import (
+    GATEWAY,
+    EngineView,
+    LoadedModel,
+    int_env,
+    modelfile_threads,
+    threads_from_command_line,
 )
-NUMA_SOURCE = "llama.cpp #13850 (--numa distribute ~2x on a 2-node machine)"
+from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.engines import llama_server, ollama
+from localmodel.facts.machine import MachineFacts, read_cgroup_limits
+from localmodel.facts.topology import format_cpu_list
 
-
-@dataclass(frozen=True)
-class LoadedModel:
-    name: str
-    size_bytes: int | None = None
-    context: int | None = None
-
-
-@dataclass(frozen=True)
-class EngineView:
-    """What doctor learned about the engine at one URL."""
-
-    url: str
-    kind: str | None = None  # "ollama", "llama-server", "gateway"; None = unreachable
-    error: str | None = None
-    version: str | None = None
-    models: tuple[LoadedModel, ...] = ()
-    slots: int | None = None
-    context_per_slot: int | None = None
-    threads: int | None = None
-    threads_source: str = ""  # where ``threads`` came from, for the message
-    pid: int | None = None
-    process_budget: float | None = None  # the engine process's own CPU budget
-    process_budget_why: str = ""
-    gateway: GatewayStats | None = None
-
-
-def default_engine_url(env: Mapping[str, str] = os.environ) -> str:
-    """``OLLAMA_HOST`` as Ollama reads it (``host:port``, scheme optional), else :11434."""
-    host = env.get("OLLAMA_HOST", "").strip()
-    if not host:
-        return "http://127.0.0.1:11434"
-    if "://" not in host:
-        host = "http://" + host
-    parsed = urllib.parse.urlsplit(host)
-    hostname = parsed.hostname or "127.0.0.1"
-    if hostname == "0.0.0.0":
-        hostname = "127.0.0.1"
-    port = parsed.port or 11434
-    return f"{parsed.scheme}://{hostname}:{port}"
-
-
-_THREAD_FLAGS = ("-t", "--threads")
-
-
-def threads_from_command_line(argv: Sequence[str], env: Mapping[str, str]) -> int | None:
-    """llama-server's ``-t/--threads N`` (or ``--threads=N``), else ``LLAMA_ARG_THREADS``
-    (the flag wins: llama.cpp applies the environment first; docs/engine-facts.md,
-    "The child inherits the environment")."""
-    found: int | None = None
-    args = list(argv)
-    for index, arg in enumerate(args):
-        value: str | None = None
-        if arg in _THREAD_FLAGS and index + 1 < len(args):
-            value = args[index + 1]
-        elif arg.startswith("--threads="):
-            value = arg.split("=", 1)[1]
-        if value is not None and value.lstrip("-").isdigit():
-            found = int(value)
-    if found is None and env.get("LLAMA_ARG_THREADS", "").isdigit():
-        found = int(env["LLAMA_ARG_THREADS"])
-    return found if found is None or found > 0 else None
-
-
-def _modelfile_threads(parameters: str) -> int | None:
-    match = re.search(r"^\s*num_thread\s+(\d+)\s*$", parameters, re.MULTILINE)
-    return int(match.group(1)) if match else None
-
-
-# ---- pure checks -----------------------------------------------------------
-
-
-def budget_findings(machine: MachineFacts) -> list[Finding]:
-    """The CPU budget against the host's CPUs, and the AMX state."""
-    node = machine.node
-    budget = machine.cpu_budget
-    parts = [f"{machine.host_cpus} host CPUs"]
-    if node.cpuset_cpus is not None and node.cpuset_cpus < machine.host_cpus:
-        parts.append(f"cpuset of {node.cpuset_cpus}")
-    if node.cgroup_cpu_quota is not None:
-        parts.append(f"cgroup quota {node.cgroup_cpu_quota:g} CPUs")
-    whole = max(1, int(budget))
-    findings = [
-        Finding(
-            "cpu-budget",
-            Verdict.OK,
-            f"CPU budget {budget:g} ({', '.join(parts)}): an engine here should run "
-            f"{whole} thread{'s' if whole != 1 else ''}"
-            + (
-                "; engines that count host CPUs (llama.cpp's default, Ollama on cgroup v1 "
-                f"or a cpuset) would start {machine.host_cpus}"
-                if whole < machine.host_cpus
-                else ""
-            ),
-        )
-    ]
-    findings.extend(_amx_findings(machine))
-    return findings
-
-
-def _amx_findings(machine: MachineFacts) -> list[Finding]:
-    flags = machine.node.cpu_flags
-    if flags is None:
-        return [Finding("amx", Verdict.WARN, "CPU flags unknown (no /proc/cpuinfo flags line)",
-                        "run where /proc/cpuinfo is readable")]
-    present = sorted(AMX_FLAGS & flags)
-    kernel = machine.amx_kernel
-    offered = {
-        AmxKernel.OFFERED: "the kernel offers AMX to user space (arch_prctl XCOMP_SUPP has "
-        "XTILEDATA)",
-        AmxKernel.NOT_OFFERED: "the kernel does not offer AMX to user space",
-        AmxKernel.NO_XCOMP: "the kernel has no arch_prctl AMX permission call (before 5.16)",
-        AmxKernel.NOT_X86: "not an x86 CPU",
-    }.get(kernel, "the kernel's AMX offer was not checked") if kernel else (
-        "the kernel's AMX offer was not checked"
-    )
-    if present:
-        return [Finding("amx", Verdict.OK, f"AMX CPU ({', '.join(present)}); {offered}")]
-    return [Finding("amx", Verdict.OK, f"no AMX flags in /proc/cpuinfo; {offered}")]
-
-
-def _engine_budget(machine: MachineFacts, engine: EngineView) -> tuple[float, str]:
-    if engine.process_budget is not None:
-        return engine.process_budget, engine.process_budget_why
-    return machine.cpu_budget, "this process's budget (the engine's process was not found)"
-
-
-def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Finding]:
-    """Every finding for one machine, in the field's order."""
-    findings: list[Finding] = []
-    if engine is None:
-        return [*budget_findings(machine)]
-    if engine.kind is None:
-        findings.append(
-            Finding(
-                "engine",
-                Verdict.WARN,
-                f"no engine answered at {engine.url}: {engine.error}",
-                "pass --engine-url (Ollama's OLLAMA_HOST, or a llama-server URL)",
-            )
-        )
-        return findings + budget_findings(machine)
-
-    # 1. models holding weights
-    if len(engine.models) > 1:
-        held = ", ".join(
-            f"{m.name} ({format_bytes(m.size_bytes) if m.size_bytes else '? bytes'}"
-            f"{f', context {m.context}' if m.context else ''})"
-            for m in engine.models
-        )
-        findings.append(
-            Finding(
-                "models-per-node",
-                Verdict.WARN,
-                f"{len(engine.models)} models hold weights in {engine.kind} at {engine.url}: {held}"
-                ": they split memory and cores",
-                "keep one model loaded (OLLAMA_MAX_LOADED_MODELS=1), or one engine per model",
-            )
-        )
-    else:
-        names = ", ".join(m.name for m in engine.models) or "none loaded"
-        findings.append(
-            Finding("models-per-node", Verdict.OK, f"{engine.kind} at {engine.url} holds: {names}")
-        )
-
-    # 2. callers that can queue
-    if engine.gateway is not None:
-        findings.extend(queue_findings(engine.url, engine.gateway))
-    elif engine.slots is not None:
-        ctx = f", context {engine.context_per_slot} per slot" if engine.context_per_slot else ""
-        findings.append(
-            Finding(
-                "queue",
-                Verdict.OK,
-                f"{engine.kind} has {engine.slots} parallel slot{'s' if engine.slots != 1 else ''}"
-                f"{ctx}; its queue is not visible without the gateway",
-            )
-        )
-
-    # 3. cancellation
-    if engine.kind != "gateway":
-        findings.append(
-            Finding(
-                "cancellation",
-                Verdict.WARN,
-                f"{engine.url} is the engine itself, not the gateway: a timed-out non-streaming "
-                "call may keep running and hold a slot",
-                f"put `localmodel gateway --upstream {engine.url} --engine {engine.kind}` "
-                "in front and send callers there",
-            )
-        )
-
-    # 4. speed, last
-    findings.extend(budget_findings(machine))
-    findings.extend(_thread_findings(machine, engine))
-    if engine.gateway is not None:
-        findings.extend(speed_findings(engine.url, engine.gateway))
-    findings.extend(_amx_engine_findings(machine, engine))
-    return findings
-
-
-def _thread_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]:
-    budget, why = _engine_budget(machine, engine)
-    want = max(1, int(budget))
-    if engine.threads is None:
-        if engine.kind == "llama-server" and engine.pid is not None:
-            default = machine.topology.physical_cores or machine.host_cpus
-            return [
-                Finding(
-                    "threads",
-                    Verdict.FAIL if default > want else Verdict.WARN,
-                    f"llama-server runs without --threads: it uses its default "
-                    f"({default}, the host's cores; cgroup quota and cpuset ignored) on a "
-                    f"CPU budget of {budget:g} ({why})",
-                    f"start it with --threads {want}",
-                )
-            ]
-        return [
-            Finding(
-                "threads",
-                Verdict.WARN,
-                f"{engine.kind}: the thread count it uses is not visible "
-                f"({engine.threads_source or 'no Modelfile num_thread, no local process'}); "
-                f"CPU budget {budget:g}",
-                f"set PARAMETER num_thread {want} in the Modelfile (or options.num_thread)",
-            )
-        ]
-    threads = engine.threads
-    if threads > budget:
-        fix = (
-            f"start it with --threads {want} (-t {want})"
-            if engine.kind == "llama-server"
-            else f"set PARAMETER num_thread {want} in the Modelfile (or options.num_thread {want})"
-        )
-        return [
-            Finding(
-                "threads",
-                Verdict.FAIL,
-                f"{engine.kind} runs {threads} threads ({engine.threads_source}) on a CPU budget "
-                f"of {budget:g} ({why}): oversubscribed decode collapses (ggml's barrier "
-                "busy-waits)",
-                fix,
-            )
-        ]
-    findings = [
-        Finding(
-            "threads",
-            Verdict.OK if threads == want else Verdict.WARN,
-            f"{engine.kind} runs {threads} threads ({engine.threads_source}) on a CPU budget of "
-            f"{budget:g} ({why})",
-            "" if threads == want else f"use {want} threads: the budget allows it",
-        )
-    ]
-    findings.extend(_smt_numa_findings(machine, threads))
-    return findings
-
-
-def _smt_numa_findings(machine: MachineFacts, threads: int) -> list[Finding]:
-    """Advice from the topology; never a failure (the effect varies by CPU)."""
-    topo = machine.topology
-    found: list[Finding] = []
-    allowed = _allowed_cpus(machine)
-    if topo.threads_per_core and topo.threads_per_core > 1 and topo.cores:
-        cores = [c for c in topo.cores if c & allowed] if allowed else list(topo.cores)
-        if threads > len(cores):
-            found.append(
-                Finding(
-                    "smt",
-                    Verdict.WARN,
-                    f"{threads} threads on {len(cores)} physical cores ({topo.threads_per_core} "
-                    f"hardware threads per core): SMT siblings share a core's units "
-                    f"({SMT_SOURCE})",
-                    f"measure decode at {len(cores)} threads against {threads} on this CPU "
-                    "and keep the faster",
-                )
-            )
-    if len(topo.numa_nodes) > 1 and allowed:
-        spanned = sorted(n for n, cpus in topo.numa_nodes.items() if cpus & allowed)
-        if len(spanned) > 1:
-            found.append(
-                Finding(
-                    "numa",
-                    Verdict.WARN,
-                    f"the CPUs this process may use ({format_cpu_list(allowed)}) span NUMA nodes "
-                    f"{', '.join(map(str, spanned))}: weights in one node's memory are read "
-                    f"across the interconnect ({NUMA_SOURCE})",
-                    "run on one NUMA node's CPUs (numactl --cpunodebind=N --membind=N; in "
-                    "Kubernetes the kubelet's Topology Manager policy single-numa-node), or "
-                    "llama-server --numa distribute",
-                )
-            )
-    return found
-
-
-def _allowed_cpus(machine: MachineFacts) -> frozenset[int]:
-    getaffinity = getattr(os, "sched_getaffinity", None)
-    if getaffinity is None or machine.node.cpuset_cpus is None:
-        return frozenset()
-    try:
-        return frozenset(getaffinity(0))
-    except OSError:
-        return frozenset()
-
-
-def _amx_engine_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]:
-    flags = machine.node.cpu_flags or frozenset()
-    if not AMX_FLAGS & flags or engine.kind != "ollama":
-        return []
-    version = parse_version(engine.version)
-    if version is not None and version >= AMX_FIXED_IN:
-        return []
-    seen = engine.version or "unknown"
-    return [
-        Finding(
-            "amx",
-            Verdict.FAIL,
-            f"Ollama {seen} on an AMX CPU: builds before {show_version(AMX_FIXED_IN)} crash "
-            "in the AMX / flash-attention path (ollama#17205)",
-            f"upgrade to Ollama {show_version(AMX_FIXED_IN)} or later, or "
-            f"{amx_workaround(version)}",
-        )
-    ]
-
-
-def queue_findings(where: str, stats: GatewayStats) -> list[Finding]:
-    """Queue depth, busy slots, background turned away, foreground waiting."""
-    seen = (
-        f"{where}: {stats.slots_busy}/{stats.slots} slots busy, "
-        f"{stats.queued_foreground} foreground waiting, "
-        f"{stats.rejected_background} background turned away (429), "
-        f"{stats.rejected_queue_full} turned away with a full queue (503)"
-    )
-    if stats.queued_foreground or stats.rejected_queue_full:
-        return [
-            Finding(
-                "queue",
-                Verdict.WARN,
-                seen,
-                "callers wait for a slot: add replicas (spec.replicas) or slots (spec.slots, "
-                "with memory for their context), or mark batch callers X-Priority: background",
-            )
-        ]
-    if stats.rejected_background:
-        return [
-            Finding(
-                "queue",
-                Verdict.OK,
-                seen + ": background callers back off while people are served",
-            )
-        ]
-    return [Finding("queue", Verdict.OK, seen)]
-
-
-def speed_findings(where: str, stats: GatewayStats) -> list[Finding]:
-    if stats.decode_tps is None and stats.prefill_tps is None:
-        return [Finding("speed", Verdict.OK, f"{where}: no generation measured yet")]
-    parts = []
-    if stats.decode_tps is not None:
-        parts.append(f"decode {stats.decode_tps:.1f} tok/s")
-    if stats.prefill_tps is not None:
-        parts.append(f"prefill {stats.prefill_tps:.1f} tok/s")
-    share = (
-        stats.prefill_seconds / stats.slot_busy_seconds if stats.slot_busy_seconds > 0 else None
-    )
-    if share is not None:
-        parts.append(
-            f"{stats.prefill_seconds:.1f} s of {stats.slot_busy_seconds:.1f} s slot time "
-            f"re-reading prompts ({share:.0%})"
-        )
-    heavy = share is not None and share > 0.5
-    return [
-        Finding(
-            "speed",
-            Verdict.WARN if heavy else Verdict.OK,
-            f"{where}: " + ", ".join(parts),
-            "most slot time goes to prompt evaluation: keep the model loaded (keepAlive -1) "
-            "and send a stable prompt prefix so the engine reuses its cache"
-            if heavy
-            else "",
-        )
-    ]
-
-
-# ---- reading -----------------------------------------------------------------
+__all__ = ["gather_engine", "process_budget"]
 
 
 def _get_json(url: str, body: Any = None, timeout: float = 5.0) -> Any:
@@ -503,7 +105,7 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
     url = url.rstrip("/")
     gateway = _gateway_stats(url)
     if gateway is not None:
-        return EngineView(url=url, kind="gateway", gateway=gateway, slots=gateway.slots)
+        return EngineView(url=url, kind=GATEWAY, gateway=gateway, slots=gateway.slots)
     process = _listening_process(url)
     budget: tuple[float | None, str] = (None, "")
     if process is not None:
@@ -518,17 +120,17 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
         "process_budget_why": budget[1],
     }
     try:
-        version = _get_json(url + "/api/version")
+        version = _get_json(url + ollama.VERSION_PATH)
     except (OSError, ValueError):
         version = None
     if isinstance(version, dict) and "version" in version:
         return _ollama(url, str(version["version"]), process, common)
     try:
-        props = _get_json(url + "/props")
+        props = _get_json(url + llama_server.PROPS_PATH)
     except (OSError, ValueError) as e:
         return EngineView(url=url, error=_why(e))
     if not isinstance(props, dict):
-        return EngineView(url=url, error="/props is not a JSON object")
+        return EngineView(url=url, error=f"{llama_server.PROPS_PATH} is not a JSON object")
     return _llama_server(url, props, process, common)
 
 
@@ -549,7 +151,7 @@ def _gateway_stats(url: str) -> GatewayStats | None:
 def _ollama(url: str, version: str, process: _Process | None, common: dict[str, Any]) -> EngineView:
     models: list[LoadedModel] = []
     try:
-        ps = _get_json(url + "/api/ps")
+        ps = _get_json(url + ollama.PS_PATH)
     except (OSError, ValueError):
         ps = {}
     for entry in (ps or {}).get("models") or []:
@@ -564,18 +166,18 @@ def _ollama(url: str, version: str, process: _Process | None, common: dict[str, 
     source = ""
     for model in models:
         try:
-            show = _get_json(url + "/api/show", {"model": model.name})
+            show = _get_json(url + ollama.SHOW_PATH, {"model": model.name})
         except (OSError, ValueError):
             continue
-        found = _modelfile_threads(str(show.get("parameters") or ""))
+        found = modelfile_threads(str(show.get("parameters") or ""))
         if found is not None:
             threads, source = found, f"Modelfile PARAMETER num_thread of {model.name}"
             break
     env = process.env if process else {}
-    slots = _int_env(env, "OLLAMA_NUM_PARALLEL")
-    context = _int_env(env, "OLLAMA_CONTEXT_LENGTH")
+    slots = int_env(env, "OLLAMA_NUM_PARALLEL")
+    context = int_env(env, "OLLAMA_CONTEXT_LENGTH")
     return EngineView(
-        kind="ollama",
+        kind=ollama.NAME,
         version=version,
         models=tuple(models),
         slots=slots,
@@ -600,7 +202,7 @@ def _llama_server(
         if threads is not None:
             source = f"command line of pid {process.pid}"
     return EngineView(
-        kind="llama-server",
+        kind=llama_server.NAME,
         version=str(props.get("build_info") or "") or None,
         models=(LoadedModel(name=Path(model_path).name, context=context),),
         slots=slots if isinstance(slots, int) else None,
@@ -610,7 +212,3 @@ def _llama_server(
         **common,
     )
 
-
-def _int_env(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name, "")
-    return int(value) if value.isdigit() else None

