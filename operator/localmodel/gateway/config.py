@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from localmodel.engines import llama_server, ollama
 from localmodel.settings import (
@@ -38,6 +38,7 @@ __all__ = ["USAGE", "ConfigError", "GatewayConfig", "env_name", "parse_config"]
 # --engine takes one of them.
 ENGINES = (ollama.NAME, llama_server.NAME)
 EventLoop = Literal["auto", "asyncio", "uvloop"]
+EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
 ENV_PREFIX = "LOCALMODEL_GATEWAY_"
 # The overflow endpoint's API key is read from this variable only: a flag would
 # put it in the process's command line, which any user of the node can read.
@@ -102,8 +103,8 @@ class GatewayConfig:
     # opt in with uvloop (required) or auto. See docs/gateway.md, Overhead
     # benchmark.
     event_loop: EventLoop = setting(
-        "asyncio", "asyncio | uvloop | auto (default {default}; auto: uvloop if installed)",
-        metavar="NAME", parse=one_of("auto", "asyncio", "uvloop"),
+        "asyncio", " | ".join(EVENT_LOOPS) + " (default {default}; auto: uvloop if installed)",
+        metavar="NAME", parse=one_of(*EVENT_LOOPS),
     )
     # The base URL is the one OpenAI clients take (.../v1).
     overflow_url: str = setting(
