@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from localmodel.engines import ollama
 from localmodel.gateway.cli import loop_factory, run_cli
 from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
 
@@ -21,7 +22,7 @@ from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, pars
 def test_defaults_match_the_renderer_contract() -> None:
     config = parse_config([], {})
     assert config == GatewayConfig()
-    assert (config.upstream, config.engine) == ("http://127.0.0.1:11434", "ollama")
+    assert (config.upstream, config.engine) == (f"http://127.0.0.1:{ollama.PORT}", "ollama")
     assert (config.listen_host, config.listen_port) == ("0.0.0.0", 8080)
     assert (config.slots, config.max_queue, config.deadline) == (1, 16, 600.0)
     assert (config.max_tokens, config.keep_alive) == (2048, "-1")
@@ -71,7 +72,7 @@ def test_env_name_upper_cases_and_replaces_dashes() -> None:
         (["--deadline", "soon"], "deadline"),
         (["--max-tokens", "0"], "max-tokens"),
         (["--engine", "vllm"], "engine"),
-        (["--upstream", "127.0.0.1:11434"], "upstream"),
+        (["--upstream", f"127.0.0.1:{ollama.PORT}"], "upstream"),
         (["--listen", "8080"], "listen"),
         (["--listen", "host:http"], "listen"),
         (["--keep-alive", " "], "keep-alive"),
