@@ -64,13 +64,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,8 +79,12 @@ from pathlib import Path
 
 import psutil
 
-PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from tests.harness.processes import ManagedProcess, free_port, port_is_listening  # noqa: E402
+
+PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 TOKENS = 32
 TOKEN_DELAY = 0.004
 CONCURRENCY = (1, 8, 64)
@@ -90,20 +92,22 @@ BODY = json.dumps({"model": "standin:1b", "prompt": "bench"}).encode()
 END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body, after the previous chunk
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port} after {timeout}s")
+def serve(
+    stack: contextlib.ExitStack,
+    name: str,
+    argv: list[str],
+    port: int,
+    cpus: set[int] | None,
+    env: dict[str, str] | None = None,
+    err: Path | None = None,
+) -> ManagedProcess:
+    """Start `argv` pinned to `cpus` (its output discarded, stderr to `err` if
+    given), wait until `port` listens; stopped when `stack` closes."""
+    proc = ManagedProcess(
+        name, argv, Path(os.devnull), env=env, preexec=_pinned(cpus), err_path=err, cwd=ROOT
+    )
+    stack.enter_context(proc.serving(f"{name} on port {port}", lambda: port_is_listening(port), 20))
+    return proc
 
 
 @dataclass
@@ -298,8 +302,8 @@ def _pinned(cpus: set[int] | None) -> Callable[[], None] | None:
 
 
 def start_nginx(
-    tmp: Path, upstream_port: int, cpus: set[int] | None
-) -> tuple[subprocess.Popen[bytes], int] | None:
+    stack: contextlib.ExitStack, tmp: Path, upstream_port: int, cpus: set[int] | None
+) -> tuple[ManagedProcess, int] | None:
     binary = shutil.which("nginx") or (
         "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
     )
@@ -309,13 +313,8 @@ def start_nginx(
     conf = tmp / "nginx.conf"
     user = "user root;" if os.geteuid() == 0 else ""
     conf.write_text(NGINX_CONF.format(dir=tmp, upstream=upstream_port, port=port, user=user))
-    proc = subprocess.Popen(
-        [binary, "-c", str(conf), "-p", str(tmp)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=_pinned(cpus),  # the worker inherits it
-    )
-    wait_port(port)
+    # The worker inherits the pinning.
+    proc = serve(stack, "nginx", [binary, "-c", str(conf), "-p", str(tmp)], port, cpus)
     return proc, port
 
 
@@ -500,136 +499,115 @@ async def run(
     if pin and len(cpus) >= 2:
         proxy_cpus, rest_cpus = {cpus[0]}, set(cpus[1:])
         os.sched_setaffinity(0, rest_cpus)  # the load generator
-    procs: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmpdir:
+    with (
+        tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmpdir,
+        contextlib.ExitStack() as stack,
+    ):
         tmp = Path(tmpdir)
-        try:
-            up_port = free_port()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.gateway.ollama_standin",
-                        "--port",
-                        str(up_port),
-                        "--tokens",
-                        str(TOKENS),
-                        "--token-delay",
-                        str(TOKEN_DELAY),
-                        "--steady",
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    preexec_fn=_pinned(rest_cpus),
-                )
-            )
-            wait_port(up_port)
-            gw_port = free_port()
-            overflow_args: list[str] = []
-            gw_env = dict(env)
-            if overflow:
-                # A closed port: any use would show as an overflow error.
-                overflow_args = [
-                    "--overflow-url",
-                    f"http://127.0.0.1:{free_port()}/v1",
-                    "--overflow-model",
-                    "far-model",
-                    "--overflow-after",
-                    "0",
+        up_port = free_port()
+        serve(
+            stack,
+            "the Ollama stand-in",
+            [
+                sys.executable,
+                "-m",
+                "tests.gateway.ollama_standin",
+                "--port",
+                str(up_port),
+                "--tokens",
+                str(TOKENS),
+                "--token-delay",
+                str(TOKEN_DELAY),
+                "--steady",
+            ],
+            up_port,
+            rest_cpus,
+            env,
+            err=tmp / "standin.err",
+        )
+        gw_port = free_port()
+        overflow_args: list[str] = []
+        gw_env = dict(env)
+        if overflow:
+            # A closed port: any use would show as an overflow error.
+            overflow_args = [
+                "--overflow-url",
+                f"http://127.0.0.1:{free_port()}/v1",
+                "--overflow-model",
+                "far-model",
+                "--overflow-after",
+                "0",
+            ]
+            gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
+
+        def start_gateway(port: int, extra: list[str], env: dict[str, str]) -> ManagedProcess:
+            argv = [
+                sys.executable,
+                "-m",
+                "localmodel.cli",
+                "gateway",
+                "--upstream",
+                f"http://127.0.0.1:{up_port}",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--model",
+                "standin:1b",
+                "--slots",
+                "256",
+                "--max-queue",
+                "256",
+                "--threads",
+                "2",
+                "--context",
+                "4096",
+                *extra,
+                *gateway_args,
+            ]
+            return serve(stack, f"gateway :{port}", argv, port, proxy_cpus, env)
+
+        gateway = start_gateway(gw_port, overflow_args, gw_env)
+        targets: dict[str, tuple[int, list[psutil.Process]]] = {
+            "direct": (up_port, []),
+            "gateway": (gw_port, [psutil.Process(gateway.pid)]),
+        }
+        if overflow and plain:
+            # The same gateway without overflow, measured in the same run:
+            # what configuring overflow costs the local path, free of the
+            # machine's run-to-run noise.
+            plain_port = free_port()
+            bare = start_gateway(plain_port, [], env)
+            targets[PLAIN] = (plain_port, [psutil.Process(bare.pid)])
+        nginx = start_nginx(stack, tmp, up_port, proxy_cpus)
+        notes = []
+        if nginx is None:
+            notes.append("nginx not found: install it (apt-get install nginx-light)")
+        else:
+            master = psutil.Process(nginx[0].pid)
+            targets["nginx"] = (nginx[1], [master, *master.children()])
+        placement = (
+            f"proxy pinned to CPU {sorted(proxy_cpus)}, upstream and load generator to "
+            f"CPU {sorted(rest_cpus)}"
+            if proxy_cpus and rest_cpus
+            else "no pinning: load generator, upstream and proxy share every CPU"
+        )
+        print(
+            "\n".join(
+                [
+                    f"gateway benchmark: {runs} run(s) of {rounds} interleaved rounds per "
+                    f"concurrency; {len(cpus)} CPUs; {placement}; "
+                    f"{'burst' if burst else 'staggered'} arrivals; load from one Python "
+                    f"process (asyncio protocol client); gateway flags: "
+                    f"{' '.join(gateway_args) or '(defaults)'}; overflow "
+                    f"{'configured (never used: nothing queues)' if overflow else 'off'}",
+                    *notes,
                 ]
-                gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
-
-            def start_gateway(
-                port: int, extra: list[str], env: dict[str, str]
-            ) -> subprocess.Popen[bytes]:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "localmodel.cli",
-                        "gateway",
-                        "--upstream",
-                        f"http://127.0.0.1:{up_port}",
-                        "--listen",
-                        f"127.0.0.1:{port}",
-                        "--model",
-                        "standin:1b",
-                        "--slots",
-                        "256",
-                        "--max-queue",
-                        "256",
-                        "--threads",
-                        "2",
-                        "--context",
-                        "4096",
-                        *extra,
-                        *gateway_args,
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    preexec_fn=_pinned(proxy_cpus),
-                )
-                procs.append(proc)
-                wait_port(port)
-                return proc
-
-            gateway = start_gateway(gw_port, overflow_args, gw_env)
-            targets: dict[str, tuple[int, list[psutil.Process]]] = {
-                "direct": (up_port, []),
-                "gateway": (gw_port, [psutil.Process(gateway.pid)]),
-            }
-            if overflow and plain:
-                # The same gateway without overflow, measured in the same run:
-                # what configuring overflow costs the local path, free of the
-                # machine's run-to-run noise.
-                plain_port = free_port()
-                bare = start_gateway(plain_port, [], env)
-                targets[PLAIN] = (plain_port, [psutil.Process(bare.pid)])
-            nginx = start_nginx(tmp, up_port, proxy_cpus)
-            notes = []
-            if nginx is None:
-                notes.append("nginx not found: install it (apt-get install nginx-light)")
-            else:
-                procs.append(nginx[0])
-                master = psutil.Process(nginx[0].pid)
-                targets["nginx"] = (nginx[1], [master, *master.children()])
-            placement = (
-                f"proxy pinned to CPU {sorted(proxy_cpus)}, upstream and load generator to "
-                f"CPU {sorted(rest_cpus)}"
-                if proxy_cpus and rest_cpus
-                else "no pinning: load generator, upstream and proxy share every CPU"
-            )
-            print(
-                "\n".join(
-                    [
-                        f"gateway benchmark: {runs} run(s) of {rounds} interleaved rounds per "
-                        f"concurrency; {len(cpus)} CPUs; {placement}; "
-                        f"{'burst' if burst else 'staggered'} arrivals; load from one Python "
-                        f"process (asyncio protocol client); gateway flags: "
-                        f"{' '.join(gateway_args) or '(defaults)'}; overflow "
-                        f"{'configured (never used: nothing queues)' if overflow else 'off'}",
-                        *notes,
-                    ]
-                ),
-                flush=True,
-            )
-            lines = await measure(targets, per_client, rounds, runs, burst)
-            if overflow:
-                lines.append(overflow_check(gw_port))
-            return lines
-        finally:
-            for proc in reversed(procs):
-                proc.send_signal(signal.SIGTERM)
-            for proc in reversed(procs):
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            ),
+            flush=True,
+        )
+        lines = await measure(targets, per_client, rounds, runs, burst)
+        if overflow:
+            lines.append(overflow_check(gw_port))
+        return lines
 
 
 def overflow_check(port: int) -> str:

@@ -4,8 +4,8 @@ own default and oversubscribed counts, side by side.
 
 Run: python benchmarks/threads.py [--quick] [--json] [--budgets 1 2] [--reps N]
 Needs: root (to create a cgroup), llama.cpp's llama-server and the Gemma 3 270M
-GGUF (`bash hack/build-engines.sh llama model`; paths from its `--print`),
-optionally the real Ollama (its `ollama=` line, built by `bash
+GGUF (`bash hack/build-engines.sh llama model`; found, started and stopped by
+tests/harness/engines.py), optionally the real Ollama (`bash
 hack/build-engines.sh ollama`); the Ollama columns say why they are missing
 without it.
 
@@ -57,8 +57,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -73,16 +71,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
+from tests.harness import engines  # noqa: E402
 from tests.harness.cgroup import (  # noqa: E402
     PERIOD_US,
     Cgroup,
     CgroupUnavailableError,
     cpu_quota_cgroup,
 )
+from tests.harness.engines import MODEL_TAG, EngineMissingError  # noqa: E402
 
-CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
-MODEL_TAG = "gemma3:270m"  # the catalog entry for the GGUF the engine serves
-# The GGUF's checksum (hack/build-llama-server.sh); the spec needs one, nothing downloads.
+# The GGUF's checksum (hack/build-engines.sh); the spec needs one, nothing downloads.
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 CONTEXT = 2048
 
@@ -90,70 +88,6 @@ TEXT = (
     "the operator reads each node's CPU budget and renders pods whose engine settings "
     "are right for that node so that decode does not collapse under a quota"
 )
-
-
-# --- where the engines are ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tools:
-    llama_server: Path | None
-    model: Path | None
-    ollama: Path | None
-    llama_bench: Path | None
-    source: str
-
-
-def _print_lines(script: Path) -> dict[str, str]:
-    """`key=value` lines of `bash SCRIPT --print` (only scripts that document --print)."""
-    if not script.exists() or "--print" not in script.read_text():
-        return {}
-    try:
-        out = subprocess.run(
-            ["bash", str(script), "--print"], capture_output=True, text=True, timeout=60
-        )
-    except subprocess.TimeoutExpired:
-        return {}
-    if out.returncode != 0:
-        return {}
-    found = {}
-    for line in out.stdout.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and value:
-            found[key.strip()] = value.strip()
-    return found
-
-
-def find_tools() -> Tools:
-    """hack/build-engines.sh --print, else hack/build-llama-server.sh --print, else the cache."""
-    printed: dict[str, str] = {}
-    source = "cache defaults"
-    for name in ("build-engines.sh", "build-llama-server.sh"):
-        printed = _print_lines(ROOT / "hack" / name)
-        if printed:
-            source = f"hack/{name} --print"
-            break
-    # The model's key is whatever the script calls it; its value is the one .gguf path.
-    model = printed.get("model") or next((v for v in printed.values() if v.endswith(".gguf")), None)
-
-    def pick(env: str, key: str, default: Path | None) -> Path | None:
-        value = os.environ.get(env) or printed.get(key)
-        path = Path(value) if value else default
-        return path if path is not None and path.exists() else None
-
-    return Tools(
-        llama_server=pick(
-            "LOCALMODEL_LLAMA_SERVER", "llama-server", CACHE / "bin" / "llama-server"
-        ),
-        model=pick(
-            "LOCALMODEL_GEMMA_GGUF",
-            "",
-            Path(model) if model else CACHE / "models" / "gemma-3-270m-q4_k_m.gguf",
-        ),
-        ollama=pick("LOCALMODEL_OLLAMA", "ollama", None),
-        llama_bench=pick("LOCALMODEL_LLAMA_BENCH", "llama-bench", None),
-        source=source,
-    )
 
 
 # --- the CPU budget ------------------------------------------------------------
@@ -301,12 +235,6 @@ def operator_choice(budget: CpuBudget, engine: str) -> dict[str, Any]:
 # --- talking to an engine ---------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def prompt(n_words: int, tag: int) -> str:
     text = TEXT.split(" ")
     words = [f"w{tag}"] + [text[i % len(text)] for i in range(n_words - 1)]
@@ -388,31 +316,6 @@ def stream_tokens(
     return Decode(tokens, end - first, cut)
 
 
-def wait_healthy(port: int, proc: subprocess.Popen[bytes], log: Path, path: str) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"engine exited {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"engine not healthy in 180 s:\n{log.read_text()[-2000:]}")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 _N_THREADS = re.compile(rb"n_threads\s*=\s*(\d+)")
 
 
@@ -433,6 +336,7 @@ class Settings:
 
 
 WARMUP_WORDS = 8
+START_TIMEOUT = 180.0  # seconds to healthy: 8 threads on one CPU load slowly
 
 
 @dataclass(frozen=True)
@@ -465,31 +369,21 @@ class Engine:
 class LlamaServer(Engine):
     name = "llama-server"
 
-    def __init__(self, binary: Path, model: Path, work: Path) -> None:
-        self.binary, self.model, self.work = binary, model, work
+    def __init__(self, work: Path) -> None:
+        self.work = work
 
     @contextlib.contextmanager
     def running(self, budget: CpuBudget, config: Config) -> Iterator[tuple[int, Path]]:
-        port = free_port()
-        log = self.work / f"llama-{budget.cpus}cpu-{config.threads or 'default'}.log"
-        args = list(config.args)
-        args[args.index("-m") + 1] = str(self.model)
-        args[args.index("--port") + 1] = str(port)
-        args[args.index("--host") + 1] = "127.0.0.1"
         # --no-warmup: our own warm-up request is timed apart (at 8x a warm-up
         # decode alone takes many seconds).
-        cmd = [str(self.binary), *args, "--no-warmup"]
+        args = ["--no-warmup"]
         if config.threads is not None:
-            cmd += ["-t", str(config.threads), "-tb", str(config.threads)]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=budget.enter()
-            )
-        try:
-            wait_healthy(port, proc, log, "/health")
-            yield port, log
-        finally:
-            stop(proc)
+            args += ["-t", str(config.threads), "-tb", str(config.threads)]
+        workdir = self.work / f"llama-{budget.cpus}cpu-{config.threads or 'default'}"
+        with engines.llama_server(
+            workdir, args, rendered=config.args, preexec=budget.enter(), timeout=START_TIMEOUT
+        ) as engine:
+            yield engine.port, engine.log
 
     def prefill(self, port: int, words: int, tag: int, timeout: float) -> tuple[float, int]:
         doc = post_json(
@@ -525,42 +419,25 @@ class Ollama(Engine):
 
     name = "ollama"
 
-    def __init__(self, binary: Path, model: Path, work: Path) -> None:
-        self.binary, self.model, self.work = binary, model, work
+    def __init__(self, model: Path, work: Path) -> None:
+        self.model, self.work = model, work
 
     @contextlib.contextmanager
     def running(self, budget: CpuBudget, config: Config) -> Iterator[tuple[int, Path]]:
-        port = free_port()
         label = "operator" if config.modelfile else "default"
-        home = self.work / f"ollama-home-{budget.cpus}cpu-{label}"
-        home.mkdir(exist_ok=True)
-        log = self.work / f"ollama-{budget.cpus}cpu-{label}.log"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
-        env |= config.env
-        env |= {"OLLAMA_HOST": f"127.0.0.1:{port}", "OLLAMA_MODELS": str(home / "models")}
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [str(self.binary), "serve"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=budget.enter(),
-            )
-        try:
-            wait_healthy(port, proc, log, "/api/version")
-            modelfile = home / "Modelfile"
-            text = config.modelfile or "FROM gemma3:270m\n"
+        workdir = self.work / f"ollama-{budget.cpus}cpu-{label}"
+        # The rendered environment, but for where this one listens and keeps models.
+        env = {k: v for k, v in config.env.items() if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
+        with engines.ollama_serve(
+            workdir, workdir / "models", env, preexec=budget.enter(), timeout=START_TIMEOUT
+        ) as server:
+            modelfile = workdir / "Modelfile"
+            text = config.modelfile or f"FROM {MODEL_TAG}\n"
             modelfile.write_text(re.sub(r"^FROM .*$", f"FROM {self.model}", text, flags=re.M))
-            subprocess.run(
-                [str(self.binary), "create", "bench", "-f", str(modelfile)],
-                env=env,
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-            yield port, log
-        finally:
-            stop(proc)
+            done = server.cli("create", "bench", "-f", str(modelfile))
+            if done.returncode != 0:
+                raise RuntimeError(f"ollama create failed:\n{done.stdout}{done.stderr}")
+            yield server.port, server.log
 
     def prefill(self, port: int, words: int, tag: int, timeout: float) -> tuple[float, int]:
         doc = post_json(
@@ -939,14 +816,12 @@ def main() -> int:
     if os.geteuid() != 0:
         print("threads.py needs root to create a cgroup", file=sys.stderr)
         return 2
-    tools = find_tools()
-    if tools.llama_server is None or tools.model is None:
-        print(
-            "threads.py needs llama-server and the Gemma 3 270M GGUF: "
-            "bash hack/build-llama-server.sh (or hack/build-engines.sh)",
-            file=sys.stderr,
-        )
+    try:
+        llama_server, model = engines.require("llama-server"), engines.require("model")
+    except EngineMissingError as exc:
+        print(f"threads.py: {exc}", file=sys.stderr)
         return 2
+    ollama_binary = engines.path("ollama")
     host = os.cpu_count() or 1
     budgets = args.budgets or ([1] if args.quick else [b for b in (1, 2) if b <= host])
     if any(b < 1 or b > host for b in budgets):
@@ -970,17 +845,17 @@ def main() -> int:
             reps=args.reps or 5,
             slow_seconds=30.0,
         )
-    ollama_note = "no ollama= line in hack/build-engines.sh --print"
+    ollama_note = f"no Ollama at {ollama_binary}: bash hack/build-engines.sh ollama"
     if args.no_ollama:
         ollama_note = "--no-ollama"
-    elif tools.ollama is not None:
+    elif ollama_binary.exists():
         ollama_note = ""
     work = Path(tempfile.mkdtemp(prefix="threads-bench-"))
-    llama = LlamaServer(tools.llama_server, tools.model, work)
-    ollama = Ollama(tools.ollama, tools.model, work) if tools.ollama and not ollama_note else None
+    llama = LlamaServer(work)
+    ollama = Ollama(model, work) if not ollama_note else None
     print(
-        f"threads.py: host {host} CPUs; llama-server {tools.llama_server}; model {tools.model}; "
-        f"ollama {tools.ollama or 'none'} (from {tools.source}); "
+        f"threads.py: host {host} CPUs; llama-server {llama_server}; model {model}; "
+        f"ollama {ollama_binary if ollama else 'none'} (from hack/build-engines.sh --print); "
         f"{'quick' if args.quick else 'full'}: prompt {s.prompt_words} words, decode "
         f"{s.decode_tokens} tokens capped at {s.decode_cap:.0f} s, {s.reps} reps (median)"
     )

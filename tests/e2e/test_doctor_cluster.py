@@ -35,8 +35,8 @@ import pytest
 from localmodel.facts.node import from_node_list
 from tests.harness import TestCluster
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
-from tests.harness.llama import LlamaMissingError, LlamaServer, llama_server
-from tests.harness.processes import ManagedProcess, free_ports, wait_until
+from tests.harness.engines import LlamaServer, llama_server
+from tests.harness.processes import ManagedProcess, free_port, http_ok, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -89,16 +89,14 @@ class Caller:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[LlamaServer]:
-    try:
-        with llama_server(tmp_path / "llama-server.log", threads=1, context=2048) as server:
-            yield server
-    except LlamaMissingError as e:
-        pytest.fail(str(e), pytrace=False)
+    one_thread = ["-c", "2048", "-np", "1", "-t", "1", "--metrics", "--no-warmup"]
+    with llama_server(tmp_path, one_thread) as server:
+        yield server
 
 
 @pytest.fixture
 def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
-    [port] = free_ports(1)
+    port = free_port()
     process = ManagedProcess(
         "gateway",
         [sys.executable, "-m", "localmodel.cli", "gateway", "--upstream", engine.url,
@@ -108,19 +106,9 @@ def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
         env=_env(),
     )
 
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    process.start()
-    try:
-        wait_until("the gateway /readyz", ready, 60, process.check_alive)
+    ready = f"http://127.0.0.1:{port}/readyz"
+    with process.serving("the gateway /readyz", lambda: http_ok(ready), 60):
         yield port
-    finally:
-        process.stop()
 
 
 def chat(max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:

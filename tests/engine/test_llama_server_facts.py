@@ -12,120 +12,61 @@ import contextlib
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.engine.engines import require
-from tests.engine.real_ollama import cpu_seconds, free_port, wait_idle
+from tests.engine.real_ollama import cpu_seconds, wait_idle
+from tests.harness.engines import START_TIMEOUT, LlamaServer, llama_server, start_llama_server
 
 pytestmark = pytest.mark.engine
 
-START_TIMEOUT = 120.0
+CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # nothing of the test runner's environment
 
 
-def serve(
-    log: Path, *args: str, preexec: Callable[[], None] | None = None
-) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    cmd = [
-        str(require("llama-server")),
-        "-m",
-        str(require("model")),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-warmup",
-        *args,
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=preexec,
-            env={"PATH": "/usr/bin:/bin"},
-        )
-    return process, port
+def serve(workdir: Path, *args: str, preexec: Callable[[], None] | None = None) -> LlamaServer:
+    """llama-server with `args`, started, not waited for."""
+    return start_llama_server(workdir, ["--no-warmup", *args], env=CLEAN_ENV, preexec=preexec)
 
 
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def wait_for(check: Callable[[], bool], process: subprocess.Popen[bytes], log: Path) -> None:
-    end = time.monotonic() + START_TIMEOUT
-    while not check():
-        if process.poll() is not None:
-            raise AssertionError(
-                f"llama-server exited ({process.returncode}):\n"
-                + log.read_text(errors="replace")[-3000:]
-            )
-        assert time.monotonic() < end, log.read_text(errors="replace")[-3000:]
-        time.sleep(0.1)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-@contextlib.contextmanager
-def running(log: Path, *args: str) -> Iterator[int]:
-    process, port = serve(log, *args)
-    try:
-        wait_for(lambda: healthy(port), process, log)
-        yield port
-    finally:
-        stop(process)
+def running(workdir: Path, *args: str) -> contextlib.AbstractContextManager[LlamaServer]:
+    return llama_server(workdir, ["--no-warmup", *args], env=CLEAN_ENV)
 
 
 def test_quantized_v_cache_without_flash_attention_fails(tmp_path: Path) -> None:
-    log = tmp_path / "off.log"
-    process, _ = serve(log, "-t", "1", "-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "off")
+    engine = serve(
+        tmp_path / "off", "-t", "1", "-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "off"
+    )
     try:
-        rc = process.wait(timeout=START_TIMEOUT)
+        rc = engine.process.wait(timeout=START_TIMEOUT)
     finally:
-        stop(process)
+        engine.stop()
     assert rc != 0
-    assert "quantized V cache requires flash_attn" in log.read_text(errors="replace")
+    assert "quantized V cache requires flash_attn" in engine.log_text()
     # Control: the same cache with flash attention on loads and serves.
     with running(
-        tmp_path / "on.log", "-t", "1", "-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"
+        tmp_path / "on", "-t", "1", "-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"
     ):
         pass
 
 
-def _threads_taken(log: Path, process: subprocess.Popen[bytes]) -> int:
+def _threads_taken(engine: LlamaServer) -> int:
     # "system_info: n_threads = N" in older builds, "threadpool init, n_threads = N" in newer.
     pattern = re.compile(r"(?:system_info:|threadpool init,) n_threads = (\d+)")
     found: list[int] = []
 
     def said() -> bool:
-        found[:] = [int(n) for n in pattern.findall(log.read_text(errors="replace"))]
+        found[:] = [int(n) for n in pattern.findall(engine.log_text())]
         return bool(found)
 
     try:
-        wait_for(said, process, log)
+        engine.process.wait_ready("llama-server to say its thread count", said, START_TIMEOUT)
     finally:
-        stop(process)
+        engine.stop()
     return found[0]
 
 
@@ -135,16 +76,13 @@ def test_default_threads_ignore_cpuset_and_quota(tmp_path: Path) -> None:
     assert len(os.sched_getaffinity(0)) == host, "the test runner itself must see every CPU"
 
     # One allowed CPU (cpuset / affinity): the default still counts the host.
-    process, _ = serve(
-        tmp_path / "cpuset.log", "-c", "512", preexec=lambda: os.sched_setaffinity(0, {0})
-    )
-    assert psutil.Process(process.pid).cpu_affinity() == [0]
-    assert _threads_taken(tmp_path / "cpuset.log", process) == host
+    engine = serve(tmp_path / "cpuset", "-c", "512", preexec=lambda: os.sched_setaffinity(0, {0}))
+    assert psutil.Process(engine.process.pid).cpu_affinity() == [0]
+    assert _threads_taken(engine) == host
 
     # A one-CPU cgroup quota: the default still counts the host.
     with cpu_quota_group(tmp_path, cpus=1) as join:
-        process, _ = serve(tmp_path / "quota.log", "-c", "512", preexec=join)
-        taken = _threads_taken(tmp_path / "quota.log", process)
+        taken = _threads_taken(serve(tmp_path / "quota", "-c", "512", preexec=join))
     assert taken == host
 
 
@@ -189,7 +127,8 @@ def cpu_quota_group(tmp_path: Path, cpus: int) -> Iterator[Callable[[], None]]:
 def test_non_streaming_caller_that_leaves_stops_llama_server(tmp_path: Path) -> None:
     """One slot, nothing else running: the abandoned non-streaming request is
     cancelled by llama-server's connection polling (about once a second)."""
-    with running(tmp_path / "cancel.log", "-t", "1", "-c", "8192", "-np", "1") as port:
+    with running(tmp_path / "cancel", "-t", "1", "-c", "8192", "-np", "1") as server:
+        port = server.port
         engine = next(
             p
             for p in psutil.process_iter(["name"])

@@ -21,7 +21,8 @@ import pytest
 
 from localmodel.engines.ollama import PS_PATH
 from tests.engine.conftest import OllamaFactory
-from tests.engine.real_ollama import MODEL, Ollama, cpu_seconds, wait_idle
+from tests.engine.real_ollama import MODEL, cpu_seconds, wait_idle
+from tests.harness.engines import Ollama
 
 pytestmark = pytest.mark.engine
 

@@ -23,8 +23,9 @@ from localmodel.desired import desired_state
 from localmodel.engines.ollama import PS_PATH, SHOW_PATH
 from localmodel.facts import FactSource, NodeFacts
 from tests.engine.conftest import OllamaFactory
-from tests.engine.engines import ollama_version
-from tests.engine.real_ollama import MODEL, base_env, free_port
+from tests.engine.real_ollama import MODEL
+from tests.harness.engines import ollama_env, ollama_version
+from tests.harness.processes import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -75,7 +76,7 @@ def run_init(pod: dict[str, Any], modelfile: str, models: Path, work: Path) -> s
     )
     env = env_of(init)
     assert env["OLLAMA_MODELS"] == "/root/.ollama/models"
-    env |= base_env(work / "home", models, free_port())
+    env |= ollama_env(work / "home", models, free_port())
     (work / "home").mkdir(exist_ok=True)
     unshare = shutil.which("unshare")
     assert unshare, "the engine tier needs util-linux unshare (network namespace)"
@@ -109,7 +110,7 @@ def test_network_namespace_really_has_no_network(tmp_path: Path) -> None:
         "until ollama list >/dev/null 2>&1; do sleep 0.2; done; "
         "ollama pull gemma3:270m; rc=$?; kill $s; exit $rc"
     )
-    env = base_env(tmp_path / "home", models, free_port())
+    env = ollama_env(tmp_path / "home", models, free_port())
     (tmp_path / "home").mkdir()
     done = subprocess.run(
         ["unshare", "--net", "--", "/bin/sh", "-c", script],

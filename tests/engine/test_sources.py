@@ -15,7 +15,7 @@ import pytest
 
 from localmodel.rules.table import RULES
 from tests.citations import Citation, citations
-from tests.engine.engines import engine_paths, ollama_version, require
+from tests.harness.engines import ollama_version, path, require
 from tests.unit.test_engine_facts_doc import sections
 
 pytestmark = pytest.mark.engine
@@ -52,7 +52,7 @@ def ollama_module(version: str) -> Path:
 @functools.cache
 def llama_cpp_files() -> frozenset[str]:
     require("ollama")  # the build that downloaded the sdist
-    sdist = Path(engine_paths()["llama.cpp-source"])
+    sdist = path("llama.cpp-source")
     assert sdist.is_file(), f"{sdist} missing: run bash hack/build-engines.sh"
     with tarfile.open(sdist) as tar:
         names = tar.getnames()

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +13,7 @@ import pytest
 from localmodel.engines import ollama
 from localmodel.gateway.cli import loop_factory, run_cli
 from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
+from tests.harness.processes import ManagedProcess, free_port, http_ok
 
 
 def test_defaults_match_the_renderer_contract() -> None:
@@ -118,18 +115,23 @@ def test_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None
     assert "--slots" in capsys.readouterr().err
 
 
+MAIN = "import sys; from localmodel.cli import main; sys.exit(main())"
+
+
+def url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
 def test_cli_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["--help"]) == 0
     assert "--max-queue" in capsys.readouterr().out
 
 
-def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm() -> None:
+def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm(tmp_path: Path) -> None:
     """The renderer's contract end to end: `localmodel gateway` configured only
     by LOCALMODEL_GATEWAY_* variables answers /healthz and /slots, and exits 0
     on SIGTERM."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ)
     env.update(
         LOCALMODEL_GATEWAY_LISTEN=f"127.0.0.1:{port}",
@@ -139,28 +141,12 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm() -> None:
         LOCALMODEL_GATEWAY_THREADS="4",
         LOCALMODEL_GATEWAY_CONTEXT="8192",
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from localmodel.cli import main; sys.exit(main())",
-            "gateway",
-        ],
+    proc = ManagedProcess(
+        "localmodel gateway", [sys.executable, "-c", MAIN, "gateway"], tmp_path / "gateway.log",
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/slots", timeout=2) as resp:
+    with proc.serving("the gateway /healthz", lambda: http_ok(f"{url(port)}/healthz"), 20):
+        with urllib.request.urlopen(f"{url(port)}/slots", timeout=2) as resp:
             doc = json.load(resp)
         assert (doc["model"], doc["total"], doc["threads"], doc["context"]) == (
             "qwen3:1.7b",
@@ -168,23 +154,13 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm() -> None:
             4,
             8192,
         )
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        assert proc.stop() == 0, proc.log_text()
 
 
-MAIN = "import sys; from localmodel.cli import main; sys.exit(main())"
-
-
-def test_gateway_process_names_the_overflow_host_and_never_its_key() -> None:
+def test_gateway_process_names_the_overflow_host_and_never_its_key(tmp_path: Path) -> None:
     """The real process, configured as the renderer configures it: its output
     names where overflow goes, never the key (nor credentials in the URL)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     key = "sk-process-secret-91c2"
     env = dict(os.environ)
     env.update(
@@ -197,29 +173,15 @@ def test_gateway_process_names_the_overflow_host_and_never_its_key() -> None:
         # This checkout's package, not whichever one is installed.
         PYTHONPATH=str(Path(__file__).resolve().parents[2] / "operator"),
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", MAIN, "gateway"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    proc = ManagedProcess(
+        "localmodel gateway", [sys.executable, "-c", MAIN, "gateway"], tmp_path / "stdout.log",
+        env=env, err_path=tmp_path / "stderr.log",
     )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                    metrics = r.read().decode()
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with proc.serving("the gateway /metrics", lambda: http_ok(f"{url(port)}/metrics"), 20):
+        with urllib.request.urlopen(f"{url(port)}/metrics", timeout=1) as r:
+            metrics = r.read().decode()
+        proc.stop()
+    out, err = (tmp_path / "stdout.log").read_bytes(), (tmp_path / "stderr.log").read_bytes()
     text = out.decode() + err.decode() + metrics
     assert "foreground overflow to far.example after 2s" in err.decode()
     assert key not in text and "pw-in-url" not in text

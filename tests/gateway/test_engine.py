@@ -34,12 +34,12 @@ from localmodel.gateway.config import GatewayConfig, parse_config
 from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.gateway.harness import RawClient, books_reach, wait_until
 from tests.gateway.llama import (
-    Engine,
     decode_total,
     llama_server,
     processing,
     wait_engine,
 )
+from tests.harness.engines import LlamaServer
 
 pytestmark = pytest.mark.engine
 
@@ -101,7 +101,7 @@ def test_engine_and_gateway_run_as_rendered() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     with llama_server(
         tmp_path_factory.mktemp("engine"),
         slots=ENGINE_SLOTS,
@@ -114,7 +114,7 @@ GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
 
 
 @pytest.fixture
-async def gateway(engine: Engine) -> AsyncIterator[GatewayFactory]:
+async def gateway(engine: LlamaServer) -> AsyncIterator[GatewayFactory]:
     started: list[RunningGateway] = []
 
     async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
@@ -136,7 +136,7 @@ LONG = {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True, "t
 
 
 async def test_chat_completion_through_gateway_has_engine_shape(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
@@ -162,7 +162,7 @@ async def test_chat_completion_through_gateway_has_engine_shape(
 
 
 async def test_streaming_completion_is_relayed_as_sse(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
@@ -181,7 +181,7 @@ async def test_streaming_completion_is_relayed_as_sse(
 
 
 async def test_non_streaming_completion_is_assembled(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, _ = await gateway()
     async with aiohttp.ClientSession() as session:
@@ -197,7 +197,7 @@ async def test_non_streaming_completion_is_assembled(
 
 
 async def _assert_generation_stopped(
-    session: aiohttp.ClientSession, engine: Engine, since: float, what: str
+    session: aiohttp.ClientSession, engine: LlamaServer, since: float, what: str
 ) -> float:
     stopped = await wait_engine(session, engine, 0, timeout=5)
     latency = stopped - since
@@ -211,7 +211,7 @@ async def _assert_generation_stopped(
 
 
 async def test_disconnecting_non_streaming_caller_stops_engine_generation(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
@@ -228,7 +228,7 @@ async def test_disconnecting_non_streaming_caller_stops_engine_generation(
 
 
 async def test_passed_deadline_stops_engine_generation(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
@@ -242,7 +242,7 @@ async def test_passed_deadline_stops_engine_generation(
 
 
 async def test_disconnecting_streaming_chat_caller_stops_engine_generation(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, _ = await gateway()
     body = {
@@ -262,7 +262,7 @@ async def test_disconnecting_streaming_chat_caller_stops_engine_generation(
 
 
 async def test_background_gets_429_fast_while_the_engine_is_busy(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway(slots=1)
     async with aiohttp.ClientSession() as session:
@@ -292,7 +292,7 @@ async def test_background_gets_429_fast_while_the_engine_is_busy(
 
 
 async def test_foreground_requests_reach_the_engine_in_order(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, log = await gateway(slots=1, max_queue=8)
     board = gw.gateway.board
@@ -311,7 +311,7 @@ async def test_foreground_requests_reach_the_engine_in_order(
 
 
 async def test_slots_match_the_engine_under_concurrency(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     gw, _ = await gateway(slots=ENGINE_SLOTS, max_queue=8)
     async with aiohttp.ClientSession() as session:
@@ -334,7 +334,7 @@ async def test_slots_match_the_engine_under_concurrency(
 
 
 async def test_without_the_gateway_a_non_streaming_caller_leaving_does_not_stop_the_engine(
-    engine: Engine,
+    engine: LlamaServer,
 ) -> None:
     """Control, and the engine fact the gateway exists for (docs/engine-facts.md,
     Cancellation): straight to llama-server, a non-streaming request whose
@@ -356,7 +356,7 @@ async def test_without_the_gateway_a_non_streaming_caller_leaving_does_not_stop_
 
 
 async def test_conversation_id_does_not_reach_the_engine_so_a_disconnect_still_stops_it(
-    engine: Engine, gateway: GatewayFactory
+    engine: LlamaServer, gateway: GatewayFactory
 ) -> None:
     """llama-server keeps generating for a request carrying X-Conversation-Id
     after its client goes (its replay buffer; control below); the gateway
@@ -376,7 +376,7 @@ async def test_conversation_id_does_not_reach_the_engine_so_a_disconnect_still_s
 
 
 async def test_without_the_gateway_a_conversation_id_keeps_the_engine_generating(
-    engine: Engine,
+    engine: LlamaServer,
 ) -> None:
     """Control: straight to llama-server, a streaming request with
     X-Conversation-Id goes on after its client disconnects (without the

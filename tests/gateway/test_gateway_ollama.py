@@ -24,16 +24,9 @@ import pytest
 from localmodel.engines.ollama import VERSION_PATH
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
-from tests.engine.real_ollama import (
-    MODEL,
-    Ollama,
-    copy_volume,
-    cpu_seconds,
-    import_gguf,
-    running_ollama,
-    wait_idle,
-)
+from tests.engine.real_ollama import MODEL, copy_volume, cpu_seconds, import_gguf, wait_idle
 from tests.gateway.harness import RawClient, wait_until
+from tests.harness.engines import Ollama, ollama_serve
 
 pytestmark = pytest.mark.engine
 
@@ -55,7 +48,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
     models = work / "models"
     copy_volume(volume, models)
     env = {"OLLAMA_KEEP_ALIVE": "-1", "OLLAMA_NUM_PARALLEL": "1", "OLLAMA_MAX_LOADED_MODELS": "1"}
-    with running_ollama(work / "serve", models, env) as server:
+    with ollama_serve(work / "serve", models, env) as server:
         modelfile = work / "Tuned.Modelfile"
         modelfile.write_text(f"FROM {MODEL}\nPARAMETER num_ctx {CONTEXT}\nPARAMETER num_thread 1\n")
         done = server.cli("create", TUNED, "-f", str(modelfile))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import pytest
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
 from tests.gateway.openai_standin import StandinOpenAI, start_openai_standin
+from tests.harness.processes import free_port
 
 KEY = "sk-test-overflow-7f3a9c"
 AFTER = 0.3
@@ -248,10 +248,7 @@ async def test_full_queue_overflows_instead_of_503(overflow_rig: SetupFactory) -
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 async def test_overflow_down_falls_back_to_the_local_queue_and_is_counted_once(

@@ -25,7 +25,8 @@ import pytest
 from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.gateway.harness import RawClient, wait_until
-from tests.gateway.llama import Engine, llama_server, processing, wait_engine
+from tests.gateway.llama import llama_server, processing, wait_engine
+from tests.harness.engines import LlamaServer
 
 pytestmark = pytest.mark.engine
 
@@ -37,8 +38,8 @@ SHORT = {"messages": SAY_HI, "max_tokens": 8, "temperature": 0}
 
 @dataclass
 class Pair:
-    local: Engine
-    far: Engine
+    local: LlamaServer
+    far: LlamaServer
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         yield Pair(local, far)
 
 
-async def far_prompt_tokens(session: aiohttp.ClientSession, far: Engine) -> float:
+async def far_prompt_tokens(session: aiohttp.ClientSession, far: LlamaServer) -> float:
     """Prompt tokens the overflow engine processed (its /metrics needs the key too)."""
     async with session.get(far.url + "/metrics", headers=far.headers) as resp:
         for line in (await resp.text()).splitlines():

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,10 +28,10 @@ from typing import Any
 from tests.harness.cluster import TestCluster
 from tests.harness.nodes import DEFAULT_FIXTURE
 from tests.harness.operator import OperatorProcess, install_operator
-from tests.harness.processes import pid_runs, terminate_pid
+from tests.harness.processes import ManagedProcess, StartupError, pid_runs, terminate_pid
+from tests.harness.tools import REPO_ROOT, cache_dir
 
-CACHE = Path(os.environ.get("LOCALMODEL_CACHE", Path.home() / ".cache" / "localmodel-operator"))
-DEFAULT_STATE = CACHE / "cluster" / "state.json"
+DEFAULT_STATE = cache_dir() / "cluster" / "state.json"
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:
@@ -121,31 +120,33 @@ def _up_detached(args: argparse.Namespace) -> int:
     state_path.parent.mkdir(parents=True, exist_ok=True)
     state_path.unlink(missing_ok=True)
     log = state_path.with_name("up.log")
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness", "up",
-             "--state", str(state_path), "--fixture", str(args.fixture),
-             *(["--operator"] if args.operator else [])],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=Path(__file__).resolve().parents[2],
-        )
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
+    log.unlink(missing_ok=True)
+    child = ManagedProcess(
+        "python -m tests.harness up",
+        [sys.executable, "-m", "tests.harness", "up",
+         "--state", str(state_path), "--fixture", str(args.fixture),
+         *(["--operator"] if args.operator else [])],
+        log, cwd=REPO_ROOT, detached=True,  # outlives this command; `down` stops it
+    )
+    child.start()
+
+    def up() -> bool:
         state = _read_state(state_path)
-        if state and state.get("supervisor_pid") == child.pid:
-            _print_summary(state)
-            print(f"up in the background (pid {child.pid}, log {log}); "
-                  "`python -m tests.harness down` stops it")
-            return 0
-        if child.poll() is not None:
-            break
-        time.sleep(0.25)
-    if child.poll() is None:
-        child.terminate()
-        child.wait(timeout=30)
-    print(f"the test cluster did not come up; see {log}:\n{log.read_text()[-3000:]}",
-          file=sys.stderr)
-    return 1
+        return bool(state and state.get("supervisor_pid") == child.pid)
+
+    try:
+        child.wait_ready("the test cluster", up, args.timeout)
+    except StartupError:
+        child.stop(timeout=30)
+        print(f"the test cluster did not come up; see {log}:\n{log.read_text()[-3000:]}",
+              file=sys.stderr)
+        return 1
+    state = _read_state(state_path)
+    assert state is not None
+    _print_summary(state)
+    print(f"up in the background (pid {child.pid}, log {log}); "
+          "`python -m tests.harness down` stops it")
+    return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:

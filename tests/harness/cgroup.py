@@ -1,7 +1,7 @@
 """A real CPU-quota cgroup for tests (root only): v2 where the machine has it, else v1.
 
     with cpu_quota_cgroup(cpus=1) as group:
-        subprocess.Popen(argv, preexec_fn=group.join)   # the child runs inside it
+        ManagedProcess(name, argv, log, preexec=group.join).start()   # runs inside it
 
 The cgroup is removed afterwards (its processes must have ended).
 """
@@ -30,7 +30,7 @@ class Cgroup:
     version: int  # 1 or 2
 
     def join(self) -> None:
-        """Move the calling process into this cgroup (use as a Popen preexec_fn)."""
+        """Move the calling process into this cgroup (a child's preexec hook)."""
         (self.path / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
 

@@ -11,7 +11,6 @@ SIGKILL it.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import urllib.request
 from dataclasses import dataclass, field
@@ -118,10 +117,8 @@ class OperatorProcess:
 
     def kill(self) -> None:
         """SIGKILL: no Lease release, no cleanup, as a crash or an OOM kill."""
-        if self.alive():
-            assert self.proc is not None and self.proc.popen is not None
-            os.kill(self.proc.popen.pid, signal.SIGKILL)
-            self.proc.popen.wait(timeout=10)
+        if self.proc is not None:
+            self.proc.kill()
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -1,8 +1,19 @@
-"""Child processes the harness starts, and stops again by pid.
+"""The one way tests and benchmarks start, wait for and stop a server process.
+
+    proc = ManagedProcess("gateway", argv, log_path)
+    with proc.running("the gateway /healthz", lambda: http_ok(url + "/healthz"), 20):
+        ...
 
 Every child gets its own session (so a Ctrl-C in the terminal reaches only the
-harness, which then stops the children in order) and, on Linux, a parent-death
-signal, so even a SIGKILLed harness leaves no control plane behind.
+harness, which then stops the children in order; stopping signals the whole
+session, so an engine's own children go with it) and, on Linux, a parent-death
+signal, so even a SIGKILLed harness leaves no control plane or engine behind
+(the signal comes when the *thread* that started the child ends: start children
+from the main thread or a long-lived one). Its output goes to a log file.
+
+`free_port` / `free_ports` are the one way to pick a loopback port.
+tests/harness/engines.py starts the real engines through this module;
+tests/unit/test_one_launcher.py fails on a process started anywhere else.
 """
 
 from __future__ import annotations
@@ -15,7 +26,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
@@ -46,14 +59,38 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def free_port() -> int:
+    """One port on 127.0.0.1 that nothing listens on (also: a closed port to connect to)."""
+    [port] = free_ports(1)
+    return port
+
+
 def port_is_listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
 
 
+def http_ok(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
+    """True if GET `url` answers 200 (False on any connection or HTTP error)."""
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 class StartupError(RuntimeError):
     """A component did not come up; the message carries the tail of its log."""
+
+
+_STARTED: list[ManagedProcess] = []
+
+
+def started_processes() -> list[ManagedProcess]:
+    """Every process started through this module in this interpreter that still runs."""
+    return [p for p in _STARTED if p.running()]
 
 
 @dataclass
@@ -62,43 +99,88 @@ class ManagedProcess:
 
     name: str
     argv: list[str]
-    log_path: Path
-    env: dict[str, str] | None = None
+    log_path: Path  # stdout, and stderr unless err_path is given (os.devnull: discard)
+    env: dict[str, str] | None = None  # None: this process's environment
     # Runs in the child before exec, after the die-with-parent setup (e.g. join a cgroup).
     preexec: Callable[[], None] | None = field(default=None, repr=False)
+    err_path: Path | None = None  # stderr apart from stdout
+    cwd: Path | None = None
+    detached: bool = False  # outlives this process (no parent-death signal)
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log: IO[bytes] | None = field(default=None, repr=False)
+    _err: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int | None:
         return self.popen.pid if self.popen else None
 
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll() if self.popen else None
+
     def start(self) -> None:
         self._log = self.log_path.open("ab")
+        self._err = self.err_path.open("ab") if self.err_path is not None else None
         self.popen = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
-            stderr=subprocess.STDOUT,
+            stderr=self._err if self._err is not None else subprocess.STDOUT,
             env=self.env,
+            cwd=self.cwd,
             start_new_session=True,
             preexec_fn=self._preexec,
         )
+        _STARTED.append(self)
 
     def _preexec(self) -> None:
-        _die_with_parent()
+        if not self.detached:
+            _die_with_parent()
         if self.preexec is not None:
             self.preexec()
 
     def running(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def log_tail(self, lines: int = 30) -> str:
+    def wait_ready(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        """Poll `check` until true; StartupError (with the log's tail) if the process
+        exits first or `timeout` seconds pass."""
         try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+            wait_until(what, check, timeout, self.check_alive)
+        except StartupError as exc:
+            if self.running():  # timed out: say what the process wrote
+                tail = self.log_tail()
+                raise StartupError(f"{exc}; last lines of {self.log_path}:\n{tail}") from None
+            raise
+
+    @contextlib.contextmanager
+    def serving(
+        self, what: str, check: Callable[[], bool], timeout: float
+    ) -> Iterator[ManagedProcess]:
+        """Start, wait until `check` is true, yield; stop afterwards (also on failure)."""
+        self.start()
+        try:
+            self.wait_ready(what, check, timeout)
+            yield self
+        finally:
+            self.stop()
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; its exit code."""
+        assert self.popen is not None, f"{self.name} was never started"
+        return self.popen.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        """What it wrote: the log, then its stderr if that went to err_path."""
+        text = ""
+        for path in (self.log_path, self.err_path):
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    text += path.read_text(errors="replace")
+        return text
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def check_alive(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:
@@ -107,22 +189,38 @@ class ManagedProcess:
                 f"last lines of {self.log_path}:\n{self.log_tail()}"
             )
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout` seconds; always reaps the pid."""
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the process alone and reap it: a crash or an OOM kill (no cleanup)."""
+        if self.popen is not None and self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.popen.pid, signal.SIGTERM)
+                os.kill(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM to its session, then SIGKILL after `timeout` seconds; always reaps
+        the pid, and SIGKILLs whatever of its session is left (an engine's children).
+        Returns the exit code (None if it was never started)."""
+        if self.popen is None:
+            return None
+        group = self.popen.pid  # its own session: the group id is its pid
+        if self.popen.poll() is None:
+            _kill_group(group, signal.SIGTERM)
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.popen.pid, signal.SIGKILL)
+                _kill_group(group, signal.SIGKILL)
                 self.popen.wait(timeout=timeout)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        _kill_group(group, signal.SIGKILL)
+        for f in (self._log, self._err):
+            if f is not None:
+                f.close()
+        self._log = self._err = None
+        return self.popen.returncode
+
+
+def _kill_group(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
 
 
 def wait_until(

@@ -1,7 +1,8 @@
-"""Where the pinned control-plane binaries live.
+"""Where the pinned control-plane binaries live, and the cache they are built into.
 
 `hack/build-tools.sh` holds the only copy of the version pins; it prints the
-path of every binary with `--print`, so the harness never repeats a version.
+path of every binary with `--print`, so the harness never repeats a version
+(tests/harness/engines.py reads `hack/build-engines.sh --print` the same way).
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-tools.sh"
+
+
+def cache_dir() -> Path:
+    """Where hack/build-*.sh cache what they build (and `python -m tests.harness`
+    keeps its state): $LOCALMODEL_CACHE, else ~/.cache/localmodel-operator."""
+    default = Path.home() / ".cache" / "localmodel-operator"
+    return Path(os.environ.get("LOCALMODEL_CACHE") or default)
+
 
 TOOL_NAMES = (
     "etcd",
@@ -69,17 +78,23 @@ def _usable(path: Path) -> bool:
     return os.access(path, os.X_OK)
 
 
+def print_output(script: Path) -> str:
+    """What `bash SCRIPT --print` writes (the script builds nothing then)."""
+    return subprocess.run(
+        ["bash", str(script), "--print"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=60,
+    ).stdout
+
+
 def locate_tools(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
     """Find the pinned binaries; raise ToolsMissingError naming any that are absent."""
     try:
-        out = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), "--print"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=os.environ.copy(),
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
+        out = print_output(BUILD_SCRIPT)
+    except (OSError, subprocess.SubprocessError) as exc:
         raise ToolsMissingError(f"cannot run {BUILD_SCRIPT} --print: {exc}") from exc
     tools = parse_print_output(out)
     missing = [
