@@ -14,13 +14,14 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.engine.real_ollama import cpu_seconds, wait_idle
+from tests.harness.cgroup import CgroupUnavailableError, cpu_quota_cgroup
 from tests.harness.engines import START_TIMEOUT, LlamaServer, llama_server, start_llama_server
 
 pytestmark = pytest.mark.engine
@@ -81,47 +82,12 @@ def test_default_threads_ignore_cpuset_and_quota(tmp_path: Path) -> None:
     assert _threads_taken(engine) == host
 
     # A one-CPU cgroup quota: the default still counts the host.
-    with cpu_quota_group(tmp_path, cpus=1) as join:
-        taken = _threads_taken(serve(tmp_path / "quota", "-c", "512", preexec=join))
-    assert taken == host
-
-
-@contextlib.contextmanager
-def cpu_quota_group(tmp_path: Path, cpus: int) -> Iterator[Callable[[], None]]:
-    """A cgroup with a CPU quota of `cpus`; yields a preexec function joining it.
-    cgroup v2 (`cpu.max`) when the unified hierarchy has the cpu controller,
-    else v1 (`cpu.cfs_quota_us`). Needs root; fails loudly without it."""
-    name = f"localmodel-test-{os.getpid()}-{tmp_path.name}"
-    v2 = Path("/sys/fs/cgroup")
-    v1 = Path("/sys/fs/cgroup/cpu")
-    if (v2 / "cgroup.controllers").exists() and "cpu" in (
-        v2 / "cgroup.subtree_control"
-    ).read_text():
-        group = v2 / name
-        group.mkdir()
-        (group / "cpu.max").write_text(f"{cpus * 100000} 100000")
-        procs = group / "cgroup.procs"
-    elif (v1 / "cpu.cfs_quota_us").exists():
-        group = v1 / name
-        group.mkdir()
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(cpus * 100000))
-        procs = group / "tasks"
-    else:
-        pytest.fail("no writable cgroup CPU controller (v2 cpu.max or v1 cpu.cfs_quota_us)")
-
-    def join() -> None:
-        procs.write_text(str(os.getpid()))
-
     try:
-        yield join
-    finally:
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        with cpu_quota_cgroup(cpus=1) as group:
+            taken = _threads_taken(serve(tmp_path / "quota", "-c", "512", preexec=group.join))
+    except CgroupUnavailableError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    assert taken == host
 
 
 def test_non_streaming_caller_that_leaves_stops_llama_server(tmp_path: Path) -> None:
