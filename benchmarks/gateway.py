@@ -82,7 +82,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.harness.processes import ManagedProcess, free_port, port_is_listening  # noqa: E402
+from tests.harness.processes import (  # noqa: E402
+    ManagedProcess,
+    free_port,
+    localmodel_process,
+    port_is_listening,
+)
 
 PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 TOKENS = 32
@@ -92,22 +97,24 @@ BODY = json.dumps({"model": "standin:1b", "prompt": "bench"}).encode()
 END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body, after the previous chunk
 
 
-def serve(
-    stack: contextlib.ExitStack,
+def serve(stack: contextlib.ExitStack, proc: ManagedProcess, port: int) -> ManagedProcess:
+    """Start `proc`, wait until `port` listens; stopped when `stack` closes."""
+    listening = f"{proc.name} on port {port}"
+    stack.enter_context(proc.serving(listening, lambda: port_is_listening(port), 20))
+    return proc
+
+
+def pinned_process(
     name: str,
     argv: list[str],
-    port: int,
     cpus: set[int] | None,
     env: dict[str, str] | None = None,
     err: Path | None = None,
 ) -> ManagedProcess:
-    """Start `argv` pinned to `cpus` (its output discarded, stderr to `err` if
-    given), wait until `port` listens; stopped when `stack` closes."""
-    proc = ManagedProcess(
+    """`argv` pinned to `cpus`, its output discarded (stderr to `err` if given)."""
+    return ManagedProcess(
         name, argv, Path(os.devnull), env=env, preexec=_pinned(cpus), err_path=err, cwd=ROOT
     )
-    stack.enter_context(proc.serving(f"{name} on port {port}", lambda: port_is_listening(port), 20))
-    return proc
 
 
 @dataclass
@@ -314,7 +321,8 @@ def start_nginx(
     user = "user root;" if os.geteuid() == 0 else ""
     conf.write_text(NGINX_CONF.format(dir=tmp, upstream=upstream_port, port=port, user=user))
     # The worker inherits the pinning.
-    proc = serve(stack, "nginx", [binary, "-c", str(conf), "-p", str(tmp)], port, cpus)
+    argv = [binary, "-c", str(conf), "-p", str(tmp)]
+    proc = serve(stack, pinned_process("nginx", argv, cpus), port)
     return proc, port
 
 
@@ -505,25 +513,22 @@ async def run(
     ):
         tmp = Path(tmpdir)
         up_port = free_port()
+        standin = [
+            sys.executable,
+            "-m",
+            "tests.gateway.ollama_standin",
+            "--port",
+            str(up_port),
+            "--tokens",
+            str(TOKENS),
+            "--token-delay",
+            str(TOKEN_DELAY),
+            "--steady",
+        ]
         serve(
             stack,
-            "the Ollama stand-in",
-            [
-                sys.executable,
-                "-m",
-                "tests.gateway.ollama_standin",
-                "--port",
-                str(up_port),
-                "--tokens",
-                str(TOKENS),
-                "--token-delay",
-                str(TOKEN_DELAY),
-                "--steady",
-            ],
+            pinned_process("the Ollama stand-in", standin, rest_cpus, env, tmp / "standin.err"),
             up_port,
-            rest_cpus,
-            env,
-            err=tmp / "standin.err",
         )
         gw_port = free_port()
         overflow_args: list[str] = []
@@ -541,10 +546,7 @@ async def run(
             gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
 
         def start_gateway(port: int, extra: list[str], env: dict[str, str]) -> ManagedProcess:
-            argv = [
-                sys.executable,
-                "-m",
-                "localmodel.cli",
+            args = [
                 "gateway",
                 "--upstream",
                 f"http://127.0.0.1:{up_port}",
@@ -563,7 +565,10 @@ async def run(
                 *extra,
                 *gateway_args,
             ]
-            return serve(stack, f"gateway :{port}", argv, port, proxy_cpus, env)
+            gateway = localmodel_process(
+                f"gateway :{port}", args, Path(os.devnull), env, preexec=_pinned(proxy_cpus)
+            )
+            return serve(stack, gateway, port)
 
         gateway = start_gateway(gw_port, overflow_args, gw_env)
         targets: dict[str, tuple[int, list[psutil.Process]]] = {

@@ -36,7 +36,7 @@ from localmodel.facts.node import from_node_list
 from tests.harness import TestCluster
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
 from tests.harness.engines import LlamaServer, llama_server
-from tests.harness.processes import ManagedProcess, free_port, http_ok, wait_until
+from tests.harness.processes import free_port, http_ok, localmodel_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -97,11 +97,10 @@ def engine(tmp_path: Path) -> Iterator[LlamaServer]:
 @pytest.fixture
 def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
     port = free_port()
-    process = ManagedProcess(
+    process = localmodel_process(
         "gateway",
-        [sys.executable, "-m", "localmodel.cli", "gateway", "--upstream", engine.url,
-         "--engine", "llama-server", "--listen", f"127.0.0.1:{port}", "--slots", "1",
-         "--max-queue", "4", "--model", "gemma"],
+        ["gateway", "--upstream", engine.url, "--engine", "llama-server",
+         "--listen", f"127.0.0.1:{port}", "--slots", "1", "--max-queue", "4", "--model", "gemma"],
         tmp_path / "gateway.log",
         env=_env(),
     )

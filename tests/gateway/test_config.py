@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from localmodel.engines import ollama
 from localmodel.gateway.cli import loop_factory, run_cli
 from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
-from tests.harness.processes import ManagedProcess, free_port, http_ok
+from tests.harness.processes import free_port, http_ok, localmodel_process
 
 
 def test_defaults_match_the_renderer_contract() -> None:
@@ -115,9 +114,6 @@ def test_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None
     assert "--slots" in capsys.readouterr().err
 
 
-MAIN = "import sys; from localmodel.cli import main; sys.exit(main())"
-
-
 def url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
@@ -141,10 +137,7 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm(tmp_path: Path)
         LOCALMODEL_GATEWAY_THREADS="4",
         LOCALMODEL_GATEWAY_CONTEXT="8192",
     )
-    proc = ManagedProcess(
-        "localmodel gateway", [sys.executable, "-c", MAIN, "gateway"], tmp_path / "gateway.log",
-        env=env,
-    )
+    proc = localmodel_process("localmodel gateway", ["gateway"], tmp_path / "gateway.log", env)
     with proc.serving("the gateway /healthz", lambda: http_ok(f"{url(port)}/healthz"), 20):
         with urllib.request.urlopen(f"{url(port)}/slots", timeout=2) as resp:
             doc = json.load(resp)
@@ -170,12 +163,10 @@ def test_gateway_process_names_the_overflow_host_and_never_its_key(tmp_path: Pat
         LOCALMODEL_GATEWAY_OVERFLOW_MODEL="big",
         LOCALMODEL_GATEWAY_OVERFLOW_AFTER="2",
         LOCALMODEL_GATEWAY_OVERFLOW_API_KEY=key,
-        # This checkout's package, not whichever one is installed.
-        PYTHONPATH=str(Path(__file__).resolve().parents[2] / "operator"),
     )
-    proc = ManagedProcess(
-        "localmodel gateway", [sys.executable, "-c", MAIN, "gateway"], tmp_path / "stdout.log",
-        env=env, err_path=tmp_path / "stderr.log",
+    proc = localmodel_process(
+        "localmodel gateway", ["gateway"], tmp_path / "stdout.log", env,
+        err_path=tmp_path / "stderr.log",
     )
     with proc.serving("the gateway /metrics", lambda: http_ok(f"{url(port)}/metrics"), 20):
         with urllib.request.urlopen(f"{url(port)}/metrics", timeout=1) as r:

@@ -11,7 +11,6 @@ SIGKILL it.
 from __future__ import annotations
 
 import os
-import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ import yaml
 
 from tests.harness.chart import NAMESPACE, operator_objects, render_chart
 from tests.harness.cluster import OPERATOR, TestCluster
-from tests.harness.processes import ManagedProcess, free_ports, wait_until
+from tests.harness.processes import ManagedProcess, free_ports, localmodel_process, wait_until
 from tests.harness.tools import REPO_ROOT
 
 CRD_FILE = REPO_ROOT / "crds" / "localmodel.dev_localmodels.yaml"
@@ -76,12 +75,8 @@ class OperatorProcess:
 
     def start(self, wait_ready: bool = True) -> None:
         self.health_port, self.metrics_port = free_ports(2)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT / "operator"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env["PYTHONUNBUFFERED"] = "1"
-        argv = [
-            sys.executable, "-m", "localmodel.cli", "run",
+        args = [
+            "run",
             "--kubeconfig", str(self.cluster.kubeconfig(OPERATOR)),
             "--identity", self.identity,
             "--leader-namespace", NAMESPACE,
@@ -90,13 +85,12 @@ class OperatorProcess:
             "--operator-image", "ghcr.io/localmodel/localmodel-operator:e2e",
             *self.extra_args,
         ]
-        self.proc = ManagedProcess(name=f"localmodel-run-{self.identity}", argv=argv,
-                                   log_path=self.log_path, env=env)
+        self.proc = localmodel_process(f"localmodel-run-{self.identity}", args, self.log_path,
+                                       os.environ | {"PYTHONUNBUFFERED": "1"})
         self.proc.start()
         self.starts += 1
         if wait_ready:
-            wait_until(f"localmodel run ({self.identity}) /readyz", self.ready, timeout=60,
-                       alive=self.proc.check_alive)
+            self.proc.wait_ready(f"localmodel run ({self.identity}) /readyz", self.ready, 60)
 
     def _get(self, port: int, path: str) -> tuple[int, str]:
         try:

@@ -28,10 +28,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
+
+from tests.harness.tools import REPO_ROOT
 
 T = TypeVar("T")
 
@@ -221,6 +223,28 @@ class ManagedProcess:
 def _kill_group(group: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, sig)
+
+
+def localmodel_process(
+    name: str,
+    args: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    preexec: Callable[[], None] | None = None,
+    err_path: Path | None = None,
+) -> ManagedProcess:
+    """`localmodel ARGS` (e.g. `run`, `gateway`) from this checkout, not started:
+    `python -m localmodel.cli` with operator/ first on PYTHONPATH; `env` is its
+    environment otherwise (default: ours)."""
+    full = dict(os.environ if env is None else env)
+    full["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "operator"), full.get("PYTHONPATH", "")) if p
+    )
+    argv = [sys.executable, "-m", "localmodel.cli", *args]
+    return ManagedProcess(
+        name, argv, log_path, env=full, preexec=preexec, err_path=err_path, cwd=REPO_ROOT
+    )
 
 
 def wait_until(
