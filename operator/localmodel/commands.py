@@ -11,16 +11,11 @@ from typing import Any
 
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, parse_local_model
+from localmodel.api.parse import object_name
 from localmodel.crd import crd_yaml
 from localmodel.desired import DesiredState, desired_state
-from localmodel.errors import (
-    FieldError,
-    InvalidObject,
-    format_errors,
-    object_name,
-    parse_local_model,
-)
+from localmodel.errors import FieldError, InvalidObject, format_errors
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list

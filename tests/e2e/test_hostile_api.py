@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
+from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
-from localmodel.errors import InvalidObject, parse_local_model
+from localmodel.errors import InvalidObject
 from localmodel.facts import NodeFacts
 from tests.corpus import ACCEPTED, CORPUS, Bad
 from tests.fuzz import EXAMPLES, manifests

@@ -166,8 +166,8 @@ def test_amx_guard_only_where_the_rules_say_and_threads_follow_the_limit(
     """An Ollama build the AMX rule treats as affected: its guard fires on the AMX
     node only; on both, the engine's threads equal the CPU limit; `cpu: node`
     takes the node's free whole CPUs (minus the gateway's share)."""
+    from localmodel.api import parse_local_model
     from localmodel.desired import desired_state
-    from localmodel.errors import parse_local_model
     from localmodel.facts.node import from_node
 
     amx = {"node.kubernetes.io/instance-type": "sapphire-rapids-32"}

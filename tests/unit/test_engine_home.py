@@ -319,3 +319,39 @@ def test_the_grep_sees_code_literals_not_prose(
     path = tmp_path / "m.py"
     path.write_text(source)
     assert list(python_literals(path)) == hits
+
+
+# ---- layers: no import cycle between the operator's packages -----------------
+
+
+def _imports() -> dict[str, set[str]]:
+    """Each localmodel package (or top module) -> the other ones it imports."""
+    base = ROOT / "operator"
+    graph: dict[str, set[str]] = {}
+    for path in (base / "localmodel").rglob("*.py"):
+        parts = path.relative_to(base).with_suffix("").parts
+        unit = ".".join(parts[:2])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("localmodel."):
+                other = ".".join((node.module or "").split(".")[:2])
+                if other != unit:
+                    graph.setdefault(unit, set()).add(other)
+    return graph
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph = _imports()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, stack = set(), [start]
+        while stack:
+            for nxt in graph.get(stack.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    assert not cycles, f"packages importing each other: {cycles}"

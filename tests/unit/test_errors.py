@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from localmodel.errors import FieldError, InvalidObject, format_errors, parse_local_model
+from localmodel.api import parse_local_model
+from localmodel.errors import FieldError, InvalidObject, format_errors
 
 
 def body(**spec: Any) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def test_a_valid_body_parses() -> None:
 def test_nulls_in_the_spec_mean_the_default_as_the_api_server_reads_them() -> None:
     """The API server prunes a null in a non-nullable field before defaulting (the
     fuzz test found `engine: null` stored as the default): Python agrees."""
-    from localmodel.errors import parse_local_model
+    from localmodel.api import parse_local_model
 
     lm = parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
                             "metadata": {"name": "m"},

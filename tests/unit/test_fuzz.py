@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from localmodel.api import parse_local_model
 from localmodel.api.checks import (
     DNS1035_LABEL,
     DNS1123_LABEL,
@@ -29,7 +30,7 @@ from localmodel.api.checks import (
 )
 from localmodel.commands import _dump
 from localmodel.desired import desired_state
-from localmodel.errors import FieldError, InvalidObject, parse_local_model
+from localmodel.errors import FieldError, InvalidObject
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus
+from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, parse_local_model
 from localmodel.controller.observed import parse_model
 from localmodel.desired import desired_state
-from localmodel.errors import InvalidObject, parse_local_model
+from localmodel.errors import InvalidObject
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.status import (
     ConditionType,

@@ -1,5 +1,6 @@
 """The LocalModel API (pure data). Import from here, not from the version module."""
 
+from localmodel.api.parse import parse_local_model
 from localmodel.api.v1alpha1 import (
     DEFAULT_IMAGES,
     GGUF,
@@ -52,4 +53,5 @@ __all__ = [
     "Storage",
     "Toleration",
     "TolerationOperator",
+    "parse_local_model",
 ]

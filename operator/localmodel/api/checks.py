@@ -1,7 +1,7 @@
 """Field checks declared once, enforced twice: by Python and by the API server.
 
 Each declaration here yields both halves of one check: the Python validator the
-CLI and operator run (`localmodel.errors.parse_local_model`), and the OpenAPI
+CLI and operator run (`localmodel.api.parse_local_model`), and the OpenAPI
 keywords / CEL rule the generated CRD carries, with the same message. So the
 API server refuses exactly what the operator cannot use, and offline `render`
 says the same as the cluster.

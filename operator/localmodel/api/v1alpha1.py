@@ -110,7 +110,7 @@ def enforce(rules: tuple[CrossFieldRule, ...], obj: _T) -> _T:
     """Python's half of the cross-field rules: the first broken one raises.
 
     The FieldError's path is relative to the object the rules sit on; the
-    caller (`localmodel.errors.parse_local_model`) roots it.
+    caller (`localmodel.api.parse_local_model`) roots it.
     """
     for rule in rules:
         if not rule.check(obj):

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModel, LocalModelStatus
+from localmodel.api import LocalModel, LocalModelStatus, parse_local_model
 from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     ANNOTATION_NODE,
@@ -29,7 +29,7 @@ from localmodel.contract import (
     MANAGED_BY,
     VOLUME_WEIGHTS,
 )
-from localmodel.errors import InvalidObject, format_errors, parse_local_model
+from localmodel.errors import InvalidObject, format_errors
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_node, pod_requests
