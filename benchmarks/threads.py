@@ -349,7 +349,7 @@ class Config:
     modelfile: str = ""  # Ollama: the rendered Modelfile (FROM replaced by the local GGUF)
 
 
-class Engine:
+class EngineBench:
     """Starts an engine in the budget and measures prefill and decode."""
 
     name = ""
@@ -366,7 +366,7 @@ class Engine:
         raise NotImplementedError
 
 
-class LlamaServer(Engine):
+class LlamaServer(EngineBench):
     name = "llama-server"
 
     def __init__(self, work: Path) -> None:
@@ -414,7 +414,7 @@ class LlamaServer(Engine):
         )
 
 
-class Ollama(Engine):
+class Ollama(EngineBench):
     """The real `ollama serve`; the model imported from the local GGUF by `ollama create`."""
 
     name = "ollama"
@@ -494,7 +494,9 @@ class Point:
         return statistics.median(self.decode) if self.decode else 0.0
 
 
-def measure(engine: Engine, budget: CpuBudget, point: Point, s: Settings, tag: int) -> None:
+def measure(
+    engine: EngineBench, budget: CpuBudget, point: Point, s: Settings, tag: int
+) -> None:
     started = time.monotonic()
     try:
         _measure(engine, budget, point, s, tag)
@@ -507,7 +509,9 @@ def measure(engine: Engine, budget: CpuBudget, point: Point, s: Settings, tag: i
         )
 
 
-def _measure(engine: Engine, budget: CpuBudget, point: Point, s: Settings, tag: int) -> None:
+def _measure(
+    engine: EngineBench, budget: CpuBudget, point: Point, s: Settings, tag: int
+) -> None:
     began = time.monotonic()
     with engine.running(budget, point.config) as (port, log):
         point.start_seconds = time.monotonic() - began
@@ -613,7 +617,12 @@ class BudgetRun:
 
 
 def run_budget(
-    llama: Engine, ollama: Engine | None, ollama_note: str, cpus: int, s: Settings, quick: bool
+    llama: EngineBench,
+    ollama: EngineBench | None,
+    ollama_note: str,
+    cpus: int,
+    s: Settings,
+    quick: bool,
 ) -> BudgetRun:
     budget = CpuBudget(cpus)
     try:
@@ -775,7 +784,7 @@ def report(run: BudgetRun) -> list[str]:
     return lines
 
 
-def smt_group(llama: Engine, s: Settings) -> list[str]:
+def smt_group(llama: EngineBench, s: Settings) -> list[str]:
     """No quota: threads = physical cores vs logical CPUs, on SMT machines only."""
     from localmodel.facts.machine import read_machine
 

@@ -71,7 +71,7 @@ fi
 
 # llama-server: no OpenMP (as Ollama builds it), no OpenSSL/CURL, no web UI
 # (the prebuilt UI would be fetched from the network). These flags are also the
-# cache key, unchanged from the former hack/build-llama-server.sh.
+# cache key: changing one builds anew.
 llama_flags=(
   -DCMAKE_BUILD_TYPE=Release
   -DBUILD_SHARED_LIBS=OFF

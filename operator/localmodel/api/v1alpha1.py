@@ -145,7 +145,7 @@ DEFAULT_IMAGES: dict[EngineName, str] = {
 }
 
 
-class Engine(_Base):
+class EngineSpec(_Base):
     """Which inference engine serves the model."""
 
     name: EngineName = Field(
@@ -493,7 +493,7 @@ class LocalModelSpec(_Base):
         min_length=1,
         max_length=200,
     )
-    engine: Engine = Field(default_factory=Engine, description="Inference engine.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine.")
     gguf: GGUF | None = Field(
         None,
         description="The model file for engine llama-server (required there; Ollama pulls "
