@@ -173,6 +173,22 @@ def test_the_build_script_builds_the_pinned_versions() -> None:
     assert llama_server.IMAGE.endswith(f"-{llama_server.BUILD}")
 
 
+# The documents' statements of the pins, which a bump must update with them.
+DOC_STATEMENTS: list[tuple[str, str]] = [
+    ("README.md", f"pinned image ghcr.io/ggml-org/llama.cpp:server-{llama_server.BUILD}"),
+    ("README.md", f"pinned image `docker.io/ollama/ollama:{ollama.VERSION}`"),
+    ("docs/engine-facts.md", f"The operator's pinned image is v{ollama.VERSION},"),
+    ("docs/engine-facts.md", f"Ollama v{ollama.VERSION} from the Go module proxy"),
+    ("docs/engine-facts.md", f"`{llama_server.TESTED_SOURCE}` {llama_server.TESTED_VERSION} sdist"),
+]
+
+
+@pytest.mark.parametrize(("doc", "statement"), DOC_STATEMENTS)
+def test_the_docs_state_the_pinned_versions(doc: str, statement: str) -> None:
+    text = " ".join((ROOT / doc).read_text().split())
+    assert statement in text, f"{doc} does not say {statement!r}: update it with the pin"
+
+
 # ---- no engine fact written outside its home --------------------------------
 
 HOME = "operator/localmodel/engines/"
