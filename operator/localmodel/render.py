@@ -225,7 +225,8 @@ def _engine_command(tuning: Tuning) -> dict[str, Any]:
     if not tuning.remove_libraries:
         return {"args": [ollama.SERVE]}
     removal = " ".join(shlex.quote(p) for p in tuning.remove_libraries)
-    return {"command": ["/bin/sh", "-c", f"rm -f {removal}; exec {ollama.BINARY} {ollama.SERVE}"]}
+    start = f"rm -f {removal}; exec {ollama.BINARY} {ollama.SERVE}"
+    return {"command": [ollama.SHELL, "-c", start]}
 
 
 def pod_selector(lm: LocalModel) -> str:
@@ -439,7 +440,7 @@ def build_init_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions)
         "name": CONTAINER_PULL,
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
-        "command": ["/bin/sh", "-c", init_script(lm, t)],
+        "command": [ollama.SHELL, "-c", init_script(lm, t)],
         "env": _env(
             {k: v for k, v in t.env.items() if k in ("OLLAMA_MODELS", "GOMAXPROCS")}
             | {"OLLAMA_HOST": f"127.0.0.1:{ollama.PORT}"}

@@ -19,6 +19,8 @@ PORT = 11434
 # The binary in the official image, and its server subcommand.
 BINARY = "/bin/ollama"
 SERVE = "serve"
+# The image's POSIX shell, for the init step and the library removal at start.
+SHELL = "/bin/sh"
 
 # HTTP API paths the operator, the gateway and doctor call (ollama docs/api.md).
 VERSION_PATH = "/api/version"  # {"version": "0.34.4"}; answers once the server is up
