@@ -347,7 +347,7 @@ def build_engine_container(lm: LocalModel, r: ReplicaPlan, options: RenderOption
     """
     t = r.tuning
     engine: Manifest = {
-        "name": "ollama",
+        "name": ollama.NAME,  # the engine container is named after its engine
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         **_engine_command(t),
@@ -379,7 +379,7 @@ def build_llama_server_container(
     """
     t = r.tuning
     engine: Manifest = {
-        "name": "llama-server",
+        "name": llama_server.NAME,
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
         "args": list(t.args),
