@@ -1,6 +1,6 @@
 """doctor's checks, pure: a machine's facts and what was read from the engine (an
 `EngineView`) in, findings out. No system call but the CPU affinity of this
-process (`_allowed_cpus`); the reading is `localmodel.doctor.local`'s.
+process (`_allowed_cpus`); the reading is `localmodel.doctor.read`'s.
 """
 
 from __future__ import annotations

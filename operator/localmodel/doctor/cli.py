@@ -65,7 +65,7 @@ class _Unavailable(Exception):
 
 def _local(engine_url: str | None) -> Report:
     from localmodel.doctor.checks import default_engine_url, local_findings
-    from localmodel.doctor.local import gather_engine
+    from localmodel.doctor.read import gather_engine
     from localmodel.facts.machine import read_machine
 
     machine = read_machine()
@@ -87,7 +87,8 @@ def _local(engine_url: str | None) -> Report:
 
 
 def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str]) -> Report:
-    from localmodel.doctor.cluster import cluster_findings, gather
+    from localmodel.doctor.cluster import cluster_findings
+    from localmodel.doctor.read import gather_cluster
     from localmodel.kube import KubeconfigError, api_client
 
     try:
@@ -97,7 +98,7 @@ def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str]) -> Report:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        view = gather(client, metrics_urls)
+        view = gather_cluster(client, metrics_urls)
     except ApiException as e:
         raise _Unavailable(f"reading the cluster: {e.status} {e.reason}") from e
     except OSError as e:

@@ -12,9 +12,10 @@ field's order:
 4. speed, last: decode and prefill tok/s, prefill time, threads against the
    CPU limit, AMX nodes and the guard's state, nodes whose CPU is unknown.
 
-`gather` reads the cluster with the official client. A gateway's metrics come
-through the API server's pod proxy (``pods/<pod>:8080/proxy/metrics``), or from
-a URL given with ``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test).
+`localmodel.doctor.read.gather_cluster` reads the cluster with the official
+client. A gateway's metrics come through the API server's pod proxy
+(``pods/<pod>:8080/proxy/metrics``), or from a URL given with
+``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from localmodel.render import GATEWAY_PORT
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 
-__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "gather"]
+__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods"]
 
 _ENGINE_IMAGE = re.compile(r"ollama|llama[.-]?cpp|llama-server", re.IGNORECASE)
 _DONE_PHASES = ("Succeeded", "Failed")
@@ -521,52 +522,3 @@ def _unknown_nodes(nodes: Mapping[str, NodeFacts]) -> list[Finding]:
             "Node Feature Discovery",
         )
     ]
-
-
-# ---- reading -----------------------------------------------------------------
-
-
-def gather(client: Any, metrics_urls: Mapping[str, str], timeout: float = 5.0) -> ClusterView:
-    """Nodes, pods and every gateway's metrics; a metrics error is kept, not raised."""
-    from kubernetes.client import CoreV1Api
-
-    core = CoreV1Api(client)
-    nodes = client.sanitize_for_serialization(core.list_node()).get("items") or []
-    pods = client.sanitize_for_serialization(core.list_pod_for_all_namespaces()).get("items") or []
-    metrics: dict[str, str | Exception] = {}
-    for pod in engine_pods(pods):
-        if not pod.gateway:
-            continue
-        url = metrics_urls.get(pod.key)
-        try:
-            if url is not None:
-                metrics[pod.key] = _fetch(url, timeout)
-            else:
-                metrics[pod.key] = str(
-                    core.connect_get_namespaced_pod_proxy_with_path(
-                        f"{pod.name}:{GATEWAY_PORT}", pod.namespace, "metrics",
-                        _request_timeout=timeout,
-                    )
-                )
-        except Exception as e:  # every failure becomes a finding
-            metrics[pod.key] = _short(e)
-    return ClusterView(nodes=nodes, pods=pods, metrics=metrics)
-
-
-class _Unreadable(Exception):
-    pass
-
-
-def _short(e: Exception) -> Exception:
-    status = getattr(e, "status", None)
-    reason = getattr(e, "reason", None)
-    if status is not None:
-        return _Unreadable(f"{status} {reason or ''}".strip())
-    return _Unreadable(str(e) or type(e).__name__)
-
-
-def _fetch(url: str, timeout: float) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return str(response.read().decode("utf-8", "replace"))

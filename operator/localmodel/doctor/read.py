@@ -1,11 +1,15 @@
-"""`localmodel doctor --local`: reading one machine's engine.
+"""doctor's reading: everything that touches the network, processes or the API
+server. The checks over what is read are pure (`localmodel.doctor.checks` for
+one machine, `localmodel.doctor.cluster` for a cluster).
 
-`gather_engine` asks the engine's HTTP API at ``--engine-url`` (Ollama:
+`gather_engine` (`doctor --local`) asks the engine's HTTP API at ``--engine-url`` (Ollama:
 its version, loaded models and Modelfiles; llama-server: its props, which
 report no thread count) and, when the engine runs on this machine, its
 process (found by the port it listens on): its command line and environment
 give the threads, its own cgroup and cpuset give the CPU budget it really has.
-The checks over what was read are `localmodel.doctor.checks`.
+`gather_cluster` reads the Nodes and Pods with the official client, and each
+gateway's metrics through the API server's pod proxy or a URL given with
+``--metrics-url``.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from localmodel.doctor.checks import (
     modelfile_threads,
     threads_from_command_line,
 )
+from localmodel.doctor.cluster import ClusterView, engine_pods
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import MachineFacts, read_cgroup_limits
 from localmodel.facts.topology import format_cpu_list
+from localmodel.render import GATEWAY_PORT
 
-__all__ = ["gather_engine", "process_budget"]
+__all__ = ["gather_cluster", "gather_engine", "process_budget"]
 
 
 def _get_json(url: str, body: Any = None, timeout: float = 5.0) -> Any:
@@ -212,3 +218,53 @@ def _llama_server(
         **common,
     )
 
+
+# ---- a cluster -------------------------------------------------------------------
+
+
+def gather_cluster(
+    client: Any, metrics_urls: Mapping[str, str], timeout: float = 5.0
+) -> ClusterView:
+    """Nodes, pods and every gateway's metrics; a metrics error is kept, not raised."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(client)
+    nodes = client.sanitize_for_serialization(core.list_node()).get("items") or []
+    pods = client.sanitize_for_serialization(core.list_pod_for_all_namespaces()).get("items") or []
+    metrics: dict[str, str | Exception] = {}
+    for pod in engine_pods(pods):
+        if not pod.gateway:
+            continue
+        url = metrics_urls.get(pod.key)
+        try:
+            if url is not None:
+                metrics[pod.key] = _fetch(url, timeout)
+            else:
+                metrics[pod.key] = str(
+                    core.connect_get_namespaced_pod_proxy_with_path(
+                        f"{pod.name}:{GATEWAY_PORT}", pod.namespace, "metrics",
+                        _request_timeout=timeout,
+                    )
+                )
+        except Exception as e:  # every failure becomes a finding
+            metrics[pod.key] = _short(e)
+    return ClusterView(nodes=nodes, pods=pods, metrics=metrics)
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _short(e: Exception) -> Exception:
+    status = getattr(e, "status", None)
+    reason = getattr(e, "reason", None)
+    if status is not None:
+        return _Unreadable(f"{status} {reason or ''}".strip())
+    return _Unreadable(str(e) or type(e).__name__)
+
+
+def _fetch(url: str, timeout: float) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return str(response.read().decode("utf-8", "replace"))
