@@ -98,7 +98,7 @@ def threads_from_command_line(argv: Sequence[str], env: Mapping[str, str]) -> in
         value: str | None = None
         if arg in llama_server.THREADS_FLAGS and index + 1 < len(args):
             value = args[index + 1]
-        elif arg.startswith("--threads="):
+        elif arg.startswith(f"{llama_server.THREADS_FLAGS[-1]}="):  # --threads=N
             value = arg.split("=", 1)[1]
         if value is not None and value.lstrip("-").isdigit():
             found = int(value)

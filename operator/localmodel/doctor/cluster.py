@@ -154,12 +154,12 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
         context_text = (
             gateway_env.get("LOCALMODEL_GATEWAY_CONTEXT")
             or env.get("OLLAMA_CONTEXT_LENGTH")
-            or _flag_value(argv, "-c", "--ctx-size")
+            or _flag_value(argv, *llama_server.CONTEXT_FLAGS)
             or ""
         )
         model = (
             gateway_env.get("LOCALMODEL_GATEWAY_MODEL")
-            or _flag_value(argv, "-m", "--model", "-hf", "--hf-repo")
+            or _flag_value(argv, *llama_server.MODEL_FLAGS)
             or (str(labels[LABEL_NAME]) if LABEL_NAME in labels else None)
         )
         resources = engine.get("resources") or {}

@@ -58,9 +58,12 @@ FLAG_ENV: dict[str, str | None] = {
     "--no-slots": "LLAMA_ARG_ENDPOINT_SLOTS",
     "--no-webui": "LLAMA_ARG_UI",
 }
-# The thread flag's long form and its variable, as doctor reads a command line.
+# How a command line says threads, context and model, in all forms llama-server
+# takes (short, long; doctor reads any llama-server's, not only ours).
 THREADS_FLAGS = ("-t", "--threads")
 THREADS_ENV = "LLAMA_ARG_THREADS"
+CONTEXT_FLAGS = ("-c", "--ctx-size")
+MODEL_FLAGS = ("-m", "--model", "-hf", "--hf-repo")
 
 # The variables the API refuses in spec.env for llama-server's sake.
 MANAGED_ENV: tuple[str, ...] = tuple(v for v in FLAG_ENV.values() if v is not None)
