@@ -38,7 +38,8 @@ MODELS_DIR = "/models"
 SHELL = "/bin/sh"
 
 # Every flag the operator's rules render, with the environment variable
-# llama-server reads for it (names as `llama-server --help` lists them; -tb has
+# llama-server reads for it (names as `llama-server --help` lists them, checked
+# against the built one by tests/engine/test_llama_server_flags.py; -tb has
 # none). llama-server reads LLAMA_ARG_* first and its flags second (llama.cpp
 # common/arg.cpp), so a user variable would be silently overridden by the flag:
 # the API refuses it rather than ignore it.
