@@ -21,8 +21,8 @@ from localmodel.controller.handlers import build_registry
 from localmodel.controller.leader import LeaderElector
 from localmodel.controller.reconcile import OperatorMetrics, Reconciler
 from localmodel.controller.writer import Kube
-from localmodel.gateway.metrics import render
 from localmodel.kube import Credentials, KubeconfigError, credentials
+from localmodel.metrics import render
 
 log = logging.getLogger("localmodel.run")
 

@@ -49,7 +49,7 @@ from localmodel.controller.observed import (
 )
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.desired import desired_state
-from localmodel.gateway.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
+from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import (
     EventReason,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from localmodel.gateway.metrics import PREFIX
+from localmodel.gateway.record import PREFIX
 
 __all__ = ["GatewayStats", "MetricsError", "gateway_stats", "parse_metrics"]
 

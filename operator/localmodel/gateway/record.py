@@ -15,9 +15,9 @@ from enum import StrEnum
 from typing import Any
 
 from localmodel.gateway.assemble import EngineTiming
-from localmodel.gateway.metrics import (
+from localmodel.gateway.slots import SlotSnapshot
+from localmodel.metrics import (
     LATENCY_BUCKETS,
-    PREFIX,
     RATE_BUCKETS,
     Counter,
     Gauge,
@@ -26,7 +26,8 @@ from localmodel.gateway.metrics import (
     Metric,
     render,
 )
-from localmodel.gateway.slots import SlotSnapshot
+
+PREFIX = "localmodel_gateway_"  # every gateway metric's name starts so (doctor reads them)
 
 
 class Outcome(StrEnum):

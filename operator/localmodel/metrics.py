@@ -1,4 +1,4 @@
-"""Prometheus text exposition (format 0.0.4) for the gateway. Pure.
+"""Prometheus text exposition (format 0.0.4) for the gateway and the operator. Pure.
 
 A dozen counters, gauges and histograms do not need a client library; writing
 them here keeps the hot path to a dict update and the package free of another
@@ -130,4 +130,3 @@ def render(metrics: Iterable[Metric]) -> str:
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 RATE_BUCKETS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
-PREFIX = "localmodel_gateway_"

@@ -8,7 +8,6 @@ import re
 import pytest
 
 from localmodel.gateway.assemble import EngineTiming
-from localmodel.gateway.metrics import Counter, Gauge, Histogram, render
 from localmodel.gateway.record import (
     GatewayMetrics,
     Outcome,
@@ -18,6 +17,7 @@ from localmodel.gateway.record import (
     slots_document,
 )
 from localmodel.gateway.slots import SlotSnapshot
+from localmodel.metrics import Counter, Gauge, Histogram, render
 
 SAMPLE = re.compile(
     r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? '
