@@ -504,9 +504,11 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
     return spec
 
 
-def pod_spec_hash(spec: Manifest) -> str:
-    """The pod-spec digest the operator compares to see whether a pod is stale."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+def manifest_hash(obj: Mapping[str, Any]) -> str:
+    """The digest the operator records on what it writes and compares to see
+    whether an object is stale: of a pod's spec (`ANNOTATION_POD_SPEC_HASH`),
+    of an applied ConfigMap or Service (`ANNOTATION_APPLIED_HASH`)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
@@ -521,7 +523,7 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
-                ANNOTATION_POD_SPEC_HASH: pod_spec_hash(spec),
+                ANNOTATION_POD_SPEC_HASH: manifest_hash(spec),
             },
         ),
         "spec": spec,

@@ -23,7 +23,7 @@ import pytest
 
 from localmodel import API_VERSION, contract, render
 from localmodel.controller import changes as changes_module
-from localmodel.controller import handlers, observed
+from localmodel.controller import observed, watched
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
 from localmodel.controller.observed import (
     Observed,
@@ -85,9 +85,13 @@ def rendered(spec: Raw) -> tuple[Snapshot, Observed, ModelResult]:
     return snap, obs, result
 
 
+WATCHED_AS = {"Pod": "pods", "PersistentVolumeClaim": "claims", "ConfigMap": "configmaps",
+              "Service": "services"}
+
+
 def stored(manifest: Raw, *, scheduled: bool = True, stuck: bool = False) -> Raw:
     """What the API server holds after the create (and the scheduler and kubelet
-    acted), as the operator's watch keeps it (`handlers` reduces pods)."""
+    acted)."""
     obj = copy.deepcopy(manifest)
     meta = obj["metadata"]
     meta["uid"] = f"uid-{meta['name']}"
@@ -103,28 +107,23 @@ def stored(manifest: Raw, *, scheduled: bool = True, stuck: bool = False) -> Raw
             obj["status"] = {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "lastTransitionTime": NOW, "message": "0/3 nodes are available"}]}
-        return handlers._reduced_pod(obj)
     return obj
 
 
-def watched(snap: Snapshot, result: ModelResult, **kw: Any) -> Snapshot:
-    """The rendered objects as the watches deliver them: claims, ConfigMaps and
-    Services are watched only when they carry the operator's selector labels."""
-    by_kind: dict[str, list[Raw]] = {}
+def as_watched(snap: Snapshot, result: ModelResult, **kw: Any) -> Snapshot:
+    """The rendered objects as the watches deliver them (`watched.WATCHED`): only
+    what passes a row's label selector, reduced to what its index keeps."""
+    rows = {w.name: w for w in watched.WATCHED}
+    by_row: dict[str, list[Raw]] = {"localmodels": list(snap.localmodels),
+                                    "nodes": list(snap.nodes)}
     for manifest in result.objects:
         if manifest["kind"] in ("ConfigMap", "Service"):
             manifest = changes_module.with_applied_hash(manifest)
+        row = rows[WATCHED_AS[manifest["kind"]]]
         obj = stored(manifest, **kw)
-        if manifest["kind"] != "Pod":
-            labels = obj["metadata"].get("labels") or {}
-            if any(labels.get(k) != v for k, v in handlers._OURS.items()):
-                continue  # the watch's label selector leaves it out
-        by_kind.setdefault(manifest["kind"], []).append(obj)
-    return Snapshot(
-        localmodels=snap.localmodels, nodes=snap.nodes,
-        pods=by_kind.get("Pod", []), claims=by_kind.get("PersistentVolumeClaim", []),
-        configmaps=by_kind.get("ConfigMap", []), services=by_kind.get("Service", []),
-    )
+        if row.selected(obj):
+            by_row.setdefault(row.name, []).append(row.keep(obj))
+    return Snapshot(**by_row)
 
 
 def round_trip(spec: Raw) -> list[str]:
@@ -135,7 +134,7 @@ def round_trip(spec: Raw) -> list[str]:
     pods = {m["metadata"]["name"]: m for m in result.objects if m["kind"] == "Pod"}
     claims = [m for m in result.objects if m["kind"] == "PersistentVolumeClaim"]
     applied = [m for m in result.objects if m["kind"] in ("ConfigMap", "Service")]
-    obs = observe(watched(snap, result))
+    obs = observe(as_watched(snap, result))
     wrong: list[str] = []
 
     def check(what: str, have: object, want: object) -> None:
@@ -150,7 +149,7 @@ def round_trip(spec: Raw) -> list[str]:
         check(f"pod {pod.name} replica", pod.name, render.pod_name(lm, r.replica))
         check(f"pod {pod.name} node", pod.node, r.node)
         check(f"pod {pod.name} spec hash", pod.spec_hash,
-              render.pod_spec_hash(pods[pod.name]["spec"]))
+              render.manifest_hash(pods[pod.name]["spec"]))
         check(f"pod {pod.name} claim", pod.claim, render.replica_claim(lm, r))
     check("claims", sorted(name for _, name in obs.claims),
           sorted(m["metadata"]["name"] for m in claims))
@@ -176,7 +175,7 @@ def round_trip(spec: Raw) -> list[str]:
     check("changes", model_changes(result, UID, obs), ModelChanges())
 
     # Before the scheduler binds a pod, its node is the annotation's.
-    unbound = observe(watched(snap, result, scheduled=False, stuck=True))
+    unbound = observe(as_watched(snap, result, scheduled=False, stuck=True))
     check("unbound nodes", {p.replica: p.node for p in unbound.pods.values()},
           {i: r.node for i, r in planned.items()})
     check("stuck pods", sorted((s.replica, s.node) for s in unschedulable(unbound)),
@@ -191,7 +190,7 @@ def test_rendered_objects_read_back_as_rendered(case: str) -> None:
 
 # One side renamed, the other not: the round trip must notice. Each names the
 # module whose copy of the contract name is changed (render writes, the
-# controller's readers read, `handlers` selects what the watches keep).
+# controller's readers read, `watched` says what the watches keep).
 ONE_SIDED = [
     (render, "LABEL_NAME"),
     (render, "LABEL_REPLICA"),
@@ -210,7 +209,7 @@ ONE_SIDED = [
     (observed, "VOLUME_WEIGHTS"),
     (changes_module, "ANNOTATION_APPLIED_HASH"),
     (changes_module, "LABEL_REPLICA"),
-    (handlers, "VOLUME_WEIGHTS"),
+    (watched, "VOLUME_WEIGHTS"),
 ]
 
 

@@ -14,7 +14,7 @@ from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
-from localmodel.render import pod_spec_hash
+from localmodel.render import manifest_hash
 
 GiB = 1024**3
 NOW = "2026-11-29T00:00:00Z"
@@ -239,7 +239,7 @@ def test_pod_spec_hash_is_stable(
 ) -> None:
     pod = objects(lm(**spec), ns)["Pod/qwen3-0"]
     assert pod["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"] == digest, case
-    assert pod_spec_hash(pod["spec"]) == digest
+    assert manifest_hash(pod["spec"]) == digest
 
 
 def test_containers_share_no_objects() -> None:

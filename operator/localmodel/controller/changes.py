@@ -25,11 +25,9 @@ Rules (each is a row in tests/unit/test_changes.py):
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
@@ -40,10 +38,23 @@ from localmodel.controller.observed import (
     volume_reaches,
 )
 from localmodel.desired import ModelResult
-from localmodel.render import claim_name
+from localmodel.render import claim_name, manifest_hash
 from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]
+
+
+class Target(NamedTuple):
+    """The object a change writes."""
+
+    kind: str
+    namespace: str
+    name: str
+
+
+def _target(manifest: Manifest) -> Target:
+    meta = manifest["metadata"]
+    return Target(str(manifest["kind"]), str(meta["namespace"]), str(meta["name"]))
 
 
 @dataclass(frozen=True)
@@ -52,11 +63,22 @@ class Create:
     why: str = ""
     event: EventSpec | None = None
 
+    @property
+    def target(self) -> Target:
+        return _target(self.manifest)
+
 
 @dataclass(frozen=True)
 class Apply:
+    """A server-side apply of `manifest` (with the operator's field manager)."""
+
     manifest: Manifest
     why: str = ""
+    event: None = None  # an apply is never worth an Event
+
+    @property
+    def target(self) -> Target:
+        return _target(self.manifest)
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,10 @@ class Delete:
     # force-deletes it (tens of seconds), blocking its replica's new pod.
     force: bool = False
 
+    @property
+    def target(self) -> Target:
+        return Target(self.kind, self.namespace, self.name)
+
 
 Change = Create | Apply | Delete
 
@@ -81,10 +107,6 @@ class ModelChanges:
     changes: tuple[Change, ...] = ()
     # Set while a roll (or start-up) is under way: the Progressing message.
     rolling: str | None = None
-
-
-def manifest_hash(manifest: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def with_applied_hash(manifest: Manifest) -> Manifest:
@@ -151,13 +173,24 @@ def _claim_ownership(manifest: Manifest) -> Manifest:
 
 
 def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
-    """Everything that must change for one valid model (see the module rules)."""
-    lm = result.model
-    key = lm.key
-    ns = lm.metadata.namespace
-    out: list[Change] = []
+    """Everything that must change for one valid model (see the module rules),
+    one job after the other."""
+    claims = claim_changes(result, obs)
+    pods = pod_changes(result, uid, obs)
+    out = [
+        *applied_changes(result, uid, obs),
+        *claims.changes,
+        *pods.changes,
+        *unwanted_pod_changes(result, uid, obs),
+        *unused_claim_changes(result.model, uid, obs, claims.wanted),
+    ]
+    return ModelChanges(tuple(out), "; ".join(pods.pending) if pods.pending else None)
 
-    # ConfigMap and Service: create, or apply when the hash differs.
+
+def applied_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change]:
+    """ConfigMap and Service: create when missing, apply when the hash differs."""
+    ns = result.model.metadata.namespace
+    out: list[Change] = []
     for kind in ("ConfigMap", "Service"):
         for manifest in _by_kind(result.objects, kind):
             desired = with_applied_hash(manifest)
@@ -168,15 +201,26 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
             elif have.owner_uid == uid and have.applied_hash != desired["metadata"][
                 "annotations"][ANNOTATION_APPLIED_HASH]:
                 out.append(Apply(desired, f"{kind} {name} differs from the spec"))
+    return out
 
-    # Claims: create when missing; re-apply ownership only.
-    wanted_claims: set[str] = set()
+
+@dataclass(frozen=True)
+class ClaimChanges:
+    changes: tuple[Change, ...]
+    wanted: frozenset[str]  # the claims the replicas mount
+
+
+def claim_changes(result: ModelResult, obs: Observed) -> ClaimChanges:
+    """Claims: create when missing; re-apply ownership only."""
+    lm = result.model
+    out: list[Change] = []
+    wanted: set[str] = set()
     for manifest in _by_kind(result.objects, "PersistentVolumeClaim"):
         name = manifest["metadata"]["name"]
-        wanted_claims.add(name)
-        have_claim = obs.claims.get((ns, name))
-        if have_claim is None:
-            replica = int(manifest["metadata"]["labels"][LABEL_REPLICA])
+        wanted.add(name)
+        have = obs.claims.get((lm.metadata.namespace, name))
+        if have is None:
+            replica = _replica(manifest)
             # A claim under another name than the replica's own exists because
             # the old one cannot follow the replica to its new node: say so.
             event = None if name == claim_name(lm, replica) else EventSpec(
@@ -184,61 +228,96 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
                 f"replica {replica}: new weights claim {name} on {placed(result, replica)}: "
                 "the previous claim is bound to a volume that node cannot reach")
             out.append(Create(manifest, f"claim {name} is missing", event))
-        elif not have_claim.terminating and (have_claim.owner_uid is not None) != _claim_owned(
-            manifest
-        ):
+        elif not have.terminating and (have.owner_uid is not None) != _claim_owned(manifest):
             out.append(Apply(_claim_ownership(manifest), f"claim {name} ownership follows "
                              "storage.retain"))
+    return ClaimChanges(tuple(out), frozenset(wanted))
 
-    # Pods.
-    pods = {p.replica: p for p in obs.pods_of(key) if p.owner_uid == uid}
-    desired_pods = {int(m["metadata"]["labels"][LABEL_REPLICA]): m
-                    for m in _by_kind(result.objects, "Pod")}
-    placed_nodes = {r.replica: r.node for r in result.replicas}
-    pending: list[str] = []  # replicas not yet running the current spec, for Progressing
-    candidates: list[tuple[bool, int, OwnedPod, str]] = []
-    in_flight = False
-    for replica, manifest in sorted(desired_pods.items()):
-        want_hash = manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
-        pod = pods.get(replica)
-        if pod is None:
-            out.append(Create(manifest, f"replica {replica} has no pod"))
-            # The same words until Ready: a pod being created and one starting are
-            # one state to a reader, and one status write fewer per replica.
-            pending.append(f"replica {replica}: starting on {placed_nodes[replica]}")
-            in_flight = True
-        elif pod.terminating:
-            if pod.node and pod.node not in obs.nodes:
-                out.append(_delete_pod(pod, f"node {pod.node} is gone", None, force=True))
-            pending.append(f"replica {replica}: waiting for the old pod to go")
-            in_flight = True
-        elif pod.spec_hash != want_hash:
-            if pod.node and pod.node not in obs.nodes:
-                out.append(_delete_pod(pod, f"node {pod.node} is gone", EventSpec(
-                    EventReason.REPLACING,
-                    f"replica {replica}: pod {pod.name} deleted: node {pod.node} is gone; "
-                    f"re-created on {placed_nodes[replica]}"), force=True))
-                pending.append(f"replica {replica}: moving to {placed_nodes[replica]}")
-                in_flight = True
-            else:
-                moved = pod.node != placed_nodes[replica]
-                why = (f"moves from {pod.node} to {placed_nodes[replica]}" if moved
-                       else "its spec changed")
-                candidates.append((pod.ready, replica, pod, why))
-                pending.append(f"replica {replica}: to be replaced ({why})")
-        elif not pod.ready:
-            pending.append(f"replica {replica}: starting on {pod.node}")
-            in_flight = True
-    if candidates and not in_flight:
+
+@dataclass(frozen=True)
+class Stale:
+    """A pod whose spec is outdated: a candidate for replacement."""
+
+    pod: OwnedPod
+    why: str
+
+    @property
+    def order(self) -> tuple[bool, int]:
         # Broken (not Ready) stale pods first: replacing them costs nothing.
-        _, replica, pod, why = sorted(candidates, key=lambda c: (c[0], c[1]))[0]
-        out.append(_delete_pod(pod, why, EventSpec(
-            EventReason.REPLACING, f"replica {replica}: pod {pod.name} replaced: {why}")))
+        return (self.pod.ready, self.pod.replica)
 
-    # Pods no replica wants any more: scaled down, or a replica with no node
-    # whose old node is gone. An unplaced replica's pod on a live node stays.
-    for replica, pod in sorted(pods.items()):
-        if replica in desired_pods or pod.terminating:
+
+@dataclass(frozen=True)
+class ReplicaStep:
+    """What one desired replica's pod needs now."""
+
+    changes: tuple[Change, ...] = ()
+    pending: str | None = None  # why it is not yet running the current spec
+    in_flight: bool = False  # a pod of it is being created, started or removed
+    stale: Stale | None = None
+
+
+def replica_step(replica: int, manifest: Manifest, pod: OwnedPod | None, node: str,
+                 obs: Observed) -> ReplicaStep:
+    """One replica: `manifest` is its desired pod, `pod` its pod (if any), `node`
+    where it is placed."""
+    if pod is None:
+        # The same words until Ready: a pod being created and one starting are
+        # one state to a reader, and one status write fewer per replica.
+        return ReplicaStep((Create(manifest, f"replica {replica} has no pod"),),
+                           f"replica {replica}: starting on {node}", in_flight=True)
+    node_gone = bool(pod.node) and pod.node not in obs.nodes
+    if pod.terminating:
+        deletes = (_delete_pod(pod, f"node {pod.node} is gone", None, force=True),)
+        return ReplicaStep(deletes if node_gone else (),
+                           f"replica {replica}: waiting for the old pod to go", in_flight=True)
+    if pod.spec_hash != manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]:
+        if node_gone:
+            delete = _delete_pod(pod, f"node {pod.node} is gone", EventSpec(
+                EventReason.REPLACING,
+                f"replica {replica}: pod {pod.name} deleted: node {pod.node} is gone; "
+                f"re-created on {node}"), force=True)
+            return ReplicaStep((delete,), f"replica {replica}: moving to {node}",
+                               in_flight=True)
+        why = f"moves from {pod.node} to {node}" if pod.node != node else "its spec changed"
+        return ReplicaStep(pending=f"replica {replica}: to be replaced ({why})",
+                           stale=Stale(pod, why))
+    if not pod.ready:
+        return ReplicaStep(pending=f"replica {replica}: starting on {pod.node}", in_flight=True)
+    return ReplicaStep()
+
+
+@dataclass(frozen=True)
+class PodChanges:
+    changes: tuple[Change, ...]
+    pending: tuple[str, ...]  # replicas not yet running the current spec, for Progressing
+
+
+def pod_changes(result: ModelResult, uid: str, obs: Observed) -> PodChanges:
+    """Pods of the desired replicas: create the missing, replace a stale one
+    (one at a time: only when no other replica is on its way)."""
+    pods = _pods(result, uid, obs)
+    nodes = {r.replica: r.node for r in result.replicas}
+    steps = [replica_step(replica, manifest, pods.get(replica), nodes[replica], obs)
+             for replica, manifest in sorted(_desired_pods(result).items())]
+    out = [c for step in steps for c in step.changes]
+    stale = [step.stale for step in steps if step.stale is not None]
+    if stale and not any(step.in_flight for step in steps):
+        first = min(stale, key=lambda s: s.order)
+        out.append(_delete_pod(first.pod, first.why, EventSpec(
+            EventReason.REPLACING,
+            f"replica {first.pod.replica}: pod {first.pod.name} replaced: {first.why}")))
+    return PodChanges(tuple(out), tuple(s.pending for s in steps if s.pending))
+
+
+def unwanted_pod_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change]:
+    """Pods no replica wants any more: scaled down, or a replica with no node
+    whose old node is gone. An unplaced replica's pod on a live node stays."""
+    lm = result.model
+    desired = _desired_pods(result)
+    out: list[Change] = []
+    for replica, pod in sorted(_pods(result, uid, obs).items()):
+        if replica in desired or pod.terminating:
             continue
         if replica >= lm.spec.replicas:
             out.append(_delete_pod(pod, "scaled down", EventSpec(
@@ -250,25 +329,39 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
                 EventReason.REPLACING,
                 f"replica {replica}: pod {pod.name} deleted: node {pod.node} is gone"),
                 force=True))
-
-    # Owned claims nobody wants and no pod uses: gone. Retained ones stay.
-    used = {p.claim for p in obs.pods_of(key) if p.claim}
-    for claim in obs.claims_of(key):
-        if (
-            claim.owner_uid == uid
-            and not claim.terminating
-            and claim.name not in wanted_claims
-            and claim.name not in used
-            and not _may_come_back(claim, lm, wanted_claims)
-        ):
-            out.append(Delete("PersistentVolumeClaim", claim.namespace, claim.name, claim.uid,
-                              "no replica uses it (storage.retain is false)"))
-
-    rolling = "; ".join(pending) if pending else None
-    return ModelChanges(tuple(out), rolling)
+    return out
 
 
-def _may_come_back(claim: OwnedClaim, lm: LocalModel, wanted: set[str]) -> bool:
+def unused_claim_changes(lm: LocalModel, uid: str, obs: Observed,
+                         wanted: frozenset[str]) -> list[Change]:
+    """Owned claims nobody wants and no pod uses: gone. Retained ones stay."""
+    used = {p.claim for p in obs.pods_of(lm.key) if p.claim}
+    return [
+        Delete("PersistentVolumeClaim", claim.namespace, claim.name, claim.uid,
+               "no replica uses it (storage.retain is false)")
+        for claim in obs.claims_of(lm.key)
+        if claim.owner_uid == uid
+        and not claim.terminating
+        and claim.name not in wanted
+        and claim.name not in used
+        and not _may_come_back(claim, lm, wanted)
+    ]
+
+
+def _replica(manifest: Manifest) -> int:
+    return int(manifest["metadata"]["labels"][LABEL_REPLICA])
+
+
+def _desired_pods(result: ModelResult) -> dict[int, Manifest]:
+    return {_replica(m): m for m in _by_kind(result.objects, "Pod")}
+
+
+def _pods(result: ModelResult, uid: str, obs: Observed) -> dict[int, OwnedPod]:
+    """The model's own pods by replica (this very model's: `uid`)."""
+    return {p.replica: p for p in obs.pods_of(result.model.key) if p.owner_uid == uid}
+
+
+def _may_come_back(claim: OwnedClaim, lm: LocalModel, wanted: frozenset[str]) -> bool:
     """A replica that is only unplaced right now keeps its claim."""
     return claim.replica < lm.spec.replicas and not any(
         w == claim_name(lm, claim.replica) or w.startswith(claim_name(lm, claim.replica) + "-")

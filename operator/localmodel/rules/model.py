@@ -117,7 +117,7 @@ class TuningDraft:
     warnings: list[str] = field(default_factory=list)
 
 
-Apply = Callable[[Context, TuningDraft], str | None]
+RuleAction = Callable[[Context, TuningDraft], str | None]
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Rule:
     effect: str  # what it does, for the docs
     reason: str  # one line: why
     source: str  # where the engine fact comes from (citations, see rules/table.py)
-    apply: Apply
+    apply: RuleAction
     engines: frozenset[EngineName] = frozenset({EngineName.OLLAMA})
     versions: VersionRange | None = None
     cpu: CpuCondition | None = None
