@@ -12,7 +12,6 @@ harmless: the next one starts again from what the watches show.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import logging
 import time
@@ -22,17 +21,11 @@ from typing import Any
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModelStatus
-from localmodel.contract import (
-    ANNOTATION_APPLIED_HASH,
-    EVENT_REPORTING_COMPONENT,
-    EVENT_SOURCE_COMPONENT,
-    OPERATOR,
-)
+from localmodel.contract import OPERATOR
 from localmodel.controller.changes import (
     Apply,
     Change,
     Create,
-    Delete,
     ModelChanges,
     choose_claim,
     model_changes,
@@ -47,12 +40,26 @@ from localmodel.controller.observed import (
     readiness,
     unschedulable,
 )
+from localmodel.controller.policy import (
+    RETRY_SECONDS,
+    Expectations,
+    Involved,
+    avoid_stuck,
+    event_manifest,
+    event_settled,
+    failure_event,
+    refusal,
+    retry_after,
+    rfc3339,
+    settled,
+    status_settled,
+)
+from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.desired import desired_state
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import (
-    EventReason,
     EventSpec,
     invalid_status,
     status_body,
@@ -62,18 +69,6 @@ from localmodel.status import (
 )
 
 log = logging.getLogger("localmodel.reconcile")
-RESOURCES = ("localmodels", "nodes", "pods", "claims", "volumes", "configmaps", "services")
-# A write is expected to show in the watches within this long; after that the
-# next pass acts on what it sees, whatever was written before.
-EXPECT_SECONDS = 30.0
-# A node the scheduler could not run a model's pod on is avoided this long.
-AVOID_SECONDS = 600.0
-# A change that failed is tried again after this long (doubling per failure).
-RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
-
-
-def rfc3339(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -104,11 +99,33 @@ class OperatorMetrics:
         self.writes.inc(labels=(verb, kind, str(code)))
 
 
+def condition_counts(statuses: Iterable[LocalModelStatus]) -> dict[tuple[str, ...], float]:
+    counts: dict[tuple[str, ...], float] = {}
+    for status in statuses:
+        for c in status.conditions:
+            k = (c.type, c.status.value)
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
 @dataclass
 class PassResult:
     writes: int = 0
     failures: int = 0
     models: int = 0
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """One model's share of a pass: what to write, and the status to report."""
+
+    model: ModelObject
+    changes: ModelChanges
+    status: LocalModelStatus
+
+
+def _is_pod_create(change: Change) -> bool:
+    return isinstance(change, Create) and change.manifest.get("kind") == "Pod"
 
 
 class Reconciler:
@@ -139,11 +156,7 @@ class Reconciler:
         # model -> node -> until when: nodes whose pods stayed Unschedulable
         self.avoid: dict[str, dict[str, float]] = {}
         self._reported_stuck: dict[str, str] = {}  # pod -> message already reported
-        # Expectations (controller-runtime's idea): what this replica wrote and the
-        # watches have not shown yet. A pass that starts before the watch event of
-        # an earlier write arrives would otherwise repeat the write (a 409 create,
-        # a second delete, the same status again): more writes per model as N grows.
-        self._expected: dict[tuple[str, str, str], tuple[str, float]] = {}
+        self._expected = Expectations()  # writes the watches have not shown yet
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
 
@@ -176,7 +189,7 @@ class Reconciler:
             source = self.sources.get(name)
             return list(source()) if source else []
 
-        return Snapshot(*(take(name) for name in RESOURCES))
+        return Snapshot(**{w.name: take(w.name) for w in WATCHED})
 
     # ---- the loop ----------------------------------------------------------
 
@@ -185,18 +198,7 @@ class Reconciler:
         while True:
             await self._wake.wait()
             await leading.wait()
-            # Coalesce a burst: wait until it is quiet, but not forever.
-            while True:
-                self._wake.clear()
-                waited = time.monotonic() - self._first_trigger
-                quiet = min(self.config.debounce_seconds,
-                            max(0.0, self.config.max_delay_seconds - waited))
-                if quiet <= 0:
-                    break
-                await asyncio.sleep(quiet)
-                if not self._wake.is_set():
-                    break
-            self._wake.clear()
+            await self._quiet()
             started = time.monotonic()
             self._current = asyncio.create_task(self.reconcile_once())
             try:
@@ -218,6 +220,20 @@ class Reconciler:
             self.passes += 1
             self.metrics.passes.inc(labels=("failed" if result.failures else "ok",))
 
+    async def _quiet(self) -> None:
+        """Coalesce a burst: wait until it is quiet, but not forever."""
+        while True:
+            self._wake.clear()
+            waited = time.monotonic() - self._first_trigger
+            quiet = min(self.config.debounce_seconds,
+                        max(0.0, self.config.max_delay_seconds - waited))
+            if quiet <= 0:
+                break
+            await asyncio.sleep(quiet)
+            if not self._wake.is_set():
+                break
+        self._wake.clear()
+
     async def reconcile_once(self) -> PassResult:
         now = self.clock()
         now_s = rfc3339(now)
@@ -225,10 +241,20 @@ class Reconciler:
         for name, why in obs.bad_nodes.items():
             log.warning("node %s is left out of placement: %s", name, why)
         extra_events = self._avoid_stuck(obs, now)
+        work = self._plan(obs, now_s)
+        self.metrics.models_by_condition = condition_counts(w.status for w in work)
+        result = PassResult(models=len(obs.models))
+        await asyncio.gather(*(self._model(w, now_s, result, obs,
+                                           extra_events.get(w.model.key, []))
+                               for w in work))
+        return result
+
+    def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
+        """The pure core: desired state, each model's changes and status."""
         state = desired_state(
             obs.valid_models(),
             list(obs.nodes.values()),
-            now=now_s,
+            now=now,
             current=self._current_with_memory(obs),
             usage=obs.usage,
             ready=readiness(obs),
@@ -239,27 +265,19 @@ class Reconciler:
         self._placed = {
             r.model.key: {rep.replica: rep.node for rep in r.replicas} for r in state.models
         }
-        result = PassResult(models=len(obs.models))
-        work: list[tuple[ModelObject, ModelChanges, LocalModelStatus]] = []
+        work: list[ModelWork] = []
         for model_result in state.models:
             mo = obs.models[model_result.model.key]
-            if model_result.problems:
-                changes = ModelChanges()  # an invalid spec changes nothing but its status
-                new_status = model_result.status
-            else:
-                changes = model_changes(model_result, mo.uid, obs)
-                new_status = with_progress(model_result.status, changes.rolling,
-                                           model_result.model, now_s)
-            work.append((mo, changes, new_status))
-        for mo in obs.models.values():
-            if mo.model is None:
-                work.append((mo, ModelChanges(),
-                             invalid_status(mo.generation, mo.error, mo.status, now_s)))
-        self._count_models([status for _, _, status in work])
-        await asyncio.gather(*(self._model(mo, ch, st, now_s, result, obs,
-                                           extra_events.get(mo.key, []))
-                               for mo, ch, st in work))
-        return result
+            if model_result.problems:  # an invalid spec changes nothing but its status
+                work.append(ModelWork(mo, ModelChanges(), model_result.status))
+                continue
+            changes = model_changes(model_result, mo.uid, obs)
+            work.append(ModelWork(mo, changes, with_progress(
+                model_result.status, changes.rolling, model_result.model, now)))
+        work += [ModelWork(mo, ModelChanges(),
+                           invalid_status(mo.generation, mo.error, mo.status, now))
+                 for mo in obs.models.values() if mo.model is None]
+        return work
 
     def _current_with_memory(self, obs: Observed) -> dict[str, list[str | None]]:
         """Where replicas are: what the watches show, else where the last pass put
@@ -275,110 +293,36 @@ class Reconciler:
         return current
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
-        """Nodes whose pods the scheduler left Unschedulable for a while are
-        rejected for that model (for AVOID_SECONDS), so the replica moves on to
-        the next eligible node; younger stuck pods are looked at again when they
-        mature, without waiting for a watch event."""
-        events: dict[str, list[EventSpec]] = {}
-        for model, nodes in list(self.avoid.items()):
-            for node, until in list(nodes.items()):
-                if until <= now:
-                    del nodes[node]
-            if not nodes:
-                del self.avoid[model]
-        threshold = self.config.unschedulable_seconds
-        for stuck in unschedulable(obs):
-            age = now - stuck.since
-            if age < threshold:
-                self.trigger_later(threshold - age + 0.5)
-                continue
-            if not stuck.node_specific:
-                # Another node would not help (e.g. a claim with no StorageClass
-                # and no default): say so once, keep the placement.
-                if self._reported_stuck.get(stuck.pod) != stuck.message:
-                    self._reported_stuck[stuck.pod] = stuck.message
-                    events.setdefault(stuck.model, []).append(EventSpec(
-                        EventReason.UNSCHEDULABLE,
-                        f"replica {stuck.replica}: pod {stuck.pod} cannot be scheduled on "
-                        f"any node: {stuck.message[:400]}", warning=True))
-                continue
-            nodes = self.avoid.setdefault(stuck.model, {})
-            if stuck.node not in nodes:
-                events.setdefault(stuck.model, []).append(EventSpec(
-                    EventReason.UNSCHEDULABLE,
-                    f"replica {stuck.replica}: the scheduler left pod {stuck.pod} "
-                    f"Unschedulable on node {stuck.node} for {age:.0f} s; placing the "
-                    "replica on another eligible node", warning=True))
-                log.warning("%s: pod %s Unschedulable on %s for %.0f s: avoiding that node",
-                            stuck.model, stuck.pod, stuck.node, age)
-            nodes[stuck.node] = now + AVOID_SECONDS
-        return events
+        """Apply `policy.avoid_stuck`: the nodes to avoid, the Events, a recheck."""
+        verdict = avoid_stuck(unschedulable(obs), self.avoid, self._reported_stuck, now,
+                              self.config.unschedulable_seconds)
+        self.avoid, self._reported_stuck = verdict.avoid, verdict.reported
+        if verdict.recheck_in is not None:
+            self.trigger_later(verdict.recheck_in)
+        for stuck, age in verdict.moved:
+            log.warning("%s: pod %s Unschedulable on %s for %.0f s: avoiding that node",
+                        stuck.model, stuck.pod, stuck.node, age)
+        return verdict.events
 
-    def _count_models(self, statuses: list[LocalModelStatus]) -> None:
-        counts: dict[tuple[str, ...], float] = {}
-        for status in statuses:
-            for c in status.conditions:
-                k = (c.type, c.status.value)
-                counts[k] = counts.get(k, 0) + 1
-        self.metrics.models_by_condition = counts
+    # ---- one model ---------------------------------------------------------
 
-    async def _model(
-        self,
-        mo: ModelObject,
-        changes: ModelChanges,
-        status: LocalModelStatus,
-        now: str,
-        result: PassResult,
-        obs: Observed,
-        extra: list[EventSpec],
-    ) -> None:
-        events: list[EventSpec] = list(extra)
-        failed: list[str] = []
-        sem = asyncio.Semaphore(self.config.write_concurrency)
-
-        async def one(change: Change) -> None:
-            if self._still_expected(change, obs):
-                return
-            async with sem:
-                try:
-                    await self._apply(change)
-                    self._expect(change)
-                    result.writes += 1
-                    event = getattr(change, "event", None)
-                    if event is not None:
-                        events.append(event)
-                except KubeError as exc:
-                    if exc.status in (404, 409) and isinstance(change, Delete | Create):
-                        return  # already gone / already there: the next pass sees it
-                    if _namespace_ending(exc):
-                        return  # the namespace (and the model in it) is being deleted
-                    result.failures += 1
-                    failed.append(str(exc))
-                    log.warning("%s: %s", mo.key, exc)
-                except (TimeoutError, OSError) as exc:
-                    result.failures += 1
-                    failed.append(f"API unreachable: {exc}")
-
-        # A pod's claim and ConfigMap first: a pod the scheduler sees before its
-        # claim exists fails scheduling and waits out a back-off.
-        def is_pod_create(c: Change) -> bool:
-            return isinstance(c, Create) and c.manifest.get("kind") == "Pod"
-
-        await asyncio.gather(*(one(c) for c in changes.changes if not is_pod_create(c)))
-        await asyncio.gather(*(one(c) for c in changes.changes if is_pod_create(c)))
+    async def _model(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
+                     extra: list[EventSpec]) -> None:
+        mo, status = work.model, work.status
+        events, failed = await self._write_changes(mo, work.changes, obs, result)
+        events = list(extra) + events
         if failed:
             n = self._failures.get(mo.key, 0)
             self._failures[mo.key] = n + 1
-            self.trigger_later(RETRY_SECONDS[min(n, len(RETRY_SECONDS) - 1)])
-            message = "; ".join(sorted(set(failed)))[:1000]
-            if self._last_failure_event.get(mo.key) != message:
-                self._last_failure_event[mo.key] = message
-                events.append(EventSpec(EventReason.FAILED, message, warning=True))
+            self.trigger_later(retry_after(n))
+            event = failure_event(failed)
+            if self._last_failure_event.get(mo.key) != event.message:
+                self._last_failure_event[mo.key] = event.message
+                events.append(event)
         else:
             self._failures.pop(mo.key, None)
             self._last_failure_event.pop(mo.key, None)
-        events = status_events(mo.status, status) + events
-        for event in events:
+        for event in status_events(mo.status, status) + events:
             await self._event(mo, event, now)
         if status_changed(mo.status, status):
             body = json.dumps(status_body(status), sort_keys=True)
@@ -388,41 +332,42 @@ class Reconciler:
             ) and await self._write_status(mo, status):
                 self._written_status[mo.key] = (mo.resource_version, body)
 
-    def _still_expected(self, change: Change, obs: Observed) -> bool:
-        """Whether this change was already made and the watches lag behind."""
-        kind, ns, name = _describe(change)
-        key = (kind, ns, name)
-        seen = self._expected.get(key)
-        if seen is None:
-            return False
-        what, until = seen
-        if time.monotonic() > until:
-            del self._expected[key]
-            return False
-        present = _observed_has(obs, kind, ns, name)
-        if (what == "delete" and not present) or (what == "create" and present):
-            del self._expected[key]  # the watch caught up
-            return False
-        if what.startswith("apply:"):
-            digest = _applied_hash(change)
-            have = obs.objects.get((kind, ns, name))
-            if have is not None and have.applied_hash == what[len("apply:"):]:
-                del self._expected[key]
-                return False
-            return digest == what[len("apply:"):]
-        return what == ("delete" if isinstance(change, Delete) else "create")
+    async def _write_changes(self, mo: ModelObject, changes: ModelChanges, obs: Observed,
+                             result: PassResult) -> tuple[list[EventSpec], list[str]]:
+        """Make the changes the watches do not show yet: the Events they earned,
+        and why the ones that failed did."""
+        events: list[EventSpec] = []
+        failed: list[str] = []
+        sem = asyncio.Semaphore(self.config.write_concurrency)
 
-    def _expect(self, change: Change) -> None:
-        key = _describe(change)
-        if isinstance(change, Delete):
-            what = "delete"
-        elif isinstance(change, Create):
-            what = "create"
-        else:
-            what = "apply:" + _applied_hash(change)
-        self._expected[key] = (what, time.monotonic() + EXPECT_SECONDS)
+        async def one(change: Change) -> None:
+            if self._expected.waiting(change, obs, time.monotonic()):
+                return
+            async with sem:
+                try:
+                    await self._write(change)
+                except KubeError as exc:
+                    if not settled(change, refusal(exc.status, exc.causes)):
+                        result.failures += 1
+                        failed.append(str(exc))
+                        log.warning("%s: %s", mo.key, exc)
+                    return
+                except (TimeoutError, OSError) as exc:
+                    result.failures += 1
+                    failed.append(f"API unreachable: {exc}")
+                    return
+            self._expected.wrote(change, time.monotonic())
+            result.writes += 1
+            if change.event is not None:
+                events.append(change.event)
 
-    async def _apply(self, change: Change) -> None:
+        # A pod's claim and ConfigMap first: a pod the scheduler sees before its
+        # claim exists fails scheduling and waits out a back-off.
+        await asyncio.gather(*(one(c) for c in changes.changes if not _is_pod_create(c)))
+        await asyncio.gather(*(one(c) for c in changes.changes if _is_pod_create(c)))
+        return events, failed
+
+    async def _write(self, change: Change) -> None:
         if isinstance(change, Create):
             await self.kube.create(change.manifest)
         elif isinstance(change, Apply):
@@ -430,8 +375,7 @@ class Reconciler:
         else:
             await self.kube.delete(change.kind, change.namespace, change.name, change.uid,
                                    force=change.force)
-        log.info("%s %s %s/%s: %s", type(change).__name__.lower(),
-                 *_describe(change), change.why)
+        log.info("%s %s %s/%s: %s", type(change).__name__.lower(), *change.target, change.why)
 
     async def _write_status(self, mo: ModelObject, status: LocalModelStatus) -> bool:
         body = {
@@ -443,7 +387,7 @@ class Reconciler:
         try:
             await self.kube.apply(body, subresource="status")
         except KubeError as exc:
-            if exc.status != 404 and not _namespace_ending(exc):  # a model gone needs none
+            if not status_settled(refusal(exc.status, exc.causes)):  # a model gone needs none
                 log.warning("%s: status not written: %s", mo.key, exc)
                 self.trigger_later(RETRY_SECONDS[1])
             return False
@@ -454,57 +398,11 @@ class Reconciler:
         return True
 
     async def _event(self, mo: ModelObject, event: EventSpec, now: str) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{mo.name}.", "namespace": mo.namespace},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": mo.name,
-                               "namespace": mo.namespace, "uid": mo.uid},
-            "reason": event.reason.value,
-            "message": event.message[:1024],
-            "type": "Warning" if event.warning else "Normal",
-            "source": {"component": EVENT_SOURCE_COMPONENT},
-            "reportingComponent": EVENT_REPORTING_COMPONENT,
-            "reportingInstance": self.identity[:128],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_manifest(Involved(mo.namespace, mo.name, mo.uid), event, now, self.identity)
         try:
             await self.kube.create(body)
         except KubeError as exc:
-            if not _namespace_ending(exc):
+            if not event_settled(refusal(exc.status, exc.causes)):
                 log.warning("%s: event not posted: %s", mo.key, exc)
         except (TimeoutError, OSError) as exc:
             log.warning("%s: event not posted: %s", mo.key, exc)
-
-
-def _applied_hash(change: Change) -> str:
-    if isinstance(change, Delete):
-        return ""
-    annotations = change.manifest["metadata"].get("annotations") or {}
-    return str(annotations.get(ANNOTATION_APPLIED_HASH, "")) or json.dumps(
-        change.manifest, sort_keys=True)
-
-
-def _observed_has(obs: Observed, kind: str, ns: str, name: str) -> bool:
-    if kind == "Pod":
-        return (ns, name) in obs.pods
-    if kind == "PersistentVolumeClaim":
-        return (ns, name) in obs.claims
-    if kind in ("ConfigMap", "Service"):
-        return (kind, ns, name) in obs.objects
-    return False
-
-
-def _namespace_ending(exc: KubeError) -> bool:
-    """The API server refuses new objects in a namespace being deleted (403,
-    reason Forbidden, "being terminated"): nothing to retry or report."""
-    return exc.status == 403 and "being terminated" in str(exc)
-
-
-def _describe(change: Change) -> tuple[str, str, str]:
-    if isinstance(change, Delete):
-        return change.kind, change.namespace, change.name
-    meta = change.manifest["metadata"]
-    return str(change.manifest["kind"]), str(meta["namespace"]), str(meta["name"])

@@ -35,11 +35,18 @@ _PATHS = {
 
 
 class KubeError(Exception):
+    """An API request the server refused: its HTTP code, and the reasons of the
+    Status body's `details.causes` (what `policy.refusal` reads, never the text)."""
+
     def __init__(self, method: str, path: str, status: int, body: Any) -> None:
         message = body.get("message") if isinstance(body, Mapping) else str(body)[:300]
         super().__init__(f"{method} {path}: HTTP {status}: {message}")
         self.status = status
         self.body = body
+        details = body.get("details") if isinstance(body, Mapping) else None
+        causes = details.get("causes") if isinstance(details, Mapping) else None
+        self.causes = frozenset(
+            str(c["reason"]) for c in causes or [] if isinstance(c, Mapping) and c.get("reason"))
 
 
 def collection_path(kind: str, namespace: str) -> str:

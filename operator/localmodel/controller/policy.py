@@ -1,0 +1,278 @@
+"""The reconciler's decisions, apart from its I/O. Pure.
+
+* Refused writes: what an API error means (by its HTTP code, `reason` and
+  `details.causes`, never its message text) and whether it is worth a retry.
+* Expectations: what this replica wrote and the watches have not shown yet, so
+  a pass that starts before the watch event arrives does not write it again.
+* Stuck pods: a node the scheduler left a model's pod Unschedulable on for a
+  while is avoided for that model, so the replica moves on; a pod no node could
+  take is reported once and keeps its placement.
+* The Event object for an `EventSpec`, and the retry back-off.
+
+Each is a table in tests/unit/test_policy.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from localmodel import API_VERSION, KIND
+from localmodel.contract import (
+    ANNOTATION_APPLIED_HASH,
+    EVENT_REPORTING_COMPONENT,
+    EVENT_SOURCE_COMPONENT,
+)
+from localmodel.controller.changes import Apply, Change, Create, Delete, Target
+from localmodel.controller.observed import Observed, StuckPod
+from localmodel.status import EventReason, EventSpec
+
+# A write is expected to show in the watches within this long; after that the
+# next pass acts on what it sees, whatever was written before.
+EXPECT_SECONDS = 30.0
+# A node the scheduler could not run a model's pod on is avoided this long.
+AVOID_SECONDS = 600.0
+# A change that failed is tried again after this long (growing per failure).
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+# A stuck pod is looked at again this long after it matures.
+RECHECK_MARGIN_SECONDS = 0.5
+
+
+def retry_after(failures: int) -> float:
+    """The wait before the next try, after `failures` failed ones in a row."""
+    return RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+
+
+def rfc3339(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- refused writes --------------------------------------------------------------
+
+# metav1.StatusCause `reason` of the NamespaceLifecycle admission's refusal.
+NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
+
+
+class Refusal(Enum):
+    NOT_FOUND = "not found"  # 404
+    CONFLICT = "conflict"  # 409: already exists, or the uid precondition failed
+    NAMESPACE_ENDING = "namespace ending"  # 403: the namespace is being deleted
+    OTHER = "other"
+
+
+def refusal(code: int, causes: Collection[str] = ()) -> Refusal:
+    """What an API error says, from its code and its `details.causes` reasons."""
+    if code == 404:
+        return Refusal.NOT_FOUND
+    if code == 409:
+        return Refusal.CONFLICT
+    if code == 403 and NAMESPACE_TERMINATING_CAUSE in causes:
+        return Refusal.NAMESPACE_ENDING
+    return Refusal.OTHER
+
+
+def settled(change: Change, why: Refusal) -> bool:
+    """Whether a refused change needs no retry and no report: already gone or
+    already there (the next pass sees it), or the namespace (and the model in
+    it) is being deleted."""
+    if why is Refusal.NAMESPACE_ENDING:
+        return True
+    return why in (Refusal.NOT_FOUND, Refusal.CONFLICT) and isinstance(change, Delete | Create)
+
+
+def status_settled(why: Refusal) -> bool:
+    """A status write refused because the model or its namespace is going."""
+    return why in (Refusal.NOT_FOUND, Refusal.NAMESPACE_ENDING)
+
+
+def event_settled(why: Refusal) -> bool:
+    """An Event refused because its namespace is going: nothing to report."""
+    return why is Refusal.NAMESPACE_ENDING
+
+
+# ---- expectations ----------------------------------------------------------------
+
+
+class Wrote(Enum):
+    CREATED = "created"
+    DELETED = "deleted"
+    APPLIED = "applied"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What this replica wrote to one object, until when to wait for the watch."""
+
+    wrote: Wrote
+    until: float
+    digest: str = ""  # APPLIED: the applied manifest's hash
+
+
+def applied_digest(change: Create | Apply) -> str:
+    """The hash an applied object carries (else the manifest itself, as text)."""
+    annotations = change.manifest["metadata"].get("annotations") or {}
+    return str(annotations.get(ANNOTATION_APPLIED_HASH, "")) or json.dumps(
+        change.manifest, sort_keys=True)
+
+
+def expectation(change: Change, now: float) -> Expectation:
+    until = now + EXPECT_SECONDS
+    if isinstance(change, Delete):
+        return Expectation(Wrote.DELETED, until)
+    if isinstance(change, Create):
+        return Expectation(Wrote.CREATED, until)
+    return Expectation(Wrote.APPLIED, until, applied_digest(change))
+
+
+class Lag(Enum):
+    """How a change stands against what was written to its object before."""
+
+    WAIT = "wait"  # written, the watches lag behind: do not write it again
+    CAUGHT_UP = "caught up"  # the watches show it (or waited long enough): forget it
+    OTHER = "other"  # a different write: make it, keep the expectation
+
+
+def present(obs: Observed, target: Target) -> bool:
+    kind, ns, name = target
+    if kind == "Pod":
+        return (ns, name) in obs.pods
+    if kind == "PersistentVolumeClaim":
+        return (ns, name) in obs.claims
+    if kind in ("ConfigMap", "Service"):
+        return target in obs.objects
+    return False
+
+
+def lag(expected: Expectation, change: Change, obs: Observed, now: float) -> Lag:
+    if now > expected.until:
+        return Lag.CAUGHT_UP
+    there = present(obs, change.target)
+    if (expected.wrote is Wrote.DELETED and not there) or (
+        expected.wrote is Wrote.CREATED and there
+    ):
+        return Lag.CAUGHT_UP
+    if expected.wrote is Wrote.APPLIED:
+        have = obs.objects.get(change.target)
+        if have is not None and have.applied_hash == expected.digest:
+            return Lag.CAUGHT_UP
+        same = not isinstance(change, Delete) and applied_digest(change) == expected.digest
+        return Lag.WAIT if same else Lag.OTHER
+    wrote = Wrote.DELETED if isinstance(change, Delete) else Wrote.CREATED
+    return Lag.WAIT if expected.wrote is wrote else Lag.OTHER
+
+
+@dataclass
+class Expectations:
+    """This replica's writes the watches have not shown yet (controller-runtime's
+    idea): without them a pass that starts before the watch event of an earlier
+    write arrives would repeat it (a 409 create, a second delete)."""
+
+    by_target: dict[Target, Expectation] = field(default_factory=dict)
+
+    def waiting(self, change: Change, obs: Observed, now: float) -> bool:
+        """Whether `change` was already made and the watches lag behind."""
+        expected = self.by_target.get(change.target)
+        if expected is None:
+            return False
+        state = lag(expected, change, obs, now)
+        if state is Lag.CAUGHT_UP:
+            del self.by_target[change.target]
+        return state is Lag.WAIT
+
+    def wrote(self, change: Change, now: float) -> None:
+        self.by_target[change.target] = expectation(change, now)
+
+
+# ---- stuck pods -------------------------------------------------------------------
+
+Avoid = Mapping[str, Mapping[str, float]]  # model -> node -> avoided until
+
+
+@dataclass(frozen=True)
+class StuckVerdict:
+    avoid: dict[str, dict[str, float]]
+    reported: dict[str, str]  # pod -> the message already reported
+    events: dict[str, list[EventSpec]]  # model -> Events to post
+    recheck_in: float | None = None  # look again then: a young stuck pod matures
+    moved: tuple[tuple[StuckPod, float], ...] = ()  # (pod, age) newly avoided, for the log
+
+
+def avoid_stuck(stuck: Iterable[StuckPod], avoid: Avoid, reported: Mapping[str, str],
+                now: float, threshold: float) -> StuckVerdict:
+    """Nodes whose pods the scheduler left Unschedulable for `threshold` seconds
+    are rejected for that model (for AVOID_SECONDS), so the replica moves on to
+    the next eligible node; younger stuck pods are looked at again when they
+    mature, without waiting for a watch event."""
+    kept = {model: {node: until for node, until in nodes.items() if until > now}
+            for model, nodes in avoid.items()}
+    avoided = {model: nodes for model, nodes in kept.items() if nodes}
+    told = dict(reported)
+    events: dict[str, list[EventSpec]] = {}
+    recheck: list[float] = []
+    moved: list[tuple[StuckPod, float]] = []
+    for pod in stuck:
+        age = now - pod.since
+        if age < threshold:
+            recheck.append(threshold - age + RECHECK_MARGIN_SECONDS)
+            continue
+        if not pod.node_specific:
+            # Another node would not help (e.g. a claim with no StorageClass
+            # and no default): say so once, keep the placement.
+            if told.get(pod.pod) != pod.message:
+                told[pod.pod] = pod.message
+                events.setdefault(pod.model, []).append(EventSpec(
+                    EventReason.UNSCHEDULABLE,
+                    f"replica {pod.replica}: pod {pod.pod} cannot be scheduled on "
+                    f"any node: {pod.message[:400]}", warning=True))
+            continue
+        nodes = avoided.setdefault(pod.model, {})
+        if pod.node not in nodes:
+            events.setdefault(pod.model, []).append(EventSpec(
+                EventReason.UNSCHEDULABLE,
+                f"replica {pod.replica}: the scheduler left pod {pod.pod} "
+                f"Unschedulable on node {pod.node} for {age:.0f} s; placing the "
+                "replica on another eligible node", warning=True))
+            moved.append((pod, age))
+        nodes[pod.node] = now + AVOID_SECONDS
+    return StuckVerdict(avoided, told, events, min(recheck) if recheck else None, tuple(moved))
+
+
+# ---- Events ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Involved:
+    """The LocalModel an Event is about."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+def event_manifest(about: Involved, event: EventSpec, now: str, instance: str) -> dict[str, Any]:
+    """A core/v1 Event about a LocalModel, reported by this replica (`instance`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{about.name}.", "namespace": about.namespace},
+        "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": about.name,
+                           "namespace": about.namespace, "uid": about.uid},
+        "reason": event.reason.value,
+        "message": event.message[:1024],
+        "type": "Warning" if event.warning else "Normal",
+        "source": {"component": EVENT_SOURCE_COMPONENT},
+        "reportingComponent": EVENT_REPORTING_COMPONENT,
+        "reportingInstance": instance[:128],
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def failure_event(failed: Iterable[str]) -> EventSpec:
+    """One Warning for a pass's failed writes to one model."""
+    return EventSpec(EventReason.FAILED, "; ".join(sorted(set(failed)))[:1000], warning=True)
