@@ -35,6 +35,7 @@ from localmodel.controller.policy import (
     retry_after,
     settled,
     status_settled,
+    with_memory,
 )
 from localmodel.controller.writer import KubeError
 from localmodel.status import EventReason, EventSpec
@@ -237,3 +238,29 @@ def test_an_event_names_the_model_the_operator_and_the_replica_reporting_it() ->
     normal = event_manifest(Involved("ai", "chat", "u"), EventSpec(EventReason.PLACED, "m"),
                             "t", "i")
     assert normal["type"] == "Normal"
+
+
+# ---- a pass's plan --------------------------------------------------------------------
+
+MEMORY = [
+    # name, what the watches show, where the last pass put replicas, planned from
+    ("nothing remembered", {"ai/chat": ["n1", None]}, {}, {"ai/chat": ["n1", None]}),
+    ("a replica the watches do not show yet", {"ai/chat": ["n1", None]},
+     {"ai/chat": {1: "n2"}}, {"ai/chat": ["n1", "n2"]}),
+    ("the watches win over memory", {"ai/chat": ["n1", "n3"]}, {"ai/chat": {0: "n9", 1: "n2"}},
+     {"ai/chat": ["n1", "n3"]}),
+    ("a replica scaled away is not brought back", {"ai/chat": [None]},
+     {"ai/chat": {0: "n1", 1: "n2"}}, {"ai/chat": ["n1"]}),
+    ("a model gone is not brought back", {}, {"ai/chat": {0: "n1"}}, {}),
+]
+
+
+@pytest.mark.parametrize(("current", "placed", "want"), [m[1:] for m in MEMORY],
+                         ids=[m[0] for m in MEMORY])
+def test_a_pass_remembers_where_the_last_one_put_replicas(
+    current: dict[str, list[str | None]], placed: dict[str, dict[int, str]],
+    want: dict[str, list[str | None]],
+) -> None:
+    before = copy.deepcopy(current)
+    assert with_memory(current, placed) == want
+    assert current == before

@@ -8,6 +8,8 @@
   while is avoided for that model, so the replica moves on; a pod no node could
   take is reported once and keeps its placement.
 * The Event object for an `EventSpec`, and the retry back-off.
+* A pass's plan: the desired state (placements the watches do not show yet
+  remembered from the last pass), and per model its changes and status.
 
 Each is a table in tests/unit/test_policy.py.
 """
@@ -22,14 +24,32 @@ from enum import Enum
 from typing import Any
 
 from localmodel import API_VERSION, KIND
+from localmodel.api import LocalModelStatus
 from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     EVENT_REPORTING_COMPONENT,
     EVENT_SOURCE_COMPONENT,
 )
-from localmodel.controller.changes import Apply, Change, Create, Delete, Target
-from localmodel.controller.observed import Observed, StuckPod
-from localmodel.status import EventReason, EventSpec
+from localmodel.controller.changes import (
+    Apply,
+    Change,
+    Create,
+    Delete,
+    ModelChanges,
+    Target,
+    choose_claim,
+    model_changes,
+)
+from localmodel.controller.observed import (
+    ModelObject,
+    Observed,
+    StuckPod,
+    current_placements,
+    readiness,
+)
+from localmodel.desired import desired_state
+from localmodel.render import RenderOptions
+from localmodel.status import EventReason, EventSpec, invalid_status, with_progress
 
 # A write is expected to show in the watches within this long; after that the
 # next pass acts on what it sees, whatever was written before.
@@ -276,3 +296,67 @@ def event_manifest(about: Involved, event: EventSpec, now: str, instance: str) -
 def failure_event(failed: Iterable[str]) -> EventSpec:
     """One Warning for a pass's failed writes to one model."""
     return EventSpec(EventReason.FAILED, "; ".join(sorted(set(failed)))[:1000], warning=True)
+
+
+# ---- a pass's plan ---------------------------------------------------------------------
+
+Placed = Mapping[str, Mapping[int, str]]  # model -> replica -> node
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """One model's share of a pass: what to write, and the status to report."""
+
+    model: ModelObject
+    changes: ModelChanges
+    status: LocalModelStatus
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    work: list[ModelWork]
+    placed: dict[str, dict[int, str]]  # where this pass puts every replica
+
+
+def with_memory(current: dict[str, list[str | None]], placed: Placed
+                ) -> dict[str, list[str | None]]:
+    """Where replicas are: what the watches show, else where the last pass put
+    them (its pods and status may not have reached the watches yet; without
+    this, a pass right after a big one would plan those models afresh and
+    move them)."""
+    out = {key: list(nodes) for key, nodes in current.items()}
+    for key, nodes in out.items():
+        remembered = placed.get(key, {})
+        for replica, node in enumerate(nodes):
+            if node is None and replica in remembered:
+                nodes[replica] = remembered[replica]
+    return out
+
+
+def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
+              avoid: Avoid) -> PassPlan:
+    """The pure core of a pass: desired state, then each model's changes and status."""
+    state = desired_state(
+        obs.valid_models(),
+        list(obs.nodes.values()),
+        now=now,
+        current=with_memory(current_placements(obs), placed),
+        usage=obs.usage,
+        ready=readiness(obs),
+        options=options,
+        claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
+        avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
+    )
+    work: list[ModelWork] = []
+    for result in state.models:
+        mo = obs.models[result.model.key]
+        if result.problems:  # an invalid spec changes nothing but its status
+            work.append(ModelWork(mo, ModelChanges(), result.status))
+            continue
+        changes = model_changes(result, mo.uid, obs)
+        work.append(ModelWork(mo, changes, with_progress(
+            result.status, changes.rolling, result.model, now)))
+    work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
+             for mo in obs.models.values() if mo.model is None]
+    return PassPlan(work, {r.model.key: {rep.replica: rep.node for rep in r.replicas}
+                           for r in state.models})

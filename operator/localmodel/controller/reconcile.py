@@ -22,32 +22,19 @@ from typing import Any
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModelStatus
 from localmodel.contract import OPERATOR
-from localmodel.controller.changes import (
-    Apply,
-    Change,
-    Create,
-    ModelChanges,
-    choose_claim,
-    model_changes,
-)
+from localmodel.controller.changes import Apply, Change, Create, ModelChanges
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.observed import (
-    ModelObject,
-    Observed,
-    Snapshot,
-    current_placements,
-    observe,
-    readiness,
-    unschedulable,
-)
+from localmodel.controller.observed import ModelObject, Observed, Snapshot, observe, unschedulable
 from localmodel.controller.policy import (
     RETRY_SECONDS,
     Expectations,
     Involved,
+    ModelWork,
     avoid_stuck,
     event_manifest,
     event_settled,
     failure_event,
+    plan_pass,
     refusal,
     retry_after,
     rfc3339,
@@ -56,17 +43,9 @@ from localmodel.controller.policy import (
 )
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
-from localmodel.desired import desired_state
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
-from localmodel.status import (
-    EventSpec,
-    invalid_status,
-    status_body,
-    status_changed,
-    status_events,
-    with_progress,
-)
+from localmodel.status import EventSpec, status_body, status_changed, status_events
 
 log = logging.getLogger("localmodel.reconcile")
 
@@ -113,15 +92,6 @@ class PassResult:
     writes: int = 0
     failures: int = 0
     models: int = 0
-
-
-@dataclass(frozen=True)
-class ModelWork:
-    """One model's share of a pass: what to write, and the status to report."""
-
-    model: ModelObject
-    changes: ModelChanges
-    status: LocalModelStatus
 
 
 def _is_pod_create(change: Change) -> bool:
@@ -250,47 +220,10 @@ class Reconciler:
         return result
 
     def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
-        """The pure core: desired state, each model's changes and status."""
-        state = desired_state(
-            obs.valid_models(),
-            list(obs.nodes.values()),
-            now=now,
-            current=self._current_with_memory(obs),
-            usage=obs.usage,
-            ready=readiness(obs),
-            options=RenderOptions(operator_image=self.config.operator_image),
-            claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
-            avoid={m: frozenset(nodes) for m, nodes in self.avoid.items()},
-        )
-        self._placed = {
-            r.model.key: {rep.replica: rep.node for rep in r.replicas} for r in state.models
-        }
-        work: list[ModelWork] = []
-        for model_result in state.models:
-            mo = obs.models[model_result.model.key]
-            if model_result.problems:  # an invalid spec changes nothing but its status
-                work.append(ModelWork(mo, ModelChanges(), model_result.status))
-                continue
-            changes = model_changes(model_result, mo.uid, obs)
-            work.append(ModelWork(mo, changes, with_progress(
-                model_result.status, changes.rolling, model_result.model, now)))
-        work += [ModelWork(mo, ModelChanges(),
-                           invalid_status(mo.generation, mo.error, mo.status, now))
-                 for mo in obs.models.values() if mo.model is None]
-        return work
-
-    def _current_with_memory(self, obs: Observed) -> dict[str, list[str | None]]:
-        """Where replicas are: what the watches show, else where the last pass put
-        them (its pods and status may not have reached the watches yet; without
-        this, a pass right after a big one would plan those models afresh and
-        move them)."""
-        current = current_placements(obs)
-        for key, nodes in current.items():
-            remembered = self._placed.get(key, {})
-            for replica, node in enumerate(nodes):
-                if node is None and replica in remembered:
-                    nodes[replica] = remembered[replica]
-        return current
+        planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
+                            placed=self._placed, avoid=self.avoid)
+        self._placed = planned.placed
+        return planned.work
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
         """Apply `policy.avoid_stuck`: the nodes to avoid, the Events, a recheck."""
