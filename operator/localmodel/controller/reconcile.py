@@ -4,9 +4,11 @@ One task, because the planner is global (exclusive models claim whole nodes):
 per-object handlers planning at once could put two models on one node. Every
 watch event only records and triggers; a pass reads the whole in-memory
 snapshot (`indexes`, kept by kopf from its watches: nothing here lists the
-cluster), calls the pure core (`observe`, `desired_state`, `model_changes`,
-`status_events`), then writes what differs. A pass that fails part-way is
-harmless: the next one starts again from what the watches show.
+cluster), calls the pure core (`observe`, then `policy.plan_pass`: desired
+state and each model's changes and status; `policy` also decides what a
+refused write means, what the watches have yet to show and which nodes a model
+avoids), then writes what differs and posts the Events. A pass that fails
+part-way is harmless: the next one starts again from what the watches show.
 """
 
 from __future__ import annotations
