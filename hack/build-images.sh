@@ -138,9 +138,12 @@ make_rootfs() {
   mapfile -t args < <(rootfs_args "$name")
   mkdir -p "$IMAGES/rootfs" "$IMAGES/debs"
   log "mmdebstrap $SUITE minbase ${args[*]} (a minute or more, cold)"
-  # Packages are kept in debs/ and offered to the next run (mmdebstrap's
-  # documented sync-in/sync-out cache); documentation is left out.
+  # Merged /usr as debootstrap makes it (directory symlinks; no usrmerge
+  # package, so no perl). Packages are kept in debs/ and offered to the next
+  # run (mmdebstrap's documented sync-in/sync-out cache); documentation is
+  # left out.
   mmdebstrap --variant=minbase --format=tar --skip=essential/unlink \
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
@@ -232,9 +235,9 @@ build_operator() {
 }
 
 build_ollama() {
+  make_rootfs ollama
   [[ -x "$OLLAMA_ROOT/bin/ollama" && -d "$OLLAMA_ROOT/lib/ollama" ]] \
     || die "no Ollama build at $OLLAMA_ROOT: run hack/build-engines.sh first"
-  make_rootfs ollama
   import_rootfs ollama localhost/localmodel/rootfs-ollama
   local c
   c="$("${B[@]}" from --pull=never localhost/localmodel/rootfs-ollama)"
@@ -250,8 +253,8 @@ build_ollama() {
 }
 
 build_llama-server() {
-  [[ -x "$LLAMA_SERVER" ]] || die "no llama-server at $LLAMA_SERVER: run hack/build-engines.sh first"
   make_rootfs llama
+  [[ -x "$LLAMA_SERVER" ]] || die "no llama-server at $LLAMA_SERVER: run hack/build-engines.sh first"
   import_rootfs llama localhost/localmodel/rootfs-llama
   local c
   c="$("${B[@]}" from --pull=never localhost/localmodel/rootfs-llama)"

@@ -1,0 +1,113 @@
+"""The images a real test node runs: `hack/build-images.sh --print`, the one
+place their references and archive paths live, and a reader for the archives
+(OCI image layout in a tar, as `buildah push ... oci-archive:` writes it)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-images.sh"
+REF_NAME = "org.opencontainers.image.ref.name"
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image reference and the OCI archive that holds it under that reference."""
+
+    reference: str
+    archive: Path
+
+
+def parse_print_output(text: str) -> list[Image]:
+    """`REFERENCE ARCHIVE` lines: the reference has no spaces, the archive is
+    the rest of the line, an absolute path."""
+    images = []
+    for number, line in enumerate(text.splitlines(), 1):
+        reference, sep, archive = line.partition(" ")
+        if not sep or not reference or not archive.startswith("/"):
+            raise ValueError(
+                f"hack/build-images.sh --print, line {number}: {line!r} is not "
+                "'REFERENCE /absolute/archive/path'"
+            )
+        images.append(Image(reference, Path(archive)))
+    return images
+
+
+def list_images(*names: str) -> list[Image]:
+    """The images `hack/build-images.sh --print [NAME...]` lists (builds nothing)."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--print", *names],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return parse_print_output(out)
+
+
+@dataclass(frozen=True)
+class ArchivedImage:
+    """What an OCI archive holds: the reference it names, the image config and
+    the union of its layers' paths (absolute; symlinks with their targets)."""
+
+    reference: str
+    config: dict[str, Any]
+    files: frozenset[str]
+    links: dict[str, str]
+
+    def resolve(self, path: str) -> str | None:
+        """`path` with every symlink in it followed, if it leads to a file or
+        directory in the image; else None."""
+        parts = [p for p in path.split("/") if p]
+        done = "/"
+        for _ in range(64):
+            if not parts:
+                return done if done == "/" or done in self.files else None
+            step = posixpath.join(done, parts.pop(0))
+            target = self.links.get(step)
+            if target is None:
+                done = step
+                continue
+            base = "/" if target.startswith("/") else done
+            parts = [p for p in posixpath.normpath(posixpath.join(base, target)).split("/") if p] + parts
+            done = "/"
+        return None
+
+
+def read_archive(archive: Path) -> ArchivedImage:
+    """Read a one-image OCI archive: its reference, config and file list."""
+    with tarfile.open(archive) as outer:
+
+        def blob(digest: str) -> tarfile.ExFileObject:
+            member = outer.extractfile(f"blobs/{digest.replace(':', '/')}")
+            assert member is not None, f"{archive}: no blob {digest}"
+            return member
+
+        index = json.load(outer.extractfile("index.json"))  # type: ignore[arg-type]
+        [entry] = index["manifests"]
+        manifest = json.load(blob(entry["digest"]))
+        config = json.load(blob(manifest["config"]["digest"]))
+        files: set[str] = set()
+        links: dict[str, str] = {}
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=blob(layer["digest"]), mode="r|*") as t:
+                for m in t:
+                    name = "/" + m.name.removeprefix("./").strip("/")
+                    files.add(name)
+                    if m.issym():
+                        links[name] = m.linkname
+                    elif m.islnk():
+                        links[name] = "/" + m.linkname.removeprefix("./").lstrip("/")
+    return ArchivedImage(
+        reference=entry.get("annotations", {}).get(REF_NAME, ""),
+        config=config.get("config", {}),
+        files=frozenset(files),
+        links=links,
+    )
