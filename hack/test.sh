@@ -9,6 +9,7 @@ python -m pip install -q -e '.[dev]'
 # outside the repo (~/.cache/localmodel-operator): reruns take seconds.
 bash hack/build-tools.sh          # etcd, kube-apiserver/-controller-manager/-scheduler, kwok, helm, kubeconform
 bash hack/build-engines.sh        # Ollama, llama-server, llama-bench + the Gemma 3 270M GGUF (engine tier)
+bash hack/build-images.sh         # the real node's images: operator, Ollama, llama-server, pause (OCI archives)
 
 ruff check operator tests benchmarks
 mypy

@@ -84,7 +84,12 @@ def test_the_references_are_what_the_chart_and_the_renderer_run() -> None:
 
 def test_docs_list_every_image_built_for_the_test_node() -> None:
     doc = (REPO_ROOT / "docs" / "test-cluster.md").read_text()
-    missing = [i.reference for i in printed().values() if f"`{i.reference}`" not in doc]
+    # By repository: a version bump need not touch the doc.
+    missing = [
+        i.reference
+        for i in printed().values()
+        if f"`{i.reference}`" not in doc and f"`{i.reference.rsplit(':', 1)[0]}`" not in doc
+    ]
     assert not missing, f"docs/test-cluster.md does not list {missing}"
 
 
