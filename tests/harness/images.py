@@ -76,7 +76,8 @@ class ArchivedImage:
                 done = step
                 continue
             base = "/" if target.startswith("/") else done
-            parts = [p for p in posixpath.normpath(posixpath.join(base, target)).split("/") if p] + parts
+            followed = posixpath.normpath(posixpath.join(base, target))
+            parts = [p for p in followed.split("/") if p] + parts
             done = "/"
         return None
 
