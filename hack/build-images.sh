@@ -109,6 +109,14 @@ declare -A REF=(
   [pause]="$PAUSE_IMAGE"
 )
 
+# prune GLOB: keep the three newest files matching $IMAGES/GLOB (other
+# checkouts may be using older inputs), delete the rest.
+prune() {
+  local f
+  # shellcheck disable=SC2086  # GLOB is a glob
+  ls -t $IMAGES/$1 2>/dev/null | tail -n +4 | while IFS= read -r f; do rm -f "$f"; done
+}
+
 # ---- the root filesystems --------------------------------------------------------
 # rootfs_args NAME: mmdebstrap's package set for each root filesystem.
 rootfs_args() {
@@ -142,7 +150,9 @@ make_rootfs() {
   # package, so no perl). Packages are kept in debs/ and offered to the next
   # run (mmdebstrap's documented sync-in/sync-out cache); documentation is
   # left out.
-  mmdebstrap --variant=minbase --format=tar --skip=essential/unlink \
+  # Debian's own tools, not whichever python3 comes first on PATH (mmtarfilter).
+  env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    mmdebstrap --variant=minbase --format=tar --skip=essential/unlink \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -153,6 +163,7 @@ make_rootfs() {
     || { tail -30 "$IMAGES/rootfs/$name.log" >&2; rm -f "$out.tmp"; die "mmdebstrap failed for $name"; }
   mv "$out.tmp" "$out"
   log "rootfs $name in $((SECONDS - t0)) s"
+  prune "rootfs/$name-*.tar"
 }
 
 # ---- buildah, in a storage of its own -----------------------------------------------
@@ -179,6 +190,8 @@ start_buildah() {
     [[ -e "$p" ]] || state_created+=("$p")
   done
   trap cleanup EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
   WORK="$(mktemp -d "$IMAGES/.work.XXXXXX")"
   # Network definitions (netavark) go to the work dir, not /etc/containers/networks.
   printf '[network]\nnetwork_config_dir = "%s/networks"\n' "$WORK" >"$WORK/containers.conf"
@@ -375,6 +388,7 @@ if ((${#todo[@]})); then
     "build_$name"
     save "${REF[$name]}" "$a"
     log "built $name (${REF[$name]}) in $((SECONDS - t0)) s: $(du -h "$a" | cut -f1) archive"
+    prune "$name-*.oci.tar"
   done
 fi
 log "ready in $((SECONDS - start)) s:"
