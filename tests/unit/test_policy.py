@@ -22,6 +22,7 @@ from localmodel.controller.policy import (
     EXPECT_SECONDS,
     RETRY_SECONDS,
     Expectations,
+    Failures,
     Involved,
     Lag,
     Refusal,
@@ -264,3 +265,20 @@ def test_a_pass_remembers_where_the_last_one_put_replicas(
     before = copy.deepcopy(current)
     assert with_memory(current, placed) == want
     assert current == before
+
+
+def test_failed_writes_retry_later_each_time_and_report_only_what_changed() -> None:
+    failures = Failures()
+    steps = [
+        # what failed this pass -> (retry in, Event message or None)
+        (["HTTP 500: a"], (RETRY_SECONDS[0], "HTTP 500: a")),
+        (["HTTP 500: a", "HTTP 500: a"], (RETRY_SECONDS[1], None)),  # said already
+        (["HTTP 500: b", "HTTP 500: a"], (RETRY_SECONDS[2], "HTTP 500: a; HTTP 500: b")),
+        ([], (None, None)),  # a clean pass forgets
+        (["HTTP 500: a"], (RETRY_SECONDS[0], "HTTP 500: a")),
+    ]
+    for failed, (retry, message) in steps:
+        retry_in, event = failures.after_pass("ai/chat", failed)
+        assert (retry_in, event.message if event else None) == (retry, message), failed
+        assert event is None or (event.reason is EventReason.FAILED and event.warning)
+    assert failures.after_pass("ai/other", ["x"])[0] == RETRY_SECONDS[0]  # per model

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -296,6 +296,30 @@ def event_manifest(about: Involved, event: EventSpec, now: str, instance: str) -
 def failure_event(failed: Iterable[str]) -> EventSpec:
     """One Warning for a pass's failed writes to one model."""
     return EventSpec(EventReason.FAILED, "; ".join(sorted(set(failed)))[:1000], warning=True)
+
+
+@dataclass
+class Failures:
+    """Failed writes per model across passes: when to try again (growing waits),
+    and an Event only when what failed changed."""
+
+    in_a_row: dict[str, int] = field(default_factory=dict)
+    reported: dict[str, str] = field(default_factory=dict)  # model -> the message posted
+
+    def after_pass(self, model: str, failed: Sequence[str]
+                   ) -> tuple[float | None, EventSpec | None]:
+        """(retry in seconds, Event to post) for `model`'s failed writes of a pass."""
+        if not failed:
+            self.in_a_row.pop(model, None)
+            self.reported.pop(model, None)
+            return None, None
+        n = self.in_a_row.get(model, 0)
+        self.in_a_row[model] = n + 1
+        event = failure_event(failed)
+        if self.reported.get(model) == event.message:
+            return retry_after(n), None
+        self.reported[model] = event.message
+        return retry_after(n), event
 
 
 # ---- a pass's plan ---------------------------------------------------------------------

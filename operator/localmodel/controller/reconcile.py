@@ -30,15 +30,14 @@ from localmodel.controller.observed import ModelObject, Observed, Snapshot, obse
 from localmodel.controller.policy import (
     RETRY_SECONDS,
     Expectations,
+    Failures,
     Involved,
     ModelWork,
     avoid_stuck,
     event_manifest,
     event_settled,
-    failure_event,
     plan_pass,
     refusal,
-    retry_after,
     rfc3339,
     settled,
     status_settled,
@@ -118,8 +117,7 @@ class Reconciler:
         self.sources: dict[str, Callable[[], Iterable[Mapping[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self._first_trigger = 0.0
-        self._failures: dict[str, int] = {}
-        self._last_failure_event: dict[str, str] = {}
+        self._failures = Failures()
         self._retry: asyncio.TimerHandle | None = None
         self.synced = asyncio.Event()
         self.passes = 0
@@ -246,17 +244,11 @@ class Reconciler:
         mo, status = work.model, work.status
         events, failed = await self._write_changes(mo, work.changes, obs, result)
         events = list(extra) + events
-        if failed:
-            n = self._failures.get(mo.key, 0)
-            self._failures[mo.key] = n + 1
-            self.trigger_later(retry_after(n))
-            event = failure_event(failed)
-            if self._last_failure_event.get(mo.key) != event.message:
-                self._last_failure_event[mo.key] = event.message
-                events.append(event)
-        else:
-            self._failures.pop(mo.key, None)
-            self._last_failure_event.pop(mo.key, None)
+        retry_in, failure = self._failures.after_pass(mo.key, failed)
+        if retry_in is not None:
+            self.trigger_later(retry_in)
+        if failure is not None:
+            events.append(failure)
         for event in status_events(mo.status, status) + events:
             await self._event(mo, event, now)
         if status_changed(mo.status, status):
