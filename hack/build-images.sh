@@ -85,9 +85,11 @@ chart_image() {
 }
 
 # The engine images the renderer pins (operator/localmodel/engines/*.py IMAGE).
-renderer_image() {
-  PYTHONPATH=operator "$PY" -c "from localmodel.engines import $1; print($1.IMAGE)" \
-    || die "cannot read IMAGE from operator/localmodel/engines/$1.py"
+renderer_image() { engine_fact "$1" IMAGE; }
+# An engine's fact (IMAGE, PORT, ...) from its home, operator/localmodel/engines/<engine>.py.
+engine_fact() {
+  PYTHONPATH=operator "$PY" -c "from localmodel.engines import $1; print($1.$2)" \
+    || die "cannot read $2 from operator/localmodel/engines/$1.py"
 }
 
 # hack/build-engines.sh --print: NAME=PATH lines.
@@ -99,6 +101,7 @@ ollama_version="$(sed -n 's/.* ollama:v\{0,1\}\([^ ]*\).*/\1/p' <<<"${ENGINE[ver
 [[ -n "$ollama_version" ]] || die "no ollama version in hack/build-engines.sh --print"
 
 OLLAMA_IMAGE="$(renderer_image ollama)"
+OLLAMA_PORT="$(engine_fact ollama PORT)"
 declare -A REF=(
   [operator]="$(chart_image)"
   # The renderer's repository, tagged with the Ollama version actually built: if
@@ -258,8 +261,8 @@ build_ollama() {
   # its runner and CPU libraries at <executable>/../lib/ollama = /usr/lib/ollama.
   "${B[@]}" copy --chmod 0755 "$c" "$OLLAMA_ROOT/bin/ollama" /usr/bin/ollama >/dev/null
   "${B[@]}" copy "$c" "$OLLAMA_ROOT/lib/ollama" /usr/lib/ollama >/dev/null
-  "${B[@]}" config --entrypoint '["/bin/ollama"]' --cmd '["serve"]' --port 11434 \
-    --env OLLAMA_HOST=0.0.0.0:11434 "$c"
+  "${B[@]}" config --entrypoint '["/bin/ollama"]' --cmd '["serve"]' --port "$OLLAMA_PORT" \
+    --env "OLLAMA_HOST=0.0.0.0:$OLLAMA_PORT" "$c"
   stand_in_config "$c" "Ollama $ollama_version built by hack/build-engines.sh from the Go module proxy, on Debian $SUITE minbase; not the upstream image"
   "${B[@]}" commit -q --rm "$c" "${REF[ollama]}" >/dev/null
   smoke "${REF[ollama]}" /bin/sh -c 'set -e; command -v ollama; ollama --version; test -x /usr/lib/ollama/llama-server'
