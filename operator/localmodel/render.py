@@ -49,6 +49,9 @@ SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets th
 GATEWAY_CPU_MILLI = 250
 GATEWAY_MEMORY_BYTES = 256 * 1024**2
 MODELFILE_DIR = "/etc/localmodel"
+# Under the weights volume: where Ollama's download step keeps its part file
+# and checksum record.
+OLLAMA_DOWNLOAD_DIR = "download"
 
 
 @dataclass(frozen=True)
@@ -135,12 +138,15 @@ def _replica_meta(lm: LocalModel, r: ReplicaPlan, name: str, **extra: Any) -> di
 
 
 def modelfile(lm: LocalModel, tuning: Tuning) -> str:
-    """The tuned Modelfile: same name, the operator's parameters layered on top.
+    """The tuned Modelfile: the operator's parameters layered on top of the
+    pulled model of the same name, or, with `gguf`, on the GGUF file the
+    download step put into Ollama's store.
 
     No Ollama variable sets threads; a Modelfile PARAMETER does (ollama
     api/types.go), and it applies to every caller, gateway or not.
     """
-    lines = [f"FROM {lm.spec.model}"]
+    source = lm.spec.model if lm.spec.gguf is None else ollama_gguf_blob(lm.spec.gguf)
+    lines = [f"FROM {source}"]
     lines += [f"PARAMETER {k} {v}" for k, v in sorted(tuning.modelfile.items())]
     return "\n".join(lines) + "\n"
 
@@ -196,28 +202,49 @@ def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
+# Starts `ollama serve` for the init step and stops it on every way out: a
+# failed pull or create (set -e), a signal, or the end of the script.
+_SERVE = """\
+ollama serve >/tmp/ollama.log 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+trap 'exit 143' HUP INT TERM
+tries=0
+until ollama list >/dev/null 2>&1; do
+  tries=$((tries+1))
+  if [ "$tries" -gt 120 ]; then cat /tmp/ollama.log; exit 1; fi
+  sleep 1
+done
+"""
+
+
 def init_script(lm: LocalModel, tuning: Tuning) -> str:
-    """Pull only when the weights are not on the volume, then build the tuned model."""
+    """Pull only when the weights are not on the volume, then build the tuned model.
+
+    With `gguf` there is no pull at all: the download step has put the file
+    into Ollama's store, and the Modelfile's FROM names it there.
+    """
     model = shlex.quote(lm.spec.model)
     remove = "".join(f"rm -f {shlex.quote(p)}\n" for p in tuning.remove_libraries)
+    if lm.spec.gguf is not None:
+        weights = (
+            f"echo 'localmodel: creating '{model}' from '"
+            f"{shlex.quote(lm.spec.gguf.file_name())}' on the volume: no registry pull'\n"
+        )
+    else:
+        weights = (
+            f"if ollama show {model} >/dev/null 2>&1; then\n"
+            f"  echo 'localmodel: weights for '{model}' already on the volume: no pull'\n"
+            "else\n"
+            f"  ollama pull {model}\n"
+            "fi\n"
+        )
     return (
         "set -eu\n"
         f"{remove}"
-        "ollama serve >/tmp/ollama.log 2>&1 &\n"
-        "server=$!\n"
-        "tries=0\n"
-        "until ollama list >/dev/null 2>&1; do\n"
-        "  tries=$((tries+1))\n"
-        '  if [ "$tries" -gt 120 ]; then cat /tmp/ollama.log; exit 1; fi\n'
-        "  sleep 1\n"
-        "done\n"
-        f"if ollama show {model} >/dev/null 2>&1; then\n"
-        f"  echo 'localmodel: weights for '{model}' already on the volume: no pull'\n"
-        "else\n"
-        f"  ollama pull {model}\n"
-        "fi\n"
+        f"{_SERVE}"
+        f"{weights}"
         f"ollama create {model} -f {MODELFILE_DIR}/Modelfile\n"
-        'kill "$server"; wait "$server" || true\n'
     )
 
 
@@ -234,52 +261,106 @@ def pod_selector(lm: LocalModel) -> str:
     return f"{LABEL_NAME}={lm.metadata.name}"
 
 
-# The init step for llama-server, as a template: $-names are the shell's,
-# {braces} are filled in (quoted) by gguf_init_script.
+# The download step, as a template: $-names are the shell's, {braces} are
+# filled in (quoted) by gguf_init_script. {fetch} downloads $url to "$part"
+# and fails on an HTTP error.
 _GGUF_INIT = """\
 set -eu
 file={file}
+part={part}
+mark={mark}
+url={url}
 want={sha256}
-if [ -f "$file" ] && [ "$(cat "$file.sha256" 2>/dev/null)" = "$want" ]; then
+mkdir -p "$(dirname "$file")" "$(dirname "$part")" "$(dirname "$mark")"
+if [ -f "$file" ] && [ "$(cat "$mark" 2>/dev/null)" = "$want" ]; then
   echo "localmodel: $file already on the volume (sha256 recorded): no download"
   exit 0
 fi
 if [ -f "$file" ]; then
   got="$(sha256sum "$file" | cut -d ' ' -f 1)"
   if [ "$got" = "$want" ]; then
-    echo "$want" > "$file.sha256"
+    echo "$want" > "$mark"
     echo "localmodel: $file already on the volume (sha256 checked): no download"
     exit 0
   fi
   echo "localmodel: $file on the volume has sha256 $got, not $want: downloading it again"
 fi
-rm -f "$file.part"
-curl -fsSL --retry 5 --retry-delay 2 -o "$file.part" {url}
-got="$(sha256sum "$file.part" | cut -d ' ' -f 1)"
+rm -f "$part"
+{fetch}
+got="$(sha256sum "$part" | cut -d ' ' -f 1)"
 if [ "$got" != "$want" ]; then
-  echo "localmodel: the download from "{url}" has sha256 $got, not $want" >&2
-  rm -f "$file.part"
+  echo "localmodel: the download from $url has sha256 $got, not $want" >&2
+  rm -f "$part"
   exit 1
 fi
-mv -f "$file.part" "$file"
-echo "$want" > "$file.sha256"
+mv -f "$part" "$file"
+echo "$want" > "$mark"
 echo "localmodel: downloaded $file"
 """
 
+# llama-server's image has curl (its base stage installs it).
+CURL_FETCH = 'curl -fsSL --retry 5 --retry-delay 2 -o "$part" "$url"'
+
+# Ollama's image has neither curl nor wget (an Ubuntu base with
+# ca-certificates), so its download step runs in the operator image, with
+# Python's standard library.
+# Transient failures (no connection, 5xx, 408, 429) are retried, like curl's
+# --retry; any other HTTP error fails at once.
+_PYTHON_DOWNLOAD = """\
+import shutil, sys, time, urllib.error, urllib.request
+url, part = sys.argv[1:3]
+for attempt in range(1, 6):
+    try:
+        with urllib.request.urlopen(url, timeout=60) as src, open(part, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        break
+    except urllib.error.HTTPError as e:
+        if attempt == 5 or (e.code < 500 and e.code not in (408, 429)):
+            sys.exit(f"localmodel: cannot download {url}: {e}")
+    except OSError as e:
+        if attempt == 5:
+            sys.exit(f"localmodel: cannot download {url}: {e}")
+    time.sleep(2)
+"""
+assert "'" not in _PYTHON_DOWNLOAD  # it goes into the shell script in single quotes
+PYTHON_FETCH = f"python3 -I -c '{_PYTHON_DOWNLOAD}' \"$url\" \"$part\""
+
 
 def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:
-    """Download the GGUF file once: nothing to do when the volume holds it with a
-    matching checksum; a download is checked before it replaces anything.
+    """llama-server's download step: the GGUF file once into `directory`.
 
-    `<file>.sha256` records a verified checksum, so a restart does not hash
-    gigabytes again; a file put on the volume by other means is hashed once.
-    The download lands in `<file>.part` and is renamed only once its checksum
-    matches, so a failed or wrong download never removes a good file.
+    Nothing to do when the volume holds it with a matching checksum; a
+    download is checked before it replaces anything. `<file>.sha256` records a
+    verified checksum, so a restart does not hash gigabytes again; a file put
+    on the volume by other means is hashed once. The download lands in
+    `<file>.part` and is renamed only once its checksum matches, so a failed or
+    wrong download never removes a good file.
     """
+    path = f"{directory}/{gguf.file_name()}"
+    return _gguf_script(gguf, path, f"{path}.part", f"{path}.sha256", CURL_FETCH)
+
+
+def ollama_gguf_blob(gguf: GGUF, models: str = ollama.MODELS_DIR) -> str:
+    """Where Ollama's store keeps the file: `blobs/sha256-<hex>`, named by its
+    checksum (docs/engine-facts.md#weights-imported-from-a-gguf-file)."""
+    return f"{models}/blobs/sha256-{gguf.sha256}"
+
+
+def ollama_gguf_script(gguf: GGUF, home: str = ollama.HOME) -> str:
+    """Ollama's download step: the same checks as llama-server's, but the file
+    lands as the blob Ollama's store would make of it, so `ollama create`
+    FROM it finds the blob there and copies nothing: the weights are on the
+    volume once. The part file and the checksum record stay outside the
+    store (Ollama's prune removes files there that are not blobs)."""
+    stage = f"{home}/{OLLAMA_DOWNLOAD_DIR}/{gguf.file_name()}"
+    blob = ollama_gguf_blob(gguf, f"{home}/models")
+    return _gguf_script(gguf, blob, f"{stage}.part", f"{stage}.sha256", PYTHON_FETCH)
+
+
+def _gguf_script(gguf: GGUF, file: str, part: str, mark: str, fetch: str) -> str:
+    q = shlex.quote
     return _GGUF_INIT.format(
-        file=shlex.quote(f"{directory}/{gguf.file_name()}"),
-        sha256=gguf.sha256,
-        url=shlex.quote(gguf.url),
+        file=q(file), part=q(part), mark=q(mark), url=q(gguf.url), sha256=gguf.sha256, fetch=fetch
     )
 
 
@@ -444,9 +525,36 @@ def build_init_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions)
         "env": _env(
             {k: v for k, v in t.env.items() if k in ("OLLAMA_MODELS", "GOMAXPROCS")}
             | {"OLLAMA_HOST": f"127.0.0.1:{ollama.PORT}"}
+            # The downloaded blob is not in any manifest until `ollama create`
+            # ran: the init step's server must not prune it at start.
+            | ({ollama.NOPRUNE: "1"} if lm.spec.gguf is not None else {})
         ),
         "resources": _engine_resources(t),
         "volumeMounts": _engine_mounts(),
+    }
+
+
+def build_ollama_download_container(
+    lm: LocalModel, r: ReplicaPlan, options: RenderOptions
+) -> Manifest:
+    """Downloads `gguf` into Ollama's store when the volume lacks it
+    (`ollama_gguf_script`). Ollama's image has no downloader, so this step runs
+    in the operator image; as root, like Ollama's own containers, since the
+    volume's files are Ollama's (root's), with no capabilities."""
+    assert lm.spec.gguf is not None
+    return {
+        "name": "download",
+        "image": options.operator_image,
+        "imagePullPolicy": options.pull_policy,
+        "command": ["/bin/sh", "-c", ollama_gguf_script(lm.spec.gguf)],
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": _engine_resources(r.tuning),
+        "volumeMounts": [{"name": "weights", "mountPath": ollama.HOME}],
     }
 
 
@@ -455,10 +563,12 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
     llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
     if llama:
         engine = build_llama_server_container(lm, r, options)
-        init = build_llama_server_init_container(lm, r, options)
+        inits = [build_llama_server_init_container(lm, r, options)]
     else:
         engine = build_engine_container(lm, r, options)
-        init = build_init_container(lm, r, options)
+        inits = [build_init_container(lm, r, options)]
+        if lm.spec.gguf is not None:
+            inits.insert(0, build_ollama_download_container(lm, r, options))
     containers = [engine]
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
@@ -490,7 +600,7 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
             }
         },
         "enableServiceLinks": False,
-        "initContainers": [init],
+        "initContainers": inits,
         "containers": containers,
         "volumes": volumes,
     }

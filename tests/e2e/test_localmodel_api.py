@@ -57,7 +57,7 @@ def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tup
         ({"context": 100}, "spec.context"),
         ({"kvCache": "q2"}, "spec.kvCache"),
         ({"engine": {"name": "llama-server"}}, "engine llama-server serves a GGUF file"),
-        ({"gguf": GGUF}, "gguf is for engine llama-server"),
+        ({"gguf": GGUF | {"sha256": "abc"}}, "spec.gguf.sha256"),
         (LLAMA | {"keepAlive": "5m"}, "llama-server always keeps its model loaded"),
         (LLAMA | {"placement": {"safeCpuPath": True}}, "Ollama's AMX workaround"),
         (LLAMA | {"gguf": GGUF | {"url": "https://h/blob?x=1"}}, "set gguf.file"),

@@ -77,7 +77,7 @@ LLAMA = {"engine": {"name": "llama-server"}, "gguf": GGUF_SPEC}
         ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env", "once"),
         ({"env": [{"name": "1BAD"}]}, "env", "pattern"),
         ({"engine": {"name": "llama-server"}}, "gguf", "set gguf.url and gguf.sha256"),
-        ({"gguf": GGUF_SPEC}, "gguf", "is for engine llama-server"),
+        ({"gguf": GGUF_SPEC | {"sha256": "ABC"}}, "gguf.sha256", "pattern"),
         (LLAMA | {"keepAlive": "5m"}, "keepAlive", "always keeps its model loaded"),
         (LLAMA | {"placement": {"safeCpuPath": True}}, "placement", "Ollama's AMX workaround"),
         (LLAMA | {"gguf": GGUF_SPEC | {"sha256": "ABC"}}, "gguf.sha256", "pattern"),
@@ -206,6 +206,15 @@ def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
     (model,) = docs
     overflow = LocalModel.model_validate(model).spec.gateway.overflow
     assert overflow is not None and overflow.api_key_secret_ref is not None
+
+
+def test_ollama_takes_a_gguf_file_and_pulls_without_one() -> None:
+    """`gguf` is optional for Ollama: with it, the model comes from the file
+    (no registry); without it, Ollama pulls `model`."""
+    spec = model(gguf=GGUF_SPEC).spec
+    assert spec.engine.name.value == "ollama"
+    assert spec.gguf is not None and spec.gguf.sha256 == SHA
+    assert model().spec.gguf is None
 
 
 @pytest.mark.parametrize(

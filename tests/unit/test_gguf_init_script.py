@@ -1,8 +1,10 @@
-"""llama-server's init step, run for real: /bin/sh, curl and sha256sum against
-a local HTTP server that serves a small file (the real pod runs the same
-script with the engine image's curl; here the machine's).
+"""The download steps, run for real: /bin/sh and sha256sum against a local
+HTTP server that serves a small file. llama-server's step downloads with curl
+(the real pod uses the engine image's curl; here the machine's); Ollama's runs
+in the operator image and downloads with Python's standard library (here the
+machine's python3), into the blob Ollama's store would make of the file.
 
-Downloaded once, checked before use, never replaced by a bad download.
+Both: downloaded once, checked before use, never replaced by a bad download.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from localmodel.api import GGUF
-from localmodel.render import gguf_init_script
+from localmodel.render import gguf_init_script, ollama_gguf_script
 
 CONTENT = b"GGUF" + bytes(range(256)) * 64
 SHA = hashlib.sha256(CONTENT).hexdigest()
@@ -63,86 +65,135 @@ def server() -> Iterator[Server]:
         httpd.server_close()
 
 
-def run(models: Path, gguf: GGUF) -> subprocess.CompletedProcess[str]:
-    models.mkdir(exist_ok=True)
-    return subprocess.run(
-        ["/bin/sh", "-c", gguf_init_script(gguf, str(models))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+@dataclass(frozen=True)
+class Layout:
+    """Where one engine's download step puts the file and its checksum record."""
+
+    engine: str
+    root: Path
+
+    def script(self, gguf: GGUF) -> str:
+        if self.engine == "ollama":
+            return ollama_gguf_script(gguf, str(self.root))
+        return gguf_init_script(gguf, str(self.root))
+
+    def file(self, gguf: GGUF) -> Path:
+        if self.engine == "ollama":
+            return self.root / "models" / "blobs" / f"sha256-{gguf.sha256}"
+        return self.root / gguf.file_name()
+
+    def mark(self, gguf: GGUF) -> Path:
+        if self.engine == "ollama":
+            return self.root / "download" / f"{gguf.file_name()}.sha256"
+        return self.root / f"{gguf.file_name()}.sha256"
+
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.root.rglob("*") if p.is_file())
+
+    def run(self, gguf: GGUF) -> subprocess.CompletedProcess[str]:
+        self.root.mkdir(exist_ok=True)
+        return subprocess.run(
+            ["/bin/sh", "-c", self.script(gguf)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+
+@pytest.fixture(params=["llama-server", "ollama"])
+def volume(request: pytest.FixtureRequest, tmp_path: Path) -> Layout:
+    return Layout(request.param, tmp_path / "volume")
 
 
 def spec(server: Server, sha: str = SHA, path: str = "/m/gemma.gguf") -> GGUF:
     return GGUF(url=server.url + path, sha256=sha)
 
 
-def test_first_start_downloads_and_records_the_checksum(tmp_path: Path, server: Server) -> None:
-    out = run(tmp_path, spec(server))
+def test_first_start_downloads_and_records_the_checksum(volume: Layout, server: Server) -> None:
+    g = spec(server)
+    out = volume.run(g)
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "gemma.gguf").read_bytes() == CONTENT
-    assert (tmp_path / "gemma.gguf.sha256").read_text().strip() == SHA
-    assert not (tmp_path / "gemma.gguf.part").exists()
+    assert volume.file(g).read_bytes() == CONTENT
+    assert volume.mark(g).read_text().strip() == SHA
+    assert volume.files() == sorted([volume.file(g), volume.mark(g)])  # no part file left
     assert server.requests == ["/m/gemma.gguf"]
 
 
-def test_restart_finds_the_file_and_downloads_nothing(tmp_path: Path, server: Server) -> None:
-    assert run(tmp_path, spec(server)).returncode == 0
-    out = run(tmp_path, spec(server))
+def test_ollama_gets_the_file_as_the_blob_of_its_checksum(tmp_path: Path, server: Server) -> None:
+    """Ollama's store names a blob `sha256-<hex>` after its content: the file
+    lands there, so `ollama create` finds it and copies nothing."""
+    out = Layout("ollama", tmp_path).run(spec(server))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "models" / "blobs" / f"sha256-{SHA}").read_bytes() == CONTENT
+    assert sorted(p.name for p in (tmp_path / "models" / "blobs").iterdir()) == [f"sha256-{SHA}"]
+
+
+def test_restart_finds_the_file_and_downloads_nothing(volume: Layout, server: Server) -> None:
+    assert volume.run(spec(server)).returncode == 0
+    out = volume.run(spec(server))
     assert out.returncode == 0
     assert "no download" in out.stdout
     assert server.requests == ["/m/gemma.gguf"]
 
 
 def test_a_file_already_there_is_checked_once_not_downloaded(
-    tmp_path: Path, server: Server
+    volume: Layout, server: Server
 ) -> None:
-    (tmp_path / "gemma.gguf").write_bytes(CONTENT)  # copied onto the volume by hand
-    out = run(tmp_path, spec(server))
+    g = spec(server)
+    volume.file(g).parent.mkdir(parents=True)
+    volume.file(g).write_bytes(CONTENT)  # copied onto the volume by hand
+    out = volume.run(g)
     assert out.returncode == 0 and "sha256 checked" in out.stdout
     assert server.requests == []
-    assert (tmp_path / "gemma.gguf.sha256").read_text().strip() == SHA
+    assert volume.mark(g).read_text().strip() == SHA
 
 
-def test_a_wrong_download_fails_and_leaves_nothing(tmp_path: Path, server: Server) -> None:
+def test_a_wrong_download_fails_and_leaves_nothing(volume: Layout, server: Server) -> None:
     server.body = CONTENT + b"tampered"
-    out = run(tmp_path, spec(server))
+    out = volume.run(spec(server))
     assert out.returncode != 0
     assert "not " + SHA in out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert volume.files() == []
 
 
-def test_a_wrong_download_never_replaces_a_good_file(tmp_path: Path, server: Server) -> None:
+def test_a_wrong_download_never_replaces_a_good_file(volume: Layout, server: Server) -> None:
     old = b"GGUF older model"
-    (tmp_path / "gemma.gguf").write_bytes(old)
+    g = spec(server)
+    volume.file(g).parent.mkdir(parents=True)
+    volume.file(g).write_bytes(old)
     server.body = CONTENT + b"tampered"
     # The spec names a new checksum; the old file does not match, the download is bad.
-    out = run(tmp_path, spec(server))
+    out = volume.run(g)
     assert out.returncode != 0
-    assert (tmp_path / "gemma.gguf").read_bytes() == old
+    assert volume.file(g).read_bytes() == old
 
 
-def test_a_changed_checksum_replaces_the_file(tmp_path: Path, server: Server) -> None:
-    (tmp_path / "gemma.gguf").write_bytes(b"GGUF older model")
-    (tmp_path / "gemma.gguf.sha256").write_text(hashlib.sha256(b"GGUF older model").hexdigest())
-    out = run(tmp_path, spec(server))
+def test_a_changed_checksum_replaces_the_file(volume: Layout, server: Server) -> None:
+    older = spec(server, sha=hashlib.sha256(b"GGUF older model").hexdigest())
+    volume.file(older).parent.mkdir(parents=True)
+    volume.file(older).write_bytes(b"GGUF older model")
+    volume.mark(older).parent.mkdir(parents=True, exist_ok=True)
+    volume.mark(older).write_text(older.sha256)
+    out = volume.run(spec(server))
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "gemma.gguf").read_bytes() == CONTENT
+    assert volume.file(spec(server)).read_bytes() == CONTENT
     assert server.requests == ["/m/gemma.gguf"]
 
 
-def test_an_unreachable_url_fails_the_start(tmp_path: Path, server: Server) -> None:
-    out = run(tmp_path, GGUF(url=server.url + "/missing", sha256=SHA, file="gemma.gguf"))
+def test_an_unreachable_url_fails_the_start(volume: Layout, server: Server) -> None:
+    g = GGUF(url=server.url + "/missing", sha256=SHA, file="gemma.gguf")
+    out = volume.run(g)
     assert out.returncode != 0
-    assert not (tmp_path / "gemma.gguf").exists()
+    assert not volume.file(g).exists()
+    assert server.requests == ["/missing"]  # a 404 is not retried
 
 
-def test_quotes_in_names_stay_data(tmp_path: Path, server: Server) -> None:
+def test_quotes_in_names_stay_data(volume: Layout, server: Server, tmp_path: Path) -> None:
     # The URL is validated (no whitespace), but shell metacharacters must stay data.
     marker = tmp_path / "pwned"
     url = server.url + f"/m/$(touch${{IFS}}{marker})`touch${{IFS}}{marker}`;x.gguf"
-    out = run(tmp_path, GGUF(url=url, sha256=SHA, file="gemma.gguf"))
+    out = volume.run(GGUF(url=url, sha256=SHA, file="gemma.gguf"))
     assert out.returncode == 0, out.stderr
     assert not marker.exists()
-    assert "touch" in server.requests[0]  # the URL went to curl as one literal argument
+    assert "touch" in server.requests[0]  # the URL went to the downloader as one argument

@@ -22,7 +22,7 @@ from localmodel.facts import FactSource, NodeFacts
 STAND_IN = r"""#!/bin/sh
 echo "$*" >> "$LOG"
 case "$1" in
-  serve) sleep 30 ;;
+  serve) echo "$$" > "$STORE/../serve.pid"; exec sleep 30 ;;
   list) exit 0 ;;
   show) [ -f "$STORE/$(echo "$2" | tr ':/' '__')" ] ;;
   pull) [ -z "$FAIL_PULL" ] || exit 1; touch "$STORE/$(echo "$2" | tr ':/' '__')" ;;
@@ -98,6 +98,22 @@ def test_failed_pull_fails_the_pod_start(tmp_path: Path) -> None:
     rc, calls = run(tmp_path, init_script(tmp_path), FAIL_PULL="1")
     assert rc != 0
     assert "create" not in calls
+
+
+def server_alive(tmp_path: Path) -> bool:
+    pid = int((tmp_path / "serve.pid").read_text())
+    return Path(f"/proc/{pid}").exists()
+
+
+def test_the_server_is_stopped_on_every_way_out(tmp_path: Path) -> None:
+    """The background `ollama serve` never outlives the script: not after a
+    failed pull (set -e exits there), not after success."""
+    rc, calls = run(tmp_path, init_script(tmp_path), FAIL_PULL="1")
+    assert rc != 0 and "pull" in calls
+    assert not server_alive(tmp_path)
+    rc, _ = run(tmp_path, init_script(tmp_path))
+    assert rc == 0
+    assert not server_alive(tmp_path)
 
 
 def test_affected_version_removes_the_amx_library_first(tmp_path: Path) -> None:

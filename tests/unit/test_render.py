@@ -212,11 +212,13 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # renderer must not change it (or every pod in every cluster restarts).
 # Changed on purpose when the pinned image moved to 0.34.4 (with 0.32.2 pinned
 # the default case is still a1457014dfe61b18) and the AMX guard stopped turning
-# flash attention off for 0.30-0.32.1 (docs/engine-facts.md#amx).
+# flash attention off for 0.30-0.32.1 (docs/engine-facts.md#amx), and when
+# the init step began stopping its `ollama serve` on every exit path (a trap:
+# a failed pull left the server running; issue 17).
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "f180a75c387c27a9"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "37ff1032e960393e"),
-    ("AMX guard", {"engine": {"version": "0.31.0"}}, [node(flags=AMX)], "d5e946f47eda43f9"),
+    ("default", {"cpu": 4}, None, "7039357c2d84c36c"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "41090f90fe31c97d"),
+    ("AMX guard", {"engine": {"version": "0.31.0"}}, [node(flags=AMX)], "4541c733ab28dd7a"),
     (
         "env, placement, storage",
         {
@@ -228,7 +230,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [node(labels={"pool": "a"}, taints=(Taint("ai", "", "NoSchedule"),))],
-        "58a59ff0ab6992b2",
+        "bf71d719741906a9",
     ),
 ]
 

@@ -150,8 +150,9 @@ class EngineSpec(_Base):
 
     name: EngineName = Field(
         EngineName.OLLAMA,
-        description="Inference engine: `ollama` (pulls `model` itself) or `llama-server` "
-        "(llama.cpp's server; serves the GGUF file named by `gguf`).",
+        description="Inference engine: `ollama` (pulls `model` from Ollama's registry, or "
+        "imports the GGUF file named by `gguf`) or `llama-server` (llama.cpp's server; "
+        "serves the GGUF file named by `gguf`).",
     )
     image: str | None = Field(
         None,
@@ -211,7 +212,8 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
 class GGUF(_Base):
-    """The GGUF file llama-server serves, kept on the weights volume."""
+    """The model's GGUF file, downloaded once onto the weights volume: llama-server
+    serves it; Ollama imports it as `model` instead of pulling from its registry."""
 
     url: str = Field(
         description="Where the init step downloads the file when the weights volume does "
@@ -487,8 +489,9 @@ class LocalModelSpec(_Base):
     """Desired state of a LocalModel."""
 
     model: str = Field(
-        description="Ollama model reference, e.g. `qwen3:1.7b`. For llama-server, the name "
-        "the model is served as (`--alias`) and looked up by in the built-in catalog.",
+        description="Ollama model reference, e.g. `qwen3:1.7b`. With `gguf`, the name Ollama "
+        "creates the model under (no registry pull); for llama-server, the name the model "
+        "is served as (`--alias`). Either way the built-in catalog looks it up by this name.",
         pattern=MODEL_PATTERN,
         min_length=1,
         max_length=200,
@@ -496,8 +499,10 @@ class LocalModelSpec(_Base):
     engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine.")
     gguf: GGUF | None = Field(
         None,
-        description="The model file for engine llama-server (required there; Ollama pulls "
-        "`model` itself and refuses this field).",
+        description="The model's GGUF file, downloaded once onto the weights volume and "
+        "checked against its sha256. Required for llama-server. For Ollama it is optional: "
+        "with it the init step imports the file as `model` and never calls Ollama's "
+        "registry (air-gapped clusters); without it Ollama pulls `model` from its registry.",
     )
     replicas: Integer = Field(1, description="Replicas, each on a different node.", ge=0, le=1000)
     cpu: int | Literal["node"] = Field(
@@ -592,12 +597,6 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         cel=f"!{_CEL_LLAMA} || has(self.gguf)",
         message="engine llama-server serves a GGUF file: set gguf.url and gguf.sha256",
         check=lambda s: not _is_llama(s) or s.gguf is not None,
-        field_path="gguf",
-    ),
-    CrossFieldRule(
-        cel=f"{_CEL_LLAMA} || !has(self.gguf)",
-        message="gguf is for engine llama-server; Ollama pulls spec.model itself",
-        check=lambda s: _is_llama(s) or s.gguf is None,
         field_path="gguf",
     ),
     CrossFieldRule(

@@ -31,6 +31,10 @@ GENERATE_PATH = "/api/generate"  # a generation; with no prompt, loads the model
 # An HTTP endpoint that answers once the server is up.
 HEALTH_PATH = VERSION_PATH
 
+# Set, the server does not prune blobs no manifest names at start (ollama
+# envconfig/config.go, server/routes.go).
+NOPRUNE = "OLLAMA_NOPRUNE"
+
 # The server's home in the official image (runs as root): the weights volume
 # is mounted here, and OLLAMA_MODELS points below it.
 HOME = "/root/.ollama"
