@@ -6,11 +6,14 @@
                                           # plus the CRD, the chart's RBAC and
                                           # `localmodel run` as the operator identity
     python -m tests.harness status
+    python -m tests.harness models-url    # base URL of the cached GGUF files
     python -m tests.harness down
 
 `up` writes a state file (kubeconfig paths, server, pids) that `down` and
 `status` read; `export KUBECONFIG=$(python -m tests.harness kubeconfig)` points
-kubectl at the admin identity.
+kubectl at the admin identity. `up` also serves the cached GGUF files over HTTP
+(tests/harness/models.py; `--models-bind`/`--models-host` choose the address
+pods use), so a LocalModel's `gguf.url` can be `$(... models-url)/<file>`.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.cluster import TestCluster
+from tests.harness.models import ModelFileServer
 from tests.harness.nodes import DEFAULT_FIXTURE
 from tests.harness.operator import OperatorProcess, install_operator
 from tests.harness.processes import ManagedProcess, StartupError, pid_runs, terminate_pid
 from tests.harness.tools import REPO_ROOT, cache_dir
 
 DEFAULT_STATE = cache_dir() / "cluster" / "state.json"
+MODELS_DIR = cache_dir() / "models"
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:
@@ -54,6 +59,8 @@ def _print_summary(state: dict[str, Any]) -> None:
     versions = " ".join(f"{k}={v}" for k, v in state["versions"].items())
     print(f"versions:    {versions}")
     print(f"ready in:    {state['startup_seconds']:.1f} s")
+    if state.get("models"):
+        print(f"models:      {state['models']['url']} ({state['models']['directory']})")
     if state.get("operator"):
         op = state["operator"]
         print(f"operator:    localmodel run, log {op['log']}")
@@ -75,12 +82,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = TestCluster(fixture=args.fixture, audit=args.operator)
     stop_requested = False
     operator: OperatorProcess | None = None
+    models = ModelFileServer(
+        MODELS_DIR, bind=args.models_bind, port=args.models_port, advertise=args.models_host
+    )
 
     def request_stop(signum: int, frame: object) -> None:
         nonlocal stop_requested
         stop_requested = True
 
     try:
+        models.start()
         cluster.start()
         if args.operator:
             install_operator(cluster)
@@ -96,6 +107,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             },
             "supervisor_pid": os.getpid(),
             "supervisor_executable": sys.executable,
+            "models": models.describe(),
         }
         tmp = state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -110,6 +122,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             time.sleep(0.5)
     finally:
         cluster.stop()
+        models.stop()
         state_path.unlink(missing_ok=True)
         print("test cluster stopped", flush=True)
     return 0
@@ -125,7 +138,9 @@ def _up_detached(args: argparse.Namespace) -> int:
         "python -m tests.harness up",
         [sys.executable, "-m", "tests.harness", "up",
          "--state", str(state_path), "--fixture", str(args.fixture),
-         *(["--operator"] if args.operator else [])],
+         *(["--operator"] if args.operator else []),
+         "--models-bind", args.models_bind, "--models-port", str(args.models_port),
+         *(["--models-host", args.models_host] if args.models_host else [])],
         log, cwd=REPO_ROOT, detached=True,  # outlives this command; `down` stops it
     )
     child.start()
@@ -189,6 +204,15 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_url(args: argparse.Namespace) -> int:
+    state = _read_state(args.state)
+    if state is None or not _supervisor_alive(state) or not state.get("models"):
+        print("no test cluster is up (or it serves no models)", file=sys.stderr)
+        return 1
+    print(state["models"]["url"])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--operator", action="store_true",
                     help="install the CRD and the chart's RBAC and run `localmodel run`")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (--detach)")
+    up.add_argument("--models-bind", default="127.0.0.1",
+                    help="address the GGUF file server listens on")
+    up.add_argument("--models-host", default=None,
+                    help="address pods reach the GGUF file server by (default: --models-bind)")
+    up.add_argument("--models-port", type=int, default=0, help="its port (default: a free one)")
     up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help="state file")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the test cluster").set_defaults(func=cmd_down)
@@ -207,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     kc = sub.add_parser("kubeconfig", help="print a kubeconfig path")
     kc.add_argument("identity", nargs="?", default="admin", choices=["admin", "operator"])
     kc.set_defaults(func=cmd_kubeconfig)
+    sub.add_parser("models-url", help="print the base URL of the cached GGUF files").set_defaults(
+        func=cmd_models_url
+    )
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
