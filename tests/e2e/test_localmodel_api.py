@@ -194,6 +194,35 @@ def test_api_server_rejects_a_keyless_equal_toleration(
     assert "without a key must use operator Exists" in body["message"]
 
 
+def test_ollama_model_with_a_gguf_file_is_accepted_and_its_pod_schedules(
+    cluster: TestCluster, crd: str, namespace: str
+) -> None:
+    """Ollama takes `gguf` (no registry pull): the API server accepts it, and
+    the pod render makes of it, with the download step before the create
+    step, is accepted and bound."""
+    spec = {"model": "gemma3:270m", "gguf": GGUF, "cpu": 1,
+            "storage": {"storageClassName": "local-disk", "size": "10Gi"}}
+    status, body = create(cluster, crd, namespace, lm("gemma-air", **spec))
+    assert status == 201, body.get("message", body)
+    assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "ollama"
+    model = LocalModel.model_validate(body)
+    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
+    result = desired_state([model], nodes, now=NOW).models[0]
+    assert result.replicas, result.status.conditions
+    node = result.replicas[0].node
+    cluster.apply(yaml.safe_dump_all(list(result.objects)))
+    api = cluster.api()
+
+    def running() -> bool:
+        pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-air-0")
+        return pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running"
+
+    wait_until("the Ollama pod to run on its planned node", running, timeout=60)
+    pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-air-0")
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["download", "pull"]
+    assert pod["spec"]["initContainers"][0]["securityContext"]["runAsUser"] == 0
+
+
 def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:

@@ -64,6 +64,31 @@ def test_render_llama_server_example(capsys: pytest.CaptureFixture[str]) -> None
     assert docs[0]["status"]["placements"][0]["settings"]["args"] == " ".join(engine["args"])
 
 
+def test_render_airgapped_ollama_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """The air-gapped example: a download step, then the model created from the
+    file; nothing pulls from Ollama's registry."""
+    rc, out, err = run(
+        capsys,
+        "render",
+        "-f",
+        str(EX / "gemma-ollama-airgapped.yaml"),
+        "--nodes",
+        str(EX / "nodes-avx2.yaml"),
+    )
+    assert rc == 0, err
+    docs = list(yaml.safe_load_all(out))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["LocalModel", "ConfigMap", "PersistentVolumeClaim", "Pod", "Service"]
+    sha = docs[0]["spec"]["gguf"]["sha256"]
+    assert docs[1]["data"]["replica-0.Modelfile"].startswith(
+        f"FROM /root/.ollama/models/blobs/sha256-{sha}\n"
+    )
+    inits = docs[3]["spec"]["initContainers"]
+    assert [c["name"] for c in inits] == ["download", "pull"]
+    assert "models.internal.example" in inits[0]["command"][2]
+    assert "ollama pull" not in inits[1]["command"][2]
+
+
 def test_render_against_node_pools_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(
         capsys,

@@ -1,0 +1,243 @@
+"""Ollama with `gguf`, the pod's init steps run for real: weights from a URL,
+no registry.
+
+The cached Gemma 3 270M GGUF is served over loopback HTTP by the harness's
+model file server (tests/harness/models.py), which counts downloads. The
+download step (its script as rendered, with the machine's python3 standing in
+for the operator image's) fetches it onto an empty volume; the create step
+(the real `ollama` CLI and server) then runs in a network namespace with only
+loopback, so any call to Ollama's registry would fail it. The engine
+container's `ollama serve` then answers with the operator's threads and
+context.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localmodel.api import LocalModel
+from localmodel.desired import desired_state
+from localmodel.facts import FactSource, NodeFacts
+from tests.engine.conftest import OllamaFactory
+from tests.engine.engines import ollama_version, require
+from tests.engine.real_ollama import MODEL, base_env, free_port
+from tests.harness.models import ModelFileServer
+
+pytestmark = pytest.mark.engine
+
+CONTEXT = 2048
+THREADS = 1
+HOME = "/root/.ollama"  # the weights volume's mount point in the pod
+
+
+@functools.cache
+def gguf_sha256() -> str:
+    h = hashlib.sha256()
+    with require("model").open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture
+def mirror() -> Iterator[ModelFileServer]:
+    """The cache's GGUF files over loopback HTTP, as the harness serves them."""
+    server = ModelFileServer(require("model").parent).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def rendered(url: str, sha256: str) -> tuple[dict[str, Any], str]:
+    lm = LocalModel.model_validate(
+        {
+            "apiVersion": "localmodel.dev/v1alpha1",
+            "kind": "LocalModel",
+            "metadata": {"name": "gemma", "namespace": "ai"},
+            "spec": {
+                "model": MODEL,
+                "cpu": THREADS,
+                "context": CONTEXT,
+                "engine": {"version": ollama_version()},
+                "gguf": {"url": url, "sha256": sha256},
+            },
+        }
+    )
+    node = NodeFacts(
+        "n", 2000, 8 * 1024**3, cpu_flags=frozenset({"AVX2", "FMA"}), source=FactSource.NFD
+    )
+    objects = desired_state([lm], [node], now="t").models[0].objects
+    pod = next(o for o in objects if o["kind"] == "Pod")
+    configmap = next(o for o in objects if o["kind"] == "ConfigMap")
+    return pod, configmap["data"]["replica-0.Modelfile"]
+
+
+def init_container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in pod["spec"]["initContainers"] if c["name"] == name)
+    assert found["command"][:2] == ["/bin/sh", "-c"]
+    return found
+
+
+def run_download(pod: dict[str, Any], volume: Path) -> subprocess.CompletedProcess[str]:
+    """The download container: its script with the volume's mount point
+    pointed at `volume`, python3 from this machine."""
+    script = init_container(pod, "download")["command"][2].replace(HOME, str(volume))
+    python = Path(sys.executable).parent
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": f"{python}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def run_create(
+    pod: dict[str, Any], modelfile: str, volume: Path, work: Path
+) -> subprocess.CompletedProcess[str]:
+    """The create container: its script and environment, with the pod's paths
+    pointed at this test's directories, in a network namespace that has only
+    loopback."""
+    init = init_container(pod, "pull")
+    (work / "etc").mkdir(parents=True, exist_ok=True)
+    (work / "etc" / "Modelfile").write_text(modelfile.replace(HOME, str(volume)))
+    script = (
+        init["command"][2]
+        .replace("/etc/localmodel/Modelfile", str(work / "etc" / "Modelfile"))
+        .replace("/tmp/ollama.log", str(work / "init-serve.log"))
+    )
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env["OLLAMA_MODELS"] == f"{HOME}/models"
+    assert env["OLLAMA_NOPRUNE"] == "1"
+    env |= base_env(work / "home", volume / "models", free_port())
+    (work / "home").mkdir(parents=True, exist_ok=True)
+    unshare = shutil.which("unshare")
+    assert unshare, "the engine tier needs util-linux unshare (network namespace)"
+    return subprocess.run(
+        [unshare, "--net", "--", "/bin/sh", "-c", 'ip link set lo up && exec /bin/sh -c "$0"',
+         script],
+        env=env | {"PATH": env["PATH"] + ":/usr/sbin:/sbin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def start(pod: dict[str, Any], modelfile: str, volume: Path, work: Path) -> str:
+    """Both init steps in order, as the kubelet runs them; their output."""
+    down = run_download(pod, volume)
+    assert down.returncode == 0, down.stdout + down.stderr
+    made = run_create(pod, modelfile, volume, work)
+    log = work / "init-serve.log"
+    assert made.returncode == 0, (
+        made.stdout + made.stderr + (log.read_text(errors="replace") if log.exists() else "")
+    )
+    return down.stdout + down.stderr + made.stdout + made.stderr
+
+
+def blobs(volume: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in (volume / "models" / "blobs").iterdir()}
+
+
+def test_init_steps_create_the_model_from_a_gguf_over_loopback(
+    mirror: ModelFileServer, tmp_path: Path, ollama: OllamaFactory
+) -> None:
+    name = require("model").name
+    pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
+    volume = tmp_path / "volume"
+    out = start(pod, modelfile, volume, tmp_path / "init")
+    assert f"downloaded {volume}/models/blobs/sha256-{gguf_sha256()}" in out
+    assert "pulling" not in out
+    assert mirror.counts() == {name: 1}
+
+    # The file is the blob: Ollama's store holds the weights once, not twice.
+    size = require("model").stat().st_size
+    assert blobs(volume)[f"sha256-{gguf_sha256()}"] == size
+    assert [b for b, s in blobs(volume).items() if s >= size // 2] == [f"sha256-{gguf_sha256()}"]
+    assert sum(blobs(volume).values()) < size + 1024**2
+
+    # The engine container: `ollama serve` with the rendered environment.
+    engine = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in engine["env"]}
+    for managed in ("OLLAMA_HOST", "OLLAMA_MODELS"):
+        env.pop(managed)
+    server = ollama(env=env, store=volume / "models")
+    status, show = server.api("/api/show", {"model": MODEL})
+    assert status == 200, show
+    params = dict(line.split(None, 1) for line in show["parameters"].splitlines())
+    assert (params["num_thread"].strip(), params["num_ctx"].strip()) == (str(THREADS), str(CONTEXT))
+    status, answer = server.api(
+        "/api/generate",
+        {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
+    )
+    assert status == 200, answer
+    assert answer["response"]
+    child = server.runner().cmdline()
+    assert child[child.index("-t") + 1] == str(THREADS)
+    assert child[child.index("-c") + 1] == str(CONTEXT)
+    # The loaded weights are the blob the download step wrote.
+    assert str(volume / "models" / "blobs" / f"sha256-{gguf_sha256()}") in child
+
+
+def test_a_restart_downloads_nothing_and_needs_no_network(
+    mirror: ModelFileServer, tmp_path: Path
+) -> None:
+    name = require("model").name
+    pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
+    volume = tmp_path / "volume"
+    start(pod, modelfile, volume, tmp_path / "first")
+    before = blobs(volume)
+    again = start(pod, modelfile, volume, tmp_path / "restart")
+    assert "no download" in again
+    assert mirror.counts() == {name: 1}
+    assert blobs(volume) == before
+
+
+def test_a_file_put_on_the_volume_by_hand_is_hashed_not_downloaded(
+    mirror: ModelFileServer, tmp_path: Path
+) -> None:
+    name = require("model").name
+    pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
+    volume = tmp_path / "volume"
+    blob = volume / "models" / "blobs" / f"sha256-{gguf_sha256()}"
+    blob.parent.mkdir(parents=True)
+    os.link(require("model"), blob)
+    out = start(pod, modelfile, volume, tmp_path / "init")
+    assert "sha256 checked" in out
+    assert mirror.counts() == {}
+
+
+def test_a_wrong_sha256_fails_clearly_and_leaves_the_good_file(
+    mirror: ModelFileServer, tmp_path: Path
+) -> None:
+    name = require("model").name
+    pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
+    volume = tmp_path / "volume"
+    start(pod, modelfile, volume, tmp_path / "first")
+    good = blobs(volume)
+
+    wrong = "0" * 64
+    bad_pod, _ = rendered(mirror.url_of(name), wrong)
+    failed = run_download(bad_pod, volume)
+    assert failed.returncode != 0
+    assert f"has sha256 {gguf_sha256()}, not {wrong}" in failed.stderr
+    assert mirror.counts() == {name: 2}
+    assert blobs(volume) == good  # no blob for the wrong checksum, the good one intact
+    assert not any((volume / "download").glob("*.part"))
+    # And the good file still starts the model, with no download.
+    again = start(pod, modelfile, volume, tmp_path / "again")
+    assert "no download" in again
+    assert mirror.counts() == {name: 2}
