@@ -481,6 +481,25 @@ CORPUS: tuple[Bad, ...] = (
         "spec.kvCache",
         "needs flash attention",
     ),
+    # Ollama takes gguf (issue 17): its checks are the same as for llama-server.
+    spec_case(
+        "ollama-gguf-sha256-upper-case",
+        {"gguf": {"url": "https://h/m.gguf", "sha256": "A" * 64}},
+        "spec.gguf.sha256",
+        "got 'AAAA",
+    ),
+    spec_case(
+        "ollama-gguf-url-names-no-file",
+        {"gguf": {"url": "https://h/blob?id=1", "sha256": "a" * 64}},
+        "spec.gguf.file",
+        "set gguf.file",
+    ),
+    spec_case(
+        "ollama-gguf-file-path",
+        {"gguf": {"url": "https://h/m.gguf", "sha256": "a" * 64, "file": "../m.gguf"}},
+        "spec.gguf.file",
+        "a file name ending in .gguf",
+    ),
     spec_case(
         "model-with-space", {"model": "qwen3 1.7b"}, "spec.model", "must be a model reference"
     ),
