@@ -44,6 +44,9 @@ from localmodel.rules import Tuning
 Manifest = dict[str, Any]
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
+# The operator image (Dockerfile: python:3.11-slim, Debian) has a POSIX shell,
+# coreutils' sha256sum and python3: what the Ollama download step runs on.
+OPERATOR_SHELL = "/bin/sh"
 GATEWAY_PORT = 8080
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
@@ -546,7 +549,7 @@ def build_ollama_download_container(
         "name": "download",
         "image": options.operator_image,
         "imagePullPolicy": options.pull_policy,
-        "command": ["/bin/sh", "-c", ollama_gguf_script(lm.spec.gguf)],
+        "command": [OPERATOR_SHELL, "-c", ollama_gguf_script(lm.spec.gguf)],
         "securityContext": {
             "runAsUser": 0,
             "runAsGroup": 0,

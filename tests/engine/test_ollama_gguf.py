@@ -27,17 +27,20 @@ import pytest
 
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
+from localmodel.engines import ollama as ollama_facts
 from localmodel.facts import FactSource, NodeFacts
+from localmodel.render import MODELFILE_DIR
 from tests.engine.conftest import OllamaFactory
-from tests.engine.engines import ollama_version, require
-from tests.engine.real_ollama import MODEL, base_env, free_port
+from tests.engine.real_ollama import MODEL
+from tests.harness.engines import ollama_env, ollama_version, require
 from tests.harness.models import ModelFileServer
+from tests.harness.processes import free_port
 
 pytestmark = pytest.mark.engine
 
 CONTEXT = 2048
 THREADS = 1
-HOME = "/root/.ollama"  # the weights volume's mount point in the pod
+HOME = ollama_facts.HOME  # the weights volume's mount point in the pod
 
 
 @functools.cache
@@ -115,13 +118,13 @@ def run_create(
     (work / "etc" / "Modelfile").write_text(modelfile.replace(HOME, str(volume)))
     script = (
         init["command"][2]
-        .replace("/etc/localmodel/Modelfile", str(work / "etc" / "Modelfile"))
+        .replace(f"{MODELFILE_DIR}/Modelfile", str(work / "etc" / "Modelfile"))
         .replace("/tmp/ollama.log", str(work / "init-serve.log"))
     )
     env = {e["name"]: e["value"] for e in init["env"]}
-    assert env["OLLAMA_MODELS"] == f"{HOME}/models"
+    assert env["OLLAMA_MODELS"] == ollama_facts.MODELS_DIR
     assert env["OLLAMA_NOPRUNE"] == "1"
-    env |= base_env(work / "home", volume / "models", free_port())
+    env |= ollama_env(work / "home", volume / "models", free_port())
     (work / "home").mkdir(parents=True, exist_ok=True)
     unshare = shutil.which("unshare")
     assert unshare, "the engine tier needs util-linux unshare (network namespace)"
@@ -175,12 +178,12 @@ def test_init_steps_create_the_model_from_a_gguf_over_loopback(
     for managed in ("OLLAMA_HOST", "OLLAMA_MODELS"):
         env.pop(managed)
     server = ollama(env=env, store=volume / "models")
-    status, show = server.api("/api/show", {"model": MODEL})
+    status, show = server.api(ollama_facts.SHOW_PATH, {"model": MODEL})
     assert status == 200, show
     params = dict(line.split(None, 1) for line in show["parameters"].splitlines())
     assert (params["num_thread"].strip(), params["num_ctx"].strip()) == (str(THREADS), str(CONTEXT))
     status, answer = server.api(
-        "/api/generate",
+        ollama_facts.GENERATE_PATH,
         {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
     )
     assert status == 200, answer
