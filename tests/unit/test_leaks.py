@@ -20,20 +20,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CASES = '''
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.harness.processes import ManagedProcess
+
+
+def sleeper(tmp_path: Path, seconds: int) -> ManagedProcess:
+    return ManagedProcess("sleep", ["sleep", str(seconds)], tmp_path / f"sleep-{seconds}.log")
+
 
 def test_clean(tmp_path: Path) -> None:
-    p = subprocess.Popen(["sleep", "60"])
-    p.terminate()
-    p.wait()
+    p = sleeper(tmp_path, 60)
+    p.start()
+    p.stop()
 
 
 def test_leaks_a_child(tmp_path: Path) -> None:
-    p = subprocess.Popen(["sleep", "61"])
+    p = sleeper(tmp_path, 61)
+    p.start()
     (tmp_path.parent / "child.pid").write_text(str(p.pid))
 
 
@@ -42,24 +49,24 @@ def test_leaks_an_orphan(tmp_path: Path) -> None:
     # an init script's `ollama serve &` was when `set -e` ended the script.
     pidfile = tmp_path.parent / "orphan.pid"
     subprocess.run(
-        ["/bin/sh", "-c", f'HOME={tmp_path} sleep 62 & echo $! > {pidfile}'], check=True
+        ["/bin/sh", "-c", f"HOME={tmp_path} sleep 62 & echo $! > {pidfile}"], check=True
     )
 
 
 @pytest.fixture(scope="module")
-def server():
-    p = subprocess.Popen(["sleep", "63"])
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
+    p = sleeper(tmp_path_factory.mktemp("server"), 63)
+    p.start()
     yield p
-    p.terminate()
-    p.wait()
+    p.stop()
 
 
-def test_uses_a_module_server(server: subprocess.Popen[bytes]) -> None:
-    assert server.poll() is None
+def test_uses_a_module_server(server: ManagedProcess) -> None:
+    assert server.running()
 
 
-def test_again_with_the_module_server(server: subprocess.Popen[bytes]) -> None:
-    assert server.poll() is None
+def test_again_with_the_module_server(server: ManagedProcess) -> None:
+    assert server.running()
 '''
 
 
