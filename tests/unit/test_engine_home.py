@@ -3,8 +3,9 @@ ports, paths, pinned versions and managed variables are written there once.
 
 - The managed-variables test renders real models for both engines, across the
   examples and the fixtures' nodes and every switch a rule reads, and checks
-  that what the renderer sets is exactly what the engine module lists as
-  managed (so the API refuses precisely the variables a rule would override).
+  that what the renderer sets in the engine container (the one spec.env
+  reaches) is exactly what the engine module lists as managed (so the API
+  refuses precisely the variables a rule would override).
 - The build script builds the pinned versions.
 - No port, engine path or pinned version is written as a literal outside its
   home module (a few named exceptions, each with its reason).
@@ -29,16 +30,28 @@ from localmodel.desired import desired_state
 from localmodel.engines import llama_server, ollama
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.facts.node import from_node
-from localmodel.gateway.config import ENV_PREFIX as GATEWAY_ENV_PREFIX
 from tests.harness.nodes import load_fixture, node_manifest
 from tests.harness.tools import parse_print_output, print_output
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T00:00:00Z"
 
-EXAMPLE_MODELS = ["examples/qwen3.yaml", "examples/models.yaml", "examples/gemma-llama-server.yaml"]
+# Every example LocalModel file but the one that shows refusals.
+EXAMPLE_MODELS = sorted(
+    p.relative_to(ROOT).as_posix()
+    for p in (ROOT / "examples").glob("*.yaml")
+    if "kind: LocalModel" in p.read_text() and p.name != "invalid.yaml"
+)
 NODE_FILES = ["examples/nodes-amx.yaml", "examples/nodes-avx2.yaml", "examples/nodes-small.yaml"]
 NODE_FIXTURES = ["tests/fixtures/nodes.yaml", "tests/fixtures/operator-nodes.yaml"]
+# A node any example fits on.
+NODE = NodeFacts(
+    name="big",
+    allocatable_cpu_milli=64_000,
+    allocatable_memory_bytes=256 * 1024**3,
+    cpu_flags=frozenset({"AVX2"}),
+    source=FactSource.NFD,
+)
 # Engine versions the version-ranged rules tell apart: before the CPU runners
 # went (0.5.12), before the AMX variant came back (0.30), the affected
 # 0.30-0.32.1, and the pinned (fixed) default.
@@ -115,13 +128,35 @@ def rendered() -> Rendered:
                     if obj["kind"] != "Pod":
                         continue
                     pods += 1
-                    for c in _containers(obj):
-                        names = {e["name"] for e in c.get("env", [])}
-                        env[engine] |= {n for n in names if not n.startswith(GATEWAY_ENV_PREFIX)}
-                        if engine is EngineName.LLAMA_SERVER:
-                            flags |= {a for a in c.get("args", []) if a.startswith("-")}
+                    # The engine container: the one spec.env reaches (see below).
+                    [c] = [c for c in _containers(obj) if c["name"] == engine.value]
+                    env[engine] |= {e["name"] for e in c.get("env", [])}
+                    if engine is EngineName.LLAMA_SERVER:
+                        flags |= {a for a in c.get("args", []) if a.startswith("-")}
     assert pods > 100, f"only {pods} pods rendered: the examples or nodes did not place"
     return Rendered({e: frozenset(v) for e, v in env.items()}, frozenset(flags))
+
+
+def test_user_variables_reach_only_the_engine_container() -> None:
+    """Why the managed list is the engine container's: spec.env goes there and
+    nowhere else, so a variable the operator sets in another container (the init
+    step's OLLAMA_NOPRUNE, the gateway's LOCALMODEL_GATEWAY_*) cannot be undone."""
+    for path in EXAMPLE_MODELS:
+        for lm in parse_models([str(ROOT / path)]):
+            body = lm.model_dump(by_alias=True, exclude_none=True, mode="json")
+            body.pop("status", None)
+            body["spec"].pop("placement", None)
+            body["spec"]["env"] = [{"name": "USER_VARIABLE", "value": "1"}]
+            state = desired_state([LocalModel.model_validate(body)], [NODE], now=NOW)
+            pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]
+            assert pods, path
+            for pod in pods:
+                reached = [
+                    c["name"]
+                    for c in _containers(pod)
+                    if "USER_VARIABLE" in {e["name"] for e in c.get("env", [])}
+                ]
+                assert reached == [lm.spec.engine.name.value], (path, reached)
 
 
 def test_every_variable_ollama_gets_is_managed_and_every_managed_one_is_set() -> None:
