@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import posixpath
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.harness.tools import print_output
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-images.sh"
@@ -42,14 +43,7 @@ def parse_print_output(text: str) -> list[Image]:
 
 def list_images(*names: str) -> list[Image]:
     """The images `hack/build-images.sh --print [NAME...]` lists (builds nothing)."""
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--print", *names],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    return parse_print_output(out)
+    return parse_print_output(print_output(BUILD_SCRIPT, args=names, timeout=120))
 
 
 @dataclass(frozen=True)

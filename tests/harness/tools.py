@@ -78,16 +78,21 @@ def _usable(path: Path) -> bool:
     return os.access(path, os.X_OK)
 
 
-def print_output(script: Path, env: dict[str, str] | None = None) -> str:
-    """What `bash SCRIPT --print` writes (the script builds nothing then);
+def print_output(
+    script: Path,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    timeout: float = 60,
+) -> str:
+    """What `bash SCRIPT --print [ARGS...]` writes (the script builds nothing then);
     `env`: its whole environment (default: ours)."""
     return subprocess.run(
-        ["bash", str(script), "--print"],
+        ["bash", str(script), "--print", *args],
         check=True,
         capture_output=True,
         text=True,
         env=os.environ.copy() if env is None else env,
-        timeout=60,
+        timeout=timeout,
     ).stdout
 
 
