@@ -7,6 +7,8 @@
                                           # `localmodel run` as the operator identity
     python -m tests.harness status
     python -m tests.harness models-url    # base URL of the cached GGUF files
+    python -m tests.harness node avx2 avx2-new | kubectl apply -f -
+                                          # a new fake node of a pool joins
     python -m tests.harness down
 
 `up` writes a state file (kubeconfig paths, server, pids) that `down` and
@@ -19,6 +21,7 @@ pods use), so a LocalModel's `gguf.url` can be `$(... models-url)/<file>`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -28,9 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.harness.cluster import TestCluster
 from tests.harness.models import ModelFileServer
-from tests.harness.nodes import DEFAULT_FIXTURE
+from tests.harness.nodes import (
+    DEFAULT_FIXTURE,
+    load_fixture,
+    local_volume_manifests,
+    node_manifest,
+)
 from tests.harness.operator import OperatorProcess, install_operator
 from tests.harness.processes import ManagedProcess, StartupError, pid_runs, terminate_pid
 from tests.harness.tools import REPO_ROOT, cache_dir
@@ -213,6 +223,21 @@ def cmd_models_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_node(args: argparse.Namespace) -> int:
+    """Print a new fake node of one of the fixture's pools, with its local disks
+    (`kubectl apply -f -` joins it): the demo's "a node joins"."""
+    fixture = load_fixture(args.fixture)
+    pools = {shape.name.rsplit("-", 1)[0]: shape for shape in fixture.nodes}
+    if args.pool not in pools:
+        print(f"{args.fixture}: no pool {args.pool!r} (pools: {', '.join(sorted(pools))})",
+              file=sys.stderr)
+        return 2
+    shape = dataclasses.replace(pools[args.pool], name=args.name)
+    objects = [node_manifest(shape), *local_volume_manifests(shape, fixture.storage_class)]
+    print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -231,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--models-port", type=int, default=0, help="its port (default: a free one)")
     up.add_argument("--state", type=Path, default=argparse.SUPPRESS, help="state file")
     up.set_defaults(func=cmd_up)
+    node = sub.add_parser("node", help="print a new fake node of a pool, with its local disks")
+    node.add_argument("pool", help="a pool of the fixture, e.g. avx2")
+    node.add_argument("name", help="the new node's name")
+    node.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE, help="node shapes")
+    node.set_defaults(func=cmd_node)
     sub.add_parser("down", help="stop the test cluster").set_defaults(func=cmd_down)
     sub.add_parser("status", help="show the running test cluster").set_defaults(func=cmd_status)
     kc = sub.add_parser("kubeconfig", help="print a kubeconfig path")
