@@ -98,7 +98,9 @@ while IFS='=' read -r k v; do ENGINE[$k]="$v"; done < <(bash hack/build-engines.
 OLLAMA_ROOT="$(dirname "$(dirname "${ENGINE[ollama]}")")"
 LLAMA_SERVER="${ENGINE[llama-server]}"
 ollama_version="$(sed -n 's/.* ollama:v\{0,1\}\([^ ]*\).*/\1/p' <<<"${ENGINE[versions]}")"
-[[ -n "$ollama_version" ]] || die "no ollama version in hack/build-engines.sh --print"
+lcp_version="$(sed -n 's/.*llama-cpp-python:\([^ ]*\).*/\1/p' <<<"${ENGINE[versions]}")"
+[[ -n "$ollama_version" && -n "$lcp_version" ]] \
+  || die "no ollama or llama-cpp-python version in hack/build-engines.sh --print"
 
 OLLAMA_IMAGE="$(renderer_image ollama)"
 OLLAMA_PORT="$(engine_fact ollama PORT)"
@@ -277,7 +279,7 @@ build_llama-server() {
   "${B[@]}" copy --chmod 0755 "$c" "$LLAMA_SERVER" /app/llama-server >/dev/null
   "${B[@]}" config --workingdir /app --entrypoint '["/app/llama-server"]' --cmd '[]' \
     --env LLAMA_ARG_HOST=0.0.0.0 "$c"
-  stand_in_config "$c" "llama-server from the llama.cpp tree in PyPI's llama-cpp-python (hack/build-engines.sh), on Debian $SUITE minbase; not the upstream image"
+  stand_in_config "$c" "llama-server from the llama.cpp tree in PyPI's llama-cpp-python $lcp_version (hack/build-engines.sh), on Debian $SUITE minbase; not the upstream image"
   "${B[@]}" commit -q --rm "$c" "${REF[llama-server]}" >/dev/null
   smoke "${REF[llama-server]}" /bin/sh -c 'set -e; /app/llama-server --version; command -v curl sha256sum'
 }

@@ -81,7 +81,7 @@ def read_archive(archive: Path) -> ArchivedImage:
     with tarfile.open(archive) as outer:
 
         def blob(digest: str) -> tarfile.ExFileObject:
-            member = outer.extractfile(f"blobs/{digest.replace(':', '/')}")
+            member = outer.extractfile(_blob_name(digest))
             assert member is not None, f"{archive}: no blob {digest}"
             return member
 
@@ -106,3 +106,27 @@ def read_archive(archive: Path) -> ArchivedImage:
         files=frozenset(files),
         links=links,
     )
+
+
+def read_file(archive: Path, path: str) -> bytes:
+    """The content of the regular file `path` in the image's top-most layer holding it."""
+    with tarfile.open(archive) as outer:
+        index = json.load(outer.extractfile("index.json"))  # type: ignore[arg-type]
+        [entry] = index["manifests"]
+        manifest = json.load(outer.extractfile(_blob_name(entry["digest"])))  # type: ignore[arg-type]
+        found: bytes | None = None
+        for layer in manifest["layers"]:
+            layer_file = outer.extractfile(_blob_name(layer["digest"]))
+            with tarfile.open(fileobj=layer_file, mode="r|*") as t:
+                for m in t:
+                    if "/" + m.name.removeprefix("./").strip("/") == path and m.isfile():
+                        data = t.extractfile(m)
+                        assert data is not None
+                        found = data.read()
+    if found is None:
+        raise FileNotFoundError(f"{archive}: no file {path} in any layer")
+    return found
+
+
+def _blob_name(digest: str) -> str:
+    return f"blobs/{digest.replace(':', '/')}"

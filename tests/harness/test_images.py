@@ -6,6 +6,8 @@ them before the tests; a missing archive fails, naming the command)."""
 from __future__ import annotations
 
 import functools
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,10 +23,12 @@ from tests.harness.images import (
     list_images,
     parse_print_output,
     read_archive,
+    read_file,
 )
 
 CHART = REPO_ROOT / "charts" / "localmodel-operator"
 NAMES = ("operator", "ollama", "llama-server", "pause")
+STAND_IN = "dev.localmodel.stand-in"
 
 
 @functools.cache
@@ -137,6 +141,8 @@ def test_the_ollama_image_has_the_layout_the_rendered_pod_runs() -> None:
     assert posixpath_dir(ollama.AMX_LIBRARY) == "/usr/lib/ollama"
     # The upstream image has no curl, so neither has the stand-in.
     assert not on_path(image, "curl")
+    # A stand-in says so, and holds the Ollama the renderer pins.
+    assert f"Ollama {ollama.VERSION} " in image.config["Labels"][STAND_IN]
 
 
 def test_the_llama_server_image_has_what_the_init_script_and_container_use() -> None:
@@ -147,13 +153,32 @@ def test_the_llama_server_image_has_what_the_init_script_and_container_use() -> 
     assert image.resolve(llama_server.SHELL)
     for command in ("curl", "sha256sum", "cut", "cat", "mv", "rm"):  # gguf_init_script's
         assert on_path(image, command), command
+    # A stand-in says so, and holds the llama.cpp tree the tests run (the tag's
+    # build number is the nearest upstream one, see engines/llama_server.py).
+    label = image.config["Labels"][STAND_IN]
+    assert f"{llama_server.TESTED_SOURCE} {llama_server.TESTED_VERSION} " in label
 
 
-def test_the_pause_image_is_one_static_binary() -> None:
+def test_the_pause_image_is_one_static_binary_that_waits_for_sigterm(tmp_path: Path) -> None:
     image = archived("pause")
     assert image.config["Entrypoint"] == ["/pause"]
     assert image.resolve("/pause")
     assert not image.resolve("/bin/sh")
+    assert "not the upstream image" in image.config["Labels"][STAND_IN]
+    # The binary itself: static (runs without the image's libc, there is
+    # none), sleeps, and exits 0 on SIGTERM as the sandbox's stop expects.
+    binary = tmp_path / "pause"
+    binary.write_bytes(read_file(printed()["pause"].archive, "/pause"))
+    binary.chmod(0o755)
+    proc = subprocess.Popen([str(binary)])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def posixpath_dir(path: str) -> str:
