@@ -94,7 +94,10 @@ engine_fact() {
 
 # hack/build-engines.sh --print: NAME=PATH lines.
 declare -A ENGINE=()
-while IFS='=' read -r k v; do ENGINE[$k]="$v"; done < <(bash hack/build-engines.sh --print)
+engine_print="$(bash hack/build-engines.sh --print)" || die "hack/build-engines.sh --print failed"
+while IFS='=' read -r k v; do ENGINE[$k]="$v"; done <<<"$engine_print"
+[[ -n "${ENGINE[ollama]:-}" && -n "${ENGINE[llama-server]:-}" && -n "${ENGINE[versions]:-}" ]] \
+  || die "hack/build-engines.sh --print lists no ollama, llama-server or versions"
 OLLAMA_ROOT="$(dirname "$(dirname "${ENGINE[ollama]}")")"
 LLAMA_SERVER="${ENGINE[llama-server]}"
 ollama_version="$(sed -n 's/.* ollama:v\{0,1\}\([^ ]*\).*/\1/p' <<<"${ENGINE[versions]}")"
@@ -102,15 +105,17 @@ lcp_version="$(sed -n 's/.*llama-cpp-python:\([^ ]*\).*/\1/p' <<<"${ENGINE[versi
 [[ -n "$ollama_version" && -n "$lcp_version" ]] \
   || die "no ollama or llama-cpp-python version in hack/build-engines.sh --print"
 
-OLLAMA_IMAGE="$(renderer_image ollama)"
+operator_image="$(chart_image)"
+ollama_image="$(renderer_image ollama)"
+llama_server_image="$(renderer_image llama_server)"
 OLLAMA_PORT="$(engine_fact ollama PORT)"
 declare -A REF=(
-  [operator]="$(chart_image)"
+  [operator]="$operator_image"
   # The renderer's repository, tagged with the Ollama version actually built: if
   # the renderer pins another version, the test node has no image under its
-  # name, rather than a wrong one (tests/unit/test_build_images.py checks both agree).
-  [ollama]="${OLLAMA_IMAGE%:*}:$ollama_version"
-  [llama-server]="$(renderer_image llama_server)"
+  # name, rather than a wrong one (tests/harness/test_images.py checks both agree).
+  [ollama]="${ollama_image%:*}:$ollama_version"
+  [llama-server]="$llama_server_image"
   [pause]="$PAUSE_IMAGE"
 )
 
