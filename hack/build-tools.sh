@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real parts of the e2e/chart test tiers from Go modules, pinned:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-#   kwok, helm (v3) and kubeconform.
+#   kwok, helm (v3) and kubeconform; kubelet and kube-proxy for the test
+#   cluster's real node (docs/test-cluster.md).
 # Binaries land in a versioned directory per tool under
 #   ${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}/bin/<tool>-<version>/
 # and a tool whose directory is complete is skipped, so a rerun takes seconds.
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 # ---- pins (the one place the versions live; the test harness reads --print) ----
-K8S_VERSION=v1.35.4          # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+K8S_VERSION=v1.35.4          # kube-apiserver, -controller-manager, -scheduler, kubectl, kubelet, kube-proxy
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
@@ -30,7 +31,7 @@ ETCD_DIR="$BIN/etcd-$ETCD_VERSION"
 KWOK_DIR="$BIN/kwok-$KWOK_VERSION"
 HELM_DIR="$BIN/helm-$HELM_VERSION"
 KUBECONFORM_DIR="$BIN/kubeconform-$KUBECONFORM_VERSION"
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 print_paths() {
   local c

@@ -5,6 +5,9 @@
     python -m tests.harness up --detach --operator
                                           # plus the CRD, the chart's RBAC and
                                           # `localmodel run` as the operator identity
+    python -m tests.harness up --detach --real-node
+                                          # plus one real node (containerd, kubelet,
+                                          # kube-proxy; root only, see docs/test-cluster.md)
     python -m tests.harness status
     python -m tests.harness models-url    # base URL of the cached GGUF files
     python -m tests.harness node avx2 avx2-new | kubectl apply -f -
@@ -43,6 +46,7 @@ from tests.harness.nodes import (
 )
 from tests.harness.operator import OperatorProcess, install_operator
 from tests.harness.processes import ManagedProcess, StartupError, pid_runs, terminate_pid
+from tests.harness.realnode import cleanup_abandoned
 from tests.harness.tools import REPO_ROOT, cache_dir
 
 DEFAULT_STATE = cache_dir() / "cluster" / "state.json"
@@ -75,6 +79,10 @@ def _print_summary(state: dict[str, Any]) -> None:
         op = state["operator"]
         print(f"operator:    localmodel run, log {op['log']}")
         print(f"             metrics {op['metrics']}")
+    if state.get("real_node"):
+        node = state["real_node"]
+        print(f"real node:   {node['name']} at {node['address']} "
+              f"(Ready {node['ready_seconds']:.1f} s after the kubelet started)")
     print(f"export KUBECONFIG={state['kubeconfigs']['admin']}")
 
 
@@ -89,7 +97,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_detached(args)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     state_path.unlink(missing_ok=True)
-    cluster = TestCluster(fixture=args.fixture, audit=args.operator)
+    cluster = TestCluster(fixture=args.fixture, audit=args.operator, real_node=args.real_node)
     stop_requested = False
     operator: OperatorProcess | None = None
     models = ModelFileServer(
@@ -150,7 +158,8 @@ def _up_detached(args: argparse.Namespace) -> int:
          "--state", str(state_path), "--fixture", str(args.fixture),
          *(["--operator"] if args.operator else []),
          "--models-bind", args.models_bind, "--models-port", str(args.models_port),
-         *(["--models-host", args.models_host] if args.models_host else [])],
+         *(["--models-host", args.models_host] if args.models_host else []),
+         *(["--real-node"] if args.real_node else [])],
         log, cwd=REPO_ROOT, detached=True,  # outlives this command; `down` stops it
     )
     child.start()
@@ -177,16 +186,21 @@ def _up_detached(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     state = _read_state(args.state)
     if state is None:
+        if cleanup_abandoned():
+            print("removed what a real node left behind")
         print("no test cluster is up (no state file)")
         return 0
     if _supervisor_alive(state):
-        terminate_pid(int(state["supervisor_pid"]), timeout=30)
+        terminate_pid(int(state["supervisor_pid"]), timeout=90 if state.get("real_node") else 30)
     # If the supervisor was killed hard, its children got SIGKILL from the
     # kernel; anything still running under a recorded pid is stopped here.
     for name, pid in state.get("pids", {}).items():
         exe = state.get("executables", {}).get(name, "")
         if pid and pid_runs(int(pid), exe):
             terminate_pid(int(pid))
+    # Nor clean up after its real node (containers, mounts, interfaces, chains...).
+    if cleanup_abandoned():
+        print("removed what the real node left behind")
     # A supervisor killed hard could not remove its temp dir either.
     workdir = Path(state.get("workdir", ""))
     if workdir.name.startswith("localmodel-cluster-"):
@@ -248,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--detach", action="store_true", help="return once ready")
     up.add_argument("--operator", action="store_true",
                     help="install the CRD and the chart's RBAC and run `localmodel run`")
+    up.add_argument("--real-node", action="store_true",
+                    help="join one real node: containerd, kubelet, kube-proxy (root only)")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (--detach)")
     up.add_argument("--models-bind", default="127.0.0.1",
                     help="address the GGUF file server listens on")

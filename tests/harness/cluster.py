@@ -10,6 +10,13 @@ local PersistentVolumes come from a fixture file (see nodes.py).
 
 `stop()` stops every process this object started, by pid, in reverse order; it
 runs from the context manager, from atexit and on SIGTERM.
+
+With `real_node=True` one real node joins as well (tests/harness/realnode.py:
+containerd, kubelet, kube-proxy), and the control plane gets what a real node
+needs: a CA for x509 client certificates, a serving certificate for the
+`kubernetes` Service's IP, `--authorization-mode=Node,RBAC`, NodeRestriction,
+a client certificate to reach kubelets, the API server on the node's address
+(the Service's endpoint), and controllers with their own service accounts.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from tests.harness.nodes import (
     node_manifest,
     storage_class_manifest,
 )
+from tests.harness.pki import CertificateAuthority, CertPair
 from tests.harness.processes import (
     ManagedProcess,
     StartupError,
@@ -49,7 +57,8 @@ from tests.harness.processes import (
     port_is_listening,
     wait_until,
 )
-from tests.harness.tools import Tools, locate_tools
+from tests.harness.realnode import NODE_TOOLS, RealNode, node_ip, preflight
+from tests.harness.tools import TOOL_NAMES, Tools, locate_tools
 
 ADMIN = "admin"
 OPERATOR = "operator"
@@ -59,6 +68,9 @@ OPERATOR_SERVICE_ACCOUNT = "localmodel-operator"
 # subject is that ServiceAccount (as the chart's ClusterRoleBinding) apply to it.
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
 SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR
+# The API server's client certificate towards kubelets (logs, exec, port-forward).
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 FIELD_MANAGER = "localmodel-e2e"
 
 Manifest = dict[str, Any]
@@ -84,6 +96,8 @@ class TestCluster:
         tools: Tools | None = None,
         keep_workdir: bool = False,
         audit: bool = False,
+        real_node: bool = False,
+        node_images: tuple[Path, ...] = (),
     ) -> None:
         self.fixture_path = fixture
         # With `audit`, the API server logs (blocking, JSON lines) every request
@@ -108,6 +122,12 @@ class TestCluster:
         self.nodes: NodeFixture | None = None
         self.startup_seconds: float | None = None
         self._stopped = False
+        self.real_node_wanted = real_node
+        self.node_images = node_images  # OCI archives the real node imports
+        self.real_node: RealNode | None = None
+        self.node_address = ""
+        self.pki: CertificateAuthority | None = None
+        self.kubelet_client: CertPair | None = None
 
     # ---- paths -------------------------------------------------------------
 
@@ -117,6 +137,8 @@ class TestCluster:
 
     @property
     def ca_file(self) -> Path:
+        if self.real_node_wanted:
+            return self.workdir / "pki" / "ca" / "ca.crt"
         return self.workdir / "pki" / "apiserver.crt"
 
     def kubeconfig(self, identity: str = ADMIN) -> Path:
@@ -148,7 +170,11 @@ class TestCluster:
         atexit.register(self.stop)
         _stop_on_sigterm()
         try:
-            self.tools = self.tools or locate_tools()
+            if self.real_node_wanted:
+                preflight()  # before anything starts: say all that is missing at once
+                self.node_address = node_ip()
+            self.tools = self.tools or locate_tools(
+                TOOL_NAMES + NODE_TOOLS if self.real_node_wanted else TOOL_NAMES)
             self.nodes = load_fixture(self.fixture_path)
             for sub in ("etcd", "pki", "logs", "kcm", "scheduler"):
                 (self.workdir / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -163,6 +189,8 @@ class TestCluster:
             self._start_kwok()
             self._create_nodes_and_storage()
             self._wait_ready(timeout)
+            if self.real_node_wanted:
+                self._start_real_node(timeout)
         except Exception as exc:
             logs = self._log_tails()
             self.stop()
@@ -177,6 +205,16 @@ class TestCluster:
         if self._stopped:
             return
         self._stopped = True
+        if self.real_node is not None:
+            # first: its pods must stop while the API server still answers the kubelet
+            try:
+                self.real_node.stop()
+            finally:
+                self._stop_processes()
+        else:
+            self._stop_processes()
+
+    def _stop_processes(self) -> None:
         for proc in reversed(self.processes):
             with contextlib.suppress(Exception):
                 proc.stop()
@@ -186,9 +224,10 @@ class TestCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _log_tails(self, lines: int = 15) -> str:
+        node = self.real_node.processes if self.real_node else []
         return "\n".join(
             f"--- {p.name} (pid {p.pid}, {p.log_path}):\n{p.log_tail(lines)}"
-            for p in self.processes
+            for p in [*self.processes, *node]
         )
 
     def listening_ports(self) -> list[int]:
@@ -252,6 +291,14 @@ class TestCluster:
         tokens = self.workdir / "pki" / "tokens.csv"
         tokens.write_text("\n".join(lines) + "\n")
         tokens.chmod(0o600)
+        if self.real_node_wanted:
+            self.pki = CertificateAuthority.create(self.workdir / "pki" / "ca")
+            self.pki.issue("apiserver", common_name="kube-apiserver", server=True, hosts=(
+                "127.0.0.1", "localhost", self.node_address, KUBERNETES_SERVICE_IP,
+                "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local"))
+            self.kubelet_client = self.pki.issue("apiserver-kubelet-client",
+                                                 common_name=KUBELET_CLIENT_USER)
 
     def _start_etcd(self, timeout: float) -> None:
         client = f"http://127.0.0.1:{self.ports['etcd']}"
@@ -281,21 +328,16 @@ class TestCluster:
         proc = self._spawn("kube-apiserver", [
             self._tool("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
             f"--secure-port={self.ports['apiserver']}",
             f"--cert-dir={pki}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC",
             f"--token-auth-file={pki / 'tokens.csv'}",
             "--anonymous-auth=false",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={key}",
             f"--service-account-signing-key-file={key}",
             "--allow-privileged=true",
-            # endpoints may not point at loopback; the test cluster needs no
-            # `kubernetes` Service endpoint.
-            "--endpoint-reconciler-type=none",
+            *self._real_node_flags(),
             "--v=1",
             *self._audit_flags(),
         ])
@@ -309,6 +351,35 @@ class TestCluster:
             proc.check_alive,
             interval=0.25,
         )
+
+    def _real_node_flags(self) -> list[str]:
+        if not self.real_node_wanted:
+            return [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--authorization-mode=RBAC",
+                # endpoints may not point at loopback; without a real node the
+                # test cluster needs no `kubernetes` Service endpoint.
+                "--endpoint-reconciler-type=none",
+            ]
+        assert self.pki is not None and self.kubelet_client is not None
+        serving = self.pki.directory
+        return [
+            # Pods reach the API server through the `kubernetes` Service, whose
+            # endpoint is this address (the node's), so it listens there as well.
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.node_address}",
+            f"--tls-cert-file={serving / 'apiserver.crt'}",
+            f"--tls-private-key-file={serving / 'apiserver.key'}",
+            f"--client-ca-file={self.pki.cert}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={self.kubelet_client.cert}",
+            f"--kubelet-client-key={self.kubelet_client.key}",
+            f"--kubelet-certificate-authority={self.pki.cert}",
+            # else `logs`/`exec` try to resolve the node's name
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
 
     @property
     def audit_log(self) -> Path:
@@ -432,7 +503,9 @@ class TestCluster:
             # the default set: garbage collector, PV binder, service accounts,
             # namespaces, deployments/replicasets, node lifecycle...
             "--controllers=*",
-            "--use-service-account-credentials=false",
+            # A real node stays tainted not-ready unless the node lifecycle
+            # controller runs as its own service account.
+            f"--use-service-account-credentials={str(self.real_node_wanted).lower()}",
             f"--service-account-private-key-file={self.workdir / 'pki' / 'service-account.key'}",
             f"--root-ca-file={self.ca_file}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -515,10 +588,27 @@ class TestCluster:
 
         wait_until("the default ServiceAccount", default_service_account, timeout, alive)
 
+    def _start_real_node(self, timeout: float) -> None:
+        assert self.pki is not None
+        # The API server's kubelet client may use the kubelet API (logs, exec...).
+        self.apply([{
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "localmodel-test:apiserver-kubelet-client"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:kubelet-api-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": KUBELET_CLIENT_USER}],
+        }])
+        self.real_node = RealNode(cluster=self, ca=self.pki, address=self.node_address,
+                                  images=self.node_images)
+        self.real_node.start(timeout)
+
     def describe(self) -> dict[str, Any]:
         """What a person (or the CLI's state file) needs to use this cluster."""
         assert self.tools is not None
         return {
+            "real_node": self.real_node.describe() if self.real_node else None,
             "server": self.server,
             "workdir": str(self.workdir),
             "kubeconfigs": {name: str(self.kubeconfig(name)) for name in self.identities},
