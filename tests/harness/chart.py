@@ -83,3 +83,40 @@ def user_roles(manifests: list[Manifest]) -> list[Manifest]:
 
 def probe_objects(manifests: list[Manifest]) -> list[Manifest]:
     return [m for m in manifests if is_probe(m)]
+
+
+def split_reference(reference: str) -> tuple[str, str]:
+    """`registry:5000/repo/name:tag` -> (`registry:5000/repo/name`, `tag`)."""
+    name, sep, tag = reference.rpartition(":")
+    if not sep or "/" in tag:
+        raise ValueError(f"image reference {reference!r} has no tag")
+    return name, tag
+
+
+def install_chart(
+    tools: Tools,
+    kubeconfig: Path,
+    operator_image: str,
+    node_name: str,
+    timeout: float = 300.0,
+) -> str:
+    """`helm install` the chart as a user does, from an image already on the node.
+
+    The operator's replicas are pinned to `node_name` (the test cluster's real
+    node: kwok's nodes would only pretend to run them); the node probe runs on
+    every node. Waits (`--wait`) until the Deployment and the DaemonSet are
+    ready. Returns helm's output.
+    """
+    repository, tag = split_reference(operator_image)
+    result = subprocess.run(
+        [str(tools["helm"]), "install", RELEASE, str(CHART_DIR),
+         "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--create-namespace",
+         "--set", f"image.repository={repository}", "--set-string", f"image.tag={tag}",
+         "--set", "image.pullPolicy=Never",
+         "--set-string", f"nodeSelector.kubernetes\\.io/hostname={node_name}",
+         "--wait", "--timeout", f"{int(timeout)}s"],
+        capture_output=True, text=True, timeout=timeout + 60, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"helm install {CHART_DIR.name} failed: {result.stderr.strip()}")
+    return result.stdout
