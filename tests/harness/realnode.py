@@ -51,6 +51,7 @@ from tests.harness.processes import (
     terminate_pid,
     wait_until,
 )
+from tests.harness.tools import cache_dir
 
 if TYPE_CHECKING:
     from tests.harness.cluster import TestCluster
@@ -235,18 +236,13 @@ class RealNode:
         self._write_record()
         names = ("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics")
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
-        archives = [pause_archive(self._cache / "realnode"), *self.images]
+        archives = [pause_archive(cache_dir() / "realnode"), *self.images]
         self._write_network()
         self._start_containerd(timeout)
         for archive in archives:
             self.import_image(archive)
         self._start_kubelet(timeout)
         self._start_kube_proxy(timeout)
-
-    @property
-    def _cache(self) -> Path:
-        return Path(os.environ.get("LOCALMODEL_CACHE")
-                    or Path.home() / ".cache" / "localmodel-operator")
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
         proc = ManagedProcess(name=name, argv=argv,
