@@ -134,5 +134,5 @@ def test_real_node_runs_a_pod_with_its_cpu_limit_and_down_leaves_nothing(
     print(f"down: {time.monotonic() - began:.1f} s")
     assert down.returncode == 0, down.stderr
     assert [name for name, pid in pids.items() if pid_runs(pid, executables[name])] == []
-    assert {k: v for k, v in realnode.leftovers().items() if v} == {}
+    assert {k: v for k, v in realnode.leftovers(state["real_node"]).items() if v} == {}
     assert realnode.read_sysctls() == sysctls_before

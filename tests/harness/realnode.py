@@ -80,6 +80,7 @@ LEFTOVER_DIRS = (
 LEFTOVER_FILES = (Path("/etc/cni/net.d/cni.lock"),)
 NETNS_DIR = Path("/run/netns")  # containerd pins pod network namespaces as cni-<uuid>
 CHAIN_PREFIXES = ("KUBE-", "CNI-", "NETAVARK_")
+IPTABLES_TABLES = ("filter", "nat", "mangle", "raw", "security")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBELET_CGROUP = "kubepods"
 
@@ -215,6 +216,7 @@ class RealNode:
     images: tuple[Path, ...] = ()  # OCI archives to import besides the pause image
     processes: list[ManagedProcess] = field(default_factory=list)
     sysctls_before: dict[str, str] = field(default_factory=dict)
+    nft_tables_before: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     ready_seconds: float | None = None  # kubelet start -> node Ready
 
@@ -231,6 +233,7 @@ class RealNode:
         if not cleanup_abandoned():
             cleanup({}, quiet=True)
         self.sysctls_before = read_sysctls()
+        self.nft_tables_before = nft_tables()
         self.workdir.mkdir(parents=True, exist_ok=True)
         NODE_DIR.mkdir(parents=True, exist_ok=True)
         self._write_record()
@@ -460,6 +463,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "name": self.name,
             "address": self.address,
             "sysctls_before": self.sysctls_before,
+            "nft_tables_before": self.nft_tables_before,
             "pids": {p.name: p.pid for p in self.processes},
             "executables": {p.name: p.argv[0] for p in self.processes},
             "ready_seconds": self.ready_seconds,
@@ -570,6 +574,24 @@ def node_chains() -> dict[str, list[str]]:
     return found
 
 
+def nft_tables() -> list[str]:
+    """`family name` of every nftables table (iptables-nft makes ip/ip6 filter, nat...)."""
+    if shutil.which("nft") is None:
+        return []
+    out = _run("nft", "list", "tables").stdout
+    return sorted(line.removeprefix("table ").strip() for line in out.splitlines()
+                  if line.startswith("table "))
+
+
+def new_nft_tables(record: dict[str, Any]) -> list[str]:
+    """Tables iptables-nft made for the node's chains (none before it started)."""
+    if "nft_tables_before" not in record:
+        return []
+    before = set(record["nft_tables_before"])
+    return [t for t in nft_tables() if t not in before
+            and t.split()[0] in ("ip", "ip6") and t.split()[1] in IPTABLES_TABLES]
+
+
 def node_cgroups() -> list[Path]:
     return [p for p in CGROUP_ROOT.glob(f"*/{KUBELET_CGROUP}") if p.is_dir()]
 
@@ -584,6 +606,7 @@ def leftovers(record: dict[str, Any] | None = None) -> dict[str, Any]:
         "paths": [str(p) for p in (*LEFTOVER_DIRS, *LEFTOVER_FILES) if p.exists()]
         + [str(p) for p in NETNS_DIR.glob("cni-*")],
         "cgroups": [str(p) for p in node_cgroups()],
+        "nft_tables": new_nft_tables(record or {}),
     }
 
 
@@ -599,6 +622,7 @@ def cleanup(record: dict[str, Any], quiet: bool = False) -> None:
     for link in sorted(node_links(), key=lambda n: n == BRIDGE):  # veths, then the bridge
         _run("ip", "link", "delete", link)
     _remove_chains()
+    _remove_empty_tables(record)
     _remove_cgroups()
     for path in (*LEFTOVER_DIRS, *NETNS_DIR.glob("cni-*")):
         _remove_tree(path)
@@ -653,6 +677,17 @@ def _remove_chains() -> None:
             if result.returncode != 0:
                 raise RealNodeError(f"{restore} --table {table} failed: "
                                     f"{result.stderr.strip()}")
+
+
+def _remove_empty_tables(record: dict[str, Any]) -> None:
+    """Delete the ip/ip6 tables iptables-nft created for the node, once they hold no rule
+    (a table someone else's rules are in stays)."""
+    for table in new_nft_tables(record):
+        family, name = table.split()
+        save = "iptables-save" if family == "ip" else "ip6tables-save"
+        rules = _tables(_run(save, "-t", name).stdout).get(name, [])
+        if not any(line.startswith("-A ") for line in rules):
+            _run("nft", "delete", "table", family, name)
 
 
 def _tables(saved: str) -> dict[str, list[str]]:

@@ -113,6 +113,9 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
         kopf_ready = asyncio.Event()
         kopf_task = asyncio.create_task(kopf.operator(
             registry=registry,
+            # kopf's own default asks the password database for the user name,
+            # which fails in the image (uid 65532 has no passwd entry).
+            identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
             standalone=True,
