@@ -13,9 +13,13 @@ before and is still running is the test's leak when
 A process started by an older process (say, the runner a session-scoped
 Ollama server starts for a request) is that process's business, not a leak.
 
-Leaks get a moment to finish exiting, then are killed, and the test fails at
-teardown naming itself and each process. `tests/unit/test_leaks.py` shows the
-check failing on deliberate leaks.
+Such a process may still belong to a longer-lived fixture (a test that
+kills and restarts a module-scoped operator hands the new process back to
+it), so it is judged when the session ends, after every fixture has stopped
+what it owns: still running then, it is a leak. Leaks get a moment to finish
+exiting, then are killed, and the session fails naming each test and its
+processes. `tests/unit/test_leaks.py` shows the check failing on deliberate
+leaks.
 """
 
 from __future__ import annotations
@@ -89,11 +93,7 @@ def _describe(p: psutil.Process) -> Leak:
 def reap(leaks: list[psutil.Process], grace: float = GRACE_SECONDS) -> list[Leak]:
     """Wait `grace` for the leaks to exit on their own, then kill the rest;
     returns those that had to be killed."""
-    deadline = time.monotonic() + grace
-    alive = leaks
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [p for p in alive if _running(p)]
+    alive = wait_gone(leaks, grace)
     described = [_describe(p) for p in alive]
     for p in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -109,22 +109,51 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
+def wait_gone(procs: list[psutil.Process], grace: float = GRACE_SECONDS) -> list[psutil.Process]:
+    """Those of `procs` still running after `grace` seconds."""
+    deadline = time.monotonic() + grace
+    alive = [p for p in procs if _running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _running(p)]
+    return alive
+
+
+# Processes tests left running, with the test: judged when the session ends.
+_SUSPECTS: list[tuple[str, psutil.Process]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_processes_left_at_the_end() -> Iterator[None]:
+    """After every other fixture: a suspect still running is a leak."""
+    yield
+    suspects = list(_SUSPECTS)
+    _SUSPECTS.clear()
+    alive = {id(p) for p in wait_gone([p for _, p in suspects])}
+    by_test: dict[str, list[psutil.Process]] = {}
+    for nodeid, p in suspects:
+        if id(p) in alive:
+            by_test.setdefault(nodeid, []).append(p)
+    if not by_test:
+        return
+    report = []
+    for nodeid, procs in by_test.items():
+        killed = reap(procs, grace=0)
+        lines = "\n".join(f"  {k}" for k in killed)
+        report.append(f"{nodeid} left {len(killed)} process(es) running (killed now):\n{lines}")
+    pytest.fail("\n".join(report), pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_processes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
+    """Notes the processes a test leaves running; a longer-lived fixture may
+    still own one (a test restarted it), so they are judged at the end."""
     markers = [str(tmp_path_factory.getbasetemp())]
     before = set(psutil.pids())
     since = time.time()
     yield
     leaks = find_leaks(before, since, markers)
-    if not leaks:
-        return
-    killed = reap(leaks)
-    if killed:
-        lines = "\n".join(f"  {k}" for k in killed)
-        pytest.fail(
-            f"{request.node.nodeid} left {len(killed)} process(es) running "
-            f"(killed now):\n{lines}",
-            pytrace=False,
-        )
+    if leaks:
+        _SUSPECTS.extend((request.node.nodeid, p) for p in wait_gone(leaks))

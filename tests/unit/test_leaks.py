@@ -1,6 +1,7 @@
 """The leak check fails a test that leaves a process behind, names the test
 and the process, and kills it; a test that stops what it starts passes, and a
-module-scoped fixture's process is not the test's.
+module-scoped fixture's process is not the test's, even when a test restarted
+it.
 
 Each case runs a small pytest session in a subprocess with the plugin
 (`-p tests.leaks`), as the suite itself runs it.
@@ -67,6 +68,13 @@ def test_uses_a_module_server(server: ManagedProcess) -> None:
 
 def test_again_with_the_module_server(server: ManagedProcess) -> None:
     assert server.running()
+
+
+def test_restarts_the_module_server(server: ManagedProcess) -> None:
+    # Like the operator tests' failover: the fixture's process, restarted by
+    # the test, is the fixture's again (it stops it at the end of the module).
+    server.kill()
+    server.start()
 '''
 
 
@@ -119,7 +127,11 @@ def test_an_orphan_naming_the_tests_tmp_dir_fails_the_test_and_is_killed(tmp_pat
 
 def test_clean_tests_and_module_fixtures_pass(tmp_path: Path) -> None:
     out = run_session(
-        tmp_path, "test_clean", "test_uses_a_module_server", "test_again_with_the_module_server"
+        tmp_path,
+        "test_clean",
+        "test_uses_a_module_server",
+        "test_restarts_the_module_server",
+        "test_again_with_the_module_server",
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 passed" in out.stdout
+    assert "4 passed" in out.stdout
