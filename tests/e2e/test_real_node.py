@@ -1,4 +1,5 @@
-"""The test cluster's real node: `up --real-node` joins a real kubelet, a pod runs
+"""The test cluster's real node: `up --real-node` joins a real kubelet and
+`helm install`s the operator onto it from the locally built image, a pod runs
 with the CPU limit enforced by the kernel, and `down` leaves nothing behind.
 
 Runs the CLI a person runs (`python -m tests.harness up --detach --real-node`,
@@ -23,7 +24,6 @@ import yaml
 
 from tests.harness import realnode
 from tests.harness.kubeapi import KubeApi
-from tests.harness.pause import PAUSE_IMAGE
 from tests.harness.processes import pid_runs, wait_for
 from tests.harness.tools import REPO_ROOT
 
@@ -90,6 +90,25 @@ def test_real_node_runs_a_pod_with_its_cpu_limit_and_down_leaves_nothing(
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
     assert node["status"]["nodeInfo"]["kubeletVersion"] == state["versions"]["kubernetes"]
 
+    # The chart's operator runs on the real node from the image built here: two
+    # replicas Ready, one of them holds the Lease; the probe labelled the node.
+    chart = state["chart"]
+    namespace_ = chart["namespace"]
+    deployment = api.get(f"/apis/apps/v1/namespaces/{namespace_}/deployments/{chart['release']}")
+    assert deployment["status"].get("readyReplicas") == 2, deployment["status"]
+    selector = ",".join(f"{k}={v}" for k, v in
+                        deployment["spec"]["selector"]["matchLabels"].items())
+    pods = api.get(f"/api/v1/namespaces/{namespace_}/pods?labelSelector={selector}")["items"]
+    assert {p["spec"]["nodeName"] for p in pods} == {node_name}
+    assert {c["image"] for p in pods for c in p["spec"]["containers"]} == {chart["image"]}
+    lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace_}/leases/"
+                    "localmodel-operator")
+    assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in pods}
+    wait_for("the probe to label the real node", lambda: api.get(
+        f"/api/v1/nodes/{node_name}")["metadata"]["labels"].get(
+        "localmodel.dev/cpu-physical-cores", "").isdigit(), 60)
+    print(f"chart installed and ready in {chart['seconds']:.1f} s")
+
     # A Guaranteed pod with `cpu: 1` runs; the kubelet set its CFS quota to one CPU.
     namespace = f"real-{secrets.token_hex(3)}"
     api.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -103,7 +122,8 @@ def test_real_node_runs_a_pod_with_its_cpu_limit_and_down_leaves_nothing(
             "nodeName": node_name,
             "automountServiceAccountToken": False,
             "containers": [{
-                "name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
+                "name": "pause", "image": state["real_node"]["sandbox_image"],
+                "imagePullPolicy": "Never",
                 "resources": {"requests": resources, "limits": resources},
             }],
         },

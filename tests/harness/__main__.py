@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from tests.harness.chart import NAMESPACE, RELEASE, install_chart
 from tests.harness.cluster import TestCluster
 from tests.harness.models import ModelFileServer
 from tests.harness.nodes import (
@@ -83,6 +84,10 @@ def _print_summary(state: dict[str, Any]) -> None:
         node = state["real_node"]
         print(f"real node:   {node['name']} at {node['address']} "
               f"(Ready {node['ready_seconds']:.1f} s after the kubelet started)")
+    if state.get("chart"):
+        chart = state["chart"]
+        print(f"chart:       helm release {chart['release']} in {chart['namespace']}, "
+              f"{chart['image']}, ready in {chart['seconds']:.1f} s")
     print(f"export KUBECONFIG={state['kubeconfigs']['admin']}")
 
 
@@ -93,6 +98,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"a test cluster is already up (pid {existing['supervisor_pid']}); "
               "`python -m tests.harness down` first", file=sys.stderr)
         return 1
+    if args.real_node and args.operator:
+        print("--real-node installs the operator with its chart; --operator runs it "
+              "outside the cluster: choose one", file=sys.stderr)
+        return 2
     if args.detach:
         return _up_detached(args)
     state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +125,15 @@ def cmd_up(args: argparse.Namespace) -> int:
             operator = OperatorProcess(cluster, identity="operator")
             operator.start()
             cluster.processes.append(operator.proc)  # type: ignore[arg-type]
+        chart = None
+        if args.real_node:  # the operator as a user installs it, on the real node
+            assert cluster.real_node is not None and cluster.tools is not None
+            began = time.monotonic()
+            install_chart(cluster.tools, cluster.admin_kubeconfig,
+                          cluster.real_node.images.operator, cluster.real_node.name)
+            chart = {"release": RELEASE, "namespace": NAMESPACE,
+                     "image": cluster.real_node.images.operator,
+                     "seconds": time.monotonic() - began}
         state = {
             **cluster.describe(),
             "operator": None if operator is None else {
@@ -126,6 +144,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             "supervisor_pid": os.getpid(),
             "supervisor_executable": sys.executable,
             "models": models.describe(),
+            "chart": chart,
         }
         tmp = state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -135,7 +154,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
         while not stop_requested:
-            for proc in cluster.processes:
+            for proc in [*cluster.processes, *cluster.node_processes]:
                 proc.check_alive()
             time.sleep(0.5)
     finally:
@@ -169,7 +188,8 @@ def _up_detached(args: argparse.Namespace) -> int:
         return bool(state and state.get("supervisor_pid") == child.pid)
 
     try:
-        child.wait_ready("the test cluster", up, args.timeout)
+        timeout = args.timeout or (600.0 if args.real_node else 180.0)
+        child.wait_ready("the test cluster", up, timeout)
     except StartupError:
         child.stop(timeout=30)
         print(f"the test cluster did not come up; see {log}:\n{log.read_text()[-3000:]}",
@@ -264,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="install the CRD and the chart's RBAC and run `localmodel run`")
     up.add_argument("--real-node", action="store_true",
                     help="join one real node: containerd, kubelet, kube-proxy (root only)")
-    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (--detach)")
+    up.add_argument("--timeout", type=float, default=None,
+                    help="seconds to wait (--detach; default 180, 600 with --real-node)")
     up.add_argument("--models-bind", default="127.0.0.1",
                     help="address the GGUF file server listens on")
     up.add_argument("--models-host", default=None,

@@ -57,7 +57,7 @@ from tests.harness.processes import (
     port_is_listening,
     wait_until,
 )
-from tests.harness.realnode import NODE_TOOLS, RealNode, node_ip, preflight
+from tests.harness.realnode import NODE_TOOLS, NodeImages, RealNode, node_ip, preflight
 from tests.harness.tools import TOOL_NAMES, Tools, locate_tools
 
 ADMIN = "admin"
@@ -97,7 +97,6 @@ class TestCluster:
         keep_workdir: bool = False,
         audit: bool = False,
         real_node: bool = False,
-        node_images: tuple[Path, ...] = (),
     ) -> None:
         self.fixture_path = fixture
         # With `audit`, the API server logs (blocking, JSON lines) every request
@@ -123,7 +122,6 @@ class TestCluster:
         self.startup_seconds: float | None = None
         self._stopped = False
         self.real_node_wanted = real_node
-        self.node_images = node_images  # OCI archives the real node imports
         self.real_node: RealNode | None = None
         self.node_address = ""
         self.pki: CertificateAuthority | None = None
@@ -173,6 +171,7 @@ class TestCluster:
             if self.real_node_wanted:
                 preflight()  # before anything starts: say all that is missing at once
                 self.node_address = node_ip()
+                node_images = NodeImages.built()
             self.tools = self.tools or locate_tools(
                 TOOL_NAMES + NODE_TOOLS if self.real_node_wanted else TOOL_NAMES)
             self.nodes = load_fixture(self.fixture_path)
@@ -190,7 +189,7 @@ class TestCluster:
             self._create_nodes_and_storage()
             self._wait_ready(timeout)
             if self.real_node_wanted:
-                self._start_real_node(timeout)
+                self._start_real_node(node_images, timeout)
         except Exception as exc:
             logs = self._log_tails()
             self.stop()
@@ -223,11 +222,15 @@ class TestCluster:
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    @property
+    def node_processes(self) -> list[ManagedProcess]:
+        """The real node's containerd, kubelet and kube-proxy (empty without one)."""
+        return self.real_node.processes if self.real_node else []
+
     def _log_tails(self, lines: int = 15) -> str:
-        node = self.real_node.processes if self.real_node else []
         return "\n".join(
             f"--- {p.name} (pid {p.pid}, {p.log_path}):\n{p.log_tail(lines)}"
-            for p in [*self.processes, *node]
+            for p in [*self.processes, *self.node_processes]
         )
 
     def listening_ports(self) -> list[int]:
@@ -588,7 +591,7 @@ class TestCluster:
 
         wait_until("the default ServiceAccount", default_service_account, timeout, alive)
 
-    def _start_real_node(self, timeout: float) -> None:
+    def _start_real_node(self, images: NodeImages, timeout: float) -> None:
         assert self.pki is not None
         # The API server's kubelet client may use the kubelet API (logs, exec...).
         self.apply([{
@@ -601,7 +604,7 @@ class TestCluster:
                           "name": KUBELET_CLIENT_USER}],
         }])
         self.real_node = RealNode(cluster=self, ca=self.pki, address=self.node_address,
-                                  images=self.node_images)
+                                  images=images)
         self.real_node.start(timeout)
 
     def describe(self) -> dict[str, Any]:

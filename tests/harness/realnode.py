@@ -7,8 +7,9 @@ certificate...). What it took on this machine kind is in docs/test-cluster.md:
 
 - containerd (Debian) with its own config: CRI `restrict_oom_score_adj` (the VM
   withholds CAP_SYS_RESOURCE, so a negative oom_score_adj fails every sandbox),
-  overlayfs, cgroupfs, CNI plugins from /usr/lib/cni, the pause image built
-  here (tests/harness/pause.py) as `sandbox_image`;
+  overlayfs, cgroupfs, CNI plugins from /usr/lib/cni, and every image
+  `hack/build-images.sh --print` lists imported (its pause image is the
+  `sandbox_image`: no registry here);
 - the kubelet (built by hack/build-tools.sh) with a client certificate for
   `system:node:<name>`, x509 + webhook authentication/authorization, random
   ports, cgroup v1 allowed (`failCgroupV1: false`), image GC out of the way;
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.harness.pause import PAUSE_IMAGE, pause_archive
+from tests.harness.images import Image, list_images
 from tests.harness.pki import CertificateAuthority, CertPair
 from tests.harness.processes import (
     ManagedProcess,
@@ -51,7 +52,6 @@ from tests.harness.processes import (
     terminate_pid,
     wait_until,
 )
-from tests.harness.tools import cache_dir
 
 if TYPE_CHECKING:
     from tests.harness.cluster import TestCluster
@@ -119,6 +119,29 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 
 class RealNodeError(StartupError):
     """The real node cannot start here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class NodeImages:
+    """What the node imports (every image hack/build-images.sh builds), and the two
+    it needs by role: the pod sandbox's and the operator's (the chart's)."""
+
+    all: tuple[Image, ...]
+    sandbox: str
+    operator: str
+
+    @classmethod
+    def built(cls) -> NodeImages:
+        """The images `hack/build-images.sh --print` lists; RealNodeError if one is
+        not built yet."""
+        images = tuple(list_images())
+        missing = [f"{i.reference} ({i.archive})" for i in images if not i.archive.is_file()]
+        if missing:
+            raise RealNodeError("the real node's images are not built: " + ", ".join(missing)
+                                + "; run `bash hack/build-images.sh`")
+        [pause] = list_images("pause")
+        [operator] = list_images("operator")
+        return cls(images, pause.reference, operator.reference)
 
 
 def node_ip() -> str:
@@ -212,13 +235,14 @@ class RealNode:
     cluster: TestCluster
     ca: CertificateAuthority
     address: str
+    images: NodeImages
     name: str = NODE_NAME
-    images: tuple[Path, ...] = ()  # OCI archives to import besides the pause image
     processes: list[ManagedProcess] = field(default_factory=list)
     sysctls_before: dict[str, str] = field(default_factory=dict)
     nft_tables_before: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     ready_seconds: float | None = None  # kubelet start -> node Ready
+    import_seconds: float | None = None
 
     @property
     def workdir(self) -> Path:
@@ -239,11 +263,12 @@ class RealNode:
         self._write_record()
         names = ("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics")
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
-        archives = [pause_archive(cache_dir() / "realnode"), *self.images]
         self._write_network()
         self._start_containerd(timeout)
-        for archive in archives:
-            self.import_image(archive)
+        began = time.monotonic()
+        for image in self.images.all:
+            self.import_image(image.archive)
+        self.import_seconds = time.monotonic() - began
         self._start_kubelet(timeout)
         self._start_kube_proxy(timeout)
 
@@ -297,7 +322,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = "{NODE_DIR / 'opt'}"
 
 [{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
+  sandbox_image = "{self.images.sandbox}"
   # This VM withholds CAP_SYS_RESOURCE: a negative oom_score_adj fails every sandbox
   # ("can't get final child's PID from pipe").
   restrict_oom_score_adj = true
@@ -467,6 +492,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "pids": {p.name: p.pid for p in self.processes},
             "executables": {p.name: p.argv[0] for p in self.processes},
             "ready_seconds": self.ready_seconds,
+            "import_seconds": self.import_seconds,
+            "sandbox_image": self.images.sandbox,
+            "operator_image": self.images.operator,
             "owner_pid": os.getpid(),
             "owner_executable": _executable(os.getpid()),
         }
