@@ -47,7 +47,7 @@ from tests.harness.nodes import (
 )
 from tests.harness.operator import OperatorProcess, install_operator
 from tests.harness.processes import ManagedProcess, StartupError, pid_runs, terminate_pid
-from tests.harness.realnode import cleanup_abandoned
+from tests.harness.realnode import cleanup_abandoned, node_ip
 from tests.harness.tools import REPO_ROOT, cache_dir
 
 DEFAULT_STATE = cache_dir() / "cluster" / "state.json"
@@ -110,7 +110,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop_requested = False
     operator: OperatorProcess | None = None
     models = ModelFileServer(
-        MODELS_DIR, bind=args.models_bind, port=args.models_port, advertise=args.models_host
+        MODELS_DIR, bind=args.models_bind or (node_ip() if args.real_node else "127.0.0.1"),
+        port=args.models_port, advertise=args.models_host
     )
 
     def request_stop(signum: int, frame: object) -> None:
@@ -176,7 +177,8 @@ def _up_detached(args: argparse.Namespace) -> int:
         [sys.executable, "-m", "tests.harness", "up",
          "--state", str(state_path), "--fixture", str(args.fixture),
          *(["--operator"] if args.operator else []),
-         "--models-bind", args.models_bind, "--models-port", str(args.models_port),
+         *(["--models-bind", args.models_bind] if args.models_bind else []),
+         "--models-port", str(args.models_port),
          *(["--models-host", args.models_host] if args.models_host else []),
          *(["--real-node"] if args.real_node else [])],
         log, cwd=REPO_ROOT, detached=True,  # outlives this command; `down` stops it
@@ -286,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="join one real node: containerd, kubelet, kube-proxy (root only)")
     up.add_argument("--timeout", type=float, default=None,
                     help="seconds to wait (--detach; default 180, 600 with --real-node)")
-    up.add_argument("--models-bind", default="127.0.0.1",
-                    help="address the GGUF file server listens on")
+    up.add_argument("--models-bind", default=None,
+                    help="address the GGUF file server listens on (default 127.0.0.1; "
+                    "with --real-node the node's address, which its pods reach)")
     up.add_argument("--models-host", default=None,
                     help="address pods reach the GGUF file server by (default: --models-bind)")
     up.add_argument("--models-port", type=int, default=0, help="its port (default: a free one)")

@@ -97,6 +97,7 @@ class TestCluster:
         keep_workdir: bool = False,
         audit: bool = False,
         real_node: bool = False,
+        node_images: NodeImages | None = None,
     ) -> None:
         self.fixture_path = fixture
         # With `audit`, the API server logs (blocking, JSON lines) every request
@@ -122,6 +123,8 @@ class TestCluster:
         self.startup_seconds: float | None = None
         self._stopped = False
         self.real_node_wanted = real_node
+        # What the real node imports; default: every image hack/build-images.sh lists.
+        self.node_images = node_images
         self.real_node: RealNode | None = None
         self.node_address = ""
         self.pki: CertificateAuthority | None = None
@@ -171,7 +174,7 @@ class TestCluster:
             if self.real_node_wanted:
                 preflight()  # before anything starts: say all that is missing at once
                 self.node_address = node_ip()
-                node_images = NodeImages.built()
+                node_images = self.node_images or NodeImages.built()
             self.tools = self.tools or locate_tools(
                 TOOL_NAMES + NODE_TOOLS if self.real_node_wanted else TOOL_NAMES)
             self.nodes = load_fixture(self.fixture_path)

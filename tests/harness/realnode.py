@@ -63,6 +63,10 @@ NETWORK_NAME = "localmodel-test"
 
 # Where the node's parts keep state; `cleanup` removes every one of these.
 NODE_DIR = Path("/var/lib/localmodel-test-node")  # containerd's root, the CNI config
+# containerd's root is a tmpfs: images unpack faster, and `down` unmounts it
+# instead of deleting ~20 000 files (18-35 s on this loaded machine).
+CONTAINERD_ROOT = NODE_DIR / "containerd"
+CONTAINERD_ROOT_SIZE = "8g"
 # Who runs the node and what `cleanup` needs (pids, sysctls before); survives a hard kill.
 RECORD = NODE_DIR / "record.json"
 KUBELET_ROOT = Path("/var/lib/kubelet")
@@ -307,10 +311,16 @@ class RealNode:
         (conf_dir / "10-localmodel.conflist").write_text(json.dumps(conflist, indent=2))
 
     def _start_containerd(self, timeout: float) -> None:
+        CONTAINERD_ROOT.mkdir(parents=True, exist_ok=True)
+        mount = _run("mount", "-t", "tmpfs", "-o", f"size={CONTAINERD_ROOT_SIZE},mode=0711",
+                     "localmodel-containerd", str(CONTAINERD_ROOT))
+        if mount.returncode != 0:
+            raise RealNodeError(f"cannot mount a tmpfs on {CONTAINERD_ROOT}: "
+                                f"{mount.stderr.strip()}")
         config = self.workdir / "containerd.toml"
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         config.write_text(f"""version = 2
-root = "{NODE_DIR / 'containerd'}"
+root = "{CONTAINERD_ROOT}"
 state = "{CONTAINERD_STATE}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
@@ -681,7 +691,11 @@ def _remove_tree(path: Path) -> None:
                              for p in node_mounts()):
         raise RealNodeError(f"refusing to delete {path}: something is still mounted under it")
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        # GNU rm: several times faster than shutil.rmtree on containerd's snapshots,
+        # and --one-file-system never descends into a mount that appeared meanwhile.
+        result = _run("rm", "-rf", "--one-file-system", str(path), timeout=300)
+        if result.returncode != 0:
+            raise RealNodeError(f"rm -rf {path} failed: {result.stderr.strip()}")
     else:
         path.unlink(missing_ok=True)
 
