@@ -24,7 +24,7 @@ import yaml
 
 from tests.harness import realnode
 from tests.harness.kubeapi import KubeApi
-from tests.harness.processes import pid_runs, wait_for
+from tests.harness.processes import pid_runs, terminate_pid, wait_for
 from tests.harness.tools import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -158,3 +158,33 @@ def test_real_node_runs_a_pod_with_its_cpu_limit_and_down_leaves_nothing(
     assert [name for name, pid in pids.items() if pid_runs(pid, executables[name])] == []
     assert {k: v for k, v in realnode.leftovers(state["real_node"]).items() if v} == {}
     assert realnode.read_sysctls() == sysctls_before
+
+
+def test_down_cleans_up_after_a_harness_that_was_killed_hard(tmp_path: Path) -> None:
+    """SIGKILL the `up` supervisor: the kernel stops containerd, the kubelet and
+    kube-proxy (parent-death signal), but the shims, containers, mounts, network
+    and chains stay. `down` removes them, from the node's record."""
+    state_path = tmp_path / "state.json"
+    record: dict[str, Any] | None = None
+    try:
+        up = harness(state_path, "up", "--detach", "--real-node")
+        assert up.returncode == 0, f"up --real-node failed:\n{up.stdout}\n{up.stderr}"
+        state = json.loads(state_path.read_text())
+        record = realnode.read_record()
+        assert record is not None and record["owner_pid"] == state["supervisor_pid"]
+        # SIGTERM and at once SIGKILL: the supervisor's SIGTERM handler only sets a
+        # flag its loop reads every 0.5 s, so it dies without stopping anything.
+        terminate_pid(state["supervisor_pid"], timeout=0)
+
+        def orphaned() -> dict[str, Any] | None:
+            left = realnode.leftovers(record)
+            return left if realnode.running_owner() is None and left["processes"] else None
+
+        left = wait_for("the real node to be left without its harness", orphaned, 30)
+        assert left["mounts"] and left["links"] and left["chains"], left
+    finally:
+        down = harness(state_path, "down")
+    assert down.returncode == 0, down.stderr
+    assert "removed what the real node left behind" in down.stdout
+    assert {k: v for k, v in realnode.leftovers(record).items() if v} == {}
+    assert realnode.read_sysctls() == record["sysctls_before"]
