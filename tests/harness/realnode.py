@@ -113,7 +113,6 @@ HOST_BINARIES = {
     "iptables-save": "iptables",
     "conntrack": "conntrack",
     "ip": "iproute2",
-    "gcc": "gcc",
     "mount": "mount",
     "umount": "mount",
 }
