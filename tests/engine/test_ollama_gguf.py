@@ -160,7 +160,7 @@ def test_init_steps_create_the_model_from_a_gguf_over_loopback(
 ) -> None:
     name = require("model").name
     pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
-    volume = tmp_path / "volume"
+    volume = tmp_path / "weights"  # (the `models` fixture owns tmp_path / "volume")
     out = start(pod, modelfile, volume, tmp_path / "init")
     assert f"downloaded {volume}/models/blobs/sha256-{gguf_sha256()}" in out
     assert "pulling" not in out
@@ -200,7 +200,7 @@ def test_a_restart_downloads_nothing_and_needs_no_network(
 ) -> None:
     name = require("model").name
     pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
-    volume = tmp_path / "volume"
+    volume = tmp_path / "weights"  # (the `models` fixture owns tmp_path / "volume")
     start(pod, modelfile, volume, tmp_path / "first")
     before = blobs(volume)
     again = start(pod, modelfile, volume, tmp_path / "restart")
@@ -214,7 +214,7 @@ def test_a_file_put_on_the_volume_by_hand_is_hashed_not_downloaded(
 ) -> None:
     name = require("model").name
     pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
-    volume = tmp_path / "volume"
+    volume = tmp_path / "weights"  # (the `models` fixture owns tmp_path / "volume")
     blob = volume / "models" / "blobs" / f"sha256-{gguf_sha256()}"
     blob.parent.mkdir(parents=True)
     os.link(require("model"), blob)
@@ -228,7 +228,7 @@ def test_a_wrong_sha256_fails_clearly_and_leaves_the_good_file(
 ) -> None:
     name = require("model").name
     pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
-    volume = tmp_path / "volume"
+    volume = tmp_path / "weights"  # (the `models` fixture owns tmp_path / "volume")
     start(pod, modelfile, volume, tmp_path / "first")
     good = blobs(volume)
 
