@@ -6,7 +6,6 @@ them before the tests; a missing archive fails, naming the command)."""
 from __future__ import annotations
 
 import functools
-import signal
 import subprocess
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tests.harness.images import (
     read_archive,
     read_file,
 )
+from tests.harness.processes import ManagedProcess
 
 CHART = REPO_ROOT / "charts" / "localmodel-operator"
 NAMES = ("operator", "ollama", "llama-server", "pause")
@@ -170,15 +170,14 @@ def test_the_pause_image_is_one_static_binary_that_waits_for_sigterm(tmp_path: P
     binary = tmp_path / "pause"
     binary.write_bytes(read_file(printed()["pause"].archive, "/pause"))
     binary.chmod(0o755)
-    proc = subprocess.Popen([str(binary)])
+    proc = ManagedProcess("pause", [str(binary)], tmp_path / "pause.log")
+    proc.start()
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=0.5)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=5) == 0
+        assert proc.stop(timeout=5) == 0  # SIGTERM, then its exit code
     finally:
         proc.kill()
-        proc.wait()
 
 
 def posixpath_dir(path: str) -> str:
