@@ -223,9 +223,10 @@ import_rootfs() {
 smoke() {
   local ref="$1" c
   shift
+  local out
   c="$("${B[@]}" from --pull=never "$ref")"
-  "${B[@]}" run --isolation chroot --network host "$c" -- "$@" >/dev/null \
-    || die "$ref: '$*' failed in the image"
+  out="$("${B[@]}" run --isolation chroot --network host "$c" -- "$@" 2>&1)" \
+    || die "$ref: '$*' failed in the image: $out"
   "${B[@]}" rm "$c" >/dev/null
 }
 
@@ -282,7 +283,9 @@ build_llama-server() {
   local c
   c="$("${B[@]}" from --pull=never localhost/localmodel/rootfs-llama)"
   "${B[@]}" copy --chmod 0755 "$c" "$LLAMA_SERVER" /app/llama-server >/dev/null
-  "${B[@]}" config --workingdir /app --entrypoint '["/app/llama-server"]' --cmd '[]' \
+  # No CMD (the rootfs's /bin/sh would become llama-server's argument).
+  "${B[@]}" config --cmd '[]' "$c"
+  "${B[@]}" config --workingdir /app --entrypoint '["/app/llama-server"]' \
     --env LLAMA_ARG_HOST=0.0.0.0 "$c"
   stand_in_config "$c" "llama-server from the llama.cpp tree in PyPI's llama-cpp-python $lcp_version (hack/build-engines.sh), on Debian $SUITE minbase; not the upstream image"
   "${B[@]}" commit -q --rm "$c" "${REF[llama-server]}" >/dev/null
