@@ -269,11 +269,13 @@ build_ollama() {
   # its runner and CPU libraries at <executable>/../lib/ollama = /usr/lib/ollama.
   "${B[@]}" copy --chmod 0755 "$c" "$OLLAMA_ROOT/bin/ollama" /usr/bin/ollama >/dev/null
   "${B[@]}" copy "$c" "$OLLAMA_ROOT/lib/ollama" /usr/lib/ollama >/dev/null
-  "${B[@]}" config --entrypoint '["/bin/ollama"]' --cmd '["serve"]' --port "$OLLAMA_PORT" \
+  "${B[@]}" config --cmd '["serve"]' "$c"
+  "${B[@]}" config --entrypoint '["/bin/ollama"]' --port "$OLLAMA_PORT" \
     --env "OLLAMA_HOST=0.0.0.0:$OLLAMA_PORT" "$c"
   stand_in_config "$c" "Ollama $ollama_version built by hack/build-engines.sh from the Go module proxy, on Debian $SUITE minbase; not the upstream image"
   "${B[@]}" commit -q --rm "$c" "${REF[ollama]}" >/dev/null
-  smoke "${REF[ollama]}" /bin/sh -c 'set -e; command -v ollama; ollama --version; test -x /usr/lib/ollama/llama-server'
+  # Its runner starts in the image (its libraries resolve there).
+  smoke "${REF[ollama]}" /bin/sh -c 'set -e; command -v ollama; ollama --version; /usr/lib/ollama/llama-server --version'
 }
 
 build_llama-server() {
