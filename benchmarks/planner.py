@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
+from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, Toleration
 from localmodel.desired import demand, desired_state
 from localmodel.facts import NodeFacts, Taint
@@ -129,7 +130,11 @@ def local_models(n: int, nodes: list[NodeFacts], rng: random.Random) -> list[Loc
             "gateway": {"enabled": rng.random() < 0.9},
         }
         meta = {"name": f"model-{i:05d}", "namespace": f"ns-{i % 50}"}
-        out.append(LocalModel.model_validate({"metadata": meta, "spec": spec}))
+        out.append(
+            LocalModel.model_validate(
+                {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+            )
+        )
     return out
 
 
