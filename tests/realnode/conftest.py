@@ -1,0 +1,135 @@
+"""The journey tier: a user's path from `helm install` to an answer, on a real kubelet.
+
+One real-node cluster for the whole package (tests/harness: TestCluster with
+`real_node=True`, the images of hack/build-images.sh imported into the node's
+containerd), the chart installed by `helm install` from the locally built
+operator image, the cached GGUF files served over HTTP on the node's address
+(tests/harness/models.py) so pods download weights as from an internal mirror,
+and a model namespace that enforces Pod Security `baseline`.
+
+The fixture FAILS (never skips) when anything of that cannot start: the real
+node's Debian packages, root, the built tools, engines or images. A green run
+means the journey really ran.
+
+The machine has 2 cores: every model runs with `cpu: 1` and one thread, and
+the tests run one model at a time (the Ollama module's model is deleted before
+the llama-server module's is created).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness import (
+    ApiError,
+    StartupError,
+    TestCluster,
+    ToolsMissingError,
+    engines,
+    locate_tools,
+)
+from tests.harness.chart import install_chart
+from tests.harness.images import Image, list_images
+from tests.harness.models import ModelFileServer
+from tests.harness.nodes import local_volume_name
+from tests.harness.realnode import NODE_DIR, NODE_TOOLS
+from tests.harness.tools import TOOL_NAMES
+from tests.realnode.journey import Journey, Timings
+
+OPERATOR_IMAGE = "operator"
+# Where the real node's local PersistentVolumes live: under the node's own
+# directory, so the harness's cleanup removes them with the node.
+VOLUMES_DIR = NODE_DIR / "volumes"
+VOLUMES = 3  # one per LocalModel the tier creates (weights are retained)
+
+
+def _fail(message: str) -> None:
+    pytest.fail(message, pytrace=False)
+
+
+def _images() -> list[Image]:
+    images = list_images()
+    missing = [f"{i.reference} ({i.archive})" for i in images if not i.archive.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            "the real node's images are not built (run `bash hack/build-images.sh`): "
+            + ", ".join(missing))
+    return images
+
+
+def _local_volumes(node: str) -> list[dict[str, Any]]:
+    """Local PersistentVolumes on the real node (as the fixture's fake nodes have)."""
+    volumes = []
+    for n in range(VOLUMES):
+        path = VOLUMES_DIR / f"disk-{n}"
+        path.mkdir(parents=True, exist_ok=True)
+        volumes.append({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": local_volume_name(node, n)},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "local-disk",
+                "local": {"path": str(path)},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            },
+        })
+    return volumes
+
+
+@pytest.fixture(scope="package")
+def journey() -> Iterator[Journey]:
+    """The real-node cluster with the chart installed and the model files served."""
+    timings = Timings()
+    problem = ""
+    try:
+        tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
+        images = _images()
+        gguf = engines.require("model")
+    except (ToolsMissingError, engines.EngineMissingError, FileNotFoundError,
+            RuntimeError, ValueError) as exc:
+        problem = f"the real-node journey cannot run: {exc}"
+    if problem:
+        _fail(problem)
+    keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
+    node_images = tuple(i.archive for i in images if not i.reference.startswith("registry.k8s"))
+    cluster = TestCluster(tools=tools, keep_workdir=keep, real_node=True, node_images=node_images)
+    began = time.monotonic()
+    try:
+        cluster.start(timeout=300)
+    except (StartupError, ApiError, OSError) as exc:
+        problem = f"the real-node cluster did not start: {exc}"
+    if problem:
+        _fail(problem)
+    timings.add("cluster with the real node up (images imported)", time.monotonic() - began)
+    assert cluster.real_node is not None
+    models = ModelFileServer(gguf.parent, bind=cluster.node_address)
+    try:
+        models.start()
+        node = cluster.real_node.name
+        cluster.apply(_local_volumes(node))
+        operator_image = next(i.reference for i in images
+                              if i.archive.name.startswith(OPERATOR_IMAGE + "-"))
+        began = time.monotonic()
+        install_chart(tools, cluster.admin_kubeconfig, operator_image, node)
+        timings.add("helm install --wait (operator and probe pods Ready)",
+                    time.monotonic() - began)
+        sha256 = hashlib.sha256(gguf.read_bytes()).hexdigest()
+        j = Journey(cluster=cluster, models=models, node=node, gguf=gguf, sha256=sha256,
+                    operator_image=operator_image, timings=timings)
+        j.create_model_namespace()
+        yield j
+    finally:
+        models.stop()
+        cluster.stop()
+        print(f"\n{timings.report()}")
+
