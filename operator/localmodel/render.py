@@ -448,7 +448,15 @@ def build_engine_container(lm: LocalModel, r: ReplicaPlan, options: RenderOption
     return engine
 
 
-def _llama_probe(**extra: int) -> Manifest:
+def _llama_probe(loopback: bool, **extra: int) -> Manifest:
+    """llama-server's /health as a probe. The kubelet dials the pod's IP, so an
+    engine bound to loopback (behind the gateway) is asked from inside its
+    container with the image's curl (llama.cpp's server image has it for its
+    own HEALTHCHECK); an engine on all addresses gets a plain httpGet."""
+    if loopback:
+        url = f"http://127.0.0.1:{llama_server.PORT}{llama_server.HEALTH_PATH}"
+        return {"exec": {"command": ["curl", "-fsS", "-o", "/dev/null", "--max-time", "4", url]},
+                **extra}
     return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": PORT_ENGINE}, **extra}
 
 
@@ -462,6 +470,7 @@ def build_llama_server_container(
     also the readiness probe.
     """
     t = r.tuning
+    loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
     engine: Manifest = {
         "name": llama_server.NAME,
         "image": lm.spec.engine.resolved_image(),
@@ -471,11 +480,13 @@ def build_llama_server_container(
         "ports": [{"name": PORT_ENGINE, "containerPort": llama_server.PORT, "protocol": "TCP"}],
         "resources": _engine_resources(t),
         "volumeMounts": [{"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}],
-        "startupProbe": _llama_probe(periodSeconds=5, timeoutSeconds=5, failureThreshold=360),
-        "livenessProbe": _llama_probe(periodSeconds=10, timeoutSeconds=5, failureThreshold=6),
+        "startupProbe": _llama_probe(loopback, periodSeconds=5, timeoutSeconds=5,
+                                     failureThreshold=360),
+        "livenessProbe": _llama_probe(loopback, periodSeconds=10, timeoutSeconds=5,
+                                      failureThreshold=6),
     }
-    if not lm.spec.gateway.enabled:
-        engine["readinessProbe"] = _llama_probe(periodSeconds=5, timeoutSeconds=5)
+    if not loopback:
+        engine["readinessProbe"] = _llama_probe(loopback, periodSeconds=5, timeoutSeconds=5)
     return engine
 
 

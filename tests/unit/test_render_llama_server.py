@@ -243,8 +243,18 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
 def test_health_probes(gateway: bool, readiness: bool, service_target: str) -> None:
     r = render(lm(gateway={"enabled": gateway}))
     e = r["engine"]
+    args = e["args"]
+    host = args[args.index("--host") + 1]
     for probe in ("startupProbe", "livenessProbe"):
-        assert e[probe]["httpGet"] == {"path": llama_server.HEALTH_PATH, "port": "engine"}
+        if gateway:
+            # Bound to loopback: the kubelet dials the pod IP, so the probe runs inside.
+            assert host == "127.0.0.1"
+            assert e[probe]["exec"]["command"][-1] == (
+                f"http://127.0.0.1:{llama_server.PORT}{llama_server.HEALTH_PATH}")
+            assert e[probe]["exec"]["command"][:2] == ["curl", "-fsS"]
+        else:
+            assert host == "0.0.0.0"
+            assert e[probe]["httpGet"] == {"path": llama_server.HEALTH_PATH, "port": "engine"}
     # /health is 503 while loading: the startup probe allows a long load.
     assert e["startupProbe"]["failureThreshold"] * e["startupProbe"]["periodSeconds"] >= 1800
     assert ("readinessProbe" in e) is readiness
