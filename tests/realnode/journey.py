@@ -58,6 +58,7 @@ class Sample:
     at: float
     model_ready: bool
     pod: str | None
+    uid: str | None
     containers_ready: bool
     phase: str
 
@@ -205,17 +206,19 @@ class Journey:
         pod = pods[0] if len(pods) == 1 else None
         return Sample(at=time.monotonic() - since, model_ready=condition(lm, "Ready") == "True",
                       pod=pod["metadata"]["name"] if pod else None,
+                      uid=pod["metadata"]["uid"] if pod else None,
                       containers_ready=all_containers_ready(pod),
                       phase=((pod or {}).get("status") or {}).get("phase", "-"))
 
-    def watch_until_ready(self, name: str, since: float, timeout: float = 600) -> list[Sample]:
-        """Sample the model every 0.25 s until its Ready condition is True."""
+    def watch_until_ready(self, name: str, since: float, timeout: float = 600,
+                          done: Callable[[Sample], bool] = lambda s: True) -> list[Sample]:
+        """Sample the model every 0.25 s until its Ready condition is True (and `done`)."""
         samples: list[Sample] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             s = self.sample(name, since)
             samples.append(s)
-            if s.model_ready:
+            if s.model_ready and done(s):
                 return samples
             time.sleep(0.25)
         raise AssertionError(

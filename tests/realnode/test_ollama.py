@@ -28,7 +28,6 @@ from tests.realnode.journey import (
     PODS_PATH,
     Deployed,
     Journey,
-    Sample,
     condition,
     container_cgroup,
     container_id,
@@ -172,25 +171,20 @@ def test_deleting_the_pod_recreates_it_without_a_download(
     downloads = journey.downloads()
     began = time.monotonic()
     journey.cluster.api().request("DELETE", f"{PODS_PATH}/{pod['metadata']['name']}")
-    # The LocalModel leaves Ready once its pod goes.
-    while journey.pods_of(NAME) and journey.pod_of(NAME)["metadata"]["uid"] == old_uid:
-        time.sleep(0.25)
-    samples = journey.watch_until_ready(NAME, began)
+    # Ready again: a new pod with every container ready, and the LocalModel says so.
+    samples = journey.watch_until_ready(
+        NAME, began, done=lambda s: s.uid not in (None, old_uid) and s.containers_ready)
     seconds = time.monotonic() - began
     journey.timings.add(f"{NAME}: pod deleted -> Ready again", seconds)
     print(f"first start: created -> Ready {gemma.ready_seconds:.1f} s; "
           f"second start: deleted -> Ready {seconds:.1f} s")
     new = journey.pod_of(NAME)
     assert new["metadata"]["uid"] != old_uid
-    assert all_ready_after_not(samples)
+    replaced = [s for s in samples if s.uid not in (None, old_uid)]
+    assert replaced and all(s.containers_ready for s in replaced if s.model_ready), replaced
     assert journey.downloads() == downloads, "the second start downloaded the GGUF again"
     download = journey.logs(new["metadata"]["name"], "download")
     assert "already on the volume" in download and "no download" in download, download
-
-
-def all_ready_after_not(samples: list[Sample]) -> bool:
-    """Ready was claimed only with every container ready."""
-    return all(s.containers_ready for s in samples if s.model_ready)
 
 
 def test_killing_the_engine_restarts_it_and_a_request_meanwhile_fails_fast(
@@ -263,12 +257,16 @@ def test_a_client_that_times_out_leaves_the_engine_idle_within_a_second(
             finally:
                 gave_up.set()
 
+        before = usage()
         thread = threading.Thread(target=caller, daemon=True)
         thread.start()
         assert gave_up.wait(30), "the client never timed out"
         t0 = time.monotonic()
+        busy = usage() - before
         thread.join(5)
         assert errors, "the generation finished before the client's timeout"
+        # It was generating while the client waited (4 s at one CPU).
+        assert busy > 2.0, f"the engine used only {busy:.2f} CPU s while the client waited"
         # CPU time of the engine container, sampled every 0.1 s.
         samples = [(time.monotonic() - t0, usage())]
         while samples[-1][0] < 4:
