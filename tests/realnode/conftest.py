@@ -35,14 +35,12 @@ from tests.harness import (
     locate_tools,
 )
 from tests.harness.chart import install_chart
-from tests.harness.images import Image, list_images
 from tests.harness.models import ModelFileServer
 from tests.harness.nodes import local_volume_name
 from tests.harness.realnode import NODE_DIR, NODE_TOOLS
 from tests.harness.tools import TOOL_NAMES
 from tests.realnode.journey import Journey, Timings
 
-OPERATOR_IMAGE = "operator"
 # Where the real node's local PersistentVolumes live: under the node's own
 # directory, so the harness's cleanup removes them with the node.
 VOLUMES_DIR = NODE_DIR / "volumes"
@@ -51,16 +49,6 @@ VOLUMES = 3  # one per LocalModel the tier creates (weights are retained)
 
 def _fail(message: str) -> None:
     pytest.fail(message, pytrace=False)
-
-
-def _images() -> list[Image]:
-    images = list_images()
-    missing = [f"{i.reference} ({i.archive})" for i in images if not i.archive.is_file()]
-    if missing:
-        raise FileNotFoundError(
-            "the real node's images are not built (run `bash hack/build-images.sh`): "
-            + ", ".join(missing))
-    return images
 
 
 def _local_volumes(node: str) -> list[dict[str, Any]]:
@@ -93,16 +81,14 @@ def journey() -> Iterator[Journey]:
     problem = ""
     try:
         tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
-        images = _images()
         gguf = engines.require("model")
-    except (ToolsMissingError, engines.EngineMissingError, FileNotFoundError,
-            RuntimeError, ValueError) as exc:
+    except (ToolsMissingError, engines.EngineMissingError) as exc:
         problem = f"the real-node journey cannot run: {exc}"
     if problem:
         _fail(problem)
     keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
-    node_images = tuple(i.archive for i in images if not i.reference.startswith("registry.k8s"))
-    cluster = TestCluster(tools=tools, keep_workdir=keep, real_node=True, node_images=node_images)
+    # Imports every image hack/build-images.sh built (fails naming any not built).
+    cluster = TestCluster(tools=tools, keep_workdir=keep, real_node=True)
     began = time.monotonic()
     try:
         cluster.start(timeout=300)
@@ -117,8 +103,7 @@ def journey() -> Iterator[Journey]:
         models.start()
         node = cluster.real_node.name
         cluster.apply(_local_volumes(node))
-        operator_image = next(i.reference for i in images
-                              if i.archive.name.startswith(OPERATOR_IMAGE + "-"))
+        operator_image = cluster.real_node.images.operator
         began = time.monotonic()
         install_chart(tools, cluster.admin_kubeconfig, operator_image, node)
         timings.add("helm install --wait (operator and probe pods Ready)",
