@@ -282,3 +282,23 @@ def test_failed_writes_retry_later_each_time_and_report_only_what_changed() -> N
         assert (retry_in, event.message if event else None) == (retry, message), failed
         assert event is None or (event.reason is EventReason.FAILED and event.warning)
     assert failures.after_pass("ai/other", ["x"])[0] == RETRY_SECONDS[0]  # per model
+
+def test_a_pod_created_seen_then_deleted_by_someone_else_is_created_again() -> None:
+    """The real-node journey's finding: a pod deleted within EXPECT_SECONDS of
+    its create, after the watches had shown it, waited minutes for a pass."""
+    expected = Expectations()
+    expected.wrote(CREATE, NOW)
+    expected.forget_shown(world(pod=True), NOW + 1)  # a pass sees it; no change for it
+    assert not expected.waiting(CREATE, world(), NOW + 2)  # deleted: create it again
+
+
+def test_a_pass_forgets_only_the_writes_the_watches_show() -> None:
+    expected = Expectations()
+    expected.wrote(CREATE, NOW)
+    expected.wrote(apply_with("h1"), NOW)
+    expected.forget_shown(world(service_hash="h0"), NOW + 1)  # neither shown yet
+    assert set(expected.by_target) == {CREATE.target, APPLY.target}
+    expected.forget_shown(world(pod=True, service_hash="h0"), NOW + 1)
+    assert set(expected.by_target) == {APPLY.target}
+    expected.forget_shown(world(service_hash="h0"), NOW + EXPECT_SECONDS + 1)  # waited enough
+    assert not expected.by_target

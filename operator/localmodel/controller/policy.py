@@ -167,18 +167,20 @@ def present(obs: Observed, target: Target) -> bool:
     return False
 
 
-def lag(expected: Expectation, change: Change, obs: Observed, now: float) -> Lag:
+def shown(expected: Expectation, target: Target, obs: Observed, now: float) -> bool:
+    """Whether the watches show the write (or it was waited for long enough)."""
     if now > expected.until:
-        return Lag.CAUGHT_UP
-    there = present(obs, change.target)
-    if (expected.wrote is Wrote.DELETED and not there) or (
-        expected.wrote is Wrote.CREATED and there
-    ):
+        return True
+    if expected.wrote is Wrote.APPLIED:
+        have = obs.objects.get(target)
+        return have is not None and have.applied_hash == expected.digest
+    return present(obs, target) is (expected.wrote is Wrote.CREATED)
+
+
+def lag(expected: Expectation, change: Change, obs: Observed, now: float) -> Lag:
+    if shown(expected, change.target, obs, now):
         return Lag.CAUGHT_UP
     if expected.wrote is Wrote.APPLIED:
-        have = obs.objects.get(change.target)
-        if have is not None and have.applied_hash == expected.digest:
-            return Lag.CAUGHT_UP
         same = not isinstance(change, Delete) and applied_digest(change) == expected.digest
         return Lag.WAIT if same else Lag.OTHER
     wrote = Wrote.DELETED if isinstance(change, Delete) else Wrote.CREATED
@@ -205,6 +207,13 @@ class Expectations:
 
     def wrote(self, change: Change, now: float) -> None:
         self.by_target[change.target] = expectation(change, now)
+
+    def forget_shown(self, obs: Observed, now: float) -> None:
+        """Forget every write the watches show, whether or not a change is wanted
+        for its object now: a pod created, seen, then deleted by someone else
+        within EXPECT_SECONDS is a pod to create, not a create the watches lag on."""
+        self.by_target = {target: expected for target, expected in self.by_target.items()
+                          if not shown(expected, target, obs, now)}
 
 
 # ---- stuck pods -------------------------------------------------------------------

@@ -208,6 +208,7 @@ class Reconciler:
         now = self.clock()
         now_s = rfc3339(now)
         obs = observe(self.snapshot(), self.config.namespaces)
+        self._expected.forget_shown(obs, time.monotonic())
         for name, why in obs.bad_nodes.items():
             log.warning("node %s is left out of placement: %s", name, why)
         extra_events = self._avoid_stuck(obs, now)
