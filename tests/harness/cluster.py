@@ -57,7 +57,14 @@ from tests.harness.processes import (
     port_is_listening,
     wait_until,
 )
-from tests.harness.realnode import NODE_TOOLS, NodeImages, RealNode, node_ip, preflight
+from tests.harness.realnode import (
+    NODE_TOOLS,
+    NodeImages,
+    NodeLock,
+    RealNode,
+    node_ip,
+    preflight,
+)
 from tests.harness.tools import TOOL_NAMES, Tools, locate_tools
 
 ADMIN = "admin"
@@ -126,6 +133,7 @@ class TestCluster:
         # What the real node imports; default: every image hack/build-images.sh lists.
         self.node_images = node_images
         self.real_node: RealNode | None = None
+        self._node_lock = NodeLock()
         self.node_address = ""
         self.pki: CertificateAuthority | None = None
         self.kubelet_client: CertPair | None = None
@@ -172,6 +180,7 @@ class TestCluster:
         _stop_on_sigterm()
         try:
             if self.real_node_wanted:
+                self._node_lock.acquire()  # queues behind another harness's node, if told to
                 preflight()  # before anything starts: say all that is missing at once
                 self.node_address = node_ip()
                 node_images = self.node_images or NodeImages.built()
@@ -207,14 +216,17 @@ class TestCluster:
         if self._stopped:
             return
         self._stopped = True
-        if self.real_node is not None:
-            # first: its pods must stop while the API server still answers the kubelet
-            try:
-                self.real_node.stop()
-            finally:
+        try:
+            if self.real_node is not None:
+                # first: its pods must stop while the API server still answers the kubelet
+                try:
+                    self.real_node.stop()
+                finally:
+                    self._stop_processes()
+            else:
                 self._stop_processes()
-        else:
-            self._stop_processes()
+        finally:
+            self._node_lock.release()
 
     def _stop_processes(self) -> None:
         for proc in reversed(self.processes):

@@ -187,6 +187,60 @@ def preflight() -> None:
         raise RealNodeError("the real node cannot start: " + "; ".join(problems))
 
 
+NODE_LOCK = Path("/run/localmodel-test-node.lock")  # outside NODE_DIR: cleanup removes that
+WAIT_ENV = "LOCALMODEL_REAL_NODE_WAIT"
+
+
+class NodeLock:
+    """The machine's one real node, as an flock: a second harness queues instead of failing.
+
+    Waits up to `$LOCALMODEL_REAL_NODE_WAIT` seconds (default 0: CI is alone on its
+    machine, and a second node there is a mistake `preflight` names). The kernel
+    drops the lock with the process, so a harness killed hard never blocks the next.
+    """
+
+    def __init__(self, path: Path = NODE_LOCK) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, wait: float | None = None) -> bool:
+        """True once held; False if another harness still holds it after `wait` seconds."""
+        import fcntl
+
+        if wait is None:
+            try:
+                wait = float(os.environ.get(WAIT_ENV) or 0)
+            except ValueError as exc:
+                raise RealNodeError(f"{WAIT_ENV}={os.environ[WAIT_ENV]!r}: not a number "
+                                    "of seconds") from exc
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                if not said:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                    print(f"realnode: waiting up to {wait:.0f} s for this machine's real node "
+                          f"(held by pid {holder})", flush=True)
+                    said = True
+                time.sleep(1.0)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
 def _socket_answers(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
