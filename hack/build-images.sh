@@ -119,12 +119,14 @@ declare -A REF=(
   [pause]="$PAUSE_IMAGE"
 )
 
-# prune GLOB: keep the three newest files matching $IMAGES/GLOB (other
-# checkouts may be using older inputs), delete the rest.
+# prune GLOB: keep the KEEP newest files matching $IMAGES/GLOB (other
+# checkouts, e.g. several worktrees, may be using older inputs; an operator
+# archive is ~75 MB), delete the rest.
+KEEP=8
 prune() {
   local f
   # shellcheck disable=SC2086  # GLOB is a glob
-  ls -t $IMAGES/$1 2>/dev/null | tail -n +4 | while IFS= read -r f; do rm -f "$f"; done
+  ls -t $IMAGES/$1 2>/dev/null | tail -n +$((KEEP + 1)) | while IFS= read -r f; do rm -f "$f"; done
 }
 
 # ---- the root filesystems --------------------------------------------------------
