@@ -22,7 +22,16 @@ import pytest
 
 from tests.engine.real_ollama import cpu_seconds, wait_idle
 from tests.harness.cgroup import CgroupUnavailableError, cpu_quota_cgroup
-from tests.harness.engines import START_TIMEOUT, LlamaServer, llama_server, start_llama_server
+from tests.harness.engines import (
+    CHAT_TEMPLATE_ENV,
+    START_TIMEOUT,
+    LlamaServer,
+    gguf_keys,
+    llama_server,
+    require,
+    start_llama_server,
+    template_markers,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -118,3 +127,36 @@ def test_non_streaming_caller_that_leaves_stops_llama_server(tmp_path: Path) -> 
         # 8000 tokens on one thread take minutes; stopping within seconds is cancellation.
         idle_after = wait_idle(engine, timeout=15, window=0.5, busy=0.05)
         print(f"llama-server non-streaming disconnect: idle within {idle_after:.1f} s")
+
+
+CHAT = {"messages": [{"role": "user", "content": "Say hello in three words."}]}
+
+
+def chat_reply(server: LlamaServer) -> str:
+    status, body = server.api(
+        "/v1/chat/completions", {**CHAT, "max_tokens": 24, "temperature": 0, "seed": 1}
+    )
+    assert status == 200, body
+    return str(body["choices"][0]["message"]["content"])
+
+
+def test_a_gguf_without_a_chat_template_gets_chatml_unless_one_is_given(tmp_path: Path) -> None:
+    """The cached GGUF carries no `tokenizer.chat_template`: llama-server formats
+    chat as ChatML, whose markers are plain text to Gemma, and the reply holds
+    a literal `<|im_end|>`. `LLAMA_ARG_CHAT_TEMPLATE` (a Jinja template) gives
+    it the model's own turn format, and the reply holds no marker."""
+    assert "tokenizer.chat_template" not in gguf_keys(require("model"))
+    with running(tmp_path / "fallback", "-t", "1", "-c", "1024") as server:
+        status, applied = server.api("/apply-template", CHAT)
+        assert status == 200 and applied["prompt"].startswith("<|im_start|>user\n"), applied
+        fallback = chat_reply(server)
+    assert "<|im_end|>" in template_markers(fallback), fallback
+    with llama_server(tmp_path / "gemma", ["--no-warmup", "-t", "1", "-c", "1024"],
+                      env=CLEAN_ENV | CHAT_TEMPLATE_ENV) as server:
+        status, applied = server.api("/apply-template", CHAT)
+        assert applied["prompt"] == (
+            "<start_of_turn>user\nSay hello in three words.<end_of_turn>\n<start_of_turn>model\n"
+        ), applied
+        reply = chat_reply(server)
+    assert reply.strip() and not template_markers(reply), reply
+    print(f"ChatML fallback: {fallback!r}\nwith the Gemma template: {reply!r}")

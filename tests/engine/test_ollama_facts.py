@@ -22,7 +22,14 @@ import pytest
 from localmodel.engines.ollama import PS_PATH
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL, cpu_seconds, wait_idle
-from tests.harness.engines import Ollama
+from tests.harness.engines import (
+    CHAT_TEMPLATE_ENV,
+    GEMMA_CHAT_TEMPLATE,
+    Ollama,
+    gguf_keys,
+    require,
+    template_markers,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -225,3 +232,38 @@ def test_non_streaming_caller_that_leaves_stops_the_engine(tuned: Ollama) -> Non
     # Ollama records the abandoned request as a server error: count such log
     # lines as cancellations, not engine failures.
     assert re.search(r'\| 500 \|.*POST\s+"/api/generate"', tuned.log_text())
+
+
+def chat_reply(server: Ollama) -> str:
+    status, body = server.api("/api/chat", {
+        "model": MODEL, "stream": False,
+        "messages": [{"role": "user", "content": "Say hello in three words."}],
+        "options": {"num_predict": 24, "temperature": 0, "seed": 1},
+    })
+    assert status == 200, body
+    return str(body["message"]["content"])
+
+
+def test_a_gguf_without_a_chat_template_gets_chatml_unless_one_is_given(
+    ollama: OllamaFactory,
+) -> None:
+    """Created FROM the GGUF (as the pod's init step does), the model has no
+    template: the file has no `tokenizer.chat_template`, so Ollama derives no
+    template and no stop, warns, and chats through its llama-server child's
+    ChatML fallback (the reply holds a literal `<|im_end|>`). The child
+    inherits Ollama's environment, so `LLAMA_ARG_CHAT_TEMPLATE` gives it the
+    model's own turn format, and the reply holds no marker."""
+    assert "tokenizer.chat_template" not in gguf_keys(require("model"))
+    plain = ollama(env=ONE_THREAD)
+    status, shown = plain.api("/api/show", {"model": MODEL})
+    assert status == 200 and shown["template"] == "{{ .Prompt }}", shown  # Ollama's default
+    assert "stop" not in (shown.get("parameters") or ""), shown
+    fallback = chat_reply(plain)
+    assert "<|im_end|>" in template_markers(fallback), fallback
+    assert "missing tokenizer.chat_template" in plain.log_text()
+    plain.stop()
+    given = ollama(env=ONE_THREAD | CHAT_TEMPLATE_ENV)
+    reply = chat_reply(given)
+    assert given.runner().environ().get("LLAMA_ARG_CHAT_TEMPLATE") == GEMMA_CHAT_TEMPLATE
+    assert reply.strip() and not template_markers(reply), reply
+    print(f"ChatML fallback: {fallback!r}\nwith the Gemma template: {reply!r}")

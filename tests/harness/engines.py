@@ -25,6 +25,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -54,6 +55,67 @@ START_TIMEOUT = 120.0
 # The catalog's name for the GGUF the build fetches (Gemma 3 270M Q4_K_M), so a
 # rendered pod sizes it right; Ollama serves it under this name once imported.
 MODEL_TAG = "gemma3:270m"
+# The GGUF (a conversion of the base google/gemma-3-270m) carries no
+# `tokenizer.chat_template`, so both engines format chat in llama.cpp's
+# fallback, ChatML, whose markers are plain text to Gemma: replies then hold a
+# literal `<|im_end|>` (docs/engine-facts.md#a-gguf-without-a-chat-template).
+# Gemma's turn format as a Jinja template, for `LLAMA_ARG_CHAT_TEMPLATE`
+# (llama-server, and Ollama's llama-server child, which inherits Ollama's
+# environment). No BOS here: llama-server adds it (add_bos_token). The
+# newlines are in expressions, so no Jinja whitespace setting eats them.
+GEMMA_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}{{ '\\n' }}"
+    "{{ message['content'] | trim }}<end_of_turn>{{ '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model{{ '\\n' }}{% endif %}"
+)
+CHAT_TEMPLATE_ENV = {"LLAMA_ARG_CHAT_TEMPLATE": GEMMA_CHAT_TEMPLATE}
+# Chat-template markers of the common formats (ChatML, Gemma, Llama 3): none
+# may reach a caller's reply.
+TEMPLATE_MARKERS = re.compile(
+    r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_header_id)\|>"
+    r"|<(?:start|end)_of_turn>|<eos>|<bos>"
+)
+
+
+def template_markers(reply: str) -> list[str]:
+    """The chat-template markers a reply holds (it should hold none)."""
+    return TEMPLATE_MARKERS.findall(reply)
+
+
+# GGUF value types (ggml's gguf.h: GGUF_TYPE_*) and the bytes of the fixed-size ones.
+_GGUF_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_keys(path: Path) -> list[str]:
+    """The metadata keys of a GGUF file (v2/v3 header), values skipped."""
+    with path.open("rb") as f:
+        def u(size: int) -> int:
+            return int.from_bytes(f.read(size), "little")
+
+        def skip(kind: int) -> None:
+            if kind == _GGUF_STRING:
+                f.seek(u(8), os.SEEK_CUR)
+            elif kind == _GGUF_ARRAY:
+                item, count = u(4), u(8)
+                if item in _GGUF_FIXED:
+                    f.seek(_GGUF_FIXED[item] * count, os.SEEK_CUR)
+                else:
+                    for _ in range(count):
+                        skip(item)
+            else:
+                f.seek(_GGUF_FIXED[kind], os.SEEK_CUR)
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        f.seek(4 + 8, os.SEEK_CUR)  # version, tensor count
+        keys = []
+        for _ in range(u(8)):
+            keys.append(f.read(u(8)).decode())
+            skip(u(4))
+        return keys
 
 
 class EngineMissingError(RuntimeError):
