@@ -114,6 +114,11 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "string",
         "jsonPath": ".status.conditions[?(@.type=='Ready')].reason",
     },
+    {
+        "name": "Speed",
+        "type": "string",
+        "jsonPath": ".status.conditions[?(@.type=='SlowReplica')].reason",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {
         "name": "Endpoint",

@@ -23,8 +23,10 @@ from localmodel.api import (
     LocalModel,
     LocalModelStatus,
     PlacementStatus,
+    SpeedStatus,
 )
 from localmodel.facts.quantity import format_bytes
+from localmodel.speed import Published, SpeedPolicy, ratio_of
 
 
 class ConditionType(StrEnum):
@@ -32,6 +34,7 @@ class ConditionType(StrEnum):
     PLACED = "Placed"
     READY = "Ready"
     PROGRESSING = "Progressing"
+    SLOW_REPLICA = "SlowReplica"
 
 
 class Reason(StrEnum):
@@ -47,6 +50,8 @@ class Reason(StrEnum):
     REPLICAS_NOT_READY = "ReplicasNotReady"
     ROLLING = "RollingUpdate"
     UP_TO_DATE = "UpToDate"
+    BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
+    AS_EXPECTED = "AsExpected"
 
 
 class EventReason(StrEnum):
@@ -64,6 +69,8 @@ class EventReason(StrEnum):
     SCALED_DOWN = "ScaledDown"
     UNSCHEDULABLE = "Unschedulable"
     FAILED = "ApplyFailed"
+    SLOW_REPLICA = "SlowReplica"
+    SPEED_RECOVERED = "SpeedRecovered"
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,66 @@ def with_progress(status: LocalModelStatus, rolling: str | None, lm: LocalModel,
     return status.model_copy(update={"conditions": [*others, cond]})
 
 
+def _tps(value: float | None) -> float | None:
+    """Rates as written to status: three significant figures."""
+    return None if value is None else float(f"{value:.3g}")
+
+
+def speed_status(p: Published, now_of: str) -> SpeedStatus:
+    ratio = ratio_of(p.recent.decode, p.expected.decode)
+    return SpeedStatus(
+        calibration_decode=_tps(p.calibration.decode),
+        calibration_prefill=_tps(p.calibration.prefill),
+        recent_decode=_tps(p.recent.decode),
+        recent_prefill=_tps(p.recent.prefill),
+        expected_decode=_tps(p.expected.decode),
+        expected_source=p.expected.describe if p.expected.decode is not None else "",
+        ratio=None if ratio is None else round(ratio, 2),
+        slow=p.slow,
+        measured_at=now_of,
+    )
+
+
+def with_speed(status: LocalModelStatus, speeds: Mapping[int, tuple[Published, str]],
+               policy: SpeedPolicy, lm: LocalModel, now: str) -> LocalModelStatus:
+    """Add each placed replica's speed (`speeds`: replica -> its published numbers
+    and when they were measured, RFC 3339) and the SlowReplica condition.
+
+    A replica with no fresh numbers keeps what its status says while it runs in
+    the same pod on the same node (an operator that restarted has read nothing
+    yet); a model none of whose replicas was ever read gets neither field."""
+    stored = lm.status.placements if lm.status else []
+    kept = {(p.replica, p.node, p.pod): p.speed for p in stored if p.speed is not None}
+    placements = []
+    for p in status.placements:
+        if p.replica in speeds:
+            p = p.model_copy(update={"speed": speed_status(*speeds[p.replica])})
+        elif (p.replica, p.node, p.pod) in kept:
+            p = p.model_copy(update={"speed": kept[(p.replica, p.node, p.pod)]})
+        placements.append(p)
+    if not any(p.speed is not None for p in placements):
+        return status
+    slow = [p for p in placements if p.speed is not None and p.speed.slow]
+    if slow:
+        message = "; ".join(
+            f"replica {p.replica} on node {p.node} decodes {_show(p.speed.recent_decode)} "
+            f"tok/s, expected {_show(p.speed.expected_decode)} tok/s "
+            f"({p.speed.expected_source}), ratio {_show(p.speed.ratio)}: below "
+            f"{policy.slow_ratio:g} for {policy.slow_after:g} s of traffic"
+            for p in slow if p.speed is not None)
+        cond = condition(ConditionType.SLOW_REPLICA, True, Reason.BELOW_EXPECTED_SPEED,
+                         message, lm, now)
+    else:
+        cond = condition(ConditionType.SLOW_REPLICA, False, Reason.AS_EXPECTED,
+                         "no replica runs below its expected decode speed", lm, now)
+    others = [c for c in status.conditions if c.type != ConditionType.SLOW_REPLICA.value]
+    return status.model_copy(update={"placements": placements, "conditions": [*others, cond]})
+
+
+def _show(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
+
+
 def status_body(status: LocalModelStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -322,6 +389,14 @@ def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[E
                 EventReason.DECISION_OFF,
                 f"replica {replica} on {p.node}: rule {rule} no longer applies",
             ))
+    old_slow = _condition_of(old, ConditionType.SLOW_REPLICA)
+    new_slow = _condition_of(new, ConditionType.SLOW_REPLICA)
+    was_slow = old_slow is not None and old_slow.status == ConditionStatus.TRUE
+    if new_slow is not None and new_slow.status == ConditionStatus.TRUE and not was_slow:
+        events.append(EventSpec(EventReason.SLOW_REPLICA, new_slow.message, warning=True))
+    if was_slow and new_slow is not None and new_slow.status == ConditionStatus.FALSE:
+        events.append(EventSpec(EventReason.SPEED_RECOVERED,
+                                "every replica decodes at its expected speed again"))
     old_placed = _condition_of(old, ConditionType.PLACED)
     new_placed = _condition_of(new, ConditionType.PLACED)
     if new_placed and new_placed.status == ConditionStatus.FALSE and (

@@ -661,7 +661,9 @@ class ConditionStatus(StrEnum):
 class Condition(_StatusBase):
     """A metav1.Condition."""
 
-    type: str = Field(description="Condition type: Valid, Placed or Ready.")
+    type: str = Field(
+        description="Condition type: Valid, Placed, Ready, Progressing or SlowReplica."
+    )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     observed_generation: Integer | None = Field(
         None, description="The spec generation this condition was computed from."
@@ -680,6 +682,40 @@ class DecisionStatus(_StatusBase):
     source: str = Field(description="Where the engine fact comes from.")
 
 
+class SpeedStatus(_StatusBase):
+    """One replica's speed where it is served, in tokens per second from the
+    engine's own timings (see docs/operator.md, Speed)."""
+
+    calibration_decode: Number | None = Field(
+        None, description="Decode rate of the calibration at readiness (a fixed decode of "
+        "32 tokens after the model loaded, before the pod reported Ready)."
+    )
+    calibration_prefill: Number | None = Field(
+        None, description="Prefill rate of the calibration's prompt."
+    )
+    recent_decode: Number | None = Field(
+        None, description="Decode rate of real traffic (background and foreground) between "
+        "the operator's last two reads."
+    )
+    recent_prefill: Number | None = Field(
+        None, description="Prefill rate of real traffic between the operator's last two reads."
+    )
+    expected_decode: Number | None = Field(
+        None, description="The decode rate this replica should reach: the median calibration "
+        "of its peers (same model, engine image, threads and node CPU model), else its own."
+    )
+    expected_source: str = Field(
+        "", description="Where expectedDecode comes from: peers (how many) or own calibration."
+    )
+    ratio: Number | None = Field(
+        None, description="recentDecode over expectedDecode, when both are known."
+    )
+    slow: Boolean = Field(
+        False, description="Whether this replica counts as slow (the SlowReplica condition)."
+    )
+    measured_at: str = Field("", description="When these numbers were read (RFC 3339).")
+
+
 class PlacementStatus(_StatusBase):
     """Where one replica runs and with which engine settings."""
 
@@ -696,6 +732,9 @@ class PlacementStatus(_StatusBase):
         default_factory=list, description="Rules that produced these settings."
     )
     reason: str = Field("", description="Why this node was chosen.")
+    speed: SpeedStatus | None = Field(
+        None, description="Calibration, recent and expected rates (once the gateway was read)."
+    )
 
 
 class LocalModelStatus(_StatusBase):
@@ -705,7 +744,8 @@ class LocalModelStatus(_StatusBase):
         None, description="The spec generation last acted on."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid, Placed and Ready conditions."
+        default_factory=list, description="Valid, Placed, Ready, Progressing and SlowReplica "
+        "conditions."
     )
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="Per-replica placement and settings."

@@ -1,0 +1,286 @@
+"""Speed where it is served: what to expect of a replica, and when it is slow. Pure.
+
+Each gateway measures its own replica (gateway/speed.py): a calibration at
+readiness (a fixed decode, before the pod reports Ready) and the engine's own
+timings of real traffic. The operator reads those numbers (controller/speed.py
+does the reading) and this module decides, from values only:
+
+* **What to expect** (`expected_speed`): a replica's peers are the replicas
+  running the same model on the same engine image with the same thread count
+  on nodes of the same CPU model (vendor, family, model id, from the node
+  facts the operator already reads). The expected decode (prefill) rate is the
+  median of the peers' calibrations; with no peers, the replica's own
+  calibration. A node whose CPU model is not known has no peers: two unknown
+  CPUs are not known to be alike.
+* **When it is slow** (`step`): a replica is slow once its decode rate from
+  real traffic stays below `slow_ratio` (50%) of the expected rate for
+  `slow_after` seconds (10 minutes) of traffic, and it stops being slow only
+  once it stays at or above `clear_ratio` (70%) for `clear_after` seconds
+  (2 minutes) of traffic. The gap between the two ratios and the two times
+  is the hysteresis: a replica hovering around 50% does not flap. Time
+  without traffic counts for neither: an idle replica keeps its state.
+* **When to read a gateway** (`next_read`): a replica is read once when its
+  pod becomes Ready (its calibration), then every `interval` while the last
+  read found traffic; a read that found none (or failed) doubles the wait, up
+  to `idle_max`. At most one small read per replica per interval, and an idle
+  model costs one read per `idle_max`.
+* **What goes into status** (`worth_publishing`): rates that moved by 10% or
+  more, a new calibration or expectation, a change of state, or numbers older
+  than `publish_max`: a model under steady traffic writes its status at most
+  every few minutes, not once per read.
+
+Tables in tests/unit/test_speed.py.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+# Defaults of the operator's flags (controller/config.py), documented in docs/operator.md.
+SLOW_RATIO = 0.5
+CLEAR_RATIO = 0.7
+SLOW_AFTER_SECONDS = 600.0
+CLEAR_AFTER_SECONDS = 120.0
+READ_INTERVAL_SECONDS = 30.0
+IDLE_MAX_SECONDS = 600.0
+PUBLISH_MAX_SECONDS = 300.0
+PUBLISH_CHANGE = 0.10  # a rate that moved this much (relative) is written at once
+
+SOURCE_PEERS = "peers"
+SOURCE_OWN = "own calibration"
+
+
+@dataclass(frozen=True)
+class SpeedPolicy:
+    slow_ratio: float = SLOW_RATIO
+    clear_ratio: float = CLEAR_RATIO
+    slow_after: float = SLOW_AFTER_SECONDS
+    clear_after: float = CLEAR_AFTER_SECONDS
+    interval: float = READ_INTERVAL_SECONDS
+    idle_max: float = IDLE_MAX_SECONDS
+    publish_max: float = PUBLISH_MAX_SECONDS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.slow_ratio < self.clear_ratio <= 1:
+            raise ValueError("speed thresholds need 0 < slow ratio < clear ratio <= 1")
+
+
+# ---- what a gateway reports ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Tokens per second; None when nothing was measured."""
+
+    decode: float | None = None
+    prefill: float | None = None
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A gateway's counters of engine-timed requests since it started."""
+
+    requests: int = 0
+    generated_tokens: float = 0.0
+    decode_seconds: float = 0.0
+    prompt_tokens: float = 0.0
+    prefill_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One read of a gateway's /speed document, at the operator's clock."""
+
+    at: float
+    calibration: Rates
+    totals: Totals
+    calibrated_at: float | None = None  # epoch seconds, the gateway's clock
+    pod_uid: str = ""
+
+
+def _rate(tokens: float, seconds: float) -> float | None:
+    return tokens / seconds if seconds > 0 and tokens > 0 else None
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What happened between two reads of one gateway."""
+
+    seconds: float  # wall time between the reads
+    requests: int
+    rates: Rates
+
+
+def traffic(before: Reading | None, after: Reading) -> Traffic | None:
+    """The traffic between two reads of the same gateway process; None for the
+    first read, a restarted gateway (its counters went back), or no time."""
+    if before is None or after.pod_uid != before.pod_uid:
+        return None
+    a, b = before.totals, after.totals
+    if b.requests < a.requests or b.generated_tokens < a.generated_tokens:
+        return None
+    seconds = after.at - before.at
+    if seconds <= 0:
+        return None
+    return Traffic(
+        seconds=seconds,
+        requests=b.requests - a.requests,
+        rates=Rates(
+            decode=_rate(b.generated_tokens - a.generated_tokens,
+                         b.decode_seconds - a.decode_seconds),
+            prefill=_rate(b.prompt_tokens - a.prompt_tokens, b.prefill_seconds - a.prefill_seconds),
+        ),
+    )
+
+
+# ---- what to expect -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeerKey:
+    """What makes two replicas comparable. `cpu` is None when the node's CPU
+    model is not known: such a replica has no peers."""
+
+    model: str
+    engine_image: str
+    threads: int
+    cpu: tuple[str, str, str] | None
+
+
+@dataclass(frozen=True)
+class Expected:
+    decode: float | None
+    prefill: float | None
+    source: str  # SOURCE_PEERS, SOURCE_OWN, or "" when nothing is known
+    peers: int = 0
+
+    @property
+    def describe(self) -> str:
+        if self.source == SOURCE_PEERS:
+            return f"median calibration of {self.peers} peer replica{'s' * (self.peers != 1)}"
+        return self.source or "none: not calibrated"
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def expected_speed(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerKey, Rates]]
+                   ) -> Expected:
+    """The expected rates of replica `me`, from every replica's (key, calibration)."""
+    peers = [rates for other, (k, rates) in sorted(calibrations.items())
+             if other != me and key.cpu is not None and k == key and rates.decode is not None]
+    if peers:
+        return Expected(_median(r.decode for r in peers), _median(r.prefill for r in peers),
+                        SOURCE_PEERS, len(peers))
+    own = calibrations.get(me)
+    if own is not None and own[1].decode is not None:
+        return Expected(own[1].decode, own[1].prefill, SOURCE_OWN)
+    return Expected(None, None, "")
+
+
+# ---- when it is slow --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlowState:
+    slow: bool = False
+    below: float = 0.0  # seconds of traffic below slow_ratio (counting toward slow)
+    above: float = 0.0  # seconds of traffic at or above clear_ratio (counting toward clear)
+    ratio: float | None = None  # the last ratio measured with traffic
+
+
+def ratio_of(measured: float | None, expected: float | None) -> float | None:
+    if measured is None or expected is None or expected <= 0:
+        return None
+    return measured / expected
+
+
+def step(state: SlowState, ratio: float | None, seconds: float, policy: SpeedPolicy) -> SlowState:
+    """One read's worth of traffic (`seconds` of it, at `ratio` of the expected
+    decode rate). No traffic or no expectation: nothing changes."""
+    if ratio is None or seconds <= 0:
+        return state
+    if not state.slow:
+        if ratio >= policy.slow_ratio:
+            return SlowState(False, 0.0, 0.0, ratio)
+        below = state.below + seconds
+        if below >= policy.slow_after:
+            return SlowState(True, 0.0, 0.0, ratio)
+        return SlowState(False, below, 0.0, ratio)
+    if ratio < policy.clear_ratio:
+        return SlowState(True, 0.0, 0.0, ratio)
+    above = state.above + seconds
+    if above >= policy.clear_after:
+        return SlowState(False, 0.0, 0.0, ratio)
+    return SlowState(True, 0.0, above, ratio)
+
+
+# ---- when to read --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadLog:
+    """The last read of one pod (by uid): when, and how many in a row found no
+    traffic or failed."""
+
+    at: float
+    quiet: int = 0
+
+
+def next_read(last: ReadLog | None, policy: SpeedPolicy) -> float:
+    """When to read a Ready pod next (operator clock); 0: now (never read: its calibration)."""
+    if last is None:
+        return 0.0
+    backoff: float = policy.interval * float(2 ** min(last.quiet, 30))
+    return last.at + min(policy.idle_max, backoff)
+
+
+def after_read(last: ReadLog | None, at: float, busy: bool) -> ReadLog:
+    """The log after a read at `at`: `busy` when it found traffic since the last."""
+    if busy or last is None:
+        return ReadLog(at, 0)
+    return ReadLog(at, last.quiet + 1)
+
+
+# ---- what to publish ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Published:
+    """The numbers of one replica as written to its status."""
+
+    calibration: Rates
+    recent: Rates
+    expected: Expected
+    slow: bool
+    measured_at: float
+
+
+def _moved(old: float | None, new: float | None) -> bool:
+    if old is None or new is None:
+        return old != new
+    return abs(new - old) > PUBLISH_CHANGE * max(abs(old), 1e-9)
+
+
+def worth_publishing(old: Published | None, new: Published, policy: SpeedPolicy) -> bool:
+    if old is None or old.slow != new.slow or old.expected.source != new.expected.source:
+        return True
+    if new.measured_at - old.measured_at >= policy.publish_max:
+        return True
+    pairs = ((old.calibration.decode, new.calibration.decode),
+             (old.calibration.prefill, new.calibration.prefill),
+             (old.recent.decode, new.recent.decode), (old.recent.prefill, new.recent.prefill),
+             (old.expected.decode, new.expected.decode))
+    return any(_moved(a, b) for a, b in pairs)
+
+
+def publish(old: Published | None, new: Published, policy: SpeedPolicy) -> Published:
+    return new if worth_publishing(old, new, policy) else old or new
+
+
+def with_expected(p: Published, expected: Expected) -> Published:
+    return replace(p, expected=expected)
