@@ -23,6 +23,9 @@ BASE = GatewayConfig(
     threads=2,
     context=4096,
     max_tokens=4096,
+    # Calibration at readiness has its own tests (test_gateway_standin.py,
+    # Speed): the others count the stand-in's requests and want /readyz at once.
+    calibrate_tokens=0,
 )
 
 

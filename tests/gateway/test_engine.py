@@ -140,8 +140,22 @@ async def test_chat_completion_through_gateway_has_engine_shape(
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
+        # Ready once the engine's one model serves and a 32-token calibration ran
+        # with the rendered settings (docs/gateway.md, Speed).
         async with session.get(gw.url + "/readyz") as resp:
-            assert resp.status == 200
+            assert resp.status == 503
+            assert "calibrating" in (await resp.json())["reason"]
+        for _ in range(600):
+            async with session.get(gw.url + "/readyz") as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.1)
+        assert resp.status == 200
+        async with session.get(gw.url + "/speed") as resp:
+            calibration = (await resp.json())["calibration"]
+        assert calibration["complete"] is True and calibration["error"] is None, calibration
+        assert calibration["generated_tokens"] == 32, calibration  # ignore_eos: always 32
+        assert calibration["decode_tokens_per_second"] > 0.5, calibration
         body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
         async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
             assert resp.status == 200

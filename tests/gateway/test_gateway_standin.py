@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+import pytest
 
 from localmodel.engines import ollama
 from localmodel.gateway.config import GatewayConfig
@@ -660,3 +661,76 @@ async def test_metrics_carry_engine_timings_and_outcomes(make_rig: RigFactory) -
     assert len(docs) == 3  # one line per request
     assert docs[0]["decode_tok_s"] is not None and docs[0]["prefill_tok_s"] is not None
     assert docs[0]["queue_wait_ms"] is not None
+
+
+# ---- speed: calibration at readiness, recent rates ----------------------------
+
+
+async def test_readyz_waits_for_a_calibration_with_the_owned_settings(
+    make_rig: RigFactory,
+) -> None:
+    standin = StandinOllama(token_delay=0.02, tokens=100)
+    rig = await make_rig(standin, threads=3, context=1024, calibrate_tokens=32)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(rig.url + "/readyz") as resp:
+            assert resp.status == 503
+            assert "calibrating" in (await resp.json())["reason"]
+        await wait_until(lambda: rig.gateway.gateway.speed.calibration is not None)
+        await asyncio.sleep(1.05)  # readiness is cached for a second
+        async with session.get(rig.url + "/readyz") as resp:
+            assert resp.status == 200
+        async with session.get(rig.url + "/speed") as resp:
+            doc = await resp.json()
+    path, body = standin.requests[0]
+    assert path == "/api/generate" and body["raw"] is True and body["stream"] is True
+    assert body["options"] == {"num_thread": 3, "num_ctx": 1024, "num_predict": 32,
+                               "temperature": 0, "seed": 0}
+    cal = doc["calibration"]
+    # The stand-in's own timing fields: 32 tokens at 0.02 s each.
+    assert cal["generated_tokens"] == 32 and cal["complete"] is True
+    assert cal["decode_tokens_per_second"] == pytest.approx(50.0)
+    assert doc["calibrating"] is False and doc["threads"] == 3
+    # The calibration is not traffic.
+    assert doc["totals"]["requests"] == 0 and doc["recent"]["requests"] == 0
+
+
+async def test_a_calibration_past_its_deadline_counts_the_tokens_it_saw(
+    make_rig: RigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from localmodel.gateway import readiness
+
+    monkeypatch.setattr(readiness, "CALIBRATION_DEADLINE_SECONDS", 0.5)
+    rig = await make_rig(StandinOllama(token_delay=0.05, tokens=100), calibrate_tokens=32)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(rig.url + "/readyz") as resp:
+            assert resp.status == 503
+        await wait_until(lambda: rig.gateway.gateway.speed.calibration is not None)
+        await asyncio.sleep(1.05)
+        async with session.get(rig.url + "/readyz") as resp:
+            assert resp.status == 200  # a pod is never held back for want of a number
+        async with session.get(rig.url + "/speed") as resp:
+            cal = (await resp.json())["calibration"]
+    assert cal["complete"] is False and "stopped after 0.5 s" in cal["error"]
+    assert 3 <= cal["generated_tokens"] <= 11
+    assert cal["decode_tokens_per_second"] == pytest.approx(20.0, rel=0.35)
+
+
+async def test_speed_and_metrics_carry_recent_rates_of_all_traffic(
+    make_rig: RigFactory,
+) -> None:
+    rig = await make_rig(StandinOllama(token_delay=0.01, tokens=10))
+    async with aiohttp.ClientSession() as session:
+        for priority in ("foreground", "background"):
+            async with session.post(rig.url + "/api/generate", json={"prompt": "a b"},
+                                    headers={"X-Priority": priority}) as resp:
+                await resp.read()
+        async with session.get(rig.url + "/speed") as resp:
+            doc = await resp.json()
+        async with session.get(rig.url + "/metrics") as resp:
+            text = await resp.text()
+    assert doc["totals"]["requests"] == 2 and doc["totals"]["generated_tokens"] == 20
+    assert doc["recent"]["requests"] == 2
+    assert doc["recent"]["decode_tokens_per_second"] == pytest.approx(100.0)
+    assert doc["calibration"] is None  # calibration off in this rig
+    assert 'localmodel_gateway_recent_tokens_per_second{phase="decode"} 100' in text
+    assert "localmodel_gateway_calibration_tokens_per_second{" not in text

@@ -40,7 +40,7 @@ from localmodel.status import (
 
 XEON = ("GenuineIntel", "6", "143")
 EPYC = ("AuthenticAMD", "25", "1")
-KEY = PeerKey("gemma3:270m", "ollama/ollama:0.34.4", 1, XEON)
+KEY = PeerKey("gemma3:270m", "engine-image-a", 1, XEON)
 
 
 def cal(decode: float | None, prefill: float | None = None) -> Rates:
@@ -63,7 +63,7 @@ EXPECTED = [
      {"a": (KEY, cal(25.0)),
       "b": (PeerKey(KEY.model, KEY.engine_image, 2, XEON), cal(40.0)),
       "c": (PeerKey("qwen3:0.6b", KEY.engine_image, 1, XEON), cal(15.0)),
-      "d": (PeerKey(KEY.model, "ollama/ollama:0.30.0", 1, XEON), cal(10.0))},
+      "d": (PeerKey(KEY.model, "engine-image-b", 1, XEON), cal(10.0))},
      25.0, None, SOURCE_OWN, 0),
     ("peers not calibrated yet do not count",
      {"a": (KEY, cal(25.0)), "b": (KEY, cal(None))}, 25.0, None, SOURCE_OWN, 0),

@@ -62,3 +62,10 @@ def test_a_pod_is_kept_reduced_to_what_placement_and_readiness_read() -> None:
     assert kept["spec"]["containers"] == [{"resources": {"requests": {"cpu": "1"}}}]
     assert kept["spec"]["volumes"] == [pod["spec"]["volumes"][0]]
     assert kept["status"] == {"phase": "Running", "conditions": pod["status"]["conditions"]}
+
+
+def test_a_pods_ip_is_kept_for_reading_its_gateway_speed() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {},
+           "status": {"phase": "Running", "podIP": "10.85.0.7", "hostIP": "10.0.0.1"}}
+    assert reduced_pod(pod)["status"] == {"phase": "Running", "conditions": [],
+                                          "podIP": "10.85.0.7"}

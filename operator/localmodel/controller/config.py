@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from localmodel import speed
 from localmodel.render import DEFAULT_OPERATOR_IMAGE
 from localmodel.settings import (
     ConfigError,
@@ -87,6 +88,34 @@ class OperatorConfig:
         metavar="S", parse=positive_seconds,
     )
     write_concurrency: int = 16
+    # Speed where it is served (docs/operator.md, Speed): each Ready replica's
+    # gateway is read for its speed at most once per interval, and only while
+    # it has traffic; a replica below half its expected decode rate for
+    # --slow-replica-after seconds of traffic turns SlowReplica true.
+    speed_interval: float = setting(
+        speed.READ_INTERVAL_SECONDS,
+        "read a replica's gateway speed at most this often, while it has traffic",
+        metavar="S", parse=positive_seconds,
+    )
+    slow_replica_after: float = setting(
+        speed.SLOW_AFTER_SECONDS,
+        "seconds of traffic below half the expected decode rate before SlowReplica",
+        metavar="S", parse=positive_seconds,
+    )
+    slow_replica_clear_after: float = setting(
+        speed.CLEAR_AFTER_SECONDS,
+        "seconds of traffic at 0.7 of the expected rate or more before SlowReplica clears",
+        metavar="S", parse=positive_seconds,
+    )
+
+    @property
+    def speed_policy(self) -> speed.SpeedPolicy:
+        return speed.SpeedPolicy(
+            slow_after=self.slow_replica_after, clear_after=self.slow_replica_clear_after,
+            interval=self.speed_interval,
+            idle_max=max(self.speed_interval, speed.IDLE_MAX_SECONDS),
+            publish_max=max(self.speed_interval, speed.PUBLISH_MAX_SECONDS),
+        )
 
 
 FLAGS = flags(OperatorConfig)

@@ -20,6 +20,7 @@ from localmodel.controller.config import ConfigError, OperatorConfig, parse_conf
 from localmodel.controller.handlers import build_registry
 from localmodel.controller.leader import LeaderElector
 from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+from localmodel.controller.speed import SpeedReader
 from localmodel.controller.writer import Kube
 from localmodel.kube import Credentials, KubeconfigError, credentials
 from localmodel.metrics import render
@@ -74,6 +75,8 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
     async with Kube(creds, on_write=metrics.on_write, concurrency=config.write_concurrency,
                     identity=identity) as kube:
         reconciler = Reconciler(config, kube, metrics, identity=identity)
+        reader = SpeedReader(reconciler.speed, metrics.speed_reads, reconciler.trigger)
+        reconciler.speed_wake = reader.wake.set
 
         def leadership(leading: bool) -> None:
             metrics.leader = 1.0 if leading else 0.0
@@ -131,13 +134,14 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
             kopf_task,
             asyncio.create_task(elector.run(), name="leader"),
             asyncio.create_task(reconciler.run(elector.leading), name="reconcile"),
+            asyncio.create_task(reader.run(elector.leading), name="speed"),
             asyncio.create_task(mark_ready(), name="ready"),
         ]
         log.info("localmodel operator %s starting (namespaces: %s, Lease %s/%s)", identity,
                  ", ".join(config.namespaces) or "all", config.leader_namespace,
                  config.leader_name)
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([*tasks[:3], stopper], return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait([*tasks[:4], stopper], return_when=asyncio.FIRST_COMPLETED)
         code = 0
         for task in done:
             if task is not stopper and task.exception() is not None:

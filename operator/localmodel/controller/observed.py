@@ -86,6 +86,7 @@ class OwnedPod:
     # lastTransitionTime of PodScheduled=False/Unschedulable, if the pod is stuck
     unschedulable_since: str | None = None
     unschedulable_message: str = ""
+    ip: str | None = None  # status.podIP: where its gateway answers
 
     @property
     def key(self) -> Key:
@@ -286,6 +287,7 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         claim=_pod_claim(spec),
         unschedulable_since=since,
         unschedulable_message=why,
+        ip=str(status["podIP"]) if status.get("podIP") else None,
     )
 
 

@@ -47,9 +47,12 @@ from localmodel.controller.observed import (
     current_placements,
     readiness,
 )
-from localmodel.desired import desired_state
-from localmodel.render import RenderOptions
-from localmodel.status import EventReason, EventSpec, invalid_status, with_progress
+from localmodel.controller.speed import SpeedTarget
+from localmodel.desired import ModelResult, desired_state
+from localmodel.facts import NodeFacts
+from localmodel.render import RenderOptions, pod_name
+from localmodel.speed import PeerKey, Published, SpeedPolicy
+from localmodel.status import EventReason, EventSpec, invalid_status, with_progress, with_speed
 
 # A write is expected to show in the watches within this long; after that the
 # next pass acts on what it sees, whatever was written before.
@@ -349,6 +352,35 @@ class ModelWork:
 class PassPlan:
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
+    speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+
+
+def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
+    """The node's CPU model (vendor, family, model id), None unless all are known."""
+    if node is None or not (node.cpu_vendor and node.cpu_family and node.cpu_model_id):
+        return None
+    return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
+
+
+def speed_targets(result: ModelResult, obs: Observed) -> list[SpeedTarget]:
+    """The model's replicas whose gateway the operator can read: Ready pods of
+    this model with a pod IP, on the node they are planned on, with their peer key."""
+    lm = result.model
+    mo = obs.models.get(lm.key)
+    if mo is None or not lm.spec.gateway.enabled:
+        return []
+    pods = {p.replica: p for p in obs.pods_of(lm.key)
+            if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
+    out = []
+    for r in result.replicas:
+        pod = pods.get(r.replica)
+        if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
+                lm, r.replica):
+            continue
+        peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
+                       cpu_model(obs.nodes.get(r.node)))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer))
+    return out
 
 
 def with_memory(current: dict[str, list[str | None]], placed: Placed
@@ -367,8 +399,12 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
 
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
-              avoid: Avoid) -> PassPlan:
-    """The pure core of a pass: desired state, then each model's changes and status."""
+              avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
+              speed_policy: SpeedPolicy | None = None) -> PassPlan:
+    """The pure core of a pass: desired state, then each model's changes and status
+    (with each replica's speed, `speeds`: model -> replica -> published numbers)."""
+    speeds = speeds or {}
+    policy = speed_policy or SpeedPolicy()
     state = desired_state(
         obs.valid_models(),
         list(obs.nodes.values()),
@@ -381,15 +417,21 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
     )
     work: list[ModelWork] = []
+    targets: list[SpeedTarget] = []
     for result in state.models:
         mo = obs.models[result.model.key]
         if result.problems:  # an invalid spec changes nothing but its status
             work.append(ModelWork(mo, ModelChanges(), result.status))
             continue
         changes = model_changes(result, mo.uid, obs)
-        work.append(ModelWork(mo, changes, with_progress(
-            result.status, changes.rolling, result.model, now)))
+        status = with_progress(result.status, changes.rolling, result.model, now)
+        published = speeds.get(result.model.key, {})
+        status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
+                                     for replica, p in published.items()},
+                            policy, result.model, now)
+        work.append(ModelWork(mo, changes, status))
+        targets += speed_targets(result, obs)
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
     return PassPlan(work, {r.model.key: {rep.replica: rep.node for rep in r.replicas}
-                           for r in state.models})
+                           for r in state.models}, tuple(targets))

@@ -42,6 +42,7 @@ from localmodel.controller.policy import (
     settled,
     status_settled,
 )
+from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
@@ -63,12 +64,21 @@ class OperatorMetrics:
         "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
     leader: float = 0.0
     models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
+    speed_reads: ReadCounters = field(default_factory=ReadCounters)
+    speed_ratios: Callable[[], dict[tuple[str, ...], float]] = dict
 
     def all(self) -> list[Metric]:
         return [
             self.passes,
             self.pass_seconds,
             self.writes,
+            self.speed_reads.reads,
+            self.speed_reads.read_bytes,
+            Gauge("localmodel_operator_replica_decode_speed_ratio",
+                  "Each replica's decode rate between the operator's last two reads with "
+                  "traffic over its expected rate (below 0.5 for --slow-replica-after: "
+                  "SlowReplica).", lambda: self.speed_ratios(),
+                  ("namespace", "localmodel", "replica", "node")),
             Gauge("localmodel_operator_models", "LocalModels by condition and status.",
                   lambda: dict(self.models_by_condition), ("condition", "status")),
             Gauge("localmodel_operator_leader", "Whether this replica holds the Lease (1 or 0).",
@@ -129,6 +139,10 @@ class Reconciler:
         self._expected = Expectations()  # writes the watches have not shown yet
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
+        # Each Ready replica's speed, filled by controller.speed.SpeedReader.
+        self.speed = SpeedBook(config.speed_policy)
+        self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
+        metrics.speed_ratios = self.speed.ratios
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -222,8 +236,12 @@ class Reconciler:
 
     def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
         planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
-                            placed=self._placed, avoid=self.avoid)
+                            placed=self._placed, avoid=self.avoid,
+                            speeds=self.speed.published_by_model(),
+                            speed_policy=self.speed.policy)
         self._placed = planned.placed
+        if self.speed.retarget(planned.speed_targets):
+            self.speed_wake()
         return planned.work
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:

@@ -52,7 +52,9 @@ def reduced_pod(body: Raw) -> dict[str, Any]:
             "overhead": spec.get("overhead"),
             "volumes": [v for v in spec.get("volumes") or [] if v.get("name") == VOLUME_WEIGHTS],
         },
-        "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or []},
+        "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or [],
+                   # where the operator reads a Ready replica's gateway speed
+                   **({"podIP": status["podIP"]} if status.get("podIP") else {})},
     }
 
 

@@ -86,6 +86,10 @@ class GatewayConfig:
     keep_alive: str = setting(
         "-1", "default keep_alive for Ollama requests", metavar="VALUE", parse=_keep_alive
     )
+    calibrate_tokens: int = setting(
+        32, "tokens decoded once at readiness to calibrate this replica's speed (0: none)",
+        metavar="N", parse=non_negative_int,
+    )
     max_body_bytes: int = setting(
         8 * 1024 * 1024, "request body limit, 413 above it", metavar="N", parse=positive_int
     )

@@ -1,15 +1,19 @@
-"""/readyz: ready once the engine answers and, for Ollama, the model is loaded.
+"""/readyz: ready once the engine answers and, for Ollama, the model is loaded,
+and the replica's speed is calibrated.
 
 The answer is kept for a second, so a probe storm costs the engine one call.
 While Ollama has not loaded the model, the gateway loads it once with the
 owned settings (the warm-up), so the first caller does not pay for the load
-and the load uses the right thread count.
+and the load uses the right thread count. Once the model serves, one fixed
+generation measures this replica's speed on its own node under its own limit
+(gateway/speed.py, Calibration) before the pod reports Ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +23,21 @@ from aiohttp import web
 from yarl import URL
 
 from localmodel.engines import llama_server, ollama
+from localmodel.gateway.assemble import LineSplitter, StreamWatcher
 from localmodel.gateway.config import GatewayConfig
-from localmodel.gateway.rewrite import load_request, model_loaded
+from localmodel.gateway.rewrite import (
+    keep_alive_value,
+    load_request,
+    model_loaded,
+    pod_runner_options,
+)
+from localmodel.gateway.speed import (
+    CALIBRATION_DEADLINE_SECONDS,
+    Calibration,
+    SpeedRecord,
+    calibration_call,
+    calibration_from,
+)
 from localmodel.gateway.wire import Upstreams, json_response
 
 READY_CACHE_SECONDS = 1.0
@@ -36,13 +53,19 @@ class _Ready:
 
 class Readiness:
     def __init__(
-        self, config: GatewayConfig, upstreams: Upstreams, clock: Callable[[], float]
+        self,
+        config: GatewayConfig,
+        upstreams: Upstreams,
+        clock: Callable[[], float],
+        speed: SpeedRecord | None = None,
     ) -> None:
         self.config = config
         self.upstreams = upstreams
         self._clock = clock
         self._ready = _Ready()
         self._warmup: asyncio.Task[None] | None = None
+        self.speed = speed if speed is not None else SpeedRecord()
+        self._calibration: asyncio.Task[None] | None = None
 
     async def handle_readyz(self, request: web.Request) -> web.Response:
         now = self._clock()
@@ -54,11 +77,12 @@ class Readiness:
         return json_response(503, {"ready": False, "reason": self._ready.reason})
 
     async def stop(self) -> None:
-        """Cancel a warm-up still running."""
-        if self._warmup is not None:
-            self._warmup.cancel()
-            with contextlib.suppress(BaseException):
-                await self._warmup
+        """Cancel a warm-up or calibration still running."""
+        for task in (self._warmup, self._calibration):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     async def _check_engine(self) -> tuple[bool, str]:
         try:
@@ -68,9 +92,61 @@ class Readiness:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             return False, f"engine unreachable at {self.config.upstream}: {exc!r}"
         if loaded is _SERVING or not self.config.model or model_loaded(self.config.model, loaded):
-            return True, ""
+            return self._calibrated()
         self._start_warmup()
         return False, f"model {self.config.model} not loaded yet (loading)"
+
+    def _calibrated(self) -> tuple[bool, str]:
+        """Ready once calibrated (or calibration is off, or it failed: a pod is
+        never held back for want of a measurement)."""
+        if self.config.calibrate_tokens == 0 or self.speed.calibration is not None:
+            return True, ""
+        if self._calibration is None:
+            self.speed.calibrating = True
+            self._calibration = asyncio.get_running_loop().create_task(self._calibrate())
+        return False, "model loaded; calibrating decode speed"
+
+    async def _calibrate(self) -> None:
+        c = self.config
+        call = calibration_call(c.engine, c.model, pod_runner_options(c),
+                                keep_alive_value(c.keep_alive), c.calibrate_tokens)
+        watcher = StreamWatcher(call.kind)
+        lines = LineSplitter()
+        started = self._clock()
+        first: float | None = None
+        last: float | None = None
+        seen = 0
+        error = ""
+        complete = False
+        try:
+            async with asyncio.timeout(CALIBRATION_DEADLINE_SECONDS):
+                url = self._url(call.path)
+                async with self.upstreams.session.post(url, json=call.body) as resp:
+                    if resp.status != 200:
+                        raise _NotReady(f"engine {call.path} answered {resp.status}")
+                    async for chunk in resp.content.iter_any():
+                        watcher.feed(chunk)
+                        for line in lines.feed(chunk):
+                            if _token_line(line):
+                                seen += 1
+                                last = self._clock()
+                                first = last if first is None else first
+                    watcher.close()
+                    complete = watcher.error is None
+                    error = watcher.error or ""
+        except TimeoutError:
+            error = f"stopped after {CALIBRATION_DEADLINE_SECONDS:g} s"
+        except (aiohttp.ClientError, _NotReady, ValueError) as exc:
+            error = f"calibration failed: {exc}"
+        self.speed.calibration = calibration_from(
+            watcher.timing, seen, first, last, self._clock() - started, time.time(), complete,
+            error)
+        self.speed.calibrating = False
+        self._ready = _Ready()  # the next probe answers from the new state
+
+    @property
+    def calibration(self) -> Calibration | None:
+        return self.speed.calibration
 
     async def _ask_engine(self) -> Any:
         """Ollama's list of loaded models; _SERVING from llama-server, which
@@ -106,6 +182,14 @@ class Readiness:
 
 class _NotReady(Exception):
     """The engine answered, not ready yet."""
+
+
+def _token_line(line: bytes) -> bool:
+    """A streamed line that carries a generated token (either format), roughly:
+    only used to time a calibration cut at its deadline."""
+    if not line.strip() or line.startswith(b":"):
+        return False
+    return b"[DONE]" not in line and b'"done":true' not in line.replace(b" ", b"")
 
 
 def _answered_ok(resp: aiohttp.ClientResponse, path: str) -> None:

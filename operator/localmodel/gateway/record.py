@@ -16,6 +16,7 @@ from typing import Any
 
 from localmodel.gateway.assemble import EngineTiming
 from localmodel.gateway.slots import SlotSnapshot
+from localmodel.gateway.speed import SpeedRecord
 from localmodel.metrics import (
     LATENCY_BUCKETS,
     RATE_BUCKETS,
@@ -162,8 +163,12 @@ class GatewayMetrics:
         self,
         slots: Callable[[], SlotSnapshot],
         in_flight: Callable[[], int],
+        speed: SpeedRecord | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         p = PREFIX
+        self.speed = speed if speed is not None else SpeedRecord()
+        self._clock = clock
         self.requests = Counter(
             p + "requests_total",
             "Requests by route, priority and outcome.",
@@ -271,6 +276,20 @@ class GatewayMetrics:
         def _in_flight() -> dict[Labels, float]:
             return {(): float(in_flight())}
 
+        def _calibration() -> dict[Labels, float]:
+            c = self.speed.calibration
+            if c is None:
+                return {}
+            rates = (("decode", c.decode), ("prefill", c.prefill))
+            return {(phase,): rate for phase, rate in rates if rate is not None}
+
+        def _recent() -> dict[Labels, float]:
+            if self._clock is None:
+                return {}
+            _, decode, prefill = self.speed.recent(self._clock())
+            rates = (("decode", decode), ("prefill", prefill))
+            return {(phase,): rate for phase, rate in rates if rate is not None}
+
         self.gauges = (
             Gauge(p + "slots", "Slots (concurrent generations) this gateway allows.", _slots_total),
             Gauge(p + "slots_busy", "Slots held by a request now.", _slots_busy),
@@ -283,6 +302,16 @@ class GatewayMetrics:
                 p + "queued", "Requests waiting for a slot, by priority.", _queued, ("priority",)
             ),
             Gauge(p + "in_flight", "Requests being handled now (any route).", _in_flight),
+            Gauge(
+                p + "calibration_tokens_per_second",
+                "This replica's speed measured at readiness (a fixed 32-token decode), by "
+                "phase (decode, prefill).", _calibration, ("phase",),
+            ),
+            Gauge(
+                p + "recent_tokens_per_second",
+                "Speed of the requests served in the last 5 minutes (engine timing), by phase.",
+                _recent, ("phase",),
+            ),
         )
         # Mean slot hold time, for Retry-After hints.
         self._held = 0
@@ -356,6 +385,8 @@ class GatewayMetrics:
         timing = rec.timing
         if timing is None:
             return
+        if rec.served_by != "overflow":
+            self.speed.add(rec.end if rec.end is not None else rec.start, timing)
         if timing.prompt_tokens is not None:
             self.prompt_tokens.inc(max(0, timing.prompt_tokens))
         if timing.prompt_seconds is not None:

@@ -35,6 +35,7 @@ from localmodel.gateway.record import GatewayMetrics, slots_document
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.routes import ROUTES, Route
 from localmodel.gateway.slots import SlotBoard
+from localmodel.gateway.speed import SPEED_PATH, SpeedRecord, speed_document
 from localmodel.gateway.wire import Upstreams, json_response
 
 SERVED_BY_HEADER = "X-LocalModel-Served-By"
@@ -52,7 +53,10 @@ class SlotGate:
     ) -> None:
         self.config = config
         self.queue = SlotQueue(config.slots, config.max_queue)
-        self.metrics = GatewayMetrics(self.board.snapshot, lambda: self.pipeline.in_flight)
+        self.speed = SpeedRecord()
+        self._clock = clock
+        self.metrics = GatewayMetrics(self.board.snapshot, lambda: self.pipeline.in_flight,
+                                      self.speed, clock)
         self.breaker = OverflowBreaker()
         self.upstreams = Upstreams()
         overflow = None
@@ -68,7 +72,7 @@ class SlotGate:
             access_log if access_log is not None else _stdout_line,
             clock,
         )
-        self.readiness = Readiness(config, self.upstreams, clock)
+        self.readiness = Readiness(config, self.upstreams, clock, self.speed)
 
     @property
     def board(self) -> SlotBoard:
@@ -99,6 +103,7 @@ class SlotGate:
         app.router.add_get("/healthz", self.handle_healthz)
         app.router.add_get("/readyz", self.readiness.handle_readyz)
         app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get(SPEED_PATH, self.handle_speed)
         app.on_response_prepare.append(_tag_response)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
@@ -127,6 +132,12 @@ class SlotGate:
         c = self.config
         return json_response(
             200, slots_document(self.board.snapshot(), c.model, c.engine, c.threads, c.context)
+        )
+
+    async def handle_speed(self, request: web.Request) -> web.Response:
+        c = self.config
+        return json_response(
+            200, speed_document(self.speed, self._clock(), c.engine, c.model, c.threads)
         )
 
     async def handle_healthz(self, request: web.Request) -> web.Response:

@@ -1,0 +1,269 @@
+"""Reading each replica's speed from its gateway, and keeping the book of it.
+
+The operator reads a Ready replica's gateway directly at its pod IP
+(`GET http://<podIP>:8080/speed`, about 500 bytes), not through the API
+server's pod proxy: a proxied read costs the API server a request and a
+connection to the kubelet per replica, and would need `pods/proxy`, which
+lets its holder reach any port of any pod. The gateway gets no Kubernetes
+permission at all. What is read when is `localmodel.speed.next_read`: one
+read when a pod becomes Ready (its calibration), then at most one per
+`--speed-interval` while it has traffic, thinning out to one per 10 minutes
+for a replica without traffic. Reads are counted in
+`localmodel_operator_gateway_reads_total{result}`.
+
+`SpeedBook` is the state the reads build (deterministic: values in, values
+out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
+I/O loop around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from localmodel.gateway.speed import SPEED_PATH
+from localmodel.metrics import Counter
+from localmodel.render import GATEWAY_PORT
+from localmodel.speed import (
+    Expected,
+    PeerKey,
+    Published,
+    Rates,
+    Reading,
+    ReadLog,
+    SlowState,
+    SpeedPolicy,
+    Totals,
+    after_read,
+    expected_speed,
+    next_read,
+    publish,
+    ratio_of,
+    step,
+    traffic,
+)
+
+log = logging.getLogger("localmodel.speed")
+
+READ_TIMEOUT_SECONDS = 2.0
+READ_CONCURRENCY = 16
+READ_MAX_BYTES = 64 * 1024  # a /speed document is about 500 bytes
+
+
+@dataclass(frozen=True)
+class SpeedTarget:
+    """A Ready replica whose gateway can be read."""
+
+    model: str  # "namespace/name"
+    replica: int
+    node: str
+    pod: str
+    uid: str
+    ip: str
+    peer: PeerKey
+
+
+class BadDocument(ValueError):
+    """A /speed answer that is not the gateway's document."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def reading_from(doc: Any, at: float, uid: str) -> Reading:
+    """A gateway's /speed document as a `Reading`; BadDocument when it is not one."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("totals"), Mapping):
+        raise BadDocument("not a /speed document (no totals)")
+    totals = doc["totals"]
+    cal = doc.get("calibration") if isinstance(doc.get("calibration"), Mapping) else {}
+    assert isinstance(cal, Mapping)
+    return Reading(
+        at=at,
+        calibration=Rates(_number(cal.get("decode_tokens_per_second")),
+                          _number(cal.get("prefill_tokens_per_second"))),
+        calibrated_at=_number(cal.get("at")),
+        totals=Totals(
+            requests=int(_number(totals.get("requests")) or 0),
+            generated_tokens=_number(totals.get("generated_tokens")) or 0.0,
+            decode_seconds=_number(totals.get("decode_seconds")) or 0.0,
+            prompt_tokens=_number(totals.get("prompt_tokens")) or 0.0,
+            prefill_seconds=_number(totals.get("prefill_seconds")) or 0.0,
+        ),
+        pod_uid=uid,
+    )
+
+
+@dataclass
+class ReplicaBook:
+    target: SpeedTarget
+    log: ReadLog | None = None
+    reading: Reading | None = None
+    state: SlowState = field(default_factory=SlowState)
+    recent: Rates = field(default_factory=Rates)  # the last interval that had traffic
+    published: Published | None = None
+
+
+@dataclass
+class SpeedBook:
+    """Every Ready replica's reads, state and published numbers, by pod uid."""
+
+    policy: SpeedPolicy = field(default_factory=SpeedPolicy)
+    by_uid: dict[str, ReplicaBook] = field(default_factory=dict)
+
+    def retarget(self, targets: Iterable[SpeedTarget]) -> bool:
+        """The replicas to read now (from a pass); pods gone or not Ready are
+        forgotten. True when a replica was added (read it at once)."""
+        fresh = {t.uid: t for t in targets}
+        added = bool(fresh.keys() - self.by_uid.keys())
+        kept = {uid: b for uid, b in self.by_uid.items() if uid in fresh}
+        for uid, target in fresh.items():
+            if uid in kept:
+                kept[uid].target = target
+            else:
+                kept[uid] = ReplicaBook(target)
+        self.by_uid = kept
+        return added
+
+    def due(self, now: float) -> list[SpeedTarget]:
+        return [b.target for b in self.by_uid.values() if next_read(b.log, self.policy) <= now]
+
+    def next_due(self) -> float | None:
+        times = [next_read(b.log, self.policy) for b in self.by_uid.values()]
+        return min(times) if times else None
+
+    def expected(self, uid: str) -> Expected:
+        b = self.by_uid[uid]
+        calibrations = {u: (o.target.peer, o.reading.calibration)
+                        for u, o in self.by_uid.items() if o.reading is not None}
+        return expected_speed(uid, b.target.peer, calibrations)
+
+    def record(self, uid: str, reading: Reading | None, now: float) -> bool:
+        """One read of `uid` at `now` (None: it failed). True when the numbers to
+        publish changed (the model's status should be written)."""
+        b = self.by_uid.get(uid)
+        if b is None:
+            return False
+        if reading is None:
+            b.log = after_read(b.log, now, busy=False)
+            return False
+        between = traffic(b.reading, reading)
+        busy = between is not None and between.requests > 0
+        b.log = after_read(b.log, now, busy=busy)
+        b.reading = reading
+        expected = self.expected(uid)
+        if busy and between is not None:
+            b.recent = between.rates
+            ratio = ratio_of(between.rates.decode, expected.decode)
+            b.state = step(b.state, ratio, between.seconds, self.policy)
+        new = Published(reading.calibration, b.recent, expected, b.state.slow, now)
+        old = b.published
+        b.published = publish(old, new, self.policy)
+        return b.published is not old
+
+    def published_by_model(self) -> dict[str, dict[int, Published]]:
+        out: dict[str, dict[int, Published]] = {}
+        for b in self.by_uid.values():
+            if b.published is not None:
+                out.setdefault(b.target.model, {})[b.target.replica] = b.published
+        return out
+
+    def ratios(self) -> dict[tuple[str, ...], float]:
+        """The last decode ratio of each replica read with traffic (the metric)."""
+        out: dict[tuple[str, ...], float] = {}
+        for b in self.by_uid.values():
+            if b.state.ratio is not None:
+                namespace, name = b.target.model.split("/", 1)
+                out[(namespace, name, str(b.target.replica), b.target.node)] = round(
+                    b.state.ratio, 4)
+        return out
+
+
+@dataclass
+class ReadCounters:
+    reads: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_gateway_reads_total",
+        "Reads of a replica's gateway speed (GET /speed at the pod IP) by result.",
+        ("result",)))
+    read_bytes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_gateway_read_bytes_total",
+        "Bytes of the gateways' /speed answers the operator read."))
+
+
+class SpeedReader:
+    """Reads what the book says is due, records it, and asks for a pass when
+    the published numbers changed. Only the leader reads."""
+
+    def __init__(self, book: SpeedBook, counters: ReadCounters, on_change: Callable[[], None],
+                 clock: Callable[[], float] = time.time, port: int = GATEWAY_PORT) -> None:
+        self.book = book
+        self.port = port
+        self.counters = counters
+        self.on_change = on_change
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def run(self, leading: asyncio.Event) -> None:
+        async with self.session():
+            while True:
+                await leading.wait()
+                await self.read_due()
+                await self._sleep()
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        timeout = aiohttp.ClientTimeout(total=READ_TIMEOUT_SECONDS)
+        connector = aiohttp.TCPConnector(limit=READ_CONCURRENCY, force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            self._session = session
+            try:
+                yield
+            finally:
+                self._session = None
+
+    async def _sleep(self) -> None:
+        due = self.book.next_due()
+        wait = self.book.policy.interval if due is None else max(0.5, due - self.clock())
+        self.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout=min(wait, self.book.policy.interval))
+
+    async def read_due(self) -> None:
+        due = self.book.due(self.clock())
+        if not due:
+            return
+        results = await asyncio.gather(*(self._read(t) for t in due))
+        changed = False
+        now = self.clock()
+        for target, reading in zip(due, results, strict=True):
+            changed = self.book.record(target.uid, reading, now) or changed
+        if changed:
+            self.on_change()
+
+    async def _read(self, target: SpeedTarget) -> Reading | None:
+        assert self._session is not None
+        url = f"http://{target.ip}:{self.port}{SPEED_PATH}"
+        try:
+            async with self._session.get(url) as resp:
+                raw = await resp.content.read(READ_MAX_BYTES)
+                if resp.status != 200:
+                    raise BadDocument(f"answered {resp.status}")
+            self.counters.read_bytes.inc(len(raw))
+            reading = reading_from(json.loads(raw), self.clock(), target.uid)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            self.counters.reads.inc(labels=("failed",))
+            log.debug("speed of %s replica %d (%s): %r", target.model, target.replica, url, exc)
+            return None
+        self.counters.reads.inc(labels=("ok",))
+        return reading
