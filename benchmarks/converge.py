@@ -10,7 +10,15 @@ writes per model (writes per model should not depend on N).
 
     python benchmarks/converge.py                # N = 50, 100, 300, 1000
     python benchmarks/converge.py --sizes 50 100 # a subset
+    python benchmarks/converge.py --quick        # CI: N = 20, a 10 s idle window
     python benchmarks/converge.py --json         # one JSON object as the last line
+
+The operator's reads of the gateways' speed (docs/operator.md, Speed) are
+counted from its metrics (`localmodel_operator_gateway_reads_total`): once
+every model is Ready, and again after an idle window with no traffic (by
+default 60 s), which should add none. kwok runs no gateways, so those reads
+fail; what a read costs when it succeeds is measured apart: one round of N
+reads by the operator's reader against a real gateway's `/speed` on loopback.
 
 Needs the binaries of hack/build-tools.sh. Reports the machine's load average
 before and after each size: the cluster and the operator share its CPUs.
@@ -74,7 +82,52 @@ def _metric(text: str, name: str) -> float:
     return 0.0
 
 
-def run_size(n: int, timeout: float) -> dict[str, Any]:
+def _metric_sum(text: str, name: str) -> float:
+    """A metric summed over its labels."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+READS = "localmodel_operator_gateway_reads_total"
+
+
+def read_cost(n: int) -> dict[str, float]:
+    """One round of `n` speed reads by the operator's reader (controller/speed.py)
+    against a real gateway's GET /speed on loopback: wall and CPU seconds."""
+    import asyncio
+    import resource
+
+    from localmodel.controller.speed import ReadCounters, SpeedBook, SpeedReader, SpeedTarget
+    from localmodel.gateway.config import GatewayConfig
+    from localmodel.gateway.server import start_gateway
+    from localmodel.speed import PeerKey
+
+    async def measure() -> dict[str, float]:
+        gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
+                                               calibrate_tokens=0), lambda line: None)
+        try:
+            book = SpeedBook()
+            key = PeerKey("m", "img", 1, None)
+            book.retarget([SpeedTarget("bench/m", i, "n", f"m-{i}", f"u{i}", "127.0.0.1", key)
+                           for i in range(n)])
+            counters = ReadCounters()
+            reader = SpeedReader(book, counters, lambda: None, port=gw.port)
+            async with reader.session():
+                cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+                t0 = time.monotonic()
+                await reader.read_due()
+                wall = time.monotonic() - t0
+                cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        finally:
+            await gw.stop()
+        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+        return {"reads": counters.reads.value(("ok",)), "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3), "bytes": counters.read_bytes.value()}
+
+    return asyncio.run(measure())
+
+
+def run_size(n: int, timeout: float, idle: float = 60.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         load_before = os.getloadavg()[0]
         cluster = TestCluster(fixture=fixture(n, Path(tmp) / "nodes.yaml"),
@@ -133,6 +186,9 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             time.sleep(3)  # the last status writes and events
             events = cluster.audit_events()[audit_start:]
             metrics = op.metrics()
+            reads_ready = _metric_sum(metrics, READS)
+            time.sleep(idle)  # no traffic: the idle window
+            reads_idle = _metric_sum(op.metrics(), READS) - reads_ready
             all_events = api.get("/api/v1/namespaces/bench/events")["items"]
             event_reasons = Counter(e.get("reason", "") for e in all_events)
             for e in all_events:
@@ -158,6 +214,9 @@ def run_size(n: int, timeout: float) -> dict[str, Any]:
             "writes": dict(sorted(writes.items())),
             "operator_cpu_s": operator_cpu,
             "events_by_reason": dict(sorted(event_reasons.items())),
+            "speed_reads_to_ready": reads_ready,
+            "speed_reads_idle": reads_idle,
+            "idle_seconds": idle,
             "passes": _metric(metrics, "localmodel_operator_pass_duration_seconds_count"),
             "pass_seconds_total": round(
                 _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),
@@ -170,11 +229,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 300, 1000])
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--idle", type=float, default=60.0,
+                        help="seconds of the idle window after all Ready (speed reads)")
+    parser.add_argument("--quick", action="store_true", help="CI: N = 20, a 10 s idle window")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.idle = [20], 10.0
     rows = []
     for n in args.sizes:
-        row = run_size(n, args.timeout)
+        row = run_size(n, args.timeout, args.idle)
         rows.append(row)
         print(f"N={n}: {row['ready']}/{n} Ready in {row['seconds_to_ready']} s "
               f"(load {row['load_before']} -> {row['load_after']})", file=sys.stderr)
@@ -193,8 +257,16 @@ def main() -> int:
           "and the volume binder) and was Ready (kwok). load: 1-minute load average.")
     print("writes by verb and resource (last N): " + ", ".join(
         f"{k}={v}" for k, v in rows[-1]["writes"].items()))
+    print(f"{'N':>6} {'speed reads to Ready':>21} {'speed reads idle':>17} {'idle s':>7}")
+    for r in rows:
+        print(f"{r['n']:>6} {r['speed_reads_to_ready']:>21.0f} {r['speed_reads_idle']:>17.0f} "
+              f"{r['idle_seconds']:>7.0f}")
+    cost = read_cost(max(300, max(args.sizes)) if not args.quick else 20)
+    print(f"speed reads by the operator's reader against a real gateway on loopback: "
+          f"{cost['reads']:.0f} reads in {cost['wall_s']} s wall, {cost['cpu_s']} s CPU, "
+          f"{cost['bytes']:.0f} bytes")
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json.dumps({"rows": rows, "read_cost": cost}))
     return 0
 
 

@@ -274,9 +274,10 @@ def stream_tokens(
     is_end: Callable[[bytes], bool],
     cap: float,
     first_timeout: float,
+    host: str = "127.0.0.1",
 ) -> Decode:
     """Stream a completion and time token arrivals; stop `cap` seconds after the first."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=first_timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=first_timeout)
     first = last = None
     tokens = 0
     cut = False

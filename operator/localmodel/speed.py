@@ -21,9 +21,11 @@ does the reading) and this module decides, from values only:
   without traffic counts for neither: an idle replica keeps its state.
 * **When to read a gateway** (`next_read`): a replica is read once when its
   pod becomes Ready (its calibration), then every `interval` while the last
-  read found traffic; a read that found none (or failed) doubles the wait, up
-  to `idle_max`. At most one small read per replica per interval, and an idle
-  model costs one read per `idle_max`.
+  read found traffic since the one before; after a read that found none (the
+  readiness read included) or failed, the next waits `idle_max`. At most one
+  small read per replica per interval, and an idle model costs one read per
+  `idle_max` (10 minutes); the price is that traffic starting on an idle
+  replica is first seen up to `idle_max` later.
 * **What goes into status** (`worth_publishing`): rates that moved by 10% or
   more, a new calibration or expectation, a change of state, or numbers older
   than `publish_max`: a model under steady traffic writes its status at most
@@ -235,15 +237,13 @@ def next_read(last: ReadLog | None, policy: SpeedPolicy) -> float:
     """When to read a Ready pod next (operator clock); 0: now (never read: its calibration)."""
     if last is None:
         return 0.0
-    backoff: float = policy.interval * float(2 ** min(last.quiet, 30))
-    return last.at + min(policy.idle_max, backoff)
+    return last.at + (policy.interval if last.quiet == 0 else policy.idle_max)
 
 
 def after_read(last: ReadLog | None, at: float, busy: bool) -> ReadLog:
-    """The log after a read at `at`: `busy` when it found traffic since the last."""
-    if busy or last is None:
-        return ReadLog(at, 0)
-    return ReadLog(at, last.quiet + 1)
+    """The log after a read at `at`: `busy` when it found traffic since the last
+    (the first read, at readiness, finds none by definition)."""
+    return ReadLog(at, 0 if busy else (last.quiet if last else 0) + 1)
 
 
 # ---- what to publish ----------------------------------------------------------------

@@ -33,7 +33,7 @@ async def test_reader_reads_calibration_then_traffic_and_counts_its_reads(
         async with session.get(rig.url + "/readyz") as resp:
             assert resp.status == 503  # the probe starts the calibration
         await wait_until(lambda: rig.gateway.gateway.speed.calibration is not None)
-        book = SpeedBook(SpeedPolicy(interval=10))
+        book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
         clock = Clock()
         changes: list[int] = []
         reader = SpeedReader(book, ReadCounters(), lambda: changes.append(1), clock, rig.port)
@@ -49,9 +49,9 @@ async def test_reader_reads_calibration_then_traffic_and_counts_its_reads(
                 async with session.post(rig.url + "/api/generate", json={"prompt": "x"},
                                         headers={"X-Priority": "background"}) as resp:
                     await resp.read()
-            clock.now += 5
-            await reader.read_due()  # nothing due yet: no read
-            clock.now += 5
+            clock.now += 10
+            await reader.read_due()  # the readiness read found no traffic: idle_max later
+            clock.now += 10
             await reader.read_due()
     u0 = book.by_uid["u0"]
     assert u0.recent.decode is not None and abs(u0.recent.decode - 100.0) < 1
@@ -66,14 +66,14 @@ async def test_a_replica_that_does_not_answer_is_counted_and_backed_off() -> Non
     port = probe.sockets[0].getsockname()[1]
     probe.close()
     await probe.wait_closed()
-    book = SpeedBook(SpeedPolicy(interval=10))
+    book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
     clock = Clock()
     reader = SpeedReader(book, ReadCounters(), lambda: None, clock, port)
     book.retarget([SpeedTarget("ai/chat", 0, "n0", "chat-0", "u0", "127.0.0.1", KEY)])
     async with reader.session():
         await reader.read_due()
         clock.now += 10
-        await reader.read_due()  # the interval doubled: not due yet
+        await reader.read_due()  # a failed read waits idle_max: not due yet
         clock.now += 10
         await reader.read_due()
     assert reader.counters.reads.value(("failed",)) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,15 @@ def install_chart(
     operator_image: str,
     node_name: str,
     timeout: float = 300.0,
+    extra_args: tuple[str, ...] = (),
 ) -> str:
     """`helm install` the chart as a user does, from an image already on the node.
 
     The operator's replicas are pinned to `node_name` (the test cluster's real
     node: kwok's nodes would only pretend to run them); the node probe runs on
     every node. Waits (`--wait`) until the Deployment and the DaemonSet are
-    ready. Returns helm's output.
+    ready. `extra_args`: the operator's extra flags (the chart's `extraArgs`).
+    Returns helm's output.
     """
     repository, tag = split_reference(operator_image)
     result = subprocess.run(
@@ -114,6 +117,7 @@ def install_chart(
          "--set", f"image.repository={repository}", "--set-string", f"image.tag={tag}",
          "--set", "image.pullPolicy=Never",
          "--set-string", f"nodeSelector.kubernetes\\.io/hostname={node_name}",
+         "--set-json", f"extraArgs={json.dumps(list(extra_args))}",
          "--wait", "--timeout", f"{int(timeout)}s"],
         capture_output=True, text=True, timeout=timeout + 60, check=False,
     )

@@ -22,7 +22,6 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -36,42 +35,23 @@ from tests.harness import (
 )
 from tests.harness.chart import install_chart
 from tests.harness.models import ModelFileServer
-from tests.harness.nodes import local_volume_name
 from tests.harness.realnode import NODE_DIR, NODE_TOOLS
 from tests.harness.tools import TOOL_NAMES
-from tests.realnode.journey import Journey, Timings
+from tests.realnode.journey import Journey, Timings, local_volumes
 
 # Where the real node's local PersistentVolumes live: under the node's own
 # directory, so the harness's cleanup removes them with the node.
 VOLUMES_DIR = NODE_DIR / "volumes"
-VOLUMES = 3  # one per LocalModel the tier creates (weights are retained)
+VOLUMES = 4  # one per LocalModel the tier creates (weights are retained)
+# The journey's operator reads speeds every 5 s (10 s when idle), calls a replica slow after
+# 30 s of traffic below half its expected rate (clear: 15 s at 0.7), so
+# test_speed.py sees a slow replica caught and cleared within a test's time.
+OPERATOR_ARGS = ("--speed-interval=5", "--speed-idle-interval=10",
+                 "--slow-replica-after=30", "--slow-replica-clear-after=15")
 
 
 def _fail(message: str) -> None:
     pytest.fail(message, pytrace=False)
-
-
-def _local_volumes(node: str) -> list[dict[str, Any]]:
-    """Local PersistentVolumes on the real node (as the fixture's fake nodes have)."""
-    volumes = []
-    for n in range(VOLUMES):
-        path = VOLUMES_DIR / f"disk-{n}"
-        path.mkdir(parents=True, exist_ok=True)
-        volumes.append({
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": local_volume_name(node, n)},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "local-disk",
-                "local": {"path": str(path)},
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
-                    "key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-            },
-        })
-    return volumes
 
 
 @pytest.fixture(scope="package")
@@ -102,10 +82,11 @@ def journey() -> Iterator[Journey]:
     try:
         models.start()
         node = cluster.real_node.name
-        cluster.apply(_local_volumes(node))
+        cluster.apply(local_volumes(node, VOLUMES, VOLUMES_DIR))
         operator_image = cluster.real_node.images.operator
         began = time.monotonic()
-        install_chart(tools, cluster.admin_kubeconfig, operator_image, node)
+        install_chart(tools, cluster.admin_kubeconfig, operator_image, node,
+                      extra_args=OPERATOR_ARGS)
         timings.add("helm install --wait (operator and probe pods Ready)",
                     time.monotonic() - began)
         sha256 = hashlib.sha256(gguf.read_bytes()).hexdigest()

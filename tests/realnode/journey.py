@@ -21,6 +21,7 @@ from localmodel.engines import llama_server, ollama
 from localmodel.render import SERVICE_PORT
 from tests.harness import TestCluster
 from tests.harness.models import ModelFileServer
+from tests.harness.nodes import local_volume_name
 from tests.harness.processes import ManagedProcess, free_port, port_is_listening, wait_for
 
 MODEL_NAMESPACE = "journey"
@@ -33,6 +34,30 @@ PODS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/pods"
 CGROUP = Path("/sys/fs/cgroup")
 
 Manifest = dict[str, Any]
+
+
+def local_volumes(node: str, count: int, root: Path, first: int = 0) -> list[Manifest]:
+    """`count` local PersistentVolumes on the real node, under `root` (as the
+    fixture's fake nodes have them), numbered from `first`."""
+    volumes = []
+    for n in range(first, first + count):
+        path = root / f"disk-{n}"
+        path.mkdir(parents=True, exist_ok=True)
+        volumes.append({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": local_volume_name(node, n)},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "local-disk",
+                "local": {"path": str(path)},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            },
+        })
+    return volumes
 
 
 @dataclass

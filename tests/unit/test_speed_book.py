@@ -36,11 +36,11 @@ def test_a_new_ready_replica_is_read_at_once_and_its_calibration_published() -> 
     p = book.published_by_model()["ai/chat"][0]
     assert (p.calibration.decode, p.expected.decode, p.expected.source, p.slow) == (
         25.0, 25.0, SOURCE_OWN, False)
-    assert book.due(5) == [] and book.next_due() == 10
+    assert book.due(5) == [] and book.next_due() == 80  # no traffic yet: idle_max
     assert book.retarget([target(0, "u0")]) is False  # nothing new to read
 
 
-def test_idle_replicas_are_read_less_and_less_and_failures_too() -> None:
+def test_idle_replicas_are_read_once_per_idle_max_and_failures_too() -> None:
     book = SpeedBook(POLICY)
     book.retarget([target(0, "u0"), target(1, "u1")])
     now = 0.0
@@ -52,7 +52,7 @@ def test_idle_replicas_are_read_less_and_less_and_failures_too() -> None:
             book.record(t.uid, reading_from(doc(25.0, 0, 0, 0), now, t.uid)
                         if t.uid == "u0" else None, now)
         now += 1
-    assert reads["u0"] == [0, 10, 30, 70, 150, 230]
+    assert reads["u0"] == [0, 80, 160, 240]  # at readiness, then once per idle_max
     assert reads["u1"] == reads["u0"]
 
 

@@ -97,6 +97,11 @@ class OperatorConfig:
         "read a replica's gateway speed at most this often, while it has traffic",
         metavar="S", parse=positive_seconds,
     )
+    speed_idle_interval: float = setting(
+        speed.IDLE_MAX_SECONDS,
+        "read a replica whose last read found no traffic again after this long",
+        metavar="S", parse=positive_seconds,
+    )
     slow_replica_after: float = setting(
         speed.SLOW_AFTER_SECONDS,
         "seconds of traffic below half the expected decode rate before SlowReplica",
@@ -113,7 +118,7 @@ class OperatorConfig:
         return speed.SpeedPolicy(
             slow_after=self.slow_replica_after, clear_after=self.slow_replica_clear_after,
             interval=self.speed_interval,
-            idle_max=max(self.speed_interval, speed.IDLE_MAX_SECONDS),
+            idle_max=max(self.speed_interval, self.speed_idle_interval),
             publish_max=max(self.speed_interval, speed.PUBLISH_MAX_SECONDS),
         )
 

@@ -68,6 +68,7 @@ class EngineView:
     pid: int | None = None
     process_budget: float | None = None  # the engine process's own CPU budget
     process_budget_why: str = ""
+    loading: bool = False  # it answered, but is still loading its model (llama-server: 503)
     gateway: GatewayStats | None = None
 
 
@@ -185,6 +186,18 @@ def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Fin
             )
         )
         return findings + budget_findings(machine)
+    if engine.loading:
+        findings.append(
+            Finding(
+                "engine",
+                Verdict.WARN,
+                f"{engine.kind} at {engine.url} is still loading its model (it answers "
+                f"{llama_server.LOADING_STATUS} until the model is loaded); a load that takes "
+                "minutes is what oversubscribed threads do",
+                "wait for it to load; check the threads against the CPU budget below",
+            )
+        )
+        return findings + budget_findings(machine) + _thread_findings(machine, engine)
 
     # 1. models holding weights
     if len(engine.models) > 1:

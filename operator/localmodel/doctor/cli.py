@@ -82,6 +82,7 @@ def _local(engine_url: str | None) -> Report:
             "threads": engine.threads,
             "pid": engine.pid,
             "cpu_budget": engine.process_budget,
+            "loading": engine.loading,
         }
     return Report(facts=facts, findings=local_findings(machine, engine))
 

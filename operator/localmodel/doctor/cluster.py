@@ -35,6 +35,7 @@ from localmodel.doctor.checks import (
 )
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
+from localmodel.doctor.speed import slow_findings
 from localmodel.engines import llama_server, ollama
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
@@ -69,6 +70,7 @@ class EnginePod:
     gateway: bool
     env: Mapping[str, str] = field(default_factory=dict)
     commands: str = ""  # every container's command and args, for the AMX guard
+    container: str = ""  # the engine container's name
 
     @property
     def key(self) -> str:
@@ -85,6 +87,9 @@ class ClusterView:
     pods: Sequence[Mapping[str, Any]]
     # "namespace/pod" of each gateway -> its metrics text, or why it could not be read.
     metrics: Mapping[str, str | Exception] = field(default_factory=dict)
+    models: Sequence[Mapping[str, Any]] = ()  # LocalModels, with their status
+    # node -> two samples of its kubelet's cAdvisor metrics (nodes with a slow replica)
+    cadvisor: Mapping[str, tuple[str, str] | Exception] = field(default_factory=dict)
 
 
 def _env(container: Mapping[str, Any]) -> dict[str, str]:
@@ -184,6 +189,7 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
                 gateway=gateway is not None,
                 env=env,
                 commands=commands,
+                container=str(engine.get("name", "")),
             )
         )
     return found
@@ -223,6 +229,9 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     findings += _queues(gateways, view.metrics)
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)
+    findings += slow_findings(view.models, view.pods, nodes,
+                              {p.key: (p.threads, p.cpu_milli, p.container) for p in pods},
+                              view.cadvisor)
     findings += _threads(pods, nodes)
     findings += _numa(pods, _numa_sizes(view.nodes))
     findings += _amx(pods, nodes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from localmodel import GROUP, PLURAL, VERSION
 from localmodel.doctor.checks import (
     GATEWAY,
     EngineView,
@@ -36,12 +38,16 @@ from localmodel.doctor.checks import (
 )
 from localmodel.doctor.cluster import ClusterView, engine_pods
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.doctor.speed import CADVISOR_PATH, slow_replicas
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import MachineFacts, read_cgroup_limits
 from localmodel.facts.topology import format_cpu_list
 from localmodel.render import GATEWAY_PORT
 
 __all__ = ["gather_cluster", "gather_engine", "process_budget"]
+
+# cAdvisor's counters are read twice this far apart: the throttled share of now.
+CADVISOR_GAP_SECONDS = 3.0
 
 
 def _get_json(url: str, body: Any = None, timeout: float = 5.0) -> Any:
@@ -133,11 +139,27 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
         return _ollama(url, str(version["version"]), process, common)
     try:
         props = _get_json(url + llama_server.PROPS_PATH)
+    except urllib.error.HTTPError as e:
+        if e.code == llama_server.LOADING_STATUS and _loading(url):
+            return _llama_server(url, {}, process, common, loading=True)
+        return EngineView(url=url, error=_why(e))
     except (OSError, ValueError) as e:
         return EngineView(url=url, error=_why(e))
     if not isinstance(props, dict):
         return EngineView(url=url, error=f"{llama_server.PROPS_PATH} is not a JSON object")
     return _llama_server(url, props, process, common)
+
+
+def _loading(url: str) -> bool:
+    """Whether llama-server's health path says it is loading its model (an
+    engine that is not there does not answer at all)."""
+    try:
+        _get_json(url + llama_server.HEALTH_PATH)
+    except urllib.error.HTTPError as e:
+        return e.code == llama_server.LOADING_STATUS
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _why(e: BaseException) -> str:
@@ -195,7 +217,8 @@ def _ollama(url: str, version: str, process: _Process | None, common: dict[str, 
 
 
 def _llama_server(
-    url: str, props: Mapping[str, Any], process: _Process | None, common: dict[str, Any]
+    url: str, props: Mapping[str, Any], process: _Process | None, common: dict[str, Any],
+    loading: bool = False,
 ) -> EngineView:
     settings = props.get("default_generation_settings") or {}
     slots = props.get("total_slots")
@@ -215,6 +238,7 @@ def _llama_server(
         context_per_slot=context if isinstance(context, int) else None,
         threads=threads,
         threads_source=source or "no local process found",
+        loading=loading,
         **common,
     )
 
@@ -248,7 +272,36 @@ def gather_cluster(
                 )
         except Exception as e:  # every failure becomes a finding
             metrics[pod.key] = _short(e)
-    return ClusterView(nodes=nodes, pods=pods, metrics=metrics)
+    models = _local_models(client)
+    cadvisor: dict[str, tuple[str, str] | Exception] = {}
+    slow_nodes = sorted({s.node for s in slow_replicas(models)})
+    if slow_nodes:
+        first = {n: _cadvisor(core, n, timeout) for n in slow_nodes}
+        time.sleep(CADVISOR_GAP_SECONDS)
+        for node, before in first.items():
+            after = before if isinstance(before, Exception) else _cadvisor(core, node, timeout)
+            cadvisor[node] = after if isinstance(after, Exception) else (str(before), after)
+    return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor)
+
+
+def _local_models(client: Any) -> list[dict[str, Any]]:
+    """Every LocalModel with its status; none when the API does not serve them."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found: Any = CustomObjectsApi(client).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    except ApiException:
+        return []
+    return list(found.get("items") or []) if isinstance(found, dict) else []
+
+
+def _cadvisor(core: Any, node: str, timeout: float) -> str | Exception:
+    try:
+        return str(core.connect_get_node_proxy_with_path(node, CADVISOR_PATH,
+                                                         _request_timeout=timeout))
+    except Exception as e:  # every failure becomes a finding
+        return _short(e)
 
 
 class _Unreadable(Exception):

@@ -26,6 +26,10 @@ PORT = 8081
 
 # HTTP paths the operator, the gateway and doctor call (tools/server/README.md).
 HEALTH_PATH = "/health"  # 503 while the model loads, 200 once it serves
+# While the model loads every path answers this status (the server listens
+# first, then loads: tools/server/server.cpp), with {"error": {"message":
+# "Loading model", ...}}. A load under oversubscribed threads takes minutes.
+LOADING_STATUS = 503
 PROPS_PATH = "/props"  # slots, context and build; reports no thread count
 SLOTS_PATH = "/slots"  # per-slot state, prompts included (off with --no-slots)
 METRICS_PATH = "/metrics"  # Prometheus counters, with --metrics

@@ -1,0 +1,355 @@
+"""The headline in a real pod: the operator's threads against the engine's default,
+8 threads and a sweep, each a real pod under the same kubelet-set CPU limit.
+
+`benchmarks/threads.py` holds the operator's thread count against the others in
+a bare cgroup; this does it where models are served. One run, on the real node
+of tests/harness (a real kubelet, containerd and runc enforcing the pod's CPU
+limit as CFS quota):
+
+1. A llama-server LocalModel for the cached Gemma 3 270M GGUF with `cpu: 1` is
+   planned onto the real node (its Node object: the node facts the operator
+   reads) and rendered offline, exactly as the operator would (`desired_state`):
+   its claim, and its pod with the download step, the engine with the rules'
+   arguments and the gateway sidecar. No operator runs: the benchmark applies
+   the objects itself, so it can change one thing per point.
+2. Each point is that pod with only the engine's `-t/-tb` changed: the
+   operator's (the rules' choice), none (the engine's default: the host's
+   physical cores, 2 here), 8 (the field report's collapse: 8x the limit) and
+   a sweep from 1 to 2x the limit. Every point keeps the rendered `cpu: 1`
+   limit (Guaranteed QoS), the same claim (the weights download once) and the
+   gateway in front; pods run one at a time.
+3. Each pod is measured through its gateway at the pod IP, after it is Ready
+   (the gateway calibrated it first; its calibration is printed too):
+   prefill from llama-server's own `timings` (a prompt of N words with a
+   unique first word, `cache_prompt: false`, one token) and decode as tokens
+   after the first over the time from the first to the last of a streamed
+   completion (`ignore_eos`, greedy), capped in time; a capped decode's rate
+   is an upper bound (`<`).
+
+    python benchmarks/pods.py           # full: 120-word prompts, 64 tokens, 5 reps
+    python benchmarks/pods.py --quick   # CI: 16-word prompts, 16 tokens, 2 reps, caps of 5 s
+    python benchmarks/pods.py --json    # the last line is one JSON object
+
+Needs root, the real node's parts and the images of hack/build-images.sh (run
+in this checkout: the gateway image is this source), and the model of
+`hack/build-engines.sh model`. It starts its own real-node cluster and stops
+it. The machine is shared: the load averages and the busiest other processes
+are printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
+
+from benchmarks.threads import _without_threads, post_json, prompt, stream_tokens  # noqa: E402
+from localmodel.api import parse_local_model  # noqa: E402
+from localmodel.desired import desired_state  # noqa: E402
+from localmodel.engines import llama_server  # noqa: E402
+from localmodel.facts import from_node  # noqa: E402
+from localmodel.gateway.speed import SPEED_PATH  # noqa: E402
+from localmodel.render import GATEWAY_PORT, RenderOptions  # noqa: E402
+from tests.harness import TestCluster, engines, locate_tools  # noqa: E402
+from tests.harness.models import ModelFileServer  # noqa: E402
+from tests.harness.processes import wait_for  # noqa: E402
+from tests.harness.realnode import NODE_DIR, NODE_TOOLS  # noqa: E402
+from tests.harness.tools import TOOL_NAMES  # noqa: E402
+from tests.realnode.journey import local_volumes  # noqa: E402
+
+NAMESPACE = "pods-bench"
+NAME = "gemma-pods"
+LABELS = {"app": "pods-bench"}  # not the operator's: no operator takes these for its own
+VOLUMES_DIR = NODE_DIR / "pods-bench-volumes"  # removed with the node
+VOLUME_INDEX = 90  # local PV numbers clear of the journey's
+CPU = 1
+CONTEXT = 1024
+COMPLETIONS = "/v1/completions"  # the gateway's OpenAI-compatible route
+
+
+@dataclass(frozen=True)
+class Settings:
+    prompt_words: int
+    decode_tokens: int
+    decode_cap: float
+    reps: int
+    request_timeout: float
+    slow_seconds: float  # a prefill slower than this is not repeated
+    calibrate: bool  # leave the gateway's calibration on (the pod is Ready after it)
+
+
+FULL = Settings(120, 64, 30.0, 5, 300.0, 30.0, True)
+QUICK = Settings(16, 16, 5.0, 2, 120.0, 10.0, False)
+
+
+@dataclass
+class Point:
+    label: str
+    threads: int | None  # -t/-tb; None: the engine's default
+    ready_seconds: float = 0.0
+    calibration: float | None = None
+    prefill: list[float] = field(default_factory=list)
+    decode: list[float] = field(default_factory=list)
+    cut: bool = False
+
+    @property
+    def prefill_tps(self) -> float:
+        return statistics.median(self.prefill) if self.prefill else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return statistics.median(self.decode) if self.decode else 0.0
+
+
+def busiest(n: int = 6) -> str:
+    """The busiest processes now (what else ran), one line each."""
+    out = subprocess.run(["ps", "-eo", "pcpu,etime,comm,args", "--sort=-pcpu"],
+                         capture_output=True, text=True, check=False).stdout.splitlines()
+    return "\n".join("      " + line[:150] for line in out[1:n + 1])
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def local_model(url: str, sha256: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "bench"},
+        "spec": {
+            "model": "gemma3:270m", "engine": {"name": llama_server.NAME},
+            "gguf": {"url": url, "sha256": sha256}, "cpu": CPU, "context": CONTEXT,
+            "placement": {"nodeSelector": {"kubernetes.io/hostname": node}},
+            "storage": {"storageClassName": "local-disk"},
+        },
+    }
+
+
+def rendered(cluster: TestCluster, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]],
+                                                                      dict[str, Any], list[str]]:
+    """The operator's objects for the model on the real node: (claims, pod, the
+    decisions' one-line story)."""
+    assert cluster.real_node is not None
+    node = cluster.api().get(f"/api/v1/nodes/{cluster.real_node.name}")
+    lm = parse_local_model(manifest)
+    state = desired_state([lm], [from_node(node)], now="2026-12-01T00:00:00Z",
+                          options=RenderOptions(operator_image=cluster.real_node.images.operator))
+    result = state.models[0]
+    objects = [copy.deepcopy(o) for o in result.objects]
+    for o in objects:  # no LocalModel object exists: nothing owns them
+        o["metadata"].pop("ownerReferences", None)
+        o["metadata"]["labels"] = dict(LABELS)
+    claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    [pod] = [o for o in objects if o["kind"] == "Pod"]
+    story = [f"{d.rule}: {d.effect}" for r in result.replicas for d in r.tuning.decisions]
+    return claims, pod, story
+
+
+def engine_container(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == llama_server.NAME)
+
+
+def rendered_threads(pod: dict[str, Any]) -> int:
+    args = engine_container(pod).get("args") or []
+    return int(args[args.index("-t") + 1])
+
+
+def variant(pod: dict[str, Any], point: Point, s: Settings, index: int) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["metadata"]["name"] = f"{NAME}-p{index}"
+    out["metadata"]["labels"] = dict(LABELS)
+    engine = engine_container(out)
+    args = list(_without_threads(list(engine.get("args") or [])))
+    if point.threads is not None:
+        args += ["-t", str(point.threads), "-tb", str(point.threads)]
+    engine["args"] = args
+    if not s.calibrate:
+        for c in out["spec"]["containers"] + out["spec"].get("initContainers", []):
+            if any(e["name"].startswith("LOCALMODEL_GATEWAY_") for e in c.get("env") or []):
+                c["env"] = [*c["env"], {"name": "LOCALMODEL_GATEWAY_CALIBRATE_TOKENS",
+                                        "value": "0"}]
+    return out
+
+
+def pod_ready(api: Any, name: str) -> dict[str, Any] | None:
+    pod: dict[str, Any] = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    for c in pod.get("status", {}).get("conditions") or []:
+        if c["type"] == "Ready" and c["status"] == "True":
+            return pod
+    return None
+
+
+def measure(ip: str, point: Point, s: Settings, tag: int) -> None:
+    base = f"http://{ip}:{GATEWAY_PORT}"
+    with urllib.request.urlopen(base + SPEED_PATH, timeout=10) as resp:
+        calibration = json.loads(resp.read()).get("calibration") or {}
+    point.calibration = calibration.get("decode_tokens_per_second")
+    post_json(base + COMPLETIONS, {"prompt": prompt(8, tag), "max_tokens": 1,
+                                   "cache_prompt": False}, s.request_timeout)  # warm-up
+    for i in range(s.reps):
+        began = time.monotonic()
+        doc = post_json(base + COMPLETIONS, {"prompt": prompt(s.prompt_words, tag + i + 1),
+                                             "max_tokens": 1, "cache_prompt": False},
+                        s.request_timeout)
+        t = doc["timings"]
+        point.prefill.append(float(t["prompt_n"]) / (float(t["prompt_ms"]) / 1000))
+        if time.monotonic() - began > s.slow_seconds:
+            break
+    for i in range(s.reps):
+        body = {"prompt": f"w{tag + 50 + i} Once upon a time", "max_tokens": s.decode_tokens,
+                "stream": True, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
+        d = stream_tokens(GATEWAY_PORT, COMPLETIONS, body,
+                          lambda line: b'"finish_reason":null' in line.replace(b" ", b""),
+                          lambda line: b"[DONE]" in line, s.decode_cap, s.request_timeout,
+                          host=ip)
+        point.decode.append(d.rate)
+        if d.cut:
+            point.cut = True
+            break
+
+
+def run_point(cluster: TestCluster, pod: dict[str, Any], point: Point, s: Settings,
+              index: int) -> None:
+    api = cluster.api()
+    body = variant(pod, point, s, index)
+    name = body["metadata"]["name"]
+    began = time.monotonic()
+    api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+    try:
+        ready = wait_for(f"pod {name} Ready", lambda: pod_ready(api, name), 600, interval=0.25)
+        point.ready_seconds = time.monotonic() - began
+        measure(ready["status"]["podIP"], point, s, 1000 * index)
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}?gracePeriodSeconds=0")
+        wait_for(f"pod {name} gone", lambda: api.status_of(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}") == 404, 120, interval=0.5)
+        print(f"   ... {point.label}: {time.monotonic() - began:.0f} s, load {loadavg()}",
+              file=sys.stderr, flush=True)
+
+
+def fmt(value: float | None, prefix: str = "") -> str:
+    if value is None or value <= 0:
+        return "n/a"
+    if value >= 100:
+        return f"{prefix}{value:.0f}"
+    return f"{prefix}{value:.2f}" if value < 10 else f"{prefix}{value:.1f}"
+
+
+def ratio(a: float, b: float) -> float | None:
+    return a / b if a > 0 and b > 0 else None
+
+
+def run_points(cluster: TestCluster, models: ModelFileServer, s: Settings) -> dict[str, Any]:
+    """Every point, one pod at a time, on `cluster`'s real node (its model files
+    served by `models`); the report's numbers."""
+    assert cluster.real_node is not None
+    began = time.monotonic()
+    gguf = engines.require("model")
+    node = cluster.real_node.name
+    api = cluster.api()
+    cluster.apply(local_volumes(node, 1, VOLUMES_DIR, VOLUME_INDEX))
+    api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    try:
+        wait_for("the default ServiceAccount", lambda: api.status_of(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default") == 200, 60)
+        sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+        claims, pod, story = rendered(cluster, local_model(models.url_of(gguf.name), sha, node))
+        for claim in claims:
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", claim)
+        chosen = rendered_threads(pod)
+        print(f"   node {node}; the rules: " + "; ".join(story))
+        print(f"   load average before {loadavg()}; busiest processes:\n{busiest()}")
+        points = [Point("operator (rules)", chosen), Point("engine default", None),
+                  Point("8 threads", 8)]
+        points += [Point(f"sweep {n}", n) for n in range(1, 2 * CPU + 1)]
+        for index, point in enumerate(points):
+            run_point(cluster, pod, point, s, index)
+        print(f"   load average after {loadavg()}; busiest processes:\n{busiest()}")
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+    return report(points, chosen, time.monotonic() - began)
+
+
+def run(s: Settings, quick: bool) -> dict[str, Any]:
+    """A real-node cluster of its own, the points, and the cluster stopped."""
+    gguf = engines.require("model")
+    tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
+    cluster = TestCluster(tools=tools, real_node=True)
+    print(f"pods.py: {'quick' if quick else 'full'}: prompt {s.prompt_words} words, decode "
+          f"{s.decode_tokens} tokens capped at {s.decode_cap:g} s, {s.reps} reps (median); "
+          f"gateway calibration {'on' if s.calibrate else 'off'}")
+    began = time.monotonic()
+    cluster.start(timeout=300)
+    models = ModelFileServer(gguf.parent, bind=cluster.node_address)
+    try:
+        models.start()
+        print(f"   cluster with the real node up in {time.monotonic() - began:.0f} s")
+        return run_points(cluster, models, s)
+    finally:
+        models.stop()
+        cluster.stop()
+
+
+def report(points: list[Point], chosen: int, seconds: float) -> dict[str, Any]:
+    op = points[0]
+    print(f"   {'point':<20} {'threads':>8} {'Ready s':>8} {'calib tok/s':>12} "
+          f"{'prefill tok/s':>14} {'decode tok/s':>13} {'op/pt prefill':>14} "
+          f"{'op/pt decode':>13}")
+    for p in points:
+        bound = "<" if p.cut else ""
+        op_decode = ratio(op.decode_tps, p.decode_tps)
+        print(f"   {p.label:<20} {p.threads if p.threads else 'default':>8} "
+              f"{p.ready_seconds:>8.1f} {fmt(p.calibration):>12} {fmt(p.prefill_tps):>14} "
+              f"{fmt(p.decode_tps, bound):>13} {fmt(ratio(op.prefill_tps, p.prefill_tps)):>14} "
+              f"{fmt(op_decode, '>' if p.cut else ''):>13}"
+              + ("   decode cut at the cap: upper bound" if p.cut else ""))
+    sweep = [p for p in points if p.label.startswith("sweep")]
+    best = max(sweep, key=lambda p: p.decode_tps)
+    eight = next(p for p in points if p.threads == 8)
+    vs_best = ratio(op.decode_tps, best.decode_tps)
+    vs_eight = ratio(op.decode_tps, eight.decode_tps)
+    default = next(p for p in points if p.threads is None)
+    print(f"   operator ({chosen} thread{'s' * (chosen != 1)}) / best of sweep ({best.label}) "
+          f"decode {fmt(vs_best)}; operator / engine default decode "
+          f"{fmt(ratio(op.decode_tps, default.decode_tps))}; operator / 8 threads decode "
+          f"{fmt(vs_eight, '>' if eight.cut else '')} (prefill "
+          f"{fmt(ratio(op.prefill_tps, eight.prefill_tps))}); {seconds:.0f} s in all")
+    return {
+        "cpu": CPU, "operator_threads": chosen,
+        "operator_vs_best_decode": vs_best, "best": best.label,
+        "operator_vs_default_decode": ratio(op.decode_tps, default.decode_tps),
+        "operator_vs_8_decode": vs_eight, "eight_is_lower_bound": eight.cut,
+        "operator_vs_8_prefill": ratio(op.prefill_tps, eight.prefill_tps),
+        "points": [{"label": p.label, "threads": p.threads, "ready_s": round(p.ready_seconds, 1),
+                    "calibration_decode": p.calibration, "prefill": p.prefill_tps,
+                    "decode": p.decode_tps, "cut": p.cut} for p in points],
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI: short prompts and caps")
+    parser.add_argument("--json", action="store_true", help="one JSON object as the last line")
+    args = parser.parse_args()
+    out = run(QUICK if args.quick else FULL, args.quick)
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""doctor on a slow replica: what the operator measured, and the likely causes
+doctor can check. Pure.
+
+The operator writes each replica's speed to `status.placements[].speed` and
+turns `SlowReplica` true when a replica decodes below half its expected rate
+for a while (docs/operator.md, Speed). For each slow replica doctor reports
+the numbers, then the causes it can check, most likely first:
+
+1. **CPU throttling of the engine's container**: the kubelet's cAdvisor
+   counters (`container_cpu_cfs_throttled_periods_total` over
+   `container_cpu_cfs_periods_total`), read twice a few seconds apart, so the
+   share is of now, not of the container's life. An engine alone in its
+   container with threads equal to its limit is rarely throttled; something
+   else running in it (a sidecar process, a runaway script), or more threads
+   than the limit, is.
+2. **More threads than the CPU limit** (a thread count overridden through the
+   engine's own settings): the engine's command line or the operator's
+   Modelfile against the container's limit.
+3. **Other pods on the node without a CPU limit**: they take whatever the
+   CPUs have left, and with no static CPU manager the engine's quota shares
+   cores with them.
+4. **SMT siblings**: on a node with more than one hardware thread per core
+   (the probe's facts), another pod may run on the other half of the engine's
+   cores.
+
+What doctor cannot see (slower memory on another host, an engine version that
+lost a fast path) is named when nothing it can check explains the slowness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from localmodel.doctor.metrics import MetricsError, Samples, parse_metrics
+from localmodel.doctor.report import Finding, Verdict
+from localmodel.facts import NodeFacts
+
+THROTTLED = "container_cpu_cfs_throttled_periods_total"
+PERIODS = "container_cpu_cfs_periods_total"
+# A share of CFS periods throttled above this, over the sampled seconds, is named.
+THROTTLED_SHARE = 0.2
+CADVISOR_PATH = "metrics/cadvisor"  # the kubelet's, through nodes/<node>/proxy
+
+
+@dataclass(frozen=True)
+class SlowReplica:
+    namespace: str
+    model: str
+    replica: int
+    node: str
+    pod: str
+    threads: int
+    cpu: int
+    speed: Mapping[str, Any]
+
+
+def slow_replicas(models: Sequence[Mapping[str, Any]]) -> list[SlowReplica]:
+    """Every replica a LocalModel's status marks slow."""
+    out = []
+    for lm in models:
+        meta = lm.get("metadata") or {}
+        for p in (lm.get("status") or {}).get("placements") or []:
+            speed = p.get("speed") or {}
+            if speed.get("slow"):
+                out.append(SlowReplica(str(meta.get("namespace", "")), str(meta.get("name", "")),
+                                       int(p.get("replica", 0)), str(p.get("node", "")),
+                                       str(p.get("pod", "")), int(p.get("threads") or 0),
+                                       int(p.get("cpu") or 0), speed))
+    return out
+
+
+def _counter(samples: Samples, name: str, namespace: str, pod: str, container: str) -> float | None:
+    for (sample, labels), value in samples.items():
+        if sample != name:
+            continue
+        have = dict(labels)
+        if (have.get("namespace"), have.get("pod"), have.get("container")) == (
+                namespace, pod, container):
+            return value
+    return None
+
+
+def throttled_share(before: str, after: str, namespace: str, pod: str,
+                    container: str) -> float | None:
+    """The share of CFS periods the container was throttled in between two
+    cAdvisor samples; None when the counters are not there or did not move."""
+    try:
+        a, b = parse_metrics(before), parse_metrics(after)
+    except MetricsError:
+        return None
+    values = [_counter(s, n, namespace, pod, container)
+              for s in (a, b) for n in (THROTTLED, PERIODS)]
+    t0, p0, t1, p1 = values
+    if t0 is None or p0 is None or t1 is None or p1 is None or p1 <= p0:
+        return None
+    return max(0.0, min(1.0, (t1 - t0) / (p1 - p0)))
+
+
+def _no_limit_neighbours(pods: Sequence[Mapping[str, Any]], node: str, own: str) -> list[str]:
+    names = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if spec.get("nodeName") != node or meta.get("name") == own:
+            continue
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        unlimited = any(not ((c.get("resources") or {}).get("limits") or {}).get("cpu")
+                        for c in spec.get("containers") or [])
+        if unlimited:
+            names.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return sorted(names)
+
+
+def _rate(speed: Mapping[str, Any], key: str) -> str:
+    value = speed.get(key)
+    return "?" if value is None else f"{value:g}"
+
+
+def slow_findings(
+    models: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, NodeFacts],
+    engine_threads: Mapping[str, tuple[int | None, int | None, str]],
+    cadvisor: Mapping[str, tuple[str, str] | Exception],
+) -> list[Finding]:
+    """`engine_threads`: "namespace/pod" -> (threads, CPU limit in milli-CPUs,
+    engine container name); `cadvisor`: node -> two samples, or why not read."""
+    findings: list[Finding] = []
+    for slow in slow_replicas(models):
+        s = slow.speed
+        where = f"{slow.namespace}/{slow.model} replica {slow.replica} (pod {slow.pod}, node " \
+                f"{slow.node})"
+        findings.append(Finding(
+            "slow-replica", Verdict.FAIL,
+            f"{where} decodes {_rate(s, 'recentDecode')} tok/s, expected "
+            f"{_rate(s, 'expectedDecode')} tok/s ({s.get('expectedSource') or '?'}); "
+            f"calibrated at {_rate(s, 'calibrationDecode')} tok/s",
+            "see the likely causes below",
+        ))
+        key = f"{slow.namespace}/{slow.pod}"
+        threads, limit, container = engine_threads.get(key, (None, None, ""))
+        causes: list[Finding] = []
+        samples = cadvisor.get(slow.node)
+        if isinstance(samples, tuple) and container:
+            share = throttled_share(*samples, slow.namespace, slow.pod, container)
+            if share is not None and share >= THROTTLED_SHARE:
+                causes.append(Finding(
+                    "slow-replica", Verdict.FAIL,
+                    f"{where}: CPU throttling: container {container} was throttled in "
+                    f"{share:.0%} of its CFS periods just now (cAdvisor "
+                    f"{THROTTLED}): something besides the engine's threads uses its CPU "
+                    "limit, or the engine runs more threads than the limit",
+                    f"look for other processes: kubectl exec -n {slow.namespace} {slow.pod} "
+                    f"-c {container} -- top; or raise spec.cpu",
+                ))
+        elif isinstance(samples, Exception):
+            causes.append(Finding(
+                "slow-replica", Verdict.WARN,
+                f"{where}: CPU throttling not checked: the kubelet's cAdvisor metrics of "
+                f"node {slow.node} could not be read ({samples})",
+                "grant get on nodes/proxy to read them, or check cpu.stat in the container",
+            ))
+        if threads is not None and limit is not None and threads * 1000 > limit:
+            causes.append(Finding(
+                "slow-replica", Verdict.FAIL,
+                f"{where}: the engine runs {threads} threads on a CPU limit of "
+                f"{limit / 1000:g}: oversubscribed threads collapse decode",
+                f"use {max(1, limit // 1000)} threads (remove the override)",
+            ))
+        neighbours = _no_limit_neighbours(pods, slow.node, slow.pod)
+        if neighbours:
+            shown = ", ".join(neighbours[:5]) + (" ..." if len(neighbours) > 5 else "")
+            causes.append(Finding(
+                "slow-replica", Verdict.WARN,
+                f"{where}: {len(neighbours)} other pod(s) on node {slow.node} have no CPU "
+                f"limit ({shown}): they take whatever CPU is left, on the engine's cores too",
+                "give them CPU limits, or run the model with placement.exclusive",
+            ))
+        facts = nodes.get(slow.node)
+        if facts is not None and facts.threads_per_core and facts.threads_per_core > 1:
+            causes.append(Finding(
+                "slow-replica", Verdict.WARN,
+                f"{where}: node {slow.node} has {facts.threads_per_core} hardware threads per "
+                "core: another pod may run on the SMT siblings of the engine's CPUs",
+                "enable the kubelet's static CPU manager (full-pcpus-only) or exclusive placement",
+            ))
+        if not causes:
+            causes.append(Finding(
+                "slow-replica", Verdict.WARN,
+                f"{where}: no cause doctor can check was found (no throttling, threads within "
+                "the limit, no unlimited neighbours, no SMT): compare the node's hardware and "
+                "the engine version with its peers'",
+                "move the replica (delete its pod) and compare",
+            ))
+        findings += causes
+    return findings
+

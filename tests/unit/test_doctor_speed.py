@@ -1,0 +1,120 @@
+"""doctor on a slow replica (doctor/speed.py) and on an engine still loading
+(checks.local_findings), as tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localmodel.doctor.checks import EngineView, local_findings
+from localmodel.doctor.report import Verdict
+from localmodel.doctor.speed import slow_findings, throttled_share
+from localmodel.engines import llama_server
+from localmodel.facts import NodeFacts
+from localmodel.facts.machine import read_machine
+
+
+def cadvisor(throttled: int, periods: int, pod: str = "chat-0") -> str:
+    # The kubelet's text, with cAdvisor's trailing timestamps.
+    labels = f'container="llama-server",namespace="ai",pod="{pod}"'
+    return (
+        "# TYPE container_cpu_cfs_periods_total counter\n"
+        f"container_cpu_cfs_periods_total{{{labels}}} {periods} 1764626400000\n"
+        "# TYPE container_cpu_cfs_throttled_periods_total counter\n"
+        f"container_cpu_cfs_throttled_periods_total{{{labels}}} {throttled} 1764626400000\n"
+    )
+
+
+def test_throttled_share_is_of_the_sampled_seconds_not_the_containers_life() -> None:
+    # 1000 periods in its life with 10 throttled; then 30 periods, 24 throttled.
+    assert throttled_share(cadvisor(10, 1000), cadvisor(34, 1030), "ai", "chat-0",
+                           "llama-server") == pytest.approx(0.8)
+    assert throttled_share(cadvisor(10, 1000), cadvisor(10, 1000), "ai", "chat-0",
+                           "llama-server") is None
+    assert throttled_share("not metrics {", cadvisor(1, 2), "ai", "chat-0", "x") is None
+
+
+def model(slow: bool = True) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ai", "name": "chat"}, "status": {"placements": [{
+        "replica": 0, "node": "n0", "pod": "chat-0", "threads": 1, "cpu": 1,
+        "speed": {"slow": slow, "recentDecode": 8.1, "expectedDecode": 25.2,
+                  "expectedSource": "own calibration", "calibrationDecode": 25.2}}]}}
+
+
+def pod(name: str, node: str = "n0", cpu_limit: str | None = "1") -> dict[str, Any]:
+    limits = {"cpu": cpu_limit} if cpu_limit else {}
+    return {"metadata": {"namespace": "ai", "name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "limits": limits}}]}, "status": {"phase": "Running"}}
+
+
+NODE = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
+                 threads_per_core=1)
+SMT = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
+                threads_per_core=2)
+ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server")}
+EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server")}
+QUIET = {"n0": (cadvisor(0, 1000), cadvisor(0, 1030))}
+THROTTLED = {"n0": (cadvisor(0, 1000), cadvisor(27, 1030))}
+
+CASES = [
+    # (case, cadvisor, threads, pods, node, the causes' words (after the headline))
+    ("a CPU hog in the engine's container: throttling", THROTTLED, ONE_THREAD,
+     [pod("chat-0")], NODE, ["CPU throttling: container llama-server was throttled in 90%"]),
+    ("eight threads on one CPU: oversubscribed, throttled too", THROTTLED, EIGHT_THREADS,
+     [pod("chat-0")], NODE, ["CPU throttling", "runs 8 threads on a CPU limit of 1"]),
+    ("neighbours without a CPU limit", QUIET, ONE_THREAD,
+     [pod("chat-0"), pod("batch", cpu_limit=None), pod("far", node="n1", cpu_limit=None)],
+     NODE, ["1 other pod(s) on node n0 have no CPU limit (ai/batch)"]),
+    ("SMT siblings", QUIET, ONE_THREAD, [pod("chat-0")], SMT,
+     ["2 hardware threads per core"]),
+    ("nothing doctor can check", QUIET, ONE_THREAD, [pod("chat-0")], NODE,
+     ["no cause doctor can check was found"]),
+    ("cAdvisor unreadable: said so", {"n0": PermissionError("403 Forbidden")}, ONE_THREAD,
+     [pod("chat-0")], NODE,
+     ["CPU throttling not checked: the kubelet's cAdvisor metrics of node n0 could not be "
+      "read (403 Forbidden)"]),
+]
+
+
+@pytest.mark.parametrize(("case", "samples", "threads", "pods", "node", "causes"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_slow_replica_and_its_likely_causes(
+    case: str, samples: Any, threads: Any, pods: list[dict[str, Any]], node: NodeFacts,
+    causes: list[str],
+) -> None:
+    findings = slow_findings([model()], pods, {"n0": node}, threads, samples)
+    head, *rest = findings
+    assert head.check == "slow-replica" and head.verdict is Verdict.FAIL
+    for words in ("ai/chat replica 0", "node n0", "8.1 tok/s", "expected 25.2 tok/s",
+                  "own calibration"):
+        assert words in head.message, head.message
+    assert len(rest) == len(causes), [f.message for f in rest]
+    for finding, words in zip(rest, causes, strict=True):
+        assert words in finding.message, finding.message
+
+
+def test_a_replica_not_slow_gets_no_finding() -> None:
+    assert slow_findings([model(slow=False)], [], {}, {}, {}) == []
+
+
+# Two host CPUs, no quota (the engine's own budget below is 1 CPU).
+MACHINE = read_machine(
+    Path(__file__).resolve().parents[1] / "fixtures" / "machines" / "recorded-2cpu-v1"
+)
+
+
+def test_a_loading_llama_server_is_not_called_absent_and_its_threads_are_judged() -> None:
+    loading = EngineView(url="http://127.0.0.1:8081", kind=llama_server.NAME, loading=True,
+                         threads=8, threads_source="command line of pid 7",
+                         process_budget=1.0, process_budget_why="pid 7: cgroup quota 1 CPUs")
+    findings = local_findings(MACHINE, loading)
+    engine = [f for f in findings if f.check == "engine"]
+    assert len(engine) == 1 and "still loading its model" in engine[0].message
+    assert "--engine-url" not in engine[0].fix
+    threads = [f for f in findings if f.check == "threads"]
+    assert threads and threads[0].verdict is Verdict.FAIL
+    absent = local_findings(MACHINE, EngineView(url="http://127.0.0.1:9", error="refused"))
+    assert "--engine-url" in next(f for f in absent if f.check == "engine").fix
