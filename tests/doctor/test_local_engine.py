@@ -101,3 +101,50 @@ def test_eight_threads_in_a_one_cpu_quota_are_flagged_with_a_fix_naming_one(
     [budget] = by_check(report, "cpu-budget")
     assert "should run 1 thread" in budget["message"]
     assert status == 2 and strict == 2
+
+
+def test_a_loading_llama_server_is_reported_loading_not_absent(tmp_path: Path) -> None:
+    """llama-server listens before it loads and answers 503 until loaded; under
+    oversubscribed threads the load takes long (16 threads on one CPU here:
+    tens of seconds), which is when a person runs doctor."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from localmodel.engines import llama_server as engine_facts
+    from tests.harness.engines import start_llama_server
+
+    def health() -> int:
+        try:
+            with urllib.request.urlopen(engine.url + engine_facts.HEALTH_PATH, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return 0
+
+    sixteen = ["-c", "512", "-np", "1", "-t", "16", "--metrics", "--no-warmup"]
+    try:
+        with cpu_quota_cgroup(cpus=1) as group:
+            engine = start_llama_server(tmp_path, sixteen, preexec=group.join)
+            try:
+                end = time.monotonic() + 60
+                while health() != engine_facts.LOADING_STATUS:
+                    assert time.monotonic() < end, "llama-server never answered 503 (loading)"
+                    time.sleep(0.1)
+                status, report = doctor("--engine-url", engine.url, preexec=group.join)
+                still_loading = health() == engine_facts.LOADING_STATUS
+            finally:
+                engine.stop()
+    except CgroupUnavailableError as e:
+        pytest.fail(str(e), pytrace=False)
+    print(f"\ndoctor --local on a loading llama-server: {json.dumps(report['findings'], indent=1)}")
+    assert still_loading, "the engine finished loading before doctor did: nothing was shown"
+    [found] = by_check(report, "engine")
+    assert "still loading its model" in found["message"] and engine.url in found["message"]
+    assert "--engine-url" not in found["fix"]
+    assert report["facts"]["engine"]["loading"] is True
+    assert report["facts"]["engine"]["threads"] == 16
+    [threads] = by_check(report, "threads")
+    assert threads["verdict"] == "fail"
+    assert status == 2

@@ -220,3 +220,20 @@ def test_the_engine_fixture_is_the_real_ollama(engine: Ollama) -> None:
     status, version = engine.api(VERSION_PATH)
     assert status == 200 and version["version"] != "0.0.0"
     assert Path(engine.runner().exe()).name == "llama-server"
+
+
+async def test_ready_only_after_a_calibration_with_the_pods_settings(
+    gateway: tuple[RunningGateway, list[str]],
+) -> None:
+    """The real Ollama's own timing of the 32-token calibration, measured before
+    /readyz said 200 (docs/gateway.md, Speed); not counted as traffic."""
+    running, _ = gateway
+    async with httpx.AsyncClient() as http:
+        doc = (await http.get(running.url + "/speed")).json()
+    calibration = doc["calibration"]
+    print(f"real Ollama calibration: {calibration}")
+    assert calibration["complete"] is True and calibration["error"] is None, calibration
+    assert 0 < calibration["generated_tokens"] <= 32, calibration
+    assert calibration["decode_tokens_per_second"] > 0.5, calibration
+    assert calibration["prefill_tokens_per_second"] > 0, calibration
+    assert doc["totals"]["requests"] == 0 and doc["threads"] == 1

@@ -107,7 +107,8 @@ MACHINE = read_machine(
 
 
 def test_a_loading_llama_server_is_not_called_absent_and_its_threads_are_judged() -> None:
-    loading = EngineView(url="http://127.0.0.1:8081", kind=llama_server.NAME, loading=True,
+    loading = EngineView(url=f"http://127.0.0.1:{llama_server.PORT}", kind=llama_server.NAME,
+                         loading=True,
                          threads=8, threads_source="command line of pid 7",
                          process_budget=1.0, process_budget_why="pid 7: cgroup quota 1 CPUs")
     findings = local_findings(MACHINE, loading)
