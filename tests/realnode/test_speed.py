@@ -172,9 +172,10 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
                   f"expected {during['expectedDecode']:.3g} tok/s"):
         assert words in slow["message"], slow["message"]
     assert during["slow"] is True and during["ratio"] < 0.5, during
-    # Within the documented window: the slow time plus a read interval and a pass,
-    # with room for this shared machine.
-    assert SLOW_AFTER <= detected <= SLOW_AFTER + 4 * INTERVAL + 30
+    # Within the documented window: the slow time (the read that straddles the
+    # hog's start may count whole) plus reads and a pass, with room for this
+    # shared machine.
+    assert SLOW_AFTER - INTERVAL <= detected <= SLOW_AFTER + 4 * INTERVAL + 30
     assert events(journey, "SlowReplica") and events(journey, "SpeedRecovered")
     causes = [f["message"] for f in report["findings"] if f["check"] == "slow-replica"]
     assert any(f"{NAME} replica 0" in m and "tok/s" in m for m in causes), causes
