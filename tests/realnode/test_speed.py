@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ import pytest
 
 from localmodel.engines import llama_server
 from localmodel.render import GATEWAY_PORT
-from tests.harness.processes import wait_for
+from tests.harness.processes import ManagedProcess, wait_for
 from tests.realnode.conftest import OPERATOR_ARGS
 from tests.realnode.journey import (
     MODEL_NAMESPACE,
@@ -102,14 +101,17 @@ class Traffic:
         self.thread.join(timeout=180)
 
 
-def cpu_hog(group: Path) -> list[subprocess.Popen[bytes]]:
+def cpu_hog(group: Path, logs: Path) -> list[ManagedProcess]:
     """Two busy loops joined to the engine container's cpu cgroup (v1: cpu and
     cpuacct share it here; v2: the one group)."""
     procs = []
-    for _ in range(2):
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", "while True: pass"],
-            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid()))))
+    for n in range(2):
+        hog = ManagedProcess(f"cpu hog {n}", [sys.executable, "-c", "while True: pass"],
+                             logs / f"cpu-hog-{n}.log",
+                             preexec=lambda: (group / "cgroup.procs").write_text(
+                                 str(os.getpid())))
+        hog.start()
+        procs.append(hog)
     return procs
 
 
@@ -144,7 +146,7 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
         assert fine["ratio"] >= 0.5, fine
         cond = slow_condition(journey)
         assert cond is not None and cond["status"] == "False", cond
-        hog = cpu_hog(group)
+        hog = cpu_hog(group, journey.cluster.workdir / "logs")
         hog_at = time.monotonic()
         try:
             slow = wait_for("SlowReplica True", lambda: (
@@ -156,8 +158,7 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
             report = doctor(journey)
         finally:
             for p in hog:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
+                p.stop(timeout=5)
         cleared_at = time.monotonic()
         wait_for("SlowReplica False", lambda: (
             c if (c := slow_condition(journey)) and c["status"] == "False" else None),
