@@ -40,9 +40,56 @@ FINAL = {
 
 def test_ollama_timing_fields_are_nanoseconds() -> None:
     timing = timing_from_ollama(FINAL)
-    assert timing == EngineTiming(50, 0.5, 20, 2.0, 0.1, "stop")
+    # No prompt_eval_cached_count: how many were cached is not known.
+    assert timing == EngineTiming(50, 0.5, 20, 2.0, 0.1, "stop", prompt_total=50)
     assert timing.prefill_tokens_per_second == 100.0
     assert timing.decode_tokens_per_second == 10.0
+
+
+@pytest.mark.parametrize(
+    ("final", "total", "cached", "evaluated"),
+    [
+        # Ollama 0.34.4: prompt_eval_count is the whole prompt, cached included.
+        ({"prompt_eval_count": 50, "prompt_eval_cached_count": 30}, 50, 30, 20),
+        ({"prompt_eval_count": 50, "prompt_eval_cached_count": 0}, 50, 0, 50),
+        ({"prompt_eval_count": 50}, 50, None, None),  # older releases: not said
+        ({}, None, None, None),
+        ({"prompt_eval_count": "50", "prompt_eval_cached_count": True}, None, None, None),
+    ],
+)
+def test_ollama_prompt_cache_accounting(
+    final: dict[str, object], total: int | None, cached: int | None, evaluated: int | None
+) -> None:
+    timing = timing_from_ollama({**FINAL, **final} if final else {"done": True})
+    assert (timing.prompt_total, timing.prompt_cached, timing.prompt_evaluated) == (
+        total, cached, evaluated,
+    )
+
+
+@pytest.mark.parametrize(
+    ("usage", "timings", "total", "cached", "evaluated"),
+    [
+        # llama-server: timings say both parts.
+        (None, {"prompt_n": 7, "cache_n": 93, "prompt_ms": 10.0}, 100, 93, 7),
+        ({"prompt_tokens": 100}, {"prompt_n": 7, "cache_n": 93}, 100, 93, 7),
+        # OpenAI usage with its details (Ollama's /v1, llama-server's usage).
+        ({"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 60}}, None, 100, 60, 40),
+        ({"prompt_tokens": 100}, None, 100, None, None),
+        (None, {"prompt_n": 7}, None, None, None),  # a build without cache_n
+        (None, None, None, None, None),
+    ],
+)
+def test_openai_prompt_cache_accounting(
+    usage: dict[str, object] | None,
+    timings: dict[str, object] | None,
+    total: int | None,
+    cached: int | None,
+    evaluated: int | None,
+) -> None:
+    timing = timing_from_openai(usage, timings, "stop")
+    assert (timing.prompt_total, timing.prompt_cached, timing.prompt_evaluated) == (
+        total, cached, evaluated,
+    )
 
 
 def test_llama_server_timings_are_milliseconds_and_win_over_usage() -> None:
@@ -51,7 +98,7 @@ def test_llama_server_timings_are_milliseconds_and_win_over_usage() -> None:
         {"prompt_n": 40, "prompt_ms": 200.0, "predicted_n": 20, "predicted_ms": 1000.0},
         "stop",
     )
-    assert timing == EngineTiming(40, 0.2, 20, 1.0, None, "stop")
+    assert timing == EngineTiming(40, 0.2, 20, 1.0, None, "stop", prompt_total=60)
     assert timing.prefill_tokens_per_second == 200.0
 
 

@@ -41,6 +41,12 @@ class EngineTiming:
     decode_seconds: float | None = None
     load_seconds: float | None = None
     done_reason: str | None = None
+    # The prompt as the ledger accounts it (docs/engine-facts.md, Prompt cache
+    # accounting): all of its tokens, those reused from the engine's prompt
+    # cache, those evaluated. None: the engine did not say.
+    prompt_total: int | None = None
+    prompt_cached: int | None = None
+    prompt_evaluated: int | None = None
 
     @property
     def prefill_tokens_per_second(self) -> float | None:
@@ -74,14 +80,25 @@ def timing_from_ollama(final: dict[str, Any]) -> EngineTiming:
         return None if ns is None else ns / 1e9
 
     reason = final.get("done_reason")
+    # prompt_eval_count counts the whole prompt, cached tokens included;
+    # prompt_eval_cached_count (when present) the cached ones.
+    total = _count(final.get("prompt_eval_count"))
+    cached = _count(final.get("prompt_eval_cached_count"))
     return EngineTiming(
-        prompt_tokens=_count(final.get("prompt_eval_count")),
+        prompt_tokens=total,
         prompt_seconds=seconds("prompt_eval_duration"),
         generated_tokens=_count(final.get("eval_count")),
         decode_seconds=seconds("eval_duration"),
         load_seconds=seconds("load_duration"),
         done_reason=reason if isinstance(reason, str) else None,
+        prompt_total=total,
+        prompt_cached=cached,
+        prompt_evaluated=_difference(total, cached),
     )
+
+
+def _difference(total: int | None, part: int | None) -> int | None:
+    return None if total is None or part is None else max(0, total - part)
 
 
 def timing_from_openai(
@@ -90,11 +107,19 @@ def timing_from_openai(
     """llama-server's `timings` (milliseconds) when present, else `usage` counts."""
     prompt_tokens = generated = None
     prompt_s = decode_s = None
+    total = cached = evaluated = None
     if usage:
-        prompt_tokens = _count(usage.get("prompt_tokens"))
+        prompt_tokens = total = _count(usage.get("prompt_tokens"))
         generated = _count(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            cached = _count(details.get("cached_tokens"))
+        evaluated = _difference(total, cached)
     if timings:
         prompt_n = _count(timings.get("prompt_n"))
+        cache_n = _count(timings.get("cache_n"))
+        if prompt_n is not None and cache_n is not None:
+            total, cached, evaluated = prompt_n + cache_n, cache_n, prompt_n
         predicted_n = _count(timings.get("predicted_n"))
         prompt_ms = _num(timings.get("prompt_ms"))
         predicted_ms = _num(timings.get("predicted_ms"))
@@ -112,6 +137,9 @@ def timing_from_openai(
         generated_tokens=generated,
         decode_seconds=decode_s,
         done_reason=finish_reason,
+        prompt_total=total,
+        prompt_cached=cached,
+        prompt_evaluated=evaluated,
     )
 
 

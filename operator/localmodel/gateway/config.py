@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from localmodel.engines import llama_server, ollama
+from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE
 from localmodel.settings import (
     ConfigError,
     field_values,
@@ -123,6 +124,11 @@ class GatewayConfig:
     overflow_after: float = setting(
         0.0, "how long a foreground request waits for a local slot before it overflows "
         "(default {default}: as soon as none is free)", metavar="S", parse=non_negative_seconds,
+    )
+    # About 1 KB a record (docs/gateway.md, The ledger).
+    ledger_size: int = setting(
+        DEFAULT_LEDGER_SIZE, "requests the ledger keeps for GET /ledger and `localmodel "
+        "timeline` (0: no ledger)", metavar="N", parse=non_negative_int,
     )
     # Never printed: not in repr, not in any message (see OVERFLOW_API_KEY_ENV).
     overflow_api_key: str = field(default="", repr=False)

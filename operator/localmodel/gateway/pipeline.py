@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +22,24 @@ from aiohttp import web
 
 from localmodel.gateway.body import Exchange
 from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.ledger import (
+    ANONYMOUS,
+    CALLER_HEADER,
+    SESSION_HEADER,
+    Ledger,
+    Sessions,
+    clean_name,
+    identify,
+)
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
 from localmodel.gateway.queueing import SlotQueue
-from localmodel.gateway.record import GatewayMetrics, Outcome, RequestRecord, log_line
+from localmodel.gateway.record import (
+    GatewayMetrics,
+    Outcome,
+    RequestRecord,
+    ledger_entry,
+    log_line,
+)
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
 from localmodel.gateway.routes import Kind, Route
@@ -65,8 +81,14 @@ class Pipeline:
         metrics: GatewayMetrics,
         access_log: Callable[[str], None],
         clock: Callable[[], float],
+        ledger: Ledger | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self.ledger = ledger
+        # Sessions' last prompts, for the rewrite check: with the ledger only.
+        self.sessions = Sessions() if ledger is not None else None
+        self._wall = wall
         self.queue = queue
         self.relay = relay
         self.overflow = overflow
@@ -89,10 +111,12 @@ class Pipeline:
             if self.closing:
                 rec.finish(Outcome.SHUTDOWN, 499, "gateway shutting down")
             else:
+                rec.gone(self._clock())
                 rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
             raise
         except ConnectionError:
             # Whatever escaped on the caller's side: it is gone.
+            rec.gone(self._clock())
             rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
             return error_response(499, "caller disconnected")
         except Exception as exc:
@@ -111,15 +135,25 @@ class Pipeline:
             start=self._clock(),
         )
         request[REQUEST_ID] = rec.request_id
+        headers = request.headers
+        rec.caller, rec.session = identify(headers.get(CALLER_HEADER), headers.get(SESSION_HEADER))
+        rec.arrival = self._wall()
         return rec
 
     def _end(self, rec: RequestRecord, slot: _Slot) -> None:
-        if slot.ticket and self.queue.holds(slot.ticket):
-            rec.slot_released_at = self._clock()
-            self.queue.release(slot.ticket)
+        if slot.ticket:
+            if self.queue.holds(slot.ticket):
+                rec.slot_released_at = self._clock()
+                self.queue.release(slot.ticket)
+            rec.behind = self.queue.behind(slot.ticket)
         self.in_flight -= 1
         rec.end = self._clock()
         self.metrics.record(rec)
+        if self.ledger is not None:
+            self.ledger.add(ledger_entry(rec))
+        if self.sessions is not None and rec.rewrite is not None and rec.session is not None:
+            total = rec.timing.prompt_total if rec.timing is not None else None
+            self.sessions.read((rec.caller, rec.session), rec.turn, total)
         self._access_log(log_line(rec, datetime.now(UTC).isoformat(timespec="milliseconds")))
 
     async def _serve(
@@ -162,12 +196,18 @@ class Pipeline:
         if route.kind is Kind.PASSTHROUGH:
             prepared = Prepared(body=raw, caller_streams=False, model="")
         else:
+            sessions = self.sessions if rec.session is not None else None
             try:
-                prepared = prepare(route, raw, self.config)
+                prepared = prepare(route, raw, self.config, want_prompt=sessions is not None)
             except BadRequest as exc:
                 raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
             for option in prepared.rewritten:
                 self.metrics.options_rewritten.inc(1, (option,))
+            if rec.caller == ANONYMOUS:
+                rec.caller = clean_name(prepared.user) or ANONYMOUS
+            if sessions is not None and prepared.prompt is not None and rec.session is not None:
+                turn, rec.turn = sessions.arrive((rec.caller, rec.session), prepared.prompt)
+                rec.rewrite, rec.previous_tokens = turn.rewrite, turn.previous_tokens
         rec.model = prepared.model
         rec.caller_streams = prepared.caller_streams
         return prepared
@@ -176,7 +216,9 @@ class Pipeline:
         self, route: Route, raw: bytes, rec: RequestRecord, deadline: _Deadline, slot: _Slot
     ) -> Overflowed | None:
         """Hold a slot (None), or the overflow endpoint's answer instead."""
-        admission, ticket = self.queue.request(Priority(rec.priority))
+        priority = Priority(rec.priority)
+        admission, ticket = self.queue.request(priority, (rec.caller, priority.value))
+        slot.ticket = ticket  # 0 when rejected; holds a slot only once granted
         if admission is Admission.REJECTED_BUSY:
             raise self._answer(
                 rec, Outcome.REJECTED_BUSY, 429, "no free slot",
@@ -192,7 +234,6 @@ class Pipeline:
                     rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
                     f"queue full ({self.config.max_queue} waiting)", self._retry_after(),
                 )
-        slot.ticket = ticket
         rec.slot_at = self._clock()
         return None
 

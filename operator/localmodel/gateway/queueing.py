@@ -1,30 +1,57 @@
 """Slots and the queue in front of them, live: the `SlotBoard` (pure) decides
 who gets a slot; this part wakes the waiter it was given to, lets a waiter
-leave, and runs a queued request's race against the overflow endpoint.
+leave, and runs a queued request's race against the overflow endpoint. With a
+`WaitBook` (the ledger on) it also tells the book every grant, release and
+wait, so each waiter learns whom it waited behind (`behind`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
+from localmodel.gateway.ledger import Holder, WaitBook
 from localmodel.gateway.overflow_client import Overflowed, OverflowTry
 from localmodel.gateway.slots import Admission, Priority, SlotBoard, retry_after_seconds
 
 
 class SlotQueue:
-    def __init__(self, slots: int, max_queue: int) -> None:
+    def __init__(
+        self,
+        slots: int,
+        max_queue: int,
+        book: WaitBook | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.board = SlotBoard(slots, max_queue)
         self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._book = book
+        self._clock = clock
+        self._holder: dict[int, Holder] = {}  # queued tickets' holder names (book only)
+        self._behind: dict[int, dict[Holder, float]] = {}  # waits ended, until collected
 
     @property
     def waiters(self) -> int:
         """Queued requests with a live wait (must equal the board's queue)."""
         return len(self._waiters)
 
-    def request(self, priority: Priority) -> tuple[Admission, int]:
-        return self.board.request(priority)
+    def request(
+        self, priority: Priority, holder: Holder | None = None
+    ) -> tuple[Admission, int]:
+        """Ask for a slot; `holder` names the request in others' "waited behind"."""
+        admission, ticket = self.board.request(priority)
+        book = self._book
+        if book is not None and ticket:
+            name = holder or ("", priority.value)
+            if admission is Admission.ADMITTED:
+                book.hold(ticket, name, self._clock())
+            else:
+                self._holder[ticket] = name
+                book.wait(ticket, self._clock())
+        return admission, ticket
 
     def holds(self, ticket: int) -> bool:
         return self.board.holds(ticket)
@@ -32,6 +59,13 @@ class SlotQueue:
     def release(self, ticket: int) -> None:
         """Give the slot back; the request it goes to wakes."""
         granted = self.board.release(ticket)
+        book = self._book
+        if book is not None:
+            now = self._clock()
+            book.free(ticket, now)
+            if granted is not None:
+                self._behind[granted] = book.stop(granted, now)
+                book.hold(granted, self._holder.pop(granted, ("", "")), now)
         if granted is not None:
             waiter = self._waiters.pop(granted, None)
             if waiter is not None and not waiter.done():
@@ -43,6 +77,14 @@ class SlotQueue:
         if not self.board.withdraw(ticket):
             # Granted in the same instant it gave up: pass the slot on.
             self.release(ticket)
+        elif self._book is not None:
+            self._holder.pop(ticket, None)
+            self._behind[ticket] = self._book.stop(ticket, self._clock())
+
+    def behind(self, ticket: int) -> dict[Holder, float]:
+        """Whom `ticket` waited behind, seconds each (empty: it did not wait);
+        collected once, when its request ends."""
+        return self._behind.pop(ticket, {})
 
     def retry_after(self, mean_slot_seconds: float) -> dict[str, str]:
         snap = self.board.snapshot()

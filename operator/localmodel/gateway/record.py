@@ -15,6 +15,16 @@ from enum import StrEnum
 from typing import Any
 
 from localmodel.gateway.assemble import EngineTiming
+from localmodel.gateway.ledger import (
+    ANONYMOUS,
+    MAX_ID,
+    CallerLabels,
+    Holder,
+    LedgerEntry,
+    behind_text,
+    reread,
+    top_behind,
+)
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.gateway.speed import SpeedRecord
 from localmodel.metrics import (
@@ -78,6 +88,20 @@ class RequestRecord:
     overflow_error: str | None = None  # an overflow attempt failed: connect, status, timeout
     overflow_status: int | None = None  # the status it answered, for `status`
     overflow_skipped: str | None = None  # past --overflow-after but not sent: why
+    # Who asked (localmodel.gateway.ledger.identify) and what the ledger adds.
+    caller: str = ANONYMOUS
+    session: str | None = None
+    arrival: float = 0.0  # wall clock, for the ledger's `since`
+    caller_gone_at: float | None = None  # when the gateway saw the caller leave
+    behind: dict[Holder, float] | None = None  # whom it waited behind, seconds each
+    rewrite: bool | None = None  # its session's prompt was rewritten (None: no session)
+    previous_tokens: int | None = None  # the session's previous prompt, in tokens
+    turn: int = 0  # its turn in the session (to tell the session its token count)
+
+    def gone(self, now: float) -> None:
+        """The caller left (the first sighting counts)."""
+        if self.caller_gone_at is None:
+            self.caller_gone_at = now
 
     def finish(self, outcome: Outcome, status: int, detail: str = "") -> None:
         """Record how the request ended; the first outcome recorded wins."""
@@ -109,6 +133,63 @@ class RequestRecord:
     def duration(self) -> float | None:
         return None if self.end is None else max(0.0, self.end - self.start)
 
+    @property
+    def abandoned_seconds(self) -> float | None:
+        """Slot time held after the caller had gone (cancellation latency)."""
+        if self.caller_gone_at is None or self.slot_released_at is None or self.slot_at is None:
+            return None
+        return max(0.0, self.slot_released_at - max(self.caller_gone_at, self.slot_at))
+
+    def reread(self) -> tuple[int | None, float | None]:
+        t = self.timing or EngineTiming()
+        return reread(
+            self.rewrite,
+            self.previous_tokens,
+            t.prompt_total,
+            t.prompt_cached,
+            t.prompt_evaluated,
+            t.prompt_seconds,
+        )
+
+
+def _after(rec: RequestRecord, at: float | None) -> float | None:
+    return None if at is None else max(0.0, at - rec.start)
+
+
+def ledger_entry(rec: RequestRecord) -> LedgerEntry:
+    """The ledger's record of a finished request."""
+    t = rec.timing or EngineTiming()
+    reread_tokens, reread_seconds = rec.reread()
+    return LedgerEntry(
+        request_id=rec.request_id[:MAX_ID],
+        caller=rec.caller,
+        session=rec.session,
+        priority=rec.priority,
+        route=rec.route,
+        model=rec.model[:MAX_ID],
+        outcome=(rec.outcome or Outcome.INTERNAL_ERROR).value,
+        status=rec.status,
+        served_by=rec.served_by,
+        arrival=rec.arrival,
+        duration=rec.duration,
+        queue_wait=rec.queue_wait,
+        slot_start=_after(rec, rec.slot_at),
+        slot_seconds=rec.slot_seconds,
+        ttft=rec.ttft,
+        caller_gone=_after(rec, rec.caller_gone_at),
+        abandoned_seconds=rec.abandoned_seconds,
+        behind=top_behind(rec.behind or {}),
+        prompt_tokens=t.prompt_total,
+        cached_tokens=t.prompt_cached,
+        evaluated_tokens=t.prompt_evaluated,
+        prefill_seconds=t.prompt_seconds,
+        generated_tokens=t.generated_tokens,
+        decode_seconds=t.decode_seconds,
+        rewrite=rec.rewrite,
+        reread_tokens=reread_tokens,
+        reread_seconds=reread_seconds,
+    )
+
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
@@ -139,6 +220,21 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
         "decode_tok_s": _round(timing.decode_tokens_per_second),
         "done_reason": timing.done_reason,
     }
+    fields["caller"] = rec.caller
+    if rec.session is not None:
+        fields["session"] = rec.session
+    if timing.prompt_cached is not None:
+        fields["cached_tokens"] = timing.prompt_cached
+    if timing.prompt_evaluated is not None:
+        fields["evaluated_tokens"] = timing.prompt_evaluated
+    if rec.behind:
+        fields["waited_behind"] = behind_text(top_behind(rec.behind))
+    if rec.rewrite is not None:
+        fields["rewrite"] = rec.rewrite
+        if rec.rewrite:
+            fields["reread_s"] = _round(rec.reread()[1])
+    if rec.caller_gone_at is not None:
+        fields["abandoned_ms"] = _ms(rec.abandoned_seconds)
     if rec.overflow_error:
         fields["overflow_error"] = rec.overflow_error
         if rec.overflow_status is not None:
@@ -254,6 +350,36 @@ class GatewayMetrics:
             "Generation speed per request (engine timing).",
             RATE_BUCKETS,
         )
+        # Per caller: at most MAX_CALLER_LABELS distinct values, the rest `other`.
+        self.callers = CallerLabels()
+        self.prompt_cached = Counter(
+            p + "prompt_tokens_cached_total",
+            "Prompt tokens the engine reused from its prompt cache, by caller (where the "
+            "engine says).",
+            ("caller",),
+        )
+        self.prompt_evaluated = Counter(
+            p + "prompt_tokens_evaluated_total",
+            "Prompt tokens the engine evaluated, by caller (where the engine says).",
+            ("caller",),
+        )
+        self.rewrites = Counter(
+            p + "prompt_rewrites_total",
+            "Requests whose session's prompt did not extend its previous one (a compaction, "
+            "a rewritten history): the engine's cache could not be reused, by caller.",
+            ("caller",),
+        )
+        self.reread_seconds = Counter(
+            p + "reread_seconds_total",
+            "Prefill seconds spent on tokens their session had already read once, by caller.",
+            ("caller",),
+        )
+        self.wait_behind = Counter(
+            p + "queue_wait_behind_seconds_total",
+            "Seconds requests waited for a slot, split among the requests holding the "
+            "slots, by the priority of those holders.",
+            ("ahead",),
+        )
         self._slots = slots
 
         def _slots_total() -> dict[Labels, float]:
@@ -350,6 +476,11 @@ class GatewayMetrics:
             self.decode_rate,
             self.ttft,
             self.duration,
+            self.prompt_cached,
+            self.prompt_evaluated,
+            self.rewrites,
+            self.reread_seconds,
+            self.wait_behind,
         )
 
     def render(self) -> str:
@@ -382,11 +513,26 @@ class GatewayMetrics:
             self.overflow_requests.inc(1, (rec.route, outcome.value))
             if rec.duration is not None:
                 self.overflow_duration.observe(rec.duration, (rec.route,))
+        if rec.behind:
+            for (_, ahead), owed in rec.behind.items():
+                self.wait_behind.inc(owed, (ahead,))
+        if rec.rewrite:
+            caller = (self.callers.label(rec.caller),)
+            self.rewrites.inc(1, caller)
+            reread_seconds = rec.reread()[1]
+            if reread_seconds is not None:
+                self.reread_seconds.inc(max(0.0, reread_seconds), caller)
         timing = rec.timing
         if timing is None:
             return
         if rec.served_by != "overflow":
             self.speed.add(rec.end if rec.end is not None else rec.start, timing)
+        if timing.prompt_cached is not None:
+            self.prompt_cached.inc(max(0, timing.prompt_cached), (self.callers.label(rec.caller),))
+        if timing.prompt_evaluated is not None:
+            self.prompt_evaluated.inc(
+                max(0, timing.prompt_evaluated), (self.callers.label(rec.caller),)
+            )
         if timing.prompt_tokens is not None:
             self.prompt_tokens.inc(max(0, timing.prompt_tokens))
         if timing.prompt_seconds is not None:

@@ -47,6 +47,7 @@ class Relay:
         self.config = config
         self.upstreams = upstreams
         self.metrics = metrics
+        self._clock = clock
         self.body = BodyRelay(config, clock)
 
     # ---- the deadline and early ends ---------------------------------------
@@ -71,6 +72,7 @@ class Relay:
                 ex, Outcome.CANCELLED_DEADLINE, 504, f"deadline of {deadline:g}s passed"
             )
         except CallerGone:
+            ex.rec.gone(self._clock())
             ex.rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
             ex.close_upstream()
             assert ex.response is not None

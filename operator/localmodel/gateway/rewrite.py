@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.ledger import Prompt, prompt_of
 from localmodel.gateway.routes import Kind, Route
 
 
@@ -54,6 +55,8 @@ class Prepared:
     model: str
     # Runner options the caller set to something other than the pod's values.
     rewritten: tuple[str, ...] = ()
+    user: object = None  # the OpenAI `user` field, as sent (a caller's name)
+    prompt: Prompt | None = None  # for the ledger's rewrite check, when asked for
 
 
 def pod_runner_options(config: GatewayConfig) -> dict[str, int]:
@@ -184,8 +187,11 @@ def encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def prepare(route: Route, raw: bytes, config: GatewayConfig) -> Prepared:
-    """Parse and rewrite a caller's body for the upstream engine."""
+def prepare(
+    route: Route, raw: bytes, config: GatewayConfig, *, want_prompt: bool = False
+) -> Prepared:
+    """Parse and rewrite a caller's body for the upstream engine (`want_prompt`:
+    also its prompt's print, for a session's rewrite check)."""
     body = parse_json_object(raw)
     model = _model(body, config)
     caller_streams = False
@@ -205,7 +211,12 @@ def prepare(route: Route, raw: bytes, config: GatewayConfig) -> Prepared:
             # streams keeps whatever it chose.
             body["stream_options"] = {"include_usage": True}
     return Prepared(
-        body=encode(body), caller_streams=caller_streams, model=model, rewritten=rewritten
+        body=encode(body),
+        caller_streams=caller_streams,
+        model=model,
+        rewritten=rewritten,
+        user=body.get("user"),
+        prompt=prompt_of(route.kind.value, body) if want_prompt else None,
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
 from localmodel.gateway.overflow import OverflowBreaker
 from localmodel.gateway.overflow_client import OverflowClient
 from localmodel.gateway.pipeline import REQUEST_ID, SERVED_BY, Pipeline
@@ -52,7 +53,11 @@ class SlotGate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.queue = SlotQueue(config.slots, config.max_queue)
+        # The ledger (--ledger-size 0: none): the ring, and the book of who
+        # waited behind whom.
+        self.ledger = Ledger(config.ledger_size) if config.ledger_size else None
+        book = WaitBook() if self.ledger is not None else None
+        self.queue = SlotQueue(config.slots, config.max_queue, book, clock)
         self.speed = SpeedRecord()
         self._clock = clock
         self.metrics = GatewayMetrics(self.board.snapshot, lambda: self.pipeline.in_flight,
@@ -71,6 +76,7 @@ class SlotGate:
             self.metrics,
             access_log if access_log is not None else _stdout_line,
             clock,
+            self.ledger,
         )
         self.readiness = Readiness(config, self.upstreams, clock, self.speed)
 
@@ -104,6 +110,7 @@ class SlotGate:
         app.router.add_get("/readyz", self.readiness.handle_readyz)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get(SPEED_PATH, self.handle_speed)
+        app.router.add_get("/ledger", self.handle_ledger)
         app.on_response_prepare.append(_tag_response)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
@@ -142,6 +149,16 @@ class SlotGate:
 
     async def handle_healthz(self, request: web.Request) -> web.Response:
         return json_response(200, {"status": "ok"})
+
+    async def handle_ledger(self, request: web.Request) -> web.Response:
+        """The ledger's records, oldest first; filters `since`, `caller`, `priority`."""
+        if self.ledger is None:
+            return json_response(404, {"error": "the ledger is off (--ledger-size 0)"})
+        try:
+            query = parse_query(request.query, time.time())
+        except BadQuery as exc:
+            return json_response(400, {"error": str(exc)})
+        return json_response(200, self.ledger.document(query))
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(
