@@ -51,6 +51,11 @@ COMMANDS: dict[str, Command] = {
         "localmodel.doctor.cli",
         "doctor_main",
     ),
+    "timeline": Command(
+        "where a model's time went, from its gateways' ledgers, in the field's order",
+        "localmodel.timeline.cli",
+        "timeline_main",
+    ),
     "run": Command(
         "run the operator against a cluster (kubeconfig or in-cluster)",
         "localmodel.controller.main",

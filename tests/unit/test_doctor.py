@@ -79,6 +79,8 @@ def test_cluster_scenario_has_each_finding_with_its_fix() -> None:
     assert queue.verdict is Verdict.WARN
     assert "1/1 slots busy, 2 foreground waiting, 3 background turned away" in queue.message
     assert "spec.replicas" in queue.fix
+    # ... and names the command that shows whom they waited behind.
+    assert "`localmodel timeline chat -n shop` shows whom they waited behind" in queue.fix
 
     cancel = {f.message.split(" ")[0]: f for f in by_check(findings, "cancellation")}
     assert set(cancel) == {"shop/nogw-0", "shop/stray", "shop/amx-legacy"}

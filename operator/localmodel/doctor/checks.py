@@ -223,7 +223,8 @@ def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Fin
 
     # 2. callers that can queue
     if engine.gateway is not None:
-        findings.extend(queue_findings(engine.url, engine.gateway))
+        timeline = f"localmodel timeline NAME --gateway-url {engine.url}"
+        findings.extend(queue_findings(engine.url, engine.gateway, timeline))
     elif engine.slots is not None:
         ctx = f", context {engine.context_per_slot} per slot" if engine.context_per_slot else ""
         findings.append(
@@ -380,8 +381,9 @@ def _amx_engine_findings(machine: MachineFacts, engine: EngineView) -> list[Find
     ]
 
 
-def queue_findings(where: str, stats: GatewayStats) -> list[Finding]:
-    """Queue depth, busy slots, background turned away, foreground waiting."""
+def queue_findings(where: str, stats: GatewayStats, timeline: str = "") -> list[Finding]:
+    """Queue depth, busy slots, background turned away, foreground waiting
+    (`timeline`: the command that shows whom they waited behind)."""
     seen = (
         f"{where}: {stats.slots_busy}/{stats.slots} slots busy, "
         f"{stats.queued_foreground} foreground waiting, "
@@ -395,7 +397,8 @@ def queue_findings(where: str, stats: GatewayStats) -> list[Finding]:
                 Verdict.WARN,
                 seen,
                 "callers wait for a slot: add replicas (spec.replicas) or slots (spec.slots, "
-                "with memory for their context), or mark batch callers X-Priority: background",
+                "with memory for their context), or mark batch callers X-Priority: background"
+                + (f"; `{timeline}` shows whom they waited behind" if timeline else ""),
             )
         ]
     if stats.rejected_background:

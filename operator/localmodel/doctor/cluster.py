@@ -71,6 +71,7 @@ class EnginePod:
     env: Mapping[str, str] = field(default_factory=dict)
     commands: str = ""  # every container's command and args, for the AMX guard
     container: str = ""  # the engine container's name
+    local_model: str | None = None  # the LocalModel it serves (ours only)
 
     @property
     def key(self) -> str:
@@ -190,6 +191,7 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
                 env=env,
                 commands=commands,
                 container=str(engine.get("name", "")),
+                local_model=str(labels[LABEL_NAME]) if LABEL_NAME in labels else None,
             )
         )
     return found
@@ -319,7 +321,8 @@ def _queues(gateways: Sequence[EnginePod], metrics: Mapping[str, str | Exception
                 )
             )
         else:
-            findings.extend(queue_findings(pod.label, stats))
+            timeline = f"localmodel timeline {pod.local_model or 'NAME'} -n {pod.namespace}"
+            findings.extend(queue_findings(pod.label, stats, timeline))
     return findings
 
 
