@@ -114,6 +114,9 @@ class StandinOllama:
             total_duration=int((time.monotonic() - gen.started) * 1e9),
             load_duration=1_000_000,
             prompt_eval_count=max(1, len(prompt.split())),
+            # Ollama 0.34.4 says how many came from its prompt cache
+            # (docs/engine-facts.md, Prompt cache accounting); the stand-in has none.
+            prompt_eval_cached_count=0,
             prompt_eval_duration=int(max(self.prefill_delay, 0.001) * 1e9),
             eval_count=gen.tokens,
             eval_duration=int(max(gen.tokens * self.token_delay, 0.001) * 1e9),
