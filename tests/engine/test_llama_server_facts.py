@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -160,3 +161,59 @@ def test_a_gguf_without_a_chat_template_gets_chatml_unless_one_is_given(tmp_path
         reply = chat_reply(server)
     assert reply.strip() and not template_markers(reply), reply
     print(f"ChatML fallback: {fallback!r}\nwith the Gemma template: {reply!r}")
+
+
+# A history long enough that its prefill is measurable on one thread.
+HISTORY = " ".join(f"Note {i}: the number {i} is {('odd', 'even')[i % 2 == 0]}." for i in range(40))
+SYSTEM = {"role": "system", "content": "You answer in one word."}
+REWRITTEN_SYSTEM = {"role": "system", "content": "You answer briefly and politely."}
+
+
+def _sse_final(text: str) -> dict[str, Any]:
+    """The stream's `timings` and `usage`, from its data lines."""
+    final: dict[str, Any] = {}
+    for line in text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            event = json.loads(line[6:])
+            for key in ("timings", "usage"):
+                if key in event:
+                    final[key] = event[key]
+    return final
+
+
+def test_timings_say_how_much_of_the_prompt_came_from_the_cache(tmp_path: Path) -> None:
+    """`timings.cache_n` is the prompt tokens reused from the slot's cache,
+    `prompt_n` those evaluated, `prompt_ms` the evaluation's time; usage's
+    prompt_tokens is their sum and prompt_tokens_details.cached_tokens is
+    cache_n, streamed (as the gateway asks) or not."""
+    history = [SYSTEM, {"role": "user", "content": HISTORY}]
+    turn = [*history, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "41?"}]
+    rewritten = [REWRITTEN_SYSTEM, *turn[1:]]
+    with running(tmp_path, "-t", "1", "-c", "2048", "-np", "1") as engine:
+
+        def chat(messages: list[dict[str, str]], stream: bool = False) -> dict[str, Any]:
+            body: dict[str, Any] = {"messages": messages, "max_tokens": 1, "temperature": 0}
+            if stream:
+                body |= {"stream": True, "stream_options": {"include_usage": True}}
+            status, answer = engine.api("/v1/chat/completions", body)
+            assert status == 200, answer
+            return _sse_final(answer) if stream else dict(answer)
+
+        first, second, third = chat(history), chat(turn, stream=True), chat(rewritten)
+    for answer in (first, second, third):
+        t, usage = answer["timings"], answer["usage"]
+        assert t["cache_n"] + t["prompt_n"] == usage["prompt_tokens"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] == t["cache_n"]
+    ft, st, tt = first["timings"], second["timings"], third["timings"]
+    print(
+        f"llama-server prompt cache: first {ft['cache_n']}+{ft['prompt_n']} in "
+        f"{ft['prompt_ms']:.0f} ms; extended {st['cache_n']}+{st['prompt_n']} in "
+        f"{st['prompt_ms']:.0f} ms; rewritten {tt['cache_n']}+{tt['prompt_n']} in "
+        f"{tt['prompt_ms']:.0f} ms"
+    )
+    assert ft["prompt_n"] > 200
+    # The extended prompt reused what the first one read: only the new turn was evaluated.
+    assert st["cache_n"] >= ft["prompt_n"] - 5 and st["prompt_n"] < 30
+    # The rewritten system prompt changed the start: nearly all of it read again.
+    assert tt["cache_n"] < 10 and tt["prompt_n"] > st["cache_n"]
+    assert st["prompt_ms"] * 3 < tt["prompt_ms"]

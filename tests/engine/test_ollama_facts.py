@@ -267,3 +267,56 @@ def test_a_gguf_without_a_chat_template_gets_chatml_unless_one_is_given(
     assert given.runner().environ().get("LLAMA_ARG_CHAT_TEMPLATE") == GEMMA_CHAT_TEMPLATE
     assert reply.strip() and not template_markers(reply), reply
     print(f"ChatML fallback: {fallback!r}\nwith the Gemma template: {reply!r}")
+
+
+HISTORY = " ".join(f"Note {i}: the number {i} is {('odd', 'even')[i % 2 == 0]}." for i in range(30))
+
+
+def _chat(server: Ollama, messages: list[dict[str, str]], stream: bool = False) -> dict[str, Any]:
+    """The final object of a chat (streamed: its last NDJSON line)."""
+    body = {
+        "model": TUNED,
+        "messages": messages,
+        "stream": stream,
+        "options": {"num_predict": 1, "temperature": 0, "seed": 1},
+    }
+    status, answer = server.api("/api/chat", body)
+    assert status == 200, answer
+    if stream:
+        assert isinstance(answer, str)
+        answer = json.loads(answer.strip().splitlines()[-1])
+    assert isinstance(answer, dict) and answer["done"] is True
+    return answer
+
+
+def test_prompt_eval_count_includes_cached_tokens(tuned: Ollama) -> None:
+    """v0.34.4: `prompt_eval_count` counts the whole prompt, cached tokens
+    included (llama-server's cache_n + prompt_n), `prompt_eval_cached_count`
+    the cached ones, and `prompt_eval_duration` times only the evaluated ones:
+    the same prompt reports the same count whether it was cached or not."""
+    system = {"role": "system", "content": "You answer in one word."}
+    history = [system, {"role": "user", "content": HISTORY}]
+    turn = [*history, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "31?"}]
+    rewritten = [{"role": "system", "content": "You answer politely."}, *turn[1:]]
+    first = _chat(tuned, history)
+    extended = _chat(tuned, turn)
+    _chat(tuned, rewritten)
+    again = _chat(tuned, turn, stream=True)  # the same prompt as `extended`, its cache gone
+    for final in (first, extended, again):
+        assert isinstance(final.get("prompt_eval_cached_count"), int), final
+    print(
+        "ollama prompt cache: "
+        + "; ".join(
+            f"{name} count {f['prompt_eval_count']} cached {f['prompt_eval_cached_count']} "
+            f"in {f['prompt_eval_duration'] / 1e6:.0f} ms"
+            for name, f in (("first", first), ("extended", extended), ("again", again))
+        )
+    )
+    assert first["prompt_eval_count"] > 200
+    # Extended: what the first one read came from the cache ...
+    assert extended["prompt_eval_cached_count"] >= first["prompt_eval_count"] - 5
+    # ... and is still counted: the same prompt, not cached, counts the same.
+    assert again["prompt_eval_cached_count"] < 10
+    assert extended["prompt_eval_count"] == again["prompt_eval_count"]
+    # Only the evaluated tokens are timed.
+    assert extended["prompt_eval_duration"] * 3 < again["prompt_eval_duration"]
