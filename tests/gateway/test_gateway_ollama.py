@@ -237,3 +237,119 @@ async def test_ready_only_after_a_calibration_with_the_pods_settings(
     assert calibration["decode_tokens_per_second"] > 0.5, calibration
     assert calibration["prefill_tokens_per_second"] > 0, calibration
     assert doc["totals"]["requests"] == 0 and doc["threads"] == 1
+
+
+HISTORY = " ".join(f"Log line {i}: job {i} took {i * 7 % 13} minutes." for i in range(25))
+SUMMARY = "Summary so far: twenty-five jobs ran, each within thirteen minutes. " * 3
+
+
+async def _ledger(gw: RunningGateway, **params: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient() as http:
+        answer = await http.get(gw.url + "/ledger", params=params)
+    assert answer.status_code == 200, answer.text
+    entries: list[dict[str, Any]] = answer.json()["entries"]
+    return entries
+
+
+async def test_ledger_on_real_ollama_says_what_it_reports(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    """Ollama's native route reports the whole prompt, the cached part and the
+    prefill time (docs/engine-facts.md, Prompt cache accounting), so the ledger
+    has every fact there: cache reuse, rewrites and their re-read seconds
+    against the prefill the caller saw."""
+    gw, _ = gateway
+    system = {"role": "system", "content": "Answer in one word."}
+    headers = {"X-LocalModel-Caller": "agent", "X-LocalModel-Session": "s1"}
+    client = ollama.AsyncClient(host=gw.url, headers=headers)
+    messages: list[dict[str, str]] = [system, {"role": "user", "content": HISTORY}]
+    plan = ["grow", "grow", "compact", "grow"]
+    answers = []
+    for step, what in enumerate(plan):
+        if what == "compact":
+            messages = [system, {"role": "user", "content": SUMMARY}]
+        answer = await client.chat(
+            model=TUNED, messages=messages, options={"num_predict": 4, "temperature": 0}
+        )
+        answers.append(answer)
+        messages = [
+            *messages,
+            {"role": "assistant", "content": answer.message.content or "ok"},
+            {"role": "user", "content": f"And job {step}?"},
+        ]
+    entries = await _ledger(gw, caller="agent")
+    assert [e["rewrite"] for e in entries] == [w == "compact" for w in plan]
+    for entry, answer in zip(entries, answers, strict=True):
+        assert entry["prompt_tokens"] == answer.prompt_eval_count
+        assert entry["cached_tokens"] + entry["evaluated_tokens"] == answer.prompt_eval_count
+        assert answer.prompt_eval_duration is not None
+        assert entry["prefill_s"] == pytest.approx(answer.prompt_eval_duration / 1e9, abs=1e-3)
+    extended = entries[1]
+    assert extended["cached_tokens"] >= (answers[0].prompt_eval_count or 0) - 5
+    compacted, prompt = entries[2], answers[2]
+    assert prompt.prompt_eval_duration is not None
+    print(
+        f"ollama rewrite: re-read {compacted['reread_s']:.3f} s ({compacted['reread_tokens']} "
+        f"tokens), engine prefill {prompt.prompt_eval_duration / 1e9:.3f} s"
+    )
+    assert compacted["reread_s"] == pytest.approx(prompt.prompt_eval_duration / 1e9, rel=0.10)
+    assert compacted["reread_tokens"] == compacted["evaluated_tokens"]
+
+
+async def test_ledger_on_real_ollama_attributes_the_wait(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    gw, _ = gateway
+    body: dict[str, Any] = {
+        "model": TUNED, "prompt": LONG_PROMPT, "options": LONG_OPTIONS, "stream": False
+    }
+    start = cpu_seconds(engine.runner())
+    holder = await RawClient.send(
+        gw.port, "/api/generate", body,
+        {"X-LocalModel-Caller": "indexer", "X-Priority": "background"},
+    )
+    await _busy(engine, start)
+    client = ollama.AsyncClient(host=gw.url, headers={"X-LocalModel-Caller": "alice"})
+    sent = time.monotonic()
+    question = asyncio.create_task(
+        client.generate(model=TUNED, prompt="Say hi.", options={"num_predict": 4})
+    )
+    await asyncio.sleep(2.0)
+    left = time.monotonic()
+    holder.close()  # the background caller gives up: alice gets the slot
+    answer = await question
+    assert answer.done
+    [alice] = await _ledger(gw, caller="alice")
+    [indexer] = await _ledger(gw, caller="indexer")
+    [behind] = alice["waited_behind"]
+    print(f"ollama: alice waited {alice['queue_wait_s']:.3f} s, behind {behind}")
+    assert (behind["caller"], behind["priority"]) == ("indexer", "background")
+    assert behind["seconds"] == pytest.approx(left - sent, rel=0.10)
+    assert indexer["outcome"] == "cancelled_disconnect" and indexer["abandoned_s"] < 0.05
+
+
+async def test_ledger_on_ollamas_openai_route_says_unknown(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    """Ollama's OpenAI-compatible route reports token counts (cached ones
+    included) but no prefill time: the ledger says so (null), and a rewrite's
+    re-read seconds are unknown rather than guessed."""
+    gw, _ = gateway
+    async with openai.AsyncOpenAI(
+        base_url=gw.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        default_headers={"X-LocalModel-Session": "s2"},
+    ) as client:
+        for content in (HISTORY, SUMMARY):
+            done = await client.chat.completions.create(
+                model=TUNED, messages=[{"role": "user", "content": content}], max_tokens=2,
+                user="scripted",
+            )
+            assert done.usage is not None
+    first, rewritten = await _ledger(gw, caller="scripted")
+    assert first["prompt_tokens"] == first["cached_tokens"] + first["evaluated_tokens"]
+    assert first["prefill_s"] is None and first["decode_s"] is None
+    assert rewritten["rewrite"] is True
+    # The tokens re-read are known from the counts; their seconds are not.
+    assert rewritten["reread_s"] is None and rewritten["reread_tokens"] > 0

@@ -345,7 +345,7 @@ def test_sessions_tell_rewrites_and_forget_the_least_recent() -> None:
         ((True, 1000, 300, None, None, 2.9), (None, 2.9)),
         ((True, 100, 300, None, None, 2.9), (None, None)),
         ((True, None, 300, 0, 300, 2.9), (None, None)),  # previous length unknown
-        ((True, 1000, 300, 0, 300, None), (None, None)),  # no prefill timing
+        ((True, 1000, 300, 0, 300, None), (300, None)),  # no prefill timing: tokens only
     ],
 )
 def test_reread_is_the_prefill_of_tokens_read_before(

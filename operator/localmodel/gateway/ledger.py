@@ -325,15 +325,19 @@ def reread(
         return None, None
     if not rewrite:
         return 0, 0.0
-    if previous_tokens is None or prefill_seconds is None:
+    if previous_tokens is None:
         return None, None
     if cached is not None and evaluated is not None:
         tokens = max(0, min(evaluated, previous_tokens - cached))
-        seconds = prefill_seconds * tokens / evaluated if evaluated > 0 else 0.0
-        return tokens, seconds
-    if prompt_tokens is not None and prompt_tokens <= previous_tokens:
-        # Everything evaluated was within the previous prompt's length, whatever
-        # was reused: all of the prefill is re-read (its token count unknown).
+        if prefill_seconds is None:
+            return tokens, None
+        return tokens, prefill_seconds * tokens / evaluated if evaluated > 0 else 0.0
+    if prefill_seconds is not None and prompt_tokens is not None and (
+        prompt_tokens <= previous_tokens
+    ):
+        # Everything evaluated was within the previous prompt's length,
+        # whatever was reused: all of the prefill is re-read (its token
+        # count unknown).
         return None, prefill_seconds
     return None, None
 
