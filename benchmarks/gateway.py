@@ -3,8 +3,8 @@ gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
 concurrency 1, 8 and 64, side by side.
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
-         [--burst] [--no-overflow] [--no-plain] [--concurrency C ...]
-         [--gateway-arg=--event-loop=asyncio]
+         [--burst] [--no-overflow] [--no-plain] [--no-ledger-ab] [--concurrency C ...]
+         [--gateway-arg=--event-loop=asyncio] [--quick]
 Needs: nginx on PATH (apt-get install nginx-light); skipped with a note if absent.
 
 The upstream is the Ollama stand-in (tests/gateway/ollama_standin.py, not
@@ -19,6 +19,16 @@ the gateway's metrics show no overflow activity). To show that cost free of
 the machine's run-to-run noise, a second gateway without overflow
 (`gw-plain`) is measured in the same rounds (`--no-plain` leaves it out). nginx runs one worker with
 upstream keep-alive and buffering off.
+
+The ledger (GET /ledger, on by default) is measured the same way: a gateway
+with `--ledger-size 0` (`gw-noledger`) runs beside `gw-plain` (the ledger on,
+no overflow) in the same rounds (`--no-ledger-ab` leaves it out), and every
+request names a caller and a session (`X-LocalModel-Caller`,
+`X-LocalModel-Session`), so the ledger does all its work: the record, the
+whom-it-waited-behind book, the session's prompt print. The summary gives the
+ledger's added CPU per request and its added p99 per token (the added p99 of
+the whole response over its tokens), and the ring's memory per record.
+`--quick` is one short run at concurrency 8.
 
 Method (the same for direct, gateway and nginx):
 - A steady upstream: the stand-in paces token i at start + (i + 1) * delay
@@ -80,7 +90,7 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
 from tests.harness.processes import (  # noqa: E402
     ManagedProcess,
@@ -90,6 +100,7 @@ from tests.harness.processes import (  # noqa: E402
 )
 
 PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
+NO_LEDGER = "gw-noledger"  # the same without the ledger (--ledger-size 0)
 TOKENS = 32
 TOKEN_DELAY = 0.004
 CONCURRENCY = (1, 8, 64)
@@ -215,6 +226,7 @@ async def batch(
     loop = asyncio.get_running_loop()
     request = (
         f"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"X-LocalModel-Caller: bench\r\nX-LocalModel-Session: s{concurrency}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
     ).encode() + BODY
     clients: list[_Client] = []
@@ -424,6 +436,8 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
             f" throughput >= 0.95 of direct in {met_ratio}/{runs} runs "
             f"(median {statistics.median(ratios):.3f})"
         )
+        if NO_LEDGER in ks[0].throughput:
+            lines.append(ledger_cost(ks, runs))
         if PLAIN in ks[0].throughput:
             # Overflow's cost on the local path, from the A/B in the same runs.
             ttft = [k.added_ttft_p99["gateway"] - k.added_ttft_p99[PLAIN] for k in ks]
@@ -436,6 +450,60 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
                 f"{statistics.median(cpu):.3f}x (medians over {runs} runs)"
             )
     return lines
+
+
+def ledger_cost(ks: list[Key], runs: int) -> str:
+    """The ledger's cost at 8, from the A/B in the same runs: the gateway with
+    it (gw-plain, or the gateway when nothing else is measured) against
+    gw-noledger."""
+    on = PLAIN if PLAIN in ks[0].throughput else "gateway"
+    cpu = [k.cpu_ms[on] - k.cpu_ms[NO_LEDGER] for k in ks]
+    ratio = [k.cpu_ms[on] / k.cpu_ms[NO_LEDGER] for k in ks]
+    total = [k.added_total_p99[on] - k.added_total_p99[NO_LEDGER] for k in ks]
+    ttft = [k.added_ttft_p99[on] - k.added_ttft_p99[NO_LEDGER] for k in ks]
+    return (
+        f"ledger on ({on}) vs off ({NO_LEDGER}), at 8: CPU per request "
+        f"{statistics.median(cpu) * 1e6:+.0f} us ({statistics.median(ratio):.3f}x), p99 total "
+        f"{statistics.median(total) * 1000:+.2f} ms = "
+        f"{statistics.median(total) / TOKENS * 1e6:+.1f} us per token, p99 first token "
+        f"{statistics.median(ttft) * 1000:+.2f} ms (medians over {runs} runs)"
+    )
+
+
+def ledger_memory(records: int = 10_000) -> str:
+    """Bytes per ledger record, as the ring holds them (tracemalloc), for
+    records shaped like a busy gateway's: long names, two holders waited behind."""
+    import tracemalloc
+
+    from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, Behind, Ledger, LedgerEntry
+
+    ledger = Ledger(records)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(records):
+        ledger.add(
+            LedgerEntry(
+                request_id=f"{i:016x}", caller=f"caller-{i % 50:02d}-" + "x" * 40,
+                session=f"session-{i:08d}-" + "y" * 40, priority="foreground",
+                route="/v1/chat/completions", model="gemma3:270m-tuned", outcome="ok",
+                status=200, served_by="local", arrival=1.7e9 + i, duration=i * 0.001,
+                queue_wait=i * 0.0001, slot_start=i * 0.0001, slot_seconds=i * 0.001,
+                ttft=i * 0.0002, caller_gone=None, abandoned_seconds=None,
+                behind=(Behind("indexer", "background", i * 0.01),
+                        Behind("agent", "foreground", i * 0.02)),
+                prompt_tokens=1000 + i, cached_tokens=500 + i, evaluated_tokens=500 + i,
+                prefill_seconds=i * 0.003, generated_tokens=100 + i, decode_seconds=i * 0.004,
+                rewrite=False, reread_tokens=0, reread_seconds=0.0,
+            )
+        )
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    per = used / records
+    return (
+        f"ledger memory: {per:.0f} bytes per record (tracemalloc, {records} records); "
+        f"the default --ledger-size {DEFAULT_LEDGER_SIZE} holds "
+        f"{per * DEFAULT_LEDGER_SIZE / 2**20:.1f} MiB"
+    )
 
 
 async def measure(
@@ -496,6 +564,7 @@ async def run(
     gateway_args: list[str],
     overflow: bool,
     plain: bool,
+    ledger_ab: bool,
 ) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -582,6 +651,11 @@ async def run(
             plain_port = free_port()
             bare = start_gateway(plain_port, [], env)
             targets[PLAIN] = (plain_port, [psutil.Process(bare.pid)])
+        if ledger_ab:
+            # Without the ledger: its cost, measured in the same rounds.
+            off_port = free_port()
+            off = start_gateway(off_port, ["--ledger-size", "0"], env)
+            targets[NO_LEDGER] = (off_port, [psutil.Process(off.pid)])
         nginx = start_nginx(stack, tmp, up_port, proxy_cpus)
         notes = []
         if nginx is None:
@@ -612,6 +686,7 @@ async def run(
         lines = await measure(targets, per_client, rounds, runs, burst)
         if overflow:
             lines.append(overflow_check(gw_port))
+        lines.append(ledger_memory())
         return lines
 
 
@@ -667,7 +742,17 @@ def main() -> int:
         action="store_true",
         help="leave out the gw-plain target (the same gateway without overflow, the A/B)",
     )
+    parser.add_argument(
+        "--no-ledger-ab",
+        action="store_true",
+        help="leave out the gw-noledger target (the gateway without its ledger, the A/B)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="one short run at concurrency 8 (a smoke test)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.rounds, args.scale, args.concurrency = 1, 2, 0.4, [8]
     # Requests per client per round: enough samples for a p99 at every level.
     levels = args.concurrency or CONCURRENCY
     per_client = {
@@ -683,6 +768,7 @@ def main() -> int:
             args.gateway_arg,
             not args.no_overflow,
             not args.no_plain,
+            not args.no_ledger_ab,
         )
     ):
         print(line)

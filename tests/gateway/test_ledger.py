@@ -444,3 +444,39 @@ def test_an_entry_as_json_says_unknown_as_null() -> None:
     doc = _entry(1).as_json()
     assert doc["cached_tokens"] is None and doc["reread_s"] is None
     assert not math.isnan(doc["arrival"])
+
+
+def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records() -> None:
+    """Every string at its cap and the most holders a record names: the
+    default ring stays a small part of the gateway container's memory."""
+    import tracemalloc
+
+    from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, MAX_ID
+    from localmodel.render import GATEWAY_MEMORY_BYTES
+
+    n = 2000
+    ledger = Ledger(n)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        owed = {(f"{i:04d}" + "c" * (MAX_NAME - 4), "background"): float(j) for j in range(20)}
+        owed |= {(f"h{j}-{i}", "foreground"): float(j) for j in range(20)}
+        ledger.add(
+            LedgerEntry(
+                request_id=f"{i:04d}" + "r" * (MAX_ID - 4), caller=f"{i:04d}" + "c" * 60,
+                session=f"{i:04d}" + "s" * 60, priority="foreground", route="/api/chat",
+                model=f"{i:04d}" + "m" * (MAX_ID - 4), outcome="ok", status=200,
+                served_by="local", arrival=1e9 + i, duration=i + 0.5, queue_wait=i + 0.1,
+                slot_start=i + 0.1, slot_seconds=i + 0.3, ttft=i + 0.2, caller_gone=i + 0.4,
+                abandoned_seconds=i + 0.01, behind=top_behind(owed), prompt_tokens=1000 + i,
+                cached_tokens=500 + i, evaluated_tokens=500 + i, prefill_seconds=i + 0.6,
+                generated_tokens=100 + i, decode_seconds=i + 0.7, rewrite=True,
+                reread_tokens=400 + i, reread_seconds=i + 0.8,
+            )
+        )
+    per_record = (tracemalloc.get_traced_memory()[0] - before) / n
+    tracemalloc.stop()
+    ring = per_record * DEFAULT_LEDGER_SIZE
+    print(f"worst-case record {per_record:.0f} bytes; default ring {ring / 2**20:.1f} MiB")
+    assert len(ledger) == n
+    assert ring < GATEWAY_MEMORY_BYTES / 8
