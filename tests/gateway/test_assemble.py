@@ -64,6 +64,8 @@ def test_ollama_prompt_cache_accounting(
     assert (timing.prompt_total, timing.prompt_cached, timing.prompt_evaluated) == (
         total, cached, evaluated,
     )
+    # Prefill speed is the evaluated tokens over the time they took.
+    assert timing.prompt_tokens == (evaluated if evaluated is not None else total)
 
 
 @pytest.mark.parametrize(

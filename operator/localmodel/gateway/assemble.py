@@ -84,8 +84,10 @@ def timing_from_ollama(final: dict[str, Any]) -> EngineTiming:
     # prompt_eval_cached_count (when present) the cached ones.
     total = _count(final.get("prompt_eval_count"))
     cached = _count(final.get("prompt_eval_cached_count"))
+    evaluated = _difference(total, cached)
     return EngineTiming(
-        prompt_tokens=total,
+        # The tokens evaluated in prompt_eval_duration, where Ollama says.
+        prompt_tokens=evaluated if evaluated is not None else total,
         prompt_seconds=seconds("prompt_eval_duration"),
         generated_tokens=_count(final.get("eval_count")),
         decode_seconds=seconds("eval_duration"),
@@ -93,7 +95,7 @@ def timing_from_ollama(final: dict[str, Any]) -> EngineTiming:
         done_reason=reason if isinstance(reason, str) else None,
         prompt_total=total,
         prompt_cached=cached,
-        prompt_evaluated=_difference(total, cached),
+        prompt_evaluated=evaluated,
     )
 
 
