@@ -211,9 +211,13 @@ async def test_field_report_in_miniature(
 
     # ---- waited behind: the question's wait, against the engine's slot
     [question] = [e for e in entries if e["caller"] == "alice"]
-    [held] = [
-        e for e in entries if e["caller"] == "indexer" and e["outcome"] == "cancelled_disconnect"
-    ]
+    # The indexer's first try held the slot until its client gave up; its
+    # retry found the slot taken (429: background is not queued) or, if the
+    # question was answered by then, held it until the client gave up again.
+    held, retry = [e for e in entries if e["caller"] == "indexer"]
+    assert held["outcome"] == "cancelled_disconnect"
+    assert retry["outcome"] in ("rejected_busy", "cancelled_disconnect")
+    gone = sum(e["outcome"] == "cancelled_disconnect" for e in entries)
     sent = contention["sent"]
     background_span = watch.busy_at(sent)
     engine_wait = background_span[2] - sent  # the engine worked for the indexer meanwhile
@@ -233,8 +237,6 @@ async def test_field_report_in_miniature(
     assert held["slot_s"] == pytest.approx(engine_held, rel=0.10)
     assert held["abandoned_s"] < 0.05  # the gateway let go as the caller left
     assert held["caller_gone_s"] == pytest.approx(BACKGROUND_TIMEOUT, abs=0.5)
-    retried = [e for e in entries if e["caller"] == "indexer"]
-    assert len(retried) == 2 and retried[1]["outcome"] == "rejected_busy"
 
     # ---- the question's wall time in parts
     wall = contention["answered"] - sent
@@ -257,7 +259,7 @@ async def test_field_report_in_miniature(
     assert data["rereads"]["rewrites"] == 2
     reread_total = sum(e["reread_s"] for e in s1)
     assert data["rereads"]["seconds"] == pytest.approx(reread_total, abs=0.002)
-    assert data["abandoned"]["requests"] == 1
+    assert data["abandoned"]["requests"] == gone
     assert data["abandoned"]["held_after_gone_s"] < 0.05
     [mine] = [s for s in data["slowest"] if s["caller"] == "alice"]
     assert mine["queue_s"] == pytest.approx(question["queue_wait_s"], abs=0.002)
@@ -270,4 +272,4 @@ async def test_field_report_in_miniature(
     assert order == sorted(order)
     assert f"indexer (background) {behind['seconds']:.2f} s" in text
     assert "2 rewritten prompts" in text
-    assert "1 request whose caller left" in text
+    assert f"{gone} request{'s' if gone > 1 else ''} whose caller left" in text

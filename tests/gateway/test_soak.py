@@ -69,6 +69,9 @@ async def test_soak_ends_clean(make_rig: RigFactory) -> None:
         path, body = ROUTES[rng.randrange(len(ROUTES))]
         body = dict(body, stream=rng.random() < 0.5)
         headers = {"X-Priority": "background"} if rng.random() < 0.2 else {}
+        # Named callers and sessions: the ledger's books are in the soak too.
+        headers["X-LocalModel-Caller"] = f"c{rng.randrange(100)}"
+        headers["X-LocalModel-Session"] = f"s{rng.randrange(30)}"
         roll = rng.random()
         if roll < 0.10:
             raw = rng.choice([b"{bad json", b"[]", b"", b'{"model": 7}', b"\xff"])
@@ -109,6 +112,7 @@ async def test_soak_ends_clean(make_rig: RigFactory) -> None:
     snap = gateway.board.snapshot()
     assert (snap.busy, snap.queued) == (0, 0)
     assert gateway.waiters == 0
+    assert gateway.queue.pending_accounts == 0  # the ledger's wait book drained too
     assert gateway.unexpected_errors == 0
     assert loop_errors == []
     assert [r.getMessage() for r in errors.records] == []
@@ -118,6 +122,7 @@ async def test_soak_ends_clean(make_rig: RigFactory) -> None:
     assert statuses[200] >= 0.2 * TOTAL, statuses
     handled = sum(gateway.metrics.requests.values.values())
     assert handled == log_lines  # one log line per request the gateway saw
+    assert gateway.ledger is not None and gateway.ledger.recorded == handled  # and one record
     assert handled >= TOTAL - statuses["disconnect"]
     assert "internal_error" not in {labels[2] for labels in gateway.metrics.requests.values}
     growth_mb = (rss["end"] - rss["warm"]) / 2**20

@@ -81,6 +81,12 @@ class SlotQueue:
             self._holder.pop(ticket, None)
             self._behind[ticket] = self._book.stop(ticket, self._clock())
 
+    @property
+    def pending_accounts(self) -> int:
+        """Wait accounts not yet collected: 0 once every request has ended."""
+        waiting = self._book.waiting if self._book is not None else 0
+        return len(self._holder) + len(self._behind) + waiting
+
     def behind(self, ticket: int) -> dict[Holder, float]:
         """Whom `ticket` waited behind, seconds each (empty: it did not wait);
         collected once, when its request ends."""
