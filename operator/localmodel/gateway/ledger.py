@@ -62,7 +62,7 @@ def clean_name(raw: object, limit: int = MAX_NAME) -> str | None:
     characters of printable ASCII (others replaced by `_`); None when empty."""
     if not isinstance(raw, str):
         return None
-    value = raw.strip()[: limit * 4][:limit]
+    value = raw.strip()[:limit]
     if not value:
         return None
     return _UNSAFE.sub("_", value)
