@@ -213,7 +213,7 @@ def test_timings_say_how_much_of_the_prompt_came_from_the_cache(tmp_path: Path) 
     )
     assert ft["prompt_n"] > 200
     # The extended prompt reused what the first one read: only the new turn was evaluated.
-    assert st["cache_n"] >= ft["prompt_n"] - 5 and st["prompt_n"] < 30
+    assert st["cache_n"] >= ft["prompt_n"] - 5 and st["prompt_n"] < 60
     # The rewritten system prompt changed the start: nearly all of it read again.
     assert tt["cache_n"] < 10 and tt["prompt_n"] > st["cache_n"]
     assert st["prompt_ms"] * 3 < tt["prompt_ms"]
