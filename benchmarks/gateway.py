@@ -349,9 +349,10 @@ def report(concurrency: int, results: dict[str, Samples]) -> list[str]:
         f"\nconcurrency {concurrency}: {direct.requests} requests per target, "
         f"{TOKENS} tokens each, one every {TOKEN_DELAY * 1000:g} ms"
     ]
-    header = f"{'':22}" + "".join(f"{n:>10}" for n in names)
-    header += "".join(f"{'+' + n:>10}" for n in names[1:])
-    header += "".join(f"{n[:2] + '/direct':>10}" for n in names[1:])
+    header = f"{'':22}" + "".join(f"{n[:9]:>10}" for n in names)
+    header += "".join(f"{'+' + n[:8]:>10}" for n in names[1:])
+    short = [n.removeprefix("gw-")[:2] + "/direct" for n in names[1:]]
+    header += "".join(f"{n:>10}" for n in short)
     lines.append(header)
 
     def row(label: str, values: list[float]) -> None:
@@ -504,6 +505,39 @@ def ledger_memory(records: int = 10_000) -> str:
         f"the default --ledger-size {DEFAULT_LEDGER_SIZE} holds "
         f"{per * DEFAULT_LEDGER_SIZE / 2**20:.1f} MiB"
     )
+
+
+def ledger_work(requests: int = 20_000) -> str:
+    """The ledger's own work per request, in-process (CPU time of its pure
+    parts as the pipeline calls them: who asked, the session's prompt print
+    and rewrite check, the wait book, the record and the ring), for a chat of
+    ten messages in a session."""
+    from localmodel.gateway.assemble import EngineTiming
+    from localmodel.gateway.ledger import Ledger, Sessions, WaitBook, identify, prompt_of
+    from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry
+
+    messages = [{"role": "user", "content": f"message {i} " * 20} for i in range(10)]
+    body = {"model": "m", "messages": messages}
+    ledger, sessions, book = Ledger(10_000), Sessions(), WaitBook()
+    timing = EngineTiming(500, 0.5, 50, 1.0, prompt_total=1000, prompt_cached=500,
+                          prompt_evaluated=500)
+    start = time.process_time()
+    for i in range(requests):
+        rec = RequestRecord(request_id=f"{i:016x}", route="/api/chat", priority="foreground",
+                            start=float(i), slot_at=float(i), slot_released_at=i + 0.5,
+                            end=i + 0.6, timing=timing)
+        rec.caller, rec.session = identify("bench", f"s{i % 100}")
+        prompt = prompt_of("chat", body)
+        assert prompt is not None
+        turn, rec.turn = sessions.arrive((rec.caller, rec.session or ""), prompt)
+        rec.rewrite, rec.previous_tokens = turn.rewrite, turn.previous_tokens
+        book.hold(i, (rec.caller, rec.priority), float(i))
+        book.free(i, i + 0.5)
+        rec.finish(Outcome.OK, 200)
+        ledger.add(ledger_entry(rec))
+        sessions.read((rec.caller, rec.session or ""), rec.turn, 1000)
+    per = (time.process_time() - start) / requests
+    return f"ledger work: {per * 1e6:.0f} us CPU per request (in-process, {requests} requests)"
 
 
 async def measure(
@@ -687,6 +721,7 @@ async def run(
         if overflow:
             lines.append(overflow_check(gw_port))
         lines.append(ledger_memory())
+        lines.append(ledger_work())
         return lines
 
 
