@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from localmodel.engines.ollama import PS_PATH
+from localmodel.engines.ollama import PS_PATH, SHOW_PATH
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL, cpu_seconds, wait_idle
 from tests.harness.engines import (
@@ -255,7 +255,7 @@ def test_a_gguf_without_a_chat_template_gets_chatml_unless_one_is_given(
     model's own turn format, and the reply holds no marker."""
     assert "tokenizer.chat_template" not in gguf_keys(require("model"))
     plain = ollama(env=ONE_THREAD)
-    status, shown = plain.api("/api/show", {"model": MODEL})
+    status, shown = plain.api(SHOW_PATH, {"model": MODEL})
     assert status == 200 and shown["template"] == "{{ .Prompt }}", shown  # Ollama's default
     assert "stop" not in (shown.get("parameters") or ""), shown
     fallback = chat_reply(plain)
