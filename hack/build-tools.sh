@@ -2,7 +2,10 @@
 # Builds the real parts of the e2e/chart test tiers from Go modules, pinned:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 #   kwok, helm (v3) and kubeconform; kubelet and kube-proxy for the test
-#   cluster's real node (docs/test-cluster.md).
+#   cluster's real node (docs/test-cluster.md); for the chart's monitoring
+#   (docs/metrics.md): promtool, the Prometheus Operator's CRDs (YAML from its
+#   module) and dashboard-check (hack/dashboard-check, Grafana's dashboard
+#   schema types from grafana-foundation-sdk).
 # Binaries land in a versioned directory per tool under
 #   ${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}/bin/<tool>-<version>/
 # and a tool whose directory is complete is skipped, so a rerun takes seconds.
@@ -21,6 +24,9 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
+PROMETHEUS_VERSION=v0.316.0          # github.com/prometheus/prometheus (Prometheus 3.16.0): promtool
+PROMETHEUS_OPERATOR_VERSION=v0.85.0  # its monitoring.coreos.com CRDs
+GRAFANA_SDK_VERSION=v0.0.22          # github.com/grafana/grafana-foundation-sdk/go
 
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 BIN="$CACHE/bin"
@@ -31,6 +37,11 @@ ETCD_DIR="$BIN/etcd-$ETCD_VERSION"
 KWOK_DIR="$BIN/kwok-$KWOK_VERSION"
 HELM_DIR="$BIN/helm-$HELM_VERSION"
 KUBECONFORM_DIR="$BIN/kubeconform-$KUBECONFORM_VERSION"
+PROMTOOL_DIR="$BIN/promtool-$PROMETHEUS_VERSION"
+MONITORING_CRDS_DIR="$BIN/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION"
+# Keyed by the SDK's version and our source's digest: an edit rebuilds it.
+DASHBOARD_CHECK_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dashboard-check/main.go"
+DASHBOARD_CHECK_DIR="$BIN/dashboard-check-$GRAFANA_SDK_VERSION-$(sha256sum "$DASHBOARD_CHECK_SRC" | cut -c1-12)"
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 print_paths() {
@@ -43,7 +54,10 @@ print_paths() {
   echo "kwok-stages=$KWOK_DIR/stages.yaml"
   echo "helm=$HELM_DIR/helm"
   echo "kubeconform=$KUBECONFORM_DIR/kubeconform"
-  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION"
+  echo "promtool=$PROMTOOL_DIR/promtool"
+  echo "monitoring-crds=$MONITORING_CRDS_DIR/monitoring.coreos.com.yaml"
+  echo "dashboard-check=$DASHBOARD_CHECK_DIR/dashboard-check"
+  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION prometheus:$PROMETHEUS_VERSION prometheus-operator:$PROMETHEUS_OPERATOR_VERSION grafana-foundation-sdk:$GRAFANA_SDK_VERSION"
 }
 
 missing() {
@@ -204,6 +218,56 @@ build_helm() {
   go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$ld"
 }
 
+# promtool only: -tags remove_all_sd leaves out the service-discovery plugins
+# (cloud SDKs) it does not need to check and unit-test rules; the version's
+# -X is what `promtool --version` prints.
+build_promtool() {
+  local v="${PROMETHEUS_VERSION#v0.}"
+  v="3.${v%%.*}.${v#*.}"
+  [[ -x "$PROMTOOL_DIR/promtool" ]] && { log "promtool $PROMETHEUS_VERSION: cached"; return; }
+  log "promtool $PROMETHEUS_VERSION: building (cold: see docs/metrics.md)"
+  local out="$PROMTOOL_DIR.tmp" t0=$SECONDS
+  rm -rf "$out"; mkdir -p "$out"
+  GOBIN="$out" go install -trimpath -tags remove_all_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  install_dir "$out" "$PROMTOOL_DIR"
+  log "promtool $PROMETHEUS_VERSION: built in $((SECONDS - t0)) s"
+}
+
+# The CRDs the chart's ServiceMonitor, PodMonitor and PrometheusRule are
+# validated against, as the Prometheus Operator's module ships them.
+monitoring_crds() {
+  local file="$MONITORING_CRDS_DIR/monitoring.coreos.com.yaml"
+  [[ -s "$file" ]] && { log "prometheus-operator CRDs $PROMETHEUS_OPERATOR_VERSION: cached"; return; }
+  local dir kind f out="$MONITORING_CRDS_DIR.tmp"
+  dir="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  rm -rf "$out"; mkdir -p "$out"
+  for kind in servicemonitors podmonitors prometheusrules; do
+    f="$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml"
+    [[ -f "$f" ]] || { log "$f is not in the module"; return 1; }
+    { echo "---"; cat "$f"; } >>"$out/monitoring.coreos.com.yaml"
+  done
+  install_dir "$out" "$MONITORING_CRDS_DIR"
+  log "prometheus-operator CRDs $PROMETHEUS_OPERATOR_VERSION: from $dir"
+}
+
+build_dashboard_check() {
+  have_all "$DASHBOARD_CHECK_DIR" dashboard-check && { log "dashboard-check: cached"; return; }
+  log "dashboard-check (grafana-foundation-sdk $GRAFANA_SDK_VERSION): building"
+  local dir out="$DASHBOARD_CHECK_DIR.tmp" t0=$SECONDS
+  dir="$(new_wrapper "dashboard-check")"
+  cp "$DASHBOARD_CHECK_SRC" "$dir/main.go"
+  printf 'module localmodel.dev/tools/dashboard-check\n\ngo 1.26\n\nrequire github.com/grafana/grafana-foundation-sdk/go %s\n' \
+    "$GRAFANA_SDK_VERSION" >"$dir/go.mod"
+  (cd "$dir" && go mod tidy)
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/dashboard-check" .)
+  install_dir "$out" "$DASHBOARD_CHECK_DIR"
+  log "dashboard-check: built in $((SECONDS - t0)) s"
+}
+
 start=$SECONDS
 build_etcd
 go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
@@ -213,6 +277,9 @@ build_helm
 go_install "$KUBECONFORM_DIR" kubeconform \
   github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" \
   "-X main.version=$KUBECONFORM_VERSION"
+monitoring_crds
+build_dashboard_check
+build_promtool
 build_kubernetes
 
 m="$(missing)"

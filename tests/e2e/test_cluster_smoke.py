@@ -7,17 +7,16 @@ lifecycle, garbage collection and RBAC with the chart's own ClusterRole.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.harness import OPERATOR, OPERATOR_USER, ApiError, TestCluster
 from tests.harness.chart import NAMESPACE, operator_objects, render_chart
 from tests.harness.processes import wait_for
-from tests.harness.schemas import LOCATION_TEMPLATE, api_version_kinds, write_schemas
+from tests.harness.schemas import api_version_kinds, write_schemas
+from tests.harness.schemas import kubeconform as run_kubeconform
 
 pytestmark = pytest.mark.e2e
 
@@ -345,25 +344,7 @@ def test_operator_identity_gets_exactly_the_charts_cluster_role(cluster: TestClu
 def kubeconform(cluster: TestCluster, schemas: Path, manifests: list[dict[str, Any]]) -> str:
     """Run the pinned kubeconform, offline, strict; returns its output, raises if invalid."""
     assert cluster.tools is not None
-    result = subprocess.run(
-        [
-            str(cluster.tools["kubeconform"]),
-            "-strict",
-            "-summary",
-            "-output",
-            "text",
-            "-schema-location",
-            f"{schemas}/{LOCATION_TEMPLATE}",
-            "-",
-        ],
-        input=yaml.safe_dump_all(manifests),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if result.returncode != 0:
-        raise AssertionError(result.stdout + result.stderr)
-    return result.stdout
+    return run_kubeconform(cluster.tools["kubeconform"], schemas, manifests)
 
 
 def test_chart_is_valid_against_the_api_servers_own_schemas(

@@ -96,7 +96,8 @@ def test_real_node_runs_a_pod_with_its_cpu_limit_and_down_leaves_nothing(
     namespace_ = chart["namespace"]
     deployment = api.get(f"/apis/apps/v1/namespaces/{namespace_}/deployments/{chart['release']}")
     assert deployment["status"].get("readyReplicas") == 2, deployment["status"]
-    # (the Deployment's selector also matches the probe's pods, which carry a component)
+    # (chart 0.1.0's Deployment selector also matched the probe's pods, which carry a
+    # component; this chart's probe pods have another app.kubernetes.io/name)
     selector = ",".join([*(f"{k}={v}" for k, v in
                            deployment["spec"]["selector"]["matchLabels"].items()),
                          "!app.kubernetes.io/component"])

@@ -14,6 +14,14 @@ from tests.harness.tools import REPO_ROOT, Tools
 CHART_DIR = REPO_ROOT / "charts" / "localmodel-operator"
 RELEASE = "localmodel-operator"
 NAMESPACE = "localmodel-system"
+# Every optional piece of the chart on (each is off by default).
+ALL_OPTIONAL = (
+    "serviceMonitor.enabled=true",
+    "podMonitor.enabled=true",
+    "dashboard.enabled=true",
+    "prometheusRule.enabled=true",
+)
+DASHBOARD_FILE = CHART_DIR / "dashboards" / "localmodel.json"
 
 Manifest = dict[str, Any]
 

@@ -11,9 +11,12 @@ that YAML writes as numbers (int-or-string, quantity) widened to allow both.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 JSON = dict[str, Any]
 
@@ -102,3 +105,16 @@ def write_schemas(
             path.write_text(json.dumps(document))
             written.append(path)
     return written
+
+
+def kubeconform(binary: Path, schemas: Path, manifests: list[JSON]) -> str:
+    """Run kubeconform, offline and strict, on `manifests` against the schemas
+    written to `schemas`; returns its output, raises AssertionError if invalid."""
+    result = subprocess.run(
+        [str(binary), "-strict", "-summary", "-output", "text",
+         "-schema-location", f"{schemas}/{LOCATION_TEMPLATE}", "-"],
+        input=yaml.safe_dump_all(manifests), capture_output=True, text=True, timeout=60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(result.stdout + result.stderr)
+    return result.stdout

@@ -37,7 +37,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-probe" (include "localmodel-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The node probe DaemonSet's name. Chart 0.1.0 named it probeName, with a
+selector the operator Deployment's selector also matched; a selector cannot
+change, so this one has another name (an upgrade replaces the DaemonSet). */}}
+{{- define "localmodel-operator.probeDaemonSetName" -}}
+{{- printf "%s-node-probe" (include "localmodel-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The probe's pods: another app.kubernetes.io/name than the operator's, so the
+operator Deployment's selector (name and instance) does not match them. */}}
 {{- define "localmodel-operator.probeSelectorLabels" -}}
-{{ include "localmodel-operator.selectorLabels" . }}
+app.kubernetes.io/name: {{ printf "%s-node-probe" (include "localmodel-operator.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: node-probe
 {{- end }}
