@@ -133,3 +133,24 @@ def test_cli_reads_a_gateway_url_and_says_why_it_cannot(capsys: pytest.CaptureFi
     assert main(["timeline", "m", "--gateway-url", "http://127.0.0.1:9"]) == 2
     assert "127.0.0.1:9" in capsys.readouterr().err
     json.dumps(timeline(field_report(), Sharing(None)))  # -o json is plain JSON
+
+
+def test_the_models_sharing_the_node_are_read_as_doctor_reads_them() -> None:
+    """The doctor's cluster (tests/harness/doctor_scenario.py): `chat` shares
+    its node with a hand-made Ollama pod; `nogw` has its node to itself."""
+    from localmodel.facts.node import from_node_list
+    from localmodel.timeline.report import model_pods
+    from tests.harness.doctor_scenario import scenario_pods
+    from tests.harness.nodes import load_fixture, node_manifest
+
+    manifests = [node_manifest(shape) for shape in load_fixture().nodes]
+    pods = scenario_pods(from_node_list(manifests), "shop", amx_node="amx-0")
+    ours, sharing = model_pods(pods, "shop", "chat")
+    chat = next(p for p in pods if p["metadata"]["labels"].get("localmodel.dev/name") == "chat")
+    assert ours == [chat["metadata"]["name"]]
+    assert sharing.models == [f"shop/stray (ollama) on node {chat['spec']['nodeName']}"]
+    alone, nobody = model_pods(pods, "shop", "nogw")
+    assert len(alone) == 1 and nobody.models == []
+    assert model_pods(pods, "elsewhere", "chat") == ([], Sharing([]))
+    text = render_table(timeline([], sharing), "shop/chat")
+    assert "1. Models sharing the node: shop/stray (ollama) on node" in text

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from localmodel.gateway.ledger import parse_entries
-from localmodel.timeline.report import Sharing, render_table, timeline, to_json
+from localmodel.timeline.report import Sharing, model_pods, render_table, timeline, to_json
 
 TIMEOUT = 10.0
 
@@ -88,7 +88,6 @@ def _from_cluster(
     from kubernetes.client.exceptions import ApiException
 
     from localmodel.contract import LABEL_NAME
-    from localmodel.doctor.cluster import engine_pods
     from localmodel.gateway.ledger import merge
     from localmodel.kube import KubeconfigError, api_client
     from localmodel.render import GATEWAY_PORT
@@ -99,17 +98,16 @@ def _from_cluster(
         raise _Unavailable(str(exc)) from exc
     core = CoreV1Api(client)
     try:
-        ours = client.sanitize_for_serialization(
-            core.list_namespaced_pod(namespace, label_selector=f"{LABEL_NAME}={name}")
-        ).get("items") or []
         every = client.sanitize_for_serialization(core.list_pod_for_all_namespaces())
     except ApiException as exc:
         raise _Unavailable(f"reading the cluster: {exc.status} {exc.reason}") from exc
+    ours, sharing = model_pods(every.get("items") or [], namespace, name)
     if not ours:
-        raise _Unavailable(f"no pods of LocalModel {namespace}/{name} (label {LABEL_NAME}={name})")
+        raise _Unavailable(
+            f"no scheduled pods of LocalModel {namespace}/{name} (label {LABEL_NAME}={name})"
+        )
     ledgers = []
-    for pod in ours:
-        pod_name = pod["metadata"]["name"]
+    for pod_name in ours:
         try:
             # Unparsed: the client would turn a JSON body into a Python repr.
             raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
@@ -119,11 +117,4 @@ def _from_cluster(
             ledgers.append(parse_entries(json.loads(raw.data)))
         except (ApiException, OSError, ValueError) as exc:
             raise _Unavailable(f"reading pod {namespace}/{pod_name}'s ledger: {exc}") from exc
-    nodes = {p.get("spec", {}).get("nodeName") for p in ours}
-    keys = {f"{namespace}/{p['metadata']['name']}" for p in ours}
-    others = [
-        f"{p.label} ({p.engine}) on node {p.node}"
-        for p in engine_pods(every.get("items") or [])
-        if p.node in nodes and p.key not in keys
-    ]
-    return merge(ledgers), Sharing(others)
+    return merge(ledgers), sharing

@@ -61,6 +61,25 @@ class Sharing:
     models: Sequence[str] | None
 
 
+def model_pods(
+    pods: Sequence[Mapping[str, Any]], namespace: str, name: str
+) -> tuple[list[str], Sharing]:
+    """The names of LocalModel namespace/name's scheduled pods, and every other
+    pod holding a model (ours or not, as `doctor` finds them) on their nodes."""
+    from localmodel.doctor.cluster import engine_pods
+
+    found = engine_pods(pods)
+    ours = [p for p in found if p.namespace == namespace and p.local_model == name]
+    nodes = {p.node for p in ours}
+    keys = {p.key for p in ours}
+    others = [
+        f"{p.label} ({p.engine}) on node {p.node}"
+        for p in found
+        if p.node in nodes and p.key not in keys
+    ]
+    return [p.name for p in ours], Sharing(others)
+
+
 def parts(entry: Entry) -> dict[str, float]:
     """One request's wall time in parts: queue, reread, prefill (the rest of
     it), decode, other (the residue). They add up to its duration."""
