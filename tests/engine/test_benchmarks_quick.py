@@ -1,0 +1,69 @@
+"""The benchmarks' quick modes, as CI runs them, so none can rot unseen.
+
+`benchmarks/gateway.py --quick` (the stand-in upstream, the gateway, nginx as
+the plain-proxy reference) and `benchmarks/threads.py --quick` (the real
+llama-server under a 1-CPU cgroup quota). What is asserted holds on any
+machine: every column and summary the benchmark promises is printed, with
+numbers in it. The numbers themselves are the benchmarks' to print
+(docs/benchmarks.md), never a test's to judge; `benchmarks/converge.py`,
+`benchmarks/planner.py` and `benchmarks/pods.py` have tests of their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> ModuleType:
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_main(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> str:
+    module = load(name)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
+    rc = module.main()
+    out = capsys.readouterr().out
+    assert rc in (0, None), out
+    return out
+
+
+def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert shutil.which("nginx"), "nginx is missing: .ci/run installs nginx-light"
+    out = run_main("gateway", ["--quick"], monkeypatch, capsys)
+    print(out)
+    header = next(line for line in out.splitlines() if "direct" in line and "gateway" in line)
+    for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg"):
+        assert target in header, header
+    assert re.search(r"^tokens/s\s+\d+", out, re.M), out
+    ab = r"ledger on \(gw-plain\) vs off \(gw-noledger\), at 8: CPU per request [+-]\d+ us"
+    assert re.search(ab, out), out
+    assert "overflow: configured, 0 overflowed requests" in out, out
+    assert re.search(r"ledger memory: \d+ bytes per record", out), out
+
+
+def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main("threads", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    summary = json.loads(out.strip().splitlines()[-1])
+    for key in ("operator_vs_best_decode", "operator_vs_default_decode"):
+        assert isinstance(summary[key], float) and summary[key] > 0, summary
+    assert summary["budgets"] and summary["budgets"][0]["points"], summary
