@@ -45,9 +45,9 @@ INTERVAL = 5.0
 
 
 def test_operator_args_are_the_windows_this_module_waits_for() -> None:
-    assert (f"--speed-interval={INTERVAL:g}",
-                             f"--slow-replica-after={SLOW_AFTER:g}",
-                             f"--slow-replica-clear-after={CLEAR_AFTER:g}") == OPERATOR_ARGS
+    assert (
+        f"--speed-interval={INTERVAL:g}", "--speed-idle-interval=10",
+        f"--slow-replica-after={SLOW_AFTER:g}", f"--slow-replica-clear-after={CLEAR_AFTER:g}") == OPERATOR_ARGS
 
 
 @pytest.fixture(scope="module")
