@@ -45,9 +45,10 @@ INTERVAL = 5.0
 
 
 def test_operator_args_are_the_windows_this_module_waits_for() -> None:
-    assert (
-        f"--speed-interval={INTERVAL:g}", "--speed-idle-interval=10",
-        f"--slow-replica-after={SLOW_AFTER:g}", f"--slow-replica-clear-after={CLEAR_AFTER:g}") == OPERATOR_ARGS
+    windows = (f"--speed-interval={INTERVAL:g}", "--speed-idle-interval=10",
+               f"--slow-replica-after={SLOW_AFTER:g}",
+               f"--slow-replica-clear-after={CLEAR_AFTER:g}")
+    assert windows == OPERATOR_ARGS
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +180,7 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
     assert SLOW_AFTER - INTERVAL <= detected <= SLOW_AFTER + 4 * INTERVAL + 30
     assert events(journey, "SlowReplica") and events(journey, "SpeedRecovered")
     causes = [f["message"] for f in report["findings"] if f["check"] == "slow-replica"]
+    print("doctor: " + "\n        ".join(causes))
     assert any(f"{NAME} replica 0" in m and "tok/s" in m for m in causes), causes
     assert any("CPU throttling" in m and ENGINE in m for m in causes), causes
     metrics = journey.kubectl("get", "--raw", "/api/v1/namespaces/localmodel-system/pods/"

@@ -46,8 +46,10 @@ from localmodel.render import GATEWAY_PORT
 
 __all__ = ["gather_cluster", "gather_engine", "process_budget"]
 
-# cAdvisor's counters are read twice this far apart: the throttled share of now.
+# cAdvisor's counters are read until they moved (every this many seconds, for
+# at most that long): the throttled share of now, not of the container's life.
 CADVISOR_GAP_SECONDS = 3.0
+CADVISOR_WAIT_SECONDS = 30.0
 
 
 def _get_json(url: str, body: Any = None, timeout: float = 5.0) -> Any:
@@ -274,13 +276,8 @@ def gather_cluster(
             metrics[pod.key] = _short(e)
     models = _local_models(client)
     cadvisor: dict[str, tuple[str, str] | Exception] = {}
-    slow_nodes = sorted({s.node for s in slow_replicas(models)})
-    if slow_nodes:
-        first = {n: _cadvisor(core, n, timeout) for n in slow_nodes}
-        time.sleep(CADVISOR_GAP_SECONDS)
-        for node, before in first.items():
-            after = before if isinstance(before, Exception) else _cadvisor(core, node, timeout)
-            cadvisor[node] = after if isinstance(after, Exception) else (str(before), after)
+    for node in sorted({s.node for s in slow_replicas(models)}):
+        cadvisor[node] = _cadvisor_pair(core, node, timeout)
     return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor)
 
 
@@ -294,6 +291,24 @@ def _local_models(client: Any) -> list[dict[str, Any]]:
     except ApiException:
         return []
     return list(found.get("items") or []) if isinstance(found, dict) else []
+
+
+def _cadvisor_pair(core: Any, node: str, timeout: float) -> tuple[str, str] | Exception:
+    """Two samples of the kubelet's cAdvisor metrics that differ: cAdvisor
+    refreshes a container's counters every 10-15 s (its housekeeping), so the
+    second is read every CADVISOR_GAP_SECONDS until it moved, at most
+    CADVISOR_WAIT_SECONDS."""
+    before = _cadvisor(core, node, timeout)
+    if isinstance(before, Exception):
+        return before
+    end = time.monotonic() + CADVISOR_WAIT_SECONDS
+    while True:
+        time.sleep(CADVISOR_GAP_SECONDS)
+        after = _cadvisor(core, node, timeout)
+        if isinstance(after, Exception):
+            return after
+        if after != before or time.monotonic() > end:
+            return before, after
 
 
 def _cadvisor(core: Any, node: str, timeout: float) -> str | Exception:

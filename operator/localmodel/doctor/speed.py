@@ -8,8 +8,9 @@ the numbers, then the causes it can check, most likely first:
 
 1. **CPU throttling of the engine's container**: the kubelet's cAdvisor
    counters (`container_cpu_cfs_throttled_periods_total` over
-   `container_cpu_cfs_periods_total`), read twice a few seconds apart, so the
-   share is of now, not of the container's life. An engine alone in its
+   `container_cpu_cfs_periods_total`), read until they moved (cAdvisor
+   refreshes them every 10-15 s), so the share is of now, not of the
+   container's life. An engine alone in its
    container with threads equal to its limit is rarely throttled; something
    else running in it (a sidecar process, a runaway script), or more threads
    than the limit, is.
