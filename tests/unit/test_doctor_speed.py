@@ -36,6 +36,18 @@ def test_throttled_share_is_of_the_sampled_seconds_not_the_containers_life() -> 
     assert throttled_share("not metrics {", cadvisor(1, 2), "ai", "chat-0", "x") is None
 
 
+def test_counters_are_found_by_cgroup_id_when_cadvisor_left_the_names_empty() -> None:
+    def unnamed(throttled: int, periods: int) -> str:
+        labels = 'container="",id="/kubepods/podu1/abc123",namespace="",pod=""'
+        return (f"container_cpu_cfs_periods_total{{{labels}}} {periods}\n"
+                f"container_cpu_cfs_throttled_periods_total{{{labels}}} {throttled}\n")
+
+    assert throttled_share(unnamed(0, 100), unnamed(9, 110), "ai", "chat-0", "llama-server",
+                           "abc123") == pytest.approx(0.9)
+    assert throttled_share(unnamed(0, 100), unnamed(9, 110), "ai", "chat-0",
+                           "llama-server") is None
+
+
 def model(slow: bool = True) -> dict[str, Any]:
     return {"metadata": {"namespace": "ai", "name": "chat"}, "status": {"placements": [{
         "replica": 0, "node": "n0", "pod": "chat-0", "threads": 1, "cpu": 1,
@@ -54,8 +66,8 @@ NODE = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes
                  threads_per_core=1)
 SMT = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
                 threads_per_core=2)
-ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server")}
-EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server")}
+ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server", "abc123")}
+EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server", "abc123")}
 QUIET = {"n0": (cadvisor(0, 1000), cadvisor(0, 1030))}
 THROTTLED = {"n0": (cadvisor(0, 1000), cadvisor(27, 1030))}
 

@@ -72,6 +72,7 @@ class EnginePod:
     commands: str = ""  # every container's command and args, for the AMX guard
     container: str = ""  # the engine container's name
     local_model: str | None = None  # the LocalModel it serves (ours only)
+    container_id: str = ""  # its runtime ID (status.containerStatuses), without the scheme
 
     @property
     def key(self) -> str:
@@ -192,6 +193,10 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
                 commands=commands,
                 container=str(engine.get("name", "")),
                 local_model=str(labels[LABEL_NAME]) if LABEL_NAME in labels else None,
+                container_id=next(
+                    (str(c.get("containerID", "")).split("://", 1)[-1]
+                     for c in status.get("containerStatuses") or []
+                     if c.get("name") == engine.get("name") and c.get("containerID")), ""),
             )
         )
     return found
@@ -232,7 +237,8 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)
     findings += slow_findings(view.models, view.pods, nodes,
-                              {p.key: (p.threads, p.cpu_milli, p.container) for p in pods},
+                              {p.key: (p.threads, p.cpu_milli, p.container, p.container_id)
+                               for p in pods},
                               view.cadvisor)
     findings += _threads(pods, nodes)
     findings += _numa(pods, _numa_sizes(view.nodes))

@@ -30,11 +30,11 @@ lost a fast path) is named when nothing it can check explains the slowness.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.doctor.metrics import MetricsError, Samples, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.facts import NodeFacts
 
@@ -72,31 +72,47 @@ def slow_replicas(models: Sequence[Mapping[str, Any]]) -> list[SlowReplica]:
     return out
 
 
-def _counter(samples: Samples, name: str, namespace: str, pod: str, container: str) -> float | None:
-    for (sample, labels), value in samples.items():
-        if sample != name:
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}\s+(\S+)(?:\s+-?\d+)?\s*$')
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _counters(text: str, namespace: str, pod: str, container: str,
+              container_id: str = "") -> dict[str, float]:
+    """The two CFS counters of one container in the kubelet's cAdvisor text: by
+    its namespace, pod and container labels, or by its cgroup (`id`, which ends
+    with the container's runtime ID: cAdvisor leaves the names empty when it
+    cannot ask the runtime). Lenient: only these lines are read."""
+    if "\n" not in text and "\\n" in text:  # a client that handed back a repr
+        text = text.replace("\\n", "\n")
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith((THROTTLED, PERIODS)):
             continue
-        have = dict(labels)
-        if (have.get("namespace"), have.get("pod"), have.get("container")) == (
-                namespace, pod, container):
-            return value
-    return None
+        match = _LINE.match(line.strip())
+        if match is None or match.group(1) not in (THROTTLED, PERIODS):
+            continue
+        labels = dict(_PAIR.findall(match.group(2)))
+        named = (labels.get("namespace"), labels.get("pod"), labels.get("container")) == (
+            namespace, pod, container)
+        by_id = bool(container_id) and labels.get("id", "").endswith(container_id)
+        if not (named or by_id):
+            continue
+        try:
+            found[match.group(1)] = float(match.group(3))
+        except ValueError:
+            continue
+    return found
 
 
 def throttled_share(before: str, after: str, namespace: str, pod: str,
-                    container: str) -> float | None:
+                    container: str, container_id: str = "") -> float | None:
     """The share of CFS periods the container was throttled in between two
     cAdvisor samples; None when the counters are not there or did not move."""
-    try:
-        a, b = parse_metrics(before), parse_metrics(after)
-    except MetricsError:
+    a = _counters(before, namespace, pod, container, container_id)
+    b = _counters(after, namespace, pod, container, container_id)
+    if len(a) < 2 or len(b) < 2 or b[PERIODS] <= a[PERIODS]:
         return None
-    values = [_counter(s, n, namespace, pod, container)
-              for s in (a, b) for n in (THROTTLED, PERIODS)]
-    t0, p0, t1, p1 = values
-    if t0 is None or p0 is None or t1 is None or p1 is None or p1 <= p0:
-        return None
-    return max(0.0, min(1.0, (t1 - t0) / (p1 - p0)))
+    return max(0.0, min(1.0, (b[THROTTLED] - a[THROTTLED]) / (b[PERIODS] - a[PERIODS])))
 
 
 def _no_limit_neighbours(pods: Sequence[Mapping[str, Any]], node: str, own: str) -> list[str]:
@@ -124,11 +140,12 @@ def slow_findings(
     models: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     nodes: Mapping[str, NodeFacts],
-    engine_threads: Mapping[str, tuple[int | None, int | None, str]],
+    engine_threads: Mapping[str, tuple[int | None, int | None, str, str]],
     cadvisor: Mapping[str, tuple[str, str] | Exception],
 ) -> list[Finding]:
     """`engine_threads`: "namespace/pod" -> (threads, CPU limit in milli-CPUs,
-    engine container name); `cadvisor`: node -> two samples, or why not read."""
+    engine container name, its runtime ID); `cadvisor`: node -> two samples,
+    or why not read."""
     findings: list[Finding] = []
     for slow in slow_replicas(models):
         s = slow.speed
@@ -142,11 +159,11 @@ def slow_findings(
             "see the likely causes below",
         ))
         key = f"{slow.namespace}/{slow.pod}"
-        threads, limit, container = engine_threads.get(key, (None, None, ""))
+        threads, limit, container, container_id = engine_threads.get(key, (None, None, "", ""))
         causes: list[Finding] = []
         samples = cadvisor.get(slow.node)
         if isinstance(samples, tuple) and container:
-            share = throttled_share(*samples, slow.namespace, slow.pod, container)
+            share = throttled_share(*samples, slow.namespace, slow.pod, container, container_id)
             if share is not None and share >= THROTTLED_SHARE:
                 causes.append(Finding(
                     "slow-replica", Verdict.FAIL,
