@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 
 from localmodel.engines import llama_server as llama_facts
 from localmodel.engines import ollama as ollama_facts
@@ -59,17 +60,20 @@ MODEL_TAG = "gemma3:270m"
 # `tokenizer.chat_template`, so both engines format chat in llama.cpp's
 # fallback, ChatML, whose markers are plain text to Gemma: replies then hold a
 # literal `<|im_end|>` (docs/engine-facts.md#a-gguf-without-a-chat-template).
-# Gemma's turn format as a Jinja template, for `LLAMA_ARG_CHAT_TEMPLATE`
+# Gemma's turn format as a Jinja template for `LLAMA_ARG_CHAT_TEMPLATE`
 # (llama-server, and Ollama's llama-server child, which inherits Ollama's
-# environment). No BOS here: llama-server adds it (add_bos_token). The
-# newlines are in expressions, so no Jinja whitespace setting eats them.
-GEMMA_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}{{ '\\n' }}"
-    "{{ message['content'] | trim }}<end_of_turn>{{ '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model{{ '\\n' }}{% endif %}"
-)
+# environment), as the examples give it to a user: their `spec.env` is its one
+# home (tests/unit/test_engine_home.py checks both Gemma examples carry it).
+GEMMA_EXAMPLE = REPO_ROOT / "examples" / "gemma-llama-server.yaml"
+
+
+def example_env(example: Path) -> dict[str, str]:
+    """The `spec.env` of an example LocalModel."""
+    spec = yaml.safe_load(example.read_text())["spec"]
+    return {e["name"]: str(e.get("value", "")) for e in spec.get("env") or []}
+
+
+GEMMA_CHAT_TEMPLATE = example_env(GEMMA_EXAMPLE)["LLAMA_ARG_CHAT_TEMPLATE"]
 CHAT_TEMPLATE_ENV = {"LLAMA_ARG_CHAT_TEMPLATE": GEMMA_CHAT_TEMPLATE}
 # Chat-template markers of the common formats (ChatML, Gemma, Llama 3): none
 # may reach a caller's reply.

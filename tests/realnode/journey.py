@@ -8,18 +8,24 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localmodel.contract import LABEL_NAME
+import ollama as ollama_client
+import openai
+
+from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
-from localmodel.render import SERVICE_PORT
+from localmodel.render import GATEWAY_PORT, SERVICE_PORT
 from tests.harness import TestCluster
+from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG, template_markers
 from tests.harness.models import ModelFileServer
 from tests.harness.nodes import local_volume_name
 from tests.harness.processes import ManagedProcess, free_port, port_is_listening, wait_for
@@ -162,6 +168,81 @@ def http_json(url: str, body: Manifest | None = None, timeout: float = 120.0
         return status, raw.decode(errors="replace")
 
 
+def clean_reply(text: str | None) -> str:
+    """A reply a user can read: not empty, and no chat-template marker in it
+    (a template mismatch shows as a literal `<|im_end|>` and the like:
+    docs/engine-facts.md#a-gguf-without-a-chat-template)."""
+    reply = (text or "").strip()
+    assert reply, f"an empty reply: {text!r}"
+    markers = template_markers(reply)
+    assert not markers, f"the reply holds chat-template markers {markers}: {reply!r}"
+    return reply
+
+
+PROMPT = "Say hello in three words."
+# A generation that keeps one CPU busy for minutes: far longer than a client's
+# patience below.
+LONG_PROMPT = "Count from 1 to 10000, one number per line."
+LONG_TOKENS = 4000
+CLIENT_PATIENCE = 4.0  # seconds a client waits before it gives up
+
+
+@dataclass(frozen=True)
+class EngineCalls:
+    """How the tests call one engine's model through its gateway: a short
+    request (path, body, where its answer is) and a long generation by an
+    official client that gives up after `timeout` seconds (it raises then)."""
+
+    engine: str
+    short_path: str
+    short_body: Manifest
+    answer: Callable[[Any], str]
+    long: Callable[[str, float, str], object]  # (base URL, timeout, X-Request-Id)
+
+    def short(self, url: str, timeout: float = 120) -> tuple[int, Any]:
+        return http_json(f"{url}{self.short_path}", self.short_body, timeout=timeout)
+
+
+def _ollama_long(url: str, timeout: float, request_id: str) -> object:
+    client = ollama_client.Client(host=url, timeout=timeout, headers={"X-Request-Id": request_id})
+    return client.generate(model=MODEL_TAG, prompt=LONG_PROMPT,
+                           options={"num_predict": LONG_TOKENS})
+
+
+def _openai_long(url: str, timeout: float, request_id: str) -> object:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout,
+                           max_retries=0, default_headers={"X-Request-Id": request_id})
+    return client.chat.completions.create(
+        model=MODEL_TAG, max_tokens=LONG_TOKENS,
+        messages=[{"role": "user", "content": LONG_PROMPT}])
+
+
+OLLAMA_CALLS = EngineCalls(
+    engine=ollama.NAME, short_path="/api/generate",
+    short_body={"model": MODEL_TAG, "prompt": PROMPT, "stream": False,
+                "options": {"num_predict": 8, "temperature": 0}},
+    answer=lambda body: str(body["response"]), long=_ollama_long)
+LLAMA_SERVER_CALLS = EngineCalls(
+    engine=llama_server.NAME, short_path="/v1/chat/completions",
+    short_body={"model": MODEL_TAG, "max_tokens": 8, "temperature": 0,
+                "messages": [{"role": "user", "content": PROMPT}]},
+    answer=lambda body: str(body["choices"][0]["message"]["content"]), long=_openai_long)
+
+
+@dataclass
+class Leaving:
+    """A client that gave up on a long generation, seen from three places."""
+
+    gateway_at: float  # s after it gave up: the gateway logged its request cancelled
+    idle_at: float  # s after it gave up: the engine container's CPU time stopped growing
+    samples: list[tuple[float, float]]  # (s after it gave up, engine CPU seconds)
+
+    @property
+    def after_gateway(self) -> float:
+        """The product's share: from the gateway seeing the caller gone to idle."""
+        return self.idle_at - self.gateway_at
+
+
 @dataclass
 class Journey:
     cluster: TestCluster
@@ -208,6 +289,9 @@ class Journey:
             "context": context,
             "placement": {"nodeSelector": {"kubernetes.io/hostname": self.node}},
             "storage": {"storageClassName": "local-disk"},
+            # The GGUF carries no chat template: give it Gemma's, as a user must
+            # (docs/engine-facts.md#a-gguf-without-a-chat-template).
+            "env": [{"name": k, "value": v} for k, v in CHAT_TEMPLATE_ENV.items()],
         }
         return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
                 "metadata": {"name": name, "namespace": MODEL_NAMESPACE}, "spec": spec}
@@ -261,6 +345,15 @@ class Journey:
         self.timings.add(f"{name}: created -> Ready", seconds)
         return Deployed(name=name, engine=manifest["spec"]["engine"]["name"], samples=samples,
                         ready_seconds=seconds, downloads=self.downloads() - downloads_before)
+
+    @contextlib.contextmanager
+    def deployed(self, name: str, engine: str) -> Iterator[Deployed]:
+        """A test module's model: created and Ready, deleted afterwards."""
+        deployed = self.deploy(self.local_model(name, engine))
+        try:
+            yield deployed
+        finally:
+            self.delete_model(name)
 
     def delete_model(self, name: str, timeout: float = 120) -> None:
         self.cluster.api().request("DELETE", f"{LM_PATH}/{name}")
@@ -338,6 +431,187 @@ class Journey:
             return out, seconds
         finally:
             api.request("DELETE", f"{PODS_PATH}/{name}?gracePeriodSeconds=0")
+
+
+    # ---- the journeys both engines take ----------------------------------------
+
+    def cfs_quota(self, pod: Manifest, container: str) -> tuple[int, int]:
+        """The CFS quota and period of `container` as it sees them: one CPU, the
+        same as the host's cgroup has."""
+        inside = self.exec(pod["metadata"]["name"], container,
+                           "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
+                           "/sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null "
+                           "|| cat /sys/fs/cgroup/cpu.max").split()
+        quota, period = int(inside[0]), int(inside[1])
+        assert quota / period == 1.0, inside
+        group = container_cgroup("cpu", pod, container)
+        if (group / "cpu.cfs_quota_us").exists():
+            assert int((group / "cpu.cfs_quota_us").read_text()) == quota
+        return quota, period
+
+    def delete_pod_until_ready_again(self, first: Deployed) -> Manifest:
+        """Delete the model's pod: the operator creates a new one, which becomes
+        Ready without downloading the GGUF again; both start times printed.
+        The new pod."""
+        name = first.name
+        pod = self.pod_of(name)
+        old_uid = pod["metadata"]["uid"]
+        downloads = self.downloads()
+        began = time.monotonic()
+        self.cluster.api().request("DELETE", f"{PODS_PATH}/{pod['metadata']['name']}")
+        # Ready again: a new pod with every container ready, and the LocalModel says so.
+        samples = self.watch_until_ready(
+            name, began, done=lambda s: s.uid not in (None, old_uid) and s.containers_ready)
+        seconds = time.monotonic() - began
+        self.timings.add(f"{name}: pod deleted -> Ready again", seconds)
+        seen = next(s.at for s in samples if s.uid not in (None, old_uid))
+        ready = next(s.at for s in samples if s.uid not in (None, old_uid) and s.containers_ready)
+        print(f"after the delete: new pod seen {seen:.1f} s, its containers ready {ready:.1f} s, "
+              f"LocalModel Ready {samples[-1].at:.1f} s")
+        print(f"{name}: first start: created -> Ready {first.ready_seconds:.1f} s; "
+              f"second start: deleted -> Ready {seconds:.1f} s")
+        new = self.pod_of(name)
+        assert new["metadata"]["uid"] != old_uid
+        replaced = [s for s in samples if s.uid not in (None, old_uid)]
+        assert replaced and all(s.containers_ready for s in replaced if s.model_ready), replaced
+        assert self.downloads() == downloads, "the second start downloaded the GGUF again"
+        download = self.logs(new["metadata"]["name"], "download")
+        assert "already on the volume" in download and "no download" in download, download
+        return new
+
+    def kill_engine_until_ready_again(self, name: str, calls: EngineCalls) -> None:
+        """SIGKILL the engine: a request at once gets the gateway's 502 "engine
+        unreachable" within seconds, the gateway's readiness and the pod's
+        drop, the kubelet restarts the engine in the same pod (the gateway not
+        restarted), Ready returns, and the model answers again."""
+        engine = engine_container(calls.engine)
+        pod = self.pod_of(name)
+        restarts = {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]}
+        cid = container_id(pod, engine)
+        assert self.cluster.real_node is not None
+        with self.port_forward(f"pod/{pod['metadata']['name']}", remote=GATEWAY_PORT) as url:
+            assert http_json(f"{url}/readyz", timeout=10)[0] == 200
+            began = time.monotonic()
+            self.cluster.real_node.ctr("tasks", "kill", "--signal", "SIGKILL", cid)
+            status, body = calls.short(url, timeout=30)
+            answered = time.monotonic() - began
+            self.timings.add(f"{name}: request during the engine's outage answered", answered)
+            print(f"during the outage: {status} {body}")
+            assert status == 502 and "engine unreachable" in str(body), (status, body)
+            assert answered < 5, answered
+            # The gateway's readiness drops with the engine...
+            seen_unready = http_json(f"{url}/readyz", timeout=10)[0] == 503
+        # ...the pod leaves Ready, the kubelet restarts the engine, and Ready returns.
+        unready = seen_unready
+        deadline = time.monotonic() + 300
+        back = None
+        while time.monotonic() < deadline:
+            p = self.pod_of(name)
+            statuses = {s["name"]: s for s in p["status"]["containerStatuses"]}
+            ready = condition(p, "Ready") == "True"
+            unready = unready or not ready
+            if statuses[engine]["restartCount"] > restarts[engine] and ready and unready:
+                back = time.monotonic() - began
+                break
+            time.sleep(0.25)
+        assert back is not None, self.describe_model(name)
+        self.timings.add(f"{name}: engine killed -> restarted and Ready again", back)
+        p = self.pod_of(name)
+        assert p["metadata"]["uid"] == pod["metadata"]["uid"], "the pod was replaced, not restarted"
+        after = {s["name"]: s["restartCount"] for s in p["status"]["containerStatuses"]}
+        assert after[CONTAINER_GATEWAY] == restarts[CONTAINER_GATEWAY]
+        assert unready, "the pod never left Ready while its engine was down"
+        wait_for("the LocalModel Ready again", lambda: condition(self.model(name), "Ready")
+                 == "True", 120)
+        self.timings.add(f"{name}: engine killed -> LocalModel Ready again",
+                         time.monotonic() - began)
+        with self.port_forward(f"svc/{name}") as url:
+            status, body = calls.short(url)
+        assert status == 200, body
+        clean_reply(calls.answer(body))
+
+    def client_gives_up(self, url: str, pod: Manifest, calls: EngineCalls) -> Leaving:
+        """A client of URL gives up after CLIENT_PATIENCE s on a long generation:
+        when the gateway logged the request cancelled (its caller gone) and
+        when the engine container's CPU time stopped growing, in seconds after
+        the client gave up."""
+        usage = cpu_usage_seconds(pod, engine_container(calls.engine))
+        request_id = f"gives-up-{secrets.token_hex(4)}"
+        errors: list[BaseException] = []
+        gave_up: list[tuple[float, float]] = []  # (monotonic, wall clock)
+        done = threading.Event()
+
+        def caller() -> None:
+            try:
+                calls.long(url, CLIENT_PATIENCE, request_id)
+            except BaseException as exc:  # the timeout is what we want
+                errors.append(exc)
+            finally:
+                gave_up.append((time.monotonic(), time.time()))
+                done.set()
+
+        before = usage()
+        thread = threading.Thread(target=caller, daemon=True)
+        thread.start()
+        assert done.wait(30), "the client never timed out"
+        t0, wall0 = gave_up[0]
+        busy = usage() - before
+        thread.join(5)
+        assert errors, "the generation finished before the client's timeout"
+        # It was generating while the client waited (4 s at one CPU).
+        assert busy > 2.0, f"the engine used only {busy:.2f} CPU s while the client waited"
+        # CPU time of the engine container, sampled every 0.1 s.
+        samples = [(time.monotonic() - t0, usage())]
+        while samples[-1][0] < 5:
+            time.sleep(0.1)
+            samples.append((time.monotonic() - t0, usage()))
+        # Busy right before giving up (it was generating), then idle: the first
+        # moment from which the next second added less than 30 ms of CPU.
+        idle_at = next((at for i, (at, used) in enumerate(samples)
+                        for later_at, later in samples[i:] if later_at - at >= 1.0
+                        and later - used < 0.03 and later_at - at < 1.15), None)
+        record = self.gateway_record(pod["metadata"]["name"], request_id)
+        gateway_at = datetime.fromisoformat(record["ts"]).timestamp() - wall0
+        print(f"{url}: client gave up ({type(errors[0]).__name__}); gateway: "
+              f"{record['outcome']} at {gateway_at:+.3f} s; engine CPU seconds after: "
+              + ", ".join(f"{at:.1f}s:{used:.3f}" for at, used in samples[::5]))
+        assert record["outcome"] == "cancelled_disconnect", record
+        assert idle_at is not None, samples
+        return Leaving(gateway_at=gateway_at, idle_at=idle_at, samples=samples)
+
+    def client_at_the_pod_gives_up(self, name: str, calls: EngineCalls) -> Leaving:
+        """A client of the pod's gateway port gives up (`client_gives_up`)."""
+        pod = self.pod_of(name)
+        left = self.client_gives_up(f"http://{pod['status']['podIP']}:{GATEWAY_PORT}", pod, calls)
+        self.timings.add(f"{name}: client at the pod timed out -> gateway saw it",
+                         left.gateway_at)
+        self.timings.add(f"{name}: client at the pod timed out -> engine idle", left.idle_at)
+        return left
+
+    def client_through_port_forward_gives_up(self, name: str, calls: EngineCalls) -> Leaving:
+        """A client of `kubectl port-forward svc/NAME` gives up (`client_gives_up`)."""
+        pod = self.pod_of(name)
+        with self.port_forward(f"svc/{name}") as url:
+            left = self.client_gives_up(url, pod, calls)
+        self.timings.add(f"{name}: client through port-forward timed out -> gateway saw it",
+                         left.gateway_at)
+        self.timings.add(f"{name}: client through port-forward timed out -> engine idle",
+                         left.idle_at)
+        return left
+
+    def gateway_record(self, pod: str, request_id: str, timeout: float = 15) -> Manifest:
+        """The gateway's log line (JSON) for one request."""
+        def find() -> Manifest | None:
+            for line in self.logs(pod, CONTAINER_GATEWAY).splitlines():
+                if request_id in line and line.startswith("{"):
+                    record: Manifest = json.loads(line)
+                    if record.get("request_id") == request_id:
+                        return record
+            return None
+
+        found: Manifest = wait_for(f"the gateway's log line of request {request_id}", find,
+                                   timeout, interval=0.5)
+        return found
 
 
 def engine_container(engine: str) -> str:

@@ -1,8 +1,10 @@
 """The journey on the real node with llama-server: a LocalModel for the cached
 Gemma 3 270M GGUF (`spec.gguf` from the harness's model file server) with
 `cpu: 1` becomes Ready only with its containers, answers the official `openai`
-client through `kubectl port-forward`, and runs one thread under the CFS quota
-the kubelet set."""
+client through `kubectl port-forward`, runs one thread under the CFS quota the
+kubelet set, survives its pod's deletion and its engine's death, and stops
+working when its caller gives up: the same journey as Ollama's
+(tests/realnode/test_ollama.py), through the same steps in journey.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ import openai
 import pytest
 
 from localmodel.engines import llama_server
-from tests.realnode.journey import Deployed, Journey, condition, container_cgroup
+from tests.realnode.journey import (
+    LLAMA_SERVER_CALLS,
+    PROMPT,
+    Deployed,
+    Journey,
+    clean_reply,
+    condition,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -25,9 +34,8 @@ ENGINE = llama_server.NAME
 
 @pytest.fixture(scope="module")
 def gemma(journey: Journey) -> Iterator[Deployed]:
-    deployed = journey.deploy(journey.local_model(NAME, ENGINE))
-    yield deployed
-    journey.delete_model(NAME)
+    with journey.deployed(NAME, ENGINE) as deployed:
+        yield deployed
 
 
 def test_llama_server_model_is_ready_only_when_its_containers_are_ready(
@@ -51,12 +59,11 @@ def test_openai_client_answers_through_kubectl_port_forward(
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120,
                                max_retries=0)
         completion = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Say hello in three words."}],
-            max_tokens=16)
+            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=16,
+            temperature=0)
         journey.timings.add("llama-server: openai client chat through port-forward",
                             time.monotonic() - began)
-    answer = completion.choices[0].message.content
-    assert answer, completion
+    answer = clean_reply(completion.choices[0].message.content)
     print(f"llama-server answered: {answer!r}")
 
 
@@ -65,17 +72,42 @@ def test_llama_server_threads_and_cfs_quota_equal_the_cpu_limit(
 ) -> None:
     pod = journey.pod_of(NAME)
     name = pod["metadata"]["name"]
-    inside = journey.exec(name, ENGINE, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
-                          "/sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null "
-                          "|| cat /sys/fs/cgroup/cpu.max").split()
-    quota, period = int(inside[0]), int(inside[1])
-    assert quota / period == 1.0, inside
-    group = container_cgroup("cpu", pod, ENGINE)
-    if (group / "cpu.cfs_quota_us").exists():
-        assert int((group / "cpu.cfs_quota_us").read_text()) == quota
+    quota, period = journey.cfs_quota(pod, ENGINE)
     cmdline = journey.exec(name, ENGINE, "tr '\\0' ' ' < /proc/1/cmdline")
     assert re.search(r"(?:^| )-t 1 ", cmdline) and re.search(r" -tb 1 ", cmdline), cmdline
     log = journey.logs(name, ENGINE)
     threads = [int(n) for n in re.findall(r"n_threads = (\d+)", log)]
     assert threads and set(threads) == {1}, log[-3000:]
     print(f"CFS quota {quota}/{period}; llama-server: {cmdline[:200]}")
+
+
+def test_deleting_the_pod_recreates_it_without_a_download(
+    journey: Journey, gemma: Deployed
+) -> None:
+    journey.delete_pod_until_ready_again(gemma)
+
+
+def test_killing_the_engine_restarts_it_and_a_request_meanwhile_fails_fast(
+    journey: Journey, gemma: Deployed
+) -> None:
+    journey.kill_engine_until_ready_again(NAME, LLAMA_SERVER_CALLS)
+
+
+def test_a_client_that_times_out_at_the_pod_leaves_the_engine_idle_within_a_second(
+    journey: Journey, gemma: Deployed
+) -> None:
+    """The caller's connection ends at the pod's gateway, which closes its
+    stream from llama-server; llama-server stops at its next token."""
+    left = journey.client_at_the_pod_gives_up(NAME, LLAMA_SERVER_CALLS)
+    assert left.idle_at <= 1.0, f"the engine worked {left.idle_at:.1f} s after its caller left"
+
+
+def test_a_client_that_times_out_through_the_port_forward_stops_the_engine(
+    journey: Journey, gemma: Deployed
+) -> None:
+    """As for Ollama (test_ollama.py): containerd 1.6 hands the leaving to the
+    gateway 1 s late; from the gateway on, idle within a second; <= 2 s in all."""
+    left = journey.client_through_port_forward_gives_up(NAME, LLAMA_SERVER_CALLS)
+    assert left.after_gateway <= 1.0, (
+        f"the engine worked {left.after_gateway:.1f} s after the gateway saw its caller go")
+    assert left.idle_at <= 2.0, f"the engine worked {left.idle_at:.1f} s after its caller left"

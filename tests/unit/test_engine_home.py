@@ -73,7 +73,7 @@ def _variants(lm: LocalModel) -> Iterator[LocalModel]:
     body.pop("status", None)
     spec = body["spec"]
     spec.pop("placement", None)
-    assert not spec.get("env"), "a user variable would be counted as the renderer's"
+    spec.pop("env", None)  # the user's variables: not what the renderer sets
     llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
     for image in [None] if llama else OLLAMA_IMAGES:
         for kv in ("f16", "q8_0"):
@@ -157,6 +157,24 @@ def test_user_variables_reach_only_the_engine_container() -> None:
                     if "USER_VARIABLE" in {e["name"] for e in c.get("env", [])}
                 ]
                 assert reached == [lm.spec.engine.name.value], (path, reached)
+
+
+def test_the_gemma_examples_give_the_gguf_its_chat_template_on_both_engines() -> None:
+    """The examples' GGUF carries no chat template (docs/engine-facts.md#a-gguf-
+    without-a-chat-template): both Gemma examples give it the same one, and it
+    reaches each engine container unchanged (the journey tests run it:
+    tests/harness/engines.py reads it from the llama-server example)."""
+    templates = {}
+    for path in ("examples/gemma-llama-server.yaml", "examples/gemma-ollama-airgapped.yaml"):
+        [lm] = parse_models([str(ROOT / path)])
+        assert lm.spec.gguf is not None, path
+        state = desired_state([lm], [NODE], now=NOW)
+        [pod] = [o for o in state.models[0].objects if o["kind"] == "Pod"]
+        [c] = [c for c in _containers(pod) if c["name"] == lm.spec.engine.name.value]
+        env = {e["name"]: e["value"] for e in c["env"]}
+        templates[path] = env["LLAMA_ARG_CHAT_TEMPLATE"]
+    [template] = set(templates.values())
+    assert template.startswith("{% for message in messages %}<start_of_turn>"), template
 
 
 def test_every_variable_ollama_gets_is_managed_and_every_managed_one_is_set() -> None:
