@@ -432,7 +432,6 @@ class Journey:
         finally:
             api.request("DELETE", f"{PODS_PATH}/{name}?gracePeriodSeconds=0")
 
-
     # ---- the journeys both engines take ----------------------------------------
 
     def cfs_quota(self, pod: Manifest, container: str) -> tuple[int, int]:
