@@ -5,7 +5,8 @@
 #   cluster's real node (docs/test-cluster.md); for the chart's monitoring
 #   (docs/metrics.md): promtool, the Prometheus Operator's CRDs (YAML from its
 #   module) and dashboard-check (hack/dashboard-check, Grafana's dashboard
-#   schema types from grafana-foundation-sdk).
+#   schema types from grafana-foundation-sdk); lmhealth (hack/lmhealth: the
+#   kstatus and Argo CD Lua health verdicts, docs/gitops.md).
 # Binaries land in a versioned directory per tool under
 #   ${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}/bin/<tool>-<version>/
 # and a tool whose directory is complete is skipped, so a rerun takes seconds.
@@ -27,6 +28,8 @@ KUBECONFORM_VERSION=v0.8.0
 PROMETHEUS_VERSION=v0.316.0          # github.com/prometheus/prometheus (Prometheus 3.16.0): promtool
 PROMETHEUS_OPERATOR_VERSION=v0.85.0  # its monitoring.coreos.com CRDs
 GRAFANA_SDK_VERSION=v0.0.22          # github.com/grafana/grafana-foundation-sdk/go
+CLI_UTILS_VERSION=v0.37.2    # sigs.k8s.io/cli-utils: kstatus, as Flux uses it (lmhealth)
+GOPHER_LUA_VERSION=v1.1.1    # github.com/yuin/gopher-lua: Argo CD's Lua (lmhealth)
 
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 BIN="$CACHE/bin"
@@ -42,6 +45,10 @@ MONITORING_CRDS_DIR="$BIN/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION"
 # Keyed by the SDK's version and our source's digest: an edit rebuilds it.
 DASHBOARD_CHECK_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dashboard-check/main.go"
 DASHBOARD_CHECK_DIR="$BIN/dashboard-check-$GRAFANA_SDK_VERSION-$(sha256sum "$DASHBOARD_CHECK_SRC" | cut -c1-12)"
+# lmhealth is our own source: its directory is keyed by the module versions and
+# by the source's hash, so an edit rebuilds it.
+LMHEALTH_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lmhealth/main.go"
+LMHEALTH_DIR="$BIN/lmhealth-$CLI_UTILS_VERSION-$GOPHER_LUA_VERSION-$K8S_VERSION-$(sha256sum <"$LMHEALTH_SRC" | cut -c1-12)"
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 print_paths() {
@@ -57,7 +64,8 @@ print_paths() {
   echo "promtool=$PROMTOOL_DIR/promtool"
   echo "monitoring-crds=$MONITORING_CRDS_DIR/monitoring.coreos.com.yaml"
   echo "dashboard-check=$DASHBOARD_CHECK_DIR/dashboard-check"
-  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION prometheus:$PROMETHEUS_VERSION prometheus-operator:$PROMETHEUS_OPERATOR_VERSION grafana-foundation-sdk:$GRAFANA_SDK_VERSION"
+  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION prometheus:$PROMETHEUS_VERSION prometheus-operator:$PROMETHEUS_OPERATOR_VERSION grafana-foundation-sdk:$GRAFANA_SDK_VERSION cli-utils:$CLI_UTILS_VERSION gopher-lua:$GOPHER_LUA_VERSION"
+  echo "lmhealth=$LMHEALTH_DIR/lmhealth"
 }
 
 missing() {
@@ -268,6 +276,26 @@ build_dashboard_check() {
   log "dashboard-check: built in $((SECONDS - t0)) s"
 }
 
+# lmhealth: kstatus (sigs.k8s.io/cli-utils) and gopher-lua behind our main.go.
+build_lmhealth() {
+  have_all "$LMHEALTH_DIR" lmhealth && { log "lmhealth: cached"; return; }
+  log "lmhealth (cli-utils $CLI_UTILS_VERSION, gopher-lua $GOPHER_LUA_VERSION): building"
+  local t0=$SECONDS dir out="$LMHEALTH_DIR.tmp"
+  dir="$(new_wrapper lmhealth)"
+  cp "$LMHEALTH_SRC" "$dir/main.go"
+  printf 'module localmodel.dev/tools/lmhealth\n\ngo 1.26\n' >"$dir/go.mod"
+  # k8s.io/api and apimachinery at the cluster's version (as Flux builds kstatus
+  # with current ones): the compiled packages are shared with build_kubernetes.
+  local staging_version="v0.${K8S_VERSION#v1.}"
+  (cd "$dir" && go get "sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION" \
+     "github.com/yuin/gopher-lua@$GOPHER_LUA_VERSION" \
+     "k8s.io/api@$staging_version" "k8s.io/apimachinery@$staging_version" && go mod tidy)
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/lmhealth" .)
+  install_dir "$out" "$LMHEALTH_DIR"
+  log "lmhealth: built in $((SECONDS - t0)) s"
+}
+
 start=$SECONDS
 build_etcd
 go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
@@ -280,6 +308,7 @@ go_install "$KUBECONFORM_DIR" kubeconform \
 monitoring_crds
 build_dashboard_check
 build_promtool
+build_lmhealth
 build_kubernetes
 
 m="$(missing)"

@@ -99,6 +99,11 @@ def status_schema() -> Schema:
     props = schema["properties"]
     props["conditions"]["x-kubernetes-list-type"] = "map"
     props["conditions"]["x-kubernetes-list-map-keys"] = ["type"]
+    # A LocalModel the operator has not acted on yet reads with observedGeneration 0
+    # (the API server defaults it on every read; the status subresource drops any
+    # status given at create), so kstatus says InProgress, not Current, until the
+    # operator's first status write (docs/gitops.md).
+    schema["default"] = {"observedGeneration": 0}
     return schema
 
 

@@ -10,24 +10,29 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Credentials", "KubeconfigError", "api_client", "credentials"]
+__all__ = ["Credentials", "KubeconfigError", "api_client", "credentials", "kubeconfig_namespace"]
 
 
 class KubeconfigError(Exception):
     """No usable cluster configuration; the message says which one was tried."""
 
 
-def api_client(kubeconfig: str | None = None) -> Any:
-    """A `kubernetes.client.ApiClient` for the configured cluster."""
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A `kubernetes.client.ApiClient` for the configured cluster (`context`: a
+    kubeconfig context other than the current one)."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if context and not path:
+        raise KubeconfigError(
+            f"--context {context}: no kubeconfig (no --kubeconfig, no KUBECONFIG)")
     try:
         if path:
             # KUBECONFIG may list several files; the client reads the first.
             first = path.split(os.pathsep)[0]
-            return config.new_client_from_config(config_file=first)  # type: ignore[no-untyped-call]
+            return config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=first, context=context or None)
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return client.ApiClient(configuration)
@@ -38,6 +43,30 @@ def api_client(kubeconfig: str | None = None) -> Any:
             else "in-cluster configuration (no --kubeconfig, no KUBECONFIG)"
         )
         raise KubeconfigError(f"{where}: {e}") from e
+
+
+def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, else `default` (in-cluster:
+    the pod's own namespace)."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if not path:
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=path.split(os.pathsep)[0])
+    except (ConfigException, OSError, TypeError, ValueError) as e:
+        raise KubeconfigError(f"kubeconfig {path}: {e}") from e
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    if chosen is None:
+        raise KubeconfigError(f"kubeconfig {path}: no context {context!r}")
+    return str((chosen.get("context") or {}).get("namespace") or "default")
 
 
 @dataclass(frozen=True)

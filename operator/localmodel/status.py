@@ -35,6 +35,13 @@ class ConditionType(StrEnum):
     READY = "Ready"
     PROGRESSING = "Progressing"
     SLOW_REPLICA = "SlowReplica"
+    # kstatus's "abnormal-true" pair (sigs.k8s.io/cli-utils, what Flux and Argo CD's
+    # health check read): present only while True, derived from the four above by
+    # `with_health`. Reconciling: the operator is still working toward the spec
+    # (a roll, pods not Ready yet). Stalled: it cannot get there without a change
+    # from outside (an invalid spec, a replica no node can take).
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
 
 
 class Reason(StrEnum):
@@ -184,7 +191,7 @@ def build_status(
                 condition(ConditionType.READY, ok, reason, f"{n_ready}/{want} replicas ready",
                           lm, now)
             )
-    return LocalModelStatus(
+    status = LocalModelStatus(
         observed_generation=lm.metadata.generation,
         conditions=conditions,
         placements=[
@@ -208,6 +215,7 @@ def build_status(
         nodes=",".join(r.node for r in replicas),
         endpoint=endpoint if not invalid else "",
     )
+    return with_health(status, lm.metadata.generation, lm.status, now)
 
 
 def _stable_reason(lm: LocalModel, r: ReplicaStatusInput) -> str:
@@ -233,7 +241,7 @@ def invalid_status(lm_meta_generation: int | None, message: str, previous: Local
             last_transition_time=since, reason=Reason.INVALID_SPEC.value, message=msg,
         )
 
-    return LocalModelStatus(
+    status = LocalModelStatus(
         observed_generation=lm_meta_generation,
         conditions=[
             cond(ConditionType.VALID, message),
@@ -245,6 +253,7 @@ def invalid_status(lm_meta_generation: int | None, message: str, previous: Local
         ready=previous.ready if previous else "",
         nodes=previous.nodes if previous else "",
     )
+    return with_health(status, lm_meta_generation, previous, now)
 
 
 def with_progress(status: LocalModelStatus, rolling: str | None, lm: LocalModel,
@@ -257,7 +266,53 @@ def with_progress(status: LocalModelStatus, rolling: str | None, lm: LocalModel,
     else:
         cond = condition(ConditionType.PROGRESSING, True, Reason.ROLLING, rolling, lm, now)
     others = [c for c in status.conditions if c.type != ConditionType.PROGRESSING.value]
-    return status.model_copy(update={"conditions": [*others, cond]})
+    status = status.model_copy(update={"conditions": [*others, cond]})
+    return with_health(status, lm.metadata.generation, lm.status, now)
+
+
+_HEALTH = (ConditionType.RECONCILING.value, ConditionType.STALLED.value)
+
+
+def with_health(status: LocalModelStatus, generation: int | None,
+                previous: LocalModelStatus | None, now: str) -> LocalModelStatus:
+    """Set the kstatus pair from the other conditions (replacing any earlier pair).
+
+    Stalled=True, with the blocking condition's reason and message, when the spec
+    is invalid (Valid=False) or a replica has no node (Placed=False). Otherwise
+    Reconciling=True while a roll is under way (Progressing=True) or replicas are
+    not Ready (Ready=False). Neither is present at rest, so kstatus falls through
+    to the Ready condition: Current when Ready=True (docs/gitops.md).
+    """
+    by_type = {c.type: c for c in status.conditions}
+
+    def false(type_: ConditionType) -> Condition | None:
+        c = by_type.get(type_.value)
+        return c if c is not None and c.status == ConditionStatus.FALSE else None
+
+    progressing = by_type.get(ConditionType.PROGRESSING.value)
+    health: list[Condition] = []
+    blocked = false(ConditionType.VALID) or false(ConditionType.PLACED)
+    if blocked is not None:
+        health.append(_true(ConditionType.STALLED, blocked.reason, blocked.message,
+                            generation, previous, now))
+    elif progressing is not None and progressing.status == ConditionStatus.TRUE:
+        health.append(_true(ConditionType.RECONCILING, progressing.reason, progressing.message,
+                            generation, previous, now))
+    elif (not_ready := false(ConditionType.READY)) is not None:
+        health.append(_true(ConditionType.RECONCILING, not_ready.reason, not_ready.message,
+                            generation, previous, now))
+    others = [c for c in status.conditions if c.type not in _HEALTH]
+    return status.model_copy(update={"conditions": [*others, *health]})
+
+
+def _true(type_: ConditionType, reason: str, message: str, generation: int | None,
+          previous: LocalModelStatus | None, now: str) -> Condition:
+    """A True condition whose lastTransitionTime holds while it stays True."""
+    old = {c.type: c for c in (previous.conditions if previous else [])}.get(type_.value)
+    since = old.last_transition_time if old and old.status == ConditionStatus.TRUE else now
+    return Condition(type=type_.value, status=ConditionStatus.TRUE,
+                     observed_generation=generation, last_transition_time=since,
+                     reason=reason, message=message)
 
 
 def _tps(value: float | None) -> float | None:

@@ -662,7 +662,8 @@ class Condition(_StatusBase):
     """A metav1.Condition."""
 
     type: str = Field(
-        description="Condition type: Valid, Placed, Ready, Progressing or SlowReplica."
+        description="Condition type: Valid, Placed, Ready, Progressing or SlowReplica; "
+        "Reconciling or Stalled while True (kstatus)."
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     observed_generation: Integer | None = Field(
@@ -744,8 +745,9 @@ class LocalModelStatus(_StatusBase):
         None, description="The spec generation last acted on."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid, Placed, Ready, Progressing and SlowReplica "
-        "conditions."
+        default_factory=list,
+        description="Valid, Placed, Ready, Progressing and SlowReplica; Reconciling or Stalled "
+        "while True.",
     )
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="Per-replica placement and settings."

@@ -29,6 +29,7 @@ def doctor_main(argv: Sequence[str]) -> int:
         f"default OLLAMA_HOST, else http://127.0.0.1:{ollama.PORT}",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
     parser.add_argument(
         "--metrics-url",
         action="append",
@@ -51,7 +52,7 @@ def doctor_main(argv: Sequence[str]) -> int:
                 parser.error(f"--metrics-url {item!r}: expected NAMESPACE/POD=URL")
             metrics_urls[key] = url
         try:
-            report = _cluster(args.kubeconfig, metrics_urls)
+            report = _cluster(args.kubeconfig, metrics_urls, args.context)
         except _Unavailable as e:
             print(f"localmodel doctor: {e}", file=sys.stderr)
             return 2
@@ -87,13 +88,14 @@ def _local(engine_url: str | None) -> Report:
     return Report(facts=facts, findings=local_findings(machine, engine))
 
 
-def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str]) -> Report:
+def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str],
+             context: str | None = None) -> Report:
     from localmodel.doctor.cluster import cluster_findings
     from localmodel.doctor.read import gather_cluster
     from localmodel.kube import KubeconfigError, api_client
 
     try:
-        client = api_client(kubeconfig)
+        client = api_client(kubeconfig, context)
     except KubeconfigError as e:
         raise _Unavailable(str(e)) from e
     from kubernetes.client.exceptions import ApiException

@@ -44,7 +44,7 @@ from localmodel.facts.machine import MachineFacts, read_cgroup_limits
 from localmodel.facts.topology import format_cpu_list
 from localmodel.render import GATEWAY_PORT
 
-__all__ = ["gather_cluster", "gather_engine", "process_budget"]
+__all__ = ["gateway_metrics", "gather_cluster", "gather_engine", "process_budget"]
 
 # cAdvisor's counters are read until they moved (every this many seconds, for
 # at most that long): the throttled share of now, not of the container's life.
@@ -259,21 +259,9 @@ def gather_cluster(
     pods = client.sanitize_for_serialization(core.list_pod_for_all_namespaces()).get("items") or []
     metrics: dict[str, str | Exception] = {}
     for pod in engine_pods(pods):
-        if not pod.gateway:
-            continue
-        url = metrics_urls.get(pod.key)
-        try:
-            if url is not None:
-                metrics[pod.key] = _fetch(url, timeout)
-            else:
-                metrics[pod.key] = str(
-                    core.connect_get_namespaced_pod_proxy_with_path(
-                        f"{pod.name}:{GATEWAY_PORT}", pod.namespace, "metrics",
-                        _request_timeout=timeout,
-                    )
-                )
-        except Exception as e:  # every failure becomes a finding
-            metrics[pod.key] = _short(e)
+        if pod.gateway:
+            metrics[pod.key] = gateway_metrics(core, pod.namespace, pod.name, timeout,
+                                               metrics_urls.get(pod.key))
     models = _local_models(client)
     cadvisor: dict[str, tuple[str, str] | Exception] = {}
     for node in sorted({s.node for s in slow_replicas(models)}):
@@ -315,6 +303,19 @@ def _cadvisor(core: Any, node: str, timeout: float) -> str | Exception:
     try:
         return str(core.connect_get_node_proxy_with_path(node, CADVISOR_PATH,
                                                          _request_timeout=timeout))
+    except Exception as e:  # every failure becomes a finding
+        return _short(e)
+
+
+def gateway_metrics(core: Any, namespace: str, pod: str, timeout: float = 5.0,
+                    url: str | None = None) -> str | Exception:
+    """A gateway pod's metrics text, through the API server's pod proxy (or from
+    `url`); a failure is returned, not raised, as a short reason."""
+    try:
+        if url is not None:
+            return _fetch(url, timeout)
+        return str(core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod}:{GATEWAY_PORT}", namespace, "metrics", _request_timeout=timeout))
     except Exception as e:  # every failure becomes a finding
         return _short(e)
 

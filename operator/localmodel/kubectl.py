@@ -1,0 +1,443 @@
+"""`kubectl localmodel`: the kubectl plugin for the daily questions.
+
+Installed as the `kubectl-localmodel` console script (pyproject.toml), so
+`kubectl plugin list` finds it on PATH and `kubectl localmodel ...` runs it.
+kubectl hands a plugin every argument after its name and none of its own
+flags, so the plugin reads --kubeconfig, --context, -n, -A and -o itself, with
+kubectl's meanings (the namespace defaults to the context's).
+
+  status        every model: its replicas, nodes, threads, speed and queue
+  why NAME      why a model runs as it does: conditions, then per replica the
+                placement and every decision (rule, effect, reason, source)
+  doctor        `localmodel doctor` against the same cluster
+  render        `localmodel render` with the cluster's Nodes (not this machine)
+
+The pure part (`status_rows`, `status_table`, `why_text`, `why_data`) turns the
+objects read into what is printed; `main` reads and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import yaml
+
+from localmodel import GROUP, PLURAL, VERSION
+from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+
+PROG = "kubectl localmodel"
+METRICS_TIMEOUT = 3.0  # seconds per gateway; gateways are read in parallel
+
+Obj = Mapping[str, Any]
+
+
+# ---- pure: what is printed -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    """One line of `status`: a replica, or a model without any (replica None)."""
+
+    namespace: str
+    model: str  # the LocalModel's name
+    serves: str  # spec.model
+    engine: str
+    ready: str  # status.ready, e.g. 1/2
+    state: str  # the condition that says most (Stalled, Reconciling, else Ready)
+    replica: int | None
+    node: str | None
+    pod: str | None
+    threads: int | None
+    slots: str | None  # busy/total
+    queued: str | None  # foreground+background waiting
+    decode_tps: float | None  # generated tokens per second of decoding, since start
+    expected_tps: float | None  # status: the decode speed this replica should reach
+    metrics_error: str | None
+
+
+def _conditions(obj: Obj) -> dict[str, Obj]:
+    return {str(c.get("type")): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def state_of(obj: Obj) -> str:
+    """Stalled or Reconciling while True (they say why), else the Ready condition."""
+    conds = _conditions(obj)
+    for kind in ("Stalled", "Reconciling"):
+        c = conds.get(kind)
+        if c is not None and c.get("status") == "True":
+            return f"{kind}: {c.get('reason', '')}"
+    status = obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return "Pending: not yet seen by the operator"
+    ready = conds.get("Ready")
+    if ready is None:
+        return "Pending"
+    slow = conds.get("SlowReplica")
+    also = ", SlowReplica" if slow is not None and slow.get("status") == "True" else ""
+    return f"Ready={ready.get('status')}: {ready.get('reason', '')}{also}"
+
+
+def status_rows(models: Sequence[Obj],
+                metrics: Mapping[str, str | Exception]) -> list[ReplicaRow]:
+    """One row per placed replica (or per model without replicas), in name order.
+    `metrics`: "namespace/pod" -> the gateway's metrics text, or why unreadable."""
+    rows: list[ReplicaRow] = []
+    for obj in sorted(models, key=lambda o: (o["metadata"].get("namespace", ""),
+                                             o["metadata"]["name"])):
+        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        ns = str(meta.get("namespace", ""))
+        common = {
+            "namespace": ns, "model": str(meta["name"]), "serves": str(spec.get("model", "")),
+            "engine": str((spec.get("engine") or {}).get("name", "")),
+            "ready": str(status.get("ready") or "-"), "state": state_of(obj),
+        }
+        placements = sorted(status.get("placements") or [], key=lambda p: p.get("replica", 0))
+        if not placements:
+            rows.append(ReplicaRow(**common, replica=None, node=None, pod=None, threads=None,
+                                   slots=None, queued=None, decode_tps=None, expected_tps=None,
+                                   metrics_error=None))
+            continue
+        for p in placements:
+            pod = str(p.get("pod", ""))
+            stats, error = _stats(metrics.get(f"{ns}/{pod}"))
+            rows.append(ReplicaRow(
+                **common, replica=int(p.get("replica", 0)), node=str(p.get("node", "")),
+                pod=pod, threads=p.get("threads"),
+                slots=f"{stats.slots_busy}/{stats.slots}" if stats else None,
+                queued=(f"{stats.queued_foreground}+{stats.queued_background}"
+                        if stats else None),
+                decode_tps=stats.decode_tps if stats else None,
+                expected_tps=(p.get("speed") or {}).get("expectedDecode"),
+                metrics_error=error,
+            ))
+    return rows
+
+
+def _stats(text: str | Exception | None) -> tuple[GatewayStats | None, str | None]:
+    if text is None:
+        return None, None
+    if isinstance(text, Exception):
+        return None, str(text)
+    try:
+        return gateway_stats(parse_metrics(text)), None
+    except MetricsError as e:
+        return None, str(e)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
+              for i, h in enumerate(header)]
+    out = ["   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+           for row in [list(header), *lines]]
+    return "\n".join(out) + "\n"
+
+
+def status_table(rows: Sequence[ReplicaRow], *, all_namespaces: bool) -> str:
+    """kubectl-style columns; QUEUE is foreground+background requests waiting,
+    TOK/S the replica's decode speed since its gateway started, EXPECTED the speed
+    the operator expects of it (status.placements[].speed, docs/operator.md)."""
+    header = ["NAME", "MODEL", "ENGINE", "READY", "REPLICA", "NODE", "THREADS", "SLOTS",
+              "QUEUE", "TOK/S", "EXPECTED", "STATE"]
+    if all_namespaces:
+        header.insert(0, "NAMESPACE")
+    lines = []
+    for r in rows:
+        speed = _cell(r.decode_tps)
+        if r.metrics_error and r.pod:
+            speed = "?"
+        line = [r.model, r.serves, r.engine, r.ready, _cell(r.replica), _cell(r.node),
+                _cell(r.threads), _cell(r.slots), _cell(r.queued), speed,
+                _cell(None if r.expected_tps is None else float(r.expected_tps)), r.state]
+        if all_namespaces:
+            line.insert(0, r.namespace)
+        lines.append(line)
+    text = table(header, lines)
+    unread = [r for r in rows if r.metrics_error and r.pod]
+    if unread:
+        text += "\n? metrics unreadable:\n" + "".join(
+            f"  {r.namespace}/{r.pod}: {r.metrics_error}\n" for r in unread)
+    return text
+
+
+def why_data(obj: Obj) -> dict[str, Any]:
+    """The parts of a LocalModel that say why it runs as it does."""
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    return {
+        "namespace": meta.get("namespace"), "name": meta["name"],
+        "model": spec.get("model"), "engine": (spec.get("engine") or {}).get("name"),
+        "generation": meta.get("generation"),
+        "observedGeneration": status.get("observedGeneration"),
+        "state": state_of(obj),
+        "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message")}
+                       for c in status.get("conditions") or []],
+        "placements": [{
+            "replica": p.get("replica"), "node": p.get("node"), "pod": p.get("pod"),
+            "threads": p.get("threads"), "cpu": p.get("cpu"), "memory": p.get("memory"),
+            "reason": p.get("reason", ""),
+            "decisions": [{k: d.get(k) for k in ("rule", "effect", "reason", "source")}
+                          for d in p.get("decisions") or []],
+        } for p in sorted(status.get("placements") or [], key=lambda p: p.get("replica", 0))],
+    }
+
+
+def why_text(obj: Obj, events: Sequence[Obj] = ()) -> str:
+    """Conditions, then each replica's placement and decisions, then recent Events."""
+    d = why_data(obj)
+    lines = [f"LocalModel {d['namespace']}/{d['name']}: model {d['model']} on {d['engine']}, "
+             f"generation {d['generation']} (observed {d['observedGeneration']})",
+             f"State: {d['state']}", ""]
+    if d["conditions"]:
+        lines.append(table(["CONDITION", "STATUS", "REASON", "MESSAGE"], [
+            [str(c["type"]), str(c["status"]), str(c["reason"]), str(c["message"] or "")]
+            for c in d["conditions"]]).rstrip("\n"))
+    else:
+        lines.append("No conditions yet: the operator has not reported on this model.")
+    for p in d["placements"]:
+        lines += ["", f"Replica {p['replica']} on node {p['node']} (pod {p['pod']}): "
+                      f"threads={p['threads']} cpu={p['cpu']} memory={p['memory']}"]
+        if p["reason"]:
+            lines.append(f"  placed: {p['reason']}")
+        if p["decisions"]:
+            lines.append(table(["RULE", "EFFECT", "REASON", "SOURCE"], [
+                [str(x["rule"]), str(x["effect"]), str(x["reason"]), str(x["source"])]
+                for x in p["decisions"]]).rstrip("\n"))
+        else:
+            lines.append("  no rule changed the engine's defaults")
+    if events:
+        lines += ["", "Recent events:"]
+        for e in events:
+            lines.append(f"  {e.get('lastTimestamp') or e.get('eventTime') or '-'}  "
+                         f"{e.get('type', '')}  {e.get('reason', '')}: {e.get('message', '')}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- I/O: arguments, reading, printing ---------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG")
+    common.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    common.add_argument("-n", "--namespace", metavar="NS",
+                        help="default: the context's namespace, else default")
+    common.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="every namespace")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="The daily questions about LocalModels, as a kubectl plugin.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    status = sub.add_parser("status", parents=[common],
+                            help="every model: replicas, nodes, threads, speed, queue")
+    status.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    why = sub.add_parser("why", parents=[common],
+                         help="a model's conditions, placements and decisions")
+    why.add_argument("name", metavar="NAME")
+    why.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    doctor = sub.add_parser("doctor", parents=[common], add_help=False,
+                            help="localmodel doctor against this cluster (cluster-wide)")
+    doctor.add_argument("-h", "--help", action="store_true")
+    doctor.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    render = sub.add_parser("render", parents=[common], add_help=False,
+                            help="localmodel render with the cluster's Nodes")
+    render.add_argument("-h", "--help", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, rest = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    if rest and args.command in ("status", "why"):
+        print(f"{PROG} {args.command}: unknown arguments: {' '.join(rest)}", file=sys.stderr)
+        return 2
+    from localmodel.kube import KubeconfigError
+
+    try:
+        if args.command == "doctor":
+            return _doctor(args, rest)
+        if args.command == "render":
+            return _render(args, rest)
+        client = _client(args)
+        namespace = None if args.all_namespaces else (
+            args.namespace or _default_namespace(args))
+        if args.command == "status":
+            return _status(client, namespace, args)
+        return _why(client, namespace or "default", args)
+    except KubeconfigError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    except _ApiFailure as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
+
+
+class _ApiFailure(Exception):
+    pass
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from localmodel.kube import api_client
+
+    return api_client(args.kubeconfig, args.context)
+
+
+def _default_namespace(args: argparse.Namespace) -> str:
+    from localmodel.kube import kubeconfig_namespace
+
+    return kubeconfig_namespace(args.kubeconfig, args.context)
+
+
+def _call(what: str, fn: Callable[[], Any]) -> Any:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as e:
+        raise _ApiFailure(f"{what}: {e.status} {e.reason}") from None
+    except OSError as e:
+        raise _ApiFailure(f"{what}: {e}") from None
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def _models(client: Any, namespace: str | None) -> list[dict[str, Any]]:
+    from kubernetes.client import CustomObjectsApi
+
+    api = CustomObjectsApi(client)
+    if namespace is None:
+        got = _call("listing LocalModels", lambda: api.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL))
+    else:
+        got = _call(f"listing LocalModels in {namespace}",
+                    lambda: api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+    return list(got.get("items") or [])
+
+
+def _metrics(client: Any, models: Sequence[Obj]) -> dict[str, str | Exception]:
+    """Every placed replica's gateway metrics, read in parallel through the pod proxy."""
+    from kubernetes.client import CoreV1Api
+
+    from localmodel.doctor.cluster import engine_pods
+    from localmodel.doctor.read import gateway_metrics
+
+    core = CoreV1Api(client)
+    namespaces = sorted({str(m["metadata"]["namespace"]) for m in models
+                         if (m.get("status") or {}).get("placements")})
+    pods: list[Any] = []
+    for ns in namespaces:
+        listed = _call(f"listing pods in {ns}", _bind(core.list_namespaced_pod, ns))
+        pods += client.sanitize_for_serialization(listed).get("items") or []
+    wanted = {f"{m['metadata']['namespace']}/{p.get('pod')}"
+              for m in models for p in (m.get("status") or {}).get("placements") or []}
+    gateways = [p for p in engine_pods(pods) if p.gateway and p.key in wanted]
+    if not gateways:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(gateways))) as pool:
+        texts = pool.map(lambda p: gateway_metrics(core, p.namespace, p.name, METRICS_TIMEOUT),
+                         gateways)
+        return {p.key: text for p, text in zip(gateways, texts, strict=True)}
+
+
+def _dump(data: Any, output: str) -> None:
+    if output == "json":
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        yaml.safe_dump(data, sys.stdout, sort_keys=False, width=100)
+
+
+def _status(client: Any, namespace: str | None, args: argparse.Namespace) -> int:
+    models = _models(client, namespace)
+    if not models:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        print(f"No LocalModels in {where}.", file=sys.stderr)
+        if args.output != "table":
+            _dump([], args.output)
+        return 0
+    rows = status_rows(models, _metrics(client, models))
+    if args.output == "table":
+        sys.stdout.write(status_table(rows, all_namespaces=namespace is None))
+    else:
+        _dump([asdict(r) for r in rows], args.output)
+    return 0
+
+
+def _why(client: Any, namespace: str, args: argparse.Namespace) -> int:
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    api = CustomObjectsApi(client)
+    try:
+        got: Any = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                    args.name)
+    except ApiException as e:
+        if e.status == 404:
+            print(f"{PROG} why: LocalModel {namespace}/{args.name} not found", file=sys.stderr)
+            return 1
+        raise _ApiFailure(f"reading LocalModel {namespace}/{args.name}: "
+                          f"{e.status} {e.reason}") from None
+    obj: dict[str, Any] = got
+    if args.output != "text":
+        _dump(why_data(obj), args.output)
+        return 0
+    core = CoreV1Api(client)
+    listed = _call("listing events", lambda: core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={args.name},"
+                                  f"involvedObject.kind=LocalModel"))
+    events = client.sanitize_for_serialization(listed).get("items") or []
+    events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    sys.stdout.write(why_text(obj, events[-8:]))
+    return 0
+
+
+def _doctor(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    from localmodel.doctor.cli import doctor_main
+
+    passed = [*rest, "-o", args.output]
+    if args.help:
+        passed.append("--help")
+    if args.kubeconfig:
+        passed += ["--kubeconfig", args.kubeconfig]
+    if args.context:
+        passed += ["--context", args.context]
+    return doctor_main(passed)
+
+
+def _render(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    """`localmodel render` with the cluster's Nodes, unless --nodes is given."""
+    from localmodel.commands import render_main
+
+    passed = list(rest)
+    if args.help:
+        return render_main(["--help"])
+    if any(a == "--nodes" or a.startswith("--nodes=") for a in passed):
+        return render_main(passed)
+    from kubernetes.client import CoreV1Api
+
+    client = _client(args)
+    nodes = client.sanitize_for_serialization(
+        _call("listing nodes", lambda: CoreV1Api(client).list_node()))
+    nodes.setdefault("kind", "NodeList")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="nodes-") as f:
+        json.dump(nodes, f)
+        f.flush()
+        return render_main([*passed, "--nodes", f.name])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
