@@ -35,6 +35,17 @@ def test_operator_replicas_run_on_the_real_node_and_one_holds_the_lease(
         [container] = pod["spec"]["containers"]
         assert container["image"] == journey.operator_image
     names = {p["metadata"]["name"] for p in pods}
+    # Non-root on a read-only root filesystem, and kopf and the operator run so.
+    for pod in pods:
+        [container] = pod["spec"]["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    inside = journey.kubectl("exec", "-n", NAMESPACE, pods[0]["metadata"]["name"], "--",
+                             "/bin/sh", "-c", "id -u; touch /probe-write 2>&1 || echo refused")
+    uid, *rest = inside.split("\n", 1)
+    assert uid.strip() == "65532", inside
+    assert "Read-only file system" in inside and "refused" in "".join(rest), inside
 
     def lease() -> dict[str, object] | None:
         status, body = journey.cluster.api().request(
