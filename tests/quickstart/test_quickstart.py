@@ -138,6 +138,8 @@ def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
         assert run.returncode == 0, f"the quickstart failed ({run.returncode}):\n{run.stderr}"
         answers = dict(re.findall(r"^(ollama|openai): (.+)$", run.stdout, re.M))
         assert set(answers) == {"ollama", "openai"} and all(answers.values()), run.stdout
+        # The example's chat template reached the engine: no ChatML markers.
+        assert not any(engines.template_markers(a) for a in answers.values()), answers
         assert "usage: kubectl localmodel" in run.stdout  # kubectl found the plugin
         # The last status, after the answers: the replica's speed is measured.
         tables = [t for t in run.stdout.split("NAME") if t.strip().startswith("MODEL")]
