@@ -25,6 +25,8 @@ from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
 from localmodel.render import GATEWAY_PORT, SERVICE_PORT
 from tests.harness import TestCluster
+from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
+from tests.harness.chart import RELEASE as CHART_RELEASE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG, template_markers
 from tests.harness.models import ModelFileServer
 from tests.harness.nodes import local_volume_name
@@ -372,6 +374,20 @@ class Journey:
                                   "!app.kubernetes.io/component", "--tail=30",
                                   check=False))
         return "\n".join(parts)
+
+    # ---- the operator and scrapes ------------------------------------------------
+
+    def operator_pods(self) -> list[Manifest]:
+        """The chart's operator pods (the release's, without the probe's component)."""
+        items: list[Manifest] = self.get(
+            f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
+            f"app.kubernetes.io/instance={CHART_RELEASE},!app.kubernetes.io/component")["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def scrape(self, namespace: str, pod: str, port: int) -> str:
+        """GET the pod's /metrics through the API server's pod proxy."""
+        return self.kubectl("get", "--raw",
+                            f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/metrics")
 
     # ---- inside a pod ---------------------------------------------------------
 
