@@ -79,13 +79,14 @@ from localmodel.planner.model import (
     UnplacedReason,
     Usage,
 )
-from localmodel.planner.place import plan
+from localmodel.planner.place import Planner, plan
 
 __all__ = [
     "DEFAULT_SETTINGS",
     "Assignment",
     "ModelDemand",
     "Plan",
+    "Planner",
     "PlannerSettings",
     "Unplaced",
     "UnplacedReason",

@@ -10,11 +10,12 @@ sample of rejected nodes.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
-from collections.abc import Mapping
+from bisect import bisect_left, insort
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from localmodel.api import Toleration
 from localmodel.planner.fit import MIN, Entry
 from localmodel.planner.index import (
     CPU,
@@ -26,26 +27,134 @@ from localmodel.planner.index import (
     SHARED,
     UNSCHEDULABLE,
     Category,
+    Node,
     NodeIndex,
     RejectKind,
+    Selector,
     Signature,
     signature,
 )
 from localmodel.planner.model import ModelDemand, Unplaced, UnplacedReason
 from localmodel.planner.text import demand_text, gib, need_cpu_text, taint_text
 
+# What one node adds to a census: nothing (unschedulable: counted for all),
+# a selector miss, a taint that rejects it, held by an exclusive model, or
+# its fit entry among the empty or shared nodes.
+Part = tuple[str, Category | Entry | None]
+_UNSCHEDULABLE: Part = ("unschedulable", None)
+_NOT_MATCHING: Part = ("selector", None)
+_HELD: Part = ("exclusive", None)
+
 
 @dataclass(slots=True)
 class Census:
     """The final state as one (selector, tolerations, overhead) sees it: static
-    rejections counted, and the eligible nodes sorted by occupancy."""
+    rejections counted, and the eligible nodes sorted by occupancy. Kept up to
+    date node by node (``update``) across passes by a long-lived planner."""
 
-    static_counts: dict[Category, int]
-    static_examples: dict[Category, list[str]]
-    eligible: set[str]
-    exclusive: list[str]  # eligible nodes held by an exclusive model, by name
-    empty: list[Entry]
-    shared: list[Entry]
+    selector: Selector
+    tolerations: tuple[Toleration, ...]
+    overhead: int
+    matching: int = 0  # schedulable nodes the selector matches
+    selector_examples: list[str] = field(default_factory=list)
+    taint_names: dict[Category, list[str]] = field(default_factory=dict)  # sorted
+    eligible: set[str] = field(default_factory=set)
+    exclusive: list[str] = field(default_factory=list)  # eligible, held by an exclusive model
+    empty: list[Entry] = field(default_factory=list)
+    shared: list[Entry] = field(default_factory=list)
+    parts: dict[str, Part] = field(default_factory=dict)
+
+    def part(self, index: NodeIndex, node: Node) -> Part:
+        if not node.schedulable:
+            return _UNSCHEDULABLE
+        if any(node.labels.get(k) != v for k, v in self.selector):
+            return _NOT_MATCHING
+        blocking, _ = index.verdict(node.taints, self.tolerations)
+        if blocking is not None:
+            return ("taint", Category(RejectKind.TAINT, blocking))
+        if node.exclusive_holder is not None:
+            return _HELD
+        return ("shared" if node.occupants else "empty", node.entry(self.overhead))
+
+    def add(self, name: str, part: Part, *, in_order: bool) -> None:
+        """Count one node's part (``in_order``: names arrive sorted, append)."""
+        self.parts[name] = part
+        kind, value = part
+        if kind in ("unschedulable", "selector"):
+            return
+        self.matching += 1
+        if kind == "taint":
+            assert isinstance(value, Category)
+            names = self.taint_names.setdefault(value, [])
+            names.append(name) if in_order else insort(names, name)
+            return
+        self.eligible.add(name)
+        if kind == "exclusive":
+            self.exclusive.append(name) if in_order else insort(self.exclusive, name)
+            return
+        entries = self.shared if kind == "shared" else self.empty
+        assert isinstance(value, tuple)
+        entries.append(value) if in_order else insort(entries, value)
+
+    def remove(self, name: str) -> None:
+        kind, value = self.parts.pop(name)
+        if kind in ("unschedulable", "selector"):
+            return
+        self.matching -= 1
+        if kind == "taint":
+            assert isinstance(value, Category)
+            names = self.taint_names[value]
+            del names[bisect_left(names, name)]
+            if not names:
+                del self.taint_names[value]
+            return
+        self.eligible.discard(name)
+        if kind == "exclusive":
+            del self.exclusive[bisect_left(self.exclusive, name)]
+            return
+        entries = self.shared if kind == "shared" else self.empty
+        assert isinstance(value, tuple)
+        del entries[bisect_left(entries, value)]
+
+    def update(self, index: NodeIndex, node: Node, k: int) -> None:
+        """Recount one node whose state or facts changed."""
+        part = self.part(index, node)
+        old = self.parts.get(node.name)
+        if part == old:
+            return
+        if old is not None:
+            self.remove(node.name)
+        self.add(node.name, part, in_order=False)
+        if _NOT_MATCHING in (old, part):
+            self.selector_examples = self._selector_examples(index, k)
+
+    def _selector_examples(self, index: NodeIndex, k: int) -> list[str]:
+        """The first k schedulable nodes, by name, the selector does not match."""
+        out: list[str] = []
+        if self.matching < len(index.schedulable):
+            for node in index.schedulable:
+                if self.parts.get(node.name) == _NOT_MATCHING:
+                    out.append(node.name)
+                    if len(out) == k:
+                        break
+        return out
+
+    def static(
+        self, index: NodeIndex, k: int
+    ) -> tuple[dict[Category, int], dict[Category, list[str]]]:
+        """Static rejections: (counts, examples) per category."""
+        counts: dict[Category, int] = {}
+        examples: dict[Category, list[str]] = {}
+        if index.unschedulable:
+            counts[UNSCHEDULABLE] = len(index.unschedulable)
+            examples[UNSCHEDULABLE] = index.unschedulable[:k]
+        if self.matching < len(index.schedulable):
+            counts[SELECTOR] = len(index.schedulable) - self.matching
+            examples[SELECTOR] = list(self.selector_examples)
+        for category, names in self.taint_names.items():
+            counts[category] = len(names)
+            examples[category] = names[:k]
+        return counts, examples
 
 
 @dataclass(slots=True)
@@ -67,13 +176,26 @@ class Findings:
 
 
 class Explainer:
-    """Explains unplaced replicas; one census per (selector, tolerations, overhead)."""
+    """Explains unplaced replicas; one census per (selector, tolerations,
+    overhead), kept (``update``) while the planner that owns it lives."""
 
-    def __init__(self, index: NodeIndex, held: Mapping[str, list[str]]) -> None:
+    def __init__(self, index: NodeIndex) -> None:
         self.index = index
-        self.held = held  # model -> nodes its replicas are on
+        self.held: Mapping[str, Collection[str]] = {}  # model -> nodes its replicas are on
         self.k = index.settings.examples_per_category
         self._censuses: dict[tuple[Signature, int], Census] = {}
+        self._used: set[tuple[Signature, int]] = set()
+
+    def update(self, node: Node) -> None:
+        """A node's state or facts changed: recount it in every census."""
+        for census in self._censuses.values():
+            census.update(self.index, node, self.k)
+
+    def forget_unused(self) -> None:
+        """Drop the censuses no replica needed since the last call (keeping them
+        would cost an update per changed node for nothing)."""
+        self._censuses = {key: c for key, c in self._censuses.items() if key in self._used}
+        self._used = set()
 
     def explain(self, d: ModelDemand, replica: int) -> Unplaced:
         settings, nodes = self.index.settings, self.index.nodes
@@ -126,56 +248,27 @@ class Explainer:
         """The final state split the way ``NodeIndex.rejection`` would split it,
         once per (selector, tolerations, overhead)."""
         sig = signature(d)
-        found = self._censuses.get((sig, d.overhead_cpu_milli))
+        key = (sig, d.overhead_cpu_milli)
+        self._used.add(key)
+        found = self._censuses.get(key)
         if found is not None:
             return found
-        index, k = self.index, self.k
-        selector, tolerations = sig
-        census = Census({}, {}, set(), [], [], [])
-        counts, examples = census.static_counts, census.static_examples
-        if index.unschedulable:
-            counts[UNSCHEDULABLE] = len(index.unschedulable)
-            examples[UNSCHEDULABLE] = index.unschedulable[:k]
-        schedulable = index.schedulable
-        matching = schedulable
-        if selector:
-            members = index.members(selector)
-            matching = [index.nodes[n] for n in sorted(members) if index.nodes[n].schedulable]
-            if len(matching) < len(schedulable):
-                counts[SELECTOR] = len(schedulable) - len(matching)
-                examples[SELECTOR] = []
-                for node in schedulable:
-                    if node.name not in members:
-                        examples[SELECTOR].append(node.name)
-                        if len(examples[SELECTOR]) == k:
-                            break
-        for node in matching:
-            blocking, _ = index.verdict(node.taints, tolerations)
-            if blocking is not None:
-                category = Category(RejectKind.TAINT, blocking)
-                counts[category] = counts.get(category, 0) + 1
-                if len(examples.setdefault(category, [])) < k:
-                    examples[category].append(node.name)
-            elif node.exclusive_holder is not None:
-                census.eligible.add(node.name)
-                census.exclusive.append(node.name)
-            else:
-                census.eligible.add(node.name)
-                entries = census.shared if node.occupants else census.empty
-                entries.append(node.entry(d.overhead_cpu_milli))
+        index = self.index
+        census = Census(sig[0], sig[1], d.overhead_cpu_milli)
+        for node in index.nodes.values():  # by name
+            census.add(node.name, census.part(index, node), in_order=True)
         census.empty.sort()
         census.shared.sort()
-        self._censuses[(sig, d.overhead_cpu_milli)] = census
+        census.selector_examples = census._selector_examples(index, self.k)
+        self._censuses[key] = census
         return census
 
     def _findings_counted(self, d: ModelDemand) -> Findings:
         """The categories of ``_findings_direct``, counted over a census in about
         one bisect per distinct CPU count instead of one check per node."""
         census, nodes, k = self._census(d), self.index.nodes, self.k
-        findings = Findings(
-            dict(census.static_counts), {c: list(e) for c, e in census.static_examples.items()}
-        )
-        own = sorted(n for n in set(self.held[d.key]) if n in census.eligible)
+        findings = Findings(*census.static(self.index, k))
+        own = sorted(n for n in set(self.held.get(d.key, ())) if n in census.eligible)
         findings.add(REPLICA, len(own))
         findings.sample(REPLICA, own[:k])
         avoided = sorted(n for n in d.avoid if n in census.eligible and n not in own)

@@ -9,6 +9,7 @@ matches few nodes gets no view: its nodes are searched directly.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -174,8 +175,10 @@ class NodeIndex:
                 if v is not None:
                     self.postings.setdefault((k, v), []).append(node.name)
 
+        self.keys = keys
         chunk = self.settings.chunk_size
         self.views: dict[Selector, list[TaintClass]] = {}
+        self._by_taints: dict[Selector, dict[tuple[Taint, ...], TaintClass]] = {}
         for selector in sorted(selectors):
             if selector:
                 members = self.members(selector)
@@ -197,6 +200,7 @@ class NodeIndex:
                     }
                 node.classes.append(cls)
             self.views[selector] = list(by_taints.values())
+            self._by_taints[selector] = by_taints
         for node in self.nodes.values():
             self.index(node, keep_sorted=False)
         for classes in self.views.values():
@@ -225,6 +229,60 @@ class NodeIndex:
         for entries, entry in node.indexed:
             entries.remove(entry)
         node.indexed.clear()
+
+    # ------------------------------------------------------- across passes
+
+    def views_hold(self, selectors: set[Selector]) -> bool:
+        """Whether this index has exactly the views ``selectors`` would get
+        (after label changes, a selector may cross the direct-search size)."""
+        for selector in selectors:
+            if selector and (len(self.members(selector)) > self.settings.direct_search) != (
+                selector in self.views
+            ):
+                return False
+        return True
+
+    def reset(self, node: Node, facts: NodeFacts, used: Usage) -> None:
+        """Put an (unindexed) node back to what its facts and other pods' usage
+        leave free, with none of our models on it; new labels or taints move it
+        between views and classes. The caller indexes it again."""
+        taints = tuple(sorted(set(facts.taints), key=lambda t: (t.key, t.value, t.effect)))
+        if facts.labels != node.labels or taints != node.taints:
+            self._relabel(node, facts.labels, taints)
+        node.free_cpu_milli = facts.allocatable_cpu_milli - used.cpu_milli
+        node.free_memory = facts.allocatable_memory_bytes - used.memory_bytes
+        node.occupants.clear()
+        node.exclusive_holder = None
+
+    def _relabel(self, node: Node, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> None:
+        for k in self.keys:
+            old, new = node.labels.get(k), labels.get(k)
+            if old == new:
+                continue
+            if old is not None:
+                names = self.postings[(k, old)]
+                del names[bisect_left(names, node.name)]
+            if new is not None:
+                insort(self.postings.setdefault((k, new), []), node.name)
+        node.labels, node.taints = labels, taints
+        node.classes.clear()
+        if node.schedulable:
+            for selector, by_taints in self._by_taints.items():
+                if any(labels.get(k) != v for k, v in selector):
+                    continue
+                cls = by_taints.get(taints)
+                if cls is None:
+                    cls = by_taints[taints] = TaintClass(len(by_taints), taints)
+                    cls.fits = {
+                        o: ByOccupancy(
+                            SortedEntries(self.settings.chunk_size),
+                            SortedEntries(self.settings.chunk_size),
+                        )
+                        for o in self.overheads
+                    }
+                    self.views[selector].append(cls)
+                node.classes.append(cls)
+        self._eligibility.clear()
 
     # ------------------------------------------------------------ eligibility
 

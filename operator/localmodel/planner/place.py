@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from localmodel.facts import NodeFacts
 from localmodel.planner.explain import Explainer
@@ -14,6 +15,7 @@ from localmodel.planner.model import (
     ModelDemand,
     Plan,
     PlannerSettings,
+    Unplaced,
     Usage,
 )
 
@@ -28,7 +30,7 @@ def plan(
 ) -> Plan:
     """Place every replica of every model, keeping existing placements that still
     fit. See the package docstring for the rules, the order and the tie-break."""
-    return _Planner(models, nodes, current or {}, usage or {}, settings).run()
+    return Planner(settings).plan(models, nodes, current or {}, usage or {})
 
 
 def _order(d: ModelDemand) -> tuple[bool, str]:
@@ -36,76 +38,254 @@ def _order(d: ModelDemand) -> tuple[bool, str]:
     return d.cpu is None, d.key
 
 
-class _Planner:
-    def __init__(
+_NO_USAGE = Usage()
+Claim = tuple[ModelDemand, int]  # a replica's current placement on a node
+Pending = tuple[ModelDemand, int, str]  # (model, replica, why it moves)
+
+
+@dataclass(slots=True)
+class _NodeMemo:
+    """What keeping did on one node, and the inputs it depended on: the node's
+    facts, other pods' usage there, and the replicas currently on it (in the
+    planner's order). Keeping is local to a node: whether a replica is kept
+    depends on nothing else."""
+
+    facts: NodeFacts
+    used: Usage
+    claims: list[Claim]
+    kept: list[Assignment]
+    moved: dict[tuple[str, int], str]  # (model, replica) -> why it cannot stay
+
+
+@dataclass(slots=True)
+class _Undo:
+    node: Node
+    free_cpu_milli: int
+    free_memory: int
+    occupants: dict[str, int]
+    exclusive_holder: str | None
+
+
+class Planner:
+    """``plan()`` that keeps its work between calls, so a call costs what changed.
+
+    The state after keeping (every node with the replicas kept on it) is kept
+    in the node index, with a memo per node of the inputs keeping read there.
+    A call re-keeps only the nodes whose facts, usage or current replicas
+    changed, then places the replicas that must move on that state (undoing
+    those placements afterwards, so the index holds the kept state again), or
+    returns the last plan when nothing changed. The index is rebuilt when its
+    shape changes: nodes added, removed, cordoned or uncordoned, a new node
+    selector or sidecar overhead, or a selector crossing the direct-search
+    size. The result is always what a fresh ``plan()`` returns (a property
+    test holds the two together over random sequences of changes)."""
+
+    def __init__(self, settings: PlannerSettings = DEFAULT_SETTINGS) -> None:
+        self.settings = settings
+        self.rebuilds = 0  # how many calls built the index from scratch
+        self.nodes_rekept = 0  # nodes re-kept by the last call
+        self._index: NodeIndex | None = None
+        self._explainer: Explainer | None = None
+        self._shape: tuple[object, ...] = ()
+        self._memo: dict[str, _NodeMemo] = {}
+        self._held: dict[str, set[str]] = {}  # model -> nodes it is kept on
+        self._kept: dict[tuple[str, int], Assignment] = {}
+        self._last: tuple[list[Pending], Plan] | None = None
+
+    def plan(
         self,
         models: Sequence[ModelDemand],
         nodes: Sequence[NodeFacts],
         current: Mapping[str, Sequence[str | None]],
         usage: Mapping[str, Usage],
-        settings: PlannerSettings,
-    ) -> None:
-        self.models = sorted(models, key=_order)
-        if len({d.key for d in self.models}) != len(self.models):
+    ) -> Plan:
+        order = sorted(models, key=_order)
+        if len({d.key for d in order}) != len(order):
             raise ValueError("model keys must be unique")
-        self.current = current
-        self.index = NodeIndex(self.models, nodes, usage, settings)
-        self.placements: list[Assignment] = []
-        self.held: dict[str, list[str]] = {d.key: [] for d in self.models}  # model -> nodes
+        by_name = {f.name: f for f in nodes}
+        if len(by_name) != len(nodes):
+            seen: set[str] = set()
+            for f in nodes:
+                if f.name in seen:
+                    raise ValueError(f"node {f.name} is listed twice")
+                seen.add(f.name)
+        selectors = {tuple(sorted(d.node_selector.items())) for d in order}
+        shape = (
+            frozenset(selectors),
+            tuple(sorted({d.overhead_cpu_milli for d in order})),
+            frozenset(name for name, f in by_name.items() if not f.schedulable),
+        )
+        index = self._index
+        rebuild = index is None or shape != self._shape or by_name.keys() != index.nodes.keys()
 
-    def run(self) -> Plan:
-        nodes = self.index.nodes
-        pending: list[tuple[ModelDemand, int, str]] = []  # (model, replica, why it moves)
-        for d in self.models:
-            was = self.current.get(d.key, ())
+        claims: dict[str, list[Claim]] = {}
+        for d in order:
+            was = current.get(d.key, ())
+            for r in range(min(d.replicas, len(was))):
+                name = was[r]
+                if name is not None and name in by_name:
+                    claims.setdefault(name, []).append((d, r))
+
+        changed: list[Node] = []
+        if not rebuild:
+            assert index is not None
+            relabelled = False
+            for name, f in by_name.items():
+                memo = self._memo[name]
+                used = usage.get(name, _NO_USAGE)
+                here = claims.get(name, [])
+                if (
+                    (memo.facts is f or memo.facts == f)
+                    and (memo.used is used or memo.used == used)
+                    and memo.claims == here
+                ):
+                    continue
+                node = index.nodes[name]
+                relabelled |= f.labels != node.labels
+                index.unindex(node)
+                index.reset(node, f, used)
+                self._keep(node, f, used, here)
+                changed.append(node)
+            rebuild = relabelled and not index.views_hold(selectors)
+        if rebuild:
+            self._rebuild(order, by_name, usage, claims)
+            self._shape = shape
+        self.nodes_rekept = len(by_name) if rebuild else len(changed)
+        index = self._index
+        explainer = self._explainer
+        assert index is not None and explainer is not None
+        for node in changed:
+            explainer.update(node)
+
+        pending: list[Pending] = []
+        for d in order:
+            was = current.get(d.key, ())
             for r in range(d.replicas):
                 name = was[r] if r < len(was) else None
                 if name is None:
                     pending.append((d, r, ""))
-                    continue
-                node = nodes.get(name)
-                if node is None:
+                elif name not in by_name:
                     pending.append((d, r, f"was on {name}: node is gone"))
-                    continue
-                rejected = self.index.rejection(node, d)
-                if rejected is not None:
-                    pending.append((d, r, f"was on {name}: {rejected[1]}"))
-                    continue
-                self._place(node, d, r, f"kept: already on {name} and still fits")
+                else:
+                    why = self._memo[name].moved.get((d.key, r))
+                    if why is not None:
+                        pending.append((d, r, why))
 
+        if not rebuild and not changed and self._last is not None and self._last[0] == pending:
+            return self._last[1]
+        result = self._place_pending(index, explainer, pending)
+        self._last = (pending, result)
+        return result
+
+    def _rebuild(
+        self,
+        order: list[ModelDemand],
+        by_name: Mapping[str, NodeFacts],
+        usage: Mapping[str, Usage],
+        claims: Mapping[str, list[Claim]],
+    ) -> None:
+        self.rebuilds += 1
+        index = NodeIndex(order, list(by_name.values()), usage, self.settings)
+        self._index, self._explainer = index, Explainer(index)
+        self._memo, self._held, self._kept = {}, {}, {}
+        self._last = None
+        for name, f in by_name.items():
+            used = usage.get(name, _NO_USAGE)
+            here = claims.get(name)
+            if here is None:
+                self._memo[name] = _NodeMemo(f, used, [], [], {})
+                continue
+            node = index.nodes[name]
+            index.unindex(node)
+            self._keep(node, f, used, here)
+
+    def _keep(self, node: Node, f: NodeFacts, used: Usage, claims: list[Claim]) -> None:
+        """Keep the node's current replicas that still fit, in order; the node
+        is unindexed and reset, and is indexed again here."""
+        old = self._memo.get(node.name)
+        if old is not None:
+            for a in old.kept:
+                self._held[a.model].discard(node.name)
+                if self._kept.get((a.model, a.replica)) is a:  # not re-kept elsewhere yet
+                    del self._kept[(a.model, a.replica)]
+        kept: list[Assignment] = []
+        moved: dict[tuple[str, int], str] = {}
+        index, name = self._index, node.name
+        assert index is not None
+        for d, r in claims:
+            rejected = index.rejection(node, d)
+            if rejected is not None:
+                moved[(d.key, r)] = f"was on {name}: {rejected[1]}"
+                continue
+            cpu = _take(node, d, r)
+            a = Assignment(
+                d.key, r, name, cpu, d.memory_bytes, f"kept: already on {name} and still fits"
+            )
+            kept.append(a)
+            self._kept[(d.key, r)] = a
+            self._held.setdefault(d.key, set()).add(name)
+        index.index(node)
+        self._memo[name] = _NodeMemo(f, used, claims, kept, moved)
+
+    def _place_pending(
+        self, index: NodeIndex, explainer: Explainer, pending: list[Pending]
+    ) -> Plan:
+        """Place the replicas that must move on the kept state, explain those that
+        fit nowhere, then put the index back to the kept state."""
+        undo: list[_Undo] = []
+        placed: list[Assignment] = []
+        held: dict[str, list[str]] = {}
         unplaced: list[tuple[ModelDemand, int]] = []
         for d, r, moved in pending:
-            best = self._best(d)
+            best = self._best(index, d)
             if best is None:
                 unplaced.append((d, r))
                 continue
             penalty, node = best
-            self._place(node, d, r, _chosen_reason(d, node, penalty, moved))
-
-        explainer = Explainer(self.index, self.held)
-        return Plan(
-            placements=tuple(sorted(self.placements, key=lambda p: (p.model, p.replica))),
-            unplaced=tuple(
+            reason = _chosen_reason(d, node, penalty, moved)
+            undo.append(
+                _Undo(
+                    node,
+                    node.free_cpu_milli,
+                    node.free_memory,
+                    dict(node.occupants),
+                    node.exclusive_holder,
+                )
+            )
+            index.unindex(node)
+            cpu = _take(node, d, r)
+            index.index(node)
+            held.setdefault(d.key, []).append(node.name)
+            placed.append(Assignment(d.key, r, node.name, cpu, d.memory_bytes, reason))
+        explained: tuple[Unplaced, ...] = ()
+        if unplaced:
+            touched = {id(u.node): u.node for u in undo}.values()
+            for node in touched:
+                explainer.update(node)
+            explainer.held = {
+                d.key: self._held.get(d.key, set()) | set(held.get(d.key, ())) for d, _ in unplaced
+            }
+            explained = tuple(
                 explainer.explain(d, r)
                 for d, r in sorted(unplaced, key=lambda dr: (dr[0].key, dr[1]))
-            ),
-        )
+            )
+        for u in reversed(undo):
+            index.unindex(u.node)
+            u.node.free_cpu_milli, u.node.free_memory = u.free_cpu_milli, u.free_memory
+            u.node.occupants, u.node.exclusive_holder = u.occupants, u.exclusive_holder
+            index.index(u.node)
+        if unplaced:
+            for node in touched:
+                explainer.update(node)
+        explainer.forget_unused()
+        placements = list(self._kept.values()) + placed
+        placements.sort(key=lambda p: (p.model, p.replica))
+        return Plan(placements=tuple(placements), unplaced=explained)
 
-    def _place(self, node: Node, d: ModelDemand, replica: int, reason: str) -> None:
-        cpu = node.free_cpus(d.overhead_cpu_milli) if d.cpu is None else d.cpu
-        self.index.unindex(node)
-        node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
-        node.free_memory -= d.memory_bytes
-        node.occupants[d.key] = replica
-        if d.exclusive:
-            node.exclusive_holder = d.key
-        self.index.index(node)
-        self.held[d.key].append(node.name)
-        self.placements.append(Assignment(d.key, replica, node.name, cpu, d.memory_bytes, reason))
-
-    def _best(self, d: ModelDemand) -> tuple[int, Node] | None:
+    @staticmethod
+    def _best(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
         """The best node for one more replica of ``d`` (with its penalty), or None."""
-        elig = self.index.eligible(d)
+        elig = index.eligible(d)
         overhead, memory = d.overhead_cpu_milli, d.memory_bytes
         if elig.direct is not None:
             best: tuple[int, int, int, str] | None = None
@@ -121,7 +301,7 @@ class _Planner:
                     best, chosen = score, (penalty, node)
             return chosen
 
-        key, nodes = d.key, self.index.nodes
+        key, nodes = d.key, index.nodes
 
         avoid = d.avoid
 
@@ -147,6 +327,17 @@ class _Planner:
         if best_score is None:
             return None
         return best_score[0], nodes[best_score[3]]
+
+
+def _take(node: Node, d: ModelDemand, replica: int) -> int:
+    """Put one replica of ``d`` on an unindexed node; the engine's whole CPUs."""
+    cpu = node.free_cpus(d.overhead_cpu_milli) if d.cpu is None else d.cpu
+    node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
+    node.free_memory -= d.memory_bytes
+    node.occupants[d.key] = replica
+    if d.exclusive:
+        node.exclusive_holder = d.key
+    return cpu
 
 
 def _chosen_reason(d: ModelDemand, node: Node, penalty: int, moved: str) -> str:
