@@ -12,11 +12,11 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from localmodel.api import DecisionStatus, LocalModel, LocalModelStatus
-from localmodel.catalog import lookup
+from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
+from localmodel.catalog import ModelShape, lookup
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
-from localmodel.planner import ModelDemand, Plan, Unplaced, Usage, plan
+from localmodel.planner import ModelDemand, Plan, Planner, Unplaced, Usage
 from localmodel.render import (
     GATEWAY_CPU_MILLI,
     GATEWAY_MEMORY_BYTES,
@@ -28,8 +28,9 @@ from localmodel.render import (
     pod_selector,
     render_objects,
 )
-from localmodel.rules import engine_version, evaluate, problems
-from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status
+from localmodel.rules import Tuning, engine_version, evaluate, shape_problems
+from localmodel.rules.model import Version
+from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status, took_now
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a
@@ -61,12 +62,37 @@ class DesiredState:
     plan: Plan = field(default_factory=lambda: Plan((), ()))
 
 
-def demand(lm: LocalModel, avoid: frozenset[str] = frozenset()) -> ModelDemand:
+@dataclass(frozen=True)
+class Prepared:
+    """What one model's spec alone decides, worked out once per spec: the
+    problems that make it invalid, its shape (catalog or spec.modelInfo), its
+    engine version, and the memory the planner must fit (the worst case, on a
+    node nothing is known about, plus the gateway sidecar)."""
+
+    problems: tuple[FieldError, ...]
+    shape: ModelShape | None
+    version: Version | None
+    memory_bytes: int
+
+
+def prepare(spec: LocalModelSpec) -> Prepared:
+    shape = lookup(spec.model, spec.model_info)
+    found = tuple(shape_problems(spec, shape))
+    if found:
+        return Prepared(found, shape, None, 0)
+    # Sized for an unknown node and an unknown engine version: every guard fires.
+    worst = evaluate(spec, _UNKNOWN_NODE, 1, shape, None)
+    memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
+    return Prepared(found, shape, engine_version(spec), memory)
+
+
+def demand(
+    lm: LocalModel, avoid: frozenset[str] = frozenset(), prepared: Prepared | None = None
+) -> ModelDemand:
     """What the planner must fit: engine CPUs and memory plus the gateway sidecar.
     `avoid`: nodes where the scheduler could not run this model's pod."""
     spec = lm.spec
-    worst = evaluate(spec, _UNKNOWN_NODE, 1, lookup(spec.model, spec.model_info), None)
-    memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
+    memory = (prepared or prepare(spec)).memory_bytes
     return ModelDemand(
         key=lm.key,
         replicas=spec.replicas,
@@ -135,33 +161,170 @@ def desired_state(
 
     ``claims`` names the weights claim a replica mounts on its node (the
     operator's choice among existing claims); by default, the replica's own.
-    ``avoid`` maps a model to the nodes its pods could not be scheduled on."""
-    found = {lm.key: tuple(problems(lm.spec)) for lm in models}
-    valid = [lm for lm in models if not found[lm.key]]
-    avoid = avoid or {}
-    the_plan = plan(
-        [demand(lm, avoid.get(lm.key, frozenset())) for lm in valid],
+    ``avoid`` maps a model to the nodes its pods could not be scheduled on.
+    A fresh `Desired`: the operator keeps one between passes instead."""
+    return Desired().state(
+        models,
         nodes,
-        current or {},
-        usage or {},
+        now=now,
+        current=current,
+        usage=usage,
+        ready=ready,
+        options=options,
+        claims=claims,
+        avoid=avoid,
     )
-    by_node = {n.name: n for n in nodes}
-    results = []
-    for lm in sorted(models, key=lambda m: m.key):
-        replicas: list[ReplicaPlan] = []
-        unplaced: tuple[Unplaced, ...] = ()
-        if not found[lm.key]:
-            shape = lookup(lm.spec.model, lm.spec.model_info)
-            version = engine_version(lm.spec)
-            for p in the_plan.placements_for(lm.key):
-                tuning = evaluate(lm.spec, by_node[p.node], p.cpu, shape, version)
-                claim = claims(lm, p.replica, p.node) if claims else ""
-                replicas.append(ReplicaPlan(p.replica, p.node, tuning, p.reason, claim))
-            unplaced = the_plan.unplaced_for(lm.key)
-        seen = None if ready is None else ready.get(lm.key, {})
-        status = _status(lm, found[lm.key], replicas, unplaced, seen, now)
-        objects = render_objects(lm, replicas, options) if not found[lm.key] else []
-        results.append(
-            ModelResult(lm, found[lm.key], tuple(replicas), unplaced, tuple(objects), status)
-        )
-    return DesiredState(tuple(results), the_plan)
+
+
+@dataclass(frozen=True)
+class _Tuned:
+    spec: LocalModelSpec
+    node: NodeFacts
+    cpu: int
+    tuning: Tuning
+
+
+@dataclass(frozen=True)
+class _Done:
+    """One model's result and everything it was computed from."""
+
+    model: LocalModel
+    replicas: tuple[ReplicaPlan, ...]
+    unplaced: tuple[Unplaced, ...]
+    ready: Mapping[int, bool] | None
+    options: RenderOptions | None
+    now: str
+    result: ModelResult
+
+
+class Desired:
+    """`desired_state` that keeps its work between passes, so a pass costs what
+    changed. Each model goes one straight way: its spec prepared once (shape,
+    version, problems, the memory to fit), placed by a long-lived `Planner`,
+    each replica tuned, then rendered, then its status. What a step read is
+    kept with what it made, and reused while those inputs are the same: a
+    LocalModel (or spec) is the same when it is the same object (they are
+    frozen; the operator parses each stored version once), node facts when
+    equal. A status is reused at a later `now` only when it did not take the
+    clock (`took_now`). The result is always what a fresh pass computes: a
+    property test holds the two together over random sequences of changes."""
+
+    def __init__(self) -> None:
+        self.planner = Planner()
+        self._prepared: dict[str, tuple[LocalModelSpec, Prepared]] = {}
+        self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], ModelDemand]] = {}
+        self._tuned: dict[tuple[str, int], _Tuned] = {}
+        self._done: dict[str, _Done] = {}
+
+    def state(
+        self,
+        models: Sequence[LocalModel],
+        nodes: Sequence[NodeFacts],
+        *,
+        now: str,
+        current: Mapping[str, Sequence[str | None]] | None = None,
+        usage: Mapping[str, Usage] | None = None,
+        ready: Mapping[str, Mapping[int, bool]] | None = None,
+        options: RenderOptions | None = None,
+        claims: ClaimChooser | None = None,
+        avoid: Mapping[str, frozenset[str]] | None = None,
+    ) -> DesiredState:
+        avoid = avoid or {}
+        prepared = {lm.key: self._prepare(lm) for lm in models}
+        demands = [
+            self._demand(lm, prepared[lm.key], avoid.get(lm.key, frozenset()))
+            for lm in models
+            if not prepared[lm.key].problems
+        ]
+        the_plan = self.planner.plan(demands, nodes, current or {}, usage or {})
+        by_node = {n.name: n for n in nodes}
+        results = []
+        for lm in sorted(models, key=lambda m: m.key):
+            prep = prepared[lm.key]
+            replicas: tuple[ReplicaPlan, ...] = ()
+            unplaced: tuple[Unplaced, ...] = ()
+            if not prep.problems:
+                replicas = tuple(
+                    ReplicaPlan(
+                        p.replica,
+                        p.node,
+                        self._tune(lm, prep, by_node[p.node], p.replica, p.cpu),
+                        p.reason,
+                        claims(lm, p.replica, p.node) if claims else "",
+                    )
+                    for p in the_plan.placements_for(lm.key)
+                )
+                unplaced = the_plan.unplaced_for(lm.key)
+            seen = None if ready is None else ready.get(lm.key, {})
+            results.append(self._result(lm, prep, replicas, unplaced, seen, options, now))
+        keys = set(prepared)
+        for memo in (self._prepared, self._demands, self._done):
+            for gone in [k for k in memo if k not in keys]:
+                del memo[gone]
+        self._tuned = {k: t for k, t in self._tuned.items() if k[0] in keys}
+        return DesiredState(tuple(results), the_plan)
+
+    def _prepare(self, lm: LocalModel) -> Prepared:
+        memo = self._prepared.get(lm.key)
+        if memo is not None and memo[0] is lm.spec:
+            return memo[1]
+        prep = prepare(lm.spec)
+        self._prepared[lm.key] = (lm.spec, prep)
+        return prep
+
+    def _demand(self, lm: LocalModel, prep: Prepared, avoid: frozenset[str]) -> ModelDemand:
+        # The same demand object while nothing changed: the planner's
+        # comparisons then stop at identity.
+        memo = self._demands.get(lm.key)
+        if memo is not None and memo[0] is lm.spec and memo[1] == avoid:
+            return memo[2]
+        made = demand(lm, avoid, prep)
+        self._demands[lm.key] = (lm.spec, avoid, made)
+        return made
+
+    def _tune(
+        self, lm: LocalModel, prep: Prepared, node: NodeFacts, replica: int, cpu: int
+    ) -> Tuning:
+        memo = self._tuned.get((lm.key, replica))
+        if (
+            memo is not None
+            and memo.spec is lm.spec
+            and memo.cpu == cpu
+            and (memo.node is node or memo.node == node)
+        ):
+            return memo.tuning
+        tuning = evaluate(lm.spec, node, cpu, prep.shape, prep.version)
+        self._tuned[(lm.key, replica)] = _Tuned(lm.spec, node, cpu, tuning)
+        return tuning
+
+    def _result(
+        self,
+        lm: LocalModel,
+        prep: Prepared,
+        replicas: tuple[ReplicaPlan, ...],
+        unplaced: tuple[Unplaced, ...],
+        ready: Mapping[int, bool] | None,
+        options: RenderOptions | None,
+        now: str,
+    ) -> ModelResult:
+        memo = self._done.get(lm.key)
+        objects: tuple[Manifest, ...] | None = None
+        if (
+            memo is not None
+            and memo.model is lm
+            and memo.replicas == replicas
+            and memo.options == options
+        ):
+            objects = memo.result.objects
+            if (
+                memo.unplaced == unplaced
+                and memo.ready == ready
+                and (memo.now == now or not took_now(lm, memo.result.status))
+            ):
+                return memo.result
+        if objects is None:
+            objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
+        status = _status(lm, prep.problems, replicas, unplaced, ready, now)
+        result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
+        self._done[lm.key] = _Done(lm, replicas, unplaced, ready, options, now, result)
+        return result

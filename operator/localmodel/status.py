@@ -129,6 +129,14 @@ def condition(
     )
 
 
+def took_now(lm: LocalModel, status: LocalModelStatus) -> bool:
+    """Whether `build_status` gave `status` the clock: some condition's status
+    differs from the stored one (`condition` moves lastTransitionTime to `now`
+    exactly then). Otherwise the same inputs give the same status at any time."""
+    previous = {c.type: c.status for c in (lm.status.conditions if lm.status else [])}
+    return any(previous.get(c.type) != c.status for c in status.conditions)
+
+
 def build_status(
     lm: LocalModel,
     invalid: str,

@@ -1,6 +1,13 @@
 """Tuning rules: data with sources, and a small ordered evaluator."""
 
-from localmodel.rules.evaluate import Tuning, engine_version, evaluate, problems, tune
+from localmodel.rules.evaluate import (
+    Tuning,
+    engine_version,
+    evaluate,
+    problems,
+    shape_problems,
+    tune,
+)
 from localmodel.rules.model import Decision, Rule
 from localmodel.rules.table import RULES, RULES_BY_ID
 
@@ -13,5 +20,6 @@ __all__ = [
     "engine_version",
     "evaluate",
     "problems",
+    "shape_problems",
     "tune",
 ]

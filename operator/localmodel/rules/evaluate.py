@@ -50,8 +50,13 @@ def problems(spec: LocalModelSpec) -> list[FieldError]:
 
     Paths are rooted at the LocalModel, like `parse_local_model`'s.
     """
+    return shape_problems(spec, lookup(spec.model, spec.model_info))
+
+
+def shape_problems(spec: LocalModelSpec, shape: ModelShape | None) -> list[FieldError]:
+    """`problems`, for a caller that has looked the model's shape up already."""
     found = []
-    if spec.memory == "auto" and lookup(spec.model, spec.model_info) is None:
+    if spec.memory == "auto" and shape is None:
         found.append(
             FieldError(
                 "spec.memory",
