@@ -25,6 +25,7 @@ from localmodel.controller.changes import (
 )
 from localmodel.controller.observed import (
     Observed,
+    Parsed,
     Snapshot,
     current_placements,
     observe,
@@ -357,3 +358,27 @@ def test_unschedulable_pods_say_whether_another_node_could_help() -> None:
                             "PersistentVolumeClaims. preemption: 0/3 nodes are available")
     assert not no_class.node_specific
     assert stuck_with("") != [] and unschedulable(observe(snap)) == []
+
+
+def _versioned(body: Raw, rv: str) -> Raw:
+    meta = {**body["metadata"], "uid": body["metadata"].get("uid", "u-" + body["metadata"]["name"]),
+            "resourceVersion": rv}
+    return {**body, "metadata": meta}
+
+
+def test_each_stored_version_of_a_model_or_node_is_parsed_once() -> None:
+    parsed = Parsed()
+    lm, n1 = _versioned(model(), "1"), _versioned(node("n1"), "7")
+    bad = _versioned({"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "lots"}}}, "3")
+    first = observe(Snapshot(localmodels=[lm], nodes=[n1, bad]), parsed=parsed)
+    again = observe(Snapshot(localmodels=[copy.deepcopy(lm)], nodes=[n1, bad]), parsed=parsed)
+    key = next(iter(first.models))
+    assert again.models[key] is first.models[key]  # the same parsed object
+    assert again.nodes["n1"] is first.nodes["n1"]
+    assert again.bad_nodes == first.bad_nodes and "n2" in again.bad_nodes
+    edited = _versioned(model(replicas=2), "2")
+    third = observe(Snapshot(localmodels=[edited], nodes=[]), parsed=parsed)
+    assert third.models[key].model is not None and third.models[key].model.spec.replicas == 2
+    assert third.nodes == {} and len(parsed.models) == 1 and parsed.nodes == {}  # forgotten
+    assert observe(Snapshot(localmodels=[edited])) == observe(Snapshot(localmodels=[edited]),
+                                                              parsed=Parsed())

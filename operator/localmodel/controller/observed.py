@@ -377,23 +377,64 @@ def volume_reaches(vol: Volume, node: NodeFacts) -> bool:
     return False
 
 
-def observe(snap: Snapshot, namespaces: Iterable[str] = ()) -> Observed:
-    """Parse a snapshot. Never raises because of one bad object."""
+Version = tuple[str, str]  # (uid, resourceVersion): one stored version of an object
+
+
+@dataclass
+class Parsed:
+    """LocalModels and Nodes parsed, by stored version. The reconciler keeps one
+    between passes so each stored version is parsed once, and the same parsed
+    object comes back (the long-lived `Desired` compares models by identity)."""
+
+    models: dict[Version, ModelObject] = field(default_factory=dict)
+    nodes: dict[Version, NodeFacts | str] = field(default_factory=dict)  # str: why it is bad
+
+
+def _version(body: Raw) -> Version | None:
+    meta = _meta(body)
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    return (str(uid), str(rv)) if uid and rv else None
+
+
+def _node_facts(body: Raw) -> NodeFacts | str:
+    try:
+        return from_node(body)
+    except (NodeFactsError, ValueError, TypeError) as exc:
+        return str(exc)
+
+
+def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | None = None
+            ) -> Observed:
+    """Parse a snapshot. Never raises because of one bad object. `parsed`: what
+    earlier passes parsed (updated here to this snapshot's versions)."""
     watched = set(namespaces)
     obs = Observed()
+    before = parsed or Parsed()
+    now = Parsed()
     for body in snap.localmodels:
-        m = parse_model(body)
+        version = _version(body)
+        m = before.models.get(version) if version else None
+        if m is None:
+            m = parse_model(body)
+        if version:
+            now.models[version] = m
         if watched and m.namespace not in watched:
             continue
         obs.models[m.key] = m
     for body in snap.nodes:
         name = str(_meta(body).get("name") or "")
-        try:
-            facts = from_node(body)
-        except (NodeFactsError, ValueError, TypeError) as exc:
-            obs.bad_nodes[name] = str(exc)
+        version = _version(body)
+        facts = before.nodes.get(version) if version else None
+        if facts is None:
+            facts = _node_facts(body)
+        if version:
+            now.nodes[version] = facts
+        if isinstance(facts, str):
+            obs.bad_nodes[name] = facts
             continue
         obs.nodes[facts.name] = facts
+    if parsed is not None:
+        parsed.models, parsed.nodes = now.models, now.nodes
     valid_uids = {m.uid for m in obs.models.values() if m.model is not None}
     usage: dict[str, list[int]] = {}
     for body in snap.pods:

@@ -48,7 +48,7 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import ModelResult, desired_state
+from localmodel.desired import Desired, ModelResult
 from localmodel.facts import NodeFacts
 from localmodel.render import RenderOptions, pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
@@ -400,12 +400,15 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
-              speed_policy: SpeedPolicy | None = None) -> PassPlan:
+              speed_policy: SpeedPolicy | None = None, desired: Desired | None = None
+              ) -> PassPlan:
     """The pure core of a pass: desired state, then each model's changes and status
-    (with each replica's speed, `speeds`: model -> replica -> published numbers)."""
+    (with each replica's speed, `speeds`: model -> replica -> published numbers).
+    `desired` is the reconciler's long-lived `Desired` (a pass then costs what
+    changed); without it, a fresh one: the same result."""
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
-    state = desired_state(
+    state = (desired or Desired()).state(
         obs.valid_models(),
         list(obs.nodes.values()),
         now=now,

@@ -26,7 +26,14 @@ from localmodel.api import LocalModelStatus
 from localmodel.contract import OPERATOR
 from localmodel.controller.changes import Apply, Change, Create, ModelChanges
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.observed import ModelObject, Observed, Snapshot, observe, unschedulable
+from localmodel.controller.observed import (
+    ModelObject,
+    Observed,
+    Parsed,
+    Snapshot,
+    observe,
+    unschedulable,
+)
 from localmodel.controller.policy import (
     RETRY_SECONDS,
     Expectations,
@@ -45,6 +52,7 @@ from localmodel.controller.policy import (
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
+from localmodel.desired import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import EventSpec, status_body, status_changed, status_events
@@ -143,6 +151,8 @@ class Reconciler:
         self.speed = SpeedBook(config.speed_policy)
         self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
         metrics.speed_ratios = self.speed.ratios
+        self._parsed = Parsed()  # each stored version of a model or node parsed once
+        self._desired = Desired()  # what passes worked out, reused while its inputs hold
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -221,7 +231,7 @@ class Reconciler:
     async def reconcile_once(self) -> PassResult:
         now = self.clock()
         now_s = rfc3339(now)
-        obs = observe(self.snapshot(), self.config.namespaces)
+        obs = observe(self.snapshot(), self.config.namespaces, self._parsed)
         self._expected.forget_shown(obs, time.monotonic())
         for name, why in obs.bad_nodes.items():
             log.warning("node %s is left out of placement: %s", name, why)
@@ -238,7 +248,7 @@ class Reconciler:
         planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
-                            speed_policy=self.speed.policy)
+                            speed_policy=self.speed.policy, desired=self._desired)
         self._placed = planned.placed
         if self.speed.retarget(planned.speed_targets):
             self.speed_wake()
