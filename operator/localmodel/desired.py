@@ -230,17 +230,18 @@ class Desired:
         avoid: Mapping[str, frozenset[str]] | None = None,
     ) -> DesiredState:
         avoid = avoid or {}
-        prepared = {lm.key: self._prepare(lm) for lm in models}
+        keyed = sorted(((lm.key, lm) for lm in models), key=lambda kl: kl[0])
+        prepared = {key: self._prepare(key, lm) for key, lm in keyed}
         demands = [
-            self._demand(lm, prepared[lm.key], avoid.get(lm.key, frozenset()))
-            for lm in models
-            if not prepared[lm.key].problems
+            self._demand(key, lm, prepared[key], avoid.get(key, frozenset()))
+            for key, lm in keyed
+            if not prepared[key].problems
         ]
         the_plan = self.planner.plan(demands, nodes, current or {}, usage or {})
         by_node = {n.name: n for n in nodes}
         results = []
-        for lm in sorted(models, key=lambda m: m.key):
-            prep = prepared[lm.key]
+        for key, lm in keyed:
+            prep = prepared[key]
             replicas: tuple[ReplicaPlan, ...] = ()
             unplaced: tuple[Unplaced, ...] = ()
             if not prep.problems:
@@ -248,15 +249,15 @@ class Desired:
                     ReplicaPlan(
                         p.replica,
                         p.node,
-                        self._tune(lm, prep, by_node[p.node], p.replica, p.cpu),
+                        self._tune(key, lm, prep, by_node[p.node], p.replica, p.cpu),
                         p.reason,
                         claims(lm, p.replica, p.node) if claims else "",
                     )
-                    for p in the_plan.placements_for(lm.key)
+                    for p in the_plan.placements_for(key)
                 )
-                unplaced = the_plan.unplaced_for(lm.key)
-            seen = None if ready is None else ready.get(lm.key, {})
-            results.append(self._result(lm, prep, replicas, unplaced, seen, options, now))
+                unplaced = the_plan.unplaced_for(key)
+            seen = None if ready is None else ready.get(key, {})
+            results.append(self._result(key, lm, prep, replicas, unplaced, seen, options, now))
         keys = set(prepared)
         for memo in (self._prepared, self._demands, self._done):
             for gone in [k for k in memo if k not in keys]:
@@ -264,28 +265,30 @@ class Desired:
         self._tuned = {k: t for k, t in self._tuned.items() if k[0] in keys}
         return DesiredState(tuple(results), the_plan)
 
-    def _prepare(self, lm: LocalModel) -> Prepared:
-        memo = self._prepared.get(lm.key)
+    def _prepare(self, key: str, lm: LocalModel) -> Prepared:
+        memo = self._prepared.get(key)
         if memo is not None and memo[0] is lm.spec:
             return memo[1]
         prep = prepare(lm.spec)
-        self._prepared[lm.key] = (lm.spec, prep)
+        self._prepared[key] = (lm.spec, prep)
         return prep
 
-    def _demand(self, lm: LocalModel, prep: Prepared, avoid: frozenset[str]) -> ModelDemand:
+    def _demand(
+        self, key: str, lm: LocalModel, prep: Prepared, avoid: frozenset[str]
+    ) -> ModelDemand:
         # The same demand object while nothing changed: the planner's
         # comparisons then stop at identity.
-        memo = self._demands.get(lm.key)
+        memo = self._demands.get(key)
         if memo is not None and memo[0] is lm.spec and memo[1] == avoid:
             return memo[2]
         made = demand(lm, avoid, prep)
-        self._demands[lm.key] = (lm.spec, avoid, made)
+        self._demands[key] = (lm.spec, avoid, made)
         return made
 
     def _tune(
-        self, lm: LocalModel, prep: Prepared, node: NodeFacts, replica: int, cpu: int
+        self, key: str, lm: LocalModel, prep: Prepared, node: NodeFacts, replica: int, cpu: int
     ) -> Tuning:
-        memo = self._tuned.get((lm.key, replica))
+        memo = self._tuned.get((key, replica))
         if (
             memo is not None
             and memo.spec is lm.spec
@@ -294,11 +297,12 @@ class Desired:
         ):
             return memo.tuning
         tuning = evaluate(lm.spec, node, cpu, prep.shape, prep.version)
-        self._tuned[(lm.key, replica)] = _Tuned(lm.spec, node, cpu, tuning)
+        self._tuned[(key, replica)] = _Tuned(lm.spec, node, cpu, tuning)
         return tuning
 
     def _result(
         self,
+        key: str,
         lm: LocalModel,
         prep: Prepared,
         replicas: tuple[ReplicaPlan, ...],
@@ -307,7 +311,7 @@ class Desired:
         options: RenderOptions | None,
         now: str,
     ) -> ModelResult:
-        memo = self._done.get(lm.key)
+        memo = self._done.get(key)
         objects: tuple[Manifest, ...] | None = None
         if (
             memo is not None
@@ -326,5 +330,5 @@ class Desired:
             objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
         status = _status(lm, prep.problems, replicas, unplaced, ready, now)
         result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
-        self._done[lm.key] = _Done(lm, replicas, unplaced, ready, options, now, result)
+        self._done[key] = _Done(lm, replicas, unplaced, ready, options, now, result)
         return result

@@ -9,7 +9,6 @@ sample of rejected nodes.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -62,7 +61,8 @@ class Census:
     exclusive: list[str] = field(default_factory=list)  # eligible, held by an exclusive model
     empty: list[Entry] = field(default_factory=list)
     shared: list[Entry] = field(default_factory=list)
-    parts: dict[str, Part] = field(default_factory=dict)
+    shared_names: list[str] = field(default_factory=list)  # the shared nodes, by name
+    parts: dict[str, Part] = field(default_factory=dict)  # the counted nodes
 
     def part(self, index: NodeIndex, node: Node) -> Part:
         if not node.schedulable:
@@ -77,11 +77,13 @@ class Census:
         return ("shared" if node.occupants else "empty", node.entry(self.overhead))
 
     def add(self, name: str, part: Part, *, in_order: bool) -> None:
-        """Count one node's part (``in_order``: names arrive sorted, append)."""
-        self.parts[name] = part
+        """Count one node's part (``in_order``: names arrive sorted, append).
+        Unschedulable and non-matching nodes are not kept: they are counted
+        from the index (a hostname selector's census holds a node or two)."""
         kind, value = part
         if kind in ("unschedulable", "selector"):
             return
+        self.parts[name] = part
         self.matching += 1
         if kind == "taint":
             assert isinstance(value, Category)
@@ -95,11 +97,12 @@ class Census:
         entries = self.shared if kind == "shared" else self.empty
         assert isinstance(value, tuple)
         entries.append(value) if in_order else insort(entries, value)
+        if kind == "shared":
+            names = self.shared_names
+            names.append(name) if in_order else insort(names, name)
 
     def remove(self, name: str) -> None:
         kind, value = self.parts.pop(name)
-        if kind in ("unschedulable", "selector"):
-            return
         self.matching -= 1
         if kind == "taint":
             assert isinstance(value, Category)
@@ -115,17 +118,20 @@ class Census:
         entries = self.shared if kind == "shared" else self.empty
         assert isinstance(value, tuple)
         del entries[bisect_left(entries, value)]
+        if kind == "shared":
+            del self.shared_names[bisect_left(self.shared_names, name)]
 
     def update(self, index: NodeIndex, node: Node, k: int) -> None:
         """Recount one node whose state or facts changed."""
         part = self.part(index, node)
-        old = self.parts.get(node.name)
-        if part == old:
+        old = self.parts.get(node.name)  # None: not counted (unschedulable, not matching)
+        uncounted = part[0] in ("unschedulable", "selector")
+        if part == old or (old is None and uncounted):  # (cordoning rebuilds the index)
             return
         if old is not None:
             self.remove(node.name)
         self.add(node.name, part, in_order=False)
-        if _NOT_MATCHING in (old, part):
+        if old is None or uncounted:  # it joined or left the selector's nodes
             self.selector_examples = self._selector_examples(index, k)
 
     def _selector_examples(self, index: NodeIndex, k: int) -> list[str]:
@@ -133,7 +139,7 @@ class Census:
         out: list[str] = []
         if self.matching < len(index.schedulable):
             for node in index.schedulable:
-                if self.parts.get(node.name) == _NOT_MATCHING:
+                if node.name not in self.parts:
                     out.append(node.name)
                     if len(out) == k:
                         break
@@ -185,16 +191,41 @@ class Explainer:
         self.k = index.settings.examples_per_category
         self._censuses: dict[tuple[Signature, int], Census] = {}
         self._used: set[tuple[Signature, int]] = set()
+        # Where a node's change can matter: censuses without a selector, and
+        # selector censuses by their first item (a node they count has it).
+        self._broad: list[Census] = []
+        self._by_item: dict[tuple[str, str], list[Census]] = {}
 
-    def update(self, node: Node) -> None:
-        """A node's state or facts changed: recount it in every census."""
-        for census in self._censuses.values():
-            census.update(self.index, node, self.k)
+    def update(self, node: Node, relabelled: bool = False) -> None:
+        """A node's state or facts changed: recount it in the censuses that count
+        it (every census when its labels changed: it may join or leave one)."""
+        index, k = self.index, self.k
+        if relabelled:
+            for census in self._censuses.values():
+                census.update(index, node, k)
+            return
+        for census in self._broad:
+            census.update(index, node, k)
+        by_item = self._by_item
+        if by_item:
+            for item in node.labels.items():
+                for census in by_item.get(item, ()):
+                    census.update(index, node, k)
+
+    def _route(self, census: Census) -> None:
+        if census.selector:
+            self._by_item.setdefault(census.selector[0], []).append(census)
+        else:
+            self._broad.append(census)
 
     def forget_unused(self) -> None:
         """Drop the censuses no replica needed since the last call (keeping them
         would cost an update per changed node for nothing)."""
-        self._censuses = {key: c for key, c in self._censuses.items() if key in self._used}
+        if len(self._used) < len(self._censuses):
+            self._censuses = {key: c for key, c in self._censuses.items() if key in self._used}
+            self._broad, self._by_item = [], {}
+            for census in self._censuses.values():
+                self._route(census)
         self._used = set()
 
     def explain(self, d: ModelDemand, replica: int) -> Unplaced:
@@ -255,12 +286,19 @@ class Explainer:
             return found
         index = self.index
         census = Census(sig[0], sig[1], d.overhead_cpu_milli)
-        for node in index.nodes.values():  # by name
+        # By name; a selector's census looks at the nodes it matches only.
+        members = (
+            (index.nodes[name] for name in sorted(index.members(sig[0])))
+            if sig[0]
+            else index.nodes.values()
+        )
+        for node in members:
             census.add(node.name, census.part(index, node), in_order=True)
         census.empty.sort()
         census.shared.sort()
         census.selector_examples = census._selector_examples(index, self.k)
         self._censuses[key] = census
+        self._route(census)
         return census
 
     def _findings_counted(self, d: ModelDemand) -> Findings:
@@ -285,7 +323,7 @@ class Explainer:
         need = d.cpu or 1
         if d.exclusive:
             findings.add(SHARED, len(census.shared))
-            findings.sample(SHARED, heapq.nsmallest(k, (e[2] for e in census.shared)))
+            findings.sample(SHARED, census.shared_names[:k])
             self._count_resources(census.empty, need, d.memory_bytes, [], findings)
         else:
             self._count_resources(census.empty, need, d.memory_bytes, [], findings)

@@ -89,7 +89,7 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
 
 
 def signature(d: ModelDemand) -> Signature:
-    return tuple(sorted(d.node_selector.items())), d.tolerations
+    return d.selector, d.tolerations
 
 
 @dataclass(eq=False, slots=True)
@@ -162,7 +162,7 @@ class NodeIndex:
         self.overheads = sorted({d.overhead_cpu_milli for d in models})
         self._verdicts: dict[tuple[tuple[Taint, ...], tuple[Toleration, ...]], Verdict] = {}
         self._eligibility: dict[Signature, Eligibility] = {}
-        self._build({tuple(sorted(d.node_selector.items())) for d in models})
+        self._build({d.selector for d in models})
 
     def _build(self, selectors: set[Selector]) -> None:
         """Views: one index for all nodes and one per broad node selector, each

@@ -59,6 +59,11 @@ class ModelDemand:
     # the planner cannot see, such as a volume or a device): rejected for it.
     avoid: frozenset[str] = field(default_factory=frozenset, hash=False)
 
+    @cached_property
+    def selector(self) -> tuple[tuple[str, str], ...]:
+        """``node_selector`` as sorted items (worked out once per demand)."""
+        return tuple(sorted(self.node_selector.items()))
+
     def __post_init__(self) -> None:
         if self.replicas < 0:
             raise ValueError(f"{self.key}: replicas must be >= 0, not {self.replicas}")

@@ -91,6 +91,8 @@ class Planner:
         self._held: dict[str, set[str]] = {}  # model -> nodes it is kept on
         self._kept: dict[tuple[str, int], Assignment] = {}
         self._last: tuple[list[Pending], Plan] | None = None
+        self._given: tuple[ModelDemand, ...] = ()
+        self._order: list[ModelDemand] = []
 
     def plan(
         self,
@@ -99,9 +101,14 @@ class Planner:
         current: Mapping[str, Sequence[str | None]],
         usage: Mapping[str, Usage],
     ) -> Plan:
-        order = sorted(models, key=_order)
-        if len({d.key for d in order}) != len(order):
-            raise ValueError("model keys must be unique")
+        given = tuple(models)
+        if given == self._given:  # the same demands (usually the same objects)
+            order = self._order
+        else:
+            order = sorted(models, key=_order)
+            if len({d.key for d in order}) != len(order):
+                raise ValueError("model keys must be unique")
+            self._given, self._order = given, order
         by_name = {f.name: f for f in nodes}
         if len(by_name) != len(nodes):
             seen: set[str] = set()
@@ -109,7 +116,7 @@ class Planner:
                 if f.name in seen:
                     raise ValueError(f"node {f.name} is listed twice")
                 seen.add(f.name)
-        selectors = {tuple(sorted(d.node_selector.items())) for d in order}
+        selectors = {d.selector for d in order}
         shape = (
             frozenset(selectors),
             tuple(sorted({d.overhead_cpu_milli for d in order})),
@@ -127,9 +134,9 @@ class Planner:
                     claims.setdefault(name, []).append((d, r))
 
         changed: list[Node] = []
+        relabelled: set[str] = set()
         if not rebuild:
             assert index is not None
-            relabelled = False
             for name, f in by_name.items():
                 memo = self._memo[name]
                 used = usage.get(name, _NO_USAGE)
@@ -141,12 +148,13 @@ class Planner:
                 ):
                     continue
                 node = index.nodes[name]
-                relabelled |= f.labels != node.labels
+                if f.labels != node.labels:
+                    relabelled.add(name)
                 index.unindex(node)
                 index.reset(node, f, used)
                 self._keep(node, f, used, here)
                 changed.append(node)
-            rebuild = relabelled and not index.views_hold(selectors)
+            rebuild = bool(relabelled) and not index.views_hold(selectors)
         if rebuild:
             self._rebuild(order, by_name, usage, claims)
             self._shape = shape
@@ -155,7 +163,7 @@ class Planner:
         explainer = self._explainer
         assert index is not None and explainer is not None
         for node in changed:
-            explainer.update(node)
+            explainer.update(node, node.name in relabelled)
 
         pending: list[Pending] = []
         for d in order:
