@@ -20,6 +20,19 @@ default 60 s), which should add none. kwok runs no gateways, so those reads
 fail; what a read costs when it succeeds is measured apart: one round of N
 reads by the operator's reader against a real gateway's `/speed` on loopback.
 
+The control plane is sized like a real large cluster: the controller manager's
+and the scheduler's API clients get the QPS and burst Kubernetes' own
+5,000-node scalability runs set (`LARGE_CLUSTER_RATES` in
+tests/harness/cluster.py: 100/100 each; the defaults, 20/30 and 50/100, make
+volume binding of a thousand claims wait on the controller manager's client
+rather than on the operator). `--default-rates` measures with the defaults.
+
+What the operator does by itself is reported next to time to Ready: time to
+every pod made (the operator's part; binding is the scheduler's and the volume
+binder's, Ready is kwok's), its CPU seconds (user + system, /proc), the passes
+it ran and their total time (its own metrics), and its resident memory at the
+end (VmRSS, VmHWM).
+
 Needs the binaries of hack/build-tools.sh. Reports the machine's load average
 before and after each size: the cluster and the operator share its CPUs.
 """
@@ -43,6 +56,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
                 str(Path(__file__).resolve().parents[1] / "operator")]
 
 from tests.harness import TestCluster, locate_tools  # noqa: E402
+from tests.harness.cluster import LARGE_CLUSTER_RATES  # noqa: E402
 from tests.harness.operator import OperatorProcess, install_operator  # noqa: E402
 from tests.harness.processes import wait_until  # noqa: E402
 
@@ -127,11 +141,23 @@ def read_cost(n: int) -> dict[str, float]:
     return asyncio.run(measure())
 
 
-def run_size(n: int, timeout: float, idle: float = 60.0) -> dict[str, Any]:
+def _memory_mib(pid: int | None) -> dict[str, float]:
+    """The operator's resident memory now and at its peak (VmRSS, VmHWM)."""
+    if pid is None:
+        return {}
+    fields = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {f"operator_{k.lower()}_mib": round(int(fields[k].split()[0]) / 1024, 1)
+            for k in ("VmRSS", "VmHWM") if k in fields}
+
+
+def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = True
+             ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         load_before = os.getloadavg()[0]
         cluster = TestCluster(fixture=fixture(n, Path(tmp) / "nodes.yaml"),
-                              tools=locate_tools(), audit=True)
+                              tools=locate_tools(), audit=True,
+                              client_rates=LARGE_CLUSTER_RATES if large_rates else None)
         began = time.monotonic()
         cluster.start(timeout=600)
         install_operator(cluster)
@@ -196,6 +222,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0) -> dict[str, Any]:
                     print(e["involvedObject"]["name"], e["reason"], e["message"][:300],
                           file=sys.stderr)
             operator_cpu = _cpu_seconds(op.proc.pid if op.proc else None)
+            memory = _memory_mib(op.proc.pid if op.proc else None)
         finally:
             op.stop()
             cluster.stop()
@@ -213,6 +240,8 @@ def run_size(n: int, timeout: float, idle: float = 60.0) -> dict[str, Any]:
             "writes_per_model": round(sum(verbs[v] for v in WRITE) / n, 2),
             "writes": dict(sorted(writes.items())),
             "operator_cpu_s": operator_cpu,
+            **memory,
+            "client_rates": "large" if large_rates else "default",
             "events_by_reason": dict(sorted(event_reasons.items())),
             "speed_reads_to_ready": reads_ready,
             "speed_reads_idle": reads_idle,
@@ -232,29 +261,37 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=60.0,
                         help="seconds of the idle window after all Ready (speed reads)")
     parser.add_argument("--quick", action="store_true", help="CI: N = 20, a 10 s idle window")
+    parser.add_argument("--default-rates", action="store_true",
+                        help="the controller manager's and scheduler's default client rates")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.idle = [20], 10.0
     rows = []
     for n in args.sizes:
-        row = run_size(n, args.timeout, args.idle)
+        row = run_size(n, args.timeout, args.idle, large_rates=not args.default_rates)
         rows.append(row)
         print(f"N={n}: {row['ready']}/{n} Ready in {row['seconds_to_ready']} s "
               f"(load {row['load_before']} -> {row['load_after']})", file=sys.stderr)
     print(f"{'N':>6} {'ready':>7} {'s to Ready':>11} {'pods made':>10} {'bound':>7} "
-          f"{'pods Ready':>11} {'reads/model':>12} {'writes/model':>13} "
+          f"{'pods Ready':>11} {'op CPU s':>9} {'passes':>7} {'pass s':>7} {'op RSS':>7} "
+          f"{'reads/model':>12} {'writes/model':>13} "
           f"{'writes/model vs N=' + str(rows[0]['n']):>22} {'load':>12}")
     base = rows[0]["writes_per_model"] or 1
     for r in rows:
         print(f"{r['n']:>6} {r['ready']:>7} {r['seconds_to_ready']:>11.1f} "
               f"{r.get('all_pods_created_s', '-'):>10} {r.get('all_pods_bound_s', '-'):>7} "
-              f"{r.get('all_pods_ready_s', '-'):>11} {r['reads_per_model']:>12.2f} "
+              f"{r.get('all_pods_ready_s', '-'):>11} {r['operator_cpu_s']:>9.1f} "
+              f"{r['passes']:>7.0f} {r['pass_seconds_total']:>7.1f} "
+              f"{r.get('operator_vmrss_mib', 0):>6.0f}M {r['reads_per_model']:>12.2f} "
               f"{r['writes_per_model']:>13.2f} {r['writes_per_model'] / base:>22.2f} "
               f"{r['load_before']:>5}->{r['load_after']:<5}")
     print("s to Ready: from the first create to every LocalModel Ready=True; pods made / "
           "bound / Ready: when every pod existed (the operator), was bound (kube-scheduler "
-          "and the volume binder) and was Ready (kwok). load: 1-minute load average.")
+          "and the volume binder) and was Ready (kwok). op CPU s: the operator's CPU "
+          "seconds (whole run, idle window included); passes / pass s: its reconcile "
+          "passes and their total time (its metrics); op RSS: its resident memory at the "
+          f"end. load: 1-minute load average. Client rates: {rows[0]['client_rates']}.")
     print("writes by verb and resource (last N): " + ", ".join(
         f"{k}={v}" for k, v in rows[-1]["writes"].items()))
     print(f"{'N':>6} {'speed reads to Ready':>21} {'speed reads idle':>17} {'idle s':>7}")

@@ -91,6 +91,33 @@ class Identity:
     token: str
 
 
+@dataclass(frozen=True)
+class ClientRates:
+    """API client QPS and burst of the controller manager and the scheduler."""
+
+    controller_manager_qps: int
+    controller_manager_burst: int
+    scheduler_qps: int
+    scheduler_burst: int
+
+    @property
+    def controller_manager(self) -> tuple[str, ...]:
+        return (f"--kube-api-qps={self.controller_manager_qps}",
+                f"--kube-api-burst={self.controller_manager_burst}")
+
+    @property
+    def scheduler(self) -> tuple[str, ...]:
+        return (f"--kube-api-qps={self.scheduler_qps}",
+                f"--kube-api-burst={self.scheduler_burst}")
+
+
+# What Kubernetes' own 5,000-node scalability runs set (kubernetes/community,
+# sig-scalability reports: SCHEDULER_TEST_ARGS=--kube-api-qps=100,
+# CONTROLLER_MANAGER_TEST_ARGS=--kube-api-qps=100 --kube-api-burst=100; the
+# scheduler's burst stays at its default, 100).
+LARGE_CLUSTER_RATES = ClientRates(100, 100, 100, 100)
+
+
 class TestCluster:
     """One control plane; start() brings it up, stop() tears everything down."""
 
@@ -105,8 +132,12 @@ class TestCluster:
         audit: bool = False,
         real_node: bool = False,
         node_images: NodeImages | None = None,
+        client_rates: ClientRates | None = None,
     ) -> None:
         self.fixture_path = fixture
+        # The controller manager's and scheduler's API client rates; None: their
+        # defaults (20/30 and 50/100 QPS/burst), which a large cluster raises.
+        self.client_rates = client_rates
         # With `audit`, the API server logs (blocking, JSON lines) every request
         # the operator's identity makes: "which verbs did it use", "how many
         # writes while idle" are then read from `audit_events()`.
@@ -528,12 +559,14 @@ class TestCluster:
             f"--root-ca-file={self.ca_file}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=localmodel-test",
+            *(self.client_rates.controller_manager if self.client_rates else ()),
         ])
 
     def _start_scheduler(self) -> None:
         self._spawn("kube-scheduler", [
             self._tool("kube-scheduler"),
             *self._delegated_serving_flags("scheduler", self.ports["scheduler"]),
+            *(self.client_rates.scheduler if self.client_rates else ()),
         ])
 
     def _start_kwok(self) -> None:

@@ -1,0 +1,79 @@
+"""Every benchmark's quick mode runs in CI, so a benchmark cannot rot unseen
+(planner.py's second table once crashed for weeks: nothing ran it). Each runs
+as its own process, as a person would run it; the assertions are about what it
+reports, never about how fast anything was (the full modes measure that, with
+their numbers in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.processes import ManagedProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_benchmark(tmp_path: Path, *argv: str, timeout: float) -> str:
+    """Run benchmarks/<argv>, wait for it, fail with its output unless it exits 0."""
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = ManagedProcess(argv[0], [sys.executable, str(ROOT / "benchmarks" / argv[0]),
+                                    *argv[1:]], tmp_path / f"{argv[0]}.log", env=env, cwd=ROOT)
+    proc.start()
+    try:
+        code = proc.wait(timeout)
+    finally:
+        proc.stop()
+    out = proc.log_text()
+    assert code == 0, f"benchmarks/{' '.join(argv)} exited {code}:\n{out[-4000:]}"
+    return out
+
+
+def last_json(out: str) -> dict[str, Any]:
+    value = json.loads(out.strip().splitlines()[-1])
+    assert isinstance(value, dict)
+    return value
+
+
+def test_planner_quick_mode_reports_the_full_and_the_incremental_passes(tmp_path: Path) -> None:
+    report = last_json(run_benchmark(tmp_path, "planner.py", "--quick", "--json", timeout=600))
+    assert report["quick"] and report["sizes"] == [200, 400, 800]
+    for key in ("full_pass_s", "per_model_vs_first", "model_edit_pass_s", "node_label_pass_s"):
+        assert report[key] > 0, key
+    # A node's label change re-keeps that node only; the incremental passes were
+    # checked equal to a fresh full pass inside the run (it exits non-zero if not).
+    assert [row["nodes_rekept"] for row in report["passes"]] == [1, 1, 1]
+    op = report["operator"]
+    assert op["watched_nodes"] == 800 and op["watched_localmodels"] == 400
+    assert op["steady_writes"] == 0  # the stored objects are what it wants: nothing to write
+
+
+def test_gateway_quick_mode_measures_every_target(tmp_path: Path) -> None:
+    out = run_benchmark(tmp_path, "gateway.py", "--quick", timeout=600)
+    assert "overflow: configured, 0 overflowed requests" in out
+    for target in ("direct", "gateway"):
+        assert target in out
+
+
+@pytest.mark.engine
+def test_threads_quick_mode_measures_the_operators_count(tmp_path: Path) -> None:
+    report = last_json(run_benchmark(tmp_path, "threads.py", "--quick", "--json", timeout=900))
+    assert len(report["budgets"]) == 1, "quick mode measures the 1-CPU budget"
+
+
+@pytest.mark.e2e
+def test_converge_quick_mode_converges_with_a_few_writes_per_model(tmp_path: Path) -> None:
+    report = last_json(run_benchmark(tmp_path, "converge.py", "--quick", "--json",
+                                     timeout=900))
+    [row] = report["rows"]
+    assert row["ready"] == row["n"] == 20
+    assert row["client_rates"] == "large"
+    assert 0 < row["writes_per_model"] < 20
+    assert row["operator_cpu_s"] > 0 and row["passes"] > 0
