@@ -195,6 +195,7 @@ class _Done:
     options: RenderOptions | None
     now: str
     result: ModelResult
+    took_now: bool  # whether its status took the clock (`status.took_now`)
 
 
 class Desired:
@@ -215,6 +216,12 @@ class Desired:
         self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], ModelDemand]] = {}
         self._tuned: dict[tuple[str, int], _Tuned] = {}
         self._done: dict[str, _Done] = {}
+        self._listed: tuple[LocalModel, ...] | None = None
+        self._avoid: dict[str, frozenset[str]] = {}
+        self._keyed: list[tuple[str, LocalModel]] = []
+        self._now_prepared: dict[str, Prepared] = {}
+        self._now_demands: list[ModelDemand] = []
+        self._plan: Plan | None = None
 
     def state(
         self,
@@ -230,21 +237,54 @@ class Desired:
         avoid: Mapping[str, frozenset[str]] | None = None,
     ) -> DesiredState:
         avoid = avoid or {}
-        keyed = sorted(((lm.key, lm) for lm in models), key=lambda kl: kl[0])
-        prepared = {key: self._prepare(key, lm) for key, lm in keyed}
-        demands = [
-            self._demand(key, lm, prepared[key], avoid.get(key, frozenset()))
-            for key, lm in keyed
-            if not prepared[key].problems
-        ]
-        the_plan = self.planner.plan(demands, nodes, current or {}, usage or {})
-        by_node = {n.name: n for n in nodes}
+        listed = tuple(models)
+        if listed != self._listed or avoid != self._avoid:
+            self._listed, self._avoid = listed, dict(avoid)
+            self._keyed = sorted(((lm.key, lm) for lm in models), key=lambda kl: kl[0])
+            self._now_prepared = {key: self._prepare(key, lm) for key, lm in self._keyed}
+            self._now_demands = [
+                self._demand(key, lm, self._now_prepared[key], avoid.get(key, frozenset()))
+                for key, lm in self._keyed
+                if not self._now_prepared[key].problems
+            ]
+            keys = set(self._now_prepared)
+            for kept in (self._prepared, self._demands, self._done):
+                for gone in [k for k in kept if k not in keys]:
+                    del kept[gone]
+            self._tuned = {k: t for k, t in self._tuned.items() if k[0] in keys}
+        keyed, prepared = self._keyed, self._now_prepared
+        the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
+        # The planner hands back the same plan only when no node's facts changed,
+        # and names the models a new plan may place or explain differently (the
+        # nodes of the others were not re-kept: their facts are the same too).
+        plan_same = the_plan is self._plan
+        touched = self.planner.touched if self._plan is not None else None
+        self._plan = the_plan
+        by_node: dict[str, NodeFacts] | None = None
         results = []
         for key, lm in keyed:
+            seen = None if ready is None else ready.get(key, {})
+            done = self._done.get(key)
+            if (
+                (plan_same or (touched is not None and key not in touched))
+                and done is not None
+                and done.model is lm
+                and done.options == options
+                and done.ready == seen
+                and (done.now == now or not done.took_now)
+                and all(
+                    (claims(lm, r.replica, r.node) if claims else "") == r.claim
+                    for r in done.replicas
+                )
+            ):
+                results.append(done.result)
+                continue
             prep = prepared[key]
             replicas: tuple[ReplicaPlan, ...] = ()
             unplaced: tuple[Unplaced, ...] = ()
             if not prep.problems:
+                if by_node is None:
+                    by_node = {n.name: n for n in nodes}
                 replicas = tuple(
                     ReplicaPlan(
                         p.replica,
@@ -256,13 +296,7 @@ class Desired:
                     for p in the_plan.placements_for(key)
                 )
                 unplaced = the_plan.unplaced_for(key)
-            seen = None if ready is None else ready.get(key, {})
             results.append(self._result(key, lm, prep, replicas, unplaced, seen, options, now))
-        keys = set(prepared)
-        for memo in (self._prepared, self._demands, self._done):
-            for gone in [k for k in memo if k not in keys]:
-                del memo[gone]
-        self._tuned = {k: t for k, t in self._tuned.items() if k[0] in keys}
         return DesiredState(tuple(results), the_plan)
 
     def _prepare(self, key: str, lm: LocalModel) -> Prepared:
@@ -323,12 +357,14 @@ class Desired:
             if (
                 memo.unplaced == unplaced
                 and memo.ready == ready
-                and (memo.now == now or not took_now(lm, memo.result.status))
+                and (memo.now == now or not memo.took_now)
             ):
                 return memo.result
         if objects is None:
             objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
         status = _status(lm, prep.problems, replicas, unplaced, ready, now)
         result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
-        self._done[key] = _Done(lm, replicas, unplaced, ready, options, now, result)
+        self._done[key] = _Done(
+            lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
+        )
         return result

@@ -84,6 +84,9 @@ class Planner:
         self.settings = settings
         self.rebuilds = 0  # how many calls built the index from scratch
         self.nodes_rekept = 0  # nodes re-kept by the last call
+        # Models whose placements or explanations may differ from the plan
+        # before the last call's (None: any model; a rebuild).
+        self.touched: frozenset[str] | None = None
         self._index: NodeIndex | None = None
         self._explainer: Explainer | None = None
         self._shape: tuple[object, ...] = ()
@@ -93,6 +96,14 @@ class Planner:
         self._last: tuple[list[Pending], Plan] | None = None
         self._given: tuple[ModelDemand, ...] = ()
         self._order: list[ModelDemand] = []
+        self._selectors: set[tuple[tuple[str, str], ...]] = set()
+        self._overheads: tuple[int, ...] = ()
+        self._listed: tuple[NodeFacts, ...] = ()
+        self._by_name: dict[str, NodeFacts] = {}
+        self._cordoned: frozenset[str] = frozenset()
+        self._current: dict[str, tuple[str | None, ...]] = {}
+        self._usage: dict[str, Usage] = {}
+        self._claims: dict[str, list[Claim]] = {}
 
     def plan(
         self,
@@ -101,43 +112,86 @@ class Planner:
         current: Mapping[str, Sequence[str | None]],
         usage: Mapping[str, Usage],
     ) -> Plan:
+        # What is the same as last time is found by comparisons that stop at
+        # identity (the operator passes the same objects while nothing changed),
+        # so an unchanged pass costs a few comparisons, not a loop over the cluster.
         given = tuple(models)
-        if given == self._given:  # the same demands (usually the same objects)
+        demands_same = given == self._given
+        if demands_same:
             order = self._order
         else:
             order = sorted(models, key=_order)
             if len({d.key for d in order}) != len(order):
                 raise ValueError("model keys must be unique")
             self._given, self._order = given, order
-        by_name = {f.name: f for f in nodes}
-        if len(by_name) != len(nodes):
-            seen: set[str] = set()
-            for f in nodes:
-                if f.name in seen:
-                    raise ValueError(f"node {f.name} is listed twice")
-                seen.add(f.name)
-        selectors = {d.selector for d in order}
-        shape = (
-            frozenset(selectors),
-            tuple(sorted({d.overhead_cpu_milli for d in order})),
-            frozenset(name for name, f in by_name.items() if not f.schedulable),
-        )
+            self._selectors = {d.selector for d in order}
+            self._overheads = tuple(sorted({d.overhead_cpu_milli for d in order}))
+        listed = tuple(nodes)
+        nodes_same = listed == self._listed
+        if nodes_same:
+            by_name = self._by_name
+        else:
+            by_name = {f.name: f for f in nodes}
+            if len(by_name) != len(nodes):
+                seen: set[str] = set()
+                for f in nodes:
+                    if f.name in seen:
+                        raise ValueError(f"node {f.name} is listed twice")
+                    seen.add(f.name)
+            self._listed, self._by_name = listed, by_name
+            self._cordoned = frozenset(name for name, f in by_name.items() if not f.schedulable)
+        placed_now = {key: tuple(was) for key, was in current.items()}
+        current_same = demands_same and placed_now == self._current
+        old_usage = self._usage
+        usage_same = usage == old_usage
+        self._current, self._usage = placed_now, dict(usage)
+        selectors = self._selectors
+        shape = (frozenset(selectors), self._overheads, self._cordoned)
         index = self._index
-        rebuild = index is None or shape != self._shape or by_name.keys() != index.nodes.keys()
+        rebuild = (
+            index is None
+            or shape != self._shape
+            or (not nodes_same and by_name.keys() != index.nodes.keys())
+        )
+        if not rebuild and nodes_same and current_same and usage_same and self._last:
+            self.nodes_rekept, self.touched = 0, frozenset()
+            return self._last[1]
 
-        claims: dict[str, list[Claim]] = {}
-        for d in order:
-            was = current.get(d.key, ())
-            for r in range(min(d.replicas, len(was))):
-                name = was[r]
-                if name is not None and name in by_name:
-                    claims.setdefault(name, []).append((d, r))
+        if current_same and not rebuild:  # (rebuilt: nodes may have gone)
+            claims = self._claims
+        else:
+            claims = {}
+            for d in order:
+                was = current.get(d.key, ())
+                for r in range(min(d.replicas, len(was))):
+                    name = was[r]
+                    if name is not None and name in by_name:
+                        claims.setdefault(name, []).append((d, r))
 
         changed: list[Node] = []
         relabelled: set[str] = set()
+        touched: set[str] = set()
         if not rebuild:
             assert index is not None
-            for name, f in by_name.items():
+            # Only these can differ: nodes whose facts object changed, whose
+            # usage changed, or whose current replicas changed.
+            suspects: set[str] = set()
+            if not nodes_same:
+                memo_of = self._memo
+                suspects.update(name for name, f in by_name.items() if memo_of[name].facts is not f)
+            if not usage_same:
+                suspects.update(
+                    name
+                    for name in old_usage.keys() | usage.keys()
+                    if name in by_name and old_usage.get(name) != usage.get(name)
+                )
+            if claims is not self._claims:
+                old = self._claims
+                suspects.update(
+                    name for name in old.keys() | claims.keys() if old.get(name) != claims.get(name)
+                )
+            for name in sorted(suspects):
+                f = by_name[name]
                 memo = self._memo[name]
                 used = usage.get(name, _NO_USAGE)
                 here = claims.get(name, [])
@@ -152,19 +206,26 @@ class Planner:
                     relabelled.add(name)
                 index.unindex(node)
                 index.reset(node, f, used)
+                touched.update(a.model for a in memo.kept)
+                touched.update(model for model, _ in memo.moved)
+                touched.update(d.key for d, _ in here)
                 self._keep(node, f, used, here)
                 changed.append(node)
             rebuild = bool(relabelled) and not index.views_hold(selectors)
+        self._claims = claims
         if rebuild:
             self._rebuild(order, by_name, usage, claims)
             self._shape = shape
         self.nodes_rekept = len(by_name) if rebuild else len(changed)
+        self.touched = None if rebuild or self._last is None else frozenset(touched)
         index = self._index
         explainer = self._explainer
         assert index is not None and explainer is not None
         for node in changed:
             explainer.update(node, node.name in relabelled)
 
+        if current_same and not rebuild and not changed and self._last is not None:
+            return self._last[1]  # the same replicas on the same kept state
         pending: list[Pending] = []
         for d in order:
             was = current.get(d.key, ())
@@ -181,6 +242,10 @@ class Planner:
 
         if not rebuild and not changed and self._last is not None and self._last[0] == pending:
             return self._last[1]
+        if not rebuild and self._last is not None:  # every replica placed afresh may move
+            touched.update(d.key for d, _, _ in pending)
+            touched.update(d.key for d, _, _ in self._last[0])
+            self.touched = frozenset(touched)
         result = self._place_pending(index, explainer, pending)
         self._last = (pending, result)
         return result
