@@ -2,7 +2,9 @@
 (planner.py's second table once crashed for weeks: nothing ran it). Each runs
 as its own process, as a person would run it; the assertions are about what it
 reports, never about how fast anything was (the full modes measure that, with
-their numbers in docs/benchmarks.md)."""
+their numbers in docs/benchmarks.md). pods.py needs the real node: its quick
+mode runs in tests/realnode/test_pods_benchmark.py. A new benchmark without a
+quick mode that some test runs fails here."""
 
 from __future__ import annotations
 
@@ -77,3 +79,12 @@ def test_converge_quick_mode_converges_with_a_few_writes_per_model(tmp_path: Pat
     assert row["client_rates"] == "large"
     assert 0 < row["writes_per_model"] < 20
     assert row["operator_cpu_s"] > 0 and row["passes"] > 0
+
+
+def test_every_benchmark_has_a_quick_mode_that_a_test_runs() -> None:
+    tests = [p.read_text() for p in (ROOT / "tests").rglob("test_*.py")]
+    for bench in sorted((ROOT / "benchmarks").glob("*.py")):
+        assert "--quick" in bench.read_text(), f"benchmarks/{bench.name} has no --quick mode"
+        assert any(bench.name in t and "--quick" in t for t in tests), (
+            f"no test runs benchmarks/{bench.name} --quick"
+        )

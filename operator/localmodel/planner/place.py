@@ -30,7 +30,7 @@ def plan(
 ) -> Plan:
     """Place every replica of every model, keeping existing placements that still
     fit. See the package docstring for the rules, the order and the tie-break."""
-    return Planner(settings).plan(models, nodes, current or {}, usage or {})
+    return Planner(settings, one_shot=True).plan(models, nodes, current or {}, usage or {})
 
 
 def _order(d: ModelDemand) -> tuple[bool, str]:
@@ -80,8 +80,12 @@ class Planner:
     size. The result is always what a fresh ``plan()`` returns (a property
     test holds the two together over random sequences of changes)."""
 
-    def __init__(self, settings: PlannerSettings = DEFAULT_SETTINGS) -> None:
+    def __init__(
+        self, settings: PlannerSettings = DEFAULT_SETTINGS, *, one_shot: bool = False
+    ) -> None:
         self.settings = settings
+        # One call only (`plan()`): the placements need not be undone afterwards.
+        self.one_shot = one_shot
         self.rebuilds = 0  # how many calls built the index from scratch
         self.nodes_rekept = 0  # nodes re-kept by the last call
         # Models whose placements or explanations may differ from the plan
@@ -309,6 +313,7 @@ class Planner:
         placed: list[Assignment] = []
         held: dict[str, list[str]] = {}
         unplaced: list[tuple[ModelDemand, int]] = []
+        first: set[str] = set()  # nodes whose kept state is saved already
         for d, r, moved in pending:
             best = self._best(index, d)
             if best is None:
@@ -316,15 +321,17 @@ class Planner:
                 continue
             penalty, node = best
             reason = _chosen_reason(d, node, penalty, moved)
-            undo.append(
-                _Undo(
-                    node,
-                    node.free_cpu_milli,
-                    node.free_memory,
-                    dict(node.occupants),
-                    node.exclusive_holder,
+            if not self.one_shot and node.name not in first:
+                first.add(node.name)
+                undo.append(
+                    _Undo(
+                        node,
+                        node.free_cpu_milli,
+                        node.free_memory,
+                        dict(node.occupants),
+                        node.exclusive_holder,
+                    )
                 )
-            )
             index.unindex(node)
             cpu = _take(node, d, r)
             index.index(node)
@@ -342,7 +349,7 @@ class Planner:
                 explainer.explain(d, r)
                 for d, r in sorted(unplaced, key=lambda dr: (dr[0].key, dr[1]))
             )
-        for u in reversed(undo):
+        for u in undo:  # back to the kept state
             index.unindex(u.node)
             u.node.free_cpu_milli, u.node.free_memory = u.free_cpu_milli, u.free_memory
             u.node.occupants, u.node.exclusive_holder = u.occupants, u.exclusive_holder
