@@ -2,9 +2,11 @@
 (planner.py's second table once crashed for weeks: nothing ran it). Each runs
 as its own process, as a person would run it; the assertions are about what it
 reports, never about how fast anything was (the full modes measure that, with
-their numbers in docs/benchmarks.md). pods.py needs the real node: its quick
-mode runs in tests/realnode/test_pods_benchmark.py. A new benchmark without a
-quick mode that some test runs fails here."""
+their numbers in docs/benchmarks.md). planner.py's runs here; the others'
+where their parts are: gateway.py and threads.py in
+tests/engine/test_benchmarks_quick.py, converge.py in
+tests/e2e/test_converge_quick.py, pods.py in tests/realnode. A new benchmark
+without a quick mode that some test runs fails here."""
 
 from __future__ import annotations
 
@@ -13,8 +15,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.harness.processes import ManagedProcess
 
@@ -55,30 +55,6 @@ def test_planner_quick_mode_reports_the_full_and_the_incremental_passes(tmp_path
     op = report["operator"]
     assert op["watched_nodes"] == 800 and op["watched_localmodels"] == 400
     assert op["steady_writes"] == 0  # the stored objects are what it wants: nothing to write
-
-
-def test_gateway_quick_mode_measures_every_target(tmp_path: Path) -> None:
-    out = run_benchmark(tmp_path, "gateway.py", "--quick", timeout=600)
-    assert "overflow: configured, 0 overflowed requests" in out
-    for target in ("direct", "gateway"):
-        assert target in out
-
-
-@pytest.mark.engine
-def test_threads_quick_mode_measures_the_operators_count(tmp_path: Path) -> None:
-    report = last_json(run_benchmark(tmp_path, "threads.py", "--quick", "--json", timeout=900))
-    assert len(report["budgets"]) == 1, "quick mode measures the 1-CPU budget"
-
-
-@pytest.mark.e2e
-def test_converge_quick_mode_converges_with_a_few_writes_per_model(tmp_path: Path) -> None:
-    report = last_json(run_benchmark(tmp_path, "converge.py", "--quick", "--json",
-                                     timeout=900))
-    [row] = report["rows"]
-    assert row["ready"] == row["n"] == 20
-    assert row["client_rates"] == "large"
-    assert 0 < row["writes_per_model"] < 20
-    assert row["operator_cpu_s"] > 0 and row["passes"] > 0
 
 
 def test_every_benchmark_has_a_quick_mode_that_a_test_runs() -> None:

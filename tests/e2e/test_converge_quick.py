@@ -33,6 +33,7 @@ def test_converge_quick_all_ready_and_no_speed_reads_while_idle() -> None:
     row = bench.run_size(20, 300.0, idle=10.0)
     print(row)
     assert row["ready"] == 20, row
+    assert row["client_rates"] == "large", row  # sized like a real large cluster
     assert row["speed_reads_idle"] == 0, row
     # At most the one readiness read per replica while converging.
     assert row["speed_reads_to_ready"] <= 20, row
