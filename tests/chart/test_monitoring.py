@@ -3,7 +3,7 @@ alert expression parsed by Prometheus's own promtool, the alerts' unit tests
 run by `promtool test rules`, the dashboard validated by Grafana's dashboard
 schema types (hack/dashboard-check, grafana-foundation-sdk), and every metric
 they name declared by the operator's or the gateway's code (the real scrape is
-tests/realnode/test_metrics.py's)."""
+tests/realnode/test_metrics_scrape.py's)."""
 
 from __future__ import annotations
 

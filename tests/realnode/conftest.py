@@ -45,7 +45,7 @@ VOLUMES_DIR = NODE_DIR / "volumes"
 VOLUMES = 5  # one per LocalModel the tier creates (weights are retained)
 # The journey's operator reads speeds every 5 s (10 s when idle), calls a replica slow after
 # 30 s of traffic below half its expected rate (clear: 15 s at 0.7), so
-# test_speed.py sees a slow replica caught and cleared within a test's time.
+# test_speed_on_node.py sees a slow replica caught and cleared within a test's time.
 OPERATOR_ARGS = ("--speed-interval=5", "--speed-idle-interval=10",
                  "--slow-replica-after=30", "--slow-replica-clear-after=15")
 

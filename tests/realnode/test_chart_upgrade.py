@@ -27,7 +27,7 @@ from tests.realnode.journey import Deployed, Journey, Sample, condition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
-NAME = "gemma-chart"  # test_metrics.py's model too: the same retained weights
+NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained weights
 PREVIOUS = REPO_ROOT / "tests" / "fixtures" / "charts" / "localmodel-operator-0.1.0.tgz"
 INSTALL_DOC = REPO_ROOT / "docs" / "install.md"
 DAEMONSETS = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
