@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
@@ -38,7 +39,13 @@ def run_main(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch,
              capsys: pytest.CaptureFixture[str]) -> str:
     module = load(name)
     monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
-    rc = module.main()
+    # gateway.py pins its own process (here: pytest's) to a CPU to keep the
+    # proxy under test alone on another; every later test must see all CPUs.
+    cpus = os.sched_getaffinity(0)
+    try:
+        rc = module.main()
+    finally:
+        os.sched_setaffinity(0, cpus)
     out = capsys.readouterr().out
     assert rc in (0, None), out
     return out
@@ -47,8 +54,10 @@ def run_main(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch,
 def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert shutil.which("nginx"), "nginx is missing: .ci/run installs nginx-light"
+    cpus = os.sched_getaffinity(0)
     out = run_main("gateway", ["--quick"], monkeypatch, capsys)
     print(out)
+    assert os.sched_getaffinity(0) == cpus, "the benchmark left pytest pinned"
     header = next(line for line in out.splitlines() if "direct" in line and "gateway" in line)
     for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg"):
         assert target in header, header
