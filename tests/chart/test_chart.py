@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
 from tests.harness.chart import (
     CHART_DIR,
     helm,
@@ -14,16 +12,6 @@ from tests.harness.chart import (
     render_chart,
     user_roles,
 )
-
-
-@pytest.fixture(scope="module")
-def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("helm",))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
 
 
 def test_chart_passes_helm_lint_strict(tools: Tools) -> None:

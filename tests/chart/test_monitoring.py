@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, of_kind, render_chart
 from tests.harness.promql import (
     alert_rules,
@@ -25,6 +25,7 @@ from tests.harness.promql import (
     metric_names,
     rules_file,
 )
+from tests.harness.require import tools_or_fail
 
 ALERT_TESTS = Path(__file__).with_name("alerts.test.yaml")
 DASHBOARD = json.loads(DASHBOARD_FILE.read_text())
@@ -32,12 +33,7 @@ DASHBOARD = json.loads(DASHBOARD_FILE.read_text())
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("helm", "promtool", "dashboard-check"))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
+    return tools_or_fail(("helm", "promtool", "dashboard-check"))
 
 
 @pytest.fixture(scope="module")

@@ -10,28 +10,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
-
 from localmodel import contract
 from localmodel.api import LocalModel
 from localmodel.controller.config import parse_config
 from localmodel.desired import desired_state
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.render import GATEWAY_PORT
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, of_kind, render_chart
 
 Manifest = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("helm",))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
 
 
 def model_pods() -> list[Manifest]:

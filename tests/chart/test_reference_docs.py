@@ -6,18 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
 from tests.harness.reference import apply, sections
-
-
-@pytest.fixture(scope="module")
-def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("helm",))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
 
 
 def test_generated_doc_parts_have_not_drifted(tools: Tools) -> None:

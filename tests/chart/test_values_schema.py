@@ -11,21 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, CHART_DIR, helm, of_kind, render_chart
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 VALUES = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
-
-
-@pytest.fixture(scope="module")
-def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("helm",))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
 
 
 def leaves(value: object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], object]]:

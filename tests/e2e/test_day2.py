@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
+from tests.harness import ApiError, StartupError, TestCluster
 from tests.harness.operator import OperatorProcess, install_operator, wait_condition
 from tests.harness.processes import ManagedProcess, wait_until
+from tests.harness.require import tools_or_fail
 from tests.harness.tools import REPO_ROOT, TOOL_NAMES
 
 pytestmark = pytest.mark.e2e
@@ -47,13 +48,7 @@ RECORD = os.environ.get("LOCALMODEL_RECORD_HEALTH", "")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TestCluster]:
-    problem = ""
-    try:
-        tools = locate_tools((*TOOL_NAMES, "lmhealth"))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    tools = tools_or_fail((*TOOL_NAMES, "lmhealth"))
     c = TestCluster(fixture=FIXTURE, tools=tools)
     try:
         c.start()

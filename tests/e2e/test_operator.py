@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from localmodel.engines import ollama
-from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
+from tests.harness import ApiError, StartupError, TestCluster
 from tests.harness.chart import NAMESPACE
 from tests.harness.cluster import OPERATOR_USER
 from tests.harness.nodes import NodeShape, local_volume_manifests, node_manifest
 from tests.harness.operator import OperatorProcess, chart_rbac, install_operator, wait_condition
 from tests.harness.processes import wait_until
+from tests.harness.require import tools_or_fail
 
 pytestmark = pytest.mark.e2e
 
@@ -35,13 +36,7 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TestCluster]:
-    problem = ""
-    try:
-        tools = locate_tools()
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    tools = tools_or_fail()
     c = TestCluster(fixture=FIXTURE, tools=tools, audit=True)
     try:
         c.start()

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Tools, ToolsMissingError, locate_tools
+from tests.harness import Tools
+from tests.harness.require import tools_or_fail
 from tests.harness.tools import REPO_ROOT
 
 LUA = REPO_ROOT / "docs" / "gitops" / "localmodel-health.lua"
@@ -28,12 +29,7 @@ ARGO_OF = {"InProgress": "Progressing", "Current": "Healthy", "Failed": "Degrade
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
-    problem = ""
-    try:
-        return locate_tools(("lmhealth",))
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    pytest.fail(problem, pytrace=False)
+    return tools_or_fail(("lmhealth",))
 
 
 def verdicts(tools: Tools, objects: str) -> list[dict[str, Any]]:

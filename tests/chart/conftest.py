@@ -1,0 +1,13 @@
+"""The chart tier's shared fixture: the pinned helm."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import Tools
+from tests.harness.require import tools_or_fail
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    return tools_or_fail(("helm",))
