@@ -90,8 +90,8 @@ class OperatorConfig:
     write_concurrency: int = 16
     # Speed where it is served (docs/operator.md, Speed): each Ready replica's
     # gateway is read for its speed at most once per interval, and only while
-    # it has traffic; a replica below half its expected decode rate for
-    # --slow-replica-after seconds of traffic turns SlowReplica true.
+    # it has traffic; a replica below speed.SLOW_RATIO of its expected decode
+    # rate for --slow-replica-after seconds of traffic turns SlowReplica true.
     speed_interval: float = setting(
         speed.READ_INTERVAL_SECONDS,
         "read a replica's gateway speed at most this often, while it has traffic",
@@ -104,12 +104,14 @@ class OperatorConfig:
     )
     slow_replica_after: float = setting(
         speed.SLOW_AFTER_SECONDS,
-        "seconds of traffic below half the expected decode rate before SlowReplica",
+        f"seconds of traffic below {speed.SLOW_RATIO:g} of the expected decode rate before "
+        "SlowReplica",
         metavar="S", parse=positive_seconds,
     )
     slow_replica_clear_after: float = setting(
         speed.CLEAR_AFTER_SECONDS,
-        "seconds of traffic at 0.7 of the expected rate or more before SlowReplica clears",
+        f"seconds of traffic at {speed.CLEAR_RATIO:g} of the expected rate or more before "
+        "SlowReplica clears",
         metavar="S", parse=positive_seconds,
     )
 
