@@ -13,4 +13,5 @@ bash hack/build-images.sh         # the real node's images: operator, Ollama, ll
 
 ruff check operator tests benchmarks
 mypy
-python -m pytest "$@"
+# The slowest tests are listed at the end of every run (where CI time goes).
+python -m pytest --durations=40 "$@"
