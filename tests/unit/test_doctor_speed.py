@@ -10,7 +10,7 @@ import pytest
 
 from localmodel.doctor.checks import EngineView, local_findings
 from localmodel.doctor.report import Verdict
-from localmodel.doctor.speed import slow_findings, throttled_share
+from localmodel.doctor.speed import Watched, counters_moved, slow_findings, throttled_share
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
@@ -46,6 +46,42 @@ def test_counters_are_found_by_cgroup_id_when_cadvisor_left_the_names_empty() ->
                            "abc123") == pytest.approx(0.9)
     assert throttled_share(unnamed(0, 100), unnamed(9, 110), "ai", "chat-0",
                            "llama-server") is None
+
+
+def last_seen(at: int) -> str:
+    # cAdvisor stamps container_last_seen with the time of each read, so two
+    # reads a second apart always differ as text.
+    return (f'container_last_seen{{container="llama-server",namespace="ai",pod="chat-0"}} '
+            f"{at} {at}000\n")
+
+
+ENGINE = Watched("ai", "chat-0", "llama-server", "abc123")
+OTHER = Watched("ai", "other-0", "llama-server", "def456")
+
+MOVED_CASES = [
+    # (case, before, after, watched, moved)
+    ("only the read time changed: the same sample, not moved",
+     cadvisor(10, 1000) + last_seen(1), cadvisor(10, 1000) + last_seen(4), [ENGINE], False),
+    ("cAdvisor refreshed the container: moved",
+     cadvisor(10, 1000) + last_seen(1), cadvisor(22, 1012) + last_seen(13), [ENGINE], True),
+    ("another pod's counters moved, not the watched one's",
+     cadvisor(10, 1000) + cadvisor(0, 50, pod="other-0"),
+     cadvisor(10, 1000) + cadvisor(0, 60, pod="other-0"), [ENGINE, OTHER], False),
+    ("both watched moved",
+     cadvisor(10, 1000) + cadvisor(0, 50, pod="other-0"),
+     cadvisor(11, 1010) + cadvisor(0, 60, pod="other-0"), [ENGINE, OTHER], True),
+    ("a container the first sample lacks is not waited for",
+     cadvisor(0, 50, pod="other-0"), cadvisor(0, 60, pod="other-0"), [ENGINE, OTHER], True),
+    ("nothing watched", cadvisor(10, 1000), cadvisor(10, 1000), [], True),
+]
+
+
+@pytest.mark.parametrize(("case", "before", "after", "watched", "moved"), MOVED_CASES,
+                         ids=[c[0] for c in MOVED_CASES])
+def test_the_second_sample_is_taken_when_the_watched_counters_moved(
+    case: str, before: str, after: str, watched: list[Watched], moved: bool
+) -> None:
+    assert counters_moved(before, after, watched) is moved
 
 
 def model(slow: bool = True) -> dict[str, Any]:
@@ -88,6 +124,15 @@ CASES = [
      [pod("chat-0")], NODE,
      ["CPU throttling not checked: the kubelet's cAdvisor metrics of node n0 could not be "
       "read (403 Forbidden)"]),
+    ("the counters did not move while read: not checked, not called unthrottled",
+     {"n0": (cadvisor(5, 1000), cadvisor(5, 1000))}, ONE_THREAD, [pod("chat-0")], NODE,
+     ["CPU throttling not checked: the CFS counters of container llama-server in the "
+      "kubelet's cAdvisor metrics of node n0 did not move"]),
+    ("no counters for the container: not checked",
+     {"n0": (cadvisor(5, 1000, pod="x"), cadvisor(9, 1010, pod="x"))}, ONE_THREAD,
+     [pod("chat-0")], NODE,
+     ["CPU throttling not checked: the CFS counters of container llama-server in the "
+      "kubelet's cAdvisor metrics of node n0 are not in them"]),
 ]
 
 

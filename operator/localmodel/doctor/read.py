@@ -38,7 +38,7 @@ from localmodel.doctor.checks import (
 )
 from localmodel.doctor.cluster import ClusterView, engine_pods
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
-from localmodel.doctor.speed import CADVISOR_PATH, slow_replicas
+from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow_replicas
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import MachineFacts, read_cgroup_limits
 from localmodel.facts.topology import format_cpu_list
@@ -46,8 +46,9 @@ from localmodel.render import GATEWAY_PORT
 
 __all__ = ["gateway_metrics", "gather_cluster", "gather_engine", "process_budget"]
 
-# cAdvisor's counters are read until they moved (every this many seconds, for
-# at most that long): the throttled share of now, not of the container's life.
+# cAdvisor's counters are read until the slow containers' counters moved (every
+# this many seconds, for at most that long): the throttled share of now, not of
+# the container's life.
 CADVISOR_GAP_SECONDS = 3.0
 CADVISOR_WAIT_SECONDS = 30.0
 
@@ -263,9 +264,16 @@ def gather_cluster(
             metrics[pod.key] = gateway_metrics(core, pod.namespace, pod.name, timeout,
                                                metrics_urls.get(pod.key))
     models = _local_models(client)
+    engines = {p.key: p for p in engine_pods(pods)}
+    watched: dict[str, list[Watched]] = {}
+    for slow in slow_replicas(models):
+        engine = engines.get(f"{slow.namespace}/{slow.pod}")
+        watched.setdefault(slow.node, []).extend(
+            [Watched(slow.namespace, slow.pod, engine.container, engine.container_id)]
+            if engine is not None and engine.container else [])
     cadvisor: dict[str, tuple[str, str] | Exception] = {}
-    for node in sorted({s.node for s in slow_replicas(models)}):
-        cadvisor[node] = _cadvisor_pair(core, node, timeout)
+    for node in sorted(watched):
+        cadvisor[node] = _cadvisor_pair(core, node, timeout, watched[node])
     return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor)
 
 
@@ -281,10 +289,12 @@ def _local_models(client: Any) -> list[dict[str, Any]]:
     return list(found.get("items") or []) if isinstance(found, dict) else []
 
 
-def _cadvisor_pair(core: Any, node: str, timeout: float) -> tuple[str, str] | Exception:
-    """Two samples of the kubelet's cAdvisor metrics that differ: cAdvisor
-    refreshes a container's counters every 10-15 s (its housekeeping), so the
-    second is read every CADVISOR_GAP_SECONDS until it moved, at most
+def _cadvisor_pair(core: Any, node: str, timeout: float, watched: list[Watched]
+                   ) -> tuple[str, str] | Exception:
+    """Two samples of the kubelet's cAdvisor metrics between which the watched
+    containers' CFS counters moved: cAdvisor refreshes a container's counters
+    every 10-15 s (its housekeeping), so the second is read every
+    CADVISOR_GAP_SECONDS until they moved (`counters_moved`), at most
     CADVISOR_WAIT_SECONDS."""
     before = _cadvisor(core, node, timeout)
     if isinstance(before, Exception):
@@ -295,7 +305,7 @@ def _cadvisor_pair(core: Any, node: str, timeout: float) -> tuple[str, str] | Ex
         after = _cadvisor(core, node, timeout)
         if isinstance(after, Exception):
             return after
-        if after != before or time.monotonic() > end:
+        if counters_moved(before, after, watched) or time.monotonic() > end:
             return before, after
 
 

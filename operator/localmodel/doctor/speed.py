@@ -8,12 +8,14 @@ the numbers, then the causes it can check, most likely first:
 
 1. **CPU throttling of the engine's container**: the kubelet's cAdvisor
    counters (`container_cpu_cfs_throttled_periods_total` over
-   `container_cpu_cfs_periods_total`), read until they moved (cAdvisor
-   refreshes them every 10-15 s), so the share is of now, not of the
-   container's life. An engine alone in its
-   container with threads equal to its limit is rarely throttled; something
-   else running in it (a sidecar process, a runaway script), or more threads
-   than the limit, is.
+   `container_cpu_cfs_periods_total`), read until that container's counters
+   moved (cAdvisor refreshes them every 10-15 s; the text as a whole differs
+   on every read, since `container_last_seen` is stamped with the time of the
+   read), so the share is of now, not of the container's life. When they are
+   missing or did not move, doctor says the check was not made. An engine
+   alone in its container with threads equal to its limit is rarely
+   throttled; something else running in it (a sidecar process, a runaway
+   script), or more threads than the limit, is.
 2. **More threads than the CPU limit** (a thread count overridden through the
    engine's own settings): the engine's command line or the operator's
    Modelfile against the container's limit.
@@ -43,6 +45,17 @@ PERIODS = "container_cpu_cfs_periods_total"
 # A share of CFS periods throttled above this, over the sampled seconds, is named.
 THROTTLED_SHARE = 0.2
 CADVISOR_PATH = "metrics/cadvisor"  # the kubelet's, through nodes/<node>/proxy
+
+
+@dataclass(frozen=True)
+class Watched:
+    """An engine container whose CFS counters doctor samples: by its namespace,
+    pod and container names, or by its runtime ID at the end of its cgroup."""
+
+    namespace: str
+    pod: str
+    container: str
+    container_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,22 @@ def throttled_share(before: str, after: str, namespace: str, pod: str,
     return max(0.0, min(1.0, (b[THROTTLED] - a[THROTTLED]) / (b[PERIODS] - a[PERIODS])))
 
 
+def counters_moved(before: str, after: str, watched: Sequence[Watched]) -> bool:
+    """Whether a second cAdvisor sample is worth comparing with the first: the
+    CFS periods of every watched container the first sample has moved. Not the
+    text as a whole: it differs on every read (`container_last_seen` carries the
+    time of the read), while one container's counters change only when cAdvisor
+    refreshes that container (every 10-15 s). A container the first sample
+    lacks is not waited for (its counters will not appear)."""
+    for w in watched:
+        if len(_counters(before, w.namespace, w.pod, w.container, w.container_id)) < 2:
+            continue
+        if throttled_share(before, after, w.namespace, w.pod, w.container,
+                           w.container_id) is None:
+            return False
+    return True
+
+
 def _no_limit_neighbours(pods: Sequence[Mapping[str, Any]], node: str, own: str) -> list[str]:
     names = []
     for pod in pods:
@@ -173,6 +202,19 @@ def slow_findings(
                     "limit, or the engine runs more threads than the limit",
                     f"look for other processes: kubectl exec -n {slow.namespace} {slow.pod} "
                     f"-c {container} -- top; or raise spec.cpu",
+                ))
+            elif share is None:
+                found = _counters(samples[1], slow.namespace, slow.pod, container, container_id)
+                why = ("did not move while doctor read them (cAdvisor refreshes them every "
+                       "10-15 s)" if len(found) == 2 else
+                       "are not in them (cAdvisor has them only for a container with a CPU "
+                       "limit)")
+                causes.append(Finding(
+                    "slow-replica", Verdict.WARN,
+                    f"{where}: CPU throttling not checked: the CFS counters of container "
+                    f"{container} in the kubelet's cAdvisor metrics of node {slow.node} {why}",
+                    "run doctor again, or read nr_throttled in the container's cgroup cpu.stat "
+                    "on the node",
                 ))
         elif isinstance(samples, Exception):
             causes.append(Finding(
