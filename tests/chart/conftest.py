@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import Tools
-from tests.harness.require import tools_or_fail
+from tests.harness.fixtures import tools_or_fail
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import yaml
 
 from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, of_kind, render_chart
+from tests.harness.fixtures import tools_or_fail
 from tests.harness.promql import (
     alert_rules,
     dashboard_queries,
@@ -25,7 +26,6 @@ from tests.harness.promql import (
     metric_names,
     rules_file,
 )
-from tests.harness.require import tools_or_fail
 
 ALERT_TESTS = Path(__file__).with_name("alerts.test.yaml")
 DASHBOARD = json.loads(DASHBOARD_FILE.read_text())

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ApiError, StartupError, TestCluster, ToolsMissingError, locate_tools
+from tests.harness import ApiError, StartupError, TestCluster
+from tests.harness.fixtures import tools_or_fail
 from tests.harness.processes import pid_runs, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +26,8 @@ CRD = ROOT / "crds" / "localmodel.dev_localmodels.yaml"
 def cluster() -> Iterator[TestCluster]:
     """A running cluster: `.admin_kubeconfig`, `.operator_kubeconfig`, `.server`,
     `.apply(...)`, `.kubectl(...)` and `.api(identity)`."""
+    tools = tools_or_fail()
     problem = ""
-    try:
-        tools = locate_tools()
-    except ToolsMissingError as exc:
-        problem = str(exc)
-    if problem:  # fail outside the except block: one clear message, no chained traceback
-        pytest.fail(problem, pytrace=False)
     keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
     test_cluster = TestCluster(tools=tools, keep_workdir=keep)
     try:

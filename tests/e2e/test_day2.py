@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import ApiError, StartupError, TestCluster
-from tests.harness.operator import OperatorProcess, install_operator, wait_condition
+from tests.harness import TestCluster
+from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
+from tests.harness.operator import OperatorProcess, wait_condition
 from tests.harness.processes import ManagedProcess, wait_until
-from tests.harness.require import tools_or_fail
 from tests.harness.tools import REPO_ROOT, TOOL_NAMES
 
 pytestmark = pytest.mark.e2e
@@ -48,31 +48,14 @@ RECORD = os.environ.get("LOCALMODEL_RECORD_HEALTH", "")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TestCluster]:
-    tools = tools_or_fail((*TOOL_NAMES, "lmhealth"))
-    c = TestCluster(fixture=FIXTURE, tools=tools)
-    try:
-        c.start()
-        install_operator(c)
-        c.kubectl("annotate", "storageclass", "local-disk",
-                  "storageclass.kubernetes.io/is-default-class=true")
-    except (StartupError, ApiError, OSError) as exc:
-        c.stop()
-        pytest.fail(f"the test cluster did not start: {exc}", pytrace=False)
-    try:
+    with operator_cluster(tools_or_fail((*TOOL_NAMES, "lmhealth")), FIXTURE) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, identity="operator-day2")
-    op.start()
-    try:
+    with operator_running(cluster, "operator-day2", log_lines=20) as op:
         yield op
-    finally:
-        op.stop()
-        print(f"\n--- operator log tail:\n{op.log_tail(20)}")
 
 
 def model(name: str, ns: str, **spec: Any) -> dict[str, Any]:

@@ -19,13 +19,13 @@ import pytest
 import yaml
 
 from localmodel.engines import ollama
-from tests.harness import ApiError, StartupError, TestCluster
+from tests.harness import TestCluster
 from tests.harness.chart import NAMESPACE
 from tests.harness.cluster import OPERATOR_USER
+from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
 from tests.harness.nodes import NodeShape, local_volume_manifests, node_manifest
-from tests.harness.operator import OperatorProcess, chart_rbac, install_operator, wait_condition
+from tests.harness.operator import OperatorProcess, chart_rbac, wait_condition
 from tests.harness.processes import wait_until
-from tests.harness.require import tools_or_fail
 
 pytestmark = pytest.mark.e2e
 
@@ -36,33 +36,14 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TestCluster]:
-    tools = tools_or_fail()
-    c = TestCluster(fixture=FIXTURE, tools=tools, audit=True)
-    try:
-        c.start()
-        install_operator(c)
-        # Bare metal: the local disks are the default class, as an admin would set.
-        c.kubectl("annotate", "storageclass", "local-disk",
-                  "storageclass.kubernetes.io/is-default-class=true")
-    except (StartupError, ApiError, OSError) as exc:
-        c.stop()
-        pytest.fail(f"the test cluster did not start: {exc}", pytrace=False)
-    try:
+    with operator_cluster(tools_or_fail(), FIXTURE, audit=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, identity="operator-a",
-                         extra_args=("--unschedulable-seconds", "5"))
-    op.start()
-    try:
+    with operator_running(cluster, "operator-a", extra_args=("--unschedulable-seconds", "5")) as op:
         yield op
-    finally:
-        op.stop()
-        print(f"\n--- operator log tail:\n{op.log_tail(30)}")
 
 
 @pytest.fixture

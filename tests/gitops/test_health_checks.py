@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.harness import Tools
-from tests.harness.require import tools_or_fail
+from tests.harness.fixtures import tools_or_fail
 from tests.harness.tools import REPO_ROOT
 
 LUA = REPO_ROOT / "docs" / "gitops" / "localmodel-health.lua"

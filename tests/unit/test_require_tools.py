@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.require import tools_or_fail
+from tests.harness.fixtures import tools_or_fail
 from tests.harness.tools import BUILD_SCRIPT
 
 
