@@ -1,15 +1,24 @@
 """The operator's reads of a real gateway's speed (controller/speed.py `SpeedReader`)
 against a gateway in front of the Ollama stand-in: the calibration read at
 readiness, traffic between reads, a replica that does not answer, and the
-counters the operator exports."""
+counters the operator exports. Replicas that do not answer (a silent gateway,
+a refused connection, a wrong answer) on loopback addresses of their own
+(127.0.0.x, one port) stand for pod IPs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import time
 
 import aiohttp
+import pytest
 
+from localmodel.controller import speed
 from localmodel.controller.speed import ReadCounters, SpeedBook, SpeedReader, SpeedTarget
+from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.server import start_gateway
 from localmodel.speed import SOURCE_OWN, PeerKey, SpeedPolicy
 from tests.gateway.harness import RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
@@ -76,5 +85,89 @@ async def test_a_replica_that_does_not_answer_is_counted_and_backed_off() -> Non
         await reader.read_due()  # a failed read waits idle_max: not due yet
         clock.now += 10
         await reader.read_due()
-    assert reader.counters.reads.value(("failed",)) == 2
+    assert reader.counters.reads.value(("unreachable",)) == 2
+    assert reader.counters.reads.value(("ok",)) == 0
     assert book.published_by_model() == {}
+
+
+async def test_silent_replicas_cost_a_bounded_wait_and_never_fail_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twice the read concurrency of silent gateways (they accept and never
+    answer), one refusing, one answering 404, and a real gateway listed last:
+    each read gets the whole timeout once it starts (the real gateway's read,
+    queued behind the silent ones, succeeds), no more than READ_CONCURRENCY
+    are under way at once, the round ends within its waves of timeouts, each
+    failure is counted by its kind, and the event loop (where the reconcile
+    passes run) is never held up meanwhile."""
+    timeout = 0.4
+    monkeypatch.setattr(speed, "READ_TIMEOUT_SECONDS", timeout)
+    gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
+                                           calibrate_tokens=0), lambda line: None)
+    port = gw.port
+    open_now, most_open, tried = 0, 0, 0
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now, most_open, tried
+        tried += 1
+        open_now += 1
+        most_open = max(most_open, open_now)
+        try:
+            await reader.read()  # until the operator gives up and closes
+        finally:
+            open_now -= 1
+            writer.close()
+
+    async def not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n"
+                         b"connection: close\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    servers = [await asyncio.start_server(silent, "127.0.0.2", port),
+               await asyncio.start_server(not_found, "127.0.0.4", port)]
+    n_silent = 2 * speed.READ_CONCURRENCY + 1
+    targets = [SpeedTarget("ai/dead", i, "n", f"dead-{i}", f"d{i}", "127.0.0.2", KEY)
+               for i in range(n_silent)]
+    targets += [SpeedTarget("ai/refused", 0, "n", "refused-0", "r0", "127.0.0.3", KEY),
+                SpeedTarget("ai/wrong", 0, "n", "wrong-0", "w0", "127.0.0.4", KEY),
+                SpeedTarget("ai/chat", 0, "n", "chat-0", "u0", "127.0.0.1", KEY)]
+    book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
+    book.retarget(targets)
+    clock = Clock()
+    reader = SpeedReader(book, ReadCounters(), lambda: None, clock, port)
+    lag = 0.0
+
+    async def ticker() -> None:
+        nonlocal lag
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            lag = max(lag, time.monotonic() - before - 0.01)
+
+    tick = asyncio.create_task(ticker())
+    try:
+        async with reader.session():
+            began = time.monotonic()
+            await reader.read_due()
+            took = time.monotonic() - began
+    finally:
+        tick.cancel()
+        for server in servers:
+            server.close()
+        await gw.stop()
+    reads = reader.counters.reads
+    # Every silent replica was tried (none timed out waiting for a connection).
+    assert tried == n_silent
+    assert reads.value(("ok",)) == 1 and book.by_uid["u0"].reading is not None
+    assert reads.value(("timeout",)) == n_silent
+    assert reads.value(("unreachable",)) == 1 and reads.value(("bad_answer",)) == 1
+    assert most_open == speed.READ_CONCURRENCY
+    waves = math.ceil((n_silent + 3) / speed.READ_CONCURRENCY)
+    assert took < waves * timeout + 1.0, (took, waves)
+    assert lag < 0.2, lag
+    # Every failed replica waits idle_max for its next read; none is due now.
+    assert book.due(clock.now + 10) == []
+    assert len(book.due(clock.now + 20)) == len(targets)

@@ -9,7 +9,16 @@ permission at all. What is read when is `localmodel.speed.next_read`: one
 read when a pod becomes Ready (its calibration), then at most one per
 `--speed-interval` while it has traffic, thinning out to one per 10 minutes
 for a replica without traffic. Reads are counted in
-`localmodel_operator_gateway_reads_total{result}`.
+`localmodel_operator_gateway_reads_total{result}` (`RESULTS`).
+
+A replica whose gateway does not answer (a dead node, a NetworkPolicy that
+drops the operator's packets) costs a bounded wait and nothing else: at most
+`READ_CONCURRENCY` reads are under way at once, and each read's
+`READ_TIMEOUT_SECONDS` starts only when it gets its slot, so a round of
+unanswered reads never fails the healthy replicas queued behind them. A
+round of N reads takes at most ceil(N / READ_CONCURRENCY) x the timeout; it
+runs in its own task, beside the reconcile passes, and a failed read is
+counted, retried `--speed-idle-interval` later and changes no status.
 
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
@@ -53,9 +62,16 @@ from localmodel.speed import (
 
 log = logging.getLogger("localmodel.speed")
 
-READ_TIMEOUT_SECONDS = 2.0
+READ_TIMEOUT_SECONDS = 2.0  # one read: connect, request and answer
 READ_CONCURRENCY = 16
 READ_MAX_BYTES = 64 * 1024  # a /speed document is about 500 bytes
+
+# The `result` label of localmodel_operator_gateway_reads_total.
+READ_OK = "ok"
+READ_TIMEOUT = "timeout"  # no answer within READ_TIMEOUT_SECONDS
+READ_UNREACHABLE = "unreachable"  # the connection failed (refused, reset, no route)
+READ_BAD_ANSWER = "bad_answer"  # an answer that is not a /speed document (a non-200 status)
+RESULTS = (READ_OK, READ_TIMEOUT, READ_UNREACHABLE, READ_BAD_ANSWER)
 
 
 @dataclass(frozen=True)
@@ -213,6 +229,11 @@ class SpeedReader:
         self.clock = clock
         self.wake = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
+        # The reads' own bound, taken before a read starts its clock: aiohttp's
+        # timeout also runs while a request waits for a connection of its pool,
+        # so with only the pool's limit, the reads queued behind unanswered ones
+        # timed out without being tried.
+        self._slots = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def run(self, leading: asyncio.Event) -> None:
         async with self.session():
@@ -252,18 +273,28 @@ class SpeedReader:
             self.on_change()
 
     async def _read(self, target: SpeedTarget) -> Reading | None:
+        async with self._slots:
+            result, reading = await self._read_one(target)
+        self.counters.reads.inc(labels=(result,))
+        return reading
+
+    async def _read_one(self, target: SpeedTarget) -> tuple[str, Reading | None]:
         assert self._session is not None
         url = f"http://{target.ip}:{self.port}{SPEED_PATH}"
+        why: Exception
         try:
             async with self._session.get(url) as resp:
                 raw = await resp.content.read(READ_MAX_BYTES)
                 if resp.status != 200:
                     raise BadDocument(f"answered {resp.status}")
             self.counters.read_bytes.inc(len(raw))
-            reading = reading_from(json.loads(raw), self.clock(), target.uid)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            self.counters.reads.inc(labels=("failed",))
-            log.debug("speed of %s replica %d (%s): %r", target.model, target.replica, url, exc)
-            return None
-        self.counters.reads.inc(labels=("ok",))
-        return reading
+            return READ_OK, reading_from(json.loads(raw), self.clock(), target.uid)
+        except TimeoutError as exc:
+            result, why = READ_TIMEOUT, exc
+        except (aiohttp.ClientError, OSError) as exc:
+            result, why = READ_UNREACHABLE, exc
+        except ValueError as exc:  # BadDocument, not JSON
+            result, why = READ_BAD_ANSWER, exc
+        log.debug("speed of %s replica %d (%s): %s %r", target.model, target.replica, url,
+                  result, why)
+        return result, None
