@@ -399,35 +399,47 @@ def kept(name: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row.keep(b) for b in bodies if row.selected(b)]
 
 
-def operator_section(n: int, runs: int) -> dict[str, Any]:
+OPTIONS = RenderOptions(operator_image="localmodel-operator:bench")
+
+
+def watched_bodies(n: int) -> tuple[DesiredState, dict[str, list[dict[str, Any]]]]:
+    """`n` nodes and n/2 models converged: the objects the operator's watches
+    receive, by watch name (`watched.WATCHED`), before a watch keeps them.
+    benchmarks/converge.py --memory feeds the same to a fresh operator process."""
     rng = random.Random(n)
     facts, usage = cluster(n, rng)
     lms = local_models(n // 2, facts, rng)
-    options = RenderOptions(operator_image="localmodel-operator:bench")
-    state = desired_state(lms, facts, now=NOW, usage=usage, options=options)
+    state = desired_state(lms, facts, now=NOW, usage=usage, options=OPTIONS)
     objects = [stored(o, k) for k, o in enumerate(o for m in state.models for o in m.objects)]
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objects:
         by_kind.setdefault(o["kind"], []).append(o)
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    snap = Snapshot(
-        localmodels=kept("localmodels", [
+    return state, {
+        "localmodels": [
             {**r.with_status.model_dump(by_alias=True, exclude_none=True, mode="json"),
              "metadata": {**r.model.metadata.model_dump(by_alias=True, exclude_none=True),
                           "resourceVersion": str(k + 1)}}
-            for k, r in enumerate(state.models)]),
-        nodes=kept("nodes", [node_body(f, i) for i, f in enumerate(facts)]),
-        pods=kept("pods", by_kind.get("Pod", []) + [
+            for k, r in enumerate(state.models)],
+        "nodes": [node_body(f, i) for i, f in enumerate(facts)],
+        "pods": by_kind.get("Pod", []) + [
             daemon_pod(name, k, u.cpu_milli // 2, u.memory_bytes // 2)
-            for name, u in usage.items() for k in range(2)]),
-        claims=kept("claims", by_kind.get("PersistentVolumeClaim", [])),
-        configmaps=kept("configmaps", by_kind.get("ConfigMap", [])),
-        services=kept("services", by_kind.get("Service", [])),
-    )
+            for name, u in usage.items() for k in range(2)],
+        "claims": by_kind.get("PersistentVolumeClaim", []),
+        "configmaps": by_kind.get("ConfigMap", []),
+        "services": by_kind.get("Service", []),
+    }
+
+
+def operator_section(n: int, runs: int) -> dict[str, Any]:
+    state, bodies = watched_bodies(n)
+    options = OPTIONS
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    snap = Snapshot(**{name: kept(name, b) for name, b in bodies.items()})
     stored_bytes = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
+    del bodies
     parsed, desired = Parsed(), Desired()
     placed: dict[str, dict[int, str]] = {}
 
@@ -457,15 +469,15 @@ def operator_section(n: int, runs: int) -> dict[str, Any]:
     one_pass(snap)
     counts = {name: len(getattr(snap, name)) for name in ("localmodels", "nodes", "pods",
                                                           "claims", "configmaps", "services")}
-    print(f"operator at {n} nodes, {len(lms)} models: watches hold " + ", ".join(
+    print(f"operator at {n} nodes, {len(state.models)} models: watches hold " + ", ".join(
         f"{v} {k}" for k, v in counts.items()))
     print(f"  memory: stored objects {stored_bytes / 2**20:.0f} MiB; a pass's parsed models/"
           f"nodes, planner index and Desired {kept_bytes / 2**20:.0f} MiB (tracemalloc)")
     print(f"  one operator pass (observe + plan_pass): cold {cold:.2f} s ({writes} writes "
           f"wanted: nothing existed yet in its memory), steady {steady * 1000:.0f} ms "
           f"({steady_writes} writes), after a node label change {label * 1000:.0f} ms")
-    return {"operator": {"nodes": n, "models": len(lms), **{f"watched_{k}": v
-                                                             for k, v in counts.items()},
+    return {"operator": {"nodes": n, "models": len(state.models),
+                         **{f"watched_{k}": v for k, v in counts.items()},
                          "stored_objects_mib": round(stored_bytes / 2**20, 1),
                          "pass_state_mib": round(kept_bytes / 2**20, 1),
                          "cold_pass_s": round(cold, 3), "steady_pass_s": round(steady, 4),
