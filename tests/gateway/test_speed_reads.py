@@ -171,3 +171,42 @@ async def test_silent_replicas_cost_a_bounded_wait_and_never_fail_the_others(
     # Every failed replica waits idle_max for its next read; none is due now.
     assert book.due(clock.now + 10) == []
     assert len(book.due(clock.now + 20)) == len(targets)
+
+
+async def test_a_pass_holding_the_event_loop_does_not_time_out_the_reads_under_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reconcile passes compute on the reader's event loop (at 10k nodes, for
+    seconds). Reads under way when a pass holds the loop for several times the
+    read timeout, whose gateway answered meanwhile, are read, not timed out;
+    a gateway that never answers still times out once the loop is free."""
+    timeout = 0.3
+    monkeypatch.setattr(speed, "READ_TIMEOUT_SECONDS", timeout)
+    gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
+                                           calibrate_tokens=0), lambda line: None)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    quiet = await asyncio.start_server(silent, "127.0.0.2", gw.port)
+    book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
+    book.retarget([SpeedTarget("ai/chat", i, "n", f"chat-{i}", f"u{i}", "127.0.0.1", KEY)
+                   for i in range(4)]
+                  + [SpeedTarget("ai/dead", 0, "n", "dead-0", "d0", "127.0.0.2", KEY)])
+    reader = SpeedReader(book, ReadCounters(), lambda: None, Clock(), gw.port)
+    try:
+        async with reader.session():
+            round_ = asyncio.create_task(reader.read_due())
+            await asyncio.sleep(0.02)  # the requests are sent
+            time.sleep(4 * timeout)  # a pass computing: the loop is held
+            began = time.monotonic()
+            await round_
+            after = time.monotonic() - began
+    finally:
+        quiet.close()
+        await gw.stop()
+    reads = reader.counters.reads
+    assert reads.value(("ok",)) == 4 and reads.value(("timeout",)) == 1
+    # The silent one got its time after the stall, not before it.
+    assert after >= timeout - speed.STALL_TICK_SECONDS - 0.05, after

@@ -20,6 +20,12 @@ round of N reads takes at most ceil(N / READ_CONCURRENCY) x the timeout; it
 runs in its own task, beside the reconcile passes, and a failed read is
 counted, retried `--speed-idle-interval` later and changes no status.
 
+The passes compute on the same event loop, and at 10k nodes a pass holds it
+for seconds: a read whose answer arrived meanwhile must not be called a
+timeout. A read's deadline is therefore pushed on by every stall of the loop
+while it is under way (`_watch_stalls`): it times out only after about
+`READ_TIMEOUT_SECONDS` of time in which it could have run.
+
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
 I/O loop around it.
@@ -64,6 +70,7 @@ log = logging.getLogger("localmodel.speed")
 
 READ_TIMEOUT_SECONDS = 2.0  # one read: connect, request and answer
 READ_CONCURRENCY = 16
+STALL_TICK_SECONDS = 0.1  # how often a round of reads looks for a held-up event loop
 READ_MAX_BYTES = 64 * 1024  # a /speed document is about 500 bytes
 
 # The `result` label of localmodel_operator_gateway_reads_total.
@@ -234,6 +241,9 @@ class SpeedReader:
         # so with only the pool's limit, the reads queued behind unanswered ones
         # timed out without being tried.
         self._slots = asyncio.Semaphore(READ_CONCURRENCY)
+        self._deadlines: set[asyncio.Timeout] = set()  # of the reads under way
+        self._last_tick = 0.0
+        self._tick: asyncio.TimerHandle | None = None
 
     async def run(self, leading: asyncio.Event) -> None:
         async with self.session():
@@ -244,7 +254,10 @@ class SpeedReader:
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
-        timeout = aiohttp.ClientTimeout(total=READ_TIMEOUT_SECONDS)
+        # No timeout of aiohttp's own: a read's deadline is its `asyncio.timeout`,
+        # which `_watch_stalls` moves on while the loop is held up.
+        timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=None,
+                                        sock_read=None)
         connector = aiohttp.TCPConnector(limit=READ_CONCURRENCY, force_close=True)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             self._session = session
@@ -264,13 +277,39 @@ class SpeedReader:
         due = self.book.due(self.clock())
         if not due:
             return
-        results = await asyncio.gather(*(self._read(t) for t in due))
+        loop = asyncio.get_running_loop()
+        self._last_tick = loop.time()
+        self._tick = loop.call_later(STALL_TICK_SECONDS, self._watch_stalls)
+        try:
+            results = await asyncio.gather(*(self._read(t) for t in due))
+        finally:
+            if self._tick is not None:
+                self._tick.cancel()
+                self._tick = None
         changed = False
         now = self.clock()
         for target, reading in zip(due, results, strict=True):
             changed = self.book.record(target.uid, reading, now) or changed
         if changed:
             self.on_change()
+
+    def _watch_stalls(self) -> None:
+        """A timer callback every STALL_TICK_SECONDS while reads are under way:
+        when it runs late, the loop was held up (a pass computing) for that long,
+        and every read's deadline moves on by as much. It runs before a deadline
+        that fell due in the same stall (timers run in the order they are due),
+        so a read gets at least READ_TIMEOUT_SECONDS - STALL_TICK_SECONDS of
+        time in which it could run."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        stall = now - self._last_tick - STALL_TICK_SECONDS
+        if stall > 0:
+            for deadline in self._deadlines:
+                when = deadline.when()
+                if when is not None:
+                    deadline.reschedule(when + stall)
+        self._last_tick = now
+        self._tick = loop.call_later(STALL_TICK_SECONDS, self._watch_stalls)
 
     async def _read(self, target: SpeedTarget) -> Reading | None:
         async with self._slots:
@@ -283,10 +322,15 @@ class SpeedReader:
         url = f"http://{target.ip}:{self.port}{SPEED_PATH}"
         why: Exception
         try:
-            async with self._session.get(url) as resp:
-                raw = await resp.content.read(READ_MAX_BYTES)
-                if resp.status != 200:
-                    raise BadDocument(f"answered {resp.status}")
+            async with asyncio.timeout(READ_TIMEOUT_SECONDS) as deadline:
+                self._deadlines.add(deadline)
+                try:
+                    async with self._session.get(url) as resp:
+                        raw = await resp.content.read(READ_MAX_BYTES)
+                        if resp.status != 200:
+                            raise BadDocument(f"answered {resp.status}")
+                finally:
+                    self._deadlines.discard(deadline)
             self.counters.read_bytes.inc(len(raw))
             return READ_OK, reading_from(json.loads(raw), self.clock(), target.uid)
         except TimeoutError as exc:
