@@ -8,11 +8,11 @@ clock runs until every one is Ready. API requests by the operator's user come
 from the audit log. Printed side by side: seconds to all Ready, and reads and
 writes per model (writes per model should not depend on N).
 
-    python benchmarks/converge.py                # N = 50, 100, 300, 1000; memory at 10k nodes
-    python benchmarks/converge.py --sizes 50 100 # a subset
-    python benchmarks/converge.py --memory 10000 # only the memory at 10k nodes, 5k models
-    python benchmarks/converge.py --quick        # CI: N = 20, a 10 s idle window, memory at 800
-    python benchmarks/converge.py --json         # one JSON object as the last line
+    python benchmarks/converge.py                   # N = 50, 100, 300, 1000; memory at 10k nodes
+    python benchmarks/converge.py --sizes 300 --memory 0  # one N, no memory section
+    python benchmarks/converge.py --sizes --memory 10000  # only the memory, 10k nodes, 5k models
+    python benchmarks/converge.py --quick           # CI: N = 20, a 10 s idle window, memory at 800
+    python benchmarks/converge.py --json            # one JSON object as the last line
 
 The operator's reads of the gateways' speed (docs/operator.md, Speed) are
 counted from its metrics (`localmodel_operator_gateway_reads_total{result}`,
