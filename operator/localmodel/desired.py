@@ -9,7 +9,7 @@ the same thing. The caller supplies the clock (`now`) and what it observed
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
@@ -21,6 +21,7 @@ from localmodel.render import (
     GATEWAY_CPU_MILLI,
     GATEWAY_MEMORY_BYTES,
     Manifest,
+    PodParts,
     RenderOptions,
     ReplicaPlan,
     endpoint,
@@ -28,7 +29,7 @@ from localmodel.render import (
     pod_selector,
     render_objects,
 )
-from localmodel.rules import Tuning, engine_version, evaluate, shape_problems
+from localmodel.rules import Evaluations, Tuning, engine_version, shape_problems, spec_key
 from localmodel.rules.model import Version
 from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status, took_now
 
@@ -67,23 +68,29 @@ class Prepared:
     """What one model's spec alone decides, worked out once per spec: the
     problems that make it invalid, its shape (catalog or spec.modelInfo), its
     engine version, and the memory the planner must fit (the worst case, on a
-    node nothing is known about, plus the gateway sidecar)."""
+    node nothing is known about, plus the gateway sidecar). ``key``: the spec
+    as far as the rules read it (`rules.spec_key`)."""
 
     problems: tuple[FieldError, ...]
     shape: ModelShape | None
     version: Version | None
     memory_bytes: int
+    key: Hashable = None
 
 
-def prepare(spec: LocalModelSpec) -> Prepared:
+def prepare(
+    spec: LocalModelSpec, evaluations: Evaluations | None = None, key: Hashable = None
+) -> Prepared:
+    """``evaluations``: a pass's memo; ``key``: the spec's `spec_key`, when known."""
+    key = spec_key(spec) if key is None else key
     shape = lookup(spec.model, spec.model_info)
     found = tuple(shape_problems(spec, shape))
     if found:
-        return Prepared(found, shape, None, 0)
+        return Prepared(found, shape, None, 0, key)
     # Sized for an unknown node and an unknown engine version: every guard fires.
-    worst = evaluate(spec, _UNKNOWN_NODE, 1, shape, None)
+    worst = (evaluations or Evaluations())(spec, _UNKNOWN_NODE, 1, shape, None, key)
     memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
-    return Prepared(found, shape, engine_version(spec), memory)
+    return Prepared(found, shape, engine_version(spec), memory, key)
 
 
 def demand(
@@ -222,6 +229,9 @@ class Desired:
         self._now_prepared: dict[str, Prepared] = {}
         self._now_demands: list[ModelDemand] = []
         self._plan: Plan | None = None
+        self._evaluations = Evaluations()
+        self._prepared_by_key: dict[Hashable, Prepared] = {}
+        self._parts = PodParts()
 
     def state(
         self,
@@ -237,6 +247,10 @@ class Desired:
         avoid: Mapping[str, frozenset[str]] | None = None,
     ) -> DesiredState:
         avoid = avoid or {}
+        # By value, for this pass: specs and nodes that read the same share
+        # their preparation and tunings (what a model keeps is kept per model).
+        self._evaluations, self._prepared_by_key = Evaluations(), {}
+        self._parts = PodParts()
         listed = tuple(models)
         if listed != self._listed or avoid != self._avoid:
             self._listed, self._avoid = listed, dict(avoid)
@@ -303,7 +317,11 @@ class Desired:
         memo = self._prepared.get(key)
         if memo is not None and memo[0] is lm.spec:
             return memo[1]
-        prep = prepare(lm.spec)
+        value = spec_key(lm.spec)
+        prep = self._prepared_by_key.get(value)
+        if prep is None:
+            prep = prepare(lm.spec, self._evaluations, value)
+            self._prepared_by_key[value] = prep
         self._prepared[key] = (lm.spec, prep)
         return prep
 
@@ -330,7 +348,7 @@ class Desired:
             and (memo.node is node or memo.node == node)
         ):
             return memo.tuning
-        tuning = evaluate(lm.spec, node, cpu, prep.shape, prep.version)
+        tuning = self._evaluations(lm.spec, node, cpu, prep.shape, prep.version, prep.key)
         self._tuned[(key, replica)] = _Tuned(lm.spec, node, cpu, tuning)
         return tuning
 
@@ -361,7 +379,11 @@ class Desired:
             ):
                 return memo.result
         if objects is None:
-            objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
+            objects = (
+                tuple(render_objects(lm, replicas, options, self._parts, prep.key))
+                if not prep.problems
+                else ()
+            )
         status = _status(lm, prep.problems, replicas, unplaced, ready, now)
         result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
         self._done[key] = _Done(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from localmodel.contract import (
 )
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.quantity import format_bytes
-from localmodel.rules import Tuning
+from localmodel.rules import Tuning, spec_key
 
 Manifest = dict[str, Any]
 
@@ -572,10 +572,13 @@ def build_ollama_download_container(
     }
 
 
-def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
-    """The pod spec: bound to the planned node, the containers, the volumes."""
-    llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
-    if llama:
+def build_containers(
+    lm: LocalModel, r: ReplicaPlan, options: RenderOptions
+) -> tuple[list[Manifest], list[Manifest]]:
+    """A pod's init containers and containers. They read the spec (never its
+    replicas, cpu or placement: see `PodParts`), the replica's tuning and the
+    options, nothing of the model's name or the replica's node."""
+    if lm.spec.engine.name is EngineName.LLAMA_SERVER:
         engine = build_llama_server_container(lm, r, options)
         inits = [build_llama_server_init_container(lm, r, options)]
     else:
@@ -586,6 +589,60 @@ def build_pod_spec(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Ma
     containers = [engine]
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
+    return inits, containers
+
+
+@dataclass(frozen=True)
+class _Containers:
+    tuning: Tuning  # held: its id is part of the key
+    inits: list[Manifest]
+    containers: list[Manifest]
+    json: dict[str, str]  # field -> its JSON text, for the pod spec's hash
+
+
+class PodParts:
+    """What pods of alike models share, by value, for one pass: a pod's
+    containers are a function of its spec as the rules read it
+    (`rules.spec_key`: all but replicas, cpu and placement), its tuning and
+    the options, so every pod with the same three gets the same container
+    objects (manifests are never changed in place) and their JSON text, which
+    `pod_spec_hash` reuses. Keep one per pass: the tuning is keyed by identity."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Hashable, int, RenderOptions], _Containers] = {}
+
+    def containers(
+        self, lm: LocalModel, r: ReplicaPlan, options: RenderOptions, key: Hashable = None
+    ) -> _Containers:
+        """``key``: the spec's `rules.spec_key`, when the caller has it."""
+        memo = (spec_key(lm.spec) if key is None else key, id(r.tuning), options)
+        found = self._seen.get(memo)
+        if found is None or found.tuning is not r.tuning:
+            inits, containers = build_containers(lm, r, options)
+            found = self._seen[memo] = _Containers(
+                r.tuning,
+                inits,
+                containers,
+                {
+                    "initContainers": json.dumps(inits, sort_keys=True),
+                    "containers": json.dumps(containers, sort_keys=True),
+                },
+            )
+        return found
+
+
+def build_pod_spec(
+    lm: LocalModel,
+    r: ReplicaPlan,
+    options: RenderOptions,
+    parts: _Containers | None = None,
+) -> Manifest:
+    """The pod spec: bound to the planned node, the containers, the volumes."""
+    llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
+    if parts is None:
+        inits, containers = build_containers(lm, r, options)
+    else:
+        inits, containers = parts.inits, parts.containers
     volumes: list[Manifest] = [
         {"name": VOLUME_WEIGHTS, "persistentVolumeClaim": {"claimName": replica_claim(lm, r)}}
     ]
@@ -635,8 +692,32 @@ def manifest_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
-    spec = build_pod_spec(lm, r, options)
+def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
+    """`manifest_hash(spec)`, with the JSON text of some top-level fields known
+    already (``known``: field -> its `json.dumps(..., sort_keys=True)`): the same
+    text, put together as the encoder writes an object, so the same digest."""
+    # One encoding of the rest, the known fields as NaN (which no manifest holds:
+    # JSON has no NaN), each then replaced by its text.
+    text = json.dumps({**spec, **dict.fromkeys(known, _NAN)}, sort_keys=True)
+    for k, known_text in known.items():
+        mark = f"{json.dumps(k)}: NaN"
+        if text.count(mark) != 1:
+            return manifest_hash(spec)
+        text = text.replace(mark, f"{json.dumps(k)}: {known_text}")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_NAN = float("nan")
+
+
+def render_pod(
+    lm: LocalModel,
+    r: ReplicaPlan,
+    options: RenderOptions,
+    parts: _Containers | None = None,
+) -> Manifest:
+    spec = build_pod_spec(lm, r, options, parts)
+    digest = manifest_hash(spec) if parts is None else pod_spec_hash(spec, parts.json)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -647,7 +728,7 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
-                ANNOTATION_POD_SPEC_HASH: manifest_hash(spec),
+                ANNOTATION_POD_SPEC_HASH: digest,
             },
         ),
         "spec": spec,
@@ -655,16 +736,24 @@ def render_pod(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manife
 
 
 def render_objects(
-    lm: LocalModel, replicas: Sequence[ReplicaPlan], options: RenderOptions | None = None
+    lm: LocalModel,
+    replicas: Sequence[ReplicaPlan],
+    options: RenderOptions | None = None,
+    parts: PodParts | None = None,
+    key: Hashable = None,
 ) -> list[Manifest]:
     """Every object for one LocalModel: ConfigMap (Ollama's Modelfiles), claims,
-    pods, Service."""
+    pods, Service. ``parts``: a pass's `PodParts` (``key``: the spec's
+    `rules.spec_key`, when the caller has it)."""
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
     objects: list[Manifest] = []
     if replicas and lm.spec.engine.name is EngineName.OLLAMA:
         objects.append(render_configmap(lm, replicas))
     objects += [render_claim(lm, r) for r in replicas]
-    objects += [render_pod(lm, r, options) for r in replicas]
+    objects += [
+        render_pod(lm, r, options, None if parts is None else parts.containers(lm, r, options, key))
+        for r in replicas
+    ]
     objects.append(render_service(lm))
     return objects

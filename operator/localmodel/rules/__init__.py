@@ -1,11 +1,14 @@
 """Tuning rules: data with sources, and a small ordered evaluator."""
 
 from localmodel.rules.evaluate import (
+    Evaluations,
     Tuning,
     engine_version,
     evaluate,
+    node_key,
     problems,
     shape_problems,
+    spec_key,
     tune,
 )
 from localmodel.rules.model import Decision, Rule
@@ -15,11 +18,14 @@ __all__ = [
     "RULES",
     "RULES_BY_ID",
     "Decision",
+    "Evaluations",
     "Rule",
     "Tuning",
     "engine_version",
     "evaluate",
+    "node_key",
     "problems",
     "shape_problems",
+    "spec_key",
     "tune",
 ]

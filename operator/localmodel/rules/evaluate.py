@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, fields
+from typing import Any
 
-from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
+from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec, Placement
 from localmodel.catalog import ModelShape, lookup
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
@@ -105,3 +107,55 @@ def evaluate(
 def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
     """evaluate() with the model shape and engine version resolved from the spec."""
     return evaluate(spec, node, cpu, lookup(spec.model, spec.model_info), engine_version(spec))
+
+
+# What `evaluate` reads, as hashable values, so that one pass evaluates each
+# distinct (spec, node, cpu) once: many models share a spec but for their
+# names and placement, many nodes share a shape but for their names and
+# labels. Everything is read but what these name; a field added later is read
+# (a finer key is never wrong). tests/unit/test_rules_memo.py holds that
+# `evaluate` gives the same tuning to specs and nodes that differ only here.
+SPEC_NOT_READ = frozenset({"replicas", "cpu"})
+PLACEMENT_READ = frozenset({"safe_cpu_path"})  # of spec.placement, only this
+NODE_NOT_READ = frozenset({"name", "labels", "taints", "schedulable", "allocatable_memory_bytes"})
+_NODE_READ = tuple(f.name for f in fields(NodeFacts) if f.name not in NODE_NOT_READ)
+_SPEC_EXCLUDE: dict[str, Any] = {
+    **dict.fromkeys(SPEC_NOT_READ, True),
+    "placement": dict.fromkeys(set(Placement.model_fields) - PLACEMENT_READ, True),
+}
+
+
+def spec_key(spec: LocalModelSpec) -> str:
+    """The spec as far as `evaluate` (and `prepare`) read it, as JSON text (a
+    string: its hash is computed once)."""
+    return spec.model_dump_json(exclude=_SPEC_EXCLUDE)
+
+
+def node_key(node: NodeFacts) -> Hashable:
+    """The node's facts as far as `evaluate` reads them: a hashable value."""
+    return tuple(getattr(node, name) for name in _NODE_READ)
+
+
+class Evaluations:
+    """`evaluate` memoized by value: the same tuning object for every call
+    whose spec, node facts, CPUs, shape and version read the same. For one
+    pass (a caller keeps one per pass: nothing grows between passes)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Hashable, Tuning] = {}
+
+    def __call__(
+        self,
+        spec: LocalModelSpec,
+        node: NodeFacts,
+        cpu: int,
+        shape: ModelShape | None,
+        version: Version | None,
+        key: Hashable | None = None,
+    ) -> Tuning:
+        """``key``: the spec's `spec_key`, when the caller has it."""
+        memo = (spec_key(spec) if key is None else key, node_key(node), cpu, shape, version)
+        found = self._seen.get(memo)
+        if found is None:
+            found = self._seen[memo] = evaluate(spec, node, cpu, shape, version)
+        return found

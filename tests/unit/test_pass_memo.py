@@ -1,0 +1,272 @@
+"""What one pass shares by value between alike models and nodes gives exactly
+what computing every model on its own gives.
+
+A pass evaluates the rules once per distinct (spec as the rules read it, node
+facts as the rules read them, CPUs) (`rules.Evaluations`), prepares a spec once
+per such spec, and renders a pod's containers once per (spec, tuning, options)
+(`render.PodParts`), whose JSON text the pod's hash reuses
+(`render.pod_spec_hash`). These tests hold each premise (what the keys leave
+out is never read) and the whole: `desired_state` equals a reference that
+computes every model with the plain functions and no memo, on worlds built so
+that many models and nodes are alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from localmodel import API_VERSION, KIND
+from localmodel.api import LocalModel
+from localmodel.desired import (
+    DesiredState,
+    ModelResult,
+    _status,
+    demand,
+    desired_state,
+    prepare,
+)
+from localmodel.facts import FactSource, NodeFacts, Taint
+from localmodel.planner import Usage, plan
+from localmodel.render import (
+    RenderOptions,
+    ReplicaPlan,
+    build_containers,
+    manifest_hash,
+    pod_spec_hash,
+    render_objects,
+)
+from localmodel.rules import Evaluations, evaluate, node_key, spec_key
+
+G = 1 << 30
+EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FLAGS = [None, frozenset({"AVX2"}), frozenset({"AVX2", "AVX512F", "AMXTILE"})]
+# Specs as the rules read them; placement, replicas and cpu are varied apart.
+BASES: list[dict[str, Any]] = [
+    {"model": "qwen3:0.6b"},
+    {"model": "qwen3:1.7b", "memory": "6Gi"},
+    {"model": "qwen3:1.7b", "memory": "6Gi", "gateway": {"enabled": False}},
+    {"model": "gemma3:1b", "context": 4096, "slots": 2, "kvCache": "q8_0"},
+    {
+        "model": "llama3.2:1b",
+        "engine": {"name": "llama-server"},
+        "gguf": {"url": "https://example.com/m.gguf", "sha256": "a" * 64},
+    },
+    {
+        "model": "qwen3:0.6b",
+        "gguf": {"url": "https://example.com/q.gguf", "sha256": "b" * 64},
+        "env": [{"name": "EXTRA", "value": "1"}],
+    },
+    {"model": "qwen3:0.6b", "engine": {"version": "0.31.0"}},  # AMX guards apply
+    {"model": "qwen3:0.6b", "engine": {"version": "0.5.7"}, "placement": {"safeCpuPath": True}},
+    {"model": "unknown-model:7b"},  # invalid: memory auto, not in the catalog
+    {"model": "unknown-model:7b", "memory": "3Gi", "storage": {"size": "20Gi"}},
+]
+PLACEMENTS: list[dict[str, Any]] = [
+    {},
+    {"exclusive": False},
+    {"nodeSelector": {"pool": "a"}},
+    {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+]
+
+
+def spec(rnd: random.Random) -> dict[str, Any]:
+    base = rnd.choice(BASES)
+    placement = {**rnd.choice(PLACEMENTS), **base.get("placement", {})}
+    return {
+        **base,
+        "cpu": rnd.choice([1, 2, 3, "node"]),
+        "replicas": rnd.choice([0, 1, 1, 2]),
+        "placement": placement,
+    }
+
+
+def local_model(name: str, body: dict[str, Any], namespace: str = "ns") -> LocalModel:
+    return LocalModel.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace, "uid": f"u-{name}"},
+            "spec": body,
+        }
+    )
+
+
+def node(name: str, rnd: random.Random) -> NodeFacts:
+    """Nodes of a few shapes, each with its own name and labels."""
+    return NodeFacts(
+        name=name,
+        allocatable_cpu_milli=rnd.choice([2, 4, 8]) * 1000 - rnd.choice([0, 80]),
+        allocatable_memory_bytes=rnd.choice([8, 16, 32]) * G,
+        labels={"kubernetes.io/hostname": name, **rnd.choice([{}, {"pool": "a"}])},
+        taints=rnd.choice([(), (), (Taint("dedicated", "x"),)]),
+        cpu_flags=rnd.choice(FLAGS),
+        source=rnd.choice([FactSource.NFD, FactSource.PROBE]),
+        cgroup_cpu_quota=rnd.choice([None, None, 1.0, 3.0]),
+        cpuset_cpus=rnd.choice([None, None, 2]),
+    )
+
+
+def other_placement(body: dict[str, Any], rnd: random.Random) -> dict[str, Any]:
+    """The same spec but for what the keys leave out: replicas, cpu, placement
+    (but its safeCpuPath)."""
+    safe = body["placement"].get("safeCpuPath")
+    placement = dict(rnd.choice(PLACEMENTS)) | ({"safeCpuPath": safe} if safe is not None else {})
+    return {
+        **body,
+        "cpu": rnd.choice([1, 4, "node"]),
+        "replicas": rnd.choice([0, 3]),
+        "placement": placement,
+    }
+
+
+@EXAMPLES
+@given(st.randoms(use_true_random=False))
+def test_what_the_rules_keys_leave_out_is_never_read(rnd: random.Random) -> None:
+    body = spec(rnd)
+    a, b = local_model("a", body).spec, local_model("b", other_placement(body, rnd)).spec
+    assert spec_key(a) == spec_key(b)
+    n1 = node("n1", rnd)
+    n2 = dataclasses.replace(
+        n1,
+        name="n2",
+        labels={"other": "label"},
+        taints=(Taint("t", "v", "NoExecute"),),
+        schedulable=not n1.schedulable,
+        allocatable_memory_bytes=n1.allocatable_memory_bytes * 2,
+    )
+    assert node_key(n1) == node_key(n2)
+    pa, pb = prepare(a), prepare(b)
+    assert (pa.problems, pa.shape, pa.version, pa.memory_bytes) == (
+        pb.problems,
+        pb.shape,
+        pb.version,
+        pb.memory_bytes,
+    )
+    if pa.problems:
+        return
+    cpu = rnd.choice([1, 2, 5])
+    assert evaluate(a, n1, cpu, pa.shape, pa.version) == evaluate(b, n2, cpu, pb.shape, pb.version)
+
+
+@EXAMPLES
+@given(st.randoms(use_true_random=False))
+def test_a_pods_containers_read_neither_its_name_nor_its_node(rnd: random.Random) -> None:
+    body = spec(rnd)
+    a = local_model("a", body)
+    b = local_model("bee", other_placement(body, rnd), namespace="other")
+    prep = prepare(a.spec)
+    if prep.problems:
+        return
+    t = evaluate(a.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    options = RenderOptions(operator_image=rnd.choice(["op:1", "op:2"]))
+    ra, rb = ReplicaPlan(0, "n1", t, "x", ""), ReplicaPlan(3, "n9", t, "y", "claim-b")
+    assert build_containers(a, ra, options) == build_containers(b, rb, options)
+
+
+@EXAMPLES
+@given(st.randoms(use_true_random=False))
+def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -> None:
+    lm = local_model(rnd.choice(["a", "b-1"]), spec(rnd))
+    prep = prepare(lm.spec)
+    if prep.problems:
+        return
+    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
+    for o in render_objects(lm, replicas, RenderOptions()):
+        if o["kind"] == "Pod":
+            spec_ = o["spec"]
+            fields = rnd.sample(sorted(spec_), rnd.randrange(len(spec_) + 1))
+            known = {k: json.dumps(spec_[k], sort_keys=True) for k in fields}
+            assert pod_spec_hash(spec_, known) == manifest_hash(spec_)
+
+
+def test_evaluations_give_one_tuning_per_distinct_input() -> None:
+    rnd = random.Random(7)
+    lm = local_model("a", {"model": "qwen3:0.6b", "cpu": 2})
+    prep = prepare(lm.spec)
+    memo = Evaluations()
+    n1 = node("n1", rnd)
+    same_shape = dataclasses.replace(n1, name="n2", labels={})
+    other = dataclasses.replace(n1, cgroup_cpu_quota=0.5)
+    t1 = memo(lm.spec, n1, 2, prep.shape, prep.version)
+    assert memo(lm.spec, same_shape, 2, prep.shape, prep.version) is t1
+    assert memo(lm.spec, other, 2, prep.shape, prep.version) is not t1
+    assert memo(lm.spec, n1, 1, prep.shape, prep.version) is not t1
+    assert memo(lm.spec, other, 2, prep.shape, prep.version) == evaluate(
+        lm.spec, other, 2, prep.shape, prep.version
+    )
+
+
+# ---- the whole pass against a reference without any memo ---------------------
+
+
+def reference(
+    models: Sequence[LocalModel],
+    nodes: Sequence[NodeFacts],
+    *,
+    now: str,
+    current: Mapping[str, Sequence[str | None]],
+    usage: Mapping[str, Usage],
+    ready: Mapping[str, Mapping[int, bool]],
+    options: RenderOptions,
+) -> DesiredState:
+    """Every model on its own: its own preparation, one `evaluate` per replica,
+    its own rendering, its own status."""
+    keyed = sorted(models, key=lambda lm: lm.key)
+    preps = {lm.key: prepare(lm.spec) for lm in keyed}
+    the_plan = plan(
+        [demand(lm, frozenset(), preps[lm.key]) for lm in keyed if not preps[lm.key].problems],
+        nodes,
+        current,
+        usage,
+    )
+    by_node = {n.name: n for n in nodes}
+    results = []
+    for lm in keyed:
+        prep = preps[lm.key]
+        replicas: tuple[ReplicaPlan, ...] = ()
+        unplaced = the_plan.unplaced_for(lm.key) if not prep.problems else ()
+        if not prep.problems:
+            replicas = tuple(
+                ReplicaPlan(
+                    p.replica,
+                    p.node,
+                    evaluate(lm.spec, by_node[p.node], p.cpu, prep.shape, prep.version),
+                    p.reason,
+                )
+                for p in the_plan.placements_for(lm.key)
+            )
+        objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
+        status = _status(lm, prep.problems, replicas, unplaced, ready.get(lm.key, {}), now)
+        results.append(ModelResult(lm, prep.problems, replicas, unplaced, objects, status))
+    return DesiredState(tuple(results), the_plan)
+
+
+@EXAMPLES
+@given(st.randoms(use_true_random=False))
+def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
+    rnd: random.Random,
+) -> None:
+    nodes = [node(f"n{i}", rnd) for i in range(rnd.randrange(1, 12))]
+    models = [local_model(f"m{i}", spec(rnd)) for i in range(rnd.randrange(1, 16))]
+    current = {
+        lm.key: [rnd.choice([None, *(n.name for n in nodes)]) for _ in range(2)]
+        for lm in models
+        if rnd.random() < 0.3
+    }
+    usage = {n.name: Usage(rnd.randrange(1500), rnd.randrange(3) * G) for n in nodes}
+    ready = {lm.key: {0: rnd.random() < 0.5} for lm in models}
+    options = RenderOptions(operator_image=rnd.choice(["op:1", "op:2"]))
+    args: dict[str, Any] = dict(
+        now="2026-01-01T00:00:00Z", current=current, usage=usage, ready=ready, options=options
+    )
+    got, want = desired_state(models, nodes, **args), reference(models, nodes, **args)
+    assert got.plan == want.plan
+    for g, w in zip(got.models, want.models, strict=True):
+        assert g == w, g.model.key
