@@ -300,6 +300,14 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
                           if v - reads_ready.get(r, 0.0)}
             all_events = api.get("/api/v1/namespaces/bench/events")["items"]
             event_reasons = Counter(e.get("reason", "") for e in all_events)
+            warnings: dict[str, list[str]] = {}  # two of each kind of Warning Event
+            for e in all_events:
+                if e.get("type") == "Warning":
+                    who = (e.get("source") or {}).get("component") or e.get("reportingComponent")
+                    seen = warnings.setdefault(f"{e.get('reason')} ({who})", [])
+                    if len(seen) < 2:
+                        seen.append(f"{e['involvedObject'].get('name')}: "
+                                    f"{e.get('message', '')[:240]}")
             for e in all_events:
                 if e.get("reason") in ("Unplaced", "Moved") and os.environ.get("CONVERGE_DEBUG"):
                     print(e["involvedObject"]["name"], e["reason"], e["message"][:300],
@@ -327,6 +335,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             **memory,
             "client_rates": "large" if large_rates else "default",
             "events_by_reason": dict(sorted(event_reasons.items())),
+            "warning_samples": warnings,
             "speed_reads_to_ready": sum(reads_ready.values()),
             "speed_reads_to_ready_by_result": reads_ready,
             "speed_read_bytes_to_ready": bytes_ready,
@@ -518,6 +527,11 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
           f"load: 1-minute load average. Client rates: {rows[0]['client_rates']}.")
     print("writes by verb and resource (last N): " + ", ".join(
         f"{k}={v}" for k, v in rows[-1]["writes"].items()))
+    print("Events by reason (last N): " + ", ".join(
+        f"{k}={v}" for k, v in rows[-1]["events_by_reason"].items()))
+    for reason, samples in rows[-1]["warning_samples"].items():
+        for sample in samples:
+            print(f"  Warning {reason}: {sample}")
     print(f"{'N':>6} {'speed reads to Ready, by result':>34} {'per model':>10} "
           f"{'bytes/model':>12} {'reads idle':>11} {'idle s':>7}  what a kwok pod IP answers")
     for r in rows:

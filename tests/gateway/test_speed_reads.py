@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import math
 import time
+from typing import Any
 
 import aiohttp
 import pytest
@@ -147,6 +148,8 @@ async def test_silent_replicas_cost_a_bounded_wait_and_never_fail_the_others(
             await asyncio.sleep(0.01)
             lag = max(lag, time.monotonic() - before - 0.01)
 
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
     tick = asyncio.create_task(ticker())
     try:
         async with reader.session():
@@ -155,9 +158,11 @@ async def test_silent_replicas_cost_a_bounded_wait_and_never_fail_the_others(
             took = time.monotonic() - began
     finally:
         tick.cancel()
+        asyncio.get_running_loop().set_exception_handler(None)
         for server in servers:
             server.close()
         await gw.stop()
+    assert errors == []  # no callback failed (the reader's stall watch among them)
     reads = reader.counters.reads
     # Every silent replica was tried (none timed out waiting for a connection).
     assert tried == n_silent

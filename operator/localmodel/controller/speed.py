@@ -306,7 +306,8 @@ class SpeedReader:
         if stall > 0:
             for deadline in self._deadlines:
                 when = deadline.when()
-                if when is not None:
+                # One that fell due before this callback ran is ending its read.
+                if when is not None and not deadline.expired():
                     deadline.reschedule(when + stall)
         self._last_tick = now
         self._tick = loop.call_later(STALL_TICK_SECONDS, self._watch_stalls)
