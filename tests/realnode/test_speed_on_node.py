@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from localmodel.doctor.speed import THROTTLED_SHARE
 from localmodel.engines import llama_server
 from localmodel.render import GATEWAY_PORT
 from tests.harness.processes import ManagedProcess, wait_for
@@ -104,8 +105,9 @@ class Traffic:
 
 
 def cpu_hog(group: Path, logs: Path) -> list[ManagedProcess]:
-    """Two busy loops joined to the engine container's cpu cgroup (v1: cpu and
-    cpuacct share it here; v2: the one group)."""
+    """Two busy loops joined to the engine container's cpu cgroup (v1: the cpu
+    hierarchy, which holds its quota and the processes cAdvisor counts; v2: the
+    one group)."""
     procs = []
     for n in range(2):
         hog = ManagedProcess(f"cpu hog {n}", [sys.executable, "-c", "while True: pass"],
@@ -115,6 +117,15 @@ def cpu_hog(group: Path, logs: Path) -> list[ManagedProcess]:
         hog.start()
         procs.append(hog)
     return procs
+
+
+def engine_cadvisor(journey: Journey, engine_id: str) -> dict[str, float]:
+    """The engine container's CFS counters and process count in the kubelet's
+    cAdvisor metrics, as they are now."""
+    text = journey.kubectl("get", "--raw",
+                           f"/api/v1/nodes/{journey.node}/proxy/metrics/cadvisor")
+    return {line.split("{", 1)[0]: float(line.split()[-2]) for line in text.splitlines()
+            if engine_id in line and ("_cfs_" in line or line.startswith("container_processes"))}
 
 
 def doctor(journey: Journey) -> dict[str, Any]:
@@ -148,6 +159,8 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
         assert fine["ratio"] >= 0.5, fine
         cond = slow_condition(journey)
         assert cond is not None and cond["status"] == "False", cond
+        engine_id = container_id(pod, ENGINE)
+        before_hog = engine_cadvisor(journey, engine_id)
         hog = cpu_hog(group, journey.cluster.workdir / "logs")
         hog_at = time.monotonic()
         try:
@@ -158,10 +171,7 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
                                            time.monotonic() - hog_at)
             during = speed_of(journey)
             report = doctor(journey)
-            engine_id = container_id(pod, ENGINE)
-            cadvisor = [line for line in journey.kubectl(
-                "get", "--raw", f"/api/v1/nodes/{journey.node}/proxy/metrics/cadvisor"
-            ).splitlines() if "_cfs_" in line and engine_id in line]
+            with_hog = engine_cadvisor(journey, engine_id)
         finally:
             for p in hog:
                 p.stop(timeout=5)
@@ -186,12 +196,22 @@ def test_ready_with_a_calibration_then_a_cpu_hog_is_caught_named_and_cleared(
     assert events(journey, "SlowReplica") and events(journey, "SpeedRecovered")
     causes = [f["message"] for f in report["findings"] if f["check"] == "slow-replica"]
     print("doctor: " + "\n        ".join(causes))
-    print("cAdvisor, the engine container's CFS lines: " + "\n    ".join(cadvisor))
+    print(f"cAdvisor, the engine container: before the hog {before_hog}; with it {with_hog}")
     assert any(f"{NAME} replica 0" in m and "tok/s" in m for m in causes), causes
-    # The hog shares the engine's CPU limit: doctor names the throttling (the
-    # kubelet's cAdvisor counters of the engine container, read until they moved).
-    assert any(f"CPU throttling: container {ENGINE} was throttled in" in m
-               for m in causes), causes
+    # The hog shares the engine's CPU limit: doctor names it, as the two extra
+    # processes in the engine's container (cAdvisor's container_processes) and,
+    # when the container reached its quota, as CPU throttling (its CFS counters,
+    # read until they moved). On a busy machine the container gets less than its
+    # 1 CPU, so it is not throttled and only the processes show (docs/doctor.md).
+    assert any(f"container {ENGINE} runs 3 processes where {ENGINE} runs 1" in m
+               and "oversubscribed" in m for m in causes), causes
+    # When cAdvisor's counters say the hog did throttle the container, doctor names it.
+    moved = {k: with_hog.get(k, 0.0) - v for k, v in before_hog.items()}
+    share = moved.get("container_cpu_cfs_throttled_periods_total", 0.0) / max(
+        1.0, moved.get("container_cpu_cfs_periods_total", 0.0))
+    print(f"the engine container was throttled in {share:.0%} of its CFS periods with the hog")
+    named = any(f"CPU throttling: container {ENGINE} was throttled in" in m for m in causes)
+    assert named or share < THROTTLED_SHARE, (share, causes)
     # The leader reads; either operator replica may be it.
     metrics = "".join(journey.kubectl("get", "--raw", "/api/v1/namespaces/localmodel-system/"
                                       f"pods/{pod}:9090/proxy/metrics")

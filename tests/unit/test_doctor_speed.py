@@ -16,7 +16,7 @@ from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
 
 
-def cadvisor(throttled: int, periods: int, pod: str = "chat-0") -> str:
+def cadvisor(throttled: int, periods: int, pod: str = "chat-0", processes: int = 1) -> str:
     # The kubelet's text, with cAdvisor's trailing timestamps.
     labels = f'container="llama-server",namespace="ai",pod="{pod}"'
     return (
@@ -24,6 +24,8 @@ def cadvisor(throttled: int, periods: int, pod: str = "chat-0") -> str:
         f"container_cpu_cfs_periods_total{{{labels}}} {periods} 1764626400000\n"
         "# TYPE container_cpu_cfs_throttled_periods_total counter\n"
         f"container_cpu_cfs_throttled_periods_total{{{labels}}} {throttled} 1764626400000\n"
+        "# TYPE container_processes gauge\n"
+        f"container_processes{{{labels}}} {processes} 1764626400000\n"
     )
 
 
@@ -102,10 +104,15 @@ NODE = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes
                  threads_per_core=1)
 SMT = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
                 threads_per_core=2)
-ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server", "abc123")}
-EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server", "abc123")}
+ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "llama-server")}
+EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server", "abc123", "llama-server")}
+OLLAMA = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "ollama")}
 QUIET = {"n0": (cadvisor(0, 1000), cadvisor(0, 1030))}
 THROTTLED = {"n0": (cadvisor(0, 1000), cadvisor(27, 1030))}
+# Two busy processes joined the engine's container on a busy node: the
+# container never reaches its quota (nothing throttled), the engine gets a
+# third of what it got.
+CROWDED = {"n0": (cadvisor(0, 1000, processes=3), cadvisor(1, 1100, processes=3))}
 
 CASES = [
     # (case, cadvisor, threads, pods, node, the causes' words (after the headline))
@@ -113,6 +120,16 @@ CASES = [
      [pod("chat-0")], NODE, ["CPU throttling: container llama-server was throttled in 90%"]),
     ("eight threads on one CPU: oversubscribed, throttled too", THROTTLED, EIGHT_THREADS,
      [pod("chat-0")], NODE, ["CPU throttling", "runs 8 threads on a CPU limit of 1"]),
+    ("processes besides the engine in its container, not throttled: named",
+     CROWDED, ONE_THREAD, [pod("chat-0")], NODE,
+     ["container llama-server runs 3 processes where llama-server runs 1 (cAdvisor "
+      "container_processes): the others share its CPU limit of 1"]),
+    ("a throttled container crowded by other processes: both named",
+     {"n0": (cadvisor(0, 1000, processes=2), cadvisor(25, 1030, processes=2))}, ONE_THREAD,
+     [pod("chat-0")], NODE, ["CPU throttling", "runs 2 processes where llama-server runs 1"]),
+    ("Ollama's server and its model's runner are its own", {"n0": (
+        cadvisor(0, 1000, processes=2), cadvisor(0, 1030, processes=2))}, OLLAMA,
+     [pod("chat-0")], NODE, ["no cause doctor can check was found"]),
     ("neighbours without a CPU limit", QUIET, ONE_THREAD,
      [pod("chat-0"), pod("batch", cpu_limit=None), pod("far", node="n1", cpu_limit=None)],
      NODE, ["1 other pod(s) on node n0 have no CPU limit (ai/batch)"]),

@@ -237,8 +237,8 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)
     findings += slow_findings(view.models, view.pods, nodes,
-                              {p.key: (p.threads, p.cpu_milli, p.container, p.container_id)
-                               for p in pods},
+                              {p.key: (p.threads, p.cpu_milli, p.container, p.container_id,
+                                       p.engine) for p in pods},
                               view.cadvisor)
     findings += _threads(pods, nodes)
     findings += _numa(pods, _numa_sizes(view.nodes))

@@ -16,9 +16,13 @@ the numbers, then the causes it can check, most likely first:
    alone in its container with threads equal to its limit is rarely
    throttled; something else running in it (a sidecar process, a runaway
    script), or more threads than the limit, is.
-2. **More threads than the CPU limit** (a thread count overridden through the
-   engine's own settings): the engine's command line or the operator's
-   Modelfile against the container's limit.
+2. **More threads than the CPU limit**: other processes in the engine's
+   container (cAdvisor's `container_processes`, the processes in its cpu
+   cgroup, above the engine's own: llama-server 1, Ollama 2 with its model's
+   runner), which share its CPU whether or not the quota is reached (on a
+   busy node it is not, and nothing is throttled); or a thread count
+   overridden through the engine's own settings (its command line or the
+   operator's Modelfile against the container's limit).
 3. **Other pods on the node without a CPU limit**: they take whatever the
    CPUs have left, and with no static CPU manager the engine's quota shares
    cores with them.
@@ -38,10 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.doctor.report import Finding, Verdict
+from localmodel.engines import llama_server, ollama
 from localmodel.facts import NodeFacts
 
 THROTTLED = "container_cpu_cfs_throttled_periods_total"
 PERIODS = "container_cpu_cfs_periods_total"
+PROCESSES = "container_processes"  # in the container's cpu cgroup
+# The processes an engine's container runs of its own: llama-server is one;
+# `ollama serve` starts one runner for the model it serves.
+ENGINE_PROCESSES = {llama_server.NAME: 1, ollama.NAME: 2}
 # A share of CFS periods throttled above this, over the sampled seconds, is named.
 THROTTLED_SHARE = 0.2
 CADVISOR_PATH = "metrics/cadvisor"  # the kubelet's, through nodes/<node>/proxy
@@ -90,19 +99,20 @@ _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def _counters(text: str, namespace: str, pod: str, container: str,
-              container_id: str = "") -> dict[str, float]:
-    """The two CFS counters of one container in the kubelet's cAdvisor text: by
-    its namespace, pod and container labels, or by its cgroup (`id`, which ends
-    with the container's runtime ID: cAdvisor leaves the names empty when it
-    cannot ask the runtime). Lenient: only these lines are read."""
+              container_id: str = "", names: tuple[str, ...] = (THROTTLED, PERIODS)
+              ) -> dict[str, float]:
+    """The CFS counters (or other `names`) of one container in the kubelet's
+    cAdvisor text: by its namespace, pod and container labels, or by its cgroup
+    (`id`, which ends with the container's runtime ID: cAdvisor leaves the names
+    empty when it cannot ask the runtime). Lenient: only these lines are read."""
     if "\n" not in text and "\\n" in text:  # a client that handed back a repr
         text = text.replace("\\n", "\n")
     found: dict[str, float] = {}
     for line in text.splitlines():
-        if not line.startswith((THROTTLED, PERIODS)):
+        if not line.startswith(names):
             continue
         match = _LINE.match(line.strip())
-        if match is None or match.group(1) not in (THROTTLED, PERIODS):
+        if match is None or match.group(1) not in names:
             continue
         labels = dict(_PAIR.findall(match.group(2)))
         named = (labels.get("namespace"), labels.get("pod"), labels.get("container")) == (
@@ -169,12 +179,12 @@ def slow_findings(
     models: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     nodes: Mapping[str, NodeFacts],
-    engine_threads: Mapping[str, tuple[int | None, int | None, str, str]],
+    engine_threads: Mapping[str, tuple[int | None, int | None, str, str, str]],
     cadvisor: Mapping[str, tuple[str, str] | Exception],
 ) -> list[Finding]:
     """`engine_threads`: "namespace/pod" -> (threads, CPU limit in milli-CPUs,
-    engine container name, its runtime ID); `cadvisor`: node -> two samples,
-    or why not read."""
+    engine container name, its runtime ID, the engine); `cadvisor`: node -> two
+    samples, or why not read."""
     findings: list[Finding] = []
     for slow in slow_replicas(models):
         s = slow.speed
@@ -188,7 +198,8 @@ def slow_findings(
             "see the likely causes below",
         ))
         key = f"{slow.namespace}/{slow.pod}"
-        threads, limit, container, container_id = engine_threads.get(key, (None, None, "", ""))
+        threads, limit, container, container_id, engine = engine_threads.get(
+            key, (None, None, "", "", ""))
         causes: list[Finding] = []
         samples = cadvisor.get(slow.node)
         if isinstance(samples, tuple) and container:
@@ -223,6 +234,21 @@ def slow_findings(
                 f"node {slow.node} could not be read ({samples})",
                 "grant get on nodes/proxy to read them, or check cpu.stat in the container",
             ))
+        own = ENGINE_PROCESSES.get(engine)
+        if isinstance(samples, tuple) and container and own is not None:
+            counted = _counters(samples[1], slow.namespace, slow.pod, container, container_id,
+                                (PROCESSES,)).get(PROCESSES)
+            if counted is not None and counted > own:
+                cpus = "?" if limit is None else f"{limit / 1000:g}"
+                causes.append(Finding(
+                    "slow-replica", Verdict.FAIL,
+                    f"{where}: container {container} runs {counted:g} processes where "
+                    f"{engine} runs {own} (cAdvisor {PROCESSES}): the others share its CPU "
+                    f"limit of {cpus} with the engine's threads: oversubscribed, throttled "
+                    "or not",
+                    f"find them: kubectl exec -n {slow.namespace} {slow.pod} -c {container} "
+                    "-- ps -ef (or top); stop them, or give them a container of their own",
+                ))
         if threads is not None and limit is not None and threads * 1000 > limit:
             causes.append(Finding(
                 "slow-replica", Verdict.FAIL,
