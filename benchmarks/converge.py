@@ -226,6 +226,15 @@ def _memory_mib(pid: int | None) -> dict[str, float]:
             for k in ("VmRSS", "VmHWM") if k in fields}
 
 
+def _metrics_of(op: OperatorProcess, wait: float = 60.0) -> str:
+    """The operator's metrics page; its event loop may be in a pass for longer
+    than one read's timeout (seconds at 1 000 models on a loaded machine)."""
+    deadline = time.monotonic() + wait
+    while not (text := op.metrics()) and time.monotonic() < deadline:
+        time.sleep(1)
+    return text
+
+
 def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = True
              ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -286,7 +295,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             seconds = time.monotonic() - t0
             time.sleep(3)  # the last status writes and events
             events = cluster.audit_events()[audit_start:]
-            metrics = op.metrics()
+            metrics = _metrics_of(op)
             cpu_ready = _cpu_seconds(op.proc.pid if op.proc else None)
             reads_ready = _by_result(metrics)
             bytes_ready = _metric(metrics, READ_BYTES)
@@ -294,7 +303,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
                 "/api/v1/namespaces/bench/pods")["items"] if p.get("status", {}).get("podIP")]
             pod_ip_answer = probe_pod_ip(pod_ips[0]) if pod_ips else "no pod IP"
             time.sleep(idle)  # no traffic: the idle window
-            after_idle = op.metrics()
+            after_idle = _metrics_of(op)
             reads_idle = {r: v - reads_ready.get(r, 0.0)
                           for r, v in _by_result(after_idle).items()
                           if v - reads_ready.get(r, 0.0)}
