@@ -4,13 +4,20 @@ Installed as the `kubectl-localmodel` console script (pyproject.toml), so
 `kubectl plugin list` finds it on PATH and `kubectl localmodel ...` runs it.
 kubectl hands a plugin every argument after its name and none of its own
 flags, so the plugin reads --kubeconfig, --context, -n, -A and -o itself, with
-kubectl's meanings (the namespace defaults to the context's).
+kubectl's meanings (the namespace defaults to the context's), in one place
+(`_parser`'s common options, `_namespace`, `_cluster_flags`) for every command.
 
-  status        every model: its replicas, nodes, threads, speed and queue
-  why NAME      why a model runs as it does: conditions, then per replica the
-                placement and every decision (rule, effect, reason, source)
-  doctor        `localmodel doctor` against the same cluster
-  render        `localmodel render` with the cluster's Nodes (not this machine)
+  status         every model: its replicas, nodes, threads, speed and queue
+  why NAME       why a model runs as it does: conditions, then per replica the
+                 placement and every decision (rule, effect, reason, source)
+  doctor         `localmodel doctor` against the same cluster (the whole
+                 cluster unless -n names a namespace)
+  timeline NAME  `localmodel timeline`: where the model's time went, from its
+                 gateways' ledgers
+  render         `localmodel render` with the cluster's Nodes (not this machine)
+
+`why` and `timeline` read one model by name: like `kubectl get NAME -A`, they
+refuse -A.
 
 The pure part (`status_rows`, `status_table`, `why_text`, `why_data`) turns the
 objects read into what is printed; `main` reads and prints.
@@ -31,9 +38,12 @@ import yaml
 
 from localmodel import GROUP, PLURAL, VERSION
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.timeline.cli import OUTPUTS as TIMELINE_OUTPUTS
 
 PROG = "kubectl localmodel"
 METRICS_TIMEOUT = 3.0  # seconds per gateway; gateways are read in parallel
+# The commands about one LocalModel by name: -A means nothing to them.
+NAMED = ("why", "timeline")
 
 Obj = Mapping[str, Any]
 
@@ -249,9 +259,15 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("name", metavar="NAME")
     why.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     doctor = sub.add_parser("doctor", parents=[common], add_help=False,
-                            help="localmodel doctor against this cluster (cluster-wide)")
+                            help="localmodel doctor against this cluster (the whole cluster, "
+                                 "or the models of -n NS)")
     doctor.add_argument("-h", "--help", action="store_true")
     doctor.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    timeline = sub.add_parser("timeline", parents=[common], add_help=False,
+                              help="where a model's time went, from its gateways' ledgers "
+                                   "(localmodel timeline NAME [--since 2h] [--gateway-url URL])")
+    timeline.add_argument("-h", "--help", action="store_true")
+    timeline.add_argument("-o", "--output", choices=TIMELINE_OUTPUTS, default="table")
     render = sub.add_parser("render", parents=[common], add_help=False,
                             help="localmodel render with the cluster's Nodes")
     render.add_argument("-h", "--help", action="store_true")
@@ -263,19 +279,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest and args.command in ("status", "why"):
         print(f"{PROG} {args.command}: unknown arguments: {' '.join(rest)}", file=sys.stderr)
         return 2
+    if args.all_namespaces and args.command in NAMED:
+        print(f"{PROG} {args.command}: -A/--all-namespaces: {args.command} reads one "
+              "LocalModel by name, which needs its namespace: give -n NAMESPACE (or none for "
+              "the context's)", file=sys.stderr)
+        return 2
     from localmodel.kube import KubeconfigError
 
     try:
-        if args.command == "doctor":
-            return _doctor(args, rest)
         if args.command == "render":
             return _render(args, rest)
+        if args.command == "doctor":
+            return _doctor(args, rest)
+        if args.command == "timeline":
+            return _timeline(args, rest)
         client = _client(args)
-        namespace = None if args.all_namespaces else (
-            args.namespace or _default_namespace(args))
+        namespace = _namespace(args)
         if args.command == "status":
             return _status(client, namespace, args)
-        return _why(client, namespace or "default", args)
+        assert namespace is not None  # NAMED commands refused -A above
+        return _why(client, namespace, args)
     except KubeconfigError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
@@ -294,10 +317,31 @@ def _client(args: argparse.Namespace) -> Any:
     return api_client(args.kubeconfig, args.context)
 
 
-def _default_namespace(args: argparse.Namespace) -> str:
+def _namespace(args: argparse.Namespace) -> str | None:
+    """The namespace a command reads, None for every namespace: -A, else -n,
+    else the context's namespace as kubectl picks it; except that doctor reads
+    the whole cluster unless -n is given (what it checks, models contending for
+    a node, crosses namespaces)."""
     from localmodel.kube import kubeconfig_namespace
 
+    if args.all_namespaces:
+        return None
+    if args.namespace:
+        return str(args.namespace)
+    if args.command == "doctor":
+        return None
     return kubeconfig_namespace(args.kubeconfig, args.context)
+
+
+def _cluster_flags(args: argparse.Namespace) -> list[str]:
+    """--kubeconfig and --context as given, for the `localmodel` commands the
+    plugin runs (doctor, timeline), which read them as the plugin does."""
+    flags = []
+    if args.kubeconfig:
+        flags += ["--kubeconfig", args.kubeconfig]
+    if args.context:
+        flags += ["--context", args.context]
+    return flags
 
 
 def _call(what: str, fn: Callable[[], Any]) -> Any:
@@ -408,14 +452,23 @@ def _why(client: Any, namespace: str, args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace, rest: Sequence[str]) -> int:
     from localmodel.doctor.cli import doctor_main
 
-    passed = [*rest, "-o", args.output]
     if args.help:
-        passed.append("--help")
-    if args.kubeconfig:
-        passed += ["--kubeconfig", args.kubeconfig]
-    if args.context:
-        passed += ["--context", args.context]
-    return doctor_main(passed)
+        return doctor_main(["--help"])
+    namespace = _namespace(args)
+    scope = [] if namespace is None else ["--namespace", namespace]
+    return doctor_main([*rest, *scope, "-o", args.output, *_cluster_flags(args)])
+
+
+def _timeline(args: argparse.Namespace, rest: Sequence[str]) -> int:
+    """`localmodel timeline NAME ...` in the namespace -n or the context gives."""
+    from localmodel.timeline.cli import timeline_main
+
+    if args.help:
+        return timeline_main(["--help"])
+    namespace = _namespace(args)
+    assert namespace is not None  # NAMED commands refused -A
+    return timeline_main([*rest, "--namespace", namespace, "-o", args.output,
+                          *_cluster_flags(args)])
 
 
 def _render(args: argparse.Namespace, rest: Sequence[str]) -> int:

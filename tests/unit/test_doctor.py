@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -336,3 +337,44 @@ def test_numa_nodes_from_the_probes_annotation() -> None:
     [too_wide] = by_check(findings, "numa")
     assert too_wide.verdict is Verdict.WARN and "cannot fit in one NUMA node" in too_wide.message
     assert "at most 8 CPUs" in too_wide.fix
+
+
+def test_a_namespace_scopes_the_models_but_not_what_shares_their_nodes() -> None:
+    """-n: the pods and gateways of one namespace; a node holding one of them
+    is still checked with every model it holds, whatever its namespace."""
+    view = scenario_view(gateway_text())
+    pods = json.loads(json.dumps(view.pods))
+    stray = next(p for p in pods if p["metadata"]["name"] == "stray")
+    stray["metadata"]["namespace"] = "other"
+    view = replace(view, pods=pods)
+
+    def scoped(namespace: str | None) -> tuple[dict[str, Any], list[Finding]]:
+        return cluster_findings(replace(view, namespace=namespace))
+
+    # Whole cluster: as before, with other/stray among the pods.
+    facts, every = scoped(None)
+    assert facts["model_pods"] == 4 and "namespace" not in facts
+    assert {f.message.split(" ")[0] for f in by_check(every, "cancellation")} == {
+        "shop/nogw-0", "other/stray", "shop/amx-legacy"}
+
+    facts, shop = scoped("shop")
+    assert facts["model_pods"] == 3 and facts["gateways"] == 1 and facts["namespace"] == "shop"
+    [two] = [f for f in by_check(shop, "models-per-node") if f.verdict is not Verdict.OK]
+    assert "node avx2-0 holds 2 models" in two.message and "other/stray" in two.message
+    assert {f.message.split(" ")[0] for f in by_check(shop, "cancellation")} == {
+        "shop/nogw-0", "shop/amx-legacy"}
+    assert len(by_check(shop, "queue")) == 1
+
+    facts, other = scoped("other")
+    assert facts["model_pods"] == 1 and facts["gateways"] == 0
+    [two] = [f for f in by_check(other, "models-per-node") if f.verdict is not Verdict.OK]
+    assert "shop/chat-0" in two.message  # the node other/stray contends for
+    assert not by_check(other, "queue") and not by_check(other, "speed")
+    assert [f.message.split(" ")[0] for f in by_check(other, "cancellation")] == ["other/stray"]
+    assert not any("amx-legacy" in f.message for f in other)
+
+    facts, nowhere = scoped("nowhere")
+    assert facts["model_pods"] == 0
+    assert [f.verdict for f in by_check(nowhere, "models-per-node")] == [Verdict.OK]
+    # Nodes belong to no namespace: their facts are checked whatever the scope.
+    assert by_check(nowhere, "node-facts") == by_check(every, "node-facts")

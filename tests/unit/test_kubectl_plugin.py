@@ -112,3 +112,53 @@ def test_the_namespace_is_the_contexts_as_kubectl_reads_it(tmp_path: Any) -> Non
     assert kubeconfig_namespace(str(path), "plain") == "default"
     with pytest.raises(KubeconfigError, match="nosuch"):
         kubeconfig_namespace(str(path), "nosuch")
+
+
+def test_a_named_model_refuses_all_namespaces_as_kubectl_does(capsys: Any) -> None:
+    for command in (["why", "chat"], ["timeline", "chat"]):
+        assert main([*command, "-A"]) == 2
+        err = capsys.readouterr().err
+        assert f"kubectl localmodel {command[0]}: -A/--all-namespaces" in err
+        assert "give -n NAMESPACE" in err
+
+
+def test_timeline_takes_the_output_formats_its_command_prints(capsys: Any) -> None:
+    from localmodel.timeline.cli import OUTPUTS
+
+    assert OUTPUTS == ("table", "json", "yaml")
+    with pytest.raises(SystemExit) as exc:
+        main(["timeline", "chat", "-o", "wide"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument -o/--output: invalid choice: 'wide'" in err and "Traceback" not in err
+
+
+def test_one_namespace_rule_for_every_command(tmp_path: Any) -> None:
+    """-A, else -n, else the context's namespace; doctor alone defaults to the
+    whole cluster."""
+    from localmodel.kubectl import _cluster_flags, _namespace, _parser
+
+    config = {"apiVersion": "v1", "kind": "Config",
+              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+              "users": [{"name": "u", "user": {"token": "t"}}],
+              "contexts": [{"name": "team", "context": {"cluster": "c", "user": "u",
+                                                        "namespace": "models"}}],
+              "current-context": "team"}
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(yaml.safe_dump(config))
+
+    def scope(*argv: str) -> str | None:
+        args, _ = _parser().parse_known_args([*argv, "--kubeconfig", str(kc)])
+        return _namespace(args)
+
+    table = [
+        (["status"], "models"), (["status", "-n", "ai"], "ai"), (["status", "-A"], None),
+        (["why", "x"], "models"), (["why", "x", "-n", "ai"], "ai"),
+        (["timeline", "x"], "models"), (["timeline", "x", "-n", "ai"], "ai"),
+        (["doctor"], None), (["doctor", "-n", "ai"], "ai"), (["doctor", "-A"], None),
+        (["doctor", "-A", "-n", "ai"], None),
+    ]
+    assert [(argv, scope(*argv)) for argv, _ in table] == table
+    args, _ = _parser().parse_known_args(["timeline", "x", "--kubeconfig", "k", "--context",
+                                          "team"])
+    assert _cluster_flags(args) == ["--kubeconfig", "k", "--context", "team"]

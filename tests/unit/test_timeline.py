@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,36 @@ def test_the_models_sharing_the_node_are_read_as_doctor_reads_them() -> None:
     assert model_pods(pods, "elsewhere", "chat") == ([], Sharing([]))
     text = render_table(timeline([], sharing), "shop/chat")
     assert "1. Models sharing the node: shop/stray (ollama) on node" in text
+
+
+def test_pods_without_the_gateway_are_named_they_keep_no_ledger() -> None:
+    from localmodel.facts.node import from_node_list
+    from localmodel.timeline.report import gatewayless
+    from tests.harness.doctor_scenario import scenario_pods
+    from tests.harness.nodes import load_fixture, node_manifest
+
+    manifests = [node_manifest(shape) for shape in load_fixture().nodes]
+    pods = scenario_pods(from_node_list(manifests), "shop", amx_node="amx-0")
+    assert gatewayless(pods, "shop", "chat") == []
+    assert gatewayless(pods, "shop", "nogw") == ["nogw-0"]
+    assert gatewayless(pods, "elsewhere", "nogw") == []
+
+
+def test_cli_without_a_reachable_cluster_says_which_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    config = {"apiVersion": "v1", "kind": "Config",
+              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+              "users": [{"name": "u", "user": {"token": "t"}}],
+              "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}],
+              "current-context": "a"}
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(yaml.safe_dump(config))
+    assert main(["timeline", "m", "--kubeconfig", str(kc), "--context", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert main(["timeline", "m", "--kubeconfig", str(kc), "-n", "ns"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("localmodel timeline: reading the cluster at https://127.0.0.1:9: ")
+    assert "Traceback" not in err

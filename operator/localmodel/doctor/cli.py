@@ -31,6 +31,11 @@ def doctor_main(argv: Sequence[str]) -> int:
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
     parser.add_argument(
+        "-n", "--namespace", metavar="NS",
+        help="the models of one namespace (and whatever shares their nodes); default: "
+        "the whole cluster",
+    )
+    parser.add_argument(
         "--metrics-url",
         action="append",
         default=[],
@@ -52,7 +57,7 @@ def doctor_main(argv: Sequence[str]) -> int:
                 parser.error(f"--metrics-url {item!r}: expected NAMESPACE/POD=URL")
             metrics_urls[key] = url
         try:
-            report = _cluster(args.kubeconfig, metrics_urls, args.context)
+            report = _cluster(args.kubeconfig, metrics_urls, args.context, args.namespace)
         except _Unavailable as e:
             print(f"localmodel doctor: {e}", file=sys.stderr)
             return 2
@@ -89,7 +94,7 @@ def _local(engine_url: str | None) -> Report:
 
 
 def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str],
-             context: str | None = None) -> Report:
+             context: str | None = None, namespace: str | None = None) -> Report:
     from localmodel.doctor.cluster import cluster_findings
     from localmodel.doctor.read import gather_cluster
     from localmodel.kube import KubeconfigError, api_client
@@ -101,7 +106,7 @@ def _cluster(kubeconfig: str | None, metrics_urls: dict[str, str],
     from kubernetes.client.exceptions import ApiException
 
     try:
-        view = gather_cluster(client, metrics_urls)
+        view = gather_cluster(client, metrics_urls, namespace=namespace)
     except ApiException as e:
         raise _Unavailable(f"reading the cluster: {e.status} {e.reason}") from e
     except OSError as e:

@@ -16,6 +16,12 @@ field's order:
 client. A gateway's metrics come through the API server's pod proxy
 (``pods/<pod>:8080/proxy/metrics``), or from a URL given with
 ``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test).
+
+Scope (`ClusterView.namespace`, ``--namespace``): the whole cluster, or the
+model pods and LocalModels of one namespace. Scoped, a node holding one of
+that namespace's models is still checked with every model it holds (they
+contend for its cores whatever their namespace), and the node facts stay
+cluster-wide (Nodes belong to no namespace).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from localmodel.render import GATEWAY_PORT
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 
-__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods"]
+__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "in_scope"]
 
 _ENGINE_IMAGE = re.compile(r"ollama|llama[.-]?cpp|llama-server", re.IGNORECASE)
 _DONE_PHASES = ("Succeeded", "Failed")
@@ -92,6 +98,12 @@ class ClusterView:
     models: Sequence[Mapping[str, Any]] = ()  # LocalModels, with their status
     # node -> two samples of its kubelet's cAdvisor metrics (nodes with a slow replica)
     cadvisor: Mapping[str, tuple[str, str] | Exception] = field(default_factory=dict)
+    namespace: str | None = None  # the scope: None, the whole cluster
+
+
+def in_scope(scope: str | None, namespace: object) -> bool:
+    """Whether an object of `namespace` is in doctor's scope (None: the whole cluster)."""
+    return scope is None or namespace == scope
 
 
 def _env(container: Mapping[str, Any]) -> dict[str, str]:
@@ -217,8 +229,12 @@ def _node_facts(nodes: Iterable[Mapping[str, Any]]) -> tuple[dict[str, NodeFacts
 
 def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     nodes, bad_nodes = _node_facts(view.nodes)
-    pods = engine_pods(view.pods)
+    every = engine_pods(view.pods)
+    pods = [p for p in every if in_scope(view.namespace, p.namespace)]
+    held = {p.node for p in pods}
     gateways = [p for p in pods if p.gateway]
+    models = [m for m in view.models
+              if in_scope(view.namespace, (m.get("metadata") or {}).get("namespace"))]
     sources = {s.value: 0 for s in FactSource if s is not FactSource.MACHINE}
     for n in nodes.values():
         sources[n.source.value] = sources.get(n.source.value, 0) + 1
@@ -228,15 +244,17 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
         "model_pods": len(pods),
         "gateways": len(gateways),
     }
+    if view.namespace is not None:
+        facts["namespace"] = view.namespace
     findings: list[Finding] = [
         Finding("nodes", Verdict.WARN, f"unreadable Node: {b}", "fix the Node object")
         for b in bad_nodes
     ]
-    findings += _models_per_node(pods, nodes)
+    findings += _models_per_node([p for p in every if p.node in held], nodes)
     findings += _queues(gateways, view.metrics)
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)
-    findings += slow_findings(view.models, view.pods, nodes,
+    findings += slow_findings(models, view.pods, nodes,
                               {p.key: (p.threads, p.cpu_milli, p.container, p.container_id,
                                        p.engine) for p in pods},
                               view.cadvisor)

@@ -36,7 +36,7 @@ from localmodel.doctor.checks import (
     modelfile_threads,
     threads_from_command_line,
 )
-from localmodel.doctor.cluster import ClusterView, engine_pods
+from localmodel.doctor.cluster import ClusterView, engine_pods, in_scope
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow_replicas
 from localmodel.engines import llama_server, ollama
@@ -250,9 +250,12 @@ def _llama_server(
 
 
 def gather_cluster(
-    client: Any, metrics_urls: Mapping[str, str], timeout: float = 5.0
+    client: Any, metrics_urls: Mapping[str, str], timeout: float = 5.0,
+    namespace: str | None = None,
 ) -> ClusterView:
-    """Nodes, pods and every gateway's metrics; a metrics error is kept, not raised."""
+    """Nodes, pods and every gateway's metrics (`namespace`: only its gateways
+    and LocalModels; every pod still, for what shares their nodes); a metrics
+    error is kept, not raised."""
     from kubernetes.client import CoreV1Api
 
     core = CoreV1Api(client)
@@ -260,10 +263,11 @@ def gather_cluster(
     pods = client.sanitize_for_serialization(core.list_pod_for_all_namespaces()).get("items") or []
     metrics: dict[str, str | Exception] = {}
     for pod in engine_pods(pods):
-        if pod.gateway:
+        if pod.gateway and in_scope(namespace, pod.namespace):
             metrics[pod.key] = gateway_metrics(core, pod.namespace, pod.name, timeout,
                                                metrics_urls.get(pod.key))
-    models = _local_models(client)
+    models = [m for m in _local_models(client)
+              if in_scope(namespace, (m.get("metadata") or {}).get("namespace"))]
     engines = {p.key: p for p in engine_pods(pods)}
     watched: dict[str, list[Watched]] = {}
     for slow in slow_replicas(models):
@@ -274,7 +278,8 @@ def gather_cluster(
     cadvisor: dict[str, tuple[str, str] | Exception] = {}
     for node in sorted(watched):
         cadvisor[node] = _cadvisor_pair(core, node, timeout, watched[node])
-    return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor)
+    return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor,
+                       namespace=namespace)
 
 
 def _local_models(client: Any) -> list[dict[str, Any]]:

@@ -5,6 +5,10 @@ The ledgers come through the API server's pod proxy
 (``pods/<pod>:8080/proxy/ledger``) from every pod of the LocalModel, or from
 one gateway anywhere with ``--gateway-url`` (a port-forward, a test). The
 models sharing the node are read from the cluster as `doctor` reads them.
+
+What cannot be read is said, naming what and why, with exit status 2: a
+LocalModel that does not exist, one without scheduled pods, pods without the
+gateway (no ledger), a gateway the pod proxy cannot reach.
 """
 
 from __future__ import annotations
@@ -18,10 +22,21 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+import urllib3
+import yaml
+
 from localmodel.gateway.ledger import parse_entries
-from localmodel.timeline.report import Sharing, model_pods, render_table, timeline, to_json
+from localmodel.timeline.report import (
+    Sharing,
+    gatewayless,
+    model_pods,
+    render_table,
+    timeline,
+    to_json,
+)
 
 TIMEOUT = 10.0
+OUTPUTS = ("table", "json", "yaml")
 
 
 class _Unavailable(Exception):
@@ -48,7 +63,8 @@ def timeline_main(argv: Sequence[str]) -> int:
         "cluster's pods",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     args = parser.parse_args(list(argv))
     query = urllib.parse.urlencode({"since": args.since})
     try:
@@ -57,14 +73,20 @@ def timeline_main(argv: Sequence[str]) -> int:
             sharing = Sharing(None)
             title = f"{args.name} at {args.gateway_url}"
         else:
-            entries, sharing = _from_cluster(args.kubeconfig, args.namespace, args.name, query)
+            entries, sharing = _from_cluster(args.kubeconfig, args.namespace, args.name, query,
+                                             args.context)
             title = f"{args.namespace}/{args.name}"
     except (_Unavailable, ValueError) as exc:
         print(f"localmodel timeline: {exc}", file=sys.stderr)
         return 2
     doc = timeline(entries, sharing)
     title += f", since {args.since}"
-    sys.stdout.write(to_json(doc) + "\n" if args.output == "json" else render_table(doc, title))
+    if args.output == "json":
+        sys.stdout.write(to_json(doc) + "\n")
+    elif args.output == "yaml":
+        yaml.safe_dump(doc, sys.stdout, sort_keys=False, width=100)
+    else:
+        sys.stdout.write(render_table(doc, title))
     return 0
 
 
@@ -82,39 +104,80 @@ def _get(url: str) -> Any:
 
 
 def _from_cluster(
-    kubeconfig: str | None, namespace: str, name: str, query: str
+    kubeconfig: str | None, namespace: str, name: str, query: str, context: str | None = None
 ) -> tuple[list[dict[str, Any]], Sharing]:
-    from kubernetes.client import CoreV1Api
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
 
+    from localmodel import GROUP, PLURAL, VERSION
     from localmodel.contract import LABEL_NAME
     from localmodel.gateway.ledger import merge
     from localmodel.kube import KubeconfigError, api_client
-    from localmodel.render import GATEWAY_PORT
 
     try:
-        client = api_client(kubeconfig)
+        client = api_client(kubeconfig, context)
     except KubeconfigError as exc:
         raise _Unavailable(str(exc)) from exc
     core = CoreV1Api(client)
     try:
+        CustomObjectsApi(client).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
         every = client.sanitize_for_serialization(core.list_pod_for_all_namespaces())
     except ApiException as exc:
-        raise _Unavailable(f"reading the cluster: {exc.status} {exc.reason}") from exc
-    ours, sharing = model_pods(every.get("items") or [], namespace, name)
+        if exc.status == 404:
+            raise _Unavailable(f"LocalModel {namespace}/{name} not found") from None
+        raise _Unavailable(f"reading the cluster: {exc.status} {exc.reason}") from None
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        raise _Unavailable(f"reading the cluster at {client.configuration.host}: "
+                           f"{getattr(exc, 'reason', None) or exc}") from None
+    pods = every.get("items") or []
+    ours, sharing = model_pods(pods, namespace, name)
     if not ours:
         raise _Unavailable(
-            f"no scheduled pods of LocalModel {namespace}/{name} (label {LABEL_NAME}={name})"
+            f"LocalModel {namespace}/{name} has no scheduled pods (label {LABEL_NAME}={name}): "
+            f"no gateway to read a ledger from (kubectl localmodel why {name} -n {namespace} "
+            "says why)"
         )
-    ledgers = []
-    for pod_name in ours:
-        try:
-            # Unparsed: the client would turn a JSON body into a Python repr.
-            raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
-                f"{pod_name}:{GATEWAY_PORT}", namespace, "ledger?" + query,
-                _preload_content=False, _request_timeout=TIMEOUT,
-            )
-            ledgers.append(parse_entries(json.loads(raw.data)))
-        except (ApiException, OSError, ValueError) as exc:
-            raise _Unavailable(f"reading pod {namespace}/{pod_name}'s ledger: {exc}") from exc
-    return merge(ledgers), sharing
+    without = gatewayless(pods, namespace, name)
+    if without:
+        raise _Unavailable(
+            f"pod {namespace}/{without[0]} of LocalModel {namespace}/{name} runs without the "
+            "gateway, which keeps the ledger: set spec.gateway.enabled: true"
+        )
+    return merge([_ledger(core, namespace, pod, query) for pod in ours]), sharing
+
+
+def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, Any]]:
+    """One pod's ledger through the API server's pod proxy."""
+    from kubernetes.client.exceptions import ApiException
+
+    from localmodel.render import GATEWAY_PORT
+
+    where = (f"reading pod {namespace}/{pod}'s ledger through the API server's pod proxy "
+             f"(port {GATEWAY_PORT})")
+    hint = (f"is the pod Ready? Or read its gateway with --gateway-url after "
+            f"`kubectl port-forward -n {namespace} pod/{pod} {GATEWAY_PORT}`")
+    try:
+        # Unparsed: the client would turn a JSON body into a Python repr.
+        raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod}:{GATEWAY_PORT}", namespace, "ledger?" + query,
+            _preload_content=False, _request_timeout=TIMEOUT,
+        )
+        return parse_entries(json.loads(raw.data))
+    except ApiException as exc:
+        body = (exc.body or b"") if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+        detail = _detail(body)
+        raise _Unavailable(f"{where}: {exc.status} {exc.reason}{detail}; {hint}") from None
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        raise _Unavailable(f"{where}: {getattr(exc, 'reason', None) or exc}; {hint}") from None
+    except ValueError as exc:
+        raise _Unavailable(f"{where}: not a ledger: {exc}") from None
+
+
+def _detail(body: bytes) -> str:
+    """The message of an API server's Status body (e.g. the proxy's dial error)."""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = body[:200].decode("utf-8", "replace").strip()
+    return f" ({message})" if message else ""

@@ -26,7 +26,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localmodel.doctor.cluster import EnginePod
 
 GONE_OUTCOMES = ("cancelled_disconnect",)  # the caller left before its answer
 SLOWEST = 5
@@ -69,7 +72,7 @@ def model_pods(
     from localmodel.doctor.cluster import engine_pods
 
     found = engine_pods(pods)
-    ours = [p for p in found if p.namespace == namespace and p.local_model == name]
+    ours = _ours(found, namespace, name)
     nodes = {p.node for p in ours}
     keys = {p.key for p in ours}
     others = [
@@ -78,6 +81,18 @@ def model_pods(
         if p.node in nodes and p.key not in keys
     ]
     return [p.name for p in ours], Sharing(others)
+
+
+def gatewayless(pods: Sequence[Mapping[str, Any]], namespace: str, name: str) -> list[str]:
+    """The names of LocalModel namespace/name's scheduled pods that run without
+    the gateway (spec.gateway.enabled: false): they keep no ledger."""
+    from localmodel.doctor.cluster import engine_pods
+
+    return [p.name for p in _ours(engine_pods(pods), namespace, name) if not p.gateway]
+
+
+def _ours(found: Sequence[EnginePod], namespace: str, name: str) -> list[EnginePod]:
+    return [p for p in found if p.namespace == namespace and p.local_model == name]
 
 
 def parts(entry: Entry) -> dict[str, float]:
