@@ -11,6 +11,13 @@ no node can take (Failed). The two agree on every version.
 The plugin: installed from this checkout's pyproject.toml (its console script)
 into a directory on PATH, found by the real `kubectl plugin list`, and run as
 `kubectl localmodel ...` with --kubeconfig, --context, -n, -A and -o.
+
+`timeline` reads gateways' ledgers: kwok runs no containers, so through the
+API server's pod proxy every ledger is unreadable here, and the test asserts
+what the user is told. The ledger's data path is tested with a REAL
+`localmodel gateway` in front of a REAL llama-server read by `--gateway-url`
+(the override a person uses after `kubectl port-forward`); through the pod
+proxy on the real node in tests/realnode/test_timeline_on_node.py.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import json
 import os
 import secrets
 import subprocess
-import sys
+import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +37,17 @@ import pytest
 import yaml
 
 from tests.harness import TestCluster
+from tests.harness.engines import llama_server
 from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
 from tests.harness.operator import OperatorProcess, wait_condition
-from tests.harness.processes import ManagedProcess, wait_until
+from tests.harness.plugin import install_plugin, run_kubectl
+from tests.harness.processes import (
+    ManagedProcess,
+    free_port,
+    http_ok,
+    localmodel_process,
+    wait_until,
+)
 from tests.harness.tools import REPO_ROOT, TOOL_NAMES
 
 pytestmark = pytest.mark.e2e
@@ -196,14 +212,7 @@ def test_a_list_from_the_cluster_gets_the_same_verdicts(cluster: TestCluster,
 def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """PATH with the plugin installed from pyproject.toml (no dependencies: the
     test environment has them) in front."""
-    target = tmp_path_factory.mktemp("plugin")
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-         "--target", str(target), str(REPO_ROOT)],
-        capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr
-    assert os.access(target / "bin" / "kubectl-localmodel", os.X_OK)
-    return f"{target / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    return install_plugin(tmp_path_factory.mktemp("plugin"))
 
 
 def kubectl(cluster: TestCluster, path: str, *args: str, check: bool = True
@@ -211,10 +220,7 @@ def kubectl(cluster: TestCluster, path: str, *args: str, check: bool = True
     """The real kubectl, as a user runs it, with the plugin on PATH (and this
     checkout's code first on PYTHONPATH, over the installed copy's)."""
     assert cluster.tools is not None
-    env = os.environ | {"PATH": path, "PYTHONPATH": str(REPO_ROOT / "operator")}
-    env.pop("KUBECONFIG", None)
-    out = subprocess.run([str(cluster.tools["kubectl"]), *args], capture_output=True,
-                         text=True, timeout=120, env=env, check=False)
+    out = run_kubectl(cluster.tools["kubectl"], path, *args)
     if check:
         assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
     return out
@@ -321,3 +327,169 @@ def test_doctor_and_render_run_against_the_same_cluster(
     node_names = {n["metadata"]["name"] for n in cluster.api().get("/api/v1/nodes")["items"]}
     # Placed on one of the cluster's (kwok) nodes, not on this machine.
     assert lm["status"]["nodes"] in node_names, lm["status"]
+
+
+def test_doctor_n_scopes_it_to_one_namespace(
+    cluster: TestCluster, scenario: Scenario, plugin_path: str
+) -> None:
+    """-n: the models of that namespace only (the scenario's, on kwok: their
+    pods are found, their gateways unreadable); -A, like no -n, the whole cluster."""
+    kc = str(cluster.admin_kubeconfig)
+    other = f"day2-other-{secrets.token_hex(3)}"
+    cluster.api().create("/api/v1/namespaces", {"metadata": {"name": other}})
+    apply(cluster, model("elsewhere", other))
+    wait_condition(cluster, other, "elsewhere", "Ready", timeout=90)
+
+    def report(*scope: str) -> dict[str, Any]:
+        out = kubectl(cluster, plugin_path, "localmodel", "doctor", "--kubeconfig", kc,
+                      "-o", "json", *scope, check=False)
+        assert out.returncode in (0, 1, 2) and "Traceback" not in out.stderr, out.stderr
+        data: dict[str, Any] = json.loads(out.stdout)
+        return data
+
+    def pods_named(data: dict[str, Any], ns: str) -> bool:
+        return any(f"{ns}/" in f["message"] for f in data["findings"]
+                   if f["check"] in ("queue", "threads"))
+
+    scoped = report("-n", scenario.ns)
+    assert scoped["facts"]["namespace"] == scenario.ns
+    assert scoped["facts"]["model_pods"] == 2  # roll's two replicas
+    assert pods_named(scoped, scenario.ns) and not pods_named(scoped, other)
+    for whole in (report(), report("-A")):
+        assert "namespace" not in whole["facts"]
+        assert whole["facts"]["model_pods"] >= 3
+        assert pods_named(whole, scenario.ns) and pods_named(whole, other)
+
+
+def test_timeline_says_what_it_cannot_read_and_why(
+    cluster: TestCluster, scenario: Scenario, plugin_path: str, tmp_path: Path
+) -> None:
+    kc = str(cluster.admin_kubeconfig)
+    ns = scenario.ns
+
+    def timeline(*args: str) -> subprocess.CompletedProcess[str]:
+        out = kubectl(cluster, plugin_path, "localmodel", "timeline", *args, check=False)
+        print(f"kubectl localmodel timeline {' '.join(args)}: exit {out.returncode}\n"
+              f"{out.stderr}")
+        assert out.returncode != 0 and out.stdout == "", out.stdout
+        assert "Traceback" not in out.stderr, out.stderr
+        return out
+
+    missing = timeline("nosuch", "-n", ns, "--kubeconfig", kc)
+    assert missing.returncode == 2
+    assert missing.stderr == f"localmodel timeline: LocalModel {ns}/nosuch not found\n"
+
+    unplaced = timeline("unplaceable", "-n", ns, "--kubeconfig", kc)
+    assert f"LocalModel {ns}/unplaceable has no scheduled pods" in unplaced.stderr
+    assert f"kubectl localmodel why unplaceable -n {ns}" in unplaced.stderr
+
+    # kwok runs no containers: the pod proxy reaches no gateway, and says so.
+    roll = cluster.api().get(f"{LM}/namespaces/{ns}/localmodels/roll")
+    pods = {p["pod"] for p in roll["status"]["placements"]}
+    unreachable = timeline("roll", "-n", ns, "--kubeconfig", kc)
+    assert unreachable.returncode == 2
+    [line] = unreachable.stderr.splitlines()
+    named = [pod for pod in pods if f"reading pod {ns}/{pod}'s ledger through the API "
+             f"server's pod proxy (port 8080): " in line]
+    assert len(named) == 1, line
+    assert f"kubectl port-forward -n {ns} pod/{named[0]} 8080" in line
+
+    nogw_ns = f"day2-nogw-{secrets.token_hex(3)}"
+    cluster.api().create("/api/v1/namespaces", {"metadata": {"name": nogw_ns}})
+    apply(cluster, model("nogw", nogw_ns, gateway={"enabled": False}))
+    wait_condition(cluster, nogw_ns, "nogw", "Ready", timeout=90)
+    nogw = timeline("nogw", "-n", nogw_ns, "--kubeconfig", kc)
+    assert "runs without the gateway, which keeps the ledger" in nogw.stderr
+    assert "spec.gateway.enabled: true" in nogw.stderr
+
+    # Like `kubectl get NAME -A`: a name needs a namespace.
+    everywhere = timeline("roll", "-A", "--kubeconfig", kc)
+    assert everywhere.returncode == 2 and "-A/--all-namespaces" in everywhere.stderr
+    bad = timeline("roll", "-n", ns, "--kubeconfig", kc, "-o", "wide")
+    assert bad.returncode == 2
+    assert "argument -o/--output: invalid choice: 'wide'" in bad.stderr
+
+    # --context: that context's cluster and, with no -n, its namespace.
+    config = yaml.safe_load(cluster.admin_kubeconfig.read_text())
+    config["contexts"].append({"name": "timeline", "context": {
+        **config["contexts"][0]["context"], "namespace": ns}})
+    other = tmp_path / "kubeconfig"
+    other.write_text(yaml.safe_dump(config))
+    in_context = timeline("nosuch", "--kubeconfig", str(other), "--context", "timeline")
+    assert f"LocalModel {ns}/nosuch not found" in in_context.stderr
+    no_context = timeline("roll", "--kubeconfig", str(other), "--context", "nosuch")
+    assert no_context.returncode == 2 and "nosuch" in no_context.stderr
+    # No gateway at the URL given: named, with the reason.
+    port = free_port()
+    refused = timeline("roll", "--gateway-url", f"http://127.0.0.1:{port}")
+    assert f"localmodel timeline: http://127.0.0.1:{port}/ledger?since=2h: " in refused.stderr
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _chat(url: str, caller: str, max_tokens: int, *, background: bool = False
+          ) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", "X-LocalModel-Caller": caller}
+    if background:
+        headers["X-Priority"] = "background"
+    body = {"model": "gemma", "max_tokens": max_tokens, "stream": False, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Count from 1 to 500."}]}
+    request = urllib.request.Request(f"{url}/v1/chat/completions",
+                                     data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=300) as response:
+        answer: dict[str, Any] = json.load(response)
+        return answer
+
+
+def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
+    cluster: TestCluster, plugin_path: str, tmp_path: Path
+) -> None:
+    """A background job holds the only slot of a real gateway (one llama-server
+    slot, one thread) while a foreground question waits: `kubectl localmodel
+    timeline --gateway-url` reports that wait behind the job, with the ledger's
+    own numbers, in every -o format."""
+    one_thread = ["-c", "2048", "-np", "1", "-t", "1", "--no-warmup"]
+    with llama_server(tmp_path, one_thread) as engine:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "operator")}
+        gateway = localmodel_process(
+            "gateway", ["gateway", "--upstream", engine.url, "--engine", "llama-server",
+                        "--listen", f"127.0.0.1:{port}", "--slots", "1", "--model", "gemma"],
+            tmp_path / "gateway.log", env=env)
+        with gateway.serving("the gateway /readyz", lambda: http_ok(f"{url}/readyz"), 60):
+            job = threading.Thread(target=_chat, args=(url, "indexer", 48),
+                                   kwargs={"background": True})
+            job.start()
+            wait_until("the job to hold the slot", lambda: _get(f"{url}/slots")["busy"] == 1,
+                       timeout=60, interval=0.05)
+            _chat(url, "alice", 4)
+            job.join(timeout=300)
+            entries = _get(f"{url}/ledger")["entries"]
+
+            def run(*output: str) -> str:
+                return kubectl(cluster, plugin_path, "localmodel", "timeline", "chat",
+                               "--gateway-url", url, "--since", "1h", *output).stdout
+
+            data = json.loads(run("-o", "json"))
+            assert yaml.safe_load(run("-o", "yaml")) == data
+            table = run()
+    [alice] = [e for e in entries if e["caller"] == "alice"]
+    [behind] = alice["waited_behind"]
+    assert behind["caller"] == "indexer" and behind["priority"] == "background"
+    assert behind["seconds"] > 0
+    assert data["requests"] == 2 and data["foreground"] == 1 and data["background"] == 1
+    assert data["queueing"]["behind"] == [
+        {"caller": "indexer", "priority": "background", "seconds": round(behind["seconds"], 3)}]
+    [slowest] = data["slowest"]
+    assert slowest["caller"] == "alice"
+    assert slowest["queue_s"] == round(alice["queue_wait_s"], 3)
+    print("\n" + table)
+    assert table.startswith(f"Where the time went: chat at {url}, since 1h: 2 requests "
+                            "(1 foreground, 1 background)")
+    assert f"indexer (background) {behind['seconds']:.2f} s" in table
+    order = [table.index(f"{n}. ") for n in range(1, 7)]
+    assert order == sorted(order)

@@ -1,0 +1,44 @@
+"""`kubectl localmodel` as a user runs it: the plugin installed from this
+checkout's pyproject.toml (its console script) into a directory put first on
+PATH, and the real kubectl finding it there.
+
+Used by tests/e2e/test_day2.py (kwok nodes) and tests/realnode/test_timeline_on_node.py
+(the real node)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.tools import REPO_ROOT
+
+
+class PluginInstallError(Exception):
+    """pip could not install the plugin; the message has pip's output."""
+
+
+def install_plugin(target: Path) -> str:
+    """Install the package (no dependencies: the test environment has them)
+    into `target`; the PATH with its bin directory first."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+         "--target", str(target), str(REPO_ROOT)],
+        capture_output=True, text=True, timeout=300, check=False)
+    script = target / "bin" / "kubectl-localmodel"
+    if out.returncode != 0 or not os.access(script, os.X_OK):
+        raise PluginInstallError(f"pip install --target {target} {REPO_ROOT}: exit "
+                                 f"{out.returncode}, {script} executable: "
+                                 f"{os.access(script, os.X_OK)}\n{out.stderr}")
+    return f"{target / 'bin'}{os.pathsep}{os.environ['PATH']}"
+
+
+def run_kubectl(kubectl: Path, path: str, *args: str, timeout: float = 120
+                ) -> subprocess.CompletedProcess[str]:
+    """The real kubectl with `path` as PATH (and this checkout's code first on
+    PYTHONPATH, over the installed copy's); no KUBECONFIG from the environment."""
+    env = os.environ | {"PATH": path, "PYTHONPATH": str(REPO_ROOT / "operator")}
+    env.pop("KUBECONFIG", None)
+    return subprocess.run([str(kubectl), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
