@@ -8,6 +8,7 @@ Used by tests/e2e/test_day2.py (kwok nodes) and tests/realnode/test_timeline_on_
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,12 @@ def run_kubectl(kubectl: Path, path: str, *args: str, timeout: float = 120
     env.pop("KUBECONFIG", None)
     return subprocess.run([str(kubectl), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
+
+
+def shown_seconds(table: str, who: str) -> float:
+    """The seconds `timeline`'s table shows on the indented line of `who` (a
+    queue's "caller (priority)"), in whatever unit it chose (s or min)."""
+    m = re.search(rf"^ +{re.escape(who)} ([0-9.]+) (s|min)$", table, re.MULTILINE)
+    if m is None:
+        raise AssertionError(f"no line `{who} N s` in:\n{table}")
+    return float(m.group(1)) * (60 if m.group(2) == "min" else 1)
