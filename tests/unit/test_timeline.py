@@ -188,3 +188,53 @@ def test_cli_without_a_reachable_cluster_says_which_and_exits_2(
     err = capsys.readouterr().err
     assert err.startswith("localmodel timeline: reading the cluster at https://127.0.0.1:9: ")
     assert "Traceback" not in err
+
+
+def test_the_pod_proxy_request_carries_the_query_to_the_gateway(tmp_path: Path) -> None:
+    """The official client escapes a "?" in a proxied path; the request must
+    reach the API server as .../proxy/ledger?since=..., which it hands to the
+    pod (the real API server and gateway: tests/realnode/test_timeline_on_node.py)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import yaml
+    from kubernetes.client import CoreV1Api
+
+    from localmodel.kube import api_client
+    from localmodel.timeline.cli import _ledger
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = json.dumps({"entries": [{"request_id": "r1"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = {"apiVersion": "v1", "kind": "Config",
+                  "clusters": [{"name": "c", "cluster": {
+                      "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}],
+                  "current-context": "a"}
+        kc = tmp_path / "kubeconfig"
+        kc.write_text(yaml.safe_dump(config))
+        core = CoreV1Api(api_client(str(kc)))
+        since = "since=2026-12-02T01%3A00%3A00%2B00%3A00"
+        assert _ledger(core, "shop", "chat-0", since) == [{"request_id": "r1"}]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # (the client escapes the ":" of pod:port, which the API server reads back)
+    assert seen == [f"/api/v1/namespaces/shop/pods/chat-0%3A8080/proxy/ledger?{since}"]

@@ -66,7 +66,8 @@ def timeline_main(argv: Sequence[str]) -> int:
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     args = parser.parse_args(list(argv))
-    query = urllib.parse.urlencode({"since": args.since})
+    # Only unreserved characters and %XX escapes besides "=": see _ledger.
+    query = urllib.parse.urlencode({"since": args.since}, quote_via=urllib.parse.quote)
     try:
         if args.gateway_url:
             entries = parse_entries(_get(args.gateway_url.rstrip("/") + "/ledger?" + query))
@@ -148,7 +149,11 @@ def _from_cluster(
 
 
 def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, Any]]:
-    """One pod's ledger through the API server's pod proxy."""
+    """One pod's ledger through the API server's pod proxy, which hands the
+    request's query string to the pod. The client has no query parameters for
+    a proxied path and escapes a "?" in it (the gateway would be asked for
+    "/ledger%3Fsince=2h", a 404), so "?", "=" and "%" (the query's own escapes)
+    are left as they are in the path; pod and namespace names never hold them."""
     from kubernetes.client.exceptions import ApiException
 
     from localmodel.render import GATEWAY_PORT
@@ -157,6 +162,7 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
              f"(port {GATEWAY_PORT})")
     hint = (f"is the pod Ready? Or read its gateway with --gateway-url after "
             f"`kubectl port-forward -n {namespace} pod/{pod} {GATEWAY_PORT}`")
+    core.api_client.configuration.safe_chars_for_path_param = "?=%"
     try:
         # Unparsed: the client would turn a JSON body into a Python repr.
         raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
