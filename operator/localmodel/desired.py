@@ -9,8 +9,10 @@ the same thing. The caller supplies the clock (`now`) and what it observed
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
 from localmodel.catalog import ModelShape, lookup
@@ -221,13 +223,27 @@ class Desired:
         self.planner = Planner()
         self._prepared: dict[str, tuple[LocalModelSpec, Prepared]] = {}
         self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], ModelDemand]] = {}
-        self._tuned: dict[tuple[str, int], _Tuned] = {}
+        self._tuned: dict[str, dict[int, _Tuned]] = {}
         self._done: dict[str, _Done] = {}
+        # The model list as last given, kept sorted by key; a new list is
+        # compared object by object and only what changed is worked out again.
         self._listed: tuple[LocalModel, ...] | None = None
         self._avoid: dict[str, frozenset[str]] = {}
-        self._keyed: list[tuple[str, LocalModel]] = []
+        self._by_id: dict[int, str] = {}  # id(LocalModel) -> key (the models are held)
+        self._model: dict[str, LocalModel] = {}
+        self._keys: list[str] = []  # sorted
         self._now_prepared: dict[str, Prepared] = {}
-        self._now_demands: list[ModelDemand] = []
+        self._demand_keys: list[str] = []  # sorted, the valid models'
+        self._now_demands: list[ModelDemand] = []  # in the same order
+        self._results: list[ModelResult | None] = []  # in the order of _keys
+        # What the last pass's results read, to find the models a new pass must
+        # look at again: the options, readiness, the clock (for statuses that
+        # took it), and whether claims were chosen.
+        self._options: RenderOptions | None = None
+        self._ready: dict[str, dict[int, bool]] | None = None
+        self._now: str | None = None
+        self._took_now: set[str] = set()
+        self._claims = False
         self._plan: Plan | None = None
         self._evaluations = Evaluations()
         self._prepared_by_key: dict[Hashable, Prepared] = {}
@@ -251,36 +267,50 @@ class Desired:
         # their preparation and tunings (what a model keeps is kept per model).
         self._evaluations, self._prepared_by_key = Evaluations(), {}
         self._parts = PodParts()
-        listed = tuple(models)
-        if listed != self._listed or avoid != self._avoid:
-            self._listed, self._avoid = listed, dict(avoid)
-            self._keyed = sorted(((lm.key, lm) for lm in models), key=lambda kl: kl[0])
-            self._now_prepared = {key: self._prepare(key, lm) for key, lm in self._keyed}
-            self._now_demands = [
-                self._demand(key, lm, self._now_prepared[key], avoid.get(key, frozenset()))
-                for key, lm in self._keyed
-                if not self._now_prepared[key].problems
-            ]
-            keys = set(self._now_prepared)
-            for kept in (self._prepared, self._demands, self._done):
-                for gone in [k for k in kept if k not in keys]:
-                    del kept[gone]
-            self._tuned = {k: t for k, t in self._tuned.items() if k[0] in keys}
-        keyed, prepared = self._keyed, self._now_prepared
+        again = self._sync(tuple(models), avoid)  # None: every model
         the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
         # The planner hands back the same plan only when no node's facts changed,
         # and names the models a new plan may place or explain differently (the
         # nodes of the others were not re-kept: their facts are the same too).
         plan_same = the_plan is self._plan
         touched = self.planner.touched if self._plan is not None else None
+        if not plan_same:
+            if touched is None:
+                again = None
+            elif again is not None:
+                again |= touched
         self._plan = the_plan
-        by_node: dict[str, NodeFacts] | None = None
-        results = []
-        for key, lm in keyed:
+        if options != self._options or bool(claims) or self._claims:
+            again = None  # (claims: a function, asked again for every replica)
+        self._options, self._claims = options, claims is not None
+        if ready != self._ready:  # (None, or a mapping compared in C)
+            if again is not None:
+                if (ready is None) != (self._ready is None):
+                    again = None
+                else:
+                    old, new = self._ready or {}, ready or {}
+                    again |= {
+                        k for k in old.keys() | new.keys() if old.get(k, {}) != new.get(k, {})
+                    }
+            self._ready = None if ready is None else {k: dict(v) for k, v in ready.items()}
+        if now != self._now:
+            if again is not None:
+                again |= self._took_now
+            self._now = now
+        keys, results = self._keys, self._results
+        if again is None:
+            positions: Iterable[int] = range(len(keys))
+        else:
+            positions = sorted(bisect_left(keys, k) for k in again if k in self._model)
+        by_node: Mapping[str, NodeFacts] | None = None
+        for i in positions:
+            key = keys[i]
+            lm = self._model[key]
             seen = None if ready is None else ready.get(key, {})
             done = self._done.get(key)
             if (
-                (plan_same or (touched is not None and key not in touched))
+                results[i] is not None
+                and (plan_same or (touched is not None and key not in touched))
                 and done is not None
                 and done.model is lm
                 and done.options == options
@@ -291,14 +321,13 @@ class Desired:
                     for r in done.replicas
                 )
             ):
-                results.append(done.result)
                 continue
-            prep = prepared[key]
+            prep = self._now_prepared[key]
             replicas: tuple[ReplicaPlan, ...] = ()
             unplaced: tuple[Unplaced, ...] = ()
             if not prep.problems:
                 if by_node is None:
-                    by_node = {n.name: n for n in nodes}
+                    by_node = self.planner.nodes_by_name
                 replicas = tuple(
                     ReplicaPlan(
                         p.replica,
@@ -310,8 +339,112 @@ class Desired:
                     for p in the_plan.placements_for(key)
                 )
                 unplaced = the_plan.unplaced_for(key)
-            results.append(self._result(key, lm, prep, replicas, unplaced, seen, options, now))
-        return DesiredState(tuple(results), the_plan)
+            results[i] = self._result(key, lm, prep, replicas, unplaced, seen, options, now)
+            if self._done[key].took_now:
+                self._took_now.add(key)
+            else:
+                self._took_now.discard(key)
+        out = tuple(results)
+        assert None not in out
+        return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
+
+    def _sync(
+        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
+    ) -> set[str] | None:
+        """Bring the sorted model list, preparations and demands up to this
+        list; the keys of the models that changed (None: all of them)."""
+        if listed == self._listed and avoid == self._avoid:
+            return set()
+        old_ids = self._by_id
+        new_ids = {id(lm): lm for lm in listed}
+        if self._listed is None or len(new_ids) != len(listed):
+            self._sync_all(listed, avoid)
+            return None
+        gone = {key for i, key in old_ids.items() if i not in new_ids}
+        came = [lm for i, lm in new_ids.items() if i not in old_ids]
+        changed: set[str] = set()
+        for lm in came:
+            key = lm.key
+            if (key in self._model and key not in gone) or key in changed:
+                self._sync_all(listed, avoid)  # listed twice: the planner says so
+                return None
+            changed.add(key)
+        arrived = {lm.key: lm for lm in came}
+        for key in gone - arrived.keys():  # removed
+            self._drop(key)
+        for key, lm in arrived.items():
+            old = self._model.get(key)
+            if old is not None:
+                del self._by_id[id(old)]
+            else:
+                i = bisect_left(self._keys, key)
+                self._keys.insert(i, key)
+                self._results.insert(i, None)
+            self._model[key] = lm
+            self._by_id[id(lm)] = key
+            self._now_prepared[key] = self._prepare(key, lm)
+        if avoid != self._avoid:
+            changed |= {
+                k for k in avoid.keys() | self._avoid.keys() if avoid.get(k) != self._avoid.get(k)
+            }
+        for key in changed:
+            self._set_demand(key, avoid.get(key, frozenset()))
+        self._listed, self._avoid = listed, dict(avoid)
+        return changed
+
+    def _sync_all(
+        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
+    ) -> None:
+        self._listed, self._avoid = listed, dict(avoid)
+        keyed = sorted(((lm.key, lm) for lm in listed), key=lambda kl: kl[0])
+        self._keys = [key for key, _ in keyed]
+        self._model = dict(keyed)
+        self._by_id = {id(lm): key for key, lm in keyed}
+        self._results = [None] * len(keyed)
+        self._now_prepared = {key: self._prepare(key, lm) for key, lm in keyed}
+        self._demand_keys, self._now_demands = [], []
+        for key, lm in keyed:
+            prep = self._now_prepared[key]
+            if not prep.problems:
+                self._demand_keys.append(key)
+                self._now_demands.append(
+                    self._demand(key, lm, prep, avoid.get(key, frozenset()))
+                )
+        keys = set(self._now_prepared)
+        for kept in (self._prepared, self._demands, self._done, self._tuned):
+            for gone in [k for k in kept if k not in keys]:
+                del kept[gone]
+        self._took_now &= keys
+
+    def _drop(self, key: str) -> None:
+        i = bisect_left(self._keys, key)
+        del self._keys[i], self._results[i]
+        lm = self._model.pop(key)
+        del self._by_id[id(lm)], self._now_prepared[key]
+        j = bisect_left(self._demand_keys, key)
+        if j < len(self._demand_keys) and self._demand_keys[j] == key:
+            del self._demand_keys[j], self._now_demands[j]
+        for kept in (self._prepared, self._demands, self._done, self._tuned):
+            kept.pop(key, None)
+        self._took_now.discard(key)
+
+    def _set_demand(self, key: str, avoid: frozenset[str]) -> None:
+        """The key's place in the demand list, after its model or avoided nodes changed."""
+        j = bisect_left(self._demand_keys, key)
+        there = j < len(self._demand_keys) and self._demand_keys[j] == key
+        lm = self._model.get(key)
+        prep = None if lm is None else self._now_prepared[key]
+        if prep is None or prep.problems:
+            if there:
+                del self._demand_keys[j], self._now_demands[j]
+            return
+        assert lm is not None
+        made = self._demand(key, lm, prep, avoid)
+        if there:
+            self._now_demands[j] = made
+        else:
+            self._demand_keys.insert(j, key)
+            self._now_demands.insert(j, made)
 
     def _prepare(self, key: str, lm: LocalModel) -> Prepared:
         memo = self._prepared.get(key)
@@ -340,7 +473,7 @@ class Desired:
     def _tune(
         self, key: str, lm: LocalModel, prep: Prepared, node: NodeFacts, replica: int, cpu: int
     ) -> Tuning:
-        memo = self._tuned.get((key, replica))
+        memo = self._tuned.get(key, {}).get(replica)
         if (
             memo is not None
             and memo.spec is lm.spec
@@ -349,7 +482,7 @@ class Desired:
         ):
             return memo.tuning
         tuning = self._evaluations(lm.spec, node, cpu, prep.shape, prep.version, prep.key)
-        self._tuned[(key, replica)] = _Tuned(lm.spec, node, cpu, tuning)
+        self._tuned.setdefault(key, {})[replica] = _Tuned(lm.spec, node, cpu, tuning)
         return tuning
 
     def _result(

@@ -11,6 +11,7 @@ import dataclasses
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,9 @@ class World:
     options: RenderOptions
     avoid: dict[str, frozenset[str]]
     claim_suffix: str
+    # "operator": claims chosen and readiness seen; "no claims": readiness
+    # only; "offline": neither (as `localmodel render` and the benchmark run it).
+    mode: str = "operator"
 
     def state(self, desired: Desired | None) -> DesiredState:
         suffix = self.claim_suffix
@@ -97,9 +101,9 @@ class World:
             now=self.now,
             current=self.current,
             usage=self.usage,
-            ready=self.ready,
+            ready=None if self.mode == "offline" else self.ready,
             options=self.options,
-            claims=claims,
+            claims=claims if self.mode == "operator" else None,
             avoid=self.avoid,
         )
 
@@ -179,10 +183,11 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
         w.avoid[key] = frozenset({rnd.choice(w.nodes).name})
 
 
+@pytest.mark.parametrize("mode", ["operator", "no claims", "offline"])
 @SEQUENCES
 @given(st.randoms(use_true_random=False))
 def test_a_long_lived_desired_equals_a_fresh_desired_state_at_every_step(
-    rnd: random.Random,
+    mode: str, rnd: random.Random
 ) -> None:
     w = World(
         models=[local_model(f"m{i}", rnd.choice(SPECS)) for i in range(rnd.randrange(6))],
@@ -194,6 +199,7 @@ def test_a_long_lived_desired_equals_a_fresh_desired_state_at_every_step(
         options=RenderOptions(operator_image="op:1"),
         avoid={},
         claim_suffix="",
+        mode=mode,
     )
     desired = Desired()
     for i in range(STEPS):

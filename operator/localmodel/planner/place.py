@@ -109,6 +109,11 @@ class Planner:
         self._usage: dict[str, Usage] = {}
         self._claims: dict[str, list[Claim]] = {}
 
+    @property
+    def nodes_by_name(self) -> Mapping[str, NodeFacts]:
+        """The nodes of the last call, by name."""
+        return self._by_name
+
     def plan(
         self,
         models: Sequence[ModelDemand],
