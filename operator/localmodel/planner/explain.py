@@ -13,6 +13,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 from localmodel.api import Toleration
 from localmodel.planner.fit import MIN, Entry
@@ -37,12 +38,12 @@ from localmodel.planner.model import ModelDemand, Unplaced, UnplacedReason
 from localmodel.planner.text import demand_text, gib, need_cpu_text, taint_text
 
 # What one node adds to a census: nothing (unschedulable: counted for all),
-# a selector miss, a taint that rejects it, held by an exclusive model, or
-# its fit entry among the empty or shared nodes.
-Part = tuple[str, Category | Entry | None]
+# a selector miss, a taint that rejects it, held by an exclusive model (with
+# who is on it: the rejections name them), or its fit entry among the empty or
+# shared nodes.
+Part = tuple[str, Category | Entry | tuple[tuple[str, int], ...] | None]
 _UNSCHEDULABLE: Part = ("unschedulable", None)
 _NOT_MATCHING: Part = ("selector", None)
-_HELD: Part = ("exclusive", None)
 
 
 @dataclass(slots=True)
@@ -63,6 +64,11 @@ class Census:
     shared: list[Entry] = field(default_factory=list)
     shared_names: list[str] = field(default_factory=list)  # the shared nodes, by name
     parts: dict[str, Part] = field(default_factory=dict)  # the counted nodes
+    # Who runs on each shared node (its rejections name them; not in its entry).
+    shared_who: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # Moves whenever what the census counts changes (an explanation read
+    # from an unchanged census, for the same replica, is the same).
+    version: int = 0
 
     def part(self, index: NodeIndex, node: Node) -> Part:
         if not node.schedulable:
@@ -73,7 +79,7 @@ class Census:
         if blocking is not None:
             return ("taint", Category(RejectKind.TAINT, blocking))
         if node.exclusive_holder is not None:
-            return _HELD
+            return ("exclusive", tuple(node.occupants.items()))
         return ("shared" if node.occupants else "empty", node.entry(self.overhead))
 
     def add(self, name: str, part: Part, *, in_order: bool) -> None:
@@ -95,11 +101,20 @@ class Census:
             self.exclusive.append(name) if in_order else insort(self.exclusive, name)
             return
         entries = self.shared if kind == "shared" else self.empty
-        assert isinstance(value, tuple)
-        entries.append(value) if in_order else insort(entries, value)
+        entry = cast(Entry, value)
+        entries.append(entry) if in_order else insort(entries, entry)
         if kind == "shared":
             names = self.shared_names
             names.append(name) if in_order else insort(names, name)
+
+    def who(self, node: Node) -> tuple[tuple[str, int], ...]:
+        return tuple(node.occupants.items())
+
+    def _see(self, node: Node, part: Part) -> None:
+        if part[0] == "shared":
+            self.shared_who[node.name] = self.who(node)
+        else:
+            self.shared_who.pop(node.name, None)
 
     def remove(self, name: str) -> None:
         kind, value = self.parts.pop(name)
@@ -116,8 +131,7 @@ class Census:
             del self.exclusive[bisect_left(self.exclusive, name)]
             return
         entries = self.shared if kind == "shared" else self.empty
-        assert isinstance(value, tuple)
-        del entries[bisect_left(entries, value)]
+        del entries[bisect_left(entries, cast(Entry, value))]
         if kind == "shared":
             del self.shared_names[bisect_left(self.shared_names, name)]
 
@@ -126,11 +140,20 @@ class Census:
         part = self.part(index, node)
         old = self.parts.get(node.name)  # None: not counted (unschedulable, not matching)
         uncounted = part[0] in ("unschedulable", "selector")
-        if part == old or (old is None and uncounted):  # (cordoning rebuilds the index)
+        if old is None and uncounted:  # (cordoning rebuilds the index)
+            if node.name in self.selector_examples:  # its labels are quoted
+                self.version += 1
             return
+        if part == old:
+            if part[0] == "shared" and self.shared_who.get(node.name) != self.who(node):
+                self.shared_who[node.name] = self.who(node)
+                self.version += 1
+            return
+        self.version += 1
         if old is not None:
             self.remove(node.name)
         self.add(node.name, part, in_order=False)
+        self._see(node, part)
         if old is None or uncounted:  # it joined or left the selector's nodes
             self.selector_examples = self._selector_examples(index, k)
 
@@ -161,6 +184,15 @@ class Census:
             counts[category] = len(names)
             examples[category] = names[:k]
         return counts, examples
+
+
+@dataclass(frozen=True, slots=True)
+class _Explained:
+    demand: ModelDemand
+    census: Census
+    version: int
+    held: frozenset[str]
+    unplaced: Unplaced
 
 
 @dataclass(slots=True)
@@ -195,6 +227,10 @@ class Explainer:
         # selector censuses by their first item (a node they count has it).
         self._broad: list[Census] = []
         self._by_item: dict[tuple[str, str], list[Census]] = {}
+        # (model, replica) -> the explanation, and what it was read from: the
+        # demand, its census at a version, and the nodes its replicas are on.
+        self._explained: dict[tuple[str, int], _Explained] = {}
+        self._explained_now: set[tuple[str, int]] = set()
 
     def update(self, node: Node, relabelled: bool = False) -> None:
         """A node's state or facts changed: recount it in the censuses that count
@@ -227,6 +263,11 @@ class Explainer:
             for census in self._censuses.values():
                 self._route(census)
         self._used = set()
+        if len(self._explained_now) < len(self._explained):
+            self._explained = {
+                key: e for key, e in self._explained.items() if key in self._explained_now
+            }
+        self._explained_now = set()
 
     def explain(self, d: ModelDemand, replica: int) -> Unplaced:
         settings, nodes = self.index.settings, self.index.nodes
@@ -238,13 +279,45 @@ class Explainer:
         if total <= settings.max_rejections:
             findings, rejections = self._findings_direct(d)
         else:
-            findings = self._findings_counted(d)
-            sample = {
-                name: self.index.rejection(nodes[name], d)
-                for names in findings.examples.values()
-                for name in names
-            }
-            rejections = {n: r[1] for n, r in sorted(sample.items()) if r is not None}
+            census = self._census(d)
+            held = frozenset(self.held.get(d.key, ()))
+            memo_key = (d.key, replica)
+            self._explained_now.add(memo_key)
+            found = self._explained.get(memo_key)
+            if (
+                found is not None
+                and found.demand is d
+                and found.census is census
+                and found.version == census.version
+                and found.held == held
+            ):
+                return found.unplaced
+            explained = self._explain_counted(d, replica, head, total)
+            self._explained[memo_key] = _Explained(d, census, census.version, held, explained)
+            return explained
+        return self._worded(d, replica, head, total, findings, rejections)
+
+    def _explain_counted(self, d: ModelDemand, replica: int, head: str, total: int) -> Unplaced:
+        nodes = self.index.nodes
+        findings = self._findings_counted(d)
+        sample = {
+            name: self.index.rejection(nodes[name], d)
+            for names in findings.examples.values()
+            for name in names
+        }
+        rejections = {n: r[1] for n, r in sorted(sample.items()) if r is not None}
+        return self._worded(d, replica, head, total, findings, rejections)
+
+    def _worded(
+        self,
+        d: ModelDemand,
+        replica: int,
+        head: str,
+        total: int,
+        findings: Findings,
+        rejections: dict[str, str],
+    ) -> Unplaced:
+        settings = self.index.settings
         if total <= settings.list_nodes:
             message = f"{head}: " + "; ".join(f"{n}: {why}" for n, why in rejections.items())
         else:
@@ -293,7 +366,10 @@ class Explainer:
             else index.nodes.values()
         )
         for node in members:
-            census.add(node.name, census.part(index, node), in_order=True)
+            part = census.part(index, node)
+            census.add(node.name, part, in_order=True)
+            if part[0] == "shared":
+                census._see(node, part)
         census.empty.sort()
         census.shared.sort()
         census.selector_examples = census._selector_examples(index, self.k)
