@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from operator import attrgetter
+from typing import TypeVar
 
 from localmodel.api import Toleration
 
@@ -122,6 +125,9 @@ class Unplaced:
 class Plan:
     placements: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
+    # Set by the planner: both are sorted by (model, replica), so one model's
+    # are found by bisection instead of an index of every model.
+    ordered: bool = field(default=False, compare=False, repr=False)
 
     @cached_property
     def _by_model(self) -> dict[str, tuple[list[Assignment], list[Unplaced]]]:
@@ -134,9 +140,13 @@ class Plan:
         return out
 
     def placements_for(self, model: str) -> tuple[Assignment, ...]:
+        if self.ordered:
+            return _of(self.placements, model)
         return tuple(self._by_model.get(model, ([], []))[0])
 
     def unplaced_for(self, model: str) -> tuple[Unplaced, ...]:
+        if self.ordered:
+            return _of(self.unplaced, model)
         return tuple(self._by_model.get(model, ([], []))[1])
 
     def on_node(self, node: str) -> tuple[Assignment, ...]:
@@ -160,3 +170,13 @@ class Plan:
         for p in self.placements:
             out[p.model][p.replica] = p.node
         return {m: tuple(nodes) for m, nodes in sorted(out.items())}
+
+
+_MODEL = attrgetter("model")
+_T = TypeVar("_T", Assignment, Unplaced)
+
+
+def _of(items: tuple[_T, ...], model: str) -> tuple[_T, ...]:
+    """One model's items of a tuple sorted by model."""
+    lo = bisect_left(items, model, key=_MODEL)
+    return items[lo : bisect_right(items, model, lo, key=_MODEL)]

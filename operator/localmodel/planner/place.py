@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from localmodel.facts import NodeFacts
 from localmodel.planner.explain import Explainer
@@ -39,6 +40,7 @@ def _order(d: ModelDemand) -> tuple[bool, str]:
 
 
 _NO_USAGE = Usage()
+_BY_MODEL = attrgetter("model", "replica")
 Claim = tuple[ModelDemand, int]  # a replica's current placement on a node
 Pending = tuple[ModelDemand, int, str]  # (model, replica, why it moves)
 
@@ -104,6 +106,7 @@ class Planner:
         self._overheads: tuple[int, ...] = ()
         self._listed: tuple[NodeFacts, ...] = ()
         self._by_name: dict[str, NodeFacts] = {}
+        self._position: dict[str, int] = {}  # node name -> its place in _listed
         self._cordoned: frozenset[str] = frozenset()
         self._current: dict[str, tuple[str | None, ...]] = {}
         self._usage: dict[str, Usage] = {}
@@ -137,19 +140,37 @@ class Planner:
             self._overheads = tuple(sorted({d.overhead_cpu_milli for d in order}))
         listed = tuple(nodes)
         nodes_same = listed == self._listed
+        refaced: set[str] | None = set()  # nodes whose facts object changed (None: unknown)
         if nodes_same:
             by_name = self._by_name
         else:
-            by_name = {f.name: f for f in nodes}
-            if len(by_name) != len(nodes):
-                seen: set[str] = set()
-                for f in nodes:
-                    if f.name in seen:
-                        raise ValueError(f"node {f.name} is listed twice")
-                    seen.add(f.name)
-            self._listed, self._by_name = listed, by_name
-            self._cordoned = frozenset(name for name, f in by_name.items() if not f.schedulable)
-        placed_now = {key: tuple(was) for key, was in current.items()}
+            refaced = self._refaced(listed)
+            if refaced is not None:  # the same nodes in the same order, a few new facts
+                by_name = self._by_name
+                cordoned = set(self._cordoned)
+                for one in refaced:
+                    f = by_name[one] = listed[self._position[one]]
+                    (cordoned.add if not f.schedulable else cordoned.discard)(one)
+                self._cordoned = frozenset(cordoned)
+                self._listed = listed
+            else:
+                by_name = {f.name: f for f in nodes}
+                if len(by_name) != len(nodes):
+                    seen: set[str] = set()
+                    for f in nodes:
+                        if f.name in seen:
+                            raise ValueError(f"node {f.name} is listed twice")
+                        seen.add(f.name)
+                self._listed, self._by_name = listed, by_name
+                self._position = {f.name: i for i, f in enumerate(listed)}
+                self._cordoned = frozenset(
+                    name for name, f in by_name.items() if not f.schedulable
+                )
+        # (A mapping of tuples, as `Plan.as_current` gives, compares in C.)
+        if current == self._current:
+            placed_now = self._current
+        else:
+            placed_now = {key: tuple(was) for key, was in current.items()}
         current_same = demands_same and placed_now == self._current
         old_usage = self._usage
         usage_same = usage == old_usage
@@ -186,8 +207,13 @@ class Planner:
             # usage changed, or whose current replicas changed.
             suspects: set[str] = set()
             if not nodes_same:
-                memo_of = self._memo
-                suspects.update(name for name, f in by_name.items() if memo_of[name].facts is not f)
+                if refaced is not None:
+                    suspects.update(refaced)
+                else:
+                    memo_of = self._memo
+                    suspects.update(
+                        name for name, f in by_name.items() if memo_of[name].facts is not f
+                    )
             if not usage_same:
                 suspects.update(
                     name
@@ -258,6 +284,17 @@ class Planner:
         result = self._place_pending(index, explainer, pending)
         self._last = (pending, result)
         return result
+
+    def _refaced(self, listed: tuple[NodeFacts, ...]) -> set[str] | None:
+        """The names of the nodes whose facts object changed, when the list is
+        otherwise the last one (same names in the same order, few changed)."""
+        old = self._listed
+        if len(listed) != len(old) or not old:
+            return None
+        changed = [i for i, (a, b) in enumerate(zip(listed, old, strict=True)) if a is not b]
+        if len(changed) * 8 > len(listed) or any(listed[i].name != old[i].name for i in changed):
+            return None
+        return {listed[i].name for i in changed}
 
     def _rebuild(
         self,
@@ -364,8 +401,8 @@ class Planner:
                 explainer.update(node)
         explainer.forget_unused()
         placements = list(self._kept.values()) + placed
-        placements.sort(key=lambda p: (p.model, p.replica))
-        return Plan(placements=tuple(placements), unplaced=explained)
+        placements.sort(key=_BY_MODEL)
+        return Plan(placements=tuple(placements), unplaced=explained, ordered=True)
 
     @staticmethod
     def _best(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
