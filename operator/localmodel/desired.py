@@ -115,6 +115,32 @@ def demand(
     )
 
 
+# id(tuning) -> (the tuning, held; its settings and decisions as status shows them)
+_TuningViews = dict[int, tuple[Tuning, dict[str, str], list[DecisionStatus]]]
+
+
+def _tuning_view(
+    t: Tuning, views: _TuningViews | None
+) -> tuple[dict[str, str], list[DecisionStatus]]:
+    """A tuning's settings and decisions as status shows them (status copies
+    both, so one pass's replicas of one tuning share them)."""
+    found = None if views is None else views.get(id(t))
+    if found is not None and found[0] is t:
+        return found[1], found[2]
+    settings = (
+        t.env
+        | {f"modelfile.{k}": v for k, v in sorted(t.modelfile.items())}
+        | ({"args": shlex.join(t.args)} if t.args else {})
+    )
+    decisions = [
+        DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
+        for d in t.decisions
+    ]
+    if views is not None:
+        views[id(t)] = (t, settings, decisions)
+    return settings, decisions
+
+
 def _status(
     lm: LocalModel,
     found: Sequence[FieldError],
@@ -122,7 +148,9 @@ def _status(
     unplaced: Sequence[Unplaced],
     ready: Mapping[int, bool] | None,
     now: str,
+    views: _TuningViews | None = None,
 ) -> LocalModelStatus:
+    """``views``: a pass's memo of `_tuning_view` (by tuning identity)."""
     return build_status(
         lm,
         format_errors(found) if found else "",
@@ -134,13 +162,8 @@ def _status(
                 threads=r.tuning.threads,
                 cpu=r.tuning.cpu,
                 memory_bytes=r.tuning.memory_bytes,
-                settings=r.tuning.env
-                | {f"modelfile.{k}": v for k, v in sorted(r.tuning.modelfile.items())}
-                | ({"args": shlex.join(r.tuning.args)} if r.tuning.args else {}),
-                decisions=[
-                    DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
-                    for d in r.tuning.decisions
-                ],
+                settings=(view := _tuning_view(r.tuning, views))[0],
+                decisions=view[1],
                 warnings=r.tuning.warnings,
                 reason=r.reason,
             )
@@ -248,6 +271,7 @@ class Desired:
         self._evaluations = Evaluations()
         self._prepared_by_key: dict[Hashable, Prepared] = {}
         self._parts = PodParts()
+        self._views: _TuningViews = {}
 
     def state(
         self,
@@ -266,7 +290,7 @@ class Desired:
         # By value, for this pass: specs and nodes that read the same share
         # their preparation and tunings (what a model keeps is kept per model).
         self._evaluations, self._prepared_by_key = Evaluations(), {}
-        self._parts = PodParts()
+        self._parts, self._views = PodParts(), {}
         again = self._sync(tuple(models), avoid)  # None: every model
         the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
         # The planner hands back the same plan only when no node's facts changed,
@@ -517,7 +541,7 @@ class Desired:
                 if not prep.problems
                 else ()
             )
-        status = _status(lm, prep.problems, replicas, unplaced, ready, now)
+        status = _status(lm, prep.problems, replicas, unplaced, ready, now, self._views)
         result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
         self._done[key] = _Done(
             lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
