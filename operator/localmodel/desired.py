@@ -267,6 +267,7 @@ class Desired:
         self._now: str | None = None
         self._took_now: set[str] = set()
         self._claims = False
+        self._complete = True  # the last call returned
         self._plan: Plan | None = None
         self._evaluations = Evaluations()
         self._prepared_by_key: dict[Hashable, Prepared] = {}
@@ -291,6 +292,9 @@ class Desired:
         # their preparation and tunings (what a model keeps is kept per model).
         self._evaluations, self._prepared_by_key = Evaluations(), {}
         self._parts, self._views = PodParts(), {}
+        if not self._complete:  # the last call raised (a model listed twice): start over
+            self._listed = None
+        self._complete = False
         again = self._sync(tuple(models), avoid)  # None: every model
         the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
         # The planner hands back the same plan only when no node's facts changed,
@@ -370,6 +374,7 @@ class Desired:
                 self._took_now.discard(key)
         out = tuple(results)
         assert None not in out
+        self._complete = True
         return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
 
     def _sync(

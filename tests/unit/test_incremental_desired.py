@@ -208,3 +208,18 @@ def test_a_long_lived_desired_equals_a_fresh_desired_state_at_every_step(
         assert kept.models == fresh.models, f"step {i}"
         assert kept.plan == fresh.plan, f"step {i}"
         step(w, fresh, rnd)
+
+
+def test_a_model_listed_twice_is_refused_and_the_next_pass_starts_over() -> None:
+    nodes = [NodeFacts("n0", 8000, 32 * G), NodeFacts("n1", 8000, 32 * G)]
+    a, b = local_model("a", SPECS[0]), local_model("b", SPECS[0])
+    b_again = local_model("b", SPECS[2])
+    desired = Desired()
+    desired.state([a], nodes, now=TIMES[0])
+    for twice in ([a, b, b_again], [a, a]):
+        with pytest.raises(ValueError, match="model keys must be unique"):
+            desired.state(twice, nodes, now=TIMES[0])
+    for models in ([a, b], [b]):
+        kept = desired.state(models, nodes, now=TIMES[0])
+        fresh = desired_state(models, nodes, now=TIMES[0])
+        assert kept.models == fresh.models and kept.plan == fresh.plan
