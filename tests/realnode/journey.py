@@ -206,9 +206,15 @@ class EngineCalls:
 
 
 def _ollama_long(url: str, timeout: float, request_id: str) -> object:
+    # Greedy: Ollama aborts a generation whose same token (whitespace trimmed)
+    # repeats more than 30 times in a row ("prediction aborted, token repeat
+    # limit reached", llm/server.go), and a sampled count from this 270M model
+    # sometimes ran into blank lines and ended before its caller left (a
+    # fresh-clone CI run, 2026-12-02: upstream_error after 4.6 s). Counting
+    # greedily repeats no token.
     client = ollama_client.Client(host=url, timeout=timeout, headers={"X-Request-Id": request_id})
     return client.generate(model=MODEL_TAG, prompt=LONG_PROMPT,
-                           options={"num_predict": LONG_TOKENS})
+                           options={"num_predict": LONG_TOKENS, "temperature": 0})
 
 
 def _openai_long(url: str, timeout: float, request_id: str) -> object:
