@@ -80,6 +80,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
 
 from tests.harness import TestCluster, locate_tools  # noqa: E402
 from tests.harness.cluster import LARGE_CLUSTER_RATES  # noqa: E402
+from tests.harness.loopwatch import loop_stall_watch  # noqa: E402
 from tests.harness.operator import OperatorProcess, install_operator  # noqa: E402
 from tests.harness.processes import wait_until  # noqa: E402
 
@@ -160,14 +161,6 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
         gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
                                                calibrate_tokens=0), lambda line: None)
         quiet = await asyncio.start_server(never_answer, "127.0.0.2", gw.port, backlog=4096)
-        stall = 0.0
-
-        async def ticker() -> None:
-            nonlocal stall
-            while True:
-                before = time.monotonic()
-                await asyncio.sleep(0.01)
-                stall = max(stall, time.monotonic() - before - 0.01)
 
         try:
             book = SpeedBook()
@@ -177,14 +170,12 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
                            for i in range(n)])
             counters = ReadCounters()
             reader = SpeedReader(book, counters, lambda: None, port=gw.port)
-            tick = asyncio.create_task(ticker())
-            async with reader.session():
+            async with loop_stall_watch() as stall, reader.session():
                 cpu0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.monotonic()
                 await reader.read_due()
                 wall = time.monotonic() - t0
                 cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-            tick.cancel()
         finally:
             quiet.close()
             await gw.stop()
@@ -196,7 +187,7 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
                 "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                 "bytes": counters.read_bytes.value(),
                 "bound_s": -(-n // READ_CONCURRENCY) * READ_TIMEOUT_SECONDS,
-                "loop_stall_s": round(stall, 3)}
+                "loop_stall_s": round(stall.worst, 3)}
 
     return asyncio.run(measure())
 
