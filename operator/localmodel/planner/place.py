@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_not
 
 from localmodel.facts import NodeFacts
 from localmodel.planner.explain import Explainer
@@ -111,6 +113,17 @@ class Planner:
         self._current: dict[str, tuple[str | None, ...]] = {}
         self._usage: dict[str, Usage] = {}
         self._claims: dict[str, list[Claim]] = {}
+        # The pending replicas that no node's keeping decides (no node yet, or
+        # a node that is gone), valid while the demands, `current` and the node
+        # names are those of the call that listed them; the nodes whose memo
+        # moves a replica; each model's place in the planner's order.
+        self._unheld: list[Pending] | None = None
+        self._moving: set[str] = set()
+        self._rank: dict[str, int] = {}
+        # The kept assignments sorted by (model, replica), kept up to date for
+        # the (model, replica) keys `_keep` changed (None: sort them all again).
+        self._kept_sorted: list[Assignment] | None = None
+        self._kept_dirty: set[tuple[str, int]] = set()
 
     @property
     def nodes_by_name(self) -> Mapping[str, NodeFacts]:
@@ -138,6 +151,7 @@ class Planner:
             self._given, self._order = given, order
             self._selectors = {d.selector for d in order}
             self._overheads = tuple(sorted({d.overhead_cpu_milli for d in order}))
+            self._rank = {d.key: i for i, d in enumerate(order)}
         listed = tuple(nodes)
         nodes_same = listed == self._listed
         refaced: set[str] | None = set()  # nodes whose facts object changed (None: unknown)
@@ -261,19 +275,42 @@ class Planner:
 
         if current_same and not rebuild and not changed and self._last is not None:
             return self._last[1]  # the same replicas on the same kept state
+        # In the planner's order: replicas without a node, on a node that is
+        # gone, or on a node that keeping moved them off. The first two depend
+        # only on the demands, `current` and the node names, so they are
+        # listed again only when one of those changed (a rebuild, or not
+        # current_same); the moved ones come from the nodes whose memo moves any.
         pending: list[Pending] = []
-        for d in order:
-            was = current.get(d.key, ())
-            for r in range(d.replicas):
-                name = was[r] if r < len(was) else None
-                if name is None:
-                    pending.append((d, r, ""))
-                elif name not in by_name:
-                    pending.append((d, r, f"was on {name}: node is gone"))
-                else:
-                    why = self._memo[name].moved.get((d.key, r))
-                    if why is not None:
-                        pending.append((d, r, why))
+        if rebuild or not current_same or self._unheld is None:
+            unheld: list[Pending] = []
+            for d in order:
+                was = current.get(d.key, ())
+                for r in range(d.replicas):
+                    name = was[r] if r < len(was) else None
+                    if name is None:
+                        unheld.append((d, r, ""))
+                        pending.append((d, r, ""))
+                    elif name not in by_name:
+                        gone = (d, r, f"was on {name}: node is gone")
+                        unheld.append(gone)
+                        pending.append(gone)
+                    else:
+                        why = self._memo[name].moved.get((d.key, r))
+                        if why is not None:
+                            pending.append((d, r, why))
+            self._unheld = unheld
+        else:
+            pending = list(self._unheld)
+            if self._moving:
+                memos = self._memo
+                for name in self._moving:
+                    memo = memos[name]
+                    for d, r in memo.claims:
+                        why = memo.moved.get((d.key, r))
+                        if why is not None:
+                            pending.append((d, r, why))
+                rank = self._rank
+                pending.sort(key=lambda p: (rank[p[0].key], p[1]))
 
         if not rebuild and not changed and self._last is not None and self._last[0] == pending:
             return self._last[1]
@@ -291,7 +328,7 @@ class Planner:
         old = self._listed
         if len(listed) != len(old) or not old:
             return None
-        changed = [i for i, (a, b) in enumerate(zip(listed, old, strict=True)) if a is not b]
+        changed = list(compress(range(len(listed)), map(is_not, listed, old)))
         if len(changed) * 8 > len(listed) or any(listed[i].name != old[i].name for i in changed):
             return None
         return {listed[i].name for i in changed}
@@ -308,6 +345,8 @@ class Planner:
         self._index, self._explainer = index, Explainer(index)
         self._memo, self._held, self._kept = {}, {}, {}
         self._last = None
+        self._unheld, self._moving = None, set()
+        self._kept_sorted, self._kept_dirty = None, set()
         for name, f in by_name.items():
             used = usage.get(name, _NO_USAGE)
             here = claims.get(name)
@@ -327,6 +366,7 @@ class Planner:
                 self._held[a.model].discard(node.name)
                 if self._kept.get((a.model, a.replica)) is a:  # not re-kept elsewhere yet
                     del self._kept[(a.model, a.replica)]
+                    self._kept_dirty.add((a.model, a.replica))
         kept: list[Assignment] = []
         moved: dict[tuple[str, int], str] = {}
         index, name = self._index, node.name
@@ -342,9 +382,11 @@ class Planner:
             )
             kept.append(a)
             self._kept[(d.key, r)] = a
+            self._kept_dirty.add((d.key, r))
             self._held.setdefault(d.key, set()).add(name)
         index.index(node)
         self._memo[name] = _NodeMemo(f, used, claims, kept, moved)
+        (self._moving.add if moved else self._moving.discard)(name)
 
     def _place_pending(
         self, index: NodeIndex, explainer: Explainer, pending: list[Pending]
@@ -400,9 +442,32 @@ class Planner:
             for node in touched:
                 explainer.update(node)
         explainer.forget_unused()
-        placements = list(self._kept.values()) + placed
-        placements.sort(key=_BY_MODEL)
+        placements = self._kept_in_order()
+        if len(placed) * 8 > len(placements):
+            placements += placed
+            placements.sort(key=_BY_MODEL)
+        else:
+            for a in placed:
+                insort(placements, a, key=_BY_MODEL)
         return Plan(placements=tuple(placements), unplaced=explained, ordered=True)
+
+    def _kept_in_order(self) -> list[Assignment]:
+        """A new list of the kept assignments sorted by (model, replica)."""
+        in_order = self._kept_sorted
+        dirty = self._kept_dirty
+        if in_order is None or len(dirty) * 8 > len(in_order):
+            in_order = sorted(self._kept.values(), key=_BY_MODEL)
+        else:
+            kept = self._kept
+            for key in dirty:
+                at = bisect_left(in_order, key, key=_BY_MODEL)
+                if at < len(in_order) and _BY_MODEL(in_order[at]) == key:
+                    del in_order[at]
+                a = kept.get(key)
+                if a is not None:
+                    in_order.insert(at, a)
+        self._kept_sorted, self._kept_dirty = in_order, set()
+        return list(in_order)
 
     @staticmethod
     def _best(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
