@@ -77,7 +77,8 @@ class Planner:
     in the node index, with a memo per node of the inputs keeping read there.
     A call re-keeps only the nodes whose facts, usage or current replicas
     changed, then places the replicas that must move on that state (undoing
-    those placements afterwards, so the index holds the kept state again), or
+    those placements at the start of the next call, so a call begins on the
+    kept state and a planner used once never pays for the undoing), or
     returns the last plan when nothing changed. The index is rebuilt when its
     shape changes: nodes added, removed, cordoned or uncordoned, a new node
     selector or sidecar overhead, or a selector crossing the direct-search
@@ -124,6 +125,9 @@ class Planner:
         # the (model, replica) keys `_keep` changed (None: sort them all again).
         self._kept_sorted: list[Assignment] | None = None
         self._kept_dirty: set[tuple[str, int]] = set()
+        # The last call's placements to undo (and the nodes whose census counts
+        # to redo), done at the start of the next call: `_restore`.
+        self._undo: tuple[list[_Undo], list[Node]] = ([], [])
 
     @property
     def nodes_by_name(self) -> Mapping[str, NodeFacts]:
@@ -137,6 +141,7 @@ class Planner:
         current: Mapping[str, Sequence[str | None]],
         usage: Mapping[str, Usage],
     ) -> Plan:
+        self._restore()
         # What is the same as last time is found by comparisons that stop at
         # identity (the operator passes the same objects while nothing changed),
         # so an unchanged pass costs a few comparisons, not a loop over the cluster.
@@ -322,6 +327,23 @@ class Planner:
         self._last = (pending, result)
         return result
 
+    def _restore(self) -> None:
+        """Put the index back to the kept state: undo the last call's placements
+        (and recount the censuses that counted them)."""
+        undo, recount = self._undo
+        if not undo:
+            return
+        self._undo = ([], [])
+        index, explainer = self._index, self._explainer
+        assert index is not None and explainer is not None
+        for u in undo:
+            index.unindex(u.node)
+            u.node.free_cpu_milli, u.node.free_memory = u.free_cpu_milli, u.free_memory
+            u.node.occupants, u.node.exclusive_holder = u.occupants, u.exclusive_holder
+            index.index(u.node)
+        for node in recount:
+            explainer.update(node)
+
     def _refaced(self, listed: tuple[NodeFacts, ...]) -> set[str] | None:
         """The names of the nodes whose facts object changed, when the list is
         otherwise the last one (same names in the same order, few changed)."""
@@ -391,8 +413,8 @@ class Planner:
     def _place_pending(
         self, index: NodeIndex, explainer: Explainer, pending: list[Pending]
     ) -> Plan:
-        """Place the replicas that must move on the kept state, explain those that
-        fit nowhere, then put the index back to the kept state."""
+        """Place the replicas that must move on the kept state and explain those
+        that fit nowhere; the next call puts the index back to the kept state."""
         undo: list[_Undo] = []
         placed: list[Assignment] = []
         held: dict[str, list[str]] = {}
@@ -433,15 +455,10 @@ class Planner:
                 explainer.explain(d, r)
                 for d, r in sorted(unplaced, key=lambda dr: (dr[0].key, dr[1]))
             )
-        for u in undo:  # back to the kept state
-            index.unindex(u.node)
-            u.node.free_cpu_milli, u.node.free_memory = u.free_cpu_milli, u.free_memory
-            u.node.occupants, u.node.exclusive_holder = u.occupants, u.exclusive_holder
-            index.index(u.node)
-        if unplaced:
-            for node in touched:
-                explainer.update(node)
         explainer.forget_unused()
+        # Back to the kept state, lazily: at the start of the next call (a
+        # planner used for one pass, as a cold pass's is, never pays for it).
+        self._undo = (undo, list(touched) if unplaced else [])
         placements = self._kept_in_order()
         if len(placed) * 8 > len(placements):
             placements += placed
