@@ -122,9 +122,42 @@ new_wrapper() {
   echo "$dir"
 }
 
-build_kubernetes() {
-  have_all "$K8S_DIR" "${K8S_CMDS[@]}" && { log "kubernetes $K8S_VERSION: cached"; return; }
-  log "kubernetes $K8S_VERSION: building ${K8S_CMDS[*]} (cold: 10-30 min on 2 cores)"
+# Two wrapper modules, built side by side. Each holds several tools, so the
+# packages they share (the Kubernetes libraries above all, but also gRPC,
+# protobuf, OpenTelemetry) compile once per module instead of once per tool,
+# and the two builds fill each other's gaps on 2 cores (module downloads,
+# single-threaded links):
+#   cluster  kube-apiserver, -controller-manager, -scheduler, kubectl, kubelet,
+#            kube-proxy and etcd, at the cluster's own library versions
+#   clients  kwok, helm, kubeconform and promtool, at the newest Kubernetes
+#            client libraries any of them asks for (helm's and promtool's
+#            v0.37); kwok's go.mod asks for v0.36, and minimal version
+#            selection moves it up within the same major
+# One module for all does not compile: helm needs k8s.io/apimachinery newer
+# than the cluster's v0.35, and no kwok release builds against v0.35.
+# lmhealth and dashboard-check keep their own small modules (our main.go each),
+# lmhealth at the cluster's k8s.io/api and apimachinery.
+
+# wrapper_get DIR PKG@VERSION...: the tools as `tool` directives of the
+# wrapper's go.mod, so `go build` finds them without a `go mod tidy` (which
+# would also fetch every tool's test-only dependencies).
+wrapper_get() {
+  local dir="$1"; shift
+  (cd "$dir" && go get -tool "$@")
+}
+
+# build_one DIR OUT LDFLAGS PKG... [-- TAGS]: binaries from a wrapper module.
+build_one() {
+  local dir="$1" out="$2" ld="$3"; shift 3
+  (cd "$dir" && go build -trimpath ${TAGS:+-tags "$TAGS"} -ldflags "-s -w $ld" -o "$out" "$@")
+}
+
+build_cluster_module() {
+  local need_k8s=1 need_etcd=1
+  have_all "$K8S_DIR" "${K8S_CMDS[@]}" && { log "kubernetes $K8S_VERSION: cached"; need_k8s=0; }
+  have_all "$ETCD_DIR" etcd && { log "etcd $ETCD_VERSION: cached"; need_etcd=0; }
+  (( need_k8s + need_etcd )) || return 0
+  log "cluster module: building kubernetes $K8S_VERSION (${K8S_CMDS[*]}) and etcd $ETCD_VERSION"
   local t0=$SECONDS
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local staging_version="v0.${K8S_VERSION#v1.}"
@@ -132,9 +165,9 @@ build_kubernetes() {
   modfile="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
     | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
   [[ -f "$modfile" ]] || { log "cannot download k8s.io/kubernetes@$K8S_VERSION"; return 1; }
-  dir="$(new_wrapper "kubernetes-$K8S_VERSION")"
+  dir="$(new_wrapper "cluster-$K8S_VERSION-etcd-$ETCD_VERSION")"
   {
-    echo "module localmodel.dev/tools/kubernetes"
+    echo "module localmodel.dev/tools/cluster"
     echo
     grep -E '^go [0-9]' "$modfile"
     grep -E '^godebug ' "$modfile" || true
@@ -150,47 +183,87 @@ build_kubernetes() {
   } >"$dir/go.mod"
   local pkgs=() c
   for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  # Name the version: a bare package path would mean @upgrade (the newest release).
-  (cd "$dir" && go get "${pkgs[@]/%/@$K8S_VERSION}")
-  local ld="-s -w" p
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  # Name the versions: a bare package path would mean @upgrade (the newest
+  # release). etcd's server/v3 go.mod has relative replaces; as a dependency
+  # of a wrapper module they are ignored and the published modules are used.
+  wrapper_get "$dir" "${pkgs[@]/%/@$K8S_VERSION}" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  local out
+  if (( need_etcd )); then
+    out="$ETCD_DIR.tmp"; rm -rf "$out"; mkdir -p "$out"
+    build_one "$dir" "$out/etcd" "" go.etcd.io/etcd/server/v3
+    install_dir "$out" "$ETCD_DIR"
+    log "etcd $ETCD_VERSION: built, $((SECONDS - t0)) s into the cluster module"
+  fi
+  if (( need_k8s )); then
+    local ld="" p
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+      ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    out="$K8S_DIR.tmp"; rm -rf "$out"; mkdir -p "$out"
+    # One `go build` for the six commands links them in parallel.
+    build_one "$dir" "$out/" "$ld" "${pkgs[@]}"
+    install_dir "$out" "$K8S_DIR"
+    log "kubernetes $K8S_VERSION: built ($("$K8S_DIR/kube-apiserver" --version))"
+  fi
+  log "cluster module: done in $((SECONDS - t0)) s"
+}
+
+build_clients_module() {
+  local todo=()
+  have_all "$KWOK_DIR" kwok && log "kwok $KWOK_VERSION: cached" || todo+=(kwok)
+  have_all "$HELM_DIR" helm && log "helm $HELM_VERSION: cached" || todo+=(helm)
+  have_all "$KUBECONFORM_DIR" kubeconform && log "kubeconform $KUBECONFORM_VERSION: cached" \
+    || todo+=(kubeconform)
+  have_all "$PROMTOOL_DIR" promtool && log "promtool $PROMETHEUS_VERSION: cached" || todo+=(promtool)
+  (( ${#todo[@]} )) || return 0
+  log "clients module: building ${todo[*]}"
+  local t0=$SECONDS dir
+  dir="$(new_wrapper "clients-kwok-$KWOK_VERSION-helm-$HELM_VERSION-kubeconform-$KUBECONFORM_VERSION-prometheus-$PROMETHEUS_VERSION")"
+  printf 'module localmodel.dev/tools/clients\n\ngo 1.26\n' >"$dir/go.mod"
+  wrapper_get "$dir" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  local tool out ld pkg p minor v
+  for tool in "${todo[@]}"; do
+    local TAGS=""
+    case "$tool" in
+      kwok)
+        out="$KWOK_DIR"; pkg=sigs.k8s.io/kwok/cmd/kwok
+        ld="-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" ;;
+      helm)
+        # helm's default "cluster" version (for `helm template` and lint) is
+        # the k8s.io/client-go minor in helm's own go.mod, as its Makefile sets it.
+        minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
+          | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' \
+          | xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')"
+        [[ -n "$minor" ]] || { log "cannot read helm's k8s.io/client-go version"; return 1; }
+        out="$HELM_DIR"; pkg=helm.sh/helm/v3/cmd/helm
+        ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+        for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+          ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+        done ;;
+      kubeconform)
+        out="$KUBECONFORM_DIR"; pkg=github.com/yannh/kubeconform/cmd/kubeconform
+        ld="-X main.version=$KUBECONFORM_VERSION" ;;
+      promtool)
+        # -tags remove_all_sd leaves out the service-discovery plugins (cloud
+        # SDKs) that checking and unit-testing rules does not need; the -X is
+        # what `promtool --version` prints.
+        v="${PROMETHEUS_VERSION#v0.}"; v="${v:0:1}.${v:1}"  # v0.316.0 is Prometheus 3.16.0
+        out="$PROMTOOL_DIR"; pkg=github.com/prometheus/prometheus/cmd/promtool
+        TAGS=remove_all_sd
+        ld="-X github.com/prometheus/common/version.Version=$v" ;;
+    esac
+    rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+    TAGS="$TAGS" build_one "$dir" "$out.tmp/$tool" "$ld" "$pkg"
+    # kwok's stages.yaml lives next to the binary: keep it across a rebuild.
+    [[ -s "$out/stages.yaml" ]] && cp "$out/stages.yaml" "$out.tmp/"
+    install_dir "$out.tmp" "$out"
+    log "$tool: built, $((SECONDS - t0)) s into the clients module"
   done
-  local out="$K8S_DIR.tmp"
-  rm -rf "$out"; mkdir -p "$out"
-  (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}")
-  install_dir "$out" "$K8S_DIR"
-  log "kubernetes $K8S_VERSION: built in $((SECONDS - t0)) s ($("$K8S_DIR/kube-apiserver" --version))"
-}
-
-build_etcd() {
-  have_all "$ETCD_DIR" etcd && { log "etcd $ETCD_VERSION: cached"; return; }
-  log "etcd $ETCD_VERSION: building"
-  local t0=$SECONDS
-  local dir out="$ETCD_DIR.tmp"
-  dir="$(new_wrapper "etcd-$ETCD_VERSION")"
-  # server/v3's own go.mod has relative replaces; as a dependency of a wrapper
-  # module they are ignored and the published api/client/pkg modules are used.
-  printf 'module localmodel.dev/tools/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
-    "$ETCD_VERSION" >"$dir/go.mod"
-  (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
-  rm -rf "$out"; mkdir -p "$out"
-  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
-  install_dir "$out" "$ETCD_DIR"
-  log "etcd $ETCD_VERSION: built in $((SECONDS - t0)) s"
-}
-
-# go_install DIR NAME PKG VERSION LDFLAGS: `go install pkg@version` into DIR.
-go_install() {
-  local dir="$1" name="$2" pkg="$3" version="$4" ld="$5"
-  have_all "$dir" "$name" && { log "$name $version: cached"; return; }
-  log "$name $version: building"
-  local out="$dir.tmp" t0=$SECONDS
-  rm -rf "$out"; mkdir -p "$out"
-  GOBIN="$out" go install -trimpath -ldflags "-s -w $ld" "$pkg@$version"
-  install_dir "$out" "$dir"
-  log "$name $version: built in $((SECONDS - t0)) s"
+  log "clients module: done in $((SECONDS - t0)) s"
 }
 
 # The kwok binary has no built-in behaviour: kwokctl hands it the default Stage
@@ -208,39 +281,6 @@ kwok_stages() {
     { echo "---"; cat "$dir/kustomize/stage/$f.yaml"; } >>"$out"
   done
   mv "$out" "$KWOK_DIR/stages.yaml"
-}
-
-# helm's default "cluster" version (for `helm template` and lint) comes from the
-# k8s.io/client-go minor it was built with, as its own Makefile sets it.
-build_helm() {
-  have_all "$HELM_DIR" helm && { log "helm $HELM_VERSION: cached"; return; }
-  local minor ld p
-  minor="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
-    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' \
-    | xargs sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p')"
-  [[ -n "$minor" ]] || { log "cannot read helm's k8s.io/client-go version"; return 1; }
-  ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
-  done
-  go_install "$HELM_DIR" helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$ld"
-}
-
-# promtool only: -tags remove_all_sd leaves out the service-discovery plugins
-# (cloud SDKs) it does not need to check and unit-test rules; the version's
-# -X is what `promtool --version` prints.
-build_promtool() {
-  local v="${PROMETHEUS_VERSION#v0.}"
-  v="3.${v%%.*}.${v#*.}"
-  [[ -x "$PROMTOOL_DIR/promtool" ]] && { log "promtool $PROMETHEUS_VERSION: cached"; return; }
-  log "promtool $PROMETHEUS_VERSION: building (cold: see docs/metrics.md)"
-  local out="$PROMTOOL_DIR.tmp" t0=$SECONDS
-  rm -rf "$out"; mkdir -p "$out"
-  GOBIN="$out" go install -trimpath -tags remove_all_sd \
-    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" \
-    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
-  install_dir "$out" "$PROMTOOL_DIR"
-  log "promtool $PROMETHEUS_VERSION: built in $((SECONDS - t0)) s"
 }
 
 # The CRDs the chart's ServiceMonitor, PodMonitor and PrometheusRule are
@@ -285,7 +325,7 @@ build_lmhealth() {
   cp "$LMHEALTH_SRC" "$dir/main.go"
   printf 'module localmodel.dev/tools/lmhealth\n\ngo 1.26\n' >"$dir/go.mod"
   # k8s.io/api and apimachinery at the cluster's version (as Flux builds kstatus
-  # with current ones): the compiled packages are shared with build_kubernetes.
+  # with current ones): the compiled packages are shared with the cluster module.
   local staging_version="v0.${K8S_VERSION#v1.}"
   (cd "$dir" && go get "sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION" \
      "github.com/yuin/gopher-lua@$GOPHER_LUA_VERSION" \
@@ -297,19 +337,16 @@ build_lmhealth() {
 }
 
 start=$SECONDS
-build_etcd
-go_install "$KWOK_DIR" kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
-  "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
-kwok_stages
-build_helm
-go_install "$KUBECONFORM_DIR" kubeconform \
-  github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" \
-  "-X main.version=$KUBECONFORM_VERSION"
-monitoring_crds
-build_dashboard_check
-build_promtool
-build_lmhealth
-build_kubernetes
+# The two modules' streams run side by side; each stops at its first failure,
+# and the script fails if either did.
+( build_cluster_module; build_lmhealth ) &
+cluster_pid=$!
+( build_clients_module; kwok_stages; monitoring_crds; build_dashboard_check ) &
+clients_pid=$!
+failed=0
+wait "$cluster_pid" || { log "the cluster stream failed (output above)"; failed=1; }
+wait "$clients_pid" || { log "the clients stream failed (output above)"; failed=1; }
+(( failed == 0 )) || exit 1
 
 m="$(missing)"
 if [[ -n "$m" ]]; then log "still missing after build: $m"; exit 1; fi
