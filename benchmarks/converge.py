@@ -67,9 +67,11 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
 
 from tests.harness import TestCluster, locate_tools  # noqa: E402
 from tests.harness.cluster import LARGE_CLUSTER_RATES  # noqa: E402
+from tests.harness.kubeapi import ApiError, KubeApi  # noqa: E402
 from tests.harness.loopwatch import loop_stall_watch  # noqa: E402
 from tests.harness.operator import OperatorProcess, install_operator  # noqa: E402
 from tests.harness.processes import wait_until  # noqa: E402
@@ -207,6 +210,106 @@ def probe_pod_ip(ip: str, port: int = 8080) -> str:
         return f"no answer: {type(reason).__name__} {reason}"
 
 
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+LEASE_PUT = 'resource="leases",scope="resource",subresource="",verb="PUT"'
+UNHEALTHY_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def _when(stamp: str) -> datetime:
+    """An API MicroTime or Time (`2026-12-02T04:31:36.123456Z`) as an aware datetime."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def lease_put_stats(metrics: str) -> dict[str, float]:
+    """The API server's own count and total seconds of node lease renewals (PUT
+    leases), and how many took over 1 s, from its /metrics text."""
+    out = {"count": 0.0, "sum": 0.0, "over_1s": 0.0}
+    le_1 = 0.0
+    for line in metrics.splitlines():
+        if LEASE_PUT not in line or not line.startswith("apiserver_request_duration_seconds"):
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith("apiserver_request_duration_seconds_count"):
+            out["count"] += value
+        elif line.startswith("apiserver_request_duration_seconds_sum"):
+            out["sum"] += value
+        elif 'le="1"' in line:
+            le_1 += value
+    out["over_1s"] = out["count"] - le_1
+    return out
+
+
+def throttled(metrics: str) -> float:
+    """Requests the API server answered 429 (apiserver_request_total{code="429"})."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("apiserver_request_total{") and 'code="429"' in line)
+
+
+class NodeHealthWatch:
+    """Samples, every `every` seconds until stopped, how far behind the fake
+    nodes' lease renewals are (now - renewTime; kwok renews each every 10 s, the
+    node lifecycle controller calls a node NotReady after 50 s without one) and
+    how many nodes are NotReady or tainted unreachable/not-ready: the test
+    cluster holding up, or not, while the operator converges."""
+
+    def __init__(self, cluster: TestCluster, every: float = 5.0) -> None:
+        self.api = cluster.api()
+        self.every = every
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-health", daemon=True)
+        self._t0 = time.monotonic()
+
+    def __enter__(self) -> NodeHealthWatch:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def sample(self) -> dict[str, float]:
+        now = datetime.now(UTC)
+        lags = sorted((now - _when(lease["spec"]["renewTime"])).total_seconds()
+                      for lease in _get(self.api, LEASES)["items"]
+                      if (lease.get("spec") or {}).get("renewTime"))
+        nodes = _get(self.api, "/api/v1/nodes")["items"]
+        not_ready = sum(1 for node in nodes for c in
+                        (node.get("status") or {}).get("conditions") or []
+                        if c.get("type") == "Ready" and c.get("status") != "True")
+        tainted = sum(1 for node in nodes if any(
+            t.get("key") in UNHEALTHY_TAINTS for t in (node.get("spec") or {}).get("taints") or []))
+        return {"t": round(time.monotonic() - self._t0, 1),
+                "lease_lag_p50_s": round(lags[len(lags) // 2], 1) if lags else 0.0,
+                "lease_lag_max_s": round(lags[-1], 1) if lags else 0.0,
+                "not_ready": not_ready, "tainted": tainted,
+                "load1": round(os.getloadavg()[0], 2)}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.sample())
+            except Exception as exc:  # a slow API server: note it, keep sampling
+                print(f"node health sample failed: {exc}", file=sys.stderr)
+            if os.environ.get("CONVERGE_DEBUG") and self.samples:
+                print(f"node health {self.samples[-1]}", file=sys.stderr)
+            self._stop.wait(self.every)
+
+    def summary(self) -> dict[str, Any]:
+        worst = {k: max((s[k] for s in self.samples), default=0.0)
+                 for k in ("lease_lag_max_s", "not_ready", "tainted", "load1")}
+        return {"health_samples": len(self.samples),
+                "lease_lag_max_s": worst["lease_lag_max_s"],
+                "lease_lag_p50_max_s": max((s["lease_lag_p50_s"] for s in self.samples),
+                                           default=0.0),
+                "nodes_not_ready_max": int(worst["not_ready"]),
+                "nodes_tainted_max": int(worst["tainted"]),
+                "load1_max": worst["load1"],
+                "load1_mean": round(sum(s["load1"] for s in self.samples)
+                                    / max(1, len(self.samples)), 2)}
+
+
 def _memory_mib(pid: int | None) -> dict[str, float]:
     """The operator's resident memory now and at its peak (VmRSS, VmHWM)."""
     if pid is None:
@@ -215,6 +318,20 @@ def _memory_mib(pid: int | None) -> dict[str, float]:
                   Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return {f"operator_{k.lower()}_mib": round(int(fields[k].split()[0]) / 1024, 1)
             for k in ("VmRSS", "VmHWM") if k in fields}
+
+
+def _get(api: KubeApi, path: str) -> dict[str, Any]:
+    """GET with a minute's patience: at 1 000 models on this machine a list can take
+    longer than KubeApi's 10 s."""
+    status, body = api.request("GET", path, timeout=60)
+    if status >= 400:
+        raise ApiError("GET", path, status, body)
+    return body
+
+
+def _apiserver_metrics(cluster: TestCluster) -> str:
+    status, body = cluster.api().request("GET", "/metrics", timeout=60)
+    return str(body.get("message", "")) if status == 200 else ""
 
 
 def _metrics_of(op: OperatorProcess, wait: float = 60.0) -> str:
@@ -251,10 +368,17 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
         op = OperatorProcess(cluster, identity="bench")
         op.start()
         setup = time.monotonic() - began
+        health = NodeHealthWatch(cluster)
         try:
             api = cluster.api()
             api.create("/api/v1/namespaces", {"metadata": {"name": "bench"}})
             audit_start = len(cluster.audit_events())
+            metrics_before = _apiserver_metrics(cluster)
+            health.__enter__()
+            # Each look lists every LocalModel and pod: at 1 000 of each a look
+            # every 0.5 s would take much of a core of this 2-core machine from
+            # the cluster it measures. The marks are as fine as the looks.
+            poll = max(0.5, n / 500)
             t0 = time.monotonic()
             # Created through the API, 8 at a time: the clock measures the
             # operator and the cluster, not kubectl.
@@ -265,11 +389,16 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             ready = 0
             marks: dict[str, float] = {}
             while time.monotonic() - t0 < timeout:
-                items = api.get(path)
+                try:  # an API server this loaded may take over 10 s to list them
+                    items = _get(api, path)
+                    pods = _get(api, "/api/v1/namespaces/bench/pods")["items"]
+                except (OSError, ApiError) as exc:
+                    print(f"converge: a look failed ({exc}); looking again", file=sys.stderr)
+                    time.sleep(poll)
+                    continue
                 ready = sum(1 for lm in items["items"] for c in
                             (lm.get("status") or {}).get("conditions") or []
                             if c.get("type") == "Ready" and c.get("status") == "True")
-                pods = api.get("/api/v1/namespaces/bench/pods")["items"]
                 stages = {
                     "pods_created": len(pods),
                     "pods_bound": sum(1 for p in pods if p["spec"].get("nodeName")),
@@ -282,8 +411,14 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
                         marks[stage] = round(time.monotonic() - t0, 1)
                 if ready == n:
                     break
-                time.sleep(0.5)
+                time.sleep(poll)
             seconds = time.monotonic() - t0
+            health.__exit__()
+            metrics_after = _apiserver_metrics(cluster)
+            leases = {k: v - lease_put_stats(metrics_before)[k]
+                      for k, v in lease_put_stats(metrics_after).items()}
+            kwok_log = next(p.log_path for p in cluster.processes if p.name == "kwok")
+            lease_failures = kwok_log.read_text(errors="replace").count("Failed to sync lease")
             time.sleep(3)  # the last status writes and events
             events = cluster.audit_events()[audit_start:]
             metrics = _metrics_of(op)
@@ -315,6 +450,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             operator_cpu = _cpu_seconds(op.proc.pid if op.proc else None)
             memory = _memory_mib(op.proc.pid if op.proc else None)
         finally:
+            health.__exit__()
             op.stop()
             cluster.stop()
         verbs = Counter(e["verb"] for e in events)
@@ -347,6 +483,13 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             "passes": _metric(metrics, "localmodel_operator_pass_duration_seconds_count"),
             "pass_seconds_total": round(
                 _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),
+            **health.summary(),
+            "kwok_lease_failures": lease_failures,
+            "lease_renewals": int(leases["count"]),
+            "lease_put_mean_ms": round(1000 * leases["sum"] / max(1.0, leases["count"]), 1),
+            "lease_puts_over_1s": int(leases["over_1s"]),
+            "apiserver_429": int(throttled(metrics_after) - throttled(metrics_before)),
+            "poll_s": poll,
             "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2),
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
@@ -532,6 +675,19 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     for reason, samples in rows[-1]["warning_samples"].items():
         for sample in samples:
             print(f"  Warning {reason}: {sample}")
+    print(f"{'N':>6} {'lease lag max s':>16} {'nodes NotReady max':>19} "
+          f"{'tainted max':>12} {'lease PUT mean ms':>18} {'>1 s':>6} "
+          f"{'kwok lease errors':>18} {'429s':>6} {'load mean/max':>14}")
+    for r in rows:
+        print(f"{r['n']:>6} {r['lease_lag_max_s']:>16.1f} {r['nodes_not_ready_max']:>19} "
+              f"{r['nodes_tainted_max']:>12} {r['lease_put_mean_ms']:>18.1f} "
+              f"{r['lease_puts_over_1s']:>6} {r['kwok_lease_failures']:>18} "
+              f"{r['apiserver_429']:>6} {r['load1_mean']:>6}/{r['load1_max']:<7}")
+    print("The test cluster while converging (sampled every 5 s): how far behind the "
+          "fake nodes' lease renewals were (kwok renews every 10 s; 50 s without one "
+          "makes a node NotReady), nodes NotReady or tainted unreachable/not-ready at "
+          "once, the API server's mean time for a lease renewal (PUT) and those over "
+          "1 s, kwok's failed renewals, the API server's 429 answers, 1-minute load.")
     print(f"{'N':>6} {'speed reads to Ready, by result':>34} {'per model':>10} "
           f"{'bytes/model':>12} {'reads idle':>11} {'idle s':>7}  what a kwok pod IP answers")
     for r in rows:

@@ -118,6 +118,42 @@ class ClientRates:
 LARGE_CLUSTER_RATES = ClientRates(100, 100, 100, 100)
 
 
+# kwok's own defaults (sigs.k8s.io/kwok v0.8.0, SetObjectDefaults_KwokConfiguration):
+# a KwokConfiguration read from a file gets none of them, so it states them all.
+KWOK_DEFAULT_OPTIONS: dict[str, Any] = {
+    "enableDebuggingHandlers": True,
+    "enableContentionProfiling": False,
+    "enableProfilingHandler": True,
+    "podPlayStageParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
+
+
+def kwok_configuration(nodes: int) -> dict[str, Any]:
+    """kwok's KwokConfiguration for a cluster of `nodes` fake nodes: its defaults,
+    but one lease renewer per node, as every real kubelet renews its own Lease.
+
+    kwok renews each node's Lease every 10 s (a quarter of
+    --node-lease-duration-seconds=40, as the kubelet does) with
+    `nodeLeaseParallelism` workers, 4 by default, one PUT at a time each: at
+    N nodes it keeps up only while a PUT takes under 4 x 10 s / N (40 ms at
+    1 000). A loaded API server answers slower than that, the renewals fall
+    behind, and after 50 s without one (kube-controller-manager's
+    --node-monitor-grace-period) the node lifecycle controller marks the node
+    NotReady and taints it unreachable, though nothing is wrong with it. Real
+    kubelets do not wait on each other (docs/benchmarks.md, converge)."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": KWOK_DEFAULT_OPTIONS | {
+            "nodeLeaseParallelism": max(KWOK_DEFAULT_OPTIONS["nodeLeaseParallelism"], nodes)},
+    }
+
+
 class TestCluster:
     """One control plane; start() brings it up, stop() tears everything down."""
 
@@ -570,9 +606,13 @@ class TestCluster:
         ])
 
     def _start_kwok(self) -> None:
+        assert self.nodes is not None
+        config = self.workdir / "kwok.yaml"
+        config.write_text(yaml.safe_dump(kwok_configuration(len(self.nodes.nodes))))
         self._spawn("kwok", [
             self._tool("kwok"),
             f"--config={self._tool('kwok-stages')}",
+            f"--config={config}",
             f"--kubeconfig={self.admin_kubeconfig}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
