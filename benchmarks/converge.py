@@ -45,6 +45,15 @@ tests/harness/cluster.py: 100/100 each; the defaults, 20/30 and 50/100, make
 volume binding of a thousand claims wait on the controller manager's client
 rather than on the operator). `--default-rates` measures with the defaults.
 
+kwok renews every fake node's Lease with a worker of its own, as each real
+kubelet renews its own (`kwok_configuration` in tests/harness/cluster.py; with
+kwok's default of 4 workers for all nodes, 1 000 nodes fell behind on a loaded
+machine and the node lifecycle controller tainted healthy nodes unreachable).
+While the models converge, the run samples the test cluster every 5 s: how far
+behind the nodes' lease renewals are, how many nodes are NotReady or tainted;
+and from the API server's metrics the mean time of a lease renewal, and its
+429 answers: a number is the operator's only while the cluster held.
+
 What the operator does by itself is reported next to time to Ready: time to
 every pod made (the operator's part; binding is the scheduler's and the volume
 binder's, Ready is kwok's), its CPU seconds (user + system, /proc), the passes
