@@ -199,9 +199,9 @@ def build_status(
                 condition(ConditionType.READY, ok, reason, f"{n_ready}/{want} replicas ready",
                           lm, now)
             )
-    status = LocalModelStatus(
+    return LocalModelStatus(
         observed_generation=lm.metadata.generation,
-        conditions=conditions,
+        conditions=_with_health(conditions, lm.metadata.generation, lm.status, now),
         placements=[
             PlacementStatus(
                 replica=r.replica,
@@ -223,7 +223,6 @@ def build_status(
         nodes=",".join(r.node for r in replicas),
         endpoint=endpoint if not invalid else "",
     )
-    return with_health(status, lm.metadata.generation, lm.status, now)
 
 
 def _stable_reason(lm: LocalModel, r: ReplicaStatusInput) -> str:
@@ -291,7 +290,15 @@ def with_health(status: LocalModelStatus, generation: int | None,
     not Ready (Ready=False). Neither is present at rest, so kstatus falls through
     to the Ready condition: Current when Ready=True (docs/gitops.md).
     """
-    by_type = {c.type: c for c in status.conditions}
+    conditions = _with_health(status.conditions, generation, previous, now)
+    return status.model_copy(update={"conditions": conditions})
+
+
+def _with_health(conditions: list[Condition], generation: int | None,
+                 previous: LocalModelStatus | None, now: str) -> list[Condition]:
+    """`with_health`'s conditions (build_status sets them before it makes the
+    status, instead of copying the status made without them)."""
+    by_type = {c.type: c for c in conditions}
 
     def false(type_: ConditionType) -> Condition | None:
         c = by_type.get(type_.value)
@@ -309,8 +316,8 @@ def with_health(status: LocalModelStatus, generation: int | None,
     elif (not_ready := false(ConditionType.READY)) is not None:
         health.append(_true(ConditionType.RECONCILING, not_ready.reason, not_ready.message,
                             generation, previous, now))
-    others = [c for c in status.conditions if c.type not in _HEALTH]
-    return status.model_copy(update={"conditions": [*others, *health]})
+    others = [c for c in conditions if c.type not in _HEALTH]
+    return [*others, *health]
 
 
 def _true(type_: ConditionType, reason: str, message: str, generation: int | None,
