@@ -283,12 +283,25 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval:
 
 
 def pid_runs(pid: int, executable: str) -> bool:
-    """True if `pid` is alive and runs `executable` (guards against reused pids)."""
+    """True if `pid` is alive and runs `executable` (guards against reused pids).
+
+    Its argv[0] names `executable`, or both are the same file: a process started
+    as bare `python` from a virtualenv has argv[0] `python`, while its
+    `sys.executable` is the venv's absolute path (a link to the interpreter)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return bool(cmdline) and cmdline[0].decode(errors="replace") == executable
+    if not cmdline or not cmdline[0]:
+        return False
+    if cmdline[0].decode(errors="replace") == executable:
+        return True
+    if not os.path.isabs(executable):
+        return False
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(executable)
+    except OSError:
+        return False
 
 
 def terminate_pid(pid: int, timeout: float = 10.0) -> None:
