@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.harness.processes import pid_runs
 
 
-def test_a_process_started_by_a_bare_name_runs_the_linked_interpreter(tmp_path: Path) -> None:
-    # As `python -m ...` from a virtualenv: argv[0] is the bare name, while the
+def test_a_process_is_known_by_the_file_it_runs_not_only_by_its_argv0(tmp_path: Path) -> None:
+    # As `python -m pytest` from a virtualenv: argv[0] is the bare name, while a
     # state file records sys.executable, the venv's link to the interpreter.
-    real = os.path.realpath(sys.executable)
+    # This process's argv[0] is never a link made just now in tmp_path.
     link = tmp_path / "venv-python"
-    link.symlink_to(real)
-    child = subprocess.Popen(["python", "-c", "import time; time.sleep(60)"], executable=real)
-    try:
-        assert pid_runs(child.pid, str(link))
-        assert pid_runs(child.pid, "python")  # argv[0] itself
-        assert not pid_runs(child.pid, "/bin/sh")  # another program under a reused pid
-        assert not pid_runs(child.pid, "sh")
-    finally:
-        child.kill()
-        child.wait()
-    assert not pid_runs(child.pid, str(link))  # gone
+    link.symlink_to(os.path.realpath(sys.executable))
+    me = os.getpid()
+    argv0 = Path(f"/proc/{me}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert argv0 != str(link)
+    assert pid_runs(me, str(link))
+    assert pid_runs(me, argv0)
+    assert not pid_runs(me, "/bin/sh")  # another program under a reused pid
+    assert not pid_runs(me, "sh")  # a bare name is only ever compared as argv[0]
+    assert not pid_runs(me, str(tmp_path / "missing"))
