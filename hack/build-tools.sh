@@ -146,7 +146,8 @@ wrapper_get() {
   (cd "$dir" && go get -tool "$@")
 }
 
-# build_one DIR OUT LDFLAGS PKG... [-- TAGS]: binaries from a wrapper module.
+# build_one DIR OUT LDFLAGS PKG...: binaries from a wrapper module (build tags
+# from TAGS in the environment, when set).
 build_one() {
   local dir="$1" out="$2" ld="$3"; shift 3
   (cd "$dir" && go build -trimpath ${TAGS:+-tags "$TAGS"} -ldflags "-s -w $ld" -o "$out" "$@")
@@ -227,7 +228,7 @@ build_clients_module() {
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
   local tool out ld pkg p minor v
   for tool in "${todo[@]}"; do
-    local TAGS=""
+    local tags=""
     case "$tool" in
       kwok)
         out="$KWOK_DIR"; pkg=sigs.k8s.io/kwok/cmd/kwok
@@ -253,11 +254,11 @@ build_clients_module() {
         # what `promtool --version` prints.
         v="${PROMETHEUS_VERSION#v0.}"; v="${v:0:1}.${v:1}"  # v0.316.0 is Prometheus 3.16.0
         out="$PROMTOOL_DIR"; pkg=github.com/prometheus/prometheus/cmd/promtool
-        TAGS=remove_all_sd
+        tags=remove_all_sd
         ld="-X github.com/prometheus/common/version.Version=$v" ;;
     esac
     rm -rf "$out.tmp"; mkdir -p "$out.tmp"
-    TAGS="$TAGS" build_one "$dir" "$out.tmp/$tool" "$ld" "$pkg"
+    TAGS="$tags" build_one "$dir" "$out.tmp/$tool" "$ld" "$pkg"
     # kwok's stages.yaml lives next to the binary: keep it across a rebuild.
     [[ -s "$out/stages.yaml" ]] && cp "$out/stages.yaml" "$out.tmp/"
     install_dir "$out.tmp" "$out"

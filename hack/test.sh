@@ -22,6 +22,7 @@ python -m pip install -q -e '.[dev]' || exit 1
 
 logs="$(mktemp -d "${TMPDIR:-/tmp}/localmodel-test.XXXXXX")"
 pids=()
+names=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null; done
@@ -35,6 +36,7 @@ start() {
   set -m
   nice -n 10 bash -c "$1" >"$logs/$name.log" 2>&1 &
   pids+=($!)
+  names+=("$name")
   set +m
   echo "test.sh: building $name in the background (log: $logs/$name.log)" >&2
 }
@@ -43,7 +45,6 @@ start() {
 # one's log, only the build scripts' own lines of a good one).
 finish() {
   local i name rc=0 t0=$SECONDS
-  local names=(tools engines)
   echo "test.sh: waiting for the builds" >&2
   for i in "${!pids[@]}"; do
     name="${names[$i]}"
