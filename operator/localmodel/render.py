@@ -695,19 +695,19 @@ def manifest_hash(obj: Mapping[str, Any]) -> str:
 def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
     """`manifest_hash(spec)`, with the JSON text of some top-level fields known
     already (``known``: field -> its `json.dumps(..., sort_keys=True)`): the same
-    text, put together as the encoder writes an object, so the same digest."""
-    # One encoding of the rest, the known fields as NaN (which no manifest holds:
-    # JSON has no NaN), each then replaced by its text.
-    text = json.dumps({**spec, **dict.fromkeys(known, _NAN)}, sort_keys=True)
-    for k, known_text in known.items():
-        mark = f"{json.dumps(k)}: NaN"
-        if text.count(mark) != 1:
-            return manifest_hash(spec)
-        text = text.replace(mark, f"{json.dumps(k)}: {known_text}")
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    text, put together as the encoder writes an object (keys sorted, ", " and
+    ": " between), so the same digest. The rest is encoded field by field with
+    one kept encoder (`json.dumps` with an argument makes a new one per call)."""
+    encode = _SORTED_JSON.encode
+    text = ", ".join(
+        f"{encode(k)}: {known[k] if k in known else encode(spec[k])}"
+        for k in sorted(spec.keys() | known.keys())
+    )
+    return hashlib.sha256(f"{{{text}}}".encode()).hexdigest()[:16]
 
 
-_NAN = float("nan")
+# What `json.dumps(obj, sort_keys=True)` encodes with (the same arguments).
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
 
 
 def render_pod(

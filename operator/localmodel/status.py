@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from localmodel.api import (
@@ -119,10 +120,25 @@ def condition(
     previous = {c.type: c for c in (lm.status.conditions if lm.status else [])}.get(type_.value)
     # lastTransitionTime moves only when the status does (metav1.Condition).
     since = previous.last_transition_time if previous and previous.status == status else now
+    return _condition(type_.value, status, lm.metadata.generation, since, reason, message)
+
+
+@lru_cache(maxsize=4096)
+def _condition(
+    type_: str,
+    status: ConditionStatus,
+    generation: int | None,
+    since: str,
+    reason: str,
+    message: str,
+) -> Condition:
+    """One `Condition` per distinct value (a model is frozen, so statuses may
+    share one): a pass makes thousands that read the same ("spec accepted", the
+    Ready count), and each made anew is validated anew."""
     return Condition(
-        type=type_.value,
+        type=type_,
         status=status,
-        observed_generation=lm.metadata.generation,
+        observed_generation=generation,
         last_transition_time=since,
         reason=reason,
         message=message,
