@@ -73,7 +73,7 @@ class Census:
     def part(self, index: NodeIndex, node: Node) -> Part:
         if not node.schedulable:
             return _UNSCHEDULABLE
-        if any(node.labels.get(k) != v for k, v in self.selector):
+        if self.selector and any(node.labels.get(k) != v for k, v in self.selector):
             return _NOT_MATCHING
         blocking, _ = index.verdict(node.taints, self.tolerations)
         if blocking is not None:

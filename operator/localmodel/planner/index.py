@@ -145,14 +145,20 @@ class NodeIndex:
     ) -> None:
         self.settings = settings
         self.nodes: dict[str, Node] = {}
+        # Nodes with the same taints share one sorted tuple (most have none).
+        sorted_taints: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
+        none = Usage()
         for f in sorted(nodes, key=lambda f: f.name):
             if f.name in self.nodes:
                 raise ValueError(f"node {f.name} is listed twice")
-            used = usage.get(f.name, Usage())
+            used = usage.get(f.name, none)
+            taints = sorted_taints.get(f.taints)
+            if taints is None:
+                taints = sorted_taints[f.taints] = _sorted_taints(f.taints)
             self.nodes[f.name] = Node(
                 name=f.name,
                 labels=f.labels,
-                taints=tuple(sorted(set(f.taints), key=lambda t: (t.key, t.value, t.effect))),
+                taints=taints,
                 schedulable=f.schedulable,
                 free_cpu_milli=f.allocatable_cpu_milli - used.cpu_milli,
                 free_memory=f.allocatable_memory_bytes - used.memory_bytes,
@@ -246,7 +252,7 @@ class NodeIndex:
         """Put an (unindexed) node back to what its facts and other pods' usage
         leave free, with none of our models on it; new labels or taints move it
         between views and classes. The caller indexes it again."""
-        taints = tuple(sorted(set(facts.taints), key=lambda t: (t.key, t.value, t.effect)))
+        taints = _sorted_taints(facts.taints)
         if facts.labels != node.labels or taints != node.taints:
             self._relabel(node, facts.labels, taints)
         node.free_cpu_milli = facts.allocatable_cpu_milli - used.cpu_milli
@@ -361,6 +367,11 @@ class NodeIndex:
 
     def rejection(self, node: Node, d: ModelDemand) -> Rejected | None:
         return self.static_rejection(node, d) or dynamic_rejection(node, d)
+
+
+def _sorted_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
+    """A node's distinct taints in one order (the key of its taint class)."""
+    return tuple(sorted(set(taints), key=lambda t: (t.key, t.value, t.effect)))
 
 
 def dynamic_rejection(node: Node, d: ModelDemand) -> Rejected | None:
