@@ -114,7 +114,10 @@ class Node:
     occupants: dict[str, int] = field(default_factory=dict)  # model -> replica
     exclusive_holder: str | None = None
     classes: list[TaintClass] = field(default_factory=list)  # one per view it is in
-    indexed: list[tuple[SortedEntries, Entry]] = field(default_factory=list)
+    # Where it is indexed: the fit lists, and its entry in each (two lists,
+    # not a list of pairs: one tuple fewer per list for the collector to visit).
+    indexed: list[SortedEntries] = field(default_factory=list)
+    indexed_entries: list[Entry] = field(default_factory=list)
 
     def free_cpus(self, overhead: int) -> int:
         """Whole CPUs left for an engine whose sidecars take ``overhead`` milli."""
@@ -229,12 +232,14 @@ class NodeIndex:
                     entries.add(entry)
                 else:
                     entries.append(entry)
-                node.indexed.append((entries, entry))
+                node.indexed.append(entries)
+                node.indexed_entries.append(entry)
 
     def unindex(self, node: Node) -> None:
-        for entries, entry in node.indexed:
+        for entries, entry in zip(node.indexed, node.indexed_entries):
             entries.remove(entry)
         node.indexed.clear()
+        node.indexed_entries.clear()
 
     # ------------------------------------------------------- across passes
 
