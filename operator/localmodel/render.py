@@ -631,6 +631,19 @@ class PodParts:
         return found
 
 
+def _node_affinity(node: str) -> Manifest:
+    """A pod's affinity: bound to its planned node."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+    }
+
+
 def build_pod_spec(
     lm: LocalModel,
     r: ReplicaPlan,
@@ -657,19 +670,7 @@ def build_pod_spec(
             }
         )
     spec: Manifest = {
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": [r.node]}
-                            ]
-                        }
-                    ]
-                }
-            }
-        },
+        "affinity": _node_affinity(r.node),
         "enableServiceLinks": False,
         "initContainers": inits,
         "containers": containers,
@@ -708,6 +709,18 @@ def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
 
 # What `json.dumps(obj, sort_keys=True)` encodes with (the same arguments).
 _SORTED_JSON = json.JSONEncoder(sort_keys=True)
+# `_node_affinity`'s JSON text around the node name's (a string's JSON text is
+# the same wherever it stands): a pod's affinity text without encoding it.
+_NODE_MARK = "\x00node\x00"  # (no node name holds a NUL)
+_AFFINITY_TEXT = json.dumps(_node_affinity(_NODE_MARK), sort_keys=True).split(
+    json.dumps(_NODE_MARK)
+)
+assert len(_AFFINITY_TEXT) == 2
+
+
+def affinity_text(node: str) -> str:
+    """`json.dumps(_node_affinity(node), sort_keys=True)`, put together."""
+    return _SORTED_JSON.encode(node).join(_AFFINITY_TEXT)
 
 
 def render_pod(
@@ -717,7 +730,11 @@ def render_pod(
     parts: _Containers | None = None,
 ) -> Manifest:
     spec = build_pod_spec(lm, r, options, parts)
-    digest = manifest_hash(spec) if parts is None else pod_spec_hash(spec, parts.json)
+    digest = (
+        manifest_hash(spec)
+        if parts is None
+        else pod_spec_hash(spec, {**parts.json, "affinity": affinity_text(r.node)})
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",

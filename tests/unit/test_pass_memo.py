@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
+from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.desired import (
     DesiredState,
     ModelResult,
@@ -34,8 +35,10 @@ from localmodel.desired import (
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.planner import Usage, plan
 from localmodel.render import (
+    PodParts,
     RenderOptions,
     ReplicaPlan,
+    affinity_text,
     build_containers,
     manifest_hash,
     pod_spec_hash,
@@ -178,12 +181,17 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
         return
     t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
-    for o in render_objects(lm, replicas, RenderOptions()):
+    # (With a pass's PodParts: the digest put together from known texts.)
+    for o in render_objects(lm, replicas, RenderOptions(), PodParts()):
         if o["kind"] == "Pod":
             spec_ = o["spec"]
             fields = rnd.sample(sorted(spec_), rnd.randrange(len(spec_) + 1))
             known = {k: json.dumps(spec_[k], sort_keys=True) for k in fields}
             assert pod_spec_hash(spec_, known) == manifest_hash(spec_)
+            # The affinity's text put together around the node name (render_pod's).
+            on = o["metadata"]["annotations"][ANNOTATION_NODE]
+            assert affinity_text(on) == json.dumps(spec_["affinity"], sort_keys=True)
+            assert o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH] == manifest_hash(spec_)
 
 
 def test_evaluations_give_one_tuning_per_distinct_input() -> None:

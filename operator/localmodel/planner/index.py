@@ -236,7 +236,7 @@ class NodeIndex:
                 node.indexed_entries.append(entry)
 
     def unindex(self, node: Node) -> None:
-        for entries, entry in zip(node.indexed, node.indexed_entries):
+        for entries, entry in zip(node.indexed, node.indexed_entries, strict=True):
             entries.remove(entry)
         node.indexed.clear()
         node.indexed_entries.clear()
