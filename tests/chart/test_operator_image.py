@@ -74,6 +74,7 @@ def sizes(archive: Path) -> tuple[int, int]:
     return packed, unpacked
 
 
+@pytest.mark.engine  # the operator image (hack/build-images.sh)
 def test_the_built_image_runs_as_65532_without_build_tools(archive: Path) -> None:
     image = read_archive(archive)
     assert image.config.get("User") == "65532:65532", image.config
@@ -87,6 +88,7 @@ def test_the_built_image_runs_as_65532_without_build_tools(archive: Path) -> Non
     assert image.resolve("/usr/local/bin/kubectl-localmodel"), "the kubectl plugin's script"
 
 
+@pytest.mark.engine  # the operator image (hack/build-images.sh)
 def test_the_documented_size_is_the_built_size(archive: Path) -> None:
     packed, unpacked = sizes(archive)
     print(f"operator image: {packed / 1e6:.0f} MB compressed, {unpacked / 1e6:.0f} MB unpacked")

@@ -27,6 +27,9 @@ from tests.harness.images import (
 from tests.harness.processes import ManagedProcess
 
 CHART = REPO_ROOT / "charts" / "localmodel-operator"
+# What hack/build-images.sh built (its listing depends on the engine builds).
+pytestmark = pytest.mark.engine
+
 NAMES = ("operator", "ollama", "llama-server", "pause")
 STAND_IN = "dev.localmodel.stand-in"
 
