@@ -51,6 +51,8 @@ GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 JOBS="${LLAMA_BUILD_JOBS:-2}"
+# shellcheck source=hack/go-flags.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-flags.sh"  # Ollama's Go build
 PY="${PYTHON:-python3}"
 
 log() { echo "build-engines: $*" >&2; }

@@ -99,6 +99,8 @@ if ! flock -n 9; then
 fi
 
 export CGO_ENABLED=0
+# shellcheck source=hack/go-flags.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-flags.sh"
 log() { echo "build-tools: $*" >&2; }
 
 # have_all DIR NAME...: true when every NAME exists and is executable in DIR.
