@@ -27,6 +27,10 @@
 #                                               ollama, llama-server, pause; default all)
 #   bash hack/build-images.sh --print [NAME...] print, build nothing
 #   bash hack/build-images.sh --check [NAME...] exit 1 (listing them) if an archive is missing
+#   bash hack/build-images.sh --no-engines      build what needs no engine: the operator
+#                                               and pause images, the engine images' root
+#                                               filesystems (hack/test.sh runs it while
+#                                               the engines build)
 #
 # --print format (stable): one line per image, in the order above,
 #   REFERENCE ARCHIVE
@@ -351,9 +355,12 @@ mode=build
 case "${1:-}" in
   --print) mode=print; shift ;;
   --check) mode=check; shift ;;
-  -*) echo "usage: $0 [--print|--check] [NAME...]  (NAME: ${NAMES[*]})" >&2; exit 2 ;;
+  --no-engines) mode=early; shift ;;
+  -*) echo "usage: $0 [--print|--check|--no-engines] [NAME...]  (NAME: ${NAMES[*]})" >&2; exit 2 ;;
 esac
 selected=("$@")
+# --no-engines: what needs no engine build (hack/test.sh runs it beside them).
+[[ "$mode" == early ]] && selected=(operator pause)
 ((${#selected[@]})) || selected=("${NAMES[@]}")
 for name in "${selected[@]}"; do
   [[ -n "${REF[$name]+x}" ]] || { echo "unknown image '$name' (known: ${NAMES[*]})" >&2; exit 2; }
@@ -380,7 +387,7 @@ for name in "${NAMES[@]}"; do
   [[ " ${selected[*]} " == *" $name "* && ! -s "$(archive "$name")" ]] && todo+=("$name")
 done
 start=$SECONDS
-if ((${#todo[@]})); then
+if ((${#todo[@]})) || [[ "$mode" == early && ! ( -s "$(rootfs_path ollama)" && -s "$(rootfs_path llama)" ) ]]; then
   [[ "$(id -u)" == 0 ]] || die "building images needs root (buildah storage, mmdebstrap)"
   need=()
   command -v buildah >/dev/null || need+=(buildah)
@@ -407,6 +414,10 @@ if ((${#todo[@]})); then
     log "built $name (${REF[$name]}) in $((SECONDS - t0)) s: $(du -h "$a" | cut -f1) archive"
     prune "$name-*.oci.tar"
   done
+  if [[ "$mode" == early ]]; then  # the engine images' root filesystems
+    make_rootfs ollama
+    make_rootfs llama
+  fi
 fi
 log "ready in $((SECONDS - start)) s:"
 for name in "${selected[@]}"; do echo "  ${REF[$name]} $(archive "$name")" >&2; done

@@ -10,7 +10,8 @@
 #   hack/build-tools.sh    etcd, the Kubernetes binaries, kwok, helm, kubeconform,
 #                          promtool, dashboard-check, lmhealth
 #   hack/build-engines.sh  Ollama, llama-server, llama-bench, the Gemma 3 270M GGUF
-#   hack/build-images.sh   the real node's images (needs the engines)
+#   hack/build-images.sh   the real node's images (the engine images need the engines;
+#                          --no-engines builds the rest first)
 # With no arguments, the builds run in the background (nice 10) while lint,
 # types and the unit tier, which need none of them, run; on a cold machine that
 # hides the unit tier inside the builds. The tiers that need only the tools
@@ -74,7 +75,7 @@ fi
 start tools "bash hack/build-tools.sh"
 # The images that need no engine build now, beside the compiles (much of it is
 # downloading); the engines stream then builds only the engine images.
-start images "bash hack/build-images.sh operator pause"
+start images "bash hack/build-images.sh --no-engines"
 start engines "bash hack/build-engines.sh && bash hack/build-images.sh"
 
 failed=()
