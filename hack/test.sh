@@ -14,10 +14,9 @@
 #                          --no-engines builds the rest first)
 # With no arguments, the builds run in the background (nice 10) while lint,
 # types and the unit tier, which need none of them, run; on a cold machine that
-# hides the unit tier inside the builds. The tiers that need only the tools
-# start when those are built, while the engines and images go on building (the
-# tests that need those are marked `engine` or `realnode`, see
-# tests/harness/prereqs.py); those tests run last.
+# hides the unit tier inside the builds. The other tiers run in three parts,
+# each as soon as what it needs is built (tests/harness/prereqs.py): those that
+# need only the tools, then the `llama` tests, then the rest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +63,20 @@ finish() {
   return 1
 }
 
+# ready NAME FILE: wait until build stream NAME has made FILE (0) or has ended
+# without it (1).
+ready() {
+  local i
+  for i in "${!names[@]}"; do
+    [[ "${names[$i]}" == "$1" ]] || continue
+    echo "test.sh: waiting for $(basename "$2") from the $1 build" >&2
+    while [[ ! -e "$2" ]] && kill -0 "${pids[$i]}" 2>/dev/null; do sleep 2; done
+    [[ -e "$2" ]]
+    return
+  done
+  return 1
+}
+
 if (( $# )); then
   set -e
   bash hack/build-tools.sh
@@ -76,23 +89,30 @@ start tools "bash hack/build-tools.sh"
 # The images that need no engine build now, beside the compiles (much of it is
 # downloading); the engines stream then builds only the engine images.
 start images "bash hack/build-images.sh --no-engines"
-start engines "bash hack/build-engines.sh && bash hack/build-images.sh"
+# llama-server and the model first: the tests that need only those (marked
+# `llama`) run while Ollama and the engine images build.
+start engines "bash hack/build-engines.sh llama model && touch '$logs/llama.ready' \
+  && bash hack/build-engines.sh ollama && bash hack/build-images.sh"
 
 failed=()
 ruff check operator tests benchmarks || failed+=(ruff)
 mypy || failed+=(mypy)
 # The slowest tests are listed at the end of each run (where CI time goes).
 python -m pytest --durations=15 tests/unit || failed+=("unit tier")
-# The tiers that need only the tools run while the engines and images still
-# build; tests/harness/prereqs.py fails a test there that reaches for them
-# without its marker.
-engine_tests="engine or realnode"
+# Three runs, each as soon as what it needs is built (tests/harness/prereqs.py
+# fails a test that reaches for a build its run does not wait for): the tiers
+# that need only the tools; the `llama` tests; the other `engine` and
+# `realnode` tests.
 if finish tools; then
-  LOCALMODEL_ENGINES_BUILDING=1 python -m pytest --durations=25 --ignore=tests/unit \
-    -m "not ($engine_tests)" || failed+=("the tiers without engines")
+  LOCALMODEL_ENGINES_BUILDING=all python -m pytest --durations=25 --ignore=tests/unit \
+    -m "not (engine or realnode or llama)" || failed+=("the tiers without engines")
+  if ready engines "$logs/llama.ready"; then
+    LOCALMODEL_ENGINES_BUILDING=ollama python -m pytest --durations=25 --ignore=tests/unit \
+      -m "llama" || failed+=("the llama-server tests")
+  fi
   if finish images && finish engines; then
-    python -m pytest --durations=25 --ignore=tests/unit -m "$engine_tests" \
-      || failed+=("the tiers with engines")
+    python -m pytest --durations=25 --ignore=tests/unit \
+      -m "(engine or realnode) and not llama" || failed+=("the tiers with every engine")
   else
     failed+=("image or engine builds")
   fi

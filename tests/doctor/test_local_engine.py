@@ -20,7 +20,7 @@ import pytest
 from tests.harness.cgroup import CgroupUnavailableError, cpu_quota_cgroup
 from tests.harness.engines import llama_server
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 REPO = Path(__file__).resolve().parents[2]
 

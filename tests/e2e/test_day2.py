@@ -445,6 +445,7 @@ def _chat(url: str, caller: str, max_tokens: int, *, background: bool = False
 
 
 @pytest.mark.engine  # a real llama-server behind the gateway
+@pytest.mark.llama
 def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
     cluster: TestCluster, plugin_path: str, tmp_path: Path
 ) -> None:

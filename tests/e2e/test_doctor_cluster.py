@@ -121,6 +121,7 @@ def chat(max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:
 
 
 @pytest.mark.engine  # a real llama-server behind the gateway
+@pytest.mark.llama
 def test_doctor_finds_two_models_no_gateway_a_queue_and_an_amx_node(
     cluster: TestCluster, namespace: str, gateway: int
 ) -> None:

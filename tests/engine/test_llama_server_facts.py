@@ -34,7 +34,7 @@ from tests.harness.engines import (
     template_markers,
 )
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # nothing of the test runner's environment
 

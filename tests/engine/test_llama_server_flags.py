@@ -16,7 +16,7 @@ import pytest
 from localmodel.engines import llama_server
 from tests.harness.engines import require
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 # Where llama.cpp's help puts the description (common_arg::to_string).
 HELP_COLUMN = 40

@@ -41,7 +41,7 @@ from tests.gateway.llama import (
 )
 from tests.harness.engines import LlamaServer
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 ENGINE_SLOTS = 2
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

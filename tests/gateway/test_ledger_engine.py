@@ -35,7 +35,7 @@ from localmodel.gateway.server import RunningGateway, start_gateway
 from tests.gateway.llama import engine_slots, llama_server, wait_engine
 from tests.harness.engines import LlamaServer
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = {"role": "system", "content": "You are a terse assistant. Answer in a few words."}

@@ -28,7 +28,7 @@ from tests.gateway.harness import RawClient, wait_until
 from tests.gateway.llama import llama_server, processing, wait_engine
 from tests.harness.engines import LlamaServer
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama]  # llama-server only
 
 KEY = "sk-engine-overflow-5d1e"
 LONG = {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True}

@@ -40,7 +40,7 @@ import yaml
 
 from localmodel.engines import llama_server as llama_facts
 from localmodel.engines import ollama as ollama_facts
-from tests.harness.prereqs import require_engines
+from tests.harness.prereqs import require_part
 from tests.harness.processes import ManagedProcess, free_port, http_ok
 from tests.harness.tools import REPO_ROOT, Tools, parse_print_output, print_output
 
@@ -127,14 +127,9 @@ class EngineMissingError(RuntimeError):
     """A built engine part is not there; the message says which and how to build it."""
 
 
+@functools.cache
 def built() -> Tools:
     """What `hack/build-engines.sh --print` says: the parts' paths and the versions."""
-    require_engines("hack/build-engines.sh's parts")
-    return _built()
-
-
-@functools.cache
-def _built() -> Tools:
     try:
         return parse_print_output(print_output(BUILD_SCRIPT))
     except (OSError, subprocess.SubprocessError) as exc:
@@ -147,6 +142,7 @@ def path(name: str) -> Path:
     override = os.environ.get(OVERRIDES.get(name, ""), "")
     if override:
         return Path(override)
+    require_part(name)
     if name not in built().paths:
         raise EngineMissingError(f"{BUILD_SCRIPT.name} --print names no {name!r} part")
     return built().paths[name]

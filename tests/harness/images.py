@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness.prereqs import require_engines
+from tests.harness.prereqs import require_images
 from tests.harness.tools import print_output
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def parse_print_output(text: str) -> list[Image]:
 
 def list_images(*names: str) -> list[Image]:
     """The images `hack/build-images.sh --print [NAME...]` lists (builds nothing)."""
-    require_engines("hack/build-images.sh's images")
+    require_images()
     return parse_print_output(print_output(BUILD_SCRIPT, args=names, timeout=120))
 
 

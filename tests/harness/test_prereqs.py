@@ -1,45 +1,72 @@
-"""tests/harness/prereqs.py: the run hack/test.sh makes while the engines and
-images build fails a test that reaches for them, and the two runs' selection
-is the markers the guard names."""
+"""tests/harness/prereqs.py and hack/test.sh's three runs: a run that does not
+wait for a build fails a test that reaches for what it builds, and the runs'
+marker expressions give every test exactly one run."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import tomllib
 
 import pytest
 
 from tests.harness import engines, images
-from tests.harness.prereqs import ENGINE_MARKERS, ENGINES_BUILDING, EnginesBuildingError
+from tests.harness.prereqs import BUILDING, ENGINES_BUILDING, LLAMA_PARTS, EnginesBuildingError
 from tests.harness.tools import REPO_ROOT
 
+SCRIPT = (REPO_ROOT / "hack" / "test.sh").read_text()
+MARKERS = ("engine", "realnode", "llama")
 
-def test_while_the_engines_build_asking_for_a_part_or_an_image_fails_naming_the_marker(
+
+def test_while_the_engines_build_no_part_or_image_is_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(ENGINES_BUILDING, "1")
-    with pytest.raises(EnginesBuildingError, match=r"pytest\.mark\.engine"):
-        engines.path("llama-server")
-    with pytest.raises(EnginesBuildingError, match=r"build-engines\.sh"):
+    monkeypatch.setenv(ENGINES_BUILDING, "all")
+    for name in ("llama-server", "model", "ollama"):
+        with pytest.raises(EnginesBuildingError, match=r"pytest\.mark\.engine"):
+            engines.path(name)
+    with pytest.raises(EnginesBuildingError, match=r"build-engines\.sh's model"):
         engines.require("model")
     with pytest.raises(EnginesBuildingError, match=r"build-images\.sh"):
+        images.list_images()
+
+
+def test_while_ollama_builds_only_llama_servers_parts_are_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENGINES_BUILDING, "ollama")
+    for name in sorted(LLAMA_PARTS):
+        assert engines.path(name).name  # given: the build-engines.sh --print path
+    for name in ("ollama", "ollama-lib", "llama.cpp-source"):
+        with pytest.raises(EnginesBuildingError, match="llama` marker off"):
+            engines.path(name)
+    with pytest.raises(EnginesBuildingError, match="llama` marker off"):
         images.list_images()
 
 
 @pytest.mark.engine  # the images' listing reads what the engine builds made
 def test_otherwise_the_parts_and_images_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENGINES_BUILDING, raising=False)
-    assert engines.path("llama-server").name == "llama-server"
+    assert engines.path("ollama").name == "ollama"
     assert any(i.reference.startswith("registry.k8s.io/pause:") for i in images.list_images())
 
 
-def test_test_sh_splits_its_runs_on_the_guards_markers() -> None:
-    script = (REPO_ROOT / "hack" / "test.sh").read_text()
-    found = re.search(r'^engine_tests="([^"]*)"$', script, re.M)
-    assert found, "hack/test.sh sets no engine_tests"
-    assert found.group(1) == " or ".join(ENGINE_MARKERS)
-    assert f"{ENGINES_BUILDING}=1" in script
-    assert '-m "not ($engine_tests)"' in script and '-m "$engine_tests"' in script
+def runs() -> list[tuple[str, str]]:
+    """(ENGINES_BUILDING value or '', -m expression) of each pytest run in test.sh
+    after the unit tier."""
+    found = re.findall(r'(?:LOCALMODEL_ENGINES_BUILDING=(\w+) )?python -m pytest '
+                       r'--durations=\d+ --ignore=tests/unit \\\n\s*-m "([^"]*)"', SCRIPT)
+    return [(env, expr) for env, expr in found]
+
+
+def test_test_sh_gives_every_test_exactly_one_run_and_its_building_value() -> None:
+    found = runs()
+    assert [env for env, _ in found] == ["all", "ollama", ""], found
+    assert set(BUILDING) == {"all", "ollama"}
+    for values in itertools.product([False, True], repeat=len(MARKERS)):
+        marks = dict(zip(MARKERS, values, strict=True))
+        chosen = [expr for _, expr in found if eval(expr, {}, marks)]
+        assert len(chosen) == 1, (marks, chosen)
     declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     markers = {m.split(":")[0] for m in declared["tool"]["pytest"]["ini_options"]["markers"]}
-    assert set(ENGINE_MARKERS) <= markers
+    assert set(MARKERS) <= markers
