@@ -68,8 +68,7 @@ def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
     assert re.search(r"ledger memory: \d+ bytes per record", out), out
 
 
-@pytest.mark.engine  # llama-bench and the model
-@pytest.mark.llama
+@pytest.mark.engine  # llama-bench, Ollama and the model
 def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main("threads", ["--quick", "--json"], monkeypatch, capsys)
