@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,22 +122,38 @@ def owner_reference(lm: LocalModel) -> list[dict[str, Any]]:
     ]
 
 
-def _meta(lm: LocalModel, name: str, *, owned: bool = True, **extra: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": lm.metadata.namespace,
-        "labels": labels(lm) | extra.pop("labels", {}),
-    }
-    meta.update(extra)
-    refs = owner_reference(lm) if owned else []
-    if refs:
-        meta["ownerReferences"] = refs
-    return meta
+class _Meta:
+    """One model's metadata, worked out once for all of its objects: its
+    labels and owner reference are the same objects in each (manifests are
+    never changed in place)."""
 
+    __slots__ = ("labels", "namespace", "refs")
 
-def _replica_meta(lm: LocalModel, r: ReplicaPlan, name: str, **extra: Any) -> dict[str, Any]:
-    """Metadata of a per-replica object: the replica label on top of `_meta`."""
-    return _meta(lm, name, labels={LABEL_REPLICA: str(r.replica)}, **extra)
+    def __init__(self, lm: LocalModel) -> None:
+        self.namespace = lm.metadata.namespace
+        self.labels = labels(lm)
+        self.refs = owner_reference(lm)
+
+    def __call__(
+        self,
+        name: str,
+        *,
+        owned: bool = True,
+        replica: int | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": (
+                self.labels if replica is None else {**self.labels, LABEL_REPLICA: str(replica)}
+            ),
+        }
+        if annotations is not None:
+            meta["annotations"] = annotations
+        if owned and self.refs:
+            meta["ownerReferences"] = self.refs
+        return meta
 
 
 def modelfile(lm: LocalModel, tuning: Tuning) -> str:
@@ -154,16 +170,18 @@ def modelfile(lm: LocalModel, tuning: Tuning) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_configmap(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> Manifest:
+def render_configmap(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: _Meta | None = None
+) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(lm, configmap_name(lm)),
+        "metadata": (meta or _Meta(lm))(configmap_name(lm)),
         "data": {f"replica-{r.replica}.Modelfile": modelfile(lm, r.tuning) for r in replicas},
     }
 
 
-def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
+def render_claim(lm: LocalModel, r: ReplicaPlan, meta: _Meta | None = None) -> Manifest:
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": format_bytes(r.tuning.storage_bytes)}},
@@ -173,19 +191,19 @@ def render_claim(lm: LocalModel, r: ReplicaPlan) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _replica_meta(
-            lm, r, replica_claim(lm, r), owned=not lm.spec.storage.retain
+        "metadata": (meta or _Meta(lm))(
+            replica_claim(lm, r), owned=not lm.spec.storage.retain, replica=r.replica
         ),
         "spec": spec,
     }
 
 
-def render_service(lm: LocalModel) -> Manifest:
+def render_service(lm: LocalModel, meta: _Meta | None = None) -> Manifest:
     target = PORT_HTTP if lm.spec.gateway.enabled else PORT_ENGINE
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(lm, lm.metadata.name),
+        "metadata": (meta or _Meta(lm))(lm.metadata.name),
         "spec": {
             "type": "ClusterIP",
             "selector": {LABEL_NAME: lm.metadata.name},
@@ -644,6 +662,30 @@ def _node_affinity(node: str) -> Manifest:
     }
 
 
+def _volume_names(lm: LocalModel, r: ReplicaPlan) -> tuple[str, str, str]:
+    """What a pod's volumes name: its weights claim, its ConfigMap, and the
+    key of its replica's Modelfile there."""
+    return replica_claim(lm, r), configmap_name(lm), f"replica-{r.replica}.Modelfile"
+
+
+def _volumes(claim: str, configmap: str, key: str, *, llama: bool) -> list[Manifest]:
+    """A pod's volumes: the weights claim, and (Ollama) its Modelfile."""
+    volumes: list[Manifest] = [
+        {"name": VOLUME_WEIGHTS, "persistentVolumeClaim": {"claimName": claim}}
+    ]
+    if not llama:
+        volumes.append(
+            {
+                "name": VOLUME_MODELFILE,
+                "configMap": {
+                    "name": configmap,
+                    "items": [{"key": key, "path": "Modelfile"}],
+                },
+            }
+        )
+    return volumes
+
+
 def build_pod_spec(
     lm: LocalModel,
     r: ReplicaPlan,
@@ -656,25 +698,12 @@ def build_pod_spec(
         inits, containers = build_containers(lm, r, options)
     else:
         inits, containers = parts.inits, parts.containers
-    volumes: list[Manifest] = [
-        {"name": VOLUME_WEIGHTS, "persistentVolumeClaim": {"claimName": replica_claim(lm, r)}}
-    ]
-    if not llama:
-        volumes.append(
-            {
-                "name": VOLUME_MODELFILE,
-                "configMap": {
-                    "name": configmap_name(lm),
-                    "items": [{"key": f"replica-{r.replica}.Modelfile", "path": "Modelfile"}],
-                },
-            }
-        )
     spec: Manifest = {
         "affinity": _node_affinity(r.node),
         "enableServiceLinks": False,
         "initContainers": inits,
         "containers": containers,
-        "volumes": volumes,
+        "volumes": _volumes(*_volume_names(lm, r), llama=llama),
     }
     if lm.spec.placement.node_selector:
         spec["nodeSelector"] = dict(lm.spec.placement.node_selector)
@@ -709,18 +738,52 @@ def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
 
 # What `json.dumps(obj, sort_keys=True)` encodes with (the same arguments).
 _SORTED_JSON = json.JSONEncoder(sort_keys=True)
-# `_node_affinity`'s JSON text around the node name's (a string's JSON text is
-# the same wherever it stands): a pod's affinity text without encoding it.
-_NODE_MARK = "\x00node\x00"  # (no node name holds a NUL)
-_AFFINITY_TEXT = json.dumps(_node_affinity(_NODE_MARK), sort_keys=True).split(
-    json.dumps(_NODE_MARK)
-)
-assert len(_AFFINITY_TEXT) == 2
+class _TextTemplate:
+    """The sorted JSON text of an object some of whose strings vary, put
+    together around them: a string's JSON text is the same wherever it stands,
+    so `fill(*values)` is `json.dumps(make(*values), sort_keys=True)` without
+    encoding the rest again. ``make`` builds the object from ``arity`` strings,
+    each used at most once (or not at all)."""
+
+    def __init__(self, make: Callable[..., Any], arity: int) -> None:
+        marks = [f"\x00{i}\x00" for i in range(arity)]  # (no name holds a NUL)
+        text = json.dumps(make(*marks), sort_keys=True)
+        assert all(text.count(json.dumps(m)) <= 1 for m in marks)
+        found = sorted((text.find(json.dumps(m)), i) for i, m in enumerate(marks))
+        found = [(pos, i) for pos, i in found if pos >= 0]  # (a value may go unused)
+        self._order = [i for _, i in found]  # the values in the order they appear
+        self._pieces: list[str] = []
+        at = 0
+        for pos, i in found:
+            self._pieces.append(text[at:pos])
+            at = pos + len(json.dumps(marks[i]))
+        self._pieces.append(text[at:])
+
+    def fill(self, *values: str) -> str:
+        encode, pieces = _SORTED_JSON.encode, self._pieces
+        out = [pieces[0]]
+        for k, i in enumerate(self._order):
+            out.append(encode(values[i]))
+            out.append(pieces[k + 1])
+        return "".join(out)
+
+
+_AFFINITY = _TextTemplate(_node_affinity, 1)
+_VOLUMES = {
+    llama: _TextTemplate(lambda c, m, k, llama=llama: _volumes(c, m, k, llama=llama), 3)
+    for llama in (False, True)
+}
 
 
 def affinity_text(node: str) -> str:
     """`json.dumps(_node_affinity(node), sort_keys=True)`, put together."""
-    return _SORTED_JSON.encode(node).join(_AFFINITY_TEXT)
+    return _AFFINITY.fill(node)
+
+
+def volumes_text(lm: LocalModel, r: ReplicaPlan) -> str:
+    """The JSON text of a pod's volumes (`json.dumps(..., sort_keys=True)`), put together."""
+    llama = lm.spec.engine.name is EngineName.LLAMA_SERVER
+    return _VOLUMES[llama].fill(*_volume_names(lm, r))
 
 
 def render_pod(
@@ -728,20 +791,23 @@ def render_pod(
     r: ReplicaPlan,
     options: RenderOptions,
     parts: _Containers | None = None,
+    meta: _Meta | None = None,
 ) -> Manifest:
     spec = build_pod_spec(lm, r, options, parts)
     digest = (
         manifest_hash(spec)
         if parts is None
-        else pod_spec_hash(spec, {**parts.json, "affinity": affinity_text(r.node)})
+        else pod_spec_hash(
+            spec,
+            {**parts.json, "affinity": affinity_text(r.node), "volumes": volumes_text(lm, r)},
+        )
     )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _replica_meta(
-            lm,
-            r,
+        "metadata": (meta or _Meta(lm))(
             pod_name(lm, r.replica),
+            replica=r.replica,
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
@@ -764,13 +830,16 @@ def render_objects(
     `rules.spec_key`, when the caller has it)."""
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
+    meta = _Meta(lm)
     objects: list[Manifest] = []
     if replicas and lm.spec.engine.name is EngineName.OLLAMA:
-        objects.append(render_configmap(lm, replicas))
-    objects += [render_claim(lm, r) for r in replicas]
+        objects.append(render_configmap(lm, replicas, meta))
+    objects += [render_claim(lm, r, meta) for r in replicas]
     objects += [
-        render_pod(lm, r, options, None if parts is None else parts.containers(lm, r, options, key))
+        render_pod(
+            lm, r, options, None if parts is None else parts.containers(lm, r, options, key), meta
+        )
         for r in replicas
     ]
-    objects.append(render_service(lm))
+    objects.append(render_service(lm, meta))
     return objects

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
-from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
+from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import (
     DesiredState,
     ModelResult,
@@ -43,6 +43,7 @@ from localmodel.render import (
     manifest_hash,
     pod_spec_hash,
     render_objects,
+    volumes_text,
 )
 from localmodel.rules import Evaluations, evaluate, node_key, spec_key
 
@@ -191,6 +192,9 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
             # The affinity's text put together around the node name (render_pod's).
             on = o["metadata"]["annotations"][ANNOTATION_NODE]
             assert affinity_text(on) == json.dumps(spec_["affinity"], sort_keys=True)
+            # The volumes' text put together around the claim and ConfigMap names.
+            r = replicas[int(o["metadata"]["labels"][LABEL_REPLICA])]
+            assert volumes_text(lm, r) == json.dumps(spec_["volumes"], sort_keys=True)
             assert o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH] == manifest_hash(spec_)
 
 
