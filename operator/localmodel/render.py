@@ -728,16 +728,35 @@ def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
     text, put together as the encoder writes an object (keys sorted, ", " and
     ": " between), so the same digest. The rest is encoded field by field with
     one kept encoder (`json.dumps` with an argument makes a new one per call)."""
-    encode = _SORTED_JSON.encode
     text = ", ".join(
-        f"{encode(k)}: {known[k] if k in known else encode(spec[k])}"
+        f"{_key_text(k)}: {known[k] if k in known else _value_text(spec[k])}"
         for k in sorted(spec.keys() | known.keys())
     )
     return hashlib.sha256(f"{{{text}}}".encode()).hexdigest()[:16]
 
 
+def _key_text(key: str) -> str:
+    """A key's JSON text; a pod spec's own keys are encoded once."""
+    found = _KEY_TEXT.get(key)
+    return _SORTED_JSON.encode(key) if found is None else found
+
+
+def _value_text(value: Any) -> str:
+    """A value's JSON text (booleans without the encoder's general path)."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    return _SORTED_JSON.encode(value)
+
+
 # What `json.dumps(obj, sort_keys=True)` encodes with (the same arguments).
 _SORTED_JSON = json.JSONEncoder(sort_keys=True)
+_KEY_TEXT = {
+    k: json.dumps(k)
+    for k in (
+        "affinity", "containers", "enableServiceLinks", "initContainers", "nodeSelector",
+        "tolerations", "volumes",
+    )
+}
 class _TextTemplate:
     """The sorted JSON text of an object some of whose strings vary, put
     together around them: a string's JSON text is the same wherever it stands,
