@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec, Placement
@@ -133,7 +134,11 @@ def spec_key(spec: LocalModelSpec) -> str:
 
 def node_key(node: NodeFacts) -> Hashable:
     """The node's facts as far as `evaluate` reads them: a hashable value."""
-    return tuple(getattr(node, name) for name in _NODE_READ)
+    return _read_node(node)
+
+
+_read_node = attrgetter(*_NODE_READ)  # (a tuple: more than one name is read)
+assert len(_NODE_READ) > 1
 
 
 class Evaluations:
