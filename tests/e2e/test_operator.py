@@ -274,6 +274,33 @@ def test_a_pod_left_unschedulable_moves_its_replica_to_the_next_node(
             cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
 
 
+def test_a_pod_waits_for_a_claim_the_api_refused(
+    cluster: TestCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """A ResourceQuota that allows no claims refuses the weights claim: the pod
+    that would mount it is not created (the scheduler would leave it Pending on
+    a claim that does not exist), ApplyFailed names the refusal, and once the
+    quota is gone the retry makes the claim, then the pod."""
+    api = cluster.api()
+    api.create(f"/api/v1/namespaces/{ns}/resourcequotas", {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "no-claims", "namespace": ns},
+        "spec": {"hard": {"persistentvolumeclaims": "0"}}})
+    apply(cluster, model("quota", ns, cpu=1, placement={"exclusive": False}))
+
+    def refused() -> bool:
+        events = cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                 "involvedObject.name=quota,reason=ApplyFailed").stdout
+        return "quota" in events
+
+    wait_until("ApplyFailed for the refused claim", refused, timeout=60)
+    assert claims(cluster, ns) == []
+    assert pods(cluster, ns) == [], "a pod was created without its claim"
+    api.request("DELETE", f"/api/v1/namespaces/{ns}/resourcequotas/no-claims")
+    wait_condition(cluster, ns, "quota", "Ready", timeout=120)
+    assert [c["metadata"]["name"] for c in claims(cluster, ns)] == ["quota-weights-0"]
+
+
 def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
     cluster: TestCluster, operator: OperatorProcess, ns: str
 ) -> None:
@@ -476,9 +503,11 @@ def test_rbac_granted_is_exactly_what_the_operator_used(
                     for v in rule["verbs"]:
                         granted.add((g, r, v))
     # 403s that are not RBAC: creates in a namespace being deleted (the tests
-    # delete theirs while the operator still reconciles what was in it).
+    # delete theirs while the operator still reconciles what was in it), and
+    # claims a ResourceQuota refused (test_a_pod_waits_for_a_claim_the_api_refused).
     denied = [e for e in cluster.audit_events() if e["responseStatus"]["code"] == 403
-              and "being terminated" not in e["responseStatus"].get("message", "")]
+              and "being terminated" not in e["responseStatus"].get("message", "")
+              and "quota" not in e["responseStatus"].get("message", "")]
     assert not denied, [(e["verb"], e["objectRef"]) for e in denied[:5]]
     assert used - granted == set(), "used but not granted"
     assert granted - used == set(), "granted but never used"

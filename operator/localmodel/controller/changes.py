@@ -57,6 +57,20 @@ def _target(manifest: Manifest) -> Target:
     return Target(str(manifest["kind"]), str(meta["namespace"]), str(meta["name"]))
 
 
+def mounted(pod: Manifest) -> set[Target]:
+    """The claims and ConfigMaps a pod manifest mounts: the scheduler leaves it
+    Pending until they exist."""
+    namespace = str(pod["metadata"]["namespace"])
+    out: set[Target] = set()
+    for volume in pod["spec"].get("volumes", ()):
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            out.add(Target("PersistentVolumeClaim", namespace, str(claim)))
+        elif "configMap" in volume:
+            out.add(Target("ConfigMap", namespace, str(volume["configMap"]["name"])))
+    return out
+
+
 @dataclass(frozen=True)
 class Create:
     manifest: Manifest

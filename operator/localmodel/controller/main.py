@@ -26,6 +26,8 @@ from localmodel.kube import Credentials, KubeconfigError, credentials
 from localmodel.metrics import render
 
 log = logging.getLogger("localmodel.run")
+# Connections of the Lease's own client (a GET and a PUT per renewal, one at a time).
+LEASE_CONNECTIONS = 2
 
 
 class JsonFormatter(logging.Formatter):
@@ -72,8 +74,13 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    # The Lease has a client of its own: renewing it must never wait for a
+    # connection behind a pass's writes (thousands at 1 000 models, each
+    # seconds long on a busy API server), or the leader stops leading.
     async with Kube(creds, on_write=metrics.on_write, concurrency=config.write_concurrency,
-                    identity=identity) as kube:
+                    identity=identity) as kube, \
+            Kube(creds, on_write=metrics.on_write, concurrency=LEASE_CONNECTIONS,
+                 identity=identity) as lease_kube:
         reconciler = Reconciler(config, kube, metrics, identity=identity)
         reader = SpeedReader(reconciler.speed, metrics.speed_reads, reconciler.trigger)
         reconciler.speed_wake = reader.wake.set
@@ -86,7 +93,7 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
                 reconciler.abort_pass()
 
         elector = LeaderElector(
-            kube, config.leader_namespace, config.leader_name, identity,
+            lease_kube, config.leader_namespace, config.leader_name, identity,
             lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
             on_change=leadership,
         )

@@ -26,7 +26,15 @@ from typing import Any
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModelStatus
 from localmodel.contract import OPERATOR
-from localmodel.controller.changes import Apply, Change, Create, ModelChanges
+from localmodel.controller.changes import (
+    Apply,
+    Change,
+    Create,
+    Delete,
+    ModelChanges,
+    Target,
+    mounted,
+)
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.observed import (
     ModelObject,
@@ -316,6 +324,7 @@ class Reconciler:
         and why the ones that failed did."""
         events: list[EventSpec] = []
         failed: list[str] = []
+        unmade: set[Target] = set()  # objects this pass failed to create or apply
         sem = asyncio.Semaphore(self.config.write_concurrency)
 
         async def one(change: Change) -> None:
@@ -329,10 +338,14 @@ class Reconciler:
                         result.failures += 1
                         failed.append(str(exc))
                         log.warning("%s: %s", mo.key, exc)
+                        if not isinstance(change, Delete):
+                            unmade.add(change.target)
                     return
                 except (TimeoutError, OSError) as exc:
                     result.failures += 1
                     failed.append(f"API unreachable: {exc}")
+                    if not isinstance(change, Delete):
+                        unmade.add(change.target)
                     return
             self._expected.wrote(change, time.monotonic())
             result.writes += 1
@@ -340,9 +353,16 @@ class Reconciler:
                 events.append(change.event)
 
         # A pod's claim and ConfigMap first: a pod the scheduler sees before its
-        # claim exists fails scheduling and waits out a back-off.
+        # claim exists fails scheduling and waits out a back-off. A pod whose
+        # claim or ConfigMap could not be made waits for a later pass (the
+        # failure retries it).
         await asyncio.gather(*(one(c) for c in changes.changes if not _is_pod_create(c)))
-        await asyncio.gather(*(one(c) for c in changes.changes if _is_pod_create(c)))
+        pods = [c for c in changes.changes if isinstance(c, Create) and _is_pod_create(c)]
+        for c in pods:
+            if waits_for := sorted(mounted(c.manifest) & unmade):
+                log.info("%s: pod %s not created yet: %s not made", mo.key, c.target.name,
+                         ", ".join(f"{t.kind} {t.name}" for t in waits_for))
+        await asyncio.gather(*(one(c) for c in pods if not mounted(c.manifest) & unmade))
         return events, failed
 
     async def _write(self, change: Change) -> None:
