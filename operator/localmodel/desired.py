@@ -12,7 +12,7 @@ import shlex
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
 from localmodel.catalog import ModelShape, lookup
@@ -208,17 +208,16 @@ def desired_state(
     )
 
 
-@dataclass(frozen=True)
-class _Tuned:
+class _Tuned(NamedTuple):  # (a tuple: made per replica, cheaply)
     spec: LocalModelSpec
     node: NodeFacts
     cpu: int
     tuning: Tuning
 
 
-@dataclass(frozen=True)
-class _Done:
-    """One model's result and everything it was computed from."""
+class _Done(NamedTuple):
+    """One model's result and everything it was computed from (a tuple: made
+    per model, cheaply)."""
 
     model: LocalModel
     replicas: tuple[ReplicaPlan, ...]
