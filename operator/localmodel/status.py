@@ -112,15 +112,19 @@ def condition(
     lm: LocalModel,
     now: str,
 ) -> Condition:
-    status = (
-        ConditionStatus.UNKNOWN
-        if ok is None
-        else (ConditionStatus.TRUE if ok else ConditionStatus.FALSE)
-    )
-    previous = {c.type: c for c in (lm.status.conditions if lm.status else [])}.get(type_.value)
+    status = _STATUS_OF[ok]
+    type_name = type_.value
+    previous = None
+    if lm.status is not None:
+        # (the last of a type, should a status someone else wrote repeat one)
+        previous = next((c for c in reversed(lm.status.conditions) if c.type == type_name), None)
     # lastTransitionTime moves only when the status does (metav1.Condition).
     since = previous.last_transition_time if previous and previous.status == status else now
-    return _condition(type_.value, status, lm.metadata.generation, since, reason, message)
+    return _condition(type_name, status, lm.metadata.generation, since, reason, message)
+
+
+_STATUS_OF = {None: ConditionStatus.UNKNOWN, True: ConditionStatus.TRUE,
+              False: ConditionStatus.FALSE}
 
 
 @lru_cache(maxsize=4096)
