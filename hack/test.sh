@@ -43,23 +43,29 @@ start() {
   echo "test.sh: building $name in the background (log: $logs/$name.log)" >&2
 }
 
+# stream NAME: the index of build stream NAME in pids and names (1: none).
+stream() {
+  local i
+  for i in "${!names[@]}"; do
+    if [[ "${names[$i]}" == "$1" ]]; then echo "$i"; return 0; fi
+  done
+  echo "test.sh: no build stream named $1" >&2
+  return 1
+}
+
 # finish NAME: wait for build stream NAME; show what it did (all of its log if
 # it failed, only the build scripts' own lines if it did not).
 finish() {
   local i name="$1" t0=$SECONDS
-  for i in "${!names[@]}"; do
-    [[ "${names[$i]}" == "$name" ]] || continue
-    echo "test.sh: waiting for the $name build" >&2
-    if wait "${pids[$i]}"; then
-      grep -E '^build-[a-z]+: ' "$logs/$name.log" >&2
-      echo "test.sh: the $name build is done (waited $((SECONDS - t0)) s)" >&2
-      return 0
-    fi
-    echo "test.sh: the $name build FAILED; its log ($logs/$name.log):" >&2
-    cat "$logs/$name.log" >&2
-    return 1
-  done
-  echo "test.sh: no build stream named $name" >&2
+  i=$(stream "$name") || return 1
+  echo "test.sh: waiting for the $name build" >&2
+  if wait "${pids[$i]}"; then
+    grep -E '^build-[a-z]+: ' "$logs/$name.log" >&2
+    echo "test.sh: the $name build is done (waited $((SECONDS - t0)) s)" >&2
+    return 0
+  fi
+  echo "test.sh: the $name build FAILED; its log ($logs/$name.log):" >&2
+  cat "$logs/$name.log" >&2
   return 1
 }
 
@@ -67,14 +73,10 @@ finish() {
 # without it (1).
 ready() {
   local i
-  for i in "${!names[@]}"; do
-    [[ "${names[$i]}" == "$1" ]] || continue
-    echo "test.sh: waiting for $(basename "$2") from the $1 build" >&2
-    while [[ ! -e "$2" ]] && kill -0 "${pids[$i]}" 2>/dev/null; do sleep 2; done
-    [[ -e "$2" ]]
-    return
-  done
-  return 1
+  i=$(stream "$1") || return 1
+  echo "test.sh: waiting for $(basename "$2") from the $1 build" >&2
+  while [[ ! -e "$2" ]] && kill -0 "${pids[$i]}" 2>/dev/null; do sleep 2; done
+  [[ -e "$2" ]]
 }
 
 if (( $# )); then
