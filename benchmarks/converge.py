@@ -490,6 +490,9 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             "pod_ip_answer": pod_ip_answer,
             "idle_seconds": idle,
             "passes": _metric(metrics, "localmodel_operator_pass_duration_seconds_count"),
+            # Passes cut short because the operator lost its own leader Lease.
+            "passes_aborted": _metric(
+                metrics, 'localmodel_operator_passes_total{result="aborted"}'),
             "pass_seconds_total": round(
                 _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),
             **health.summary(),
@@ -686,17 +689,21 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             print(f"  Warning {reason}: {sample}")
     print(f"{'N':>6} {'lease lag max s':>16} {'nodes NotReady max':>19} "
           f"{'tainted max':>12} {'lease PUT mean ms':>18} {'>1 s':>6} "
-          f"{'kwok lease errors':>18} {'429s':>6} {'load mean/max':>14}")
+          f"{'kwok lease errors':>18} {'429s':>6} {'load mean/max':>14} "
+          f"{'passes aborted':>15}")
     for r in rows:
         print(f"{r['n']:>6} {r['lease_lag_max_s']:>16.1f} {r['nodes_not_ready_max']:>19} "
               f"{r['nodes_tainted_max']:>12} {r['lease_put_mean_ms']:>18.1f} "
               f"{r['lease_puts_over_1s']:>6} {r['kwok_lease_failures']:>18} "
-              f"{r['apiserver_429']:>6} {r['load1_mean']:>6}/{r['load1_max']:<7}")
+              f"{r['apiserver_429']:>6} {r['load1_mean']:>6}/{r['load1_max']:<7} "
+              f"{r['passes_aborted']:>15.0f}")
     print("The test cluster while converging (sampled every 5 s): how far behind the "
           "fake nodes' lease renewals were (kwok renews every 10 s; 50 s without one "
           "makes a node NotReady), nodes NotReady or tainted unreachable/not-ready at "
           "once, the API server's mean time for a lease renewal (PUT) and those over "
-          "1 s, kwok's failed renewals, the API server's 429 answers, 1-minute load.")
+          "1 s, kwok's failed renewals, the API server's 429 answers, 1-minute load; "
+          "passes aborted: the operator's passes cut short because it lost its own "
+          "leader Lease.")
     print(f"{'N':>6} {'speed reads to Ready, by result':>34} {'per model':>10} "
           f"{'bytes/model':>12} {'reads idle':>11} {'idle s':>7}  what a kwok pod IP answers")
     for r in rows:
