@@ -26,17 +26,11 @@ class SortedEntries:
         self._starts: list[int] = []  # global index of each chunk's first entry
         self._len = 0
 
-    def append(self, entry: Entry) -> None:
-        """Add in any order while building; ``freeze`` sorts."""
-        if not self._chunks:
-            self._chunks.append([])
-        self._chunks[0].append(entry)
-        self._len += 1
-
-    def freeze(self) -> None:
-        flat = sorted(e for chunk in self._chunks for e in chunk)
+    def load(self, entries: list[Entry]) -> None:
+        """Start from entries already sorted (an index being built sorts its
+        nodes once and deals them out in order, instead of sorting every list)."""
         size = self._chunk_size
-        self._chunks = [flat[i : i + size] for i in range(0, len(flat), size)]
+        self._chunks = [entries[i : i + size] for i in range(0, len(entries), size)]
         self._reindex()
 
     def _reindex(self) -> None:
