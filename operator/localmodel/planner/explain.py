@@ -10,12 +10,13 @@ sample of rejected nodes.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
 from localmodel.api import Toleration
+from localmodel.facts import Taint
 from localmodel.planner.fit import MIN, Entry
 from localmodel.planner.index import (
     CPU,
@@ -82,10 +83,10 @@ class Census:
             return ("exclusive", tuple(node.occupants.items()))
         return ("shared" if node.occupants else "empty", node.entry(self.overhead))
 
-    def add(self, name: str, part: Part, *, in_order: bool) -> None:
-        """Count one node's part (``in_order``: names arrive sorted, append).
-        Unschedulable and non-matching nodes are not kept: they are counted
-        from the index (a hostname selector's census holds a node or two)."""
+    def add(self, name: str, part: Part) -> None:
+        """Count one node's part, in its sorted place (``fill`` counts a fresh
+        census). Unschedulable and non-matching nodes are not kept: they are
+        counted from the index (a hostname selector's census holds a node or two)."""
         kind, value = part
         if kind in ("unschedulable", "selector"):
             return
@@ -93,19 +94,64 @@ class Census:
         self.matching += 1
         if kind == "taint":
             assert isinstance(value, Category)
-            names = self.taint_names.setdefault(value, [])
-            names.append(name) if in_order else insort(names, name)
+            insort(self.taint_names.setdefault(value, []), name)
             return
         self.eligible.add(name)
         if kind == "exclusive":
-            self.exclusive.append(name) if in_order else insort(self.exclusive, name)
+            insort(self.exclusive, name)
             return
-        entries = self.shared if kind == "shared" else self.empty
-        entry = cast(Entry, value)
-        entries.append(entry) if in_order else insort(entries, entry)
+        insort(self.shared if kind == "shared" else self.empty, cast(Entry, value))
         if kind == "shared":
-            names = self.shared_names
-            names.append(name) if in_order else insort(names, name)
+            insort(self.shared_names, name)
+
+    def fill(self, index: NodeIndex, nodes: Iterable[Node]) -> None:
+        """Count a fresh census's nodes, which come by name and all match its
+        selector: what ``part`` then ``add`` do node by node, with the taint
+        verdict worked out once per distinct set of taints. (Explaining a
+        large cluster is mostly these loops over a few thousand nodes.)"""
+        by_taints: dict[tuple[Taint, ...], tuple[Part, list[str]] | None] = {}
+        overhead = self.overhead
+        parts, eligible, exclusive = self.parts, self.eligible, self.exclusive
+        empty, shared, shared_names, shared_who = (
+            self.empty,
+            self.shared,
+            self.shared_names,
+            self.shared_who,
+        )
+        for node in nodes:
+            if not node.schedulable:
+                continue
+            name, taints = node.name, node.taints
+            if taints in by_taints:
+                rejected = by_taints[taints]
+            else:
+                blocking, _ = index.verdict(taints, self.tolerations)
+                rejected = None
+                if blocking is not None:
+                    category = Category(RejectKind.TAINT, blocking)
+                    rejected = ("taint", category), self.taint_names.setdefault(category, [])
+                by_taints[taints] = rejected
+            if rejected is not None:
+                parts[name] = rejected[0]
+                rejected[1].append(name)
+                continue
+            eligible.add(name)
+            if node.exclusive_holder is not None:
+                parts[name] = ("exclusive", tuple(node.occupants.items()))
+                exclusive.append(name)
+            elif node.occupants:
+                entry = node.entry(overhead)
+                parts[name] = ("shared", entry)
+                shared.append(entry)
+                shared_names.append(name)
+                shared_who[name] = tuple(node.occupants.items())
+            else:
+                entry = node.entry(overhead)
+                parts[name] = ("empty", entry)
+                empty.append(entry)
+        self.matching = len(parts)
+        empty.sort()
+        shared.sort()
 
     def who(self, node: Node) -> tuple[tuple[str, int], ...]:
         return tuple(node.occupants.items())
@@ -152,7 +198,7 @@ class Census:
         self.version += 1
         if old is not None:
             self.remove(node.name)
-        self.add(node.name, part, in_order=False)
+        self.add(node.name, part)
         self._see(node, part)
         if old is None or uncounted:  # it joined or left the selector's nodes
             self.selector_examples = self._selector_examples(index, k)
@@ -365,13 +411,7 @@ class Explainer:
             if sig[0]
             else index.nodes.values()
         )
-        for node in members:
-            part = census.part(index, node)
-            census.add(node.name, part, in_order=True)
-            if part[0] == "shared":
-                census._see(node, part)
-        census.empty.sort()
-        census.shared.sort()
+        census.fill(index, members)
         census.selector_examples = census._selector_examples(index, self.k)
         self._censuses[key] = census
         self._route(census)
