@@ -277,6 +277,9 @@ class Explainer:
         # demand, its census at a version, and the nodes its replicas are on.
         self._explained: dict[tuple[str, int], _Explained] = {}
         self._explained_now: set[tuple[str, int]] = set()
+        # A selector's nodes by name, for the censuses of one call (its
+        # censuses for other tolerations or overheads count the same nodes).
+        self._members: dict[Selector, list[Node]] = {}
 
     def update(self, node: Node, relabelled: bool = False) -> None:
         """A node's state or facts changed: recount it in the censuses that count
@@ -303,6 +306,7 @@ class Explainer:
     def forget_unused(self) -> None:
         """Drop the censuses no replica needed since the last call (keeping them
         would cost an update per changed node for nothing)."""
+        self._members = {}  # (labels may change before the next call)
         if len(self._used) < len(self._censuses):
             self._censuses = {key: c for key, c in self._censuses.items() if key in self._used}
             self._broad, self._by_item = [], {}
@@ -406,12 +410,16 @@ class Explainer:
         index = self.index
         census = Census(sig[0], sig[1], d.overhead_cpu_milli)
         # By name; a selector's census looks at the nodes it matches only.
-        members = (
-            (index.nodes[name] for name in sorted(index.members(sig[0])))
-            if sig[0]
-            else index.nodes.values()
-        )
-        census.fill(index, members)
+        if sig[0]:
+            members = self._members.get(sig[0])
+            if members is None:
+                nodes = index.nodes
+                members = self._members[sig[0]] = [
+                    nodes[name] for name in sorted(index.members(sig[0]))
+                ]
+            census.fill(index, members)
+        else:
+            census.fill(index, index.nodes.values())
         census.selector_examples = census._selector_examples(index, self.k)
         self._censuses[key] = census
         self._route(census)

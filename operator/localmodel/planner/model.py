@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -177,6 +177,11 @@ _T = TypeVar("_T", Assignment, Unplaced)
 
 
 def _of(items: tuple[_T, ...], model: str) -> tuple[_T, ...]:
-    """One model's items of a tuple sorted by model."""
-    lo = bisect_left(items, model, key=_MODEL)
-    return items[lo : bisect_right(items, model, lo, key=_MODEL)]
+    """One model's items of a tuple sorted by model: one bisection to the
+    first, then a step per item (a model has a replica or a few, so this
+    is cheaper than bisecting again for the end)."""
+    lo = hi = bisect_left(items, model, key=_MODEL)
+    n = len(items)
+    while hi < n and items[hi].model == model:
+        hi += 1
+    return items[lo:hi]
