@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import islice
+from operator import attrgetter, itemgetter
 
 from localmodel.api import Toleration, TolerationOperator
 from localmodel.facts import NodeFacts, Taint
@@ -217,8 +218,13 @@ class NodeIndex:
         """Index every usable node of a fresh index (nothing placed yet: every
         node is empty). Per overhead, the nodes' entries are sorted once and
         dealt out in order to the classes each node is in, so every list is
-        built sorted (sorting each list alone cost about twice as much)."""
-        usable = [node for node in self.nodes.values() if node.classes]
+        built sorted (sorting each list alone cost about twice as much). The
+        nodes come by name; sorted by free memory (stable: then by name), each
+        overhead's entries need only a stable sort by free CPUs, which compares
+        plain integers instead of tuples."""
+        by_memory = sorted(
+            (node for node in self.nodes.values() if node.classes), key=attrgetter("free_memory")
+        )
         nodes = self.nodes
         for overhead in self.overheads:
             dealt: dict[TaintClass, tuple[list[Entry], SortedEntries]] = {
@@ -226,7 +232,7 @@ class NodeIndex:
                 for classes in self.views.values()
                 for cls in classes
             }
-            entries = sorted(node.entry(overhead) for node in usable)
+            entries = sorted([node.entry(overhead) for node in by_memory], key=itemgetter(0))
             for entry in islice(entries, bisect_left(entries, (1, MIN, "")), None):
                 node = nodes[entry[2]]  # (entries with no whole CPU: no demand can use them)
                 for cls in node.classes:
