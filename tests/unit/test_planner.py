@@ -25,7 +25,7 @@ from localmodel.planner import (
     plan,
     tolerates,
 )
-from localmodel.planner.fit import SortedEntries
+from localmodel.planner.fit import SortedEntries, first_fit, largest_fit
 
 G = 1 << 30
 
@@ -473,6 +473,16 @@ def test_chunked_sorted_list_matches_a_plain_sorted_list(ops: list[tuple[bool, i
         expected = sum(1 for e in plain if e < key)
         assert s.bisect_left(key) == expected
         assert s.bisect_left(key, 1, 2) == min(max(expected, 1), 2)
+        # The searches, against their definitions over the plain list.
+        cpu, memory = v % 4 + 1, v % 7 * 4
+        usable = [e for e in plain if e[1] >= memory and int(e[2][1:]) % 3 != 0]
+        accept = lambda name: int(name[1:]) % 3 != 0  # noqa: E731
+        fit = next((e for e in usable if e[0] >= cpu), None)
+        assert first_fit(s, cpu, memory, accept) == fit
+        largest = min(
+            (e for e in usable if e[0] >= 1), key=lambda e: (-e[0], e[1], e[2]), default=None
+        )
+        assert largest_fit(s, memory, accept) == largest
 
 
 # ---------------------------------------------------------------- properties
