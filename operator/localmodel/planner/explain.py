@@ -17,7 +17,7 @@ from typing import cast
 
 from localmodel.api import Toleration
 from localmodel.facts import Taint
-from localmodel.planner.fit import MIN, Entry
+from localmodel.planner.fit import MIN, Entry, sort_named_in_order
 from localmodel.planner.index import (
     CPU,
     EXCLUSIVE,
@@ -150,8 +150,8 @@ class Census:
                 parts[name] = ("empty", entry)
                 empty.append(entry)
         self.matching = len(parts)
-        empty.sort()
-        shared.sort()
+        sort_named_in_order(empty)
+        sort_named_in_order(shared)
 
     def who(self, node: Node) -> tuple[tuple[str, int], ...]:
         return tuple(node.occupants.items())

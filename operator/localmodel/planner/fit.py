@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from operator import itemgetter
 from typing import NamedTuple
 
 Entry = tuple[int, int, str]  # (free whole CPUs, free memory bytes, node name)
 
 MIN = -(1 << 62)  # below any free memory or CPU count, for bisecting
+
+
+def sort_named_in_order(entries: list[Entry]) -> None:
+    """Sort entries that are in name order as ``entries.sort()`` would: by free
+    memory, then stably by free CPUs (names break the ties already). Two
+    sorts comparing integers cost less than one comparing tuples."""
+    entries.sort(key=itemgetter(1))
+    entries.sort(key=itemgetter(0))
 
 
 Position = tuple[int, int]  # (chunk, offset in it); (number of chunks, 0) is the end

@@ -126,7 +126,8 @@ class Node:
         return (self.free_cpu_milli - overhead) // 1000
 
     def entry(self, overhead: int) -> Entry:
-        return (self.free_cpus(overhead), self.free_memory, self.name)
+        # (free_cpus(overhead), written out: this runs for every node and list)
+        return ((self.free_cpu_milli - overhead) // 1000, self.free_memory, self.name)
 
 
 @dataclass(frozen=True, slots=True)
