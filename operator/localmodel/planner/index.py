@@ -219,10 +219,10 @@ class NodeIndex:
         """Index every usable node of a fresh index (nothing placed yet: every
         node is empty). Per overhead, the nodes' entries are sorted once and
         dealt out in order to the classes each node is in, so every list is
-        built sorted (sorting each list alone cost about twice as much). The
-        nodes come by name; sorted by free memory (stable: then by name), each
-        overhead's entries need only a stable sort by free CPUs, which compares
-        plain integers instead of tuples."""
+        built sorted instead of sorted alone (a node is in a list per view it
+        is in). The nodes come by name; sorted by free memory (stable: then by
+        name), each overhead's entries need only a stable sort by free CPUs,
+        which compares plain integers instead of tuples."""
         by_memory = sorted(
             (node for node in self.nodes.values() if node.classes), key=attrgetter("free_memory")
         )
@@ -234,8 +234,9 @@ class NodeIndex:
                 for cls in classes
             }
             entries = sorted([node.entry(overhead) for node in by_memory], key=itemgetter(0))
+            # (Entries without a whole CPU left: no demand can use them.)
             for entry in islice(entries, bisect_left(entries, (1, MIN, "")), None):
-                node = nodes[entry[2]]  # (entries with no whole CPU: no demand can use them)
+                node = nodes[entry[2]]
                 for cls in node.classes:
                     to, into = dealt[cls]
                     to.append(entry)
