@@ -154,7 +154,7 @@ class NodeIndex:
         # Nodes with the same taints share one sorted tuple (most have none).
         sorted_taints: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
         none = Usage()
-        for f in sorted(nodes, key=lambda f: f.name):
+        for f in sorted(nodes, key=attrgetter("name")):
             if f.name in self.nodes:
                 raise ValueError(f"node {f.name} is listed twice")
             used = usage.get(f.name, none)
