@@ -23,7 +23,7 @@ STAND_IN = r"""#!/bin/sh
 echo "$*" >> "$LOG"
 case "$1" in
   serve) echo "$$" > "$STORE/../serve.pid"; exec sleep 30 ;;
-  list) exit 0 ;;
+  list) [ -f "$STORE/../serve.pid" ] ;;
   show) [ -f "$STORE/$(echo "$2" | tr ':/' '__')" ] ;;
   pull) [ -z "$FAIL_PULL" ] || exit 1; touch "$STORE/$(echo "$2" | tr ':/' '__')" ;;
   create) [ -f "$STORE/$(echo "$2" | tr ':/' '__')" ] && [ -f "$4" ] ;;
@@ -59,6 +59,9 @@ def run(tmp_path: Path, script: str, **env: str) -> tuple[int, list[str]]:
     stub = bin_dir / "ollama"
     stub.write_text(STAND_IN)
     stub.chmod(0o755)
+    # A server of this run writes it anew (`list` answers once it has, as the
+    # real CLI answers once the server is up).
+    (tmp_path / "serve.pid").unlink(missing_ok=True)
     proc = subprocess.run(
         ["/bin/sh", "-c", script],
         env={
@@ -101,8 +104,13 @@ def test_failed_pull_fails_the_pod_start(tmp_path: Path) -> None:
 
 
 def server_alive(tmp_path: Path) -> bool:
+    """Whether the stand-in server this run started still runs (its pid may
+    have gone to another process since: only a `sleep` is the server)."""
     pid = int((tmp_path / "serve.pid").read_text())
-    return Path(f"/proc/{pid}").exists()
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def test_the_server_is_stopped_on_every_way_out(tmp_path: Path) -> None:
