@@ -153,7 +153,9 @@ def took_now(lm: LocalModel, status: LocalModelStatus) -> bool:
     """Whether `build_status` gave `status` the clock: some condition's status
     differs from the stored one (`condition` moves lastTransitionTime to `now`
     exactly then). Otherwise the same inputs give the same status at any time."""
-    previous = {c.type: c.status for c in (lm.status.conditions if lm.status else [])}
+    if lm.status is None:  # (a first status: every condition is new)
+        return bool(status.conditions)
+    previous = {c.type: c.status for c in lm.status.conditions}
     return any(previous.get(c.type) != c.status for c in status.conditions)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, is_not
+from typing import Any
 
 from localmodel.facts import NodeFacts
 from localmodel.planner.explain import Explainer
@@ -45,6 +46,12 @@ _NO_USAGE = Usage()
 _BY_MODEL = attrgetter("model", "replica")
 Claim = tuple[ModelDemand, int]  # a replica's current placement on a node
 Pending = tuple[ModelDemand, int, str]  # (model, replica, why it moves)
+
+
+# A node with no replicas on it, as most are in a cold pass: one shared empty
+# list and dict (a memo's lists and dict are read, never changed in place).
+_NOTHING_HERE: list[Any] = []
+_NONE_MOVED: dict[tuple[str, int], str] = {}
 
 
 @dataclass(slots=True)
@@ -373,7 +380,7 @@ class Planner:
             used = usage.get(name, _NO_USAGE)
             here = claims.get(name)
             if here is None:
-                self._memo[name] = _NodeMemo(f, used, [], [], {})
+                self._memo[name] = _NodeMemo(f, used, _NOTHING_HERE, _NOTHING_HERE, _NONE_MOVED)
                 continue
             node = index.nodes[name]
             index.unindex(node)
