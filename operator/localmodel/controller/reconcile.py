@@ -182,6 +182,11 @@ class Reconciler:
         metrics.speed_ratios = self.speed.ratios
         self._parsed = Parsed()  # each stored version of a model or node parsed once
         self._desired = Desired()  # what passes worked out, reused while its inputs hold
+        # Every write of a pass (objects, statuses, Events) takes one of these
+        # first, as many as the client has connections: a request waits here,
+        # not in the client's pool, whose time limit would count the wait (at
+        # 1 000 models, writes timed out queued behind each other).
+        self._writing = asyncio.Semaphore(config.write_concurrency)
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -325,12 +330,11 @@ class Reconciler:
         events: list[EventSpec] = []
         failed: list[str] = []
         unmade: set[Target] = set()  # objects this pass failed to create or apply
-        sem = asyncio.Semaphore(self.config.write_concurrency)
 
         async def one(change: Change) -> None:
             if self._expected.waiting(change, obs, time.monotonic()):
                 return
-            async with sem:
+            async with self._writing:
                 try:
                     await self._write(change)
                 except KubeError as exc:
@@ -383,7 +387,8 @@ class Reconciler:
             "status": status_body(status),
         }
         try:
-            await self.kube.apply(body, subresource="status")
+            async with self._writing:
+                await self.kube.apply(body, subresource="status")
         except KubeError as exc:
             if not status_settled(refusal(exc.status, exc.causes)):  # a model gone needs none
                 log.warning("%s: status not written: %s", mo.key, exc)
@@ -398,7 +403,8 @@ class Reconciler:
     async def _event(self, mo: ModelObject, event: EventSpec, now: str) -> None:
         body = event_manifest(Involved(mo.namespace, mo.name, mo.uid), event, now, self.identity)
         try:
-            await self.kube.create(body)
+            async with self._writing:
+                await self.kube.create(body)
         except KubeError as exc:
             if not event_settled(refusal(exc.status, exc.causes)):
                 log.warning("%s: event not posted: %s", mo.key, exc)
