@@ -89,6 +89,19 @@ def test_render_airgapped_ollama_example(capsys: pytest.CaptureFixture[str]) -> 
     assert "ollama pull" not in inits[1]["command"][2]
 
 
+def test_render_yaml_writes_each_object_whole_without_aliases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pass shares objects between manifests (a model's labels and owner
+    reference, alike pods' containers): each YAML document is still written
+    out whole, never with an anchor and an alias to another part of it."""
+    rc, out, err = run(capsys, "render", *FLEET)
+    assert rc == 0, err
+    assert "&id" not in out and "*id" not in out
+    pods = [d for d in yaml.safe_load_all(out) if d["kind"] == "Pod"]
+    assert len(pods) == 4
+
+
 def test_render_against_node_pools_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(
         capsys,
