@@ -738,7 +738,9 @@ def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
 def _key_text(key: str) -> str:
     """A key's JSON text; a pod spec's own keys are encoded once."""
     found = _KEY_TEXT.get(key)
-    return _SORTED_JSON.encode(key) if found is None else found
+    if found is None:  # (a pod spec has a handful of field names)
+        found = _KEY_TEXT[key] = _SORTED_JSON.encode(key)
+    return found
 
 
 def _value_text(value: Any) -> str:
@@ -750,13 +752,9 @@ def _value_text(value: Any) -> str:
 
 # What `json.dumps(obj, sort_keys=True)` encodes with (the same arguments).
 _SORTED_JSON = json.JSONEncoder(sort_keys=True)
-_KEY_TEXT = {
-    k: json.dumps(k)
-    for k in (
-        "affinity", "containers", "enableServiceLinks", "initContainers", "nodeSelector",
-        "tolerations", "volumes",
-    )
-}
+_KEY_TEXT: dict[str, str] = {}  # a key's JSON text, once encoded
+
+
 class _TextTemplate:
     """The sorted JSON text of an object some of whose strings vary, put
     together around them: a string's JSON text is the same wherever it stands,

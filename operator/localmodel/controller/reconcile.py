@@ -361,12 +361,17 @@ class Reconciler:
         # claim or ConfigMap could not be made waits for a later pass (the
         # failure retries it).
         await asyncio.gather(*(one(c) for c in changes.changes if not _is_pod_create(c)))
-        pods = [c for c in changes.changes if isinstance(c, Create) and _is_pod_create(c)]
-        for c in pods:
+        ready: list[Change] = []
+        for c in changes.changes:
+            if not _is_pod_create(c):
+                continue
+            assert isinstance(c, Create)
             if waits_for := sorted(mounted(c.manifest) & unmade):
                 log.info("%s: pod %s not created yet: %s not made", mo.key, c.target.name,
                          ", ".join(f"{t.kind} {t.name}" for t in waits_for))
-        await asyncio.gather(*(one(c) for c in pods if not mounted(c.manifest) & unmade))
+            else:
+                ready.append(c)
+        await asyncio.gather(*(one(c) for c in ready))
         return events, failed
 
     async def _write(self, change: Change) -> None:
