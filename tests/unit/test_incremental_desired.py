@@ -189,13 +189,18 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
 def test_a_long_lived_desired_equals_a_fresh_desired_state_at_every_step(
     mode: str, rnd: random.Random
 ) -> None:
-    w = world(rnd, mode)
+    walk(world(rnd, mode), rnd)
+
+
+def walk(w: World, rnd: random.Random, where: str = "") -> None:
+    """STEPS random changes to ``w``; at each, a long-lived `Desired` must
+    give what a fresh `desired_state` gives."""
     desired = Desired()
     for i in range(STEPS):
         fresh = w.state(None)
         kept = w.state(desired)
-        assert kept.models == fresh.models, f"step {i}"
-        assert kept.plan == fresh.plan, f"step {i}"
+        assert kept.models == fresh.models, f"{where}step {i}"
+        assert kept.plan == fresh.plan, f"{where}step {i}"
         step(w, fresh, rnd)
 
 
@@ -225,14 +230,7 @@ def test_a_long_lived_desired_equals_a_fresh_one_over_thousands_of_seeded_sequen
     modes = ["operator", "no claims", "offline"]
     for seed in range(SEEDED):
         rnd = random.Random(seed)
-        w = world(rnd, modes[seed % 3])
-        desired = Desired()
-        for i in range(STEPS):
-            fresh = w.state(None)
-            kept = w.state(desired)
-            assert kept.models == fresh.models, f"seed {seed}, step {i}"
-            assert kept.plan == fresh.plan, f"seed {seed}, step {i}"
-            step(w, fresh, rnd)
+        walk(world(rnd, modes[seed % 3]), rnd, f"seed {seed}, ")
 
 
 def test_a_replica_whose_cpus_change_on_the_same_node_is_tuned_again() -> None:
