@@ -12,6 +12,7 @@ import shlex
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple, cast
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
@@ -26,7 +27,10 @@ from localmodel.render import (
     PodParts,
     RenderOptions,
     ReplicaPlan,
+    applied_objects,
     endpoint,
+    manifest_hash,
+    pod_digest,
     pod_name,
     pod_selector,
     render_objects,
@@ -47,16 +51,58 @@ ClaimChooser = Callable[[LocalModel, int, str], str]
 
 @dataclass(frozen=True)
 class ModelResult:
+    """One model's outcome. A pass works out what the operator compares with
+    what exists: each pod's spec digest (`pod_hashes`: replica -> digest) and,
+    when first read, the applied objects' (`applied_hashes`). The manifests
+    are made when first read (`objects`): for a pod, claim or applied object
+    to write, or a render. They follow from the fields (rendering is pure), so
+    results with equal fields have equal objects."""
+
     model: LocalModel
     problems: tuple[FieldError, ...]
     replicas: tuple[ReplicaPlan, ...]
     unplaced: tuple[Unplaced, ...]
-    objects: tuple[Manifest, ...]
     status: LocalModelStatus
+    options: RenderOptions | None = None
+    pod_hashes: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def with_status(self) -> LocalModel:
         return self.model.model_copy(update={"status": self.status})
+
+    @cached_property
+    def objects(self) -> tuple[Manifest, ...]:
+        """Every manifest (`render_objects`); none for an invalid spec."""
+        if self.problems:
+            return ()
+        return tuple(render_objects(self.model, self.replicas, self.options))
+
+    @cached_property
+    def applied_hashes(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> `manifest_hash` of each applied object
+        (`applied_objects`), what a stored one's applied-hash annotation is
+        compared with. Its manifests are not kept."""
+        if self.problems:
+            return {}
+        return {
+            (m["kind"], m["metadata"]["name"]): manifest_hash(m)
+            for m in applied_objects(self.model, self.replicas)
+        }
+
+    def manifest(self, kind: str, name: str) -> Manifest:
+        """One of `objects`."""
+        return next(
+            o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name
+        )
+
+    def reusing(self, other: ModelResult) -> ModelResult:
+        """This result, with what `other` (of the same model, replicas and
+        options) already made of its manifests and hashes."""
+        made = vars(other)
+        for name in ("objects", "applied_hashes"):
+            if name in made:
+                vars(self)[name] = made[name]
+        return self
 
 
 @dataclass(frozen=True)
@@ -525,28 +571,32 @@ class Desired:
         now: str,
     ) -> ModelResult:
         memo = self._done.get(key)
-        objects: tuple[Manifest, ...] | None = None
-        if (
+        same = (
             memo is not None
             and memo.model is lm
             and memo.replicas == replicas
             and memo.options == options
-        ):
-            objects = memo.result.objects
+        )
+        if same:
+            assert memo is not None
             if (
                 memo.unplaced == unplaced
                 and memo.ready == ready
                 and (memo.now == now or not memo.took_now)
             ):
                 return memo.result
-        if objects is None:
-            objects = (
-                tuple(render_objects(lm, replicas, options, self._parts, prep.key))
-                if not prep.problems
-                else ()
-            )
+            hashes = memo.result.pod_hashes
+        else:
+            opts = options or RenderOptions()
+            hashes = {
+                r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key))
+                for r in replicas
+            } if not prep.problems else {}
         status = _status(lm, prep.problems, replicas, unplaced, ready, now, self._views)
-        result = ModelResult(lm, prep.problems, replicas, unplaced, objects, status)
+        result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes)
+        if same:
+            assert memo is not None
+            result.reusing(memo.result)
         self._done[key] = _Done(
             lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
         )

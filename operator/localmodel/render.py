@@ -181,6 +181,12 @@ def render_configmap(
     }
 
 
+def claim_owned(lm: LocalModel) -> bool:
+    """Whether the model's weights claims carry its owner reference (are
+    collected with it): not when `storage.retain`, nor offline (no uid)."""
+    return not lm.spec.storage.retain and bool(owner_reference(lm))
+
+
 def render_claim(lm: LocalModel, r: ReplicaPlan, meta: _Meta | None = None) -> Manifest:
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
@@ -192,7 +198,7 @@ def render_claim(lm: LocalModel, r: ReplicaPlan, meta: _Meta | None = None) -> M
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": (meta or _Meta(lm))(
-            replica_claim(lm, r), owned=not lm.spec.storage.retain, replica=r.replica
+            replica_claim(lm, r), owned=claim_owned(lm), replica=r.replica
         ),
         "spec": spec,
     }
@@ -698,21 +704,36 @@ def build_pod_spec(
         inits, containers = build_containers(lm, r, options)
     else:
         inits, containers = parts.inits, parts.containers
-    spec: Manifest = {
+    return {
         "affinity": _node_affinity(r.node),
-        "enableServiceLinks": False,
         "initContainers": inits,
         "containers": containers,
         "volumes": _volumes(*_volume_names(lm, r), llama=llama),
+        **_pod_spec_rest(lm),
     }
+
+
+def _pod_spec_rest(lm: LocalModel) -> Manifest:
+    """A pod spec's fields besides its affinity, containers and volumes (the
+    ones `pod_digest` has as text): they read the spec alone."""
+    rest: Manifest = {"enableServiceLinks": False}
     if lm.spec.placement.node_selector:
-        spec["nodeSelector"] = dict(lm.spec.placement.node_selector)
+        rest["nodeSelector"] = dict(lm.spec.placement.node_selector)
     if lm.spec.placement.tolerations:
-        spec["tolerations"] = [
+        rest["tolerations"] = [
             t.model_dump(by_alias=True, exclude_none=True, mode="json")
             for t in lm.spec.placement.tolerations
         ]
-    return spec
+    return rest
+
+
+def pod_digest(lm: LocalModel, r: ReplicaPlan, parts: _Containers) -> str:
+    """`manifest_hash(build_pod_spec(...))` without the spec: its containers'
+    JSON text from ``parts``, its affinity's and volumes' put together around
+    their names (what the operator compares with a pod's
+    `ANNOTATION_POD_SPEC_HASH`; the manifest is made only for a pod to create)."""
+    known = {**parts.json, "affinity": affinity_text(r.node), "volumes": volumes_text(lm, r)}
+    return pod_spec_hash(_pod_spec_rest(lm), known)
 
 
 def manifest_hash(obj: Mapping[str, Any]) -> str:
@@ -811,14 +832,7 @@ def render_pod(
     meta: _Meta | None = None,
 ) -> Manifest:
     spec = build_pod_spec(lm, r, options, parts)
-    digest = (
-        manifest_hash(spec)
-        if parts is None
-        else pod_spec_hash(
-            spec,
-            {**parts.json, "affinity": affinity_text(r.node), "volumes": volumes_text(lm, r)},
-        )
-    )
+    digest = manifest_hash(spec) if parts is None else pod_digest(lm, r, parts)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -835,6 +849,22 @@ def render_pod(
     }
 
 
+def applied_objects(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: _Meta | None = None
+) -> list[Manifest]:
+    """The objects the operator server-side applies and keeps equal to the spec
+    by their hash: the ConfigMap of Ollama's Modelfiles (once a replica is
+    placed), then the Service."""
+    meta = meta or _Meta(lm)
+    replicas = sorted(replicas, key=lambda r: r.replica)
+    configmap = (
+        [render_configmap(lm, replicas, meta)]
+        if replicas and lm.spec.engine.name is EngineName.OLLAMA
+        else []
+    )
+    return [*configmap, render_service(lm, meta)]
+
+
 def render_objects(
     lm: LocalModel,
     replicas: Sequence[ReplicaPlan],
@@ -848,15 +878,16 @@ def render_objects(
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
     meta = _Meta(lm)
-    objects: list[Manifest] = []
-    if replicas and lm.spec.engine.name is EngineName.OLLAMA:
-        objects.append(render_configmap(lm, replicas, meta))
-    objects += [render_claim(lm, r, meta) for r in replicas]
-    objects += [
-        render_pod(
-            lm, r, options, None if parts is None else parts.containers(lm, r, options, key), meta
-        )
-        for r in replicas
+    *configmap, service = applied_objects(lm, replicas, meta)
+    return [
+        *configmap,
+        *(render_claim(lm, r, meta) for r in replicas),
+        *(
+            render_pod(
+                lm, r, options, None if parts is None else parts.containers(lm, r, options, key),
+                meta,
+            )
+            for r in replicas
+        ),
+        service,
     ]
-    objects.append(render_service(lm, meta))
-    return objects

@@ -208,7 +208,6 @@ ONE_SIDED = [
     (observed, "ANNOTATION_APPLIED_HASH"),
     (observed, "VOLUME_WEIGHTS"),
     (changes_module, "ANNOTATION_APPLIED_HASH"),
-    (changes_module, "LABEL_REPLICA"),
     (watched, "VOLUME_WEIGHTS"),
 ]
 

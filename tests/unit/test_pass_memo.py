@@ -256,7 +256,13 @@ def reference(
             )
         objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
         status = _status(lm, prep.problems, replicas, unplaced, ready.get(lm.key, {}), now)
-        results.append(ModelResult(lm, prep.problems, replicas, unplaced, objects, status))
+        # Each pod's digest as its rendered manifest carries it (`manifest_hash`).
+        hashes = {int(o["metadata"]["labels"][LABEL_REPLICA]):
+                  o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
+                  for o in objects if o["kind"] == "Pod"}
+        made = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes)
+        vars(made)["objects"] = objects  # (made here, not by `objects`)
+        results.append(made)
     return DesiredState(tuple(results), the_plan)
 
 
@@ -282,3 +288,6 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
     assert got.plan == want.plan
     for g, w in zip(got.models, want.models, strict=True):
         assert g == w, g.model.key
+        assert g.objects == w.objects, g.model.key
+        assert g.applied_hashes == {(o["kind"], o["metadata"]["name"]): manifest_hash(o)
+                                    for o in w.objects if o["kind"] in ("ConfigMap", "Service")}

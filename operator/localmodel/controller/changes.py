@@ -25,12 +25,11 @@ Rules (each is a row in tests/unit/test_changes.py):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from localmodel.api import LocalModel
-from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
+from localmodel.contract import ANNOTATION_APPLIED_HASH
 from localmodel.controller.observed import (
     Observed,
     OwnedClaim,
@@ -38,7 +37,7 @@ from localmodel.controller.observed import (
     volume_reaches,
 )
 from localmodel.desired import ModelResult
-from localmodel.render import claim_name, manifest_hash
+from localmodel.render import claim_name, claim_owned, manifest_hash, pod_name, replica_claim
 from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]
@@ -171,14 +170,6 @@ def choose_claim(lm: LocalModel, replica: int, node: str, obs: Observed) -> str:
     return f"{base}-{n}"
 
 
-def _by_kind(objects: Sequence[Manifest], kind: str) -> list[Manifest]:
-    return [o for o in objects if o.get("kind") == kind]
-
-
-def _claim_owned(manifest: Manifest) -> bool:
-    return bool(manifest["metadata"].get("ownerReferences"))
-
-
 def _claim_ownership(manifest: Manifest) -> Manifest:
     """Only the metadata of a claim: its spec is never rewritten."""
     meta = manifest["metadata"]
@@ -202,19 +193,18 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
 
 
 def applied_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change]:
-    """ConfigMap and Service: create when missing, apply when the hash differs."""
+    """ConfigMap and Service: create when missing, apply when the hash differs
+    (the manifest is made only then)."""
     ns = result.model.metadata.namespace
     out: list[Change] = []
-    for kind in ("ConfigMap", "Service"):
-        for manifest in _by_kind(result.objects, kind):
-            desired = with_applied_hash(manifest)
-            name = manifest["metadata"]["name"]
-            have = obs.objects.get((kind, ns, name))
-            if have is None:
-                out.append(Create(desired, f"{kind} {name} is missing"))
-            elif have.owner_uid == uid and have.applied_hash != desired["metadata"][
-                "annotations"][ANNOTATION_APPLIED_HASH]:
-                out.append(Apply(desired, f"{kind} {name} differs from the spec"))
+    for (kind, name), digest in result.applied_hashes.items():
+        have = obs.objects.get((kind, ns, name))
+        if have is None:
+            out.append(Create(with_applied_hash(result.manifest(kind, name)),
+                              f"{kind} {name} is missing"))
+        elif have.owner_uid == uid and have.applied_hash != digest:
+            out.append(Apply(with_applied_hash(result.manifest(kind, name)),
+                             f"{kind} {name} differs from the spec"))
     return out
 
 
@@ -229,22 +219,23 @@ def claim_changes(result: ModelResult, obs: Observed) -> ClaimChanges:
     lm = result.model
     out: list[Change] = []
     wanted: set[str] = set()
-    for manifest in _by_kind(result.objects, "PersistentVolumeClaim"):
-        name = manifest["metadata"]["name"]
+    owned = claim_owned(lm)
+    for r in sorted(result.replicas, key=lambda r: r.replica):
+        name = replica_claim(lm, r)
         wanted.add(name)
         have = obs.claims.get((lm.metadata.namespace, name))
         if have is None:
-            replica = _replica(manifest)
             # A claim under another name than the replica's own exists because
             # the old one cannot follow the replica to its new node: say so.
-            event = None if name == claim_name(lm, replica) else EventSpec(
+            event = None if name == claim_name(lm, r.replica) else EventSpec(
                 EventReason.CREATED_CLAIM,
-                f"replica {replica}: new weights claim {name} on {placed(result, replica)}: "
+                f"replica {r.replica}: new weights claim {name} on {r.node}: "
                 "the previous claim is bound to a volume that node cannot reach")
-            out.append(Create(manifest, f"claim {name} is missing", event))
-        elif not have.terminating and (have.owner_uid is not None) != _claim_owned(manifest):
-            out.append(Apply(_claim_ownership(manifest), f"claim {name} ownership follows "
-                             "storage.retain"))
+            out.append(Create(result.manifest("PersistentVolumeClaim", name),
+                              f"claim {name} is missing", event))
+        elif not have.terminating and (have.owner_uid is not None) != owned:
+            out.append(Apply(_claim_ownership(result.manifest("PersistentVolumeClaim", name)),
+                             f"claim {name} ownership follows storage.retain"))
     return ClaimChanges(tuple(out), frozenset(wanted))
 
 
@@ -271,13 +262,13 @@ class ReplicaStep:
     stale: Stale | None = None
 
 
-def replica_step(replica: int, manifest: Manifest, pod: OwnedPod | None, node: str,
+def replica_step(replica: int, result: ModelResult, pod: OwnedPod | None, node: str,
                  obs: Observed) -> ReplicaStep:
-    """One replica: `manifest` is its desired pod, `pod` its pod (if any), `node`
-    where it is placed."""
+    """One replica of `result`: `pod` is its pod (if any), `node` where it is placed."""
     if pod is None:
         # The same words until Ready: a pod being created and one starting are
         # one state to a reader, and one status write fewer per replica.
+        manifest = result.manifest("Pod", pod_name(result.model, replica))
         return ReplicaStep((Create(manifest, f"replica {replica} has no pod"),),
                            f"replica {replica}: starting on {node}", in_flight=True)
     node_gone = bool(pod.node) and pod.node not in obs.nodes
@@ -285,7 +276,7 @@ def replica_step(replica: int, manifest: Manifest, pod: OwnedPod | None, node: s
         deletes = (_delete_pod(pod, f"node {pod.node} is gone", None, force=True),)
         return ReplicaStep(deletes if node_gone else (),
                            f"replica {replica}: waiting for the old pod to go", in_flight=True)
-    if pod.spec_hash != manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]:
+    if pod.spec_hash != result.pod_hashes[replica]:
         if node_gone:
             delete = _delete_pod(pod, f"node {pod.node} is gone", EventSpec(
                 EventReason.REPLACING,
@@ -312,8 +303,8 @@ def pod_changes(result: ModelResult, uid: str, obs: Observed) -> PodChanges:
     (one at a time: only when no other replica is on its way)."""
     pods = _pods(result, uid, obs)
     nodes = {r.replica: r.node for r in result.replicas}
-    steps = [replica_step(replica, manifest, pods.get(replica), nodes[replica], obs)
-             for replica, manifest in sorted(_desired_pods(result).items())]
+    steps = [replica_step(replica, result, pods.get(replica), nodes[replica], obs)
+             for replica in sorted(result.pod_hashes)]
     out = [c for step in steps for c in step.changes]
     stale = [step.stale for step in steps if step.stale is not None]
     if stale and not any(step.in_flight for step in steps):
@@ -328,7 +319,7 @@ def unwanted_pod_changes(result: ModelResult, uid: str, obs: Observed) -> list[C
     """Pods no replica wants any more: scaled down, or a replica with no node
     whose old node is gone. An unplaced replica's pod on a live node stays."""
     lm = result.model
-    desired = _desired_pods(result)
+    desired = result.pod_hashes
     out: list[Change] = []
     for replica, pod in sorted(_pods(result, uid, obs).items()):
         if replica in desired or pod.terminating:
@@ -362,14 +353,6 @@ def unused_claim_changes(lm: LocalModel, uid: str, obs: Observed,
     ]
 
 
-def _replica(manifest: Manifest) -> int:
-    return int(manifest["metadata"]["labels"][LABEL_REPLICA])
-
-
-def _desired_pods(result: ModelResult) -> dict[int, Manifest]:
-    return {_replica(m): m for m in _by_kind(result.objects, "Pod")}
-
-
 def _pods(result: ModelResult, uid: str, obs: Observed) -> dict[int, OwnedPod]:
     """The model's own pods by replica (this very model's: `uid`)."""
     return {p.replica: p for p in obs.pods_of(result.model.key) if p.owner_uid == uid}
@@ -386,7 +369,3 @@ def _may_come_back(claim: OwnedClaim, lm: LocalModel, wanted: frozenset[str]) ->
 def _delete_pod(pod: OwnedPod, why: str, event: EventSpec | None,
                 force: bool = False) -> Delete:
     return Delete("Pod", pod.namespace, pod.name, pod.uid, why, event, force)
-
-
-def placed(result: ModelResult, replica: int) -> str:
-    return next((r.node for r in result.replicas if r.replica == replica), "?")
