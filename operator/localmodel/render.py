@@ -740,7 +740,7 @@ def manifest_hash(obj: Mapping[str, Any]) -> str:
     """The digest the operator records on what it writes and compares to see
     whether an object is stale: of a pod's spec (`ANNOTATION_POD_SPEC_HASH`),
     of an applied ConfigMap or Service (`ANNOTATION_APPLIED_HASH`)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(_SORTED_JSON.encode(obj).encode()).hexdigest()[:16]
 
 
 def pod_spec_hash(spec: Mapping[str, Any], known: Mapping[str, str]) -> str:
