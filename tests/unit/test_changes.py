@@ -382,3 +382,22 @@ def test_each_stored_version_of_a_model_or_node_is_parsed_once() -> None:
     assert third.nodes == {} and len(parsed.models) == 1 and parsed.nodes == {}  # forgotten
     assert observe(Snapshot(localmodels=[edited])) == observe(Snapshot(localmodels=[edited]),
                                                               parsed=Parsed())
+
+
+def test_manifests_are_made_only_for_objects_to_write() -> None:
+    """The changes compare digests: where everything exists, no manifest is made
+    (a pass at 10k nodes would otherwise build and keep tens of thousands of
+    them); a missing pod is created from the manifest the renderer makes."""
+    snap, _ = converged(2)
+    obs, result = plan(snap)
+    assert model_changes(result, UID, obs).changes == ()
+    assert "objects" not in vars(result), "a converged model's manifests were made"
+    missing = Snapshot(**{**snap.__dict__, "pods": [
+        p for p in snap.pods if p["metadata"]["name"] != "qwen3-1"]})
+    obs, result = plan(missing)
+    [create] = model_changes(result, UID, obs).changes
+    assert isinstance(create, Create)
+    rendered = next(o for o in result.objects if o["metadata"]["name"] == "qwen3-1")
+    assert create.manifest is rendered
+    assert (create.manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
+            == result.pod_hashes[1])
