@@ -236,9 +236,9 @@ def relabelled(f: NodeFacts) -> NodeFacts:
 
 def compared(state: DesiredState) -> DesiredState:
     """`state`, with what the operator's changes compare with what exists read
-    from every model: each pod's spec digest (worked out by the pass) and each
-    applied object's (made when first read). Manifests are made only for
-    objects to write, so no pass here makes one."""
+    from every model: each pod's and each applied object's digest (the pass
+    works them out). Manifests are made only for objects to write, so no pass
+    here makes one."""
     for m in state.models:
         m.pod_hashes, m.applied_hashes  # noqa: B018 (read for their cost)
     return state

@@ -23,13 +23,12 @@ from localmodel.planner import ModelDemand, Plan, Planner, Unplaced, Usage
 from localmodel.render import (
     GATEWAY_CPU_MILLI,
     GATEWAY_MEMORY_BYTES,
+    AppliedDigests,
     Manifest,
     PodParts,
     RenderOptions,
     ReplicaPlan,
-    applied_objects,
     endpoint,
-    manifest_hash,
     pod_digest,
     pod_name,
     pod_selector,
@@ -52,11 +51,11 @@ ClaimChooser = Callable[[LocalModel, int, str], str]
 @dataclass(frozen=True)
 class ModelResult:
     """One model's outcome. A pass works out what the operator compares with
-    what exists: each pod's spec digest (`pod_hashes`: replica -> digest) and,
-    when first read, the applied objects' (`applied_hashes`). The manifests
-    are made when first read (`objects`): for a pod, claim or applied object
-    to write, or a render. They follow from the fields (rendering is pure), so
-    results with equal fields have equal objects."""
+    what exists: each pod's spec digest (`pod_hashes`: replica -> digest) and
+    each applied object's (`applied_hashes`: (kind, name) -> digest). The
+    manifests are made when first read (`objects`): for a pod, claim or
+    applied object to write, or a render. They follow from the fields
+    (rendering is pure), so results with equal fields have equal objects."""
 
     model: LocalModel
     problems: tuple[FieldError, ...]
@@ -65,6 +64,7 @@ class ModelResult:
     status: LocalModelStatus
     options: RenderOptions | None = None
     pod_hashes: Mapping[int, str] = field(default_factory=dict)
+    applied_hashes: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def with_status(self) -> LocalModel:
@@ -77,18 +77,6 @@ class ModelResult:
             return ()
         return tuple(render_objects(self.model, self.replicas, self.options))
 
-    @cached_property
-    def applied_hashes(self) -> dict[tuple[str, str], str]:
-        """(kind, name) -> `manifest_hash` of each applied object
-        (`applied_objects`), what a stored one's applied-hash annotation is
-        compared with. Its manifests are not kept."""
-        if self.problems:
-            return {}
-        return {
-            (m["kind"], m["metadata"]["name"]): manifest_hash(m)
-            for m in applied_objects(self.model, self.replicas)
-        }
-
     def manifest(self, kind: str, name: str) -> Manifest:
         """One of `objects`."""
         return next(
@@ -96,12 +84,10 @@ class ModelResult:
         )
 
     def reusing(self, other: ModelResult) -> ModelResult:
-        """This result, with what `other` (of the same model, replicas and
-        options) already made of its manifests and hashes."""
-        made = vars(other)
-        for name in ("objects", "applied_hashes"):
-            if name in made:
-                vars(self)[name] = made[name]
+        """This result, with the manifests `other` (of the same model, replicas
+        and options) already made."""
+        if "objects" in vars(other):
+            vars(self)["objects"] = other.objects
         return self
 
 
@@ -317,6 +303,7 @@ class Desired:
         self._evaluations = Evaluations()
         self._prepared_by_key: dict[Hashable, Prepared] = {}
         self._parts = PodParts()
+        self._applied = AppliedDigests()
         self._views: _TuningViews = {}
 
     def state(
@@ -336,7 +323,7 @@ class Desired:
         # By value, for this pass: specs and nodes that read the same share
         # their preparation and tunings (what a model keeps is kept per model).
         self._evaluations, self._prepared_by_key = Evaluations(), {}
-        self._parts, self._views = PodParts(), {}
+        self._parts, self._applied, self._views = PodParts(), AppliedDigests(), {}
         if not self._complete:  # the last call raised (a model listed twice): start over
             self._listed = None
         self._complete = False
@@ -585,15 +572,20 @@ class Desired:
                 and (memo.now == now or not memo.took_now)
             ):
                 return memo.result
-            hashes = memo.result.pod_hashes
+            hashes, applied = memo.result.pod_hashes, memo.result.applied_hashes
+        elif prep.problems:
+            hashes, applied = {}, {}
         else:
             opts = options or RenderOptions()
             hashes = {
                 r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key))
                 for r in replicas
-            } if not prep.problems else {}
+            }
+            applied = self._applied(lm, replicas, prep.key)
         status = _status(lm, prep.problems, replicas, unplaced, ready, now, self._views)
-        result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes)
+        result = ModelResult(
+            lm, prep.problems, replicas, unplaced, status, options, hashes, applied
+        )
         if same:
             assert memo is not None
             result.reusing(memo.result)

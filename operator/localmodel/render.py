@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from localmodel import API_VERSION, KIND, __version__
 from localmodel.api import GGUF, EngineName, LocalModel
@@ -170,14 +171,23 @@ def modelfile(lm: LocalModel, tuning: Tuning) -> str:
     return "\n".join(lines) + "\n"
 
 
+def configmap_data(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> dict[str, str]:
+    """Each replica's Modelfile, by the key its pod mounts."""
+    return {f"replica-{r.replica}.Modelfile": modelfile(lm, r.tuning) for r in replicas}
+
+
 def render_configmap(
-    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: _Meta | None = None
+    lm: LocalModel,
+    replicas: Sequence[ReplicaPlan],
+    meta: _Meta | None = None,
+    data: Any = None,
 ) -> Manifest:
+    """``data``: `configmap_data`, when the caller has it (or a text template's mark)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": (meta or _Meta(lm))(configmap_name(lm)),
-        "data": {f"replica-{r.replica}.Modelfile": modelfile(lm, r.tuning) for r in replicas},
+        "data": configmap_data(lm, replicas) if data is None else data,
     }
 
 
@@ -778,32 +788,39 @@ _KEY_TEXT: dict[str, str] = {}  # a key's JSON text, once encoded
 
 class _TextTemplate:
     """The sorted JSON text of an object some of whose strings vary, put
-    together around them: a string's JSON text is the same wherever it stands,
-    so `fill(*values)` is `json.dumps(make(*values), sort_keys=True)` without
-    encoding the rest again. ``make`` builds the object from ``arity`` strings,
-    each used at most once (or not at all)."""
+    together around them: `fill(*values)` is `json.dumps(make(*values),
+    sort_keys=True)` without encoding the rest again. ``make`` builds the
+    object from ``arity`` strings; each may stand anywhere in a string, any
+    number of times, or nowhere (a string's JSON text is its characters',
+    each escaped alone). A value whose index is in ``raw`` stands, whole,
+    for an object: it is given as that object's JSON text."""
 
-    def __init__(self, make: Callable[..., Any], arity: int) -> None:
+    def __init__(self, make: Callable[..., Any], arity: int, raw: Sequence[int] = ()) -> None:
         marks = [f"\x00{i}\x00" for i in range(arity)]  # (no name holds a NUL)
-        text = json.dumps(make(*marks), sort_keys=True)
-        assert all(text.count(json.dumps(m)) <= 1 for m in marks)
-        found = sorted((text.find(json.dumps(m)), i) for i, m in enumerate(marks))
-        found = [(pos, i) for pos, i in found if pos >= 0]  # (a value may go unused)
-        self._order = [i for _, i in found]  # the values in the order they appear
+        text = _SORTED_JSON.encode(make(*marks))
+        self._slots: list[tuple[int, bool]] = []  # (value, raw) in the order they appear
         self._pieces: list[str] = []
         at = 0
-        for pos, i in found:
-            self._pieces.append(text[at:pos])
-            at = pos + len(json.dumps(marks[i]))
+        for found in _MARK.finditer(text):
+            i, start, end = int(found.group(1)), found.start(), found.end()
+            if i in raw:  # the whole string, quotes and all
+                assert text[start - 1] == text[end] == '"', text
+                start, end = start - 1, end + 1
+            self._pieces.append(text[at:start])
+            self._slots.append((i, i in raw))
+            at = end
         self._pieces.append(text[at:])
 
     def fill(self, *values: str) -> str:
         encode, pieces = _SORTED_JSON.encode, self._pieces
         out = [pieces[0]]
-        for k, i in enumerate(self._order):
-            out.append(encode(values[i]))
+        for k, (i, raw) in enumerate(self._slots):
+            out.append(values[i] if raw else encode(values[i])[1:-1])
             out.append(pieces[k + 1])
         return "".join(out)
+
+
+_MARK = re.compile(r"\\u0000(\d+)\\u0000")  # a mark's characters, escaped
 
 
 _AFFINITY = _TextTemplate(_node_affinity, 1)
@@ -850,19 +867,106 @@ def render_pod(
 
 
 def applied_objects(
-    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: _Meta | None = None
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: _Meta | None = None, data: Any = None
 ) -> list[Manifest]:
     """The objects the operator server-side applies and keeps equal to the spec
     by their hash: the ConfigMap of Ollama's Modelfiles (once a replica is
-    placed), then the Service."""
+    placed), then the Service. ``data``: the ConfigMap's (`render_configmap`)."""
     meta = meta or _Meta(lm)
     replicas = sorted(replicas, key=lambda r: r.replica)
     configmap = (
-        [render_configmap(lm, replicas, meta)]
+        [render_configmap(lm, replicas, meta, data)]
         if replicas and lm.spec.engine.name is EngineName.OLLAMA
         else []
     )
     return [*configmap, render_service(lm, meta)]
+
+
+def applied_hashes(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> dict[tuple[str, str], str]:
+    """(kind, name) -> `manifest_hash` of each of `applied_objects`: what a
+    stored object's applied-hash annotation is compared with."""
+    return {
+        (m["kind"], m["metadata"]["name"]): manifest_hash(m) for m in applied_objects(lm, replicas)
+    }
+
+
+class AppliedDigests:
+    """`applied_hashes` for one pass: alike models share a text template of
+    each applied object (`_TextTemplate`), so a model's digests cost encoding
+    its own strings, not its objects. The objects read of a model its spec
+    (the key: `rules.spec_key`, all of it they read), its name, namespace
+    and uid (the template's values, with the ConfigMap's data), whether it
+    has a uid (offline renders have none) and whether a replica is placed.
+    Each template is checked against the plain digests of the model it is
+    made from; one that differs is not used (the plain way, for every model
+    of its key). Keep one per pass."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Hashable, list[_Applied] | None] = {}
+
+    def __call__(
+        self, lm: LocalModel, replicas: Sequence[ReplicaPlan], key: Hashable = None
+    ) -> dict[tuple[str, str], str]:
+        """``key``: the spec's `rules.spec_key`, when the caller has it."""
+        memo = (spec_key(lm.spec) if key is None else key, bool(lm.metadata.uid), bool(replicas))
+        if memo not in self._seen:
+            made = _applied_templates(lm, replicas)
+            self._seen[memo] = made if _fill(lm, replicas, made) == applied_hashes(
+                lm, replicas) else None
+        templates = self._seen[memo]
+        return applied_hashes(lm, replicas) if templates is None else _fill(lm, replicas, templates)
+
+
+class _Applied(NamedTuple):
+    kind: str
+    name: str  # with the marks of the model's name, namespace and uid
+    text: _TextTemplate
+
+
+_APPLIED_MARKS = tuple(f"\x00{i}\x00" for i in range(4))  # name, namespace, uid, data
+
+
+def _applied_templates(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> list[_Applied]:
+    """Text templates of `lm`'s applied objects, around its name, namespace,
+    uid and the ConfigMap's data (its JSON text, `raw`)."""
+
+    def marked(name: str, namespace: str, uid: str) -> LocalModel:
+        meta = lm.metadata.model_copy(
+            update={"name": name, "namespace": namespace, "uid": uid if lm.metadata.uid else ""}
+        )
+        return lm.model_copy(update={"metadata": meta})
+
+    def make(i: int) -> Callable[..., Manifest]:
+        def made(name: str, namespace: str, uid: str, data: str) -> Manifest:
+            return applied_objects(marked(name, namespace, uid), replicas, data=data)[i]
+
+        return made
+
+    shapes = applied_objects(marked(*_APPLIED_MARKS[:3]), replicas, data={})
+    return [
+        _Applied(m["kind"], m["metadata"]["name"], _TextTemplate(make(i), 4, raw=(3,)))
+        for i, m in enumerate(shapes)
+    ]
+
+
+def _named(marked: str, values: Sequence[str]) -> str:
+    for mark, value in zip(_APPLIED_MARKS, values[:3], strict=False):
+        marked = marked.replace(mark, value)
+    return marked
+
+
+def _fill(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], templates: Sequence[_Applied]
+) -> dict[tuple[str, str], str]:
+    meta = lm.metadata
+    data = configmap_data(lm, sorted(replicas, key=lambda r: r.replica))
+    values = (meta.name, meta.namespace, meta.uid or "", _SORTED_JSON.encode(data))
+    return {
+        (t.kind, _named(t.name, values)): hashlib.sha256(
+            t.text.fill(*values).encode()
+        ).hexdigest()[:16]
+        for t in templates
+    }
 
 
 def render_objects(

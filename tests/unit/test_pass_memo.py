@@ -18,10 +18,11 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import API_VERSION, KIND
+from localmodel import API_VERSION, KIND, render
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import (
@@ -35,10 +36,12 @@ from localmodel.desired import (
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.planner import Usage, plan
 from localmodel.render import (
+    AppliedDigests,
     PodParts,
     RenderOptions,
     ReplicaPlan,
     affinity_text,
+    applied_hashes,
     build_containers,
     manifest_hash,
     pod_spec_hash,
@@ -260,7 +263,10 @@ def reference(
         hashes = {int(o["metadata"]["labels"][LABEL_REPLICA]):
                   o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
                   for o in objects if o["kind"] == "Pod"}
-        made = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes)
+        applied = {(o["kind"], o["metadata"]["name"]): manifest_hash(o)
+                   for o in objects if o["kind"] in ("ConfigMap", "Service")}
+        made = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes,
+                           applied)
         vars(made)["objects"] = objects  # (made here, not by `objects`)
         results.append(made)
     return DesiredState(tuple(results), the_plan)
@@ -289,5 +295,51 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
     for g, w in zip(got.models, want.models, strict=True):
         assert g == w, g.model.key
         assert g.objects == w.objects, g.model.key
-        assert g.applied_hashes == {(o["kind"], o["metadata"]["name"]): manifest_hash(o)
-                                    for o in w.objects if o["kind"] in ("ConfigMap", "Service")}
+
+
+def _with_metadata(lm: LocalModel, **meta: Any) -> LocalModel:
+    body = lm.model_dump(by_alias=True, exclude_none=True)
+    body["metadata"] = {**body["metadata"], **meta}
+    return LocalModel.model_validate(body)
+
+
+@EXAMPLES
+@given(st.randoms(use_true_random=False))
+def test_applied_digests_from_a_shared_template_are_the_manifest_hashes(
+    rnd: random.Random,
+) -> None:
+    """Premise of `AppliedDigests`: of a model's metadata, its applied objects
+    read its name, namespace and uid only (a template made from one model
+    serves another whose labels, annotations and generation differ), and a
+    uid may hold characters JSON escapes."""
+    body = spec(rnd)
+    first = local_model("a", body)
+    prep = prepare(first.spec)
+    if prep.problems:
+        return
+    t = evaluate(first.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    replicas = [ReplicaPlan(r, f"n{r}", t, "", "") for r in range(rnd.randrange(3))]
+    other = _with_metadata(
+        local_model(rnd.choice(["b", "b-2", "zz"]), body, rnd.choice(["ns", "other"])),
+        labels={"team": "x"}, annotations={"a": "\"quoted\" é"}, generation=7,
+        uid=rnd.choice(["u-b", "u-\u00e9\"\\"]),
+    )
+    digests = AppliedDigests()
+    for lm in (first, other):
+        assert digests(lm, replicas) == applied_hashes(lm, replicas), lm.metadata.name
+    assert all(v is not None for v in digests._seen.values()), "a template was not used"
+
+
+def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rnd = random.Random(3)
+    lm, wrong = local_model("a", BASES[0]), local_model("zz", BASES[2])
+    prep = prepare(lm.spec)
+    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    replicas = [ReplicaPlan(0, "n0", t, "", "")]
+    made_from = render._applied_templates
+    monkeypatch.setattr(render, "_applied_templates", lambda _, rs: made_from(wrong, rs))
+    digests = AppliedDigests()
+    assert digests(lm, replicas) == applied_hashes(lm, replicas)
+    assert list(digests._seen.values()) == [None]
