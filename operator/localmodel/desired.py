@@ -558,21 +558,22 @@ class Desired:
         now: str,
     ) -> ModelResult:
         memo = self._done.get(key)
-        same = (
+        kept: ModelResult | None = None  # of the same model, replicas and options
+        if (
             memo is not None
             and memo.model is lm
             and memo.replicas == replicas
             and memo.options == options
-        )
-        if same:
-            assert memo is not None
+        ):
             if (
                 memo.unplaced == unplaced
                 and memo.ready == ready
                 and (memo.now == now or not memo.took_now)
             ):
                 return memo.result
-            hashes, applied = memo.result.pod_hashes, memo.result.applied_hashes
+            kept = memo.result
+        if kept is not None:
+            hashes, applied = kept.pod_hashes, kept.applied_hashes
         elif prep.problems:
             hashes, applied = {}, {}
         else:
@@ -586,9 +587,8 @@ class Desired:
         result = ModelResult(
             lm, prep.problems, replicas, unplaced, status, options, hashes, applied
         )
-        if same:
-            assert memo is not None
-            result.reusing(memo.result)
+        if kept is not None:
+            result.reusing(kept)
         self._done[key] = _Done(
             lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
         )

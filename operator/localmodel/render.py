@@ -893,10 +893,11 @@ def applied_hashes(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> dict[tupl
 class AppliedDigests:
     """`applied_hashes` for one pass: alike models share a text template of
     each applied object (`_TextTemplate`), so a model's digests cost encoding
-    its own strings, not its objects. The objects read of a model its spec
-    (the key: `rules.spec_key`, all of it they read), its name, namespace
-    and uid (the template's values, with the ConfigMap's data), whether it
-    has a uid (offline renders have none) and whether a replica is placed.
+    its own strings, not its objects. Of a model, these objects read its
+    spec (the key: `rules.spec_key`, all of it they read), its name,
+    namespace and uid (the template's values, with the ConfigMap's data),
+    whether it has a uid (offline renders have none) and whether a replica
+    is placed (`test_pass_memo` holds the premise).
     Each template is checked against the plain digests of the model it is
     made from; one that differs is not used (the plain way, for every model
     of its key). Keep one per pass."""
@@ -950,7 +951,7 @@ def _applied_templates(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> list[
 
 
 def _named(marked: str, values: Sequence[str]) -> str:
-    for mark, value in zip(_APPLIED_MARKS, values[:3], strict=False):
+    for mark, value in zip(_APPLIED_MARKS[:3], values[:3], strict=True):
         marked = marked.replace(mark, value)
     return marked
 
