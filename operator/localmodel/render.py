@@ -796,7 +796,7 @@ class _TextTemplate:
     for an object: it is given as that object's JSON text."""
 
     def __init__(self, make: Callable[..., Any], arity: int, raw: Sequence[int] = ()) -> None:
-        marks = [f"\x00{i}\x00" for i in range(arity)]  # (no name holds a NUL)
+        marks = [_mark(i) for i in range(arity)]
         text = _SORTED_JSON.encode(make(*marks))
         self._slots: list[tuple[int, bool]] = []  # (value, raw) in the order they appear
         self._pieces: list[str] = []
@@ -820,7 +820,12 @@ class _TextTemplate:
         return "".join(out)
 
 
-_MARK = re.compile(r"\\u0000(\d+)\\u0000")  # a mark's characters, escaped
+def _mark(i: int) -> str:
+    """The string that stands for a template's value ``i`` (no name holds a NUL)."""
+    return f"\x00{i}\x00"
+
+
+_MARK = re.compile(r"\\u0000(\d+)\\u0000")  # `_mark`'s characters, escaped
 
 
 _AFFINITY = _TextTemplate(_node_affinity, 1)
@@ -911,9 +916,9 @@ class AppliedDigests:
         """``key``: the spec's `rules.spec_key`, when the caller has it."""
         memo = (spec_key(lm.spec) if key is None else key, bool(lm.metadata.uid), bool(replicas))
         if memo not in self._seen:
-            made = _applied_templates(lm, replicas)
-            self._seen[memo] = made if _fill(lm, replicas, made) == applied_hashes(
-                lm, replicas) else None
+            made, plain = _applied_templates(lm, replicas), applied_hashes(lm, replicas)
+            self._seen[memo] = made if _fill(lm, replicas, made) == plain else None
+            return plain
         templates = self._seen[memo]
         return applied_hashes(lm, replicas) if templates is None else _fill(lm, replicas, templates)
 
@@ -924,7 +929,7 @@ class _Applied(NamedTuple):
     text: _TextTemplate
 
 
-_APPLIED_MARKS = tuple(f"\x00{i}\x00" for i in range(4))  # name, namespace, uid, data
+_APPLIED_MARKS = tuple(_mark(i) for i in range(4))  # name, namespace, uid, data
 
 
 def _applied_templates(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> list[_Applied]:
