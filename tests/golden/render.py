@@ -1,0 +1,89 @@
+"""The renderer's golden outputs: every example rendered against every node
+fixture, with the digests the operator compares (pod spec hashes, applied
+hashes). Committed before the render package and the engine adapters moved
+code, so a move that changes one byte of a pod (and would roll every pod on
+upgrade) fails `tests/unit/test_render_golden.py`.
+
+    python -m tests.golden.render --write   # regenerate (a reviewed change)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from localmodel.commands import parse_models, parse_nodes
+from localmodel.desired import desired_state
+from localmodel.facts.machine import read_machine
+from localmodel.facts.node import NodeFacts
+from localmodel.render import RenderOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent / "render"
+EXAMPLES = ("qwen3", "models", "gemma-llama-server", "gemma-ollama-airgapped")
+NODE_FILES = ("nodes-amx", "nodes-avx2", "nodes-small")
+MACHINES = ROOT / "tests" / "fixtures" / "machines"
+NOW = "2026-01-01T00:00:00Z"
+# A non-default option set too, so options reach the golden objects.
+OPTIONS = {
+    "default": RenderOptions(),
+    "custom": RenderOptions(operator_image="registry.example/lm/operator:9.9", pull_policy="Always"),
+}
+
+
+def node_sets() -> Iterator[tuple[str, list[NodeFacts]]]:
+    for name in NODE_FILES:
+        yield name, parse_nodes([str(ROOT / "examples" / f"{name}.yaml")])
+    yield "all-nodes", parse_nodes([str(ROOT / "examples" / f"{n}.yaml") for n in NODE_FILES])
+    for tree in sorted(p for p in MACHINES.iterdir() if p.is_dir()):
+        yield f"machine-{tree.name}", [read_machine(tree).node]
+
+
+def cases() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file stem, what the renderer gives) for every example x node set x options."""
+    for example in EXAMPLES:
+        models = parse_models([str(ROOT / "examples" / f"{example}.yaml")])
+        for nodes_name, nodes in node_sets():
+            for options_name, options in OPTIONS.items():
+                state = desired_state(models, nodes, now=NOW, options=options)
+                out: dict[str, Any] = {"models": []}
+                for r in state.models:
+                    out["models"].append(
+                        {
+                            "name": r.model.metadata.name,
+                            "status": r.status.model_dump(mode="json", by_alias=True,
+                                                          exclude_none=True),
+                            "pod_hashes": {str(k): v for k, v in sorted(r.pod_hashes.items())},
+                            "applied_hashes": {
+                                f"{k}/{n}": v for (k, n), v in sorted(r.applied_hashes.items())
+                            },
+                            "objects": list(r.objects),
+                        }
+                    )
+                yield f"{example}--{nodes_name}--{options_name}", out
+
+
+def encode(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--write"]:
+        print(__doc__, file=sys.stderr)
+        return 2
+    OUT.mkdir(exist_ok=True)
+    for old in OUT.glob("*.json"):
+        old.unlink()
+    n = 0
+    for stem, value in cases():
+        (OUT / f"{stem}.json").write_text(encode(value))
+        n += 1
+    print(f"wrote {n} golden files to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
