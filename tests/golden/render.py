@@ -30,7 +30,9 @@ NOW = "2026-01-01T00:00:00Z"
 # A non-default option set too, so options reach the golden objects.
 OPTIONS = {
     "default": RenderOptions(),
-    "custom": RenderOptions(operator_image="registry.example/lm/operator:9.9", pull_policy="Always"),
+    "custom": RenderOptions(
+        operator_image="registry.example/lm/operator:9.9", pull_policy="Always"
+    ),
 }
 
 
@@ -54,8 +56,9 @@ def cases() -> Iterator[tuple[str, dict[str, Any]]]:
                     out["models"].append(
                         {
                             "name": r.model.metadata.name,
-                            "status": r.status.model_dump(mode="json", by_alias=True,
-                                                          exclude_none=True),
+                            "status": r.status.model_dump(
+                                mode="json", by_alias=True, exclude_none=True
+                            ),
                             "pod_hashes": {str(k): v for k, v in sorted(r.pod_hashes.items())},
                             "applied_hashes": {
                                 f"{k}/{n}": v for (k, n), v in sorted(r.applied_hashes.items())
