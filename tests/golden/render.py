@@ -18,8 +18,9 @@ from typing import Any
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
 from localmodel.facts.machine import read_machine
-from localmodel.facts.node import NodeFacts
+from localmodel.facts.node import NodeFacts, from_node
 from localmodel.render import RenderOptions
+from tests.harness.nodes import load_fixture, node_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent / "render"
@@ -40,6 +41,9 @@ def node_sets() -> Iterator[tuple[str, list[NodeFacts]]]:
     for name in NODE_FILES:
         yield name, parse_nodes([str(ROOT / "examples" / f"{name}.yaml")])
     yield "all-nodes", parse_nodes([str(ROOT / "examples" / f"{n}.yaml") for n in NODE_FILES])
+    for fixture in ("nodes", "operator-nodes"):
+        shapes = load_fixture(ROOT / "tests" / "fixtures" / f"{fixture}.yaml").nodes
+        yield f"fixture-{fixture}", [from_node(node_manifest(shape)) for shape in shapes]
     for tree in sorted(p for p in MACHINES.iterdir() if p.is_dir()):
         yield f"machine-{tree.name}", [read_machine(tree).node]
 
