@@ -16,16 +16,11 @@ from typing import Any
 import yaml
 
 from localmodel import GROUP, KIND, PLURAL, VERSION
-from localmodel.api.v1alpha1 import (
-    GATEWAY_RULES,
-    GGUF_RULES,
-    OBJECT_NAME,
-    SPEC_RULES,
-    TOLERATION_RULES,
-    LocalModelSpec,
-    LocalModelStatus,
-    rules_cel,
-)
+from localmodel.api.checks import rules_cel
+from localmodel.api.localmodel import OBJECT_NAME
+from localmodel.api.rules import GATEWAY_RULES, GGUF_RULES, SPEC_RULES, TOLERATION_RULES
+from localmodel.api.spec import LocalModelSpec
+from localmodel.api.status import LocalModelStatus
 
 Schema = dict[str, Any]
 

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from localmodel.api import (
+    DEFAULT_IMAGES,
     MANAGED_ENV,
     EngineName,
     FlashAttention,
@@ -15,7 +16,7 @@ from localmodel.api import (
     LocalModel,
     LocalModelSpec,
 )
-from localmodel.engines import ollama
+from localmodel.engines import FACTS, EngineFacts, ollama
 
 
 def model(**spec: Any) -> LocalModel:
@@ -229,3 +230,29 @@ def test_llama_server_model_names_its_gguf_file(gguf: dict[str, str], file: str)
     spec = model(**(LLAMA | {"gguf": gguf})).spec
     assert spec.engine.name.value == "llama-server"
     assert spec.gguf is not None and spec.gguf.file_name() == file
+
+
+def test_the_api_names_every_engine_of_the_facts_in_their_order() -> None:
+    """spec.engine.name's values, and the default images, come from engines.FACTS."""
+    assert [e.value for e in EngineName] == [f.NAME for f in FACTS]
+    assert {EngineName(f.NAME): f.IMAGE for f in FACTS} == DEFAULT_IMAGES
+
+
+@pytest.mark.parametrize("facts", FACTS, ids=lambda f: f.NAME)
+def test_each_engine_is_refused_exactly_the_fields_its_facts_say_it_has_no_use_for(
+    facts: EngineFacts,
+) -> None:
+    engine = {"engine": {"name": facts.NAME}}
+    base = engine | {"gguf": GGUF_SPEC}
+
+    def refused(**spec: Any) -> bool:
+        try:
+            model(**spec)
+        except ValidationError:
+            return True
+        return False
+
+    assert refused(**engine) is facts.NEEDS_GGUF
+    assert not refused(**base)
+    assert refused(**base, keepAlive="5m") is not facts.KEEP_ALIVE
+    assert refused(**base, placement={"safeCpuPath": True}) is not facts.SAFE_CPU_PATH

@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from localmodel.api.v1alpha1 import MANAGED_ENV, SPEC_RULES
+from localmodel.api import MANAGED_ENV
+from localmodel.api.rules import SPEC_RULES
 from localmodel.crd import build_crd, crd_yaml
 from localmodel.rules.docs import rules_markdown
 

@@ -166,7 +166,7 @@ def test_every_pattern_in_the_spec_has_words() -> None:
     a new `pattern=` in the spec without words fails here. (Names and
     quantities are checked by api/checks.py, which words its own errors.)"""
     from localmodel.api import LocalModel
-    from localmodel.api.v1alpha1 import PATTERN_WORDS, LocalModelSpec
+    from localmodel.api.spec import PATTERN_WORDS, LocalModelSpec
 
     patterns = _field_patterns(LocalModelSpec, set())
     assert LocalModel.model_fields["spec"].annotation is LocalModelSpec

@@ -1,32 +1,40 @@
-"""The LocalModel API (pure data). Import from here, not from the version module."""
+"""The LocalModel API (pure data). Import from here.
 
+The spec (`spec.py`), the status (`status.py`) and the cross-field rules
+(`rules.py`) of `localmodel.dev/v1alpha1`, the object that joins them
+(`localmodel.py`), spec.engine as the engines' facts describe it
+(`engine.py`), and the version-independent machinery: field checks, the model
+base and cross-field rules (`checks.py`); `parse.py` turns any input into a
+LocalModel or every field error.
+"""
+
+from localmodel.api.engine import DEFAULT_IMAGES, EngineName
+from localmodel.api.localmodel import LocalModel, ObjectMeta
 from localmodel.api.parse import parse_local_model
-from localmodel.api.v1alpha1 import (
-    DEFAULT_IMAGES,
+from localmodel.api.rules import MANAGED_ENV
+from localmodel.api.spec import (
     GGUF,
-    MANAGED_ENV,
-    Condition,
-    ConditionStatus,
-    DecisionStatus,
-    EngineName,
     EngineSpec,
     EnvVar,
     FlashAttention,
     Gateway,
     KVCacheType,
-    LocalModel,
     LocalModelSpec,
-    LocalModelStatus,
     ModelInfo,
-    ObjectMeta,
     Overflow,
     Placement,
-    PlacementStatus,
     SecretKeyRef,
-    SpeedStatus,
     Storage,
     Toleration,
     TolerationOperator,
+)
+from localmodel.api.status import (
+    Condition,
+    ConditionStatus,
+    DecisionStatus,
+    LocalModelStatus,
+    PlacementStatus,
+    SpeedStatus,
 )
 
 __all__ = [

@@ -13,20 +13,36 @@ says the same as the cluster.
 - `NameFormat`: the Kubernetes name grammars (DNS-1035 label, DNS-1123 label and
   subdomain, qualified name = label key, label value), as a regex plus length
   limits that read the same in Python `re` and CEL's RE2.
+- `CrossFieldRule`: a rule over several fields of one object, as a CEL
+  expression the API server enforces *and* a Python check the CLI and operator
+  enforce (`enforce`), with one message for both; `rules_cel` writes a set of
+  them into the CRD. The rules themselves are the API's (`localmodel.api.rules`).
+
+`ApiModel` is the base of every API model (camelCase names, strict, frozen).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, GetCoreSchemaHandler, GetJsonSchemaHandler, StrictBool
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StrictBool,
+)
+from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from localmodel.errors import FieldError
 from localmodel.facts.quantity import parse_quantity
 
 __all__ = [
@@ -35,13 +51,17 @@ __all__ = [
     "DNS1123_SUBDOMAIN",
     "LABEL_VALUE",
     "QUALIFIED_NAME",
+    "ApiModel",
     "Boolean",
+    "CrossFieldRule",
     "Integer",
     "KeysOf",
     "NameFormat",
     "Number",
     "QuantityRange",
     "cel_string",
+    "enforce",
+    "rules_cel",
 ]
 
 
@@ -309,3 +329,55 @@ QUALIFIED_NAME = NameFormat(
     "qualified name", rf"({_LABEL}(\.{_LABEL})*/)?{_NAME}", 253 + 1 + 63, prefix_max=253
 )
 LABEL_VALUE = NameFormat("label value", _NAME, 63, allow_empty=True)
+
+
+# ---- models and cross-field rules ---------------------------------------------------------
+
+
+class ApiModel(BaseModel):
+    """The base of every API model: camelCase names, unknown fields refused, frozen."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=False,
+        frozen=True,
+    )
+
+
+@dataclass(frozen=True)
+class CrossFieldRule:
+    """One validation rule, enforced by the API server (CEL) and by Python alike."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]  # True when the object is valid
+    field_path: str  # where to point the user, relative to the object the rule sits on
+
+
+_T = TypeVar("_T")
+
+
+def enforce(rules: tuple[CrossFieldRule, ...], obj: _T) -> _T:
+    """Python's half of the cross-field rules: the first broken one raises.
+
+    The FieldError's path is relative to the object the rules sit on; the
+    caller (`localmodel.api.parse_local_model`) roots it.
+    """
+    for rule in rules:
+        if not rule.check(obj):
+            raise FieldError(rule.field_path, rule.message)
+    return obj
+
+
+def rules_cel(rules: tuple[CrossFieldRule, ...]) -> list[dict[str, str]]:
+    """CEL validations for the CRD, from the same rules Python enforces."""
+    out = []
+    for r in rules:
+        entry = {"rule": r.cel, "message": r.message}
+        # Point the API server's error at the offending field.
+        if re.fullmatch(r"[A-Za-z]+", r.field_path):
+            entry["fieldPath"] = f".{r.field_path}"
+        out.append(entry)
+    return out

@@ -2,7 +2,7 @@
 
 `parse_local_model` accepts whatever YAML or JSON decoding produced (or what an
 API server returned) and turns pydantic's errors into `FieldError`s rooted at
-the object, with the pattern words of `v1alpha1.PATTERN_WORDS` rather than
+the object, with the pattern words of `spec.PATTERN_WORDS` rather than
 regexes. It lives beside the models it validates; `localmodel.errors` holds the
 error types and their one formatter and imports nothing of the API.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from localmodel.api.v1alpha1 import PATTERN_WORDS, LocalModel
+from localmodel.api.localmodel import LocalModel
+from localmodel.api.spec import PATTERN_WORDS
 from localmodel.errors import FieldError, InvalidObject, join_path
 
 __all__ = ["from_validation_error", "object_name", "parse_local_model"]

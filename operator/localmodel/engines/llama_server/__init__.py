@@ -5,6 +5,16 @@ from __future__ import annotations
 
 # `spec.engine.name` (the API's EngineName), the gateway's --engine and doctor's kind.
 NAME = "llama-server"
+# How prose names it, and what it does with `spec.model` and `spec.gguf` (the
+# API's description of spec.engine.name).
+TITLE = NAME
+SUMMARY = "llama.cpp's server; serves the GGUF file named by `gguf`"
+
+# What the API allows with this engine (api/rules.py refuses, per engine, each
+# spec field the engine has no use for):
+NEEDS_GGUF = True  # it serves a GGUF file and has no registry to pull from
+KEEP_ALIVE = False  # it always keeps its model loaded
+SAFE_CPU_PATH = False  # no switch here for its CPU backends
 
 # The pinned default image: ggml-org/llama.cpp's CPU server build
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint

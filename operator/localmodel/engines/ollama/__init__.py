@@ -5,6 +5,16 @@ from __future__ import annotations
 
 # `spec.engine.name` (the API's EngineName), the gateway's --engine and doctor's kind.
 NAME = "ollama"
+# How prose names it, and what it does with `spec.model` and `spec.gguf` (the
+# API's description of spec.engine.name).
+TITLE = "Ollama"
+SUMMARY = "pulls `model` from Ollama's registry, or imports the GGUF file named by `gguf`"
+
+# What the API allows with this engine (api/rules.py refuses, per engine, each
+# spec field the engine has no use for):
+NEEDS_GGUF = False  # it pulls `model` from its registry, or imports spec.gguf
+KEEP_ALIVE = True  # spec.keepAlive becomes OLLAMA_KEEP_ALIVE
+SAFE_CPU_PATH = True  # placement.safeCpuPath: the AMX guard over its CPU libraries
 
 # The pinned version: the newest release the Go module proxy serves (v0.34.4,
 # 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)

@@ -1,0 +1,136 @@
+"""The LocalModel status (`localmodel.dev/v1alpha1`), as pydantic models.
+
+Written by the operator (`localmodel.status` builds it), read back by the
+operator, the kubectl plugin and kstatus-aware tools.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+
+from localmodel.api.checks import ApiModel, Boolean, Integer, Number
+
+
+class _StatusBase(ApiModel):
+    """Status is written by the operator but may carry fields others wrote (kopf
+    writes `status.kopf` by default; an older operator may have written fields
+    this one does not know). Reading status must tolerate them, so status models
+    ignore unknown fields; the spec stays strict."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_StatusBase):
+    """A metav1.Condition."""
+
+    type: str = Field(
+        description="Condition type: Valid, Placed, Ready, Progressing or SlowReplica; "
+        "Reconciling or Stalled while True (kstatus)."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: Integer | None = Field(
+        None, description="The spec generation this condition was computed from."
+    )
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    reason: str = Field(description="CamelCase reason.", pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*)?$")
+    message: str = Field("", description="Human-readable explanation.")
+
+
+class DecisionStatus(_StatusBase):
+    """One rule that fired for a placement, what it changed and why."""
+
+    rule: str = Field(description="Rule id (see docs/rules.md).")
+    effect: str = Field(description="What the rule changed.")
+    reason: str = Field(description="Why.")
+    source: str = Field(description="Where the engine fact comes from.")
+
+
+class SpeedStatus(_StatusBase):
+    """One replica's speed where it is served, in tokens per second from the
+    engine's own timings (see docs/operator.md, Speed)."""
+
+    calibration_decode: Number | None = Field(
+        None, description="Decode rate of the calibration at readiness (a fixed decode of "
+        "32 tokens after the model loaded, before the pod reported Ready)."
+    )
+    calibration_prefill: Number | None = Field(
+        None, description="Prefill rate of the calibration's prompt."
+    )
+    recent_decode: Number | None = Field(
+        None, description="Decode rate of real traffic (background and foreground) between "
+        "the operator's last two reads."
+    )
+    recent_prefill: Number | None = Field(
+        None, description="Prefill rate of real traffic between the operator's last two reads."
+    )
+    expected_decode: Number | None = Field(
+        None, description="The decode rate this replica should reach: the median calibration "
+        "of its peers (same model, engine image, threads and node CPU model), else its own."
+    )
+    expected_source: str = Field(
+        "", description="Where expectedDecode comes from: peers (how many) or own calibration."
+    )
+    ratio: Number | None = Field(
+        None, description="recentDecode over expectedDecode, when both are known."
+    )
+    slow: Boolean = Field(
+        False, description="Whether this replica counts as slow (the SlowReplica condition)."
+    )
+    measured_at: str = Field("", description="When these numbers were read (RFC 3339).")
+
+
+class PlacementStatus(_StatusBase):
+    """Where one replica runs and with which engine settings."""
+
+    replica: Integer = Field(description="Replica index.")
+    node: str = Field(description="Node the replica is placed on.")
+    pod: str = Field(description="Pod name.")
+    threads: Integer = Field(description="Engine threads (= whole CPUs of the limit).")
+    cpu: Integer = Field(description="Whole CPUs requested and limited.")
+    memory: str = Field(description="Memory requested and limited.")
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="Effective engine settings (environment, options)."
+    )
+    decisions: list[DecisionStatus] = Field(
+        default_factory=list, description="Rules that produced these settings."
+    )
+    reason: str = Field("", description="Why this node was chosen.")
+    speed: SpeedStatus | None = Field(
+        None, description="Calibration, recent and expected rates (once the gateway was read)."
+    )
+
+
+class LocalModelStatus(_StatusBase):
+    """Observed state of a LocalModel."""
+
+    observed_generation: Integer | None = Field(
+        None, description="The spec generation last acted on."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Valid, Placed, Ready, Progressing and SlowReplica; Reconciling or Stalled "
+        "while True.",
+    )
+    placements: list[PlacementStatus] = Field(
+        default_factory=list, description="Per-replica placement and settings."
+    )
+    replicas: Integer = Field(
+        0, description="Replicas placed (the scale subresource's status.replicas)."
+    )
+    selector: str = Field(
+        "",
+        description="Label selector of the replicas' pods, for the scale subresource "
+        "(HorizontalPodAutoscaler, KEDA).",
+    )
+    ready_replicas: Integer = Field(0, description="Replicas whose pod is Ready.")
+    ready: str = Field("", description="Ready replicas over desired, e.g. `1/1`.")
+    nodes: str = Field("", description="Nodes the replicas run on, comma separated.")
+    endpoint: str = Field("", description="In-cluster URL of the model's Service.")
