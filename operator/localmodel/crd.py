@@ -129,6 +129,34 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+def openapi_schema() -> Schema:
+    """The whole object's schema: metadata.name's rule, spec and status."""
+    return {
+        "type": "object",
+        "description": "A local LLM served on CPU-only nodes, with engine "
+        "settings tuned per node (threads from the CPU limit, memory from "
+        "weights + KV cache, crash guards) and a slot gate in front.",
+        "required": ["spec"],
+        # CEL may read metadata.name: the same declaration as Python's.
+        "x-kubernetes-validations": [
+            {
+                "rule": OBJECT_NAME.cel("self.metadata.name"),
+                "message": f"metadata.name {OBJECT_NAME.message}",
+            }
+        ],
+        "properties": {
+            "apiVersion": {
+                "type": "string",
+                "description": "APIVersion of this object.",
+            },
+            "kind": {"type": "string", "description": "Kind of this object."},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+    }
+
+
 def build_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -161,32 +189,7 @@ def build_crd() -> dict[str, Any]:
                         },
                     },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "A local LLM served on CPU-only nodes, with engine "
-                            "settings tuned per node (threads from the CPU limit, memory from "
-                            "weights + KV cache, crash guards) and a slot gate in front.",
-                            "required": ["spec"],
-                            # CEL may read metadata.name: the same declaration as Python's.
-                            "x-kubernetes-validations": [
-                                {
-                                    "rule": OBJECT_NAME.cel("self.metadata.name"),
-                                    "message": f"metadata.name {OBJECT_NAME.message}",
-                                }
-                            ],
-                            "properties": {
-                                "apiVersion": {
-                                    "type": "string",
-                                    "description": "APIVersion of this object.",
-                                },
-                                "kind": {"type": "string", "description": "Kind of this object."},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
-                            },
-                        }
-                    },
+                    "schema": {"openAPIV3Schema": openapi_schema()},
                 }
             ],
         },
