@@ -26,7 +26,7 @@ def script_text(package: str, name: str) -> str:
 GGUF_DOWNLOAD = script_text("localmodel.engines", "gguf-download.sh")
 
 # The operator image (Dockerfile: python:3.11-slim, Debian) has a POSIX shell,
-# coreutils' sha256sum and python3: what a download step without curl runs on.
+# coreutils' sha256sum and python3: what Ollama's download step runs on.
 OPERATOR_SHELL = "/bin/sh"
 
 # An image with curl (llama-server's: its base stage installs it).
