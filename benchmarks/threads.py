@@ -167,8 +167,8 @@ def operator_choice_here(engine: str) -> dict[str, Any]:
     """What the project's rules decide for a `cpu: node` model on this machine, now."""
     from localmodel.api import LocalModel
     from localmodel.desired import desired_state
+    from localmodel.engines.ollama.pod import modelfile
     from localmodel.facts.machine import from_this_machine
-    from localmodel.render import modelfile
 
     node = from_this_machine()
     lm = LocalModel.model_validate(

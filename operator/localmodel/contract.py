@@ -43,7 +43,7 @@ VOLUME_WEIGHTS = "weights"  # the weights claim (the controller reads which clai
 VOLUME_MODELFILE = "modelfile"  # Ollama: the tuned Modelfile from the ConfigMap
 CONTAINER_GATEWAY = "gateway"
 CONTAINER_PULL = "pull"  # Ollama's init container
-CONTAINER_DOWNLOAD = "download"  # llama-server's init container
+CONTAINER_DOWNLOAD = "download"  # the GGUF download init container (either engine)
 PORT_HTTP = "http"  # the gateway's port, and the Service's
 PORT_ENGINE = "engine"  # the engine container's port
 

@@ -21,18 +21,20 @@ from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
 from localmodel.planner import ModelDemand, Plan, Planner, Unplaced, Usage
 from localmodel.render import (
-    GATEWAY_CPU_MILLI,
-    GATEWAY_MEMORY_BYTES,
     AppliedDigests,
     Manifest,
     PodParts,
     RenderOptions,
     ReplicaPlan,
-    endpoint,
     pod_digest,
+    render_objects,
+)
+from localmodel.render.names import (
+    GATEWAY_CPU_MILLI,
+    GATEWAY_MEMORY_BYTES,
+    endpoint,
     pod_name,
     pod_selector,
-    render_objects,
 )
 from localmodel.rules import Evaluations, Tuning, engine_version, shape_problems, spec_key
 from localmodel.rules.model import Version

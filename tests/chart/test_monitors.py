@@ -1,6 +1,6 @@
 """The chart's ServiceMonitor and PodMonitor point at what the operator and
 its renderer really make: the PodMonitor selects the model pods
-operator/localmodel/render.py renders (and no operator or probe pod), on the
+operator/localmodel/render/ renders (and no operator or probe pod), on the
 gateway's port, and turns the contract's name and replica labels into `model`
 and `replica`; the ServiceMonitor's Service selects the operator's pods (not
 the probe's) on the port the operator serves /metrics on."""
@@ -15,7 +15,7 @@ from localmodel.api import LocalModel
 from localmodel.controller.config import parse_config
 from localmodel.desired import desired_state
 from localmodel.facts import FactSource, NodeFacts
-from localmodel.render import GATEWAY_PORT
+from localmodel.render.names import GATEWAY_PORT
 from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, of_kind, render_chart
 

@@ -28,8 +28,8 @@ import pytest
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.engines import ollama as ollama_facts
+from localmodel.engines.ollama.pod import MODELFILE_DIR
 from localmodel.facts import FactSource, NodeFacts
-from localmodel.render import MODELFILE_DIR
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL
 from tests.harness.engines import ollama_env, ollama_version, require

@@ -452,7 +452,7 @@ def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records(
     import tracemalloc
 
     from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, MAX_ID
-    from localmodel.render import GATEWAY_MEMORY_BYTES
+    from localmodel.render.names import GATEWAY_MEMORY_BYTES
 
     n = 2000
     ledger = Ledger(n)

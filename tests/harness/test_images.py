@@ -14,7 +14,7 @@ import yaml
 
 from localmodel.api import DEFAULT_IMAGES, EngineName
 from localmodel.engines import llama_server, ollama
-from localmodel.render import DEFAULT_OPERATOR_IMAGE
+from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
 from tests.harness.images import (
     REPO_ROOT,
     ArchivedImage,

@@ -34,6 +34,9 @@ from localmodel.controller.observed import (
     unschedulable,
 )
 from localmodel.desired import ModelResult, desired_state
+from localmodel.render import names as render_names
+from localmodel.render import objects as render_objects
+from localmodel.render import pods as render_pods
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = "uid-chat"
@@ -146,7 +149,7 @@ def round_trip(spec: Raw) -> list[str]:
         r = planned[pod.replica]
         check(f"pod {pod.name} model", pod.model, lm.key)
         check(f"pod {pod.name} owner", pod.owner_uid, UID)
-        check(f"pod {pod.name} replica", pod.name, render.pod_name(lm, r.replica))
+        check(f"pod {pod.name} replica", pod.name, render_names.pod_name(lm, r.replica))
         check(f"pod {pod.name} node", pod.node, r.node)
         check(f"pod {pod.name} spec hash", pod.spec_hash,
               render.manifest_hash(pods[pod.name]["spec"]))
@@ -192,13 +195,13 @@ def test_rendered_objects_read_back_as_rendered(case: str) -> None:
 # module whose copy of the contract name is changed (render writes, the
 # controller's readers read, `watched` says what the watches keep).
 ONE_SIDED = [
-    (render, "LABEL_NAME"),
-    (render, "LABEL_REPLICA"),
-    (render, "LABEL_MANAGED_BY"),
-    (render, "MANAGED_BY"),
-    (render, "ANNOTATION_NODE"),
-    (render, "ANNOTATION_POD_SPEC_HASH"),
-    (render, "VOLUME_WEIGHTS"),
+    (render_names, "LABEL_NAME"),
+    (render_names, "LABEL_REPLICA"),
+    (render_names, "LABEL_MANAGED_BY"),
+    (render_names, "MANAGED_BY"),
+    (render_objects, "ANNOTATION_NODE"),
+    (render_objects, "ANNOTATION_POD_SPEC_HASH"),
+    (render_pods, "VOLUME_WEIGHTS"),
     (observed, "LABEL_NAME"),
     (observed, "LABEL_REPLICA"),
     (observed, "LABEL_MANAGED_BY"),

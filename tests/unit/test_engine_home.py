@@ -392,16 +392,29 @@ def test_the_grep_sees_code_literals_not_prose(
 # ---- layers: no import cycle between the operator's packages -----------------
 
 
+ENGINES = ROOT / "operator" / "localmodel" / "engines"
+
+
+def _unit(module: str) -> str:
+    """A module's package (or top module) under localmodel. The engines' facts
+    (engines/__init__.py and engines/<name>/__init__.py: data, which the API
+    reads) are a unit apart from their adapters (which read the API)."""
+    parts = module.removesuffix(".__init__").split(".")
+    if parts[1:2] == ["engines"]:
+        facts = len(parts) == 2 or (len(parts) == 3 and (ENGINES / parts[2]).is_dir())
+        return "localmodel.engines" if facts else "localmodel.engines.adapters"
+    return ".".join(parts[:2])
+
+
 def _imports() -> dict[str, set[str]]:
     """Each localmodel package (or top module) -> the other ones it imports."""
     base = ROOT / "operator"
     graph: dict[str, set[str]] = {}
     for path in (base / "localmodel").rglob("*.py"):
-        parts = path.relative_to(base).with_suffix("").parts
-        unit = ".".join(parts[:2])
+        unit = _unit(".".join(path.relative_to(base).with_suffix("").parts))
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("localmodel."):
-                other = ".".join((node.module or "").split(".")[:2])
+                other = _unit(node.module or "")
                 if other != unit:
                     graph.setdefault(unit, set()).add(other)
     return graph

@@ -1,7 +1,8 @@
-"""The download steps, run for real: /bin/sh and sha256sum against a local
-HTTP server that serves a small file. llama-server's step downloads with curl
-(the real pod uses the engine image's curl; here the machine's); Ollama's runs
-in the operator image and downloads with Python's standard library (here the
+"""The download steps (operator/localmodel/engines/gguf-download.sh), run for
+real: /bin/sh and sha256sum against a local HTTP server that serves a small
+file. llama-server's step downloads with curl (the real pod uses the engine
+image's curl; here the machine's); Ollama's runs in the operator image and
+downloads with Python's standard library (engines/fetch.py.txt; here the
 machine's python3), into the blob Ollama's store would make of the file.
 
 Both: downloaded once, checked before use, never replaced by a bad download.
@@ -21,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from localmodel.api import GGUF
-from localmodel.render import gguf_init_script, ollama_gguf_script
+from localmodel.engines.llama_server.pod import gguf_init_script
+from localmodel.engines.ollama.pod import ollama_gguf_script
 
 CONTENT = b"GGUF" + bytes(range(256)) * 64
 SHA = hashlib.sha256(CONTENT).hexdigest()

@@ -1,4 +1,5 @@
-"""The pod's init step, run for real by /bin/sh against a stand-in `ollama` CLI.
+"""Ollama's init step (operator/localmodel/engines/ollama/init.sh, with pull.sh or
+from-gguf.sh), run for real by /bin/sh against a stand-in `ollama` CLI.
 
 A small shell stand-in plays the CLI here, so the script's branches (including
 a failing pull) run in milliseconds; the same script runs against the real
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 from localmodel.api import LocalModel
@@ -130,3 +132,22 @@ def test_affected_version_removes_the_amx_library_first(tmp_path: Path) -> None:
     assert os.path.exists("/bin/sh")
     rc, _ = run(tmp_path, script)
     assert rc == 0
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "operator" / "localmodel"
+
+
+def test_every_script_file_ships_in_the_package() -> None:
+    """The scripts are package data, read with importlib.resources: a file the
+    wheel (and so the operator image) left out would fail every render there."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["localmodel"]
+    shipped = {p for g in globs for p in PACKAGE.glob(g)}
+    scripts = {
+        p
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix in (".sh", ".txt") and "__pycache__" not in p.parts
+    }
+    assert scripts, "no script files found"
+    assert scripts <= shipped, f"not in package-data: {sorted(map(str, scripts - shipped))}"

@@ -5,10 +5,10 @@ A pass evaluates the rules once per distinct (spec as the rules read it, node
 facts as the rules read them, CPUs) (`rules.Evaluations`), prepares a spec once
 per such spec, and renders a pod's containers once per (spec, tuning, options)
 (`render.PodParts`), whose JSON text the pod's hash reuses
-(`render.pod_spec_hash`). These tests hold each premise (what the keys leave
-out is never read) and the whole: `desired_state` equals a reference that
-computes every model with the plain functions and no memo, on worlds built so
-that many models and nodes are alike."""
+(`render.pod_spec_hash`; both in render/digests.py). These tests hold each
+premise (what the keys leave out is never read) and the whole: `desired_state`
+equals a reference that computes every model with the plain functions and no
+memo, on worlds built so that many models and nodes are alike."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import API_VERSION, KIND, render
+from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import (
@@ -48,6 +48,7 @@ from localmodel.render import (
     render_objects,
     volumes_text,
 )
+from localmodel.render import digests as render_digests
 from localmodel.rules import Evaluations, evaluate, node_key, spec_key
 
 G = 1 << 30
@@ -338,8 +339,8 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     prep = prepare(lm.spec)
     t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
-    made_from = render._applied_templates
-    monkeypatch.setattr(render, "_applied_templates", lambda _, rs: made_from(wrong, rs))
+    made_from = render_digests._applied_templates
+    monkeypatch.setattr(render_digests, "_applied_templates", lambda _, rs: made_from(wrong, rs))
     digests = AppliedDigests()
     other = local_model("b", BASES[0])
     for model in (lm, other):  # the first makes (and rejects) the template, the second uses none

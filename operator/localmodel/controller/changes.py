@@ -37,7 +37,8 @@ from localmodel.controller.observed import (
     volume_reaches,
 )
 from localmodel.desired import ModelResult
-from localmodel.render import claim_name, claim_owned, manifest_hash, pod_name, replica_claim
+from localmodel.render import manifest_hash, replica_claim
+from localmodel.render.names import claim_name, claim_owned, pod_name
 from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from localmodel import speed
-from localmodel.render import DEFAULT_OPERATOR_IMAGE
+from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
 from localmodel.settings import (
     ConfigError,
     as_is,

@@ -50,7 +50,8 @@ from localmodel.controller.observed import (
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import Desired, ModelResult
 from localmodel.facts import NodeFacts
-from localmodel.render import RenderOptions, pod_name
+from localmodel.render import RenderOptions
+from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
 from localmodel.status import EventReason, EventSpec, invalid_status, with_progress, with_speed
 

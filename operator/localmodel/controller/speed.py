@@ -46,7 +46,7 @@ import aiohttp
 
 from localmodel.gateway.speed import SPEED_PATH
 from localmodel.metrics import Counter
-from localmodel.render import GATEWAY_PORT
+from localmodel.render.names import GATEWAY_PORT
 from localmodel.speed import (
     Expected,
     PeerKey,

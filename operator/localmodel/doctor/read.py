@@ -42,7 +42,7 @@ from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import MachineFacts, read_cgroup_limits
 from localmodel.facts.topology import format_cpu_list
-from localmodel.render import GATEWAY_PORT
+from localmodel.render.names import GATEWAY_PORT
 
 __all__ = ["gateway_metrics", "gather_cluster", "gather_engine", "process_budget"]
 

@@ -156,7 +156,7 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
     are left as they are in the path; pod and namespace names never hold them."""
     from kubernetes.client.exceptions import ApiException
 
-    from localmodel.render import GATEWAY_PORT
+    from localmodel.render.names import GATEWAY_PORT
 
     where = (f"reading pod {namespace}/{pod}'s ledger through the API server's pod proxy "
              f"(port {GATEWAY_PORT})")

@@ -1,7 +1,106 @@
-"""llama_server's adapter, pod part (engines/pod.py)."""
+"""llama_server's adapter, pod part (engines/pod.py): the server with the
+rules' flags, its probes, and the step that downloads the GGUF file."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from localmodel.api import GGUF, LocalModel
+from localmodel.contract import CONTAINER_DOWNLOAD, PORT_ENGINE, VOLUME_WEIGHTS
+from localmodel.engines import llama_server
+from localmodel.engines.gguf import CURL_FETCH, gguf_script
+from localmodel.engines.pod import (
+    EngineContainers,
+    Manifest,
+    PlacedReplica,
+    PodOptions,
+    engine_env,
+    engine_resources,
+)
+from localmodel.rules import Tuning
+
+
+def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:
+    """llama-server's download step: the GGUF file once into `directory`
+    (`gguf_script`, with the image's curl), checked by `<file>.sha256`, landing
+    in `<file>.part`."""
+    path = f"{directory}/{gguf.file_name()}"
+    return gguf_script(gguf, path, f"{path}.part", f"{path}.sha256", CURL_FETCH)
+
+
+def _probe(loopback: bool, **extra: int) -> Manifest:
+    """llama-server's /health as a probe. The kubelet dials the pod's IP, so an
+    engine bound to loopback (behind the gateway) is asked from inside its
+    container with the image's curl (llama.cpp's server image has it for its
+    own HEALTHCHECK); an engine on all addresses gets a plain httpGet."""
+    if loopback:
+        url = f"http://127.0.0.1:{llama_server.PORT}{llama_server.HEALTH_PATH}"
+        return {"exec": {"command": ["curl", "-fsS", "-o", "/dev/null", "--max-time", "4", url]},
+                **extra}
+    return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": PORT_ENGINE}, **extra}
+
+
+def _mounts() -> list[Manifest]:
+    return [{"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}]
+
+
+def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
+    """llama-server: the rules' flags, whole CPUs, the GGUF on the weights volume.
+
+    /health answers 503 while the model loads: the startup probe gives a large
+    model time to load before liveness counts; without the gateway /health is
+    also the readiness probe.
+    """
+    loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
+    engine: Manifest = {
+        "name": llama_server.NAME,
+        "image": lm.spec.engine.resolved_image(),
+        "imagePullPolicy": options.pull_policy,
+        "args": list(t.args),
+        "env": engine_env(lm, t),
+        "ports": [{"name": PORT_ENGINE, "containerPort": llama_server.PORT, "protocol": "TCP"}],
+        "resources": engine_resources(t),
+        "volumeMounts": _mounts(),
+        "startupProbe": _probe(loopback, periodSeconds=5, timeoutSeconds=5,
+                               failureThreshold=360),
+        "livenessProbe": _probe(loopback, periodSeconds=10, timeoutSeconds=5,
+                                failureThreshold=6),
+    }
+    if not loopback:
+        engine["readinessProbe"] = _probe(loopback, periodSeconds=5, timeoutSeconds=5)
+    return engine
+
+
+def download_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
+    """Downloads the GGUF file when the volume lacks it (`gguf_init_script`)."""
+    assert lm.spec.gguf is not None  # the API requires it for llama-server
+    return {
+        "name": CONTAINER_DOWNLOAD,
+        "image": lm.spec.engine.resolved_image(),
+        "imagePullPolicy": options.pull_policy,
+        "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf)],
+        "resources": engine_resources(t),
+        "volumeMounts": _mounts(),
+    }
+
 
 class LlamaServerPod:
-    """llama_server: its containers, init steps, readiness and health."""
+    """llama_server: its containers, init steps, readiness and health. It
+    reads its settings from its flags: its pods mount no ConfigMap."""
+
+    port = llama_server.PORT
+    has_config = False
+
+    def containers(self, lm: LocalModel, tuning: Tuning, options: PodOptions) -> EngineContainers:
+        return EngineContainers(
+            [download_container(lm, tuning, options)], server_container(lm, tuning, options)
+        )
+
+    def config_data(self, lm: LocalModel, replicas: Sequence[PlacedReplica]) -> dict[str, str]:
+        return {}
+
+    def config_key(self, replica: int) -> str:
+        return ""
+
+    def config_volumes(self, configmap: str, key: str) -> list[Manifest]:
+        return []

@@ -1,0 +1,1 @@
+echo 'localmodel: creating '{model}' from '{file}' on the volume: no registry pull'

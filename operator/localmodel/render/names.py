@@ -1,0 +1,118 @@
+"""Names, labels and owner references of what the renderer writes, and the
+constants other modules need of it (the default operator image, the
+gateway's port and size, the Service's port), without the renderer.
+
+Every object carries the `localmodel.dev/name` label; pods, the Service and
+the ConfigMap are owned by the LocalModel (garbage-collected with it);
+weights claims are owned only when `storage.retain` is false, so by default
+the weights survive deletion of the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localmodel import API_VERSION, KIND, __version__
+from localmodel.api import LocalModel
+from localmodel.contract import (
+    APP_NAME,
+    LABEL_APP_NAME,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA,
+    MANAGED_BY,
+)
+from localmodel.engines import ollama
+
+DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
+GATEWAY_PORT = 8080
+SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
+GATEWAY_CPU_MILLI = 250
+GATEWAY_MEMORY_BYTES = 256 * 1024**2
+
+
+def pod_name(lm: LocalModel, replica: int) -> str:
+    return f"{lm.metadata.name}-{replica}"
+
+
+def claim_name(lm: LocalModel, replica: int) -> str:
+    return f"{lm.metadata.name}-weights-{replica}"
+
+
+def configmap_name(lm: LocalModel) -> str:
+    return f"{lm.metadata.name}-modelfile"
+
+
+def endpoint(lm: LocalModel) -> str:
+    return f"http://{lm.metadata.name}.{lm.metadata.namespace}.svc:{SERVICE_PORT}"
+
+
+def pod_selector(lm: LocalModel) -> str:
+    """The label selector of a LocalModel's pods, as the scale subresource reports it."""
+    return f"{LABEL_NAME}={lm.metadata.name}"
+
+
+def labels(lm: LocalModel) -> dict[str, str]:
+    return {
+        LABEL_APP_NAME: APP_NAME,
+        LABEL_INSTANCE: lm.metadata.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_NAME: lm.metadata.name,
+    }
+
+
+def owner_reference(lm: LocalModel) -> list[dict[str, Any]]:
+    # Offline renders have no uid; an owner reference without one is invalid.
+    if not lm.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": lm.metadata.name,
+            "uid": lm.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def claim_owned(lm: LocalModel) -> bool:
+    """Whether the model's weights claims carry its owner reference (are
+    collected with it): not when `storage.retain`, nor offline (no uid)."""
+    return not lm.spec.storage.retain and bool(owner_reference(lm))
+
+
+class Meta:
+    """One model's metadata, worked out once for all of its objects: its
+    labels and owner reference are the same objects in each (manifests are
+    never changed in place)."""
+
+    __slots__ = ("labels", "namespace", "refs")
+
+    def __init__(self, lm: LocalModel) -> None:
+        self.namespace = lm.metadata.namespace
+        self.labels = labels(lm)
+        self.refs = owner_reference(lm)
+
+    def __call__(
+        self,
+        name: str,
+        *,
+        owned: bool = True,
+        replica: int | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": (
+                self.labels if replica is None else {**self.labels, LABEL_REPLICA: str(replica)}
+            ),
+        }
+        if annotations is not None:
+            meta["annotations"] = annotations
+        if owned and self.refs:
+            meta["ownerReferences"] = self.refs
+        return meta

@@ -1,0 +1,35 @@
+"""What the renderer is given: the options of a render, and each placed
+replica with its tuning (and the weights claim it mounts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localmodel.api import LocalModel
+from localmodel.render.names import DEFAULT_OPERATOR_IMAGE, claim_name
+from localmodel.rules import Tuning
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    operator_image: str = DEFAULT_OPERATOR_IMAGE
+    pull_policy: str = "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One placed replica with its tuning: the renderer's input per pod."""
+
+    replica: int
+    node: str
+    tuning: Tuning
+    reason: str = ""
+    # The weights claim this replica mounts; empty: the default name. The
+    # operator picks another when the default claim is bound to a volume the
+    # replica's new node cannot reach.
+    claim: str = ""
+
+
+def replica_claim(lm: LocalModel, r: ReplicaPlan) -> str:
+    """The weights claim a replica mounts: its plan's, else the default name."""
+    return r.claim or claim_name(lm, r.replica)
