@@ -16,7 +16,8 @@ import pytest
 from localmodel import API_VERSION
 from localmodel.contract import ANNOTATION_APPLIED_HASH
 from localmodel.controller.changes import Apply, Change, Create, Delete
-from localmodel.controller.observed import Observed, OwnedObject, OwnedPod, StuckPod
+from localmodel.controller.objects import OwnedObject, OwnedPod
+from localmodel.controller.observed import Observed, StuckPod
 from localmodel.controller.policy import (
     AVOID_SECONDS,
     EXPECT_SECONDS,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, parse_local_model
-from localmodel.controller.observed import parse_model
+from localmodel.controller.objects import parse_model
 from localmodel.desired import desired_state
 from localmodel.errors import InvalidObject
 from localmodel.facts import FactSource, NodeFacts

@@ -30,12 +30,9 @@ from typing import Any, NamedTuple
 
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_APPLIED_HASH
-from localmodel.controller.observed import (
-    Observed,
-    OwnedClaim,
-    OwnedPod,
-    volume_reaches,
-)
+from localmodel.controller.objects import OwnedClaim, OwnedPod
+from localmodel.controller.observed import Observed
+from localmodel.controller.volumes import volume_reaches
 from localmodel.desired import ModelResult
 from localmodel.render import claim_name, claim_owned, manifest_hash, pod_name, replica_claim
 from localmodel.status import EventReason, EventSpec

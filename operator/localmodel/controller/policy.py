@@ -40,8 +40,8 @@ from localmodel.controller.changes import (
     choose_claim,
     model_changes,
 )
+from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
-    ModelObject,
     Observed,
     StuckPod,
     current_placements,

@@ -36,8 +36,8 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
+from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
-    ModelObject,
     Observed,
     Parsed,
     Snapshot,
