@@ -40,7 +40,7 @@ from localmodel.controller.policy import (
     with_memory,
 )
 from localmodel.controller.writer import KubeError
-from localmodel.status import EventReason, EventSpec
+from localmodel.events import EventReason, EventSpec
 
 # ---- refused writes --------------------------------------------------------------
 

@@ -34,8 +34,8 @@ from localmodel.controller.objects import OwnedClaim, OwnedPod
 from localmodel.controller.observed import Observed
 from localmodel.controller.volumes import volume_reaches
 from localmodel.desired import ModelResult
+from localmodel.events import EventReason, EventSpec
 from localmodel.render import claim_name, claim_owned, manifest_hash, pod_name, replica_claim
-from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]
 
