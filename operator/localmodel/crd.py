@@ -150,50 +150,56 @@ def build_crd() -> dict[str, Any]:
                 "categories": ["localmodel"],
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {
-                        "status": {},
-                        # `kubectl scale lm NAME --replicas N`, and HorizontalPodAutoscalers
-                        # or KEDA driving spec.replicas (docs/autoscaling.md).
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "A local LLM served on CPU-only nodes, with engine "
-                            "settings tuned per node (threads from the CPU limit, memory from "
-                            "weights + KV cache, crash guards) and a slot gate in front.",
-                            "required": ["spec"],
-                            # CEL may read metadata.name: the same declaration as Python's.
-                            "x-kubernetes-validations": [
-                                {
-                                    "rule": OBJECT_NAME.cel("self.metadata.name"),
-                                    "message": f"metadata.name {OBJECT_NAME.message}",
-                                }
-                            ],
-                            "properties": {
-                                "apiVersion": {
-                                    "type": "string",
-                                    "description": "APIVersion of this object.",
-                                },
-                                "kind": {"type": "string", "description": "Kind of this object."},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
-                            },
-                        }
-                    },
-                }
-            ],
+            "versions": [_version()],
+        },
+    }
+
+
+def _version() -> dict[str, Any]:
+    """The one served and stored version: its subresources, columns and schema."""
+    return {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {
+            "status": {},
+            # `kubectl scale lm NAME --replicas N`, and HorizontalPodAutoscalers
+            # or KEDA driving spec.replicas (docs/autoscaling.md).
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "schema": {"openAPIV3Schema": object_schema()},
+    }
+
+
+def object_schema() -> Schema:
+    """The whole object's schema: the metadata.name rule, the spec and the status."""
+    return {
+        "type": "object",
+        "description": "A local LLM served on CPU-only nodes, with engine "
+        "settings tuned per node (threads from the CPU limit, memory from "
+        "weights + KV cache, crash guards) and a slot gate in front.",
+        "required": ["spec"],
+        # CEL may read metadata.name: the same declaration as Python's.
+        "x-kubernetes-validations": [
+            {
+                "rule": OBJECT_NAME.cel("self.metadata.name"),
+                "message": f"metadata.name {OBJECT_NAME.message}",
+            }
+        ],
+        "properties": {
+            "apiVersion": {
+                "type": "string",
+                "description": "APIVersion of this object.",
+            },
+            "kind": {"type": "string", "description": "Kind of this object."},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": status_schema(),
         },
     }
 
