@@ -43,7 +43,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "probe": Command(
         "print this machine's node facts and probe labels; --node NAME labels that Node",
-        "localmodel.commands",
+        "localmodel.probe.cli",
         "probe_main",
     ),
     "doctor": Command(

@@ -1,4 +1,4 @@
-"""Offline commands: render, crd, rules, probe. Input errors exit 2 with the field path."""
+"""Offline commands: render, crd, rules. Input errors exit 2 with the field path."""
 
 from __future__ import annotations
 
@@ -218,70 +218,3 @@ def rules_main(argv: Sequence[str]) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def probe_main(argv: Sequence[str]) -> int:
-    from localmodel.facts.machine import MachineFactsError, kernel_amx, read_machine
-    from localmodel.probe.node import desired_metadata
-
-    parser = argparse.ArgumentParser(
-        prog="localmodel probe",
-        description="Print this machine's node facts and the labels the node probe would set; "
-        "with --node, label and annotate that Node (on change only), then re-check "
-        "every --interval seconds.",
-    )
-    parser.add_argument("--node", metavar="NAME", help="the Node to label (this machine's node)")
-    parser.add_argument(
-        "--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster"
-    )
-    parser.add_argument(
-        "--root",
-        default="/",
-        metavar="DIR",
-        help="where the node's /proc and /sys files are mounted (the DaemonSet: /host)",
-    )
-    parser.add_argument(
-        "--interval", type=float, default=300.0, metavar="SECONDS", help="re-check period"
-    )
-    parser.add_argument("--once", action="store_true", help="probe once and exit")
-    args = parser.parse_args(list(argv))
-    if args.interval <= 0:
-        parser.error("--interval must be positive")
-    root = Path(args.root)
-
-    def read() -> Any:
-        # The kernel is the node's in a container too: ask it about AMX directly.
-        return read_machine(root, amx=kernel_amx)
-
-    try:
-        facts = read()
-    except (MachineFactsError, OSError) as e:
-        print(f"localmodel probe: {e}", file=sys.stderr)
-        return 2
-    if args.node is None:
-        node = facts.node
-        labels, annotations = desired_metadata(facts)
-        out = {
-            "node": node.name,
-            "allocatableCPU": f"{node.allocatable_cpu_milli}m",
-            "allocatableMemory": node.allocatable_memory_bytes,
-            "cpuset": node.cpuset_cpus,
-            "cgroupCPUQuota": node.cgroup_cpu_quota,
-            "cpuFlags": " ".join(sorted(node.cpu_flags)) if node.cpu_flags is not None else None,
-            "labels": labels,
-            "annotations": annotations,
-        }
-        yaml.safe_dump(out, sys.stdout, sort_keys=False, width=100)
-        return 0
-
-    from localmodel.kube import KubeconfigError, api_client
-    from localmodel.probe.node import run
-
-    try:
-        client = api_client(args.kubeconfig)
-    except KubeconfigError as e:
-        print(f"localmodel probe: {e}", file=sys.stderr)
-        return 2
-    from kubernetes.client import CoreV1Api
-
-    return run(CoreV1Api(client), args.node, read, interval=args.interval, once=args.once)

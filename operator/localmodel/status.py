@@ -3,9 +3,9 @@
 One home for the condition types and their reasons (kubebuilder's
 `metav1.Condition` shape: CamelCase reasons, `observedGeneration`,
 `lastTransitionTime` that moves only when the status does), for building the
-status from what was planned and observed, for deciding whether a status write
-is needed at all (`status_changed`), and for the Events that tell the story of
-a change (`status_events`). `desired.py` and the operator both use it; nothing
+status from what was planned and observed, and for deciding whether a status
+write is needed at all (`status_changed`). The Events that tell the story of a
+change are `events.py`'s. `desired.py` and the operator both use it; nothing
 here reads a clock, the environment or the cluster.
 """
 
@@ -60,25 +60,6 @@ class Reason(StrEnum):
     UP_TO_DATE = "UpToDate"
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
     AS_EXPECTED = "AsExpected"
-
-
-class EventReason(StrEnum):
-    """Reasons of the Events the operator posts (one per change, never repeated)."""
-
-    PLACED = "Placed"
-    MOVED = "Moved"
-    UNPLACED = "Unplaced"
-    DECISION_ON = "DecisionApplied"
-    DECISION_OFF = "DecisionRemoved"
-    REPLACING = "ReplacingPod"
-    CREATED_CLAIM = "CreatedClaim"
-    INVALID = "InvalidSpec"
-    VALID = "SpecValid"
-    SCALED_DOWN = "ScaledDown"
-    UNSCHEDULABLE = "Unschedulable"
-    FAILED = "ApplyFailed"
-    SLOW_REPLICA = "SlowReplica"
-    SPEED_RECOVERED = "SpeedRecovered"
 
 
 @dataclass(frozen=True)
@@ -175,52 +156,10 @@ def build_status(
     render (nothing runs)."""
     want = lm.spec.replicas
     n_ready = 0 if ready is None else sum(1 for r in replicas if ready.get(r.replica))
-    conditions = []
     if invalid:
-        msg = invalid
-        conditions += [
-            condition(ConditionType.VALID, False, Reason.INVALID_SPEC, msg, lm, now),
-            condition(
-                ConditionType.PLACED, False, Reason.INVALID_SPEC,
-                "not placed: the spec is invalid", lm, now,
-            ),
-            condition(
-                ConditionType.READY, False, Reason.INVALID_SPEC,
-                "not deployed: the spec is invalid", lm, now,
-            ),
-        ]
+        conditions = _invalid_conditions(lm, invalid, now)
     else:
-        conditions.append(
-            condition(ConditionType.VALID, True, Reason.SPEC_VALID, "spec accepted", lm, now)
-        )
-        warnings = sorted({w for r in replicas for w in r.warnings})
-        if unplaced:
-            msg = "; ".join(f"replica {u.replica}: {u.message}" for u in unplaced)
-            conditions.append(
-                condition(ConditionType.PLACED, False, unplaced[0].reason, msg, lm, now)
-            )
-        else:
-            nodes = ", ".join(r.node for r in replicas) or "none"
-            msg = f"{len(replicas)}/{want} replicas placed on {nodes}"
-            if warnings:
-                msg += "; warnings: " + "; ".join(warnings)
-            conditions.append(
-                condition(ConditionType.PLACED, True, Reason.ALL_REPLICAS_PLACED, msg, lm, now)
-            )
-        if ready is None:
-            conditions.append(
-                condition(
-                    ConditionType.READY, None, Reason.NOT_DEPLOYED,
-                    "offline render: nothing is running", lm, now,
-                )
-            )
-        else:
-            ok = n_ready == want
-            reason = Reason.ALL_REPLICAS_READY if ok else Reason.REPLICAS_NOT_READY
-            conditions.append(
-                condition(ConditionType.READY, ok, reason, f"{n_ready}/{want} replicas ready",
-                          lm, now)
-            )
+        conditions = _conditions(lm, replicas, unplaced, ready, n_ready, now)
     return LocalModelStatus(
         observed_generation=lm.metadata.generation,
         conditions=_with_health(conditions, lm.metadata.generation, lm.status, now),
@@ -245,6 +184,66 @@ def build_status(
         nodes=",".join(r.node for r in replicas),
         endpoint=endpoint if not invalid else "",
     )
+
+
+def _invalid_conditions(lm: LocalModel, invalid: str, now: str) -> list[Condition]:
+    """Valid, Placed and Ready all False: the spec is invalid."""
+    msg = invalid
+    return [
+        condition(ConditionType.VALID, False, Reason.INVALID_SPEC, msg, lm, now),
+        condition(
+            ConditionType.PLACED, False, Reason.INVALID_SPEC,
+            "not placed: the spec is invalid", lm, now,
+        ),
+        condition(
+            ConditionType.READY, False, Reason.INVALID_SPEC,
+            "not deployed: the spec is invalid", lm, now,
+        ),
+    ]
+
+
+def _conditions(
+    lm: LocalModel,
+    replicas: Sequence[ReplicaStatusInput],
+    unplaced: Sequence[UnplacedInput],
+    ready: Mapping[int, bool] | None,
+    n_ready: int,
+    now: str,
+) -> list[Condition]:
+    """Valid, Placed and Ready of a valid spec."""
+    want = lm.spec.replicas
+    conditions = [
+        condition(ConditionType.VALID, True, Reason.SPEC_VALID, "spec accepted", lm, now)
+    ]
+    warnings = sorted({w for r in replicas for w in r.warnings})
+    if unplaced:
+        msg = "; ".join(f"replica {u.replica}: {u.message}" for u in unplaced)
+        conditions.append(
+            condition(ConditionType.PLACED, False, unplaced[0].reason, msg, lm, now)
+        )
+    else:
+        nodes = ", ".join(r.node for r in replicas) or "none"
+        msg = f"{len(replicas)}/{want} replicas placed on {nodes}"
+        if warnings:
+            msg += "; warnings: " + "; ".join(warnings)
+        conditions.append(
+            condition(ConditionType.PLACED, True, Reason.ALL_REPLICAS_PLACED, msg, lm, now)
+        )
+    if ready is None:
+        conditions.append(
+            condition(
+                ConditionType.READY, None, Reason.NOT_DEPLOYED,
+                "offline render: nothing is running", lm, now,
+            )
+        )
+    else:
+        ok = n_ready == want
+        reason = Reason.ALL_REPLICAS_READY if ok else Reason.REPLICAS_NOT_READY
+        conditions.append(
+            condition(ConditionType.READY, ok, reason, f"{n_ready}/{want} replicas ready",
+                      lm, now)
+        )
+    return conditions
 
 
 def _stable_reason(lm: LocalModel, r: ReplicaStatusInput) -> str:
@@ -419,90 +418,3 @@ def status_body(status: LocalModelStatus) -> dict[str, Any]:
 def status_changed(old: LocalModelStatus | None, new: LocalModelStatus) -> bool:
     """Whether a status write is needed: never when nothing changed (quiet at rest)."""
     return old is None or status_body(old) != status_body(new)
-
-
-@dataclass(frozen=True)
-class EventSpec:
-    """An Event to post about a LocalModel (the operator adds the object reference)."""
-
-    reason: EventReason
-    message: str
-    warning: bool = False
-
-
-def _decisions(p: PlacementStatus) -> dict[str, DecisionStatus]:
-    return {d.rule: d for d in p.decisions}
-
-
-def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
-    """The Events that tell what changed between two statuses: placements made,
-    moved or lost, decisions that start or stop firing, validity flips. Empty when
-    nothing a person would care about changed, so re-planning is silent."""
-    events: list[EventSpec] = []
-    old_valid = _condition_of(old, ConditionType.VALID)
-    new_valid = _condition_of(new, ConditionType.VALID)
-    if new_valid and new_valid.status == ConditionStatus.FALSE:
-        if old_valid is None or old_valid.status != ConditionStatus.FALSE or (
-            old_valid.message != new_valid.message
-        ):
-            events.append(EventSpec(EventReason.INVALID, new_valid.message, warning=True))
-        return events
-    if old_valid and old_valid.status == ConditionStatus.FALSE and new_valid:
-        events.append(EventSpec(EventReason.VALID, "the spec is valid again"))
-    before = {p.replica: p for p in (old.placements if old else [])}
-    after = {p.replica: p for p in new.placements}
-    for replica, p in sorted(after.items()):
-        was = before.get(replica)
-        if was is None:
-            # A first placement starts every decision at once: one Event lists them.
-            rules = ", ".join(d.rule for d in p.decisions) or "none"
-            events.append(EventSpec(
-                EventReason.PLACED,
-                f"replica {replica} placed on node {p.node}: threads={p.threads} cpu={p.cpu} "
-                f"memory={p.memory}; rules: {rules}" + (f" ({p.reason})" if p.reason else ""),
-            ))
-            continue
-        if was.node != p.node:
-            events.append(EventSpec(
-                EventReason.MOVED,
-                f"replica {replica} moved from node {was.node} to {p.node}"
-                + (f" ({p.reason})" if p.reason else ""),
-            ))
-        old_d = _decisions(was)
-        new_d = _decisions(p)
-        for rule in sorted(new_d.keys() - old_d.keys()):
-            d = new_d[rule]
-            events.append(EventSpec(
-                EventReason.DECISION_ON,
-                f"replica {replica} on {p.node}: {d.rule}: {d.effect} ({d.reason})",
-            ))
-        for rule in sorted(old_d.keys() - new_d.keys()):
-            events.append(EventSpec(
-                EventReason.DECISION_OFF,
-                f"replica {replica} on {p.node}: rule {rule} no longer applies",
-            ))
-    old_slow = _condition_of(old, ConditionType.SLOW_REPLICA)
-    new_slow = _condition_of(new, ConditionType.SLOW_REPLICA)
-    was_slow = old_slow is not None and old_slow.status == ConditionStatus.TRUE
-    if new_slow is not None and new_slow.status == ConditionStatus.TRUE and not was_slow:
-        events.append(EventSpec(EventReason.SLOW_REPLICA, new_slow.message, warning=True))
-    if was_slow and new_slow is not None and new_slow.status == ConditionStatus.FALSE:
-        events.append(EventSpec(EventReason.SPEED_RECOVERED,
-                                "every replica decodes at its expected speed again"))
-    old_placed = _condition_of(old, ConditionType.PLACED)
-    new_placed = _condition_of(new, ConditionType.PLACED)
-    if new_placed and new_placed.status == ConditionStatus.FALSE and (
-        old_placed is None or old_placed.status != ConditionStatus.FALSE
-        or old_placed.message != new_placed.message
-    ):
-        events.append(EventSpec(EventReason.UNPLACED, new_placed.message, warning=True))
-    return events
-
-
-def _condition_of(status: LocalModelStatus | None, type_: ConditionType) -> Condition | None:
-    if status is None:
-        return None
-    for c in status.conditions:
-        if c.type == type_.value:
-            return c
-    return None

@@ -23,7 +23,7 @@ import pytest
 
 from localmodel import API_VERSION, contract, render
 from localmodel.controller import changes as changes_module
-from localmodel.controller import observed, watched
+from localmodel.controller import objects, watched
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
 from localmodel.controller.observed import (
     Observed,
@@ -202,14 +202,14 @@ ONE_SIDED = [
     (render_objects, "ANNOTATION_NODE"),
     (render_objects, "ANNOTATION_POD_SPEC_HASH"),
     (render_pods, "VOLUME_WEIGHTS"),
-    (observed, "LABEL_NAME"),
-    (observed, "LABEL_REPLICA"),
-    (observed, "LABEL_MANAGED_BY"),
-    (observed, "MANAGED_BY"),
-    (observed, "ANNOTATION_NODE"),
-    (observed, "ANNOTATION_POD_SPEC_HASH"),
-    (observed, "ANNOTATION_APPLIED_HASH"),
-    (observed, "VOLUME_WEIGHTS"),
+    (objects, "LABEL_NAME"),
+    (objects, "LABEL_REPLICA"),
+    (objects, "LABEL_MANAGED_BY"),
+    (objects, "MANAGED_BY"),
+    (objects, "ANNOTATION_NODE"),
+    (objects, "ANNOTATION_POD_SPEC_HASH"),
+    (objects, "ANNOTATION_APPLIED_HASH"),
+    (objects, "VOLUME_WEIGHTS"),
     (changes_module, "ANNOTATION_APPLIED_HASH"),
     (watched, "VOLUME_WEIGHTS"),
 ]

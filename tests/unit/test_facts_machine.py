@@ -11,14 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localmodel.facts import FactSource
+from localmodel.facts.cpu import parse_cpuinfo
+from localmodel.facts.files import MachineFactsError
 from localmodel.facts.flags import cpuid_name
-from localmodel.facts.machine import (
-    HostCalls,
-    MachineFactsError,
-    from_this_machine,
-    parse_cpu_list,
-    parse_cpuinfo,
-)
+from localmodel.facts.machine import HostCalls, from_this_machine
+from localmodel.facts.topology import parse_cpu_list
 
 GiB = 2**30
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from localmodel.facts.machine import AmxKernel, read_machine
+from localmodel.facts.cpu import AmxKernel
+from localmodel.facts.machine import read_machine
 from localmodel.facts.topology import format_cpu_list, parse_cpu_list, read_topology
 from localmodel.probe.labels import probe_labels
 

@@ -16,7 +16,8 @@ import pytest
 from localmodel import API_VERSION
 from localmodel.contract import ANNOTATION_APPLIED_HASH
 from localmodel.controller.changes import Apply, Change, Create, Delete
-from localmodel.controller.observed import Observed, OwnedObject, OwnedPod, StuckPod
+from localmodel.controller.objects import OwnedObject, OwnedPod
+from localmodel.controller.observed import Observed, StuckPod
 from localmodel.controller.policy import (
     AVOID_SECONDS,
     EXPECT_SECONDS,
@@ -39,7 +40,7 @@ from localmodel.controller.policy import (
     with_memory,
 )
 from localmodel.controller.writer import KubeError
-from localmodel.status import EventReason, EventSpec
+from localmodel.events import EventReason, EventSpec
 
 # ---- refused writes --------------------------------------------------------------
 

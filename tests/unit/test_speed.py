@@ -10,6 +10,7 @@ from itertools import accumulate
 import pytest
 
 from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, PlacementStatus
+from localmodel.events import EventReason, status_events
 from localmodel.speed import (
     SOURCE_OWN,
     SOURCE_PEERS,
@@ -30,13 +31,7 @@ from localmodel.speed import (
     traffic,
     worth_publishing,
 )
-from localmodel.status import (
-    ConditionType,
-    EventReason,
-    Reason,
-    status_events,
-    with_speed,
-)
+from localmodel.status import ConditionType, Reason, with_speed
 
 XEON = ("GenuineIntel", "6", "143")
 EPYC = ("AuthenticAMD", "25", "1")

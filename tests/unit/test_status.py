@@ -7,18 +7,12 @@ from typing import Any
 import pytest
 
 from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, parse_local_model
-from localmodel.controller.observed import parse_model
+from localmodel.controller.objects import parse_model
 from localmodel.desired import desired_state
 from localmodel.errors import InvalidObject
+from localmodel.events import EventReason, status_events
 from localmodel.facts import FactSource, NodeFacts
-from localmodel.status import (
-    ConditionType,
-    EventReason,
-    Reason,
-    status_changed,
-    status_events,
-    with_progress,
-)
+from localmodel.status import ConditionType, Reason, status_changed, with_progress
 
 GiB = 1024**3
 NOW = "2026-12-01T00:00:00Z"

@@ -30,16 +30,13 @@ from typing import Any, NamedTuple
 
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_APPLIED_HASH
-from localmodel.controller.observed import (
-    Observed,
-    OwnedClaim,
-    OwnedPod,
-    volume_reaches,
-)
+from localmodel.controller.objects import OwnedClaim, OwnedPod
+from localmodel.controller.observed import Observed
+from localmodel.controller.volumes import volume_reaches
 from localmodel.desired import ModelResult
+from localmodel.events import EventReason, EventSpec
 from localmodel.render import manifest_hash, replica_claim
 from localmodel.render.names import claim_name, claim_owned, pod_name
-from localmodel.status import EventReason, EventSpec
 
 Manifest = dict[str, Any]
 

@@ -84,54 +84,10 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
         reconciler = Reconciler(config, kube, metrics, identity=identity)
         reader = SpeedReader(reconciler.speed, metrics.speed_reads, reconciler.trigger)
         reconciler.speed_wake = reader.wake.set
-
-        def leadership(leading: bool) -> None:
-            metrics.leader = 1.0 if leading else 0.0
-            if leading:
-                reconciler.trigger()
-            else:
-                reconciler.abort_pass()
-
-        elector = LeaderElector(
-            lease_kube, config.leader_namespace, config.leader_name, identity,
-            lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
-            on_change=leadership,
-        )
+        elector = _elector(config, lease_kube, identity, metrics, reconciler)
         registry = build_registry(reconciler, creds)
-
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok\n")
-
-        async def readyz(_: web.Request) -> web.Response:
-            if ready.is_set():
-                return web.Response(text="ready\n")
-            return web.Response(status=503, text="starting\n")
-
-        async def metrics_page(_: web.Request) -> web.Response:
-            return web.Response(text=render(metrics.all()),
-                                content_type="text/plain", charset="utf-8")
-
-        health_app = web.Application()
-        health_app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz)])
-        metrics_app = web.Application()
-        metrics_app.add_routes([web.get("/metrics", metrics_page)])
-        runners = [await _serve(health_app, config.health_listen),
-                   await _serve(metrics_app, config.metrics_listen)]
-
-        import kopf
-
-        kopf_ready = asyncio.Event()
-        kopf_task = asyncio.create_task(kopf.operator(
-            registry=registry,
-            # kopf's own default asks the password database for the user name,
-            # which fails in the image (uid 65532 has no passwd entry).
-            identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
-            clusterwide=not config.namespaces,
-            namespaces=list(config.namespaces),
-            standalone=True,
-            stop_flag=stop,
-            ready_flag=kopf_ready,
-        ), name="kopf")
+        runners = await _serve_endpoints(config, metrics, ready)
+        kopf_task, kopf_ready = _start_kopf(config, registry, identity, stop)
 
         async def mark_ready() -> None:
             await kopf_ready.wait()
@@ -147,29 +103,102 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
         log.info("localmodel operator %s starting (namespaces: %s, Lease %s/%s)", identity,
                  ", ".join(config.namespaces) or "all", config.leader_namespace,
                  config.leader_name)
-        stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([*tasks[:4], stopper], return_when=asyncio.FIRST_COMPLETED)
-        code = 0
-        for task in done:
-            if task is not stopper and task.exception() is not None:
-                log.error("%s stopped: %r", task.get_name(), task.exception())
-                code = 1
+        code = await _until_one_ends(tasks[:4], stop)
         stop.set()
         reconciler.abort_pass()
         await elector.release()
-        for task in tasks:
-            if task is not kopf_task:
-                task.cancel()
-        try:
-            await asyncio.wait_for(kopf_task, timeout=10)
-        except (TimeoutError, asyncio.CancelledError, Exception):
-            kopf_task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _stop_tasks(tasks, kopf_task)
         for runner in runners:
             if runner is not None:
                 await runner.cleanup()
     log.info("localmodel operator stopped")
     return code
+
+
+def _elector(config: OperatorConfig, lease_kube: Kube, identity: str, metrics: OperatorMetrics,
+             reconciler: Reconciler) -> LeaderElector:
+    """The Lease: a pass starts on winning it, and the pass under way stops on losing it."""
+
+    def leadership(leading: bool) -> None:
+        metrics.leader = 1.0 if leading else 0.0
+        if leading:
+            reconciler.trigger()
+        else:
+            reconciler.abort_pass()
+
+    return LeaderElector(
+        lease_kube, config.leader_namespace, config.leader_name, identity,
+        lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
+        on_change=leadership,
+    )
+
+
+async def _serve_endpoints(config: OperatorConfig, metrics: OperatorMetrics,
+                           ready: asyncio.Event) -> list[web.AppRunner | None]:
+    """/healthz and /readyz (ready once kopf is), and /metrics, each where configured."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready.is_set():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="starting\n")
+
+    async def metrics_page(_: web.Request) -> web.Response:
+        return web.Response(text=render(metrics.all()),
+                            content_type="text/plain", charset="utf-8")
+
+    health_app = web.Application()
+    health_app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz)])
+    metrics_app = web.Application()
+    metrics_app.add_routes([web.get("/metrics", metrics_page)])
+    return [await _serve(health_app, config.health_listen),
+            await _serve(metrics_app, config.metrics_listen)]
+
+
+def _start_kopf(config: OperatorConfig, registry: Any, identity: str, stop: asyncio.Event
+                ) -> tuple[asyncio.Task[Any], asyncio.Event]:
+    """kopf's operator as a task, and the flag it sets once its watches are up."""
+    import kopf
+
+    kopf_ready = asyncio.Event()
+    kopf_task = asyncio.create_task(kopf.operator(
+        registry=registry,
+        # kopf's own default asks the password database for the user name,
+        # which fails in the image (uid 65532 has no passwd entry).
+        identity=identity,  # type: ignore[arg-type]  # kopf's NewType of str
+        clusterwide=not config.namespaces,
+        namespaces=list(config.namespaces),
+        standalone=True,
+        stop_flag=stop,
+        ready_flag=kopf_ready,
+    ), name="kopf")
+    return kopf_task, kopf_ready
+
+
+async def _until_one_ends(tasks: list[asyncio.Task[Any]], stop: asyncio.Event) -> int:
+    """Wait for a stop signal or for one of `tasks` to end: 1 if one failed, else 0."""
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    for task in done:
+        if task is not stopper and task.exception() is not None:
+            log.error("%s stopped: %r", task.get_name(), task.exception())
+            code = 1
+    return code
+
+
+async def _stop_tasks(tasks: list[asyncio.Task[Any]], kopf_task: asyncio.Task[Any]) -> None:
+    """Cancel every task but kopf's, which gets 10 s to stop by its flag."""
+    for task in tasks:
+        if task is not kopf_task:
+            task.cancel()
+    try:
+        await asyncio.wait_for(kopf_task, timeout=10)
+    except (TimeoutError, asyncio.CancelledError, Exception):
+        kopf_task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_main(argv: Sequence[str]) -> int:

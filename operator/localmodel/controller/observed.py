@@ -4,39 +4,34 @@ Input is a `Snapshot`: the raw objects (dicts, as the API server returns them)
 that the watches keep in memory. Output is an `Observed`: parsed models (or the
 field error that stops each one), node facts, the operator's own pods, claims,
 ConfigMaps and Services, the volumes claims are bound to, and every other pod's
-requests per node. The operator's objects are recognised by its labels *and*
-(for everything the LocalModel owns) an owner reference to the LocalModel, so
-nothing the operator did not create is ever taken for its own.
+requests per node. One object at a time is read by `objects.py` (which also
+says how the operator's own objects are recognised) and `volumes.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from pydantic import ValidationError
-
-from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModel, LocalModelStatus, parse_local_model
-from localmodel.contract import (
-    ANNOTATION_APPLIED_HASH,
-    ANNOTATION_NODE,
-    ANNOTATION_POD_SPEC_HASH,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    LABEL_REPLICA,
-    MANAGED_BY,
-    VOLUME_WEIGHTS,
+from localmodel.api import LocalModel
+from localmodel.controller.objects import (
+    Key,
+    ModelObject,
+    OwnedClaim,
+    OwnedObject,
+    OwnedPod,
+    Raw,
+    metadata,
+    owned_claim,
+    owned_object,
+    owned_pod,
+    parse_model,
 )
-from localmodel.errors import InvalidObject, format_errors
+from localmodel.controller.volumes import Volume, volume
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_node, pod_requests
 from localmodel.planner import Usage
-
-Raw = Mapping[str, Any]
-Key = tuple[str, str]  # (namespace, name)
 
 
 @dataclass(frozen=True)
@@ -50,84 +45,6 @@ class Snapshot:
     volumes: Sequence[Raw] = ()
     configmaps: Sequence[Raw] = ()
     services: Sequence[Raw] = ()
-
-
-@dataclass(frozen=True)
-class ModelObject:
-    """One LocalModel as stored: parsed, or the reason it cannot be."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int | None
-    model: LocalModel | None
-    error: str  # empty when `model` parsed
-    status: LocalModelStatus | None  # what is stored (None if absent or unreadable)
-    resource_version: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True)
-class OwnedPod:
-    namespace: str
-    name: str
-    uid: str
-    model: str  # "namespace/name" of the LocalModel
-    owner_uid: str
-    replica: int
-    node: str | None
-    spec_hash: str
-    ready: bool
-    terminating: bool
-    claim: str | None
-    # lastTransitionTime of PodScheduled=False/Unschedulable, if the pod is stuck
-    unschedulable_since: str | None = None
-    unschedulable_message: str = ""
-    ip: str | None = None  # status.podIP: where its gateway answers
-
-    @property
-    def key(self) -> Key:
-        return (self.namespace, self.name)
-
-
-@dataclass(frozen=True)
-class OwnedClaim:
-    namespace: str
-    name: str
-    uid: str
-    model: str
-    replica: int
-    owner_uid: str | None  # None: retained (not owned, survives the model)
-    volume: str | None
-    terminating: bool
-
-    @property
-    def key(self) -> Key:
-        return (self.namespace, self.name)
-
-
-@dataclass(frozen=True)
-class OwnedObject:
-    """A ConfigMap or Service the operator applied."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    model: str
-    owner_uid: str
-    applied_hash: str
-
-
-@dataclass(frozen=True)
-class Volume:
-    """A PersistentVolume and the nodes it can be used from (None: any node)."""
-
-    name: str
-    terms: tuple[Raw, ...] | None
 
 
 @dataclass
@@ -166,217 +83,6 @@ class Observed:
         return self._claims_by_model.get(model, [])
 
 
-def _section(obj: Raw, name: str) -> Mapping[str, Any]:
-    value = obj.get(name)
-    return value if isinstance(value, Mapping) else {}
-
-
-def _meta(obj: Raw) -> Mapping[str, Any]:
-    return _section(obj, "metadata")
-
-
-def _str_map(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _controller_uid(meta: Mapping[str, Any]) -> str | None:
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            isinstance(ref, Mapping)
-            and ref.get("apiVersion") == API_VERSION
-            and ref.get("kind") == KIND
-            and ref.get("controller")
-        ):
-            uid = ref.get("uid")
-            return str(uid) if uid else None
-    return None
-
-
-def _ours(meta: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(namespace, model name) when the object carries the operator's labels."""
-    labels = _str_map(meta.get("labels"))
-    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not labels.get(LABEL_NAME):
-        return None
-    return str(meta.get("namespace") or ""), labels[LABEL_NAME]
-
-
-def _replica(meta: Mapping[str, Any]) -> int | None:
-    raw = _str_map(meta.get("labels")).get(LABEL_REPLICA, "")
-    return int(raw) if raw.isdigit() else None
-
-
-def parse_model(body: Raw) -> ModelObject:
-    """A stored LocalModel: the spec strictly, the status tolerantly (fields
-    others wrote are ignored; a status that cannot be read counts as none)."""
-    meta = _meta(body)
-    namespace = str(meta.get("namespace") or "")
-    name = str(meta.get("name") or "")
-    uid = str(meta.get("uid") or "")
-    generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
-    rv = str(meta.get("resourceVersion") or "")
-    status: LocalModelStatus | None = None
-    raw_status = body.get("status")
-    if isinstance(raw_status, Mapping) and raw_status:
-        try:
-            status = LocalModelStatus.model_validate(raw_status)
-        except ValidationError:
-            status = None
-    without_status = {k: v for k, v in body.items() if k != "status"}
-    try:
-        model = parse_local_model(without_status)
-    except InvalidObject as exc:
-        return ModelObject(namespace, name, uid, generation, None, format_errors(exc.errors),
-                           status, rv)
-    if status is not None:
-        model = model.model_copy(update={"status": status})
-    return ModelObject(namespace, name, uid, generation, model, "", status, rv)
-
-
-def _pod_ready(status: Mapping[str, Any]) -> bool:
-    for c in status.get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
-
-
-def _unschedulable(status: Mapping[str, Any]) -> tuple[str | None, str]:
-    """(since, message) of a PodScheduled=False/Unschedulable condition."""
-    for c in status.get("conditions") or []:
-        if (
-            isinstance(c, Mapping)
-            and c.get("type") == "PodScheduled"
-            and c.get("status") == "False"
-            and c.get("reason") == "Unschedulable"
-        ):
-            return str(c.get("lastTransitionTime") or "") or None, str(c.get("message") or "")
-    return None, ""
-
-
-def _pod_claim(spec: Mapping[str, Any]) -> str | None:
-    for v in spec.get("volumes") or []:
-        if isinstance(v, Mapping) and v.get("name") == VOLUME_WEIGHTS:
-            pvc = v.get("persistentVolumeClaim")
-            if isinstance(pvc, Mapping) and pvc.get("claimName"):
-                return str(pvc["claimName"])
-    return None
-
-
-def owned_pod(body: Raw) -> OwnedPod | None:
-    meta = _meta(body)
-    who = _ours(meta)
-    replica = _replica(meta)
-    owner = _controller_uid(meta)
-    if who is None or replica is None or owner is None:
-        return None
-    spec, status = _section(body, "spec"), _section(body, "status")
-    annotations = _str_map(meta.get("annotations"))
-    since, why = _unschedulable(status)
-    return OwnedPod(
-        namespace=who[0],
-        name=str(meta.get("name")),
-        uid=str(meta.get("uid") or ""),
-        model=f"{who[0]}/{who[1]}",
-        owner_uid=owner,
-        replica=replica,
-        node=pod_node(body) or annotations.get(ANNOTATION_NODE),
-        spec_hash=annotations.get(ANNOTATION_POD_SPEC_HASH, ""),
-        ready=_pod_ready(status) and not meta.get("deletionTimestamp"),
-        terminating=bool(meta.get("deletionTimestamp")),
-        claim=_pod_claim(spec),
-        unschedulable_since=since,
-        unschedulable_message=why,
-        ip=str(status["podIP"]) if status.get("podIP") else None,
-    )
-
-
-def owned_claim(body: Raw) -> OwnedClaim | None:
-    meta = _meta(body)
-    who = _ours(meta)
-    replica = _replica(meta)
-    if who is None or replica is None:
-        return None
-    spec = _section(body, "spec")
-    return OwnedClaim(
-        namespace=who[0],
-        name=str(meta.get("name")),
-        uid=str(meta.get("uid") or ""),
-        model=f"{who[0]}/{who[1]}",
-        replica=replica,
-        owner_uid=_controller_uid(meta),
-        volume=str(spec.get("volumeName")) if spec.get("volumeName") else None,
-        terminating=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def owned_object(body: Raw, kind: str) -> OwnedObject | None:
-    meta = _meta(body)
-    who = _ours(meta)
-    owner = _controller_uid(meta)
-    if who is None or owner is None:
-        return None
-    return OwnedObject(
-        kind=kind,
-        namespace=who[0],
-        name=str(meta.get("name")),
-        uid=str(meta.get("uid") or ""),
-        model=f"{who[0]}/{who[1]}",
-        owner_uid=owner,
-        applied_hash=_str_map(meta.get("annotations")).get(ANNOTATION_APPLIED_HASH, ""),
-    )
-
-
-def volume(body: Raw) -> Volume:
-    spec = _section(body, "spec")
-    affinity = spec.get("nodeAffinity")
-    required = affinity.get("required") if isinstance(affinity, Mapping) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    name = str(_meta(body).get("name") or "")
-    if not isinstance(terms, list) or not terms:
-        return Volume(name, None)
-    return Volume(name, tuple(t for t in terms if isinstance(t, Mapping)))
-
-
-def _expression_matches(expr: Raw, values_of: Mapping[str, str]) -> bool:
-    key, op = str(expr.get("key", "")), expr.get("operator")
-    values = [str(v) for v in expr.get("values") or []]
-    present = key in values_of
-    if op == "In":
-        return present and values_of[key] in values
-    if op == "NotIn":
-        return not present or values_of[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(values_of[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def volume_reaches(vol: Volume, node: NodeFacts) -> bool:
-    """Whether a pod on `node` can use the volume (its node affinity, as the
-    scheduler evaluates it: terms ORed, expressions within a term ANDed)."""
-    if vol.terms is None:
-        return True
-    fields = {"metadata.name": node.name}
-    for term in vol.terms:
-        exprs = [e for e in term.get("matchExpressions") or [] if isinstance(e, Mapping)]
-        field_exprs = [e for e in term.get("matchFields") or [] if isinstance(e, Mapping)]
-        if not exprs and not field_exprs:
-            continue  # an empty term matches nothing
-        if all(_expression_matches(e, node.labels) for e in exprs) and all(
-            _expression_matches(e, fields) for e in field_exprs
-        ):
-            return True
-    return False
-
-
 Version = tuple[str, str]  # (uid, resourceVersion): one stored version of an object
 
 
@@ -391,7 +97,7 @@ class Parsed:
 
 
 def _version(body: Raw) -> Version | None:
-    meta = _meta(body)
+    meta = metadata(body)
     uid, rv = meta.get("uid"), meta.get("resourceVersion")
     return (str(uid), str(rv)) if uid and rv else None
 
@@ -411,46 +117,11 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     obs = Observed()
     before = parsed or Parsed()
     now = Parsed()
-    for body in snap.localmodels:
-        version = _version(body)
-        m = before.models.get(version) if version else None
-        if m is None:
-            m = parse_model(body)
-        if version:
-            now.models[version] = m
-        if watched and m.namespace not in watched:
-            continue
-        obs.models[m.key] = m
-    for body in snap.nodes:
-        name = str(_meta(body).get("name") or "")
-        version = _version(body)
-        facts = before.nodes.get(version) if version else None
-        if facts is None:
-            facts = _node_facts(body)
-        if version:
-            now.nodes[version] = facts
-        if isinstance(facts, str):
-            obs.bad_nodes[name] = facts
-            continue
-        obs.nodes[facts.name] = facts
+    _observe_models(obs, snap.localmodels, watched, before, now)
+    _observe_nodes(obs, snap.nodes, before, now)
     if parsed is not None:
         parsed.models, parsed.nodes = now.models, now.nodes
-    valid_uids = {m.uid for m in obs.models.values() if m.model is not None}
-    usage: dict[str, list[int]] = {}
-    for body in snap.pods:
-        pod = owned_pod(body)
-        if pod is not None and (not watched or pod.namespace in watched):
-            obs.pods[pod.key] = pod
-        node = pod_node(body)
-        # Our pods of valid models are the planner's own placements; everything
-        # else that runs on a node (other pods, and ours whose model is gone or
-        # invalid) is usage the planner must respect.
-        if node and (pod is None or pod.owner_uid not in valid_uids):
-            cpu, memory = pod_requests(body)
-            total = usage.setdefault(node, [0, 0])
-            total[0] += cpu
-            total[1] += memory
-    obs.usage = {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())}
+    _observe_pods(obs, snap.pods, watched)
     for body in snap.claims:
         claim = owned_claim(body)
         if claim is not None and (not watched or claim.namespace in watched):
@@ -464,6 +135,57 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
         v = volume(body)
         obs.volumes[v.name] = v
     return obs
+
+
+def _observe_models(obs: Observed, bodies: Sequence[Raw], watched: set[str], before: Parsed,
+                    now: Parsed) -> None:
+    """The LocalModels in the watched namespaces, each stored version parsed once."""
+    for body in bodies:
+        version = _version(body)
+        m = before.models.get(version) if version else None
+        if m is None:
+            m = parse_model(body)
+        if version:
+            now.models[version] = m
+        if watched and m.namespace not in watched:
+            continue
+        obs.models[m.key] = m
+
+
+def _observe_nodes(obs: Observed, bodies: Sequence[Raw], before: Parsed, now: Parsed) -> None:
+    """Every Node's facts (or why it has none), each stored version read once."""
+    for body in bodies:
+        name = str(metadata(body).get("name") or "")
+        version = _version(body)
+        facts = before.nodes.get(version) if version else None
+        if facts is None:
+            facts = _node_facts(body)
+        if version:
+            now.nodes[version] = facts
+        if isinstance(facts, str):
+            obs.bad_nodes[name] = facts
+            continue
+        obs.nodes[facts.name] = facts
+
+
+def _observe_pods(obs: Observed, bodies: Sequence[Raw], watched: set[str]) -> None:
+    """The operator's own pods, and the requests of every other pod per node."""
+    valid_uids = {m.uid for m in obs.models.values() if m.model is not None}
+    usage: dict[str, list[int]] = {}
+    for body in bodies:
+        pod = owned_pod(body)
+        if pod is not None and (not watched or pod.namespace in watched):
+            obs.pods[pod.key] = pod
+        node = pod_node(body)
+        # Our pods of valid models are the planner's own placements; everything
+        # else that runs on a node (other pods, and ours whose model is gone or
+        # invalid) is usage the planner must respect.
+        if node and (pod is None or pod.owner_uid not in valid_uids):
+            cpu, memory = pod_requests(body)
+            total = usage.setdefault(node, [0, 0])
+            total[0] += cpu
+            total[1] += memory
+    obs.usage = {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())}
 
 
 def current_placements(obs: Observed) -> dict[str, list[str | None]]:

@@ -40,8 +40,8 @@ from localmodel.controller.changes import (
     choose_claim,
     model_changes,
 )
+from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
-    ModelObject,
     Observed,
     StuckPod,
     current_placements,
@@ -49,11 +49,12 @@ from localmodel.controller.observed import (
 )
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import Desired, ModelResult
+from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
-from localmodel.status import EventReason, EventSpec, invalid_status, with_progress, with_speed
+from localmodel.status import invalid_status, with_progress, with_speed
 
 # A write is expected to show in the watches within this long; after that the
 # next pass acts on what it sees, whatever was written before.

@@ -36,8 +36,8 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
+from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
-    ModelObject,
     Observed,
     Parsed,
     Snapshot,
@@ -63,9 +63,10 @@ from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.desired import Desired
+from localmodel.events import EventSpec, status_events
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
-from localmodel.status import EventSpec, status_body, status_changed, status_events
+from localmodel.status import status_body, status_changed
 
 log = logging.getLogger("localmodel.reconcile")
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from localmodel.doctor.metrics import GatewayStats
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.engines import llama_server, ollama
-from localmodel.facts.machine import AmxKernel, MachineFacts
+from localmodel.facts.cpu import AmxKernel
+from localmodel.facts.machine import MachineFacts
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import format_cpu_list
 from localmodel.rules.model import parse_version, show_version

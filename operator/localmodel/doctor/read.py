@@ -40,7 +40,8 @@ from localmodel.doctor.cluster import ClusterView, engine_pods, in_scope
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow_replicas
 from localmodel.engines import llama_server, ollama
-from localmodel.facts.machine import MachineFacts, read_cgroup_limits
+from localmodel.facts.cgroup import read_cgroup_limits
+from localmodel.facts.machine import MachineFacts
 from localmodel.facts.topology import format_cpu_list
 from localmodel.render.names import GATEWAY_PORT
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from localmodel.api import LocalModel
 from localmodel.facts.quantity import format_bytes
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 # A Kubernetes object, or a part of one, as the renderer writes it.
 Manifest = dict[str, Any]

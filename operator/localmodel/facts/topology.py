@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localmodel.facts.files import read_text
+
 __all__ = ["Topology", "format_cpu_list", "parse_cpu_list", "read_topology"]
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
@@ -77,15 +79,8 @@ def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
     return ",".join(parts)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError):
-        return None
-
-
 def _cpu_list_file(path: Path) -> frozenset[int] | None:
-    text = _read(path)
+    text = read_text(path)
     if text is None:
         return None
     try:
@@ -122,7 +117,7 @@ def read_topology(root: Path = Path("/")) -> Topology:
         sibs = _cpu_list_file(topo / "thread_siblings_list")
         if sibs is not None:
             siblings[cpu] = sibs & online if online else sibs
-        package = _read(topo / "physical_package_id")
+        package = read_text(topo / "physical_package_id")
         if package is not None and package.strip():
             packages.add(package.strip())
 
@@ -135,7 +130,7 @@ def read_topology(root: Path = Path("/")) -> Topology:
         if online is None and cores:
             online = frozenset().union(*cores)
 
-    smt = _read(cpu_dir / "smt/active")
+    smt = read_text(cpu_dir / "smt/active")
     numa: dict[int, frozenset[int]] = {}
     for node, path in sorted(_numbered_dirs(root / "sys/devices/system/node", _NODE_DIR).items()):
         cpus = _cpu_list_file(path / "cpulist")
@@ -155,7 +150,7 @@ def read_topology(root: Path = Path("/")) -> Topology:
 
 def _cpuinfo_cores(root: Path) -> tuple[tuple[frozenset[int], ...], set[str]]:
     """Cores from /proc/cpuinfo's processor / physical id / core id lines (no sysfs)."""
-    text = _read(root / "proc/cpuinfo")
+    text = read_text(root / "proc/cpuinfo")
     if text is None:
         return (), set()
     by_core: dict[tuple[str, str], set[int]] = {}

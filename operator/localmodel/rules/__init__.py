@@ -2,7 +2,6 @@
 
 from localmodel.rules.evaluate import (
     Evaluations,
-    Tuning,
     engine_version,
     evaluate,
     node_key,
@@ -11,7 +10,7 @@ from localmodel.rules.evaluate import (
     spec_key,
     tune,
 )
-from localmodel.rules.model import Decision, Rule
+from localmodel.rules.model import Decision, Rule, Tuning
 from localmodel.rules.table import RULES, RULES_BY_ID
 
 __all__ = [

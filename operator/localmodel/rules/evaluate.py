@@ -3,42 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from operator import attrgetter
 from typing import Any
 
-from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec, Placement
+from localmodel.api import LocalModelSpec, Placement
 from localmodel.catalog import ModelShape, lookup
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
 from localmodel.rules.model import (
     Context,
     Decision,
+    Tuning,
     TuningDraft,
     Version,
     image_version,
     parse_version,
 )
 from localmodel.rules.table import RULES, engine_args, engine_env
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """The engine settings for one replica on one node, and the decisions behind them."""
-
-    threads: int
-    cpu: int
-    memory_bytes: int
-    memory_parts: dict[str, int]
-    storage_bytes: int
-    env: dict[str, str]
-    modelfile: dict[str, str]
-    args: tuple[str, ...]  # llama-server's command line; () for Ollama
-    remove_libraries: tuple[str, ...]
-    flash_attention: FlashAttention
-    kv_cache: KVCacheType
-    decisions: tuple[Decision, ...]
-    warnings: tuple[str, ...]
 
 
 def engine_version(spec: LocalModelSpec) -> Version | None:

@@ -171,3 +171,22 @@ class Decision:
     effect: str
     reason: str
     source: str
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The engine settings for one replica on one node, and the decisions behind them."""
+
+    threads: int
+    cpu: int
+    memory_bytes: int
+    memory_parts: dict[str, int]
+    storage_bytes: int
+    env: dict[str, str]
+    modelfile: dict[str, str]
+    args: tuple[str, ...]  # llama-server's command line; () for Ollama
+    remove_libraries: tuple[str, ...]
+    flash_attention: FlashAttention
+    kv_cache: KVCacheType
+    decisions: tuple[Decision, ...]
+    warnings: tuple[str, ...]

@@ -17,7 +17,7 @@ from localmodel.engines.pod import (
     engine_env,
     engine_resources,
 )
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 
 def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:

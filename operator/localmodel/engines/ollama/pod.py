@@ -37,7 +37,7 @@ from localmodel.engines.pod import (
     engine_resources,
     env_list,
 )
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 # Where the engine and its init step mount the model's Modelfile.
 MODELFILE_DIR = "/etc/localmodel"

@@ -1,0 +1,141 @@
+"""The Events the operator posts about a LocalModel. Pure.
+
+One home for their reasons, and for the Events that tell the story of a status
+change (`status_events`): one per change, never repeated, so re-planning at
+rest is silent. The operator adds the object reference and posts them; nothing
+here reads a clock, the environment or the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from localmodel.api import (
+    Condition,
+    ConditionStatus,
+    DecisionStatus,
+    LocalModelStatus,
+    PlacementStatus,
+)
+from localmodel.status import ConditionType
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events the operator posts (one per change, never repeated)."""
+
+    PLACED = "Placed"
+    MOVED = "Moved"
+    UNPLACED = "Unplaced"
+    DECISION_ON = "DecisionApplied"
+    DECISION_OFF = "DecisionRemoved"
+    REPLACING = "ReplacingPod"
+    CREATED_CLAIM = "CreatedClaim"
+    INVALID = "InvalidSpec"
+    VALID = "SpecValid"
+    SCALED_DOWN = "ScaledDown"
+    UNSCHEDULABLE = "Unschedulable"
+    FAILED = "ApplyFailed"
+    SLOW_REPLICA = "SlowReplica"
+    SPEED_RECOVERED = "SpeedRecovered"
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An Event to post about a LocalModel (the operator adds the object reference)."""
+
+    reason: EventReason
+    message: str
+    warning: bool = False
+
+
+def _decisions(p: PlacementStatus) -> dict[str, DecisionStatus]:
+    return {d.rule: d for d in p.decisions}
+
+
+def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """The Events that tell what changed between two statuses: placements made,
+    moved or lost, decisions that start or stop firing, validity flips. Empty when
+    nothing a person would care about changed, so re-planning is silent."""
+    events: list[EventSpec] = []
+    old_valid = _condition_of(old, ConditionType.VALID)
+    new_valid = _condition_of(new, ConditionType.VALID)
+    if new_valid and new_valid.status == ConditionStatus.FALSE:
+        if old_valid is None or old_valid.status != ConditionStatus.FALSE or (
+            old_valid.message != new_valid.message
+        ):
+            events.append(EventSpec(EventReason.INVALID, new_valid.message, warning=True))
+        return events
+    if old_valid and old_valid.status == ConditionStatus.FALSE and new_valid:
+        events.append(EventSpec(EventReason.VALID, "the spec is valid again"))
+    events += _placement_events(old, new)
+    events += _speed_events(old, new)
+    old_placed = _condition_of(old, ConditionType.PLACED)
+    new_placed = _condition_of(new, ConditionType.PLACED)
+    if new_placed and new_placed.status == ConditionStatus.FALSE and (
+        old_placed is None or old_placed.status != ConditionStatus.FALSE
+        or old_placed.message != new_placed.message
+    ):
+        events.append(EventSpec(EventReason.UNPLACED, new_placed.message, warning=True))
+    return events
+
+
+def _placement_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """Replicas placed or moved, and decisions that start or stop firing."""
+    events: list[EventSpec] = []
+    before = {p.replica: p for p in (old.placements if old else [])}
+    after = {p.replica: p for p in new.placements}
+    for replica, p in sorted(after.items()):
+        was = before.get(replica)
+        if was is None:
+            # A first placement starts every decision at once: one Event lists them.
+            rules = ", ".join(d.rule for d in p.decisions) or "none"
+            events.append(EventSpec(
+                EventReason.PLACED,
+                f"replica {replica} placed on node {p.node}: threads={p.threads} cpu={p.cpu} "
+                f"memory={p.memory}; rules: {rules}" + (f" ({p.reason})" if p.reason else ""),
+            ))
+            continue
+        if was.node != p.node:
+            events.append(EventSpec(
+                EventReason.MOVED,
+                f"replica {replica} moved from node {was.node} to {p.node}"
+                + (f" ({p.reason})" if p.reason else ""),
+            ))
+        old_d = _decisions(was)
+        new_d = _decisions(p)
+        for rule in sorted(new_d.keys() - old_d.keys()):
+            d = new_d[rule]
+            events.append(EventSpec(
+                EventReason.DECISION_ON,
+                f"replica {replica} on {p.node}: {d.rule}: {d.effect} ({d.reason})",
+            ))
+        for rule in sorted(old_d.keys() - new_d.keys()):
+            events.append(EventSpec(
+                EventReason.DECISION_OFF,
+                f"replica {replica} on {p.node}: rule {rule} no longer applies",
+            ))
+    return events
+
+
+def _speed_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """SlowReplica turning true, and turning false again."""
+    events: list[EventSpec] = []
+    old_slow = _condition_of(old, ConditionType.SLOW_REPLICA)
+    new_slow = _condition_of(new, ConditionType.SLOW_REPLICA)
+    was_slow = old_slow is not None and old_slow.status == ConditionStatus.TRUE
+    if new_slow is not None and new_slow.status == ConditionStatus.TRUE and not was_slow:
+        events.append(EventSpec(EventReason.SLOW_REPLICA, new_slow.message, warning=True))
+    if was_slow and new_slow is not None and new_slow.status == ConditionStatus.FALSE:
+        events.append(EventSpec(EventReason.SPEED_RECOVERED,
+                                "every replica decodes at its expected speed again"))
+    return events
+
+
+def _condition_of(status: LocalModelStatus | None, type_: ConditionType) -> Condition | None:
+    if status is None:
+        return None
+    for c in status.conditions:
+        if c.type == type_.value:
+            return c
+    return None
