@@ -476,7 +476,8 @@ def ledger_memory(records: int = 10_000) -> str:
     records shaped like a busy gateway's: long names, two holders waited behind."""
     import tracemalloc
 
-    from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, Behind, Ledger, LedgerEntry
+    from localmodel.gateway.ledger import Ledger
+    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE, Behind, LedgerEntry
 
     ledger = Ledger(records)
     tracemalloc.start()

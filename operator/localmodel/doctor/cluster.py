@@ -47,7 +47,7 @@ from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 from localmodel.facts.topology import parse_cpu_list
-from localmodel.render import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 

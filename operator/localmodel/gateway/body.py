@@ -17,7 +17,6 @@ import aiohttp
 from aiohttp import web
 
 from localmodel.gateway.assemble import LineSplitter, StreamError, StreamWatcher, assembler_for
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.overflow import OllamaReply, OverflowRequest, scrub
 from localmodel.gateway.record import Outcome, RequestRecord
 from localmodel.gateway.routes import Route
@@ -30,6 +29,7 @@ from localmodel.gateway.wire import (
     read_limited,
     to_caller,
 )
+from localmodel.gateway_contract import GatewayConfig
 
 
 @dataclass

@@ -34,7 +34,6 @@ from localmodel.gateway.assemble import (
     error_message,
     sse_data,
 )
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import (
     BadRequest,
     caller_stream_choice,
@@ -44,6 +43,7 @@ from localmodel.gateway.rewrite import (
     parse_json_object,
 )
 from localmodel.gateway.routes import Kind, Route
+from localmodel.gateway_contract import GatewayConfig
 
 OVERFLOW_PATHS: dict[Kind, str] = {
     Kind.OPENAI_CHAT: "/chat/completions",

@@ -12,7 +12,6 @@ from typing import Any
 
 import aiohttp
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.overflow import (
     OVERFLOW_PATHS,
     OverflowBreaker,
@@ -23,6 +22,7 @@ from localmodel.gateway.overflow import (
 from localmodel.gateway.record import GatewayMetrics, RequestRecord
 from localmodel.gateway.routes import Route
 from localmodel.gateway.wire import Upstreams
+from localmodel.gateway_contract import GatewayConfig
 
 
 @dataclass(frozen=True)

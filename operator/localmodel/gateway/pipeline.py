@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     CALLER_HEADER,
@@ -45,6 +44,7 @@ from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_de
 from localmodel.gateway.routes import Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
+from localmodel.gateway_contract import GatewayConfig
 
 REQUEST_ID = web.RequestKey("request_id", str)
 SERVED_BY = web.RequestKey("served_by", str)

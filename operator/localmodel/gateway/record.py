@@ -20,13 +20,13 @@ from localmodel.gateway.ledger import (
     MAX_ID,
     CallerLabels,
     Holder,
-    LedgerEntry,
     behind_text,
     reread,
     top_behind,
 )
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.gateway.speed import SpeedRecord
+from localmodel.gateway_contract import METRIC_PREFIX, LedgerEntry
 from localmodel.metrics import (
     LATENCY_BUCKETS,
     RATE_BUCKETS,
@@ -37,8 +37,6 @@ from localmodel.metrics import (
     Metric,
     render,
 )
-
-PREFIX = "localmodel_gateway_"  # every gateway metric's name starts so (doctor reads them)
 
 
 class Outcome(StrEnum):
@@ -262,7 +260,7 @@ class GatewayMetrics:
         speed: SpeedRecord | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        p = PREFIX
+        p = METRIC_PREFIX
         self.speed = speed if speed is not None else SpeedRecord()
         self._clock = clock
         self.requests = Counter(

@@ -19,7 +19,6 @@ from aiohttp import web
 
 from localmodel.gateway.assemble import StreamError
 from localmodel.gateway.body import BodyRelay, Exchange
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.overflow import scrub
 from localmodel.gateway.record import GatewayMetrics, Outcome
 from localmodel.gateway.rewrite import Prepared
@@ -32,6 +31,7 @@ from localmodel.gateway.wire import (
     read_limited,
     stream_error,
 )
+from localmodel.gateway_contract import GatewayConfig
 
 RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 

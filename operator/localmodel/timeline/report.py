@@ -18,7 +18,8 @@ For foreground work the parts add up to its wall time: queueing + re-reading
 tokenizing, the slot's setup, the answer's way back). Then the slowest
 foreground requests, each with its own breakdown.
 
-Input: ledger entries as GET /ledger serves them (`LedgerEntry.as_json`).
+Input: ledger entries as GET /ledger serves them
+(`localmodel.gateway_contract.LedgerEntry.as_json`).
 """
 
 from __future__ import annotations
