@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localmodel.gateway.assemble import StreamError
 from localmodel.gateway.config import ConfigError, parse_config
 from localmodel.gateway.overflow import (
     OllamaReply,
@@ -20,6 +19,7 @@ from localmodel.gateway.overflow import (
     scrub,
 )
 from localmodel.gateway.routes import ROUTES, Kind
+from localmodel.gateway.stream import StreamError
 from localmodel.gateway_contract import GatewayConfig
 
 CONFIG = GatewayConfig(

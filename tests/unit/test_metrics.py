@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from localmodel.gateway.assemble import EngineTiming
 from localmodel.gateway.record import (
     GatewayMetrics,
     Outcome,
@@ -17,6 +16,7 @@ from localmodel.gateway.record import (
     slots_document,
 )
 from localmodel.gateway.slots import SlotSnapshot
+from localmodel.gateway.stream import EngineTiming
 from localmodel.metrics import Counter, Gauge, Histogram, render
 
 SAMPLE = re.compile(

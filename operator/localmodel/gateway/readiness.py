@@ -23,7 +23,7 @@ from aiohttp import web
 from yarl import URL
 
 from localmodel.engines import facts
-from localmodel.gateway.assemble import LineSplitter, StreamWatcher
+from localmodel.gateway.assemble import StreamWatcher
 from localmodel.gateway.rewrite import (
     keep_alive_value,
     load_request,
@@ -37,6 +37,7 @@ from localmodel.gateway.speed import (
     calibration_call,
     calibration_from,
 )
+from localmodel.gateway.stream import LineSplitter
 from localmodel.gateway.wire import Upstreams, json_response
 from localmodel.gateway_contract import GatewayConfig
 

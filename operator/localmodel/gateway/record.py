@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from localmodel.gateway.assemble import EngineTiming
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     MAX_ID,
@@ -26,6 +25,7 @@ from localmodel.gateway.ledger import (
 )
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.gateway.speed import SpeedRecord
+from localmodel.gateway.stream import EngineTiming
 from localmodel.gateway_contract import METRIC_PREFIX, LedgerEntry
 from localmodel.metrics import (
     LATENCY_BUCKETS,

@@ -17,12 +17,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from localmodel.gateway.assemble import StreamError
 from localmodel.gateway.body import BodyRelay, Exchange
 from localmodel.gateway.overflow import scrub
 from localmodel.gateway.record import GatewayMetrics, Outcome
 from localmodel.gateway.rewrite import Prepared
 from localmodel.gateway.routes import Route
+from localmodel.gateway.stream import StreamError
 from localmodel.gateway.wire import (
     CallerGone,
     UpstreamBroke,

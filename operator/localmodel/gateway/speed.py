@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.engines import EngineFacts
-from localmodel.gateway.assemble import EngineTiming
 from localmodel.gateway.routes import ROUTES, Kind
+from localmodel.gateway.stream import EngineTiming
 
 CALIBRATION_TOKENS = 32
 CALIBRATION_DEADLINE_SECONDS = 60.0
