@@ -1,6 +1,6 @@
 """The gateway's Prometheus text, read back into the numbers doctor judges. Pure.
 
-Metric names are the gateway's (`localmodel.gateway.record.GatewayMetrics`,
+Metric names are the gateway's (`localmodel.gateway.metrics.GatewayMetrics`,
 prefix `localmodel.gateway_contract.METRIC_PREFIX`).
 """
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import (
     OVERFLOW_PATHS,
     OverflowBreaker,
@@ -19,7 +20,7 @@ from localmodel.gateway.overflow import (
     Untranslatable,
     overflow_request,
 )
-from localmodel.gateway.record import GatewayMetrics, RequestRecord
+from localmodel.gateway.record import RequestRecord
 from localmodel.gateway.routes import Route
 from localmodel.gateway.wire import Upstreams
 from localmodel.gateway_contract import GatewayConfig

@@ -30,15 +30,10 @@ from localmodel.gateway.ledger import (
     clean_name,
     identify,
 )
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
 from localmodel.gateway.queueing import SlotQueue
-from localmodel.gateway.record import (
-    GatewayMetrics,
-    Outcome,
-    RequestRecord,
-    ledger_entry,
-    log_line,
-)
+from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
 from localmodel.gateway.routes import Kind, Route

@@ -18,8 +18,9 @@ import aiohttp
 from aiohttp import web
 
 from localmodel.gateway.body import BodyRelay, Exchange
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import scrub
-from localmodel.gateway.record import GatewayMetrics, Outcome
+from localmodel.gateway.record import Outcome
 from localmodel.gateway.rewrite import Prepared
 from localmodel.gateway.routes import Route
 from localmodel.gateway.stream import StreamError

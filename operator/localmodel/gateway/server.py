@@ -26,15 +26,15 @@ from typing import Any
 from aiohttp import web
 
 from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import OverflowBreaker
 from localmodel.gateway.overflow_client import OverflowClient
 from localmodel.gateway.pipeline import REQUEST_ID, SERVED_BY, Pipeline
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.readiness import Readiness
-from localmodel.gateway.record import GatewayMetrics, slots_document
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.routes import ROUTES, Route
-from localmodel.gateway.slots import SlotBoard
+from localmodel.gateway.slots import SlotBoard, slots_document
 from localmodel.gateway.speed import SpeedRecord, speed_document
 from localmodel.gateway.wire import Upstreams, json_response
 from localmodel.gateway_contract import (
