@@ -155,20 +155,37 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def test_the_renderer_spells_no_gateway_variable_port_or_probe_path() -> None:
-    """In its code, that is: its docstrings may name them."""
-    literals = {contract.ENV_PREFIX, contract.READY_PATH, contract.HEALTH_PATH}
-    for path in _renderer_files():
+def _spelled(files: list[Path], literals: set[str]) -> list[str]:
+    """Where the code (not its docstrings) spells one of `literals` or the
+    gateway's port."""
+    found = []
+    for path in files:
         tree = ast.parse(path.read_text(), str(path))
         prose = _docstrings(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or id(node) in prose:
                 continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
             if isinstance(node.value, str):
-                hits = sorted(lit for lit in literals if lit in node.value)
-                assert not hits, f"{path}:{node.lineno}: {hits}: name it through the contract"
-            elif type(node.value) is int:
-                assert node.value != contract.GATEWAY_PORT, f"{path}:{node.lineno}"
+                found += [f"{where}: {lit!r}" for lit in sorted(literals) if lit in node.value]
+            elif type(node.value) is int and node.value == contract.GATEWAY_PORT:
+                found.append(f"{where}: {node.value}")
+    return found
+
+
+def test_the_renderer_spells_no_gateway_variable_port_or_probe_path() -> None:
+    literals = {contract.ENV_PREFIX, contract.READY_PATH, contract.HEALTH_PATH}
+    spelled = _spelled(_renderer_files(), literals)
+    assert not spelled, f"name them through localmodel.gateway_contract: {spelled}"
+
+
+def test_the_controller_doctor_and_timeline_spell_no_gateway_variable_metric_or_port() -> None:
+    """They read what the gateway serves and the renderer sets; their own
+    endpoints (the operator's /metrics, /healthz) are not the gateway's."""
+    files = [p for folder in ("controller", "doctor", "timeline")
+             for p in sorted((PACKAGE / folder).rglob("*.py"))]
+    spelled = _spelled(files, {contract.ENV_PREFIX, contract.METRIC_PREFIX})
+    assert not spelled, f"name them through localmodel.gateway_contract: {spelled}"
 
 
 NODE = NodeFacts(
