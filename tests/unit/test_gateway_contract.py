@@ -270,3 +270,24 @@ def test_every_engine_has_the_facts_the_gateway_reads() -> None:
         # The calibration calls a generation route the gateway serves: its
         # shape tells the body's.
         assert engine.CALIBRATION_PATH in paths, name
+
+
+def test_each_engines_calibration_is_built_from_its_facts() -> None:
+    from localmodel.engines import llama_server, ollama
+    from localmodel.gateway.routes import Kind
+    from localmodel.gateway.speed import CALIBRATION_PROMPT, calibration_call
+
+    call = calibration_call(facts(ollama.NAME), "m", {"num_thread": 4}, "-1", tokens=8)
+    assert (call.path, call.kind) == (ollama.GENERATE_PATH, Kind.GENERATE)
+    assert call.body == {
+        "model": "m", "prompt": CALIBRATION_PROMPT, "raw": True, "stream": True,
+        "keep_alive": "-1",
+        "options": {"num_thread": 4, "num_predict": 8, "temperature": 0, "seed": 0},
+    }
+    call = calibration_call(facts(llama_server.NAME), "", {"num_thread": 4}, "-1", tokens=8)
+    assert (call.path, call.kind) == (llama_server.COMPLETIONS_PATH, Kind.OPENAI_COMPLETION)
+    assert call.body == {
+        "model": "model", "prompt": CALIBRATION_PROMPT, "max_tokens": 8, "temperature": 0,
+        "seed": 0, "ignore_eos": True, "cache_prompt": False, "stream": True,
+        "stream_options": {"include_usage": True},
+    }

@@ -8,7 +8,8 @@ one fixed generation with the pod's own settings: the prompt
 (32) tokens, streamed. Ollama: `/api/generate` with `raw: true` and the owned
 runner options (`num_thread`, `num_ctx`: other values would reload the model);
 llama-server: `/v1/completions` with `ignore_eos` (so it always decodes 32) and
-`cache_prompt: false`. Its rates are the engine's own timings (Ollama's
+`cache_prompt: false` (each engine's CALIBRATION_PATH and CALIBRATION_BODY,
+localmodel.engines). Its rates are the engine's own timings (Ollama's
 `eval_count / eval_duration`, llama-server's `timings`). A calibration that
 takes longer than `CALIBRATION_DEADLINE_SECONDS` is stopped; its decode rate
 is then the tokens seen over the time from the first to the last, on the
