@@ -161,8 +161,8 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
         SpeedReader,
         SpeedTarget,
     )
-    from localmodel.gateway.config import GatewayConfig
     from localmodel.gateway.server import start_gateway
+    from localmodel.gateway_contract import GatewayConfig
     from localmodel.speed import PeerKey
 
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -476,7 +476,8 @@ def ledger_memory(records: int = 10_000) -> str:
     records shaped like a busy gateway's: long names, two holders waited behind."""
     import tracemalloc
 
-    from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, Behind, Ledger, LedgerEntry
+    from localmodel.gateway.ledger import Ledger
+    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE, Behind, LedgerEntry
 
     ledger = Ledger(records)
     tracemalloc.start()
@@ -512,9 +513,9 @@ def ledger_work(requests: int = 20_000) -> str:
     parts as the pipeline calls them: who asked, the session's prompt print
     and rewrite check, the wait book, the record and the ring), for a chat of
     ten messages in a session."""
-    from localmodel.gateway.assemble import EngineTiming
     from localmodel.gateway.ledger import Ledger, Sessions, WaitBook, identify, prompt_of
     from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry
+    from localmodel.gateway.stream import EngineTiming
 
     messages = [{"role": "user", "content": f"message {i} " * 20} for i in range(10)]
     body = {"model": "m", "messages": messages}

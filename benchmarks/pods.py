@@ -61,9 +61,8 @@ from localmodel.api import parse_local_model  # noqa: E402
 from localmodel.desired import desired_state  # noqa: E402
 from localmodel.engines import llama_server  # noqa: E402
 from localmodel.facts import from_node  # noqa: E402
-from localmodel.gateway.speed import SPEED_PATH  # noqa: E402
+from localmodel.gateway_contract import GATEWAY_PORT, SPEED_PATH  # noqa: E402
 from localmodel.render import RenderOptions  # noqa: E402
-from localmodel.render.names import GATEWAY_PORT  # noqa: E402
 from tests.harness import TestCluster, engines, locate_tools  # noqa: E402
 from tests.harness.models import ModelFileServer  # noqa: E402
 from tests.harness.processes import wait_for  # noqa: E402

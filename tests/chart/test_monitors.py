@@ -15,7 +15,7 @@ from localmodel.api import LocalModel
 from localmodel.controller.config import parse_config
 from localmodel.desired import desired_state
 from localmodel.facts import FactSource, NodeFacts
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
 from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, of_kind, render_chart
 

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway
 from localmodel.gateway.slots import SlotBoard
+from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.ollama_standin import StandinOllama
 
 BASE = GatewayConfig(

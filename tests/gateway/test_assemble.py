@@ -9,20 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localmodel.gateway.assemble import (
+from localmodel.gateway.assemble import OllamaAssembler, OpenAIAssembler, StreamWatcher
+from localmodel.gateway.routes import Kind
+from localmodel.gateway.stream import (
     DONE,
     EngineTiming,
     LineSplitter,
-    OllamaAssembler,
-    OpenAIAssembler,
     StreamError,
-    StreamWatcher,
     decode_event,
     sse_data,
     timing_from_ollama,
     timing_from_openai,
 )
-from localmodel.gateway.routes import Kind
 
 FINAL = {
     "model": "m",

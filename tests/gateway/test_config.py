@@ -11,7 +11,8 @@ import pytest
 
 from localmodel.engines import ollama
 from localmodel.gateway.cli import loop_factory, run_cli
-from localmodel.gateway.config import ConfigError, GatewayConfig, env_name, parse_config
+from localmodel.gateway.config import ConfigError, parse_config
+from localmodel.gateway_contract import GatewayConfig, env_name
 from tests.harness.processes import free_port, http_ok, localmodel_process
 
 

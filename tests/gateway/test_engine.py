@@ -30,8 +30,9 @@ import pytest
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.facts import NodeFacts
-from localmodel.gateway.config import GatewayConfig, parse_config
+from localmodel.gateway.config import parse_config
 from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.harness import RawClient, books_reach, wait_until
 from tests.gateway.llama import (
     decode_total,

@@ -22,8 +22,8 @@ import openai
 import pytest
 
 from localmodel.engines.ollama import VERSION_PATH
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from tests.engine.real_ollama import MODEL, copy_volume, cpu_seconds, import_gguf, wait_idle
 from tests.gateway.harness import RawClient, wait_until
 from tests.harness.engines import Ollama, ollama_serve

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from localmodel.engines import ollama
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.harness import RawClient, RigFactory, books_reach, wait_until
 from tests.gateway.ollama_standin import StandinOllama, start_standin
 

@@ -18,11 +18,9 @@ from localmodel.gateway.ledger import (
     MAX_NAME,
     OTHER,
     BadQuery,
-    Behind,
     CallerLabels,
     Holder,
     Ledger,
-    LedgerEntry,
     LedgerQuery,
     Prompt,
     Sessions,
@@ -37,6 +35,7 @@ from localmodel.gateway.ledger import (
     reread,
     top_behind,
 )
+from localmodel.gateway_contract import Behind, LedgerEntry
 
 # ---- who is asking ---------------------------------------------------------------
 
@@ -451,7 +450,8 @@ def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records(
     default ring stays a small part of the gateway container's memory."""
     import tracemalloc
 
-    from localmodel.gateway.ledger import DEFAULT_LEDGER_SIZE, MAX_ID
+    from localmodel.gateway.ledger import MAX_ID
+    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE
     from localmodel.render.names import GATEWAY_MEMORY_BYTES
 
     n = 2000

@@ -30,8 +30,8 @@ import aiohttp
 import openai
 import pytest
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.llama import engine_slots, llama_server, wait_engine
 from tests.harness.engines import LlamaServer
 

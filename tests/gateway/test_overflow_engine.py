@@ -22,8 +22,8 @@ import aiohttp
 import openai
 import pytest
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.harness import RawClient, wait_until
 from tests.gateway.llama import llama_server, processing, wait_engine
 from tests.harness.engines import LlamaServer

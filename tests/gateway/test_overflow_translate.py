@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localmodel.gateway.assemble import StreamError
-from localmodel.gateway.config import ConfigError, GatewayConfig, parse_config
+from localmodel.gateway.config import ConfigError, parse_config
 from localmodel.gateway.overflow import (
     OllamaReply,
     OverflowBreaker,
@@ -20,6 +19,8 @@ from localmodel.gateway.overflow import (
     scrub,
 )
 from localmodel.gateway.routes import ROUTES, Kind
+from localmodel.gateway.stream import StreamError
+from localmodel.gateway_contract import GatewayConfig
 
 CONFIG = GatewayConfig(
     overflow_url="https://far.example/v1", overflow_model="big", max_tokens=100, threads=2

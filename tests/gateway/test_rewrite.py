@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from localmodel.engines import ollama
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import (
     RUNNER_OPTIONS,
     BadRequest,
@@ -22,6 +21,7 @@ from localmodel.gateway.rewrite import (
     request_deadline,
 )
 from localmodel.gateway.routes import ROUTES, Route
+from localmodel.gateway_contract import GatewayConfig
 
 CONFIG = GatewayConfig(model="qwen3:1.7b", threads=4, context=8192, max_tokens=512)
 ROUTE = {r.path: r for r in ROUTES}

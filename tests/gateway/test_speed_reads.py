@@ -18,8 +18,8 @@ import pytest
 
 from localmodel.controller import speed
 from localmodel.controller.speed import ReadCounters, SpeedBook, SpeedReader, SpeedTarget
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.server import start_gateway
+from localmodel.gateway_contract import GatewayConfig
 from localmodel.speed import SOURCE_OWN, PeerKey, SpeedPolicy
 from tests.gateway.harness import RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from localmodel.controller.reconcile import OperatorMetrics
-from localmodel.gateway.record import GatewayMetrics
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.metrics import Metric
 
 # Grafana's variables in the dashboard's queries, as promtool can parse them.

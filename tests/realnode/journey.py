@@ -23,7 +23,8 @@ import openai
 
 from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
-from localmodel.render.names import GATEWAY_PORT, SERVICE_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.render.names import SERVICE_PORT
 from tests.harness import TestCluster
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.chart import RELEASE as CHART_RELEASE

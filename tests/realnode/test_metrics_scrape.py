@@ -15,7 +15,7 @@ import pytest
 
 from localmodel.controller.config import OperatorConfig
 from localmodel.engines import llama_server
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
 from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, NAMESPACE, render_chart
 from tests.harness.promql import alert_rules, dashboard_queries, metric_names, scraped_names
 from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey

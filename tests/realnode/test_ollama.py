@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from localmodel.engines import ollama as ollama_engine
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
 from tests.realnode.journey import (
     MODEL_NAMESPACE,
     OLLAMA_CALLS,

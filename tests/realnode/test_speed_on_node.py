@@ -24,7 +24,7 @@ import pytest
 
 from localmodel.doctor.speed import THROTTLED_SHARE
 from localmodel.engines import llama_server
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT
 from tests.harness.processes import ManagedProcess, wait_for
 from tests.realnode.conftest import OPERATOR_ARGS
 from tests.realnode.journey import (

@@ -21,9 +21,10 @@ from localmodel.doctor.report import Finding, Report, Verdict, exit_status, rend
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import read_machine
 from localmodel.facts.node import from_node_list
-from localmodel.gateway.assemble import EngineTiming
-from localmodel.gateway.record import GatewayMetrics, Outcome, RequestRecord
+from localmodel.gateway.metrics import GatewayMetrics
+from localmodel.gateway.record import Outcome, RequestRecord
 from localmodel.gateway.slots import SlotSnapshot
+from localmodel.gateway.stream import EngineTiming
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
 from tests.harness.nodes import load_fixture, node_manifest
 

@@ -11,7 +11,7 @@ import yaml
 from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.facts import FactSource, NodeFacts
-from localmodel.gateway.record import GatewayMetrics
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.kubectl import main, state_of, status_rows, status_table, why_data, why_text
 

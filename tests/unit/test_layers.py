@@ -107,12 +107,6 @@ LAYERS = (
 
 # (importer's room, imported room): the programs that still import another, and what ends it.
 ALLOWED = {
-    ("localmodel.controller.**", "localmodel.gateway.**"):
-        "the speed path (gateway.speed): moves to gateway_contract.py (issue 29)",
-    ("localmodel.doctor.**", "localmodel.gateway.**"):
-        "the metric prefix (gateway.record): moves to gateway_contract.py (issue 29)",
-    ("localmodel.timeline.**", "localmodel.gateway.**"):
-        "the ledger's parser (gateway.ledger): moves to gateway_contract.py (issue 29)",
     ("localmodel.timeline.**", "localmodel.doctor.**"):
         "engine_pods (which pods run an engine; doctor.cluster): wants a home below both",
 }

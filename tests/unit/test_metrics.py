@@ -7,16 +7,10 @@ import re
 
 import pytest
 
-from localmodel.gateway.assemble import EngineTiming
-from localmodel.gateway.record import (
-    GatewayMetrics,
-    Outcome,
-    RequestRecord,
-    log_fields,
-    log_line,
-    slots_document,
-)
-from localmodel.gateway.slots import SlotSnapshot
+from localmodel.gateway.metrics import GatewayMetrics
+from localmodel.gateway.record import Outcome, RequestRecord, log_fields, log_line
+from localmodel.gateway.slots import SlotSnapshot, slots_document
+from localmodel.gateway.stream import EngineTiming
 from localmodel.metrics import Counter, Gauge, Histogram, render
 
 SAMPLE = re.compile(

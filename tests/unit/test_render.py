@@ -355,7 +355,8 @@ def test_gateway_accepts_exactly_the_environment_the_renderer_sets() -> None:
 
 
 def test_overflow_settings_and_the_secret_reach_the_gateway_container() -> None:
-    from localmodel.gateway.config import OVERFLOW_API_KEY_ENV, parse_config
+    from localmodel.gateway.config import parse_config
+    from localmodel.gateway_contract import OVERFLOW_API_KEY_ENV
 
     overflow = {
         "url": "https://api.example.com/v1",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localmodel import __version__
+from localmodel import __version__, gateway_contract
 from localmodel.controller import config as operator_config
 from localmodel.gateway import config as gateway_config
 from localmodel.settings import ConfigError, Flag, listen, listen_or_off
@@ -65,7 +65,7 @@ def _shown(flag: Flag) -> str | None:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-FLAG_SETS = {"gateway": gateway_config.FLAGS, "operator": operator_config.FLAGS}
+FLAG_SETS = {"gateway": gateway_contract.FLAGS, "operator": operator_config.FLAGS}
 
 
 @pytest.mark.parametrize("which", list(FLAG_SETS))
@@ -78,7 +78,7 @@ def test_help_tells_each_declared_default(which: str) -> None:
 
 
 def test_gateway_usage_and_operator_help_are_read_from_the_declarations() -> None:
-    for flag in gateway_config.FLAGS.values():
+    for flag in gateway_contract.FLAGS.values():
         assert f"--{flag.name} {flag.spec.metavar}" in gateway_config.USAGE
         assert " ".join(flag.help.split()[:4]) in " ".join(gateway_config.USAGE.split())
     text = " ".join(operator_config._parser().format_help().split())
@@ -87,8 +87,8 @@ def test_gateway_usage_and_operator_help_are_read_from_the_declarations() -> Non
 
 
 def test_every_setting_but_the_secret_and_the_derived_has_a_flag() -> None:
-    gw = {f for flag in gateway_config.FLAGS.values() for f in flag.fields}
-    assert set(gateway_config.GatewayConfig.__dataclass_fields__) - gw == {"overflow_api_key"}
+    gw = {f for flag in gateway_contract.FLAGS.values() for f in flag.fields}
+    assert set(gateway_contract.GatewayConfig.__dataclass_fields__) - gw == {"overflow_api_key"}
     op = {f for flag in operator_config.FLAGS.values() for f in flag.fields}
     assert set(operator_config.OperatorConfig.__dataclass_fields__) - op == {
         "renew_seconds", "debounce_seconds", "max_delay_seconds", "write_concurrency"

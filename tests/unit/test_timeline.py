@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from localmodel.cli import main
-from localmodel.gateway.ledger import Behind, LedgerEntry
+from localmodel.gateway_contract import Behind, LedgerEntry
 from localmodel.timeline.report import Sharing, parts, render_table, timeline
 
 BASE = LedgerEntry(

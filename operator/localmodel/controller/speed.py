@@ -44,9 +44,8 @@ from typing import Any
 
 import aiohttp
 
-from localmodel.gateway.speed import SPEED_PATH
+from localmodel.gateway_contract import GATEWAY_PORT, SPEED_PATH
 from localmodel.metrics import Counter
-from localmodel.render.names import GATEWAY_PORT
 from localmodel.speed import (
     Expected,
     PeerKey,

@@ -47,7 +47,7 @@ from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 from localmodel.facts.topology import parse_cpu_list
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT, env_name
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
 
@@ -171,13 +171,13 @@ def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
             threads = threads_from_command_line(argv, env)
             source = "its command line" if threads is not None else ""
         context_text = (
-            gateway_env.get("LOCALMODEL_GATEWAY_CONTEXT")
+            gateway_env.get(env_name("context"))
             or env.get("OLLAMA_CONTEXT_LENGTH")
             or _flag_value(argv, *llama_server.CONTEXT_FLAGS)
             or ""
         )
         model = (
-            gateway_env.get("LOCALMODEL_GATEWAY_MODEL")
+            gateway_env.get(env_name("model"))
             or _flag_value(argv, *llama_server.MODEL_FLAGS)
             or (str(labels[LABEL_NAME]) if LABEL_NAME in labels else None)
         )

@@ -1,7 +1,7 @@
 """The gateway's Prometheus text, read back into the numbers doctor judges. Pure.
 
-Metric names are the gateway's (`localmodel.gateway.record.GatewayMetrics`,
-prefix `localmodel_gateway_`).
+Metric names are the gateway's (`localmodel.gateway.metrics.GatewayMetrics`,
+prefix `localmodel.gateway_contract.METRIC_PREFIX`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from localmodel.gateway.record import PREFIX
+from localmodel.gateway_contract import METRIC_PREFIX
 
 __all__ = ["GatewayStats", "MetricsError", "gateway_stats", "parse_metrics"]
 
@@ -48,7 +48,7 @@ def parse_metrics(text: str) -> Samples:
 def _sum(samples: Samples, name: str, **match: str) -> float:
     total = 0.0
     for (sample, labels), value in samples.items():
-        if sample != PREFIX + name:
+        if sample != METRIC_PREFIX + name:
             continue
         have = dict(labels)
         if all(have.get(k) == v for k, v in match.items()):
@@ -57,7 +57,7 @@ def _sum(samples: Samples, name: str, **match: str) -> float:
 
 
 def _has(samples: Samples, name: str) -> bool:
-    return any(sample == PREFIX + name for sample, _ in samples)
+    return any(sample == METRIC_PREFIX + name for sample, _ in samples)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class GatewayStats:
 def gateway_stats(samples: Mapping[tuple[str, frozenset[tuple[str, str]]], float]) -> GatewayStats:
     s = dict(samples)
     if not _has(s, "slots"):
-        raise MetricsError(f"no {PREFIX}slots sample: not the localmodel gateway's metrics")
+        raise MetricsError(f"no {METRIC_PREFIX}slots sample: not the localmodel gateway's metrics")
 
     def whole(value: float) -> int:
         return int(value) if math.isfinite(value) else 0

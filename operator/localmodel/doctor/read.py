@@ -43,7 +43,7 @@ from localmodel.engines import llama_server, ollama
 from localmodel.facts.cgroup import read_cgroup_limits
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.topology import format_cpu_list
-from localmodel.render.names import GATEWAY_PORT
+from localmodel.gateway_contract import GATEWAY_PORT, METRICS_PATH
 
 __all__ = ["gateway_metrics", "gather_cluster", "gather_engine", "process_budget"]
 
@@ -174,7 +174,7 @@ def _why(e: BaseException) -> str:
 
 def _gateway_stats(url: str) -> GatewayStats | None:
     try:
-        text = _get_text(url + "/metrics")
+        text = _get_text(url + METRICS_PATH)
         return gateway_stats(parse_metrics(text))
     except (OSError, ValueError, MetricsError):
         return None
@@ -331,7 +331,7 @@ def gateway_metrics(core: Any, namespace: str, pod: str, timeout: float = 5.0,
         if url is not None:
             return _fetch(url, timeout)
         return str(core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod}:{GATEWAY_PORT}", namespace, "metrics", _request_timeout=timeout))
+            f"{pod}:{GATEWAY_PORT}", namespace, METRICS_PATH.lstrip("/"), _request_timeout=timeout))
     except Exception as e:  # every failure becomes a finding
         return _short(e)
 

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 import aiohttp
 from aiohttp import web
 
-from localmodel.gateway.assemble import LineSplitter, StreamError, StreamWatcher, assembler_for
-from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.assemble import StreamWatcher, assembler_for
 from localmodel.gateway.overflow import OllamaReply, OverflowRequest, scrub
 from localmodel.gateway.record import Outcome, RequestRecord
 from localmodel.gateway.routes import Route
+from localmodel.gateway.stream import LineSplitter, StreamError
 from localmodel.gateway.wire import (
     CallerGone,
     RelayResponse,
@@ -30,6 +30,7 @@ from localmodel.gateway.wire import (
     read_limited,
     to_caller,
 )
+from localmodel.gateway_contract import GatewayConfig
 
 
 @dataclass

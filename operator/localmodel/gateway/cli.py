@@ -10,8 +10,9 @@ import sys
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from localmodel.gateway.config import USAGE, ConfigError, GatewayConfig, parse_config
+from localmodel.gateway.config import USAGE, ConfigError, parse_config
 from localmodel.gateway.server import start_gateway
+from localmodel.gateway_contract import GatewayConfig
 
 
 async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:

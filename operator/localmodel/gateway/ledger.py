@@ -4,7 +4,8 @@ The field report behind this product took a timeline pulled apart by hand to
 see why one question took 223 minutes: abandoned background work held the
 slot, two compactions forced the whole history to be read again, and only then
 came the model's own speed. The gateway sees all of it, so it keeps a record of
-every request (`LedgerEntry`) with two facts nobody else reports:
+every request (`LedgerEntry`, its format in localmodel.gateway_contract)
+with two facts nobody else reports:
 
 - **waited behind**: while a request waits for a slot, every second of its wait
   is split evenly among the requests holding the slots (`WaitBook`), so the
@@ -33,10 +34,12 @@ import json
 import math
 import re
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from localmodel.gateway_contract import Behind, LedgerEntry, ledger_document
 
 CALLER_HEADER = "X-LocalModel-Caller"
 SESSION_HEADER = "X-LocalModel-Session"
@@ -48,7 +51,6 @@ MAX_ID = 64  # characters kept of a request id or model name in a record
 MAX_CALLER_LABELS = 64  # distinct caller label values in metrics; the rest are `other`
 MAX_SESSIONS = 4096  # sessions whose last prompt is remembered (least recently used go)
 MAX_BEHIND = 8  # holders named in one record's "waited behind"; the rest are `other`
-DEFAULT_LEDGER_SIZE = 10_000  # records kept (docs/gateway.md, The ledger: memory per record)
 
 # Printable ASCII without spaces, quotes or backslashes: safe in a label, a log
 # line and a terminal. Anything else becomes `_`.
@@ -167,13 +169,6 @@ def top_behind(owed: Mapping[Holder, float], keep: int = MAX_BEHIND) -> tuple[Be
         rest[priority] = rest.get(priority, 0.0) + seconds
     named += [Behind(OTHER, p, s) for p, s in sorted(rest.items())]
     return tuple(named)
-
-
-@dataclass(frozen=True, slots=True)
-class Behind:
-    caller: str
-    priority: str
-    seconds: float
 
 
 # ---- re-read ---------------------------------------------------------------------
@@ -342,79 +337,7 @@ def reread(
     return None, None
 
 
-# ---- the record and the ring -----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """One request's line in the ledger. Seconds throughout; None: not known
-    (the request never got that far, or the engine did not say)."""
-
-    request_id: str
-    caller: str
-    session: str | None
-    priority: str
-    route: str
-    model: str
-    outcome: str
-    status: int
-    served_by: str
-    arrival: float  # wall clock, seconds since the epoch
-    duration: float | None
-    queue_wait: float | None
-    slot_start: float | None  # seconds after arrival the slot was granted
-    slot_seconds: float | None
-    ttft: float | None
-    caller_gone: float | None  # seconds after arrival the caller left
-    abandoned_seconds: float | None  # slot held after the caller had gone
-    behind: tuple[Behind, ...]
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    evaluated_tokens: int | None
-    prefill_seconds: float | None
-    generated_tokens: int | None
-    decode_seconds: float | None
-    rewrite: bool | None  # None: no session to compare with
-    reread_tokens: int | None
-    reread_seconds: float | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "caller": self.caller,
-            "session": self.session,
-            "priority": self.priority,
-            "route": self.route,
-            "model": self.model,
-            "outcome": self.outcome,
-            "status": self.status,
-            "served_by": self.served_by,
-            "arrival": round(self.arrival, 3),
-            "duration_s": _r(self.duration),
-            "queue_wait_s": _r(self.queue_wait),
-            "slot_start_s": _r(self.slot_start),
-            "slot_s": _r(self.slot_seconds),
-            "ttft_s": _r(self.ttft),
-            "caller_gone_s": _r(self.caller_gone),
-            "abandoned_s": _r(self.abandoned_seconds),
-            "waited_behind": [
-                {"caller": b.caller, "priority": b.priority, "seconds": _r(b.seconds)}
-                for b in self.behind
-            ],
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "evaluated_tokens": self.evaluated_tokens,
-            "prefill_s": _r(self.prefill_seconds),
-            "generated_tokens": self.generated_tokens,
-            "decode_s": _r(self.decode_seconds),
-            "rewrite": self.rewrite,
-            "reread_tokens": self.reread_tokens,
-            "reread_s": _r(self.reread_seconds),
-        }
-
-
-def _r(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 4)
+# ---- the ring --------------------------------------------------------------------
 
 
 def behind_text(behind: Sequence[Behind]) -> str:
@@ -498,29 +421,5 @@ class Ledger:
 
     def document(self, query: LedgerQuery = LedgerQuery()) -> dict[str, Any]:
         """The body of GET /ledger."""
-        return {
-            "size": self.size,
-            "recorded": self.recorded,
-            "dropped": self.recorded - len(self._ring),
-            "entries": [e.as_json() for e in self.entries(query)],
-        }
+        return ledger_document(self.size, self.recorded, len(self._ring), self.entries(query))
 
-
-def parse_entries(doc: Any) -> list[dict[str, Any]]:
-    """The entries of a /ledger document as read back (timeline); raises
-    ValueError naming what is wrong."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        raise ValueError("not a ledger document: no `entries` list")
-    out = []
-    for index, entry in enumerate(doc["entries"]):
-        if not isinstance(entry, dict):
-            raise ValueError(f"entries[{index}] is not an object")
-        out.append(entry)
-    return out
-
-
-def merge(documents: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Entries of several gateways in arrival order."""
-    merged = [e for entries in documents for e in entries]
-    merged.sort(key=lambda e: float(e.get("arrival") or 0.0))
-    return merged

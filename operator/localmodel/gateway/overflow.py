@@ -26,15 +26,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, overload
 
-from localmodel.gateway.assemble import (
-    DONE,
-    LineSplitter,
-    StreamError,
-    decode_event,
-    error_message,
-    sse_data,
-)
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.rewrite import (
     BadRequest,
     caller_stream_choice,
@@ -44,6 +35,15 @@ from localmodel.gateway.rewrite import (
     parse_json_object,
 )
 from localmodel.gateway.routes import Kind, Route
+from localmodel.gateway.stream import (
+    DONE,
+    LineSplitter,
+    StreamError,
+    decode_event,
+    error_message,
+    sse_data,
+)
+from localmodel.gateway_contract import GatewayConfig
 
 OVERFLOW_PATHS: dict[Kind, str] = {
     Kind.OPENAI_CHAT: "/chat/completions",

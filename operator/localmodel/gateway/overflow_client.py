@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import (
     OVERFLOW_PATHS,
     OverflowBreaker,
@@ -20,9 +20,10 @@ from localmodel.gateway.overflow import (
     Untranslatable,
     overflow_request,
 )
-from localmodel.gateway.record import GatewayMetrics, RequestRecord
+from localmodel.gateway.record import RequestRecord
 from localmodel.gateway.routes import Route
 from localmodel.gateway.wire import Upstreams
+from localmodel.gateway_contract import GatewayConfig
 
 
 @dataclass(frozen=True)

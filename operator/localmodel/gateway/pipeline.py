@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     CALLER_HEADER,
@@ -31,20 +30,16 @@ from localmodel.gateway.ledger import (
     clean_name,
     identify,
 )
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
 from localmodel.gateway.queueing import SlotQueue
-from localmodel.gateway.record import (
-    GatewayMetrics,
-    Outcome,
-    RequestRecord,
-    ledger_entry,
-    log_line,
-)
+from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
 from localmodel.gateway.routes import Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
+from localmodel.gateway_contract import GatewayConfig
 
 REQUEST_ID = web.RequestKey("request_id", str)
 SERVED_BY = web.RequestKey("served_by", str)

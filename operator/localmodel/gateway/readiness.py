@@ -22,9 +22,8 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from localmodel.engines import llama_server, ollama
-from localmodel.gateway.assemble import LineSplitter, StreamWatcher
-from localmodel.gateway.config import GatewayConfig
+from localmodel.engines import facts
+from localmodel.gateway.assemble import StreamWatcher
 from localmodel.gateway.rewrite import (
     keep_alive_value,
     load_request,
@@ -38,7 +37,9 @@ from localmodel.gateway.speed import (
     calibration_call,
     calibration_from,
 )
+from localmodel.gateway.stream import LineSplitter
 from localmodel.gateway.wire import Upstreams, json_response
+from localmodel.gateway_contract import GatewayConfig
 
 READY_CACHE_SECONDS = 1.0
 _SERVING = object()  # the engine serves its model (llama-server: one model, loaded)
@@ -60,6 +61,7 @@ class Readiness:
         speed: SpeedRecord | None = None,
     ) -> None:
         self.config = config
+        self.engine = facts(config.engine)
         self.upstreams = upstreams
         self._clock = clock
         self._ready = _Ready()
@@ -108,7 +110,7 @@ class Readiness:
 
     async def _calibrate(self) -> None:
         c = self.config
-        call = calibration_call(c.engine, c.model, pod_runner_options(c),
+        call = calibration_call(self.engine, c.model, pod_runner_options(c),
                                 keep_alive_value(c.keep_alive), c.calibrate_tokens)
         watcher = StreamWatcher(call.kind)
         lines = LineSplitter()
@@ -149,19 +151,16 @@ class Readiness:
         return self.speed.calibration
 
     async def _ask_engine(self) -> Any:
-        """Ollama's list of loaded models; _SERVING from llama-server, which
-        answers its health path only once its one model is loaded."""
+        """The engine's list of loaded models (Ollama's); _SERVING from an
+        engine that loads its one model itself (llama-server), whose serving
+        path answers 200 only once the model is loaded (EngineFacts)."""
         session = self.upstreams.session
-        async with asyncio.timeout(2.0):
-            if self.config.engine == llama_server.NAME:
-                # Its health path answers 503 while the model loads, 200 once loaded.
-                path = llama_server.HEALTH_PATH
-                async with session.get(self._url(path)) as resp:
-                    _answered_ok(resp, path)
+        path = self.engine.SERVING_PATH
+        async with asyncio.timeout(2.0), session.get(self._url(path)) as resp:
+            _answered_ok(resp, path)
+            if self.engine.LOAD_PATH is None:
                 return _SERVING
-            async with session.get(self._url(ollama.PS_PATH)) as resp:
-                _answered_ok(resp, ollama.PS_PATH)
-                return await resp.json(content_type=None)
+            return await resp.json(content_type=None)
 
     def _start_warmup(self) -> None:
         """Load the model with the owned settings, once at a time."""
@@ -170,8 +169,11 @@ class Readiness:
         self._warmup = asyncio.get_running_loop().create_task(self._load_model())
 
     async def _load_model(self) -> None:
+        path = self.engine.LOAD_PATH
+        if path is None:
+            return
         body = load_request(self.config)
-        url = self._url(ollama.GENERATE_PATH)
+        url = self._url(path)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self.upstreams.session.post(url, json=body) as resp:
                 await resp.read()

@@ -17,13 +17,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from localmodel.gateway.assemble import StreamError
 from localmodel.gateway.body import BodyRelay, Exchange
-from localmodel.gateway.config import GatewayConfig
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import scrub
-from localmodel.gateway.record import GatewayMetrics, Outcome
+from localmodel.gateway.record import Outcome
 from localmodel.gateway.rewrite import Prepared
 from localmodel.gateway.routes import Route
+from localmodel.gateway.stream import StreamError
 from localmodel.gateway.wire import (
     CallerGone,
     UpstreamBroke,
@@ -32,6 +32,7 @@ from localmodel.gateway.wire import (
     read_limited,
     stream_error,
 )
+from localmodel.gateway_contract import GatewayConfig
 
 RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.ledger import Prompt, prompt_of
 from localmodel.gateway.routes import Kind, Route
+from localmodel.gateway_contract import GatewayConfig
 
 
 class BadRequest(ValueError):

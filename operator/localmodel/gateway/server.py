@@ -25,19 +25,27 @@ from typing import Any
 
 from aiohttp import web
 
-from localmodel.gateway.config import GatewayConfig
 from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
+from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import OverflowBreaker
 from localmodel.gateway.overflow_client import OverflowClient
 from localmodel.gateway.pipeline import REQUEST_ID, SERVED_BY, Pipeline
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.readiness import Readiness
-from localmodel.gateway.record import GatewayMetrics, slots_document
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.routes import ROUTES, Route
-from localmodel.gateway.slots import SlotBoard
-from localmodel.gateway.speed import SPEED_PATH, SpeedRecord, speed_document
+from localmodel.gateway.slots import SlotBoard, slots_document
+from localmodel.gateway.speed import SpeedRecord, speed_document
 from localmodel.gateway.wire import Upstreams, json_response
+from localmodel.gateway_contract import (
+    HEALTH_PATH,
+    LEDGER_PATH,
+    METRICS_PATH,
+    READY_PATH,
+    SLOTS_PATH,
+    SPEED_PATH,
+    GatewayConfig,
+)
 
 SERVED_BY_HEADER = "X-LocalModel-Served-By"
 
@@ -105,12 +113,12 @@ class SlotGate:
         for route in ROUTES:
             for method in route.methods:
                 app.router.add_route(method, route.path, self._route_handler(route))
-        app.router.add_get("/slots", self.handle_slots)
-        app.router.add_get("/healthz", self.handle_healthz)
-        app.router.add_get("/readyz", self.readiness.handle_readyz)
-        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get(SLOTS_PATH, self.handle_slots)
+        app.router.add_get(HEALTH_PATH, self.handle_healthz)
+        app.router.add_get(READY_PATH, self.readiness.handle_readyz)
+        app.router.add_get(METRICS_PATH, self.handle_metrics)
         app.router.add_get(SPEED_PATH, self.handle_speed)
-        app.router.add_get("/ledger", self.handle_ledger)
+        app.router.add_get(LEDGER_PATH, self.handle_ledger)
         app.on_response_prepare.append(_tag_response)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)

@@ -15,6 +15,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Priority(StrEnum):
@@ -139,3 +140,23 @@ def retry_after_seconds(mean_busy_seconds: float, queued: int, total_slots: int)
         return 1
     estimate = mean_busy_seconds * (queued + 1) / total_slots
     return max(1, min(120, math.ceil(estimate)))
+
+
+def slots_document(
+    snap: SlotSnapshot, model: str, engine: str, threads: int | None, context: int | None
+) -> dict[str, Any]:
+    """The body of GET /slots."""
+    return {
+        "model": model,
+        "engine": engine,
+        "total": snap.total,
+        "busy": snap.busy,
+        "free": snap.free,
+        "queued": {
+            "foreground": snap.queued_foreground,
+            "background": snap.queued_background,
+        },
+        "queue_limit": snap.queue_limit,
+        "threads": threads,
+        "context": context,
+    }

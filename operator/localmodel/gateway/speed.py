@@ -8,7 +8,8 @@ one fixed generation with the pod's own settings: the prompt
 (32) tokens, streamed. Ollama: `/api/generate` with `raw: true` and the owned
 runner options (`num_thread`, `num_ctx`: other values would reload the model);
 llama-server: `/v1/completions` with `ignore_eos` (so it always decodes 32) and
-`cache_prompt: false`. Its rates are the engine's own timings (Ollama's
+`cache_prompt: false` (each engine's CALIBRATION_PATH and CALIBRATION_BODY,
+localmodel.engines). Its rates are the engine's own timings (Ollama's
 `eval_count / eval_duration`, llama-server's `timings`). A calibration that
 takes longer than `CALIBRATION_DEADLINE_SECONDS` is stopped; its decode rate
 is then the tokens seen over the time from the first to the last, on the
@@ -30,9 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.engines import llama_server, ollama
-from localmodel.gateway.assemble import EngineTiming
-from localmodel.gateway.routes import Kind
+from localmodel.engines import EngineFacts
+from localmodel.gateway.routes import ROUTES, Kind
+from localmodel.gateway.stream import EngineTiming
 
 CALIBRATION_TOKENS = 32
 CALIBRATION_DEADLINE_SECONDS = 60.0
@@ -42,8 +43,6 @@ CALIBRATION_PROMPT = (
 )
 RECENT_WINDOW_SECONDS = 300.0
 RECENT_MAX_REQUESTS = 4096  # the window's memory bound, whatever the request rate
-SPEED_PATH = "/speed"
-COMPLETIONS_PATH = "/v1/completions"
 
 
 @dataclass(frozen=True)
@@ -53,22 +52,27 @@ class CalibrationCall:
     kind: Kind
 
 
-def calibration_call(engine: str, model: str, options: dict[str, int],
+def calibration_call(engine: EngineFacts, model: str, options: dict[str, int],
                      keep_alive: Any, tokens: int = CALIBRATION_TOKENS) -> CalibrationCall:
-    """The engine request of the calibration (see the module's doc)."""
-    if engine == llama_server.NAME:
-        return CalibrationCall(COMPLETIONS_PATH, {
+    """The engine request of the calibration (see the module's doc): the
+    engine's calibration route, its body in that route's shape with the
+    engine's own fields."""
+    path = engine.CALIBRATION_PATH
+    kind = next((r.kind for r in ROUTES if r.path == path), None)
+    extra = engine.CALIBRATION_BODY
+    if kind is Kind.OPENAI_COMPLETION:
+        return CalibrationCall(path, {
             "model": model or "model", "prompt": CALIBRATION_PROMPT, "max_tokens": tokens,
-            "temperature": 0, "seed": 0, "ignore_eos": True, "cache_prompt": False,
+            "temperature": 0, "seed": 0, **extra,
             "stream": True, "stream_options": {"include_usage": True},
-        }, Kind.OPENAI_COMPLETION)
-    if engine != ollama.NAME:
-        raise ValueError(f"no calibration for engine {engine!r}")
-    return CalibrationCall(ollama.GENERATE_PATH, {
-        "model": model, "prompt": CALIBRATION_PROMPT, "raw": True, "stream": True,
+        }, kind)
+    if kind is not Kind.GENERATE:
+        raise ValueError(f"no calibration for engine {engine.NAME!r} at {path}")
+    return CalibrationCall(path, {
+        "model": model, "prompt": CALIBRATION_PROMPT, **extra, "stream": True,
         "keep_alive": keep_alive,
         "options": {**options, "num_predict": tokens, "temperature": 0, "seed": 0},
-    }, Kind.GENERATE)
+    }, kind)
 
 
 @dataclass(frozen=True)

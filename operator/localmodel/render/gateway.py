@@ -8,35 +8,46 @@ from localmodel.contract import CONTAINER_GATEWAY, PORT_HTTP
 from localmodel.engines.pod import Manifest, env_list, resources
 from localmodel.engines.registry import engine
 from localmodel.facts.quantity import format_bytes
-from localmodel.render.names import GATEWAY_CPU_MILLI, GATEWAY_MEMORY_BYTES, GATEWAY_PORT
+from localmodel.gateway_contract import (
+    GATEWAY_PORT,
+    HEALTH_PATH,
+    OVERFLOW_API_KEY_ENV,
+    READY_PATH,
+    gateway_variables,
+)
+from localmodel.render.names import GATEWAY_CPU_MILLI, GATEWAY_MEMORY_BYTES
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.rules import Tuning
 
 
 def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
-    """Flags for `localmodel gateway`, as LOCALMODEL_GATEWAY_* variables (the
-    overflow's API key is not among them: see `gateway_secret_env`)."""
+    """Flags for `localmodel gateway`, as its LOCALMODEL_GATEWAY_* variables
+    (named by localmodel.gateway_contract; the overflow's API key is not among
+    them: see `gateway_secret_env`)."""
     gw, spec = lm.spec.gateway, lm.spec
-    overflow: dict[str, str] = {}
+    flags: dict[str, str] = {}
     if gw.overflow is not None:
-        overflow = {
-            "LOCALMODEL_GATEWAY_OVERFLOW_URL": gw.overflow.url,
-            "LOCALMODEL_GATEWAY_OVERFLOW_MODEL": gw.overflow.model,
-            "LOCALMODEL_GATEWAY_OVERFLOW_AFTER": f"{gw.overflow.after:g}",
+        flags = {
+            "overflow-url": gw.overflow.url,
+            "overflow-model": gw.overflow.model,
+            "overflow-after": f"{gw.overflow.after:g}",
         }
-    return overflow | {
-        "LOCALMODEL_GATEWAY_UPSTREAM": f"http://127.0.0.1:{engine(spec.engine.name).port}",
-        "LOCALMODEL_GATEWAY_ENGINE": spec.engine.name.value,
-        "LOCALMODEL_GATEWAY_LISTEN": f"0.0.0.0:{GATEWAY_PORT}",
-        "LOCALMODEL_GATEWAY_MODEL": spec.model,
-        "LOCALMODEL_GATEWAY_SLOTS": str(spec.slots),
-        "LOCALMODEL_GATEWAY_THREADS": str(tuning.threads),
-        "LOCALMODEL_GATEWAY_CONTEXT": str(spec.context),
-        "LOCALMODEL_GATEWAY_MAX_QUEUE": str(gw.max_queue),
-        "LOCALMODEL_GATEWAY_DEADLINE": str(gw.deadline_seconds),
-        "LOCALMODEL_GATEWAY_MAX_TOKENS": str(gw.max_tokens),
-        "LOCALMODEL_GATEWAY_KEEP_ALIVE": spec.keep_alive,
-    }
+    return gateway_variables(
+        flags
+        | {
+            "upstream": f"http://127.0.0.1:{engine(spec.engine.name).port}",
+            "engine": spec.engine.name.value,
+            "listen": f"0.0.0.0:{GATEWAY_PORT}",
+            "model": spec.model,
+            "slots": str(spec.slots),
+            "threads": str(tuning.threads),
+            "context": str(spec.context),
+            "max-queue": str(gw.max_queue),
+            "deadline": str(gw.deadline_seconds),
+            "max-tokens": str(gw.max_tokens),
+            "keep-alive": spec.keep_alive,
+        }
+    )
 
 
 def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
@@ -48,7 +59,7 @@ def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
     ref = overflow.api_key_secret_ref
     return [
         {
-            "name": "LOCALMODEL_GATEWAY_OVERFLOW_API_KEY",
+            "name": OVERFLOW_API_KEY_ENV,
             "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
         }
     ]
@@ -64,11 +75,11 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
         "env": [*env_list(gateway_env(lm, r.tuning)), *gateway_secret_env(lm)],
         "ports": [{"name": PORT_HTTP, "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": PORT_HTTP},
+            "httpGet": {"path": READY_PATH, "port": PORT_HTTP},
             "periodSeconds": 5,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": PORT_HTTP},
+            "httpGet": {"path": HEALTH_PATH, "port": PORT_HTTP},
             "periodSeconds": 10,
             "failureThreshold": 6,
         },

@@ -26,7 +26,6 @@ from localmodel.contract import (
 from localmodel.engines import ollama
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
-GATEWAY_PORT = 8080
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
 GATEWAY_MEMORY_BYTES = 256 * 1024**2

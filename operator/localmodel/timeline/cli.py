@@ -25,7 +25,7 @@ from typing import Any
 import urllib3
 import yaml
 
-from localmodel.gateway.ledger import parse_entries
+from localmodel.gateway_contract import GATEWAY_PORT, LEDGER_PATH, merge, parse_entries
 from localmodel.timeline.report import (
     Sharing,
     gatewayless,
@@ -59,8 +59,8 @@ def timeline_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--gateway-url", metavar="URL",
-        help="read one gateway's ledger at URL (e.g. http://127.0.0.1:8080) instead of the "
-        "cluster's pods",
+        help=f"read one gateway's ledger at URL (e.g. http://127.0.0.1:{GATEWAY_PORT}) instead "
+        "of the cluster's pods",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
@@ -70,7 +70,7 @@ def timeline_main(argv: Sequence[str]) -> int:
     query = urllib.parse.urlencode({"since": args.since}, quote_via=urllib.parse.quote)
     try:
         if args.gateway_url:
-            entries = parse_entries(_get(args.gateway_url.rstrip("/") + "/ledger?" + query))
+            entries = parse_entries(_get(f"{args.gateway_url.rstrip('/')}{LEDGER_PATH}?{query}"))
             sharing = Sharing(None)
             title = f"{args.name} at {args.gateway_url}"
         else:
@@ -112,7 +112,6 @@ def _from_cluster(
 
     from localmodel import GROUP, PLURAL, VERSION
     from localmodel.contract import LABEL_NAME
-    from localmodel.gateway.ledger import merge
     from localmodel.kube import KubeconfigError, api_client
 
     try:
@@ -156,8 +155,6 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
     are left as they are in the path; pod and namespace names never hold them."""
     from kubernetes.client.exceptions import ApiException
 
-    from localmodel.render.names import GATEWAY_PORT
-
     where = (f"reading pod {namespace}/{pod}'s ledger through the API server's pod proxy "
              f"(port {GATEWAY_PORT})")
     hint = (f"is the pod Ready? Or read its gateway with --gateway-url after "
@@ -166,7 +163,7 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
     try:
         # Unparsed: the client would turn a JSON body into a Python repr.
         raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod}:{GATEWAY_PORT}", namespace, "ledger?" + query,
+            f"{pod}:{GATEWAY_PORT}", namespace, f"{LEDGER_PATH.lstrip('/')}?{query}",
             _preload_content=False, _request_timeout=TIMEOUT,
         )
         return parse_entries(json.loads(raw.data))

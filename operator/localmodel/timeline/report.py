@@ -18,7 +18,8 @@ For foreground work the parts add up to its wall time: queueing + re-reading
 tokenizing, the slot's setup, the answer's way back). Then the slowest
 foreground requests, each with its own breakdown.
 
-Input: ledger entries as GET /ledger serves them (`LedgerEntry.as_json`).
+Input: ledger entries as GET /ledger serves them
+(`localmodel.gateway_contract.LedgerEntry.as_json`).
 """
 
 from __future__ import annotations
@@ -275,93 +276,112 @@ def render_table(doc: Mapping[str, Any], title: str) -> str:
         f"Where the time went: {title}: {_plural(doc['requests'], 'request')} "
         f"({doc['foreground']} foreground, {doc['background']} background)",
         "",
+        _sharing_line(doc["sharing"]),
+        *_queueing_lines(doc["queueing"]),
+        *_abandoned_lines(doc["abandoned"]),
+        *_reread_lines(doc["rereads"]),
+        *_prefill_decode_lines(doc["prefill"], doc["decode"]),
+        *_wall_lines(doc),
+        *_slowest_lines(doc["slowest"]),
     ]
-    sharing = doc["sharing"]
+    return "\n".join(out) + "\n"
+
+
+def _sharing_line(sharing: Sequence[str] | None) -> str:
     if sharing is None:
-        out.append("1. Models sharing the node: not read (one gateway by URL, no cluster)")
-    elif not sharing:
-        out.append("1. Models sharing the node: none; this model has its node(s) to itself")
-    else:
-        out.append(f"1. Models sharing the node: {'; '.join(sharing)}: they contend for its cores")
-    q = doc["queueing"]
-    if q["seconds"] > 0:
-        out.append(
-            f"2. Queueing: {_plural(q['requests_waited'], 'request')} waited {_s(q['seconds'])} "
-            "for a slot, behind:"
-        )
-        out += [
-            f"     {b['caller']} ({b['priority']}) {_s(b['seconds'])}" for b in q["behind"]
-        ]
-    else:
-        out.append("2. Queueing: no request waited for a slot")
-    a = doc["abandoned"]
-    if a["requests"]:
-        out.append(
-            f"3. Abandoned work: {_plural(a['requests'], 'request')} whose caller left: "
-            f"the slot was held {_s(a['held_before_gone_s'])} before they left (work thrown "
-            f"away) and {_s(a['held_after_gone_s'])} after (cancellation latency)"
-        )
-        out += [
+        return "1. Models sharing the node: not read (one gateway by URL, no cluster)"
+    if not sharing:
+        return "1. Models sharing the node: none; this model has its node(s) to itself"
+    return f"1. Models sharing the node: {'; '.join(sharing)}: they contend for its cores"
+
+
+def _queueing_lines(q: Mapping[str, Any]) -> list[str]:
+    if q["seconds"] <= 0:
+        return ["2. Queueing: no request waited for a slot"]
+    return [
+        f"2. Queueing: {_plural(q['requests_waited'], 'request')} waited {_s(q['seconds'])} "
+        "for a slot, behind:",
+        *(f"     {b['caller']} ({b['priority']}) {_s(b['seconds'])}" for b in q["behind"]),
+    ]
+
+
+def _abandoned_lines(a: Mapping[str, Any]) -> list[str]:
+    if not a["requests"]:
+        return ["3. Abandoned work: none; every caller waited for its answer"]
+    return [
+        f"3. Abandoned work: {_plural(a['requests'], 'request')} whose caller left: "
+        f"the slot was held {_s(a['held_before_gone_s'])} before they left (work thrown "
+        f"away) and {_s(a['held_after_gone_s'])} after (cancellation latency)",
+        *(
             f"     {c['caller']}: {_plural(c['requests'], 'request')}, "
             f"{_s(c['held_before_gone_s'])} before, {_s(c['held_after_gone_s'])} after"
             for c in a["callers"]
-        ]
-    else:
-        out.append("3. Abandoned work: none; every caller waited for its answer")
-    r = doc["rereads"]
-    if r["rewrites"]:
-        unknown = f" ({r['unknown']} not known)" if r["unknown"] else ""
-        out.append(
-            f"4. Re-reads: {_plural(r['rewrites'], 'rewritten prompt')} (compactions, "
-            f"rewritten histories) re-read {_s(r['seconds'])} of prefill{unknown}:"
-        )
-        out += [
+        ),
+    ]
+
+
+def _reread_lines(r: Mapping[str, Any]) -> list[str]:
+    if not r["rewrites"]:
+        return ["4. Re-reads: no session rewrote its prompt"]
+    unknown = f" ({r['unknown']} not known)" if r["unknown"] else ""
+    return [
+        f"4. Re-reads: {_plural(r['rewrites'], 'rewritten prompt')} (compactions, "
+        f"rewritten histories) re-read {_s(r['seconds'])} of prefill{unknown}:",
+        *(
             f"     {s['caller']} / session {s['session']}: {_plural(s['rewrites'], 'rewrite')}, "
             f"{_s(s['seconds'])}" + (f" ({s['tokens']} tokens)" if s["tokens"] else "")
             for s in r["sessions"]
-        ]
-    else:
-        out.append("4. Re-reads: no session rewrote its prompt")
-    p = doc["prefill"]
+        ),
+    ]
+
+
+def _prefill_decode_lines(p: Mapping[str, Any], d: Mapping[str, Any]) -> list[str]:
     cache = (
         f", {p['cached_tokens']} reused from the engine's cache"
         if not p["cache_unknown"]
         else f", cache reuse not reported for {_plural(p['cache_unknown'], 'request')}"
     )
-    out.append(
-        f"5. Prefill: {_s(p['seconds'])} besides re-reads ({p['evaluated_tokens']} tokens "
-        f"evaluated{cache})"
-    )
-    d = doc["decode"]
     rate = f", {d['tokens'] / d['seconds']:.1f} tok/s" if d["seconds"] > 0 else ""
-    out.append(f"6. Decode: {_s(d['seconds'])} ({d['tokens']} tokens{rate})")
+    return [
+        f"5. Prefill: {_s(p['seconds'])} besides re-reads ({p['evaluated_tokens']} tokens "
+        f"evaluated{cache})",
+        f"6. Decode: {_s(d['seconds'])} ({d['tokens']} tokens{rate})",
+    ]
+
+
+def _wall_lines(doc: Mapping[str, Any]) -> list[str]:
+    if not doc["foreground"]:
+        return []
     w = doc["foreground_wall"]
-    if doc["foreground"]:
-        out += [
-            "",
-            f"Foreground wall time {_s(w['wall'])} = queueing {_s(w['queue'])} + re-reading "
-            f"{_s(w['reread'])} + prefill {_s(w['prefill'])} + decode {_s(w['decode'])} + "
-            f"other {_s(w['other'])}",
+    return [
+        "",
+        f"Foreground wall time {_s(w['wall'])} = queueing {_s(w['queue'])} + re-reading "
+        f"{_s(w['reread'])} + prefill {_s(w['prefill'])} + decode {_s(w['decode'])} + "
+        f"other {_s(w['other'])}",
+    ]
+
+
+def _slowest_lines(slowest: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not slowest:
+        return []
+    out = ["", "Slowest foreground requests:"]
+    for b in slowest:
+        words = [f"queued {_s(b['queue_s'])}"]
+        if b["waited_behind"]:
+            words[0] += " behind " + _behind_words(b["waited_behind"])
+        if b["reread_s"]:
+            words.append(f"re-read {_s(b['reread_s'])}")
+        words += [
+            f"prefill {_s(b['prefill_s'])}",
+            f"decode {_s(b['decode_s'])}",
+            f"other {_s(b['other_s'])}",
         ]
-    if doc["slowest"]:
-        out += ["", "Slowest foreground requests:"]
-        for b in doc["slowest"]:
-            words = [f"queued {_s(b['queue_s'])}"]
-            if b["waited_behind"]:
-                words[0] += " behind " + _behind_words(b["waited_behind"])
-            if b["reread_s"]:
-                words.append(f"re-read {_s(b['reread_s'])}")
-            words += [
-                f"prefill {_s(b['prefill_s'])}",
-                f"decode {_s(b['decode_s'])}",
-                f"other {_s(b['other_s'])}",
-            ]
-            session = f" session {b['session']}" if b["session"] else ""
-            out.append(
-                f"  {b['request_id']} {b['caller']}{session} ({b['outcome']}) "
-                f"{_s(b['wall_s'])}: " + "; ".join(words)
-            )
-    return "\n".join(out) + "\n"
+        session = f" session {b['session']}" if b["session"] else ""
+        out.append(
+            f"  {b['request_id']} {b['caller']}{session} ({b['outcome']}) "
+            f"{_s(b['wall_s'])}: " + "; ".join(words)
+        )
+    return out
 
 
 def to_json(doc: Mapping[str, Any]) -> str:

@@ -43,6 +43,18 @@ LOADING_STATUS = 503
 PROPS_PATH = "/props"  # slots, context and build; reports no thread count
 SLOTS_PATH = "/slots"  # per-slot state, prompts included (off with --no-slots)
 METRICS_PATH = "/metrics"  # Prometheus counters, with --metrics
+COMPLETIONS_PATH = "/v1/completions"  # OpenAI-compatible completions
+
+# How the gateway (gateway/readiness.py) tells that the model serves: the
+# server loads its one model at start and its health path answers 200 once
+# it serves (LOADING_STATUS before), so there is nothing to load.
+SERVING_PATH = HEALTH_PATH
+LOAD_PATH: str | None = None
+# The gateway's speed calibration (gateway/speed.py): OpenAI-compatible
+# completions with the server's own extensions: ignore_eos (so it always
+# decodes the asked number of tokens) and no prompt cache reuse.
+CALIBRATION_PATH = COMPLETIONS_PATH
+CALIBRATION_BODY: dict[str, object] = {"ignore_eos": True, "cache_prompt": False}
 
 # Where the weights volume is mounted and the GGUF file lives.
 MODELS_DIR = "/models"

@@ -41,6 +41,19 @@ GENERATE_PATH = "/api/generate"  # a generation; with no prompt, loads the model
 # An HTTP endpoint that answers once the server is up.
 HEALTH_PATH = VERSION_PATH
 
+# How the gateway (gateway/readiness.py) tells that the model serves: the
+# loaded models, and while ours is not among them it loads it itself with the
+# pod's settings (a generation with no prompt) so that the first caller does
+# not pay for the load (see localmodel.engines.EngineFacts).
+SERVING_PATH = PS_PATH
+LOAD_PATH: str | None = GENERATE_PATH
+# The gateway's speed calibration (gateway/speed.py): Ollama's own generate
+# API, which takes the pod's runner options and keep_alive; raw: the prompt
+# as written, no chat template. Ollama has no ignore_eos, so the prompt is one
+# every model keeps writing.
+CALIBRATION_PATH = GENERATE_PATH
+CALIBRATION_BODY: dict[str, object] = {"raw": True}
+
 # Set, the server does not prune blobs no manifest names at start (ollama
 # envconfig/config.go, server/routes.go).
 NOPRUNE = "OLLAMA_NOPRUNE"

@@ -1,0 +1,293 @@
+"""The gateway's wire contract, in one home: what the renderer, the controller,
+doctor and timeline need to know of the slot gate (`localmodel gateway`,
+localmodel.gateway) without importing it. Pure data and the few functions that
+read or write it.
+
+- where it listens (`GATEWAY_PORT`) and the paths it answers besides the
+  engine's routes (readiness, health, metrics, slots, speed, ledger);
+- the prefix of every metric it exports (`METRIC_PREFIX`: doctor reads them);
+- the ledger's record (`LedgerEntry`, as GET /ledger serves it) and its
+  reading back (`parse_entries`, `merge`: timeline);
+- its settings (`GatewayConfig`: default, help and parser per field,
+  localmodel.settings), each a flag that is also read from the variable
+  LOCALMODEL_GATEWAY_<FLAG>. The gateway parses them (gateway/config.py); the
+  renderer sets them (`gateway_variables`), so both derive the variables'
+  names from this one declaration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from localmodel import engines
+from localmodel.settings import (
+    ConfigError,
+    flags,
+    http_url,
+    listen,
+    non_negative_int,
+    non_negative_seconds,
+    one_of,
+    positive_int,
+    positive_seconds,
+    setting,
+    text,
+)
+from localmodel.settings import (
+    env_name as _env_name,
+)
+
+# ---- where it answers -------------------------------------------------------------
+
+GATEWAY_PORT = 8080  # the pod's http port: the Service targets it
+READY_PATH = "/readyz"  # 200 once the engine serves the model and its speed is calibrated
+HEALTH_PATH = "/healthz"  # 200 while the gateway runs
+METRICS_PATH = "/metrics"  # Prometheus text, every name starting with METRIC_PREFIX
+SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them
+SPEED_PATH = "/speed"  # this replica's calibration and recent speed (the controller reads it)
+LEDGER_PATH = "/ledger"  # the ledger's records (timeline reads them); since, caller, priority
+
+# Every gateway metric's name starts so (doctor reads them).
+METRIC_PREFIX = "localmodel_gateway_"
+
+# ---- the ledger's record ----------------------------------------------------------
+
+DEFAULT_LEDGER_SIZE = 10_000  # records kept (docs/gateway.md, The ledger: memory per record)
+
+
+@dataclass(frozen=True, slots=True)
+class Behind:
+    caller: str
+    priority: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One request's line in the ledger. Seconds throughout; None: not known
+    (the request never got that far, or the engine did not say)."""
+
+    request_id: str
+    caller: str
+    session: str | None
+    priority: str
+    route: str
+    model: str
+    outcome: str
+    status: int
+    served_by: str
+    arrival: float  # wall clock, seconds since the epoch
+    duration: float | None
+    queue_wait: float | None
+    slot_start: float | None  # seconds after arrival the slot was granted
+    slot_seconds: float | None
+    ttft: float | None
+    caller_gone: float | None  # seconds after arrival the caller left
+    abandoned_seconds: float | None  # slot held after the caller had gone
+    behind: tuple[Behind, ...]
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    evaluated_tokens: int | None
+    prefill_seconds: float | None
+    generated_tokens: int | None
+    decode_seconds: float | None
+    rewrite: bool | None  # None: no session to compare with
+    reread_tokens: int | None
+    reread_seconds: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "caller": self.caller,
+            "session": self.session,
+            "priority": self.priority,
+            "route": self.route,
+            "model": self.model,
+            "outcome": self.outcome,
+            "status": self.status,
+            "served_by": self.served_by,
+            "arrival": round(self.arrival, 3),
+            "duration_s": _r(self.duration),
+            "queue_wait_s": _r(self.queue_wait),
+            "slot_start_s": _r(self.slot_start),
+            "slot_s": _r(self.slot_seconds),
+            "ttft_s": _r(self.ttft),
+            "caller_gone_s": _r(self.caller_gone),
+            "abandoned_s": _r(self.abandoned_seconds),
+            "waited_behind": [
+                {"caller": b.caller, "priority": b.priority, "seconds": _r(b.seconds)}
+                for b in self.behind
+            ],
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "evaluated_tokens": self.evaluated_tokens,
+            "prefill_s": _r(self.prefill_seconds),
+            "generated_tokens": self.generated_tokens,
+            "decode_s": _r(self.decode_seconds),
+            "rewrite": self.rewrite,
+            "reread_tokens": self.reread_tokens,
+            "reread_s": _r(self.reread_seconds),
+        }
+
+
+def _r(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 4)
+
+
+def ledger_document(
+    size: int, recorded: int, kept: int, entries: Iterable[LedgerEntry]
+) -> dict[str, Any]:
+    """The body of GET /ledger: the ring's size, the records made since start,
+    those the ring dropped, and the records asked for."""
+    return {
+        "size": size,
+        "recorded": recorded,
+        "dropped": recorded - kept,
+        "entries": [e.as_json() for e in entries],
+    }
+
+
+def parse_entries(doc: Any) -> list[dict[str, Any]]:
+    """The entries of a /ledger document as read back (timeline); raises
+    ValueError naming what is wrong."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise ValueError("not a ledger document: no `entries` list")
+    out = []
+    for index, entry in enumerate(doc["entries"]):
+        if not isinstance(entry, dict):
+            raise ValueError(f"entries[{index}] is not an object")
+        out.append(entry)
+    return out
+
+
+def merge(documents: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Entries of several gateways in arrival order."""
+    merged = [e for entries in documents for e in entries]
+    merged.sort(key=lambda e: float(e.get("arrival") or 0.0))
+    return merged
+
+
+# ---- its settings -----------------------------------------------------------------
+
+EventLoop = Literal["auto", "asyncio", "uvloop"]
+EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
+ENV_PREFIX = "LOCALMODEL_GATEWAY_"
+# The overflow endpoint's API key is read from this variable only: a flag would
+# put it in the process's command line, which any user of the node can read.
+OVERFLOW_API_KEY_ENV = ENV_PREFIX + "OVERFLOW_API_KEY"
+
+
+def _keep_alive(flag: str, raw: str) -> str:
+    if not raw.strip():
+        raise ConfigError(flag, "expected a duration such as -1, 5m or 300, got an empty value")
+    return raw.strip()
+
+
+# A declaration table: one field per setting.
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstream: str = setting(
+        f"http://127.0.0.1:{engines.DEFAULT.PORT}", "engine base URL", metavar="URL",
+        parse=http_url,
+    )
+    # The engines the gateway fronts, by their own names (localmodel.engines).
+    engine: str = setting(
+        engines.DEFAULT.NAME, " | ".join(engines.NAMES), metavar="NAME",
+        parse=one_of(*engines.NAMES),
+    )
+    listen_host: str = setting(
+        "0.0.0.0", "where the gateway listens", flag="listen", also=("listen_port",),
+        metavar="HOST:PORT", parse=listen,
+    )
+    listen_port: int = GATEWAY_PORT  # set by --listen, with listen_host
+    model: str = setting(
+        "", "model served here; default for requests that omit it", metavar="NAME", parse=text
+    )
+    slots: int = setting(1, "concurrent generations", metavar="N", parse=positive_int)
+    threads: int | None = setting(
+        None, "options.num_thread forced on every Ollama request", metavar="N", parse=positive_int
+    )
+    context: int | None = setting(
+        None, "options.num_ctx default and ceiling", metavar="N", parse=positive_int
+    )
+    max_queue: int = setting(
+        16, "foreground requests that may wait", metavar="N", parse=non_negative_int
+    )
+    deadline: float = setting(
+        600.0, "default and maximum request deadline", metavar="SECONDS", parse=positive_seconds
+    )
+    max_tokens: int = setting(
+        2048, "cap on num_predict / max_tokens", metavar="N", parse=positive_int
+    )
+    keep_alive: str = setting(
+        "-1", "default keep_alive for Ollama requests", metavar="VALUE", parse=_keep_alive
+    )
+    calibrate_tokens: int = setting(
+        32, "tokens decoded once at readiness to calibrate this replica's speed (0: none)",
+        metavar="N", parse=non_negative_int,
+    )
+    max_body_bytes: int = setting(
+        8 * 1024 * 1024, "request body limit, 413 above it", metavar="N", parse=positive_int
+    )
+    # aiohttp's keep-alive timer also runs from connection start, so it is both
+    # the header timeout and the idle timeout.
+    idle_timeout: float = setting(
+        30.0, "close connections idle or sending headers this long", metavar="S",
+        parse=positive_seconds,
+    )
+    body_timeout: float = setting(
+        30.0, "a request body must arrive within this time", metavar="S", parse=positive_seconds
+    )
+    # uvloop costs less CPU per relayed token but added more p99 latency when
+    # requests arrive together (it defers writes to the end of a loop pass):
+    # opt in with uvloop (required) or auto. See docs/gateway.md, Overhead
+    # benchmark.
+    event_loop: EventLoop = setting(
+        "asyncio", " | ".join(EVENT_LOOPS) + " (default {default}; auto: uvloop if installed)",
+        metavar="NAME", parse=one_of(*EVENT_LOOPS),
+    )
+    # The base URL is the one OpenAI clients take (.../v1).
+    overflow_url: str = setting(
+        "", "OpenAI-compatible base URL (e.g. https://api.example.com/v1) for foreground "
+        "requests that find no local slot in time", shown_default="none", metavar="URL",
+        parse=http_url,
+    )
+    overflow_model: str = setting(
+        "", "the model name overflowed requests carry (required with --overflow-url)",
+        metavar="NAME", parse=text,
+    )
+    overflow_after: float = setting(
+        0.0, "how long a foreground request waits for a local slot before it overflows "
+        "(default {default}: as soon as none is free)", metavar="S", parse=non_negative_seconds,
+    )
+    # About 1 KB a record (docs/gateway.md, The ledger).
+    ledger_size: int = setting(
+        DEFAULT_LEDGER_SIZE, "requests the ledger keeps for GET /ledger and `localmodel "
+        "timeline` (0: no ledger)", metavar="N", parse=non_negative_int,
+    )
+    # Never printed: not in repr, not in any message (see OVERFLOW_API_KEY_ENV).
+    overflow_api_key: str = field(default="", repr=False)
+
+    @property
+    def overflow(self) -> bool:
+        return bool(self.overflow_url)
+
+
+FLAGS = flags(GatewayConfig)
+
+
+def env_name(flag: str) -> str:
+    """The variable the gateway reads a flag from: LOCALMODEL_GATEWAY_<FLAG>."""
+    return _env_name(ENV_PREFIX, flag)
+
+
+def gateway_variables(values: Mapping[str, str]) -> dict[str, str]:
+    """The variables that give the gateway these flag values (by flag name, in
+    their order); KeyError for a flag the gateway does not declare."""
+    unknown = [name for name in values if name not in FLAGS]
+    if unknown:
+        raise KeyError(f"not a flag of `localmodel gateway`: {', '.join(unknown)}")
+    return {env_name(name): value for name, value in values.items()}
+
