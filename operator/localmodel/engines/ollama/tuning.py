@@ -46,7 +46,7 @@ class OllamaTuning:
 
     models_volume = HOME
     flash_attention_on = "OLLAMA_FLASH_ATTENTION=1"
-    amx_libraries = (AMX_LIBRARY,)
+    amx_libraries: tuple[str, ...] = (AMX_LIBRARY,)
 
     def threads(self, n: int) -> Spelled:
         return Spelled(
