@@ -75,6 +75,18 @@ class EngineTuning(Protocol):
         (None: it cannot be chosen by a setting)."""
         ...
 
+    def metrics_on(self) -> Spelled | None:
+        """Turn its own Prometheus metrics endpoint on (None: nothing to turn on)."""
+        ...
+
+    def web_ui_off(self) -> Spelled | None:
+        """Turn its web UI off (None: it has none)."""
+        ...
+
+    def slots_endpoint_off(self) -> Spelled | None:
+        """Turn off an endpoint that shows its slots' prompts (None: it has none)."""
+        ...
+
     def command_line(
         self, args: Mapping[str, str], kv_cache: str, flash_attention: str
     ) -> tuple[str, ...]:

@@ -111,21 +111,22 @@ def _kv_needs_fa(ctx: Context, s: TuningDraft) -> str | None:
     return f"flash attention auto -> enabled ({how}) for kvCache {s.kv_cache.value}"
 
 
-def _llama_metrics(ctx: Context, s: TuningDraft) -> str | None:
-    s.args["--metrics"] = ""
-    return "--metrics: Prometheus metrics at /metrics"
+def _spelled(spelled: Spelled | None, s: TuningDraft) -> str | None:
+    return _spell(s, spelled) if spelled is not None else None
 
 
-def _llama_no_webui(ctx: Context, s: TuningDraft) -> str | None:
-    s.args["--no-webui"] = ""
-    return "--no-webui"
+def _metrics(ctx: Context, s: TuningDraft) -> str | None:
+    return _spelled(engine(ctx.engine).metrics_on(), s)
 
 
-def _llama_private_slots(ctx: Context, s: TuningDraft) -> str | None:
+def _no_web_ui(ctx: Context, s: TuningDraft) -> str | None:
+    return _spelled(engine(ctx.engine).web_ui_off(), s)
+
+
+def _private_slots(ctx: Context, s: TuningDraft) -> str | None:
     if ctx.spec.gateway.enabled:
         return None
-    s.args["--no-slots"] = ""
-    return "--no-slots: the engine faces the Service directly, and /slots shows prompts"
+    return _spelled(engine(ctx.engine).slots_endpoint_off(), s)
 
 
 def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
@@ -417,7 +418,7 @@ RULES: tuple[Rule, ...] = (
         reason="llama-server's Prometheus endpoint is off by default; its decode and queue "
         "counters explain a slow model",
         source="llama.cpp tools/server/README.md (--metrics)",
-        apply=_llama_metrics,
+        apply=_metrics,
         engines=LLAMA_SERVER,
     ),
     Rule(
@@ -426,7 +427,7 @@ RULES: tuple[Rule, ...] = (
         effect="--no-webui",
         reason="callers use the API through the gateway; the UI is code nobody in the pod needs",
         source="llama.cpp tools/server/README.md (--no-webui)",
-        apply=_llama_no_webui,
+        apply=_no_web_ui,
         engines=LLAMA_SERVER,
     ),
     Rule(
@@ -436,7 +437,7 @@ RULES: tuple[Rule, ...] = (
         reason="/slots shows every slot's prompt text; behind the gateway the engine listens "
         "on loopback only, without it the Service reaches the engine directly",
         source="llama.cpp tools/server/README.md (--slots, --no-slots)",
-        apply=_llama_private_slots,
+        apply=_private_slots,
         engines=LLAMA_SERVER,
         spec_condition="gateway.enabled: false",
     ),

@@ -45,6 +45,18 @@ class LlamaServerTuning:
     def safe_cpu_runner(self, version: Version | None) -> Spelled | None:
         return None
 
+    def metrics_on(self) -> Spelled | None:
+        return Spelled("--metrics: Prometheus metrics at /metrics", args={"--metrics": ""})
+
+    def web_ui_off(self) -> Spelled | None:
+        return Spelled("--no-webui", args={"--no-webui": ""})
+
+    def slots_endpoint_off(self) -> Spelled | None:
+        return Spelled(
+            "--no-slots: the engine faces the Service directly, and /slots shows prompts",
+            args={"--no-slots": ""},
+        )
+
     def command_line(
         self, args: Mapping[str, str], kv_cache: str, flash_attention: str
     ) -> tuple[str, ...]:

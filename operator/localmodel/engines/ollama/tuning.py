@@ -82,6 +82,15 @@ class OllamaTuning:
             env={"OLLAMA_LLM_LIBRARY": "cpu_avx2"},
         )
 
+    def metrics_on(self) -> Spelled | None:
+        return None  # Ollama has no metrics endpoint
+
+    def web_ui_off(self) -> Spelled | None:
+        return None
+
+    def slots_endpoint_off(self) -> Spelled | None:
+        return None
+
     def command_line(
         self, args: Mapping[str, str], kv_cache: str, flash_attention: str
     ) -> tuple[str, ...]:
