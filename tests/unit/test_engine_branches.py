@@ -149,7 +149,7 @@ PLANTED = [
     "from localmodel.engines import llama_server, ollama\n"
     "PROCESSES = {llama_server.NAME: 1, ollama.NAME: 2}\n",
     "from localmodel.api import EngineName\nIMAGES = {EngineName.OLLAMA: 'x'}\n",
-    'PORTS = {"llama-server": 8081}\n',
+    'PATHS = {"llama-server": "/models"}\n',
     "def f(kind):\n    from localmodel.engines import ollama\n    return kind is ollama.NAME\n",
 ]
 
