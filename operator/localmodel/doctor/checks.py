@@ -270,7 +270,7 @@ def _thread_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]
                 f"{engine.kind} runs {threads} threads ({engine.threads_source}) on a CPU budget "
                 f"of {budget:g} ({why}): oversubscribed decode collapses (ggml's barrier "
                 "busy-waits)",
-                doctor.fix_threads(want) if doctor is not None else f"use {want} threads",
+                doctor.local_threads_fix(want) if doctor is not None else f"use {want} threads",
             )
         ]
     findings = [

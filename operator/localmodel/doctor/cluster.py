@@ -250,12 +250,14 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
         cpu_text = f"CPU limit {limit / 1000:g}" if limit is not None else "no CPU limit"
         if pod.threads is None:
             doctor = engine(pod.engine)
+            fix = (doctor.pod_threads_fix(want) if want
+                   else "set a CPU limit and threads equal to it")
             findings.append(
                 Finding(
                     "threads",
                     Verdict.WARN,
                     f"{where}: thread count not set ({doctor.threads_default}); {cpu_text}",
-                    doctor.set_threads(want) if want else "set a CPU limit and threads equal to it",
+                    fix,
                 )
             )
             continue

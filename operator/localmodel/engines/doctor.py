@@ -100,11 +100,11 @@ class EngineDoctor(Protocol):
         """The model a pod's engine container names on its command line."""
         ...
 
-    def set_threads(self, want: int) -> str:
+    def pod_threads_fix(self, want: int) -> str:
         """How to give a pod's engine `want` threads (the fix)."""
         ...
 
-    def fix_threads(self, want: int) -> str:
+    def local_threads_fix(self, want: int) -> str:
         """How to run a local engine at `want` threads (the fix)."""
         ...
 

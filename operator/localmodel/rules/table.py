@@ -1,5 +1,12 @@
 """The tuning rules, in evaluation order. Each is data plus one small function.
 
+A rule decides *what* (threads = the CPU limit, the context per slot, the KV
+cache type, flash attention, the safe CPU path, memory); how its decision is
+spelled for an engine (flags, variables, Modelfile parameters, the words of
+its effect) is that engine's adapter's tuning part (engines/<name>/tuning.py,
+asked through `engines.registry.engine`). A rule for some engines only names
+them (`Rule.engines`).
+
 Each rule's `source` cites, separated by "; ", upstream files (`repo path`, or
 `repo@version path` for a fact of one version), upstream issues and pull
 requests (`repo#number`), each optionally with a note in parentheses, the project's own engine facts

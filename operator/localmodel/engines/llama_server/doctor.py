@@ -118,10 +118,10 @@ class LlamaServerDoctor:
     def pod_model(self, argv: Sequence[str]) -> str | None:
         return flag_value(argv, *MODEL_FLAGS)
 
-    def set_threads(self, want: int) -> str:
+    def pod_threads_fix(self, want: int) -> str:
         return f"start llama-server with --threads {want}"
 
-    def fix_threads(self, want: int) -> str:
+    def local_threads_fix(self, want: int) -> str:
         return f"start it with --threads {want} (-t {want})"
 
     def unset_threads(self, default: int, want: int) -> tuple[str, str] | None:

@@ -93,10 +93,10 @@ class OllamaDoctor:
     def pod_model(self, argv: Sequence[str]) -> str | None:
         return None
 
-    def set_threads(self, want: int) -> str:
+    def pod_threads_fix(self, want: int) -> str:
         return f"set num_thread {want} (Modelfile PARAMETER or options.num_thread)"
 
-    def fix_threads(self, want: int) -> str:
+    def local_threads_fix(self, want: int) -> str:
         return f"set PARAMETER num_thread {want} in the Modelfile (or options.num_thread {want})"
 
     def unset_threads(self, default: int, want: int) -> tuple[str, str] | None:
