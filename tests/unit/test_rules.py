@@ -360,7 +360,7 @@ def test_evaluate_is_pure() -> None:
 def test_amx_guarded_matches_what_the_amx_rules_apply(
     version: tuple[int, int, int] | None, env: dict[str, str], removed: bool, guarded: bool
 ) -> None:
-    from localmodel.rules.table import amx_guarded, amx_workaround
+    from localmodel.engines.ollama.tuning import amx_guarded, amx_workaround
 
     assert amx_guarded(version, env, removed) is guarded
     assert ("cpu_avx2" in amx_workaround(version)) is (version is not None and version < (0, 5, 12))

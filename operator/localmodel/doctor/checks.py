@@ -6,32 +6,30 @@ process (`_allowed_cpus`); the reading is `localmodel.doctor.read`'s.
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from localmodel.doctor.metrics import GatewayStats
 from localmodel.doctor.report import Finding, Verdict
-from localmodel.engines import llama_server, ollama
+from localmodel.engines import ollama
+from localmodel.engines.doctor import EngineDoctor, LoadedModel
+from localmodel.engines.registry import ENGINES
 from localmodel.facts.cpu import AmxKernel
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import format_cpu_list
 from localmodel.rules.model import parse_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_workaround
+from localmodel.rules.table import AMX_FLAGS
 
 __all__ = [
     "GATEWAY",
     "EngineView",
-    "LoadedModel",
     "budget_findings",
     "default_engine_url",
     "local_findings",
-    "modelfile_threads",
     "queue_findings",
     "speed_findings",
-    "threads_from_command_line",
 ]
 
 # What answered at --engine-url when it is the gateway, not an engine (`EngineView.kind`).
@@ -44,13 +42,6 @@ SMT_SOURCE = (
     "PR #20020)"
 )
 NUMA_SOURCE = "llama.cpp #13850 (--numa distribute ~2x on a 2-node machine)"
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    name: str
-    size_bytes: int | None = None
-    context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +60,7 @@ class EngineView:
     pid: int | None = None
     process_budget: float | None = None  # the engine process's own CPU budget
     process_budget_why: str = ""
-    loading: bool = False  # it answered, but is still loading its model (llama-server: 503)
+    loading: bool = False  # it answered, but is still loading its model
     gateway: GatewayStats | None = None
 
 
@@ -89,29 +80,9 @@ def default_engine_url(env: Mapping[str, str] = os.environ) -> str:
     return f"{parsed.scheme}://{hostname}:{port}"
 
 
-
-def threads_from_command_line(argv: Sequence[str], env: Mapping[str, str]) -> int | None:
-    """llama-server's ``-t/--threads N`` (or ``--threads=N``), else ``LLAMA_ARG_THREADS``
-    (the flag wins: llama.cpp applies the environment first; docs/engine-facts.md,
-    "The child inherits the environment")."""
-    found: int | None = None
-    args = list(argv)
-    for index, arg in enumerate(args):
-        value: str | None = None
-        if arg in llama_server.THREADS_FLAGS and index + 1 < len(args):
-            value = args[index + 1]
-        elif arg.startswith(f"{llama_server.THREADS_FLAGS[-1]}="):  # --threads=N
-            value = arg.split("=", 1)[1]
-        if value is not None and value.lstrip("-").isdigit():
-            found = int(value)
-    if found is None and env.get(llama_server.THREADS_ENV, "").isdigit():
-        found = int(env[llama_server.THREADS_ENV])
-    return found if found is None or found > 0 else None
-
-
-def modelfile_threads(parameters: str) -> int | None:
-    match = re.search(r"^\s*num_thread\s+(\d+)\s*$", parameters, re.MULTILINE)
-    return int(match.group(1)) if match else None
+def _doctor(engine: EngineView) -> EngineDoctor | None:
+    """The doctor part of the engine that answered (None: a gateway, or nothing)."""
+    return ENGINES.get(engine.kind or "")
 
 
 # ---- pure checks -----------------------------------------------------------
@@ -174,71 +145,27 @@ def _engine_budget(machine: MachineFacts, engine: EngineView) -> tuple[float, st
 
 def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Finding]:
     """Every finding for one machine, in the field's order."""
-    findings: list[Finding] = []
     if engine is None:
         return [*budget_findings(machine)]
     if engine.kind is None:
-        findings.append(
+        return [
             Finding(
                 "engine",
                 Verdict.WARN,
                 f"no engine answered at {engine.url}: {engine.error}",
                 "pass --engine-url (Ollama's OLLAMA_HOST, or a llama-server URL)",
-            )
-        )
-        return findings + budget_findings(machine)
+            ),
+            *budget_findings(machine),
+        ]
     if engine.loading:
-        findings.append(
-            Finding(
-                "engine",
-                Verdict.WARN,
-                f"{engine.kind} at {engine.url} is still loading its model (it answers "
-                f"{llama_server.LOADING_STATUS} until the model is loaded); a load that takes "
-                "minutes is what oversubscribed threads do",
-                "wait for it to load; check the threads against the CPU budget below",
-            )
-        )
-        return findings + budget_findings(machine) + _thread_findings(machine, engine)
-
-    # 1. models holding weights
-    if len(engine.models) > 1:
-        held = ", ".join(
-            f"{m.name} ({format_bytes(m.size_bytes) if m.size_bytes else '? bytes'}"
-            f"{f', context {m.context}' if m.context else ''})"
-            for m in engine.models
-        )
-        findings.append(
-            Finding(
-                "models-per-node",
-                Verdict.WARN,
-                f"{len(engine.models)} models hold weights in {engine.kind} at {engine.url}: {held}"
-                ": they split memory and cores",
-                "keep one model loaded (OLLAMA_MAX_LOADED_MODELS=1), or one engine per model",
-            )
-        )
-    else:
-        names = ", ".join(m.name for m in engine.models) or "none loaded"
-        findings.append(
-            Finding("models-per-node", Verdict.OK, f"{engine.kind} at {engine.url} holds: {names}")
-        )
-
-    # 2. callers that can queue
-    if engine.gateway is not None:
-        timeline = f"localmodel timeline NAME --gateway-url {engine.url}"
-        findings.extend(queue_findings(engine.url, engine.gateway, timeline))
-    elif engine.slots is not None:
-        ctx = f", context {engine.context_per_slot} per slot" if engine.context_per_slot else ""
-        findings.append(
-            Finding(
-                "queue",
-                Verdict.OK,
-                f"{engine.kind} has {engine.slots} parallel slot{'s' if engine.slots != 1 else ''}"
-                f"{ctx}; its queue is not visible without the gateway",
-            )
-        )
-
-    # 3. cancellation
-    if engine.kind != GATEWAY:
+        return [
+            _loading_finding(engine),
+            *budget_findings(machine),
+            *_thread_findings(machine, engine),
+        ]
+    findings = _held_findings(engine)  # 1. models holding weights
+    findings += _local_queue_findings(engine)  # 2. callers that can queue
+    if engine.kind != GATEWAY:  # 3. cancellation
         findings.append(
             Finding(
                 "cancellation",
@@ -249,7 +176,6 @@ def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Fin
                 "in front and send callers there",
             )
         )
-
     # 4. speed, last
     findings.extend(budget_findings(machine))
     findings.extend(_thread_findings(machine, engine))
@@ -259,20 +185,71 @@ def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Fin
     return findings
 
 
+def _loading_finding(engine: EngineView) -> Finding:
+    doctor = _doctor(engine)
+    sign = doctor.loading_sign if doctor is not None else "it says so"
+    return Finding(
+        "engine",
+        Verdict.WARN,
+        f"{engine.kind} at {engine.url} is still loading its model ({sign}); a load that "
+        "takes minutes is what oversubscribed threads do",
+        "wait for it to load; check the threads against the CPU budget below",
+    )
+
+
+def _held_findings(engine: EngineView) -> list[Finding]:
+    if len(engine.models) > 1:
+        held = ", ".join(
+            f"{m.name} ({format_bytes(m.size_bytes) if m.size_bytes else '? bytes'}"
+            f"{f', context {m.context}' if m.context else ''})"
+            for m in engine.models
+        )
+        return [
+            Finding(
+                "models-per-node",
+                Verdict.WARN,
+                f"{len(engine.models)} models hold weights in {engine.kind} at {engine.url}: {held}"
+                ": they split memory and cores",
+                "keep one model loaded (OLLAMA_MAX_LOADED_MODELS=1), or one engine per model",
+            )
+        ]
+    names = ", ".join(m.name for m in engine.models) or "none loaded"
+    return [
+        Finding("models-per-node", Verdict.OK, f"{engine.kind} at {engine.url} holds: {names}")
+    ]
+
+
+def _local_queue_findings(engine: EngineView) -> list[Finding]:
+    if engine.gateway is not None:
+        timeline = f"localmodel timeline NAME --gateway-url {engine.url}"
+        return queue_findings(engine.url, engine.gateway, timeline)
+    if engine.slots is None:
+        return []
+    ctx = f", context {engine.context_per_slot} per slot" if engine.context_per_slot else ""
+    return [
+        Finding(
+            "queue",
+            Verdict.OK,
+            f"{engine.kind} has {engine.slots} parallel slot{'s' if engine.slots != 1 else ''}"
+            f"{ctx}; its queue is not visible without the gateway",
+        )
+    ]
+
+
 def _thread_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]:
     budget, why = _engine_budget(machine, engine)
     want = max(1, int(budget))
+    doctor = _doctor(engine)
     if engine.threads is None:
-        if engine.kind == llama_server.NAME and engine.pid is not None:
-            default = machine.topology.physical_cores or machine.host_cpus
+        default = machine.topology.physical_cores or machine.host_cpus
+        unset = doctor.unset_threads(default, want) if doctor is not None else None
+        if unset is not None and engine.pid is not None:
             return [
                 Finding(
                     "threads",
                     Verdict.FAIL if default > want else Verdict.WARN,
-                    f"llama-server runs without --threads: it uses its default "
-                    f"({default}, the host's cores; cgroup quota and cpuset ignored) on a "
-                    f"CPU budget of {budget:g} ({why})",
-                    f"start it with --threads {want}",
+                    f"{unset[0]} on a CPU budget of {budget:g} ({why})",
+                    unset[1],
                 )
             ]
         return [
@@ -287,11 +264,6 @@ def _thread_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]
         ]
     threads = engine.threads
     if threads > budget:
-        fix = (
-            f"start it with --threads {want} (-t {want})"
-            if engine.kind == llama_server.NAME
-            else f"set PARAMETER num_thread {want} in the Modelfile (or options.num_thread {want})"
-        )
         return [
             Finding(
                 "threads",
@@ -299,7 +271,7 @@ def _thread_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]
                 f"{engine.kind} runs {threads} threads ({engine.threads_source}) on a CPU budget "
                 f"of {budget:g} ({why}): oversubscribed decode collapses (ggml's barrier "
                 "busy-waits)",
-                fix,
+                doctor.local_threads_fix(want) if doctor is not None else f"use {want} threads",
             )
         ]
     findings = [
@@ -364,20 +336,22 @@ def _allowed_cpus(machine: MachineFacts) -> frozenset[int]:
 
 def _amx_engine_findings(machine: MachineFacts, engine: EngineView) -> list[Finding]:
     flags = machine.node.cpu_flags or frozenset()
-    if not AMX_FLAGS & flags or engine.kind != ollama.NAME:
+    doctor = _doctor(engine)
+    if not AMX_FLAGS & flags or doctor is None or doctor.amx_fixed_in is None:
         return []
+    fixed = doctor.amx_fixed_in
     version = parse_version(engine.version)
-    if version is not None and version >= AMX_FIXED_IN:
+    if version is not None and version >= fixed:
         return []
     seen = engine.version or "unknown"
     return [
         Finding(
             "amx",
             Verdict.FAIL,
-            f"Ollama {seen} on an AMX CPU: builds before {show_version(AMX_FIXED_IN)} crash "
+            f"{doctor.title} {seen} on an AMX CPU: builds before {show_version(fixed)} crash "
             "in the AMX / flash-attention path (ollama#17205)",
-            f"upgrade to Ollama {show_version(AMX_FIXED_IN)} or later, or "
-            f"{amx_workaround(version)}",
+            f"upgrade to {doctor.title} {show_version(fixed)} or later, or "
+            f"{doctor.amx_workaround(version)}",
         )
     ]
 
@@ -441,8 +415,3 @@ def speed_findings(where: str, stats: GatewayStats) -> list[Finding]:
             else "",
         )
     ]
-
-
-def int_env(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name, "")
-    return int(value) if value.isdigit() else None

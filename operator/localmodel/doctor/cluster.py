@@ -27,67 +27,25 @@ cluster-wide (Nodes belong to no namespace).
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from localmodel.contract import ANNOTATION_THREADS, LABEL_NAME
-from localmodel.doctor.checks import (
-    NUMA_SOURCE,
-    queue_findings,
-    speed_findings,
-    threads_from_command_line,
-)
+from localmodel.doctor.checks import NUMA_SOURCE, queue_findings, speed_findings
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.doctor.pods import EnginePod, engine_pods
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.doctor.speed import slow_findings
-from localmodel.engines import llama_server, ollama
+from localmodel.engines.registry import engine
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
-from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
+from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
-from localmodel.gateway_contract import GATEWAY_PORT, env_name
+from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.rules.model import image_version, show_version
-from localmodel.rules.table import AMX_FIXED_IN, AMX_FLAGS, amx_guarded, amx_workaround
+from localmodel.rules.table import AMX_FLAGS
 
-__all__ = ["ClusterView", "EnginePod", "cluster_findings", "engine_pods", "in_scope"]
-
-_ENGINE_IMAGE = re.compile(r"ollama|llama[.-]?cpp|llama-server", re.IGNORECASE)
-_DONE_PHASES = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class EnginePod:
-    """One pod holding a model's weights, as doctor sees it."""
-
-    namespace: str
-    name: str
-    node: str
-    ours: bool  # rendered by the operator (localmodel.dev/name label)
-    engine: str  # ollama.NAME | llama_server.NAME
-    image: str
-    model: str | None
-    memory_bytes: int | None  # the engine container's memory limit (else request)
-    cpu_milli: int | None  # the engine container's CPU limit (else request)
-    threads: int | None
-    threads_source: str
-    context: int | None
-    gateway: bool
-    env: Mapping[str, str] = field(default_factory=dict)
-    commands: str = ""  # every container's command and args, for the AMX guard
-    container: str = ""  # the engine container's name
-    local_model: str | None = None  # the LocalModel it serves (ours only)
-    container_id: str = ""  # its runtime ID (status.containerStatuses), without the scheme
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.key} ({self.model})" if self.model else self.key
-
+__all__ = ["ClusterView", "cluster_findings", "in_scope"]
 
 @dataclass(frozen=True)
 class ClusterView:
@@ -104,114 +62,6 @@ class ClusterView:
 def in_scope(scope: str | None, namespace: object) -> bool:
     """Whether an object of `namespace` is in doctor's scope (None: the whole cluster)."""
     return scope is None or namespace == scope
-
-
-def _env(container: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        str(e["name"]): str(e.get("value", ""))
-        for e in container.get("env") or []
-        if isinstance(e, Mapping) and "name" in e and "value" in e
-    }
-
-
-def _quantity(resources: Mapping[str, Any], name: str, parse: Callable[[str], int]) -> int | None:
-    for section in ("limits", "requests"):
-        raw = (resources.get(section) or {}).get(name)
-        if raw is not None:
-            try:
-                return parse(str(raw))
-            except ValueError:
-                return None
-    return None
-
-
-def _flag_value(argv: Sequence[str], *flags: str) -> str | None:
-    for index, arg in enumerate(argv):
-        for flag in flags:
-            if arg == flag and index + 1 < len(argv):
-                return argv[index + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-    return None
-
-
-def _is_gateway(container: Mapping[str, Any]) -> bool:
-    words = [*(container.get("command") or []), *(container.get("args") or [])]
-    return "gateway" in words and any("localmodel" in str(w) for w in words)
-
-
-def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
-    """The running or scheduled pods whose containers run an Ollama or llama.cpp image."""
-    found = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        status = pod.get("status") or {}
-        node = spec.get("nodeName")
-        if not node or status.get("phase") in _DONE_PHASES or meta.get("deletionTimestamp"):
-            continue
-        containers = list(spec.get("containers") or [])
-        engines = [c for c in containers if _ENGINE_IMAGE.search(str(c.get("image", "")))]
-        if not engines:
-            continue
-        engine = engines[0]
-        image = str(engine.get("image", ""))
-        argv = [str(a) for a in [*(engine.get("command") or []), *(engine.get("args") or [])]]
-        kind = ollama.NAME if ollama.NAME in image.lower() else llama_server.NAME
-        env = _env(engine)
-        gateway = next((c for c in containers if _is_gateway(c)), None)
-        gateway_env = _env(gateway) if gateway else {}
-        annotations = meta.get("annotations") or {}
-        labels = meta.get("labels") or {}
-        threads: int | None = None
-        source = ""
-        if str(annotations.get(ANNOTATION_THREADS, "")).isdigit():
-            threads, source = int(annotations[ANNOTATION_THREADS]), "the operator's Modelfile"
-        elif kind == llama_server.NAME:
-            threads = threads_from_command_line(argv, env)
-            source = "its command line" if threads is not None else ""
-        context_text = (
-            gateway_env.get(env_name("context"))
-            or env.get("OLLAMA_CONTEXT_LENGTH")
-            or _flag_value(argv, *llama_server.CONTEXT_FLAGS)
-            or ""
-        )
-        model = (
-            gateway_env.get(env_name("model"))
-            or _flag_value(argv, *llama_server.MODEL_FLAGS)
-            or (str(labels[LABEL_NAME]) if LABEL_NAME in labels else None)
-        )
-        resources = engine.get("resources") or {}
-        commands = " ".join(
-            " ".join(str(w) for w in [*(c.get("command") or []), *(c.get("args") or [])])
-            for c in [*containers, *(spec.get("initContainers") or [])]
-        )
-        found.append(
-            EnginePod(
-                namespace=str(meta.get("namespace", "default")),
-                name=str(meta.get("name", "?")),
-                node=str(node),
-                ours=LABEL_NAME in labels,
-                engine=kind,
-                image=image,
-                model=model or None,
-                memory_bytes=_quantity(resources, "memory", parse_bytes),
-                cpu_milli=_quantity(resources, "cpu", parse_cpu_milli),
-                threads=threads,
-                threads_source=source,
-                context=int(context_text) if context_text.isdigit() else None,
-                gateway=gateway is not None,
-                env=env,
-                commands=commands,
-                container=str(engine.get("name", "")),
-                local_model=str(labels[LABEL_NAME]) if LABEL_NAME in labels else None,
-                container_id=next(
-                    (str(c.get("containerID", "")).split("://", 1)[-1]
-                     for c in status.get("containerStatuses") or []
-                     if c.get("name") == engine.get("name") and c.get("containerID")), ""),
-            )
-        )
-    return found
 
 
 def _node_facts(nodes: Iterable[Mapping[str, Any]]) -> tuple[dict[str, NodeFacts], list[str]]:
@@ -399,23 +249,15 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
         where = f"{pod.label} on node {pod.node}"
         cpu_text = f"CPU limit {limit / 1000:g}" if limit is not None else "no CPU limit"
         if pod.threads is None:
-            default = (
-                "Ollama uses cgroup v2 cpu.max when set, else the host's cores"
-                if pod.engine == ollama.NAME
-                else "llama-server uses the host's cores, ignoring quota and cpuset"
-            )
+            doctor = engine(pod.engine)
+            fix = (doctor.pod_threads_fix(want) if want
+                   else "set a CPU limit and threads equal to it")
             findings.append(
                 Finding(
                     "threads",
                     Verdict.WARN,
-                    f"{where}: thread count not set ({default}); {cpu_text}",
-                    (
-                        f"set num_thread {want} (Modelfile PARAMETER or options.num_thread)"
-                        if pod.engine == ollama.NAME
-                        else f"start llama-server with --threads {want}"
-                    )
-                    if want
-                    else "set a CPU limit and threads equal to it",
+                    f"{where}: thread count not set ({doctor.threads_default}); {cpu_text}",
+                    fix,
                 )
             )
             continue
@@ -503,40 +345,37 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
     findings = []
     for pod in pods:
         node = nodes.get(pod.node)
-        if node is None or pod.engine != ollama.NAME:
+        doctor = engine(pod.engine)
+        if node is None or doctor.amx_fixed_in is None:
             continue
-        amx = [node.has(flag) for flag in sorted(AMX_FLAGS)]
-        if True not in amx:
+        if True not in [node.has(flag) for flag in sorted(AMX_FLAGS)]:
             continue
-        version = image_version(pod.image)
-        shown = show_version(version) if version else "unknown"
-        where = f"{pod.label} on AMX node {pod.node} (Ollama {shown})"
-        library_removed = ollama.AMX_LIBRARY in pod.commands
-        if version is not None and version >= AMX_FIXED_IN:
-            findings.append(
-                Finding("amx", Verdict.OK, f"{where}: the AMX crash is fixed in this version")
-            )
-        elif amx_guarded(version, pod.env, library_removed):
-            findings.append(
-                Finding(
-                    "amx",
-                    Verdict.OK,
-                    f"{where}: AMX guard on ({amx_workaround(version)})",
-                    f"upgrading to Ollama {show_version(AMX_FIXED_IN)}+ lifts the guard",
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    "amx",
-                    Verdict.FAIL,
-                    f"{where}: no AMX guard; builds before {show_version(AMX_FIXED_IN)} crash on "
-                    "AMX CPUs in the AMX / flash-attention path (ollama#17205, #17006)",
-                    f"upgrade the image to ollama {show_version(AMX_FIXED_IN)} or later, or "
-                    f"{amx_workaround(version)} (a LocalModel gets this from its amx rules)",
-                )
-            )
+        findings.append(_amx_finding(pod, doctor.amx_fixed_in))
     return findings
+
+
+def _amx_finding(pod: EnginePod, fixed: tuple[int, int, int]) -> Finding:
+    doctor = engine(pod.engine)
+    version = image_version(pod.image)
+    shown = show_version(version) if version else "unknown"
+    where = f"{pod.label} on AMX node {pod.node} ({doctor.title} {shown})"
+    if version is not None and version >= fixed:
+        return Finding("amx", Verdict.OK, f"{where}: the AMX crash is fixed in this version")
+    if doctor.amx_guarded(version, pod.env, pod.commands):
+        return Finding(
+            "amx",
+            Verdict.OK,
+            f"{where}: AMX guard on ({doctor.amx_workaround(version)})",
+            f"upgrading to {doctor.title} {show_version(fixed)}+ lifts the guard",
+        )
+    return Finding(
+        "amx",
+        Verdict.FAIL,
+        f"{where}: no AMX guard; builds before {show_version(fixed)} crash on "
+        "AMX CPUs in the AMX / flash-attention path (ollama#17205, #17006)",
+        f"upgrade the image to {pod.engine} {show_version(fixed)} or later, or "
+        f"{doctor.amx_workaround(version)} (a LocalModel gets this from its amx rules)",
+    )
 
 
 def _unknown_nodes(nodes: Mapping[str, NodeFacts]) -> list[Finding]:

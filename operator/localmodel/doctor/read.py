@@ -2,11 +2,12 @@
 server. The checks over what is read are pure (`localmodel.doctor.checks` for
 one machine, `localmodel.doctor.cluster` for a cluster).
 
-`gather_engine` (`doctor --local`) asks the engine's HTTP API at ``--engine-url`` (Ollama:
-its version, loaded models and Modelfiles; llama-server: its props, which
-report no thread count) and, when the engine runs on this machine, its
-process (found by the port it listens on): its command line and environment
-give the threads, its own cgroup and cpuset give the CPU budget it really has.
+`gather_engine` (`doctor --local`) asks the engine's HTTP API at ``--engine-url``
+(each engine's adapter says what: engines/<name>/doctor.py; Ollama: its version,
+loaded models and Modelfiles; llama-server: its props, which report no thread
+count) and, when the engine runs on this machine, its process (found by the
+port it listens on): its command line and environment give the threads, its
+own cgroup and cpuset give the CPU budget it really has.
 `gather_cluster` reads the Nodes and Pods with the official client, and each
 gateway's metrics through the API server's pod proxy or a URL given with
 ``--metrics-url``.
@@ -21,25 +22,20 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from localmodel import GROUP, PLURAL, VERSION
-from localmodel.doctor.checks import (
-    GATEWAY,
-    EngineView,
-    LoadedModel,
-    int_env,
-    modelfile_threads,
-    threads_from_command_line,
-)
-from localmodel.doctor.cluster import ClusterView, engine_pods, in_scope
+from localmodel.doctor.checks import GATEWAY, EngineView
+from localmodel.doctor.cluster import ClusterView, in_scope
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
+from localmodel.doctor.pods import engine_pods
 from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow_replicas
-from localmodel.engines import llama_server, ollama
+from localmodel.engines.doctor import EngineProcess
+from localmodel.engines.registry import ENGINES
 from localmodel.facts.cgroup import read_cgroup_limits
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.topology import format_cpu_list
@@ -68,14 +64,7 @@ def _get_text(url: str, timeout: float = 5.0) -> str:
         return str(response.read().decode("utf-8", "replace"))
 
 
-@dataclass
-class _Process:
-    pid: int
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def _listening_process(url: str) -> _Process | None:
+def _listening_process(url: str) -> EngineProcess | None:
     parsed = urllib.parse.urlsplit(url)
     if parsed.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         return None
@@ -97,7 +86,7 @@ def _listening_process(url: str) -> _Process | None:
                     env = {}
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            return _Process(conn.pid, argv, env)
+            return EngineProcess(conn.pid, argv, env)
     return None
 
 
@@ -135,35 +124,16 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
         "process_budget": budget[0],
         "process_budget_why": budget[1],
     }
-    try:
-        version = _get_json(url + ollama.VERSION_PATH)
-    except (OSError, ValueError):
-        version = None
-    if isinstance(version, dict) and "version" in version:
-        return _ollama(url, str(version["version"]), process, common)
-    try:
-        props = _get_json(url + llama_server.PROPS_PATH)
-    except urllib.error.HTTPError as e:
-        if e.code == llama_server.LOADING_STATUS and _loading(url):
-            return _llama_server(url, {}, process, common, loading=True)
-        return EngineView(url=url, error=_why(e))
-    except (OSError, ValueError) as e:
-        return EngineView(url=url, error=_why(e))
-    if not isinstance(props, dict):
-        return EngineView(url=url, error=f"{llama_server.PROPS_PATH} is not a JSON object")
-    return _llama_server(url, props, process, common)
-
-
-def _loading(url: str) -> bool:
-    """Whether llama-server's health path says it is loading its model (an
-    engine that is not there does not answer at all)."""
-    try:
-        _get_json(url + llama_server.HEALTH_PATH)
-    except urllib.error.HTTPError as e:
-        return e.code == llama_server.LOADING_STATUS
-    except (OSError, ValueError):
-        return False
-    return False
+    error: BaseException | None = None
+    for engine in ENGINES.values():  # the first that answers as itself
+        try:
+            reading = engine.read(lambda path, body: _get_json(url + path, body), process)
+        except (OSError, ValueError) as e:
+            error = e
+            continue
+        read = {f.name: getattr(reading, f.name) for f in fields(reading)}
+        return EngineView(kind=engine.name, **read, **common)
+    return EngineView(url=url, error=_why(error) if error is not None else "no engine")
 
 
 def _why(e: BaseException) -> str:
@@ -178,73 +148,6 @@ def _gateway_stats(url: str) -> GatewayStats | None:
         return gateway_stats(parse_metrics(text))
     except (OSError, ValueError, MetricsError):
         return None
-
-
-def _ollama(url: str, version: str, process: _Process | None, common: dict[str, Any]) -> EngineView:
-    models: list[LoadedModel] = []
-    try:
-        ps = _get_json(url + ollama.PS_PATH)
-    except (OSError, ValueError):
-        ps = {}
-    for entry in (ps or {}).get("models") or []:
-        models.append(
-            LoadedModel(
-                name=str(entry.get("name") or entry.get("model")),
-                size_bytes=entry.get("size"),
-                context=entry.get("context_length"),
-            )
-        )
-    threads: int | None = None
-    source = ""
-    for model in models:
-        try:
-            show = _get_json(url + ollama.SHOW_PATH, {"model": model.name})
-        except (OSError, ValueError):
-            continue
-        found = modelfile_threads(str(show.get("parameters") or ""))
-        if found is not None:
-            threads, source = found, f"Modelfile PARAMETER num_thread of {model.name}"
-            break
-    env = process.env if process else {}
-    slots = int_env(env, "OLLAMA_NUM_PARALLEL")
-    context = int_env(env, "OLLAMA_CONTEXT_LENGTH")
-    return EngineView(
-        kind=ollama.NAME,
-        version=version,
-        models=tuple(models),
-        slots=slots,
-        context_per_slot=context,
-        threads=threads,
-        threads_source=source,
-        **common,
-    )
-
-
-def _llama_server(
-    url: str, props: Mapping[str, Any], process: _Process | None, common: dict[str, Any],
-    loading: bool = False,
-) -> EngineView:
-    settings = props.get("default_generation_settings") or {}
-    slots = props.get("total_slots")
-    context = settings.get("n_ctx") if isinstance(settings, dict) else None
-    model_path = str(props.get("model_path") or props.get("model_alias") or "the model")
-    threads = None
-    source = ""
-    if process is not None:
-        threads = threads_from_command_line(process.argv, process.env)
-        if threads is not None:
-            source = f"command line of pid {process.pid}"
-    return EngineView(
-        kind=llama_server.NAME,
-        version=str(props.get("build_info") or "") or None,
-        models=(LoadedModel(name=Path(model_path).name, context=context),),
-        slots=slots if isinstance(slots, int) else None,
-        context_per_slot=context if isinstance(context, int) else None,
-        threads=threads,
-        threads_source=source or "no local process found",
-        loading=loading,
-        **common,
-    )
 
 
 # ---- a cluster -------------------------------------------------------------------

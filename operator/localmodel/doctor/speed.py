@@ -42,15 +42,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.doctor.report import Finding, Verdict
-from localmodel.engines import llama_server, ollama
+from localmodel.engines.registry import ENGINES
 from localmodel.facts import NodeFacts
 
 THROTTLED = "container_cpu_cfs_throttled_periods_total"
 PERIODS = "container_cpu_cfs_periods_total"
 PROCESSES = "container_processes"  # in the container's cpu cgroup
-# The processes an engine's container runs of its own: llama-server is one;
-# `ollama serve` starts one runner for the model it serves.
-ENGINE_PROCESSES = {llama_server.NAME: 1, ollama.NAME: 2}
+# (The processes an engine's container runs of its own are its adapter's:
+# `EngineDoctor.processes`.)
 # A share of CFS periods throttled above this, over the sampled seconds, is named.
 THROTTLED_SHARE = 0.2
 CADVISOR_PATH = "metrics/cadvisor"  # the kubelet's, through nodes/<node>/proxy
@@ -197,82 +196,11 @@ def slow_findings(
             f"calibrated at {_rate(s, 'calibrationDecode')} tok/s",
             "see the likely causes below",
         ))
-        key = f"{slow.namespace}/{slow.pod}"
-        threads, limit, container, container_id, engine = engine_threads.get(
-            key, (None, None, "", "", ""))
-        causes: list[Finding] = []
+        seen = _Seen(slow, where, *engine_threads.get(
+            f"{slow.namespace}/{slow.pod}", (None, None, "", "", "")))
         samples = cadvisor.get(slow.node)
-        if isinstance(samples, tuple) and container:
-            share = throttled_share(*samples, slow.namespace, slow.pod, container, container_id)
-            if share is not None and share >= THROTTLED_SHARE:
-                causes.append(Finding(
-                    "slow-replica", Verdict.FAIL,
-                    f"{where}: CPU throttling: container {container} was throttled in "
-                    f"{share:.0%} of its CFS periods just now (cAdvisor "
-                    f"{THROTTLED}): something besides the engine's threads uses its CPU "
-                    "limit, or the engine runs more threads than the limit",
-                    f"look for other processes: kubectl exec -n {slow.namespace} {slow.pod} "
-                    f"-c {container} -- top; or raise spec.cpu",
-                ))
-            elif share is None:
-                found = _counters(samples[1], slow.namespace, slow.pod, container, container_id)
-                why = ("did not move while doctor read them (cAdvisor refreshes them every "
-                       "10-15 s)" if len(found) == 2 else
-                       "are not in them (cAdvisor has them only for a container with a CPU "
-                       "limit)")
-                causes.append(Finding(
-                    "slow-replica", Verdict.WARN,
-                    f"{where}: CPU throttling not checked: the CFS counters of container "
-                    f"{container} in the kubelet's cAdvisor metrics of node {slow.node} {why}",
-                    "run doctor again, or read nr_throttled in the container's cgroup cpu.stat "
-                    "on the node",
-                ))
-        elif isinstance(samples, Exception):
-            causes.append(Finding(
-                "slow-replica", Verdict.WARN,
-                f"{where}: CPU throttling not checked: the kubelet's cAdvisor metrics of "
-                f"node {slow.node} could not be read ({samples})",
-                "grant get on nodes/proxy to read them, or check cpu.stat in the container",
-            ))
-        own = ENGINE_PROCESSES.get(engine)
-        if isinstance(samples, tuple) and container and own is not None:
-            counted = _counters(samples[1], slow.namespace, slow.pod, container, container_id,
-                                (PROCESSES,)).get(PROCESSES)
-            if counted is not None and counted > own:
-                cpus = "?" if limit is None else f"{limit / 1000:g}"
-                causes.append(Finding(
-                    "slow-replica", Verdict.FAIL,
-                    f"{where}: container {container} runs {counted:g} processes where "
-                    f"{engine} runs {own} (cAdvisor {PROCESSES}): the others share its CPU "
-                    f"limit of {cpus} with the engine's threads: oversubscribed, throttled "
-                    "or not",
-                    f"find them: kubectl exec -n {slow.namespace} {slow.pod} -c {container} "
-                    "-- ps -ef (or top); stop them, or give them a container of their own",
-                ))
-        if threads is not None and limit is not None and threads * 1000 > limit:
-            causes.append(Finding(
-                "slow-replica", Verdict.FAIL,
-                f"{where}: the engine runs {threads} threads on a CPU limit of "
-                f"{limit / 1000:g}: oversubscribed threads collapse decode",
-                f"use {max(1, limit // 1000)} threads (remove the override)",
-            ))
-        neighbours = _no_limit_neighbours(pods, slow.node, slow.pod)
-        if neighbours:
-            shown = ", ".join(neighbours[:5]) + (" ..." if len(neighbours) > 5 else "")
-            causes.append(Finding(
-                "slow-replica", Verdict.WARN,
-                f"{where}: {len(neighbours)} other pod(s) on node {slow.node} have no CPU "
-                f"limit ({shown}): they take whatever CPU is left, on the engine's cores too",
-                "give them CPU limits, or run the model with placement.exclusive",
-            ))
-        facts = nodes.get(slow.node)
-        if facts is not None and facts.threads_per_core and facts.threads_per_core > 1:
-            causes.append(Finding(
-                "slow-replica", Verdict.WARN,
-                f"{where}: node {slow.node} has {facts.threads_per_core} hardware threads per "
-                "core: another pod may run on the SMT siblings of the engine's CPUs",
-                "enable the kubelet's static CPU manager (full-pcpus-only) or exclusive placement",
-            ))
+        causes = _throttling(seen, samples) + _processes(seen, samples)
+        causes += _neighbours_and_threads(seen, pods, nodes.get(slow.node))
         if not causes:
             causes.append(Finding(
                 "slow-replica", Verdict.WARN,
@@ -284,3 +212,105 @@ def slow_findings(
         findings += causes
     return findings
 
+
+@dataclass(frozen=True)
+class _Seen:
+    """A slow replica and what doctor knows of its engine container."""
+
+    slow: SlowReplica
+    where: str
+    threads: int | None
+    limit: int | None  # milli-CPUs
+    container: str
+    container_id: str
+    engine: str
+
+
+def _throttling(seen: _Seen, samples: tuple[str, str] | Exception | None) -> list[Finding]:
+    slow, where, container = seen.slow, seen.where, seen.container
+    if isinstance(samples, Exception):
+        return [Finding(
+            "slow-replica", Verdict.WARN,
+            f"{where}: CPU throttling not checked: the kubelet's cAdvisor metrics of "
+            f"node {slow.node} could not be read ({samples})",
+            "grant get on nodes/proxy to read them, or check cpu.stat in the container",
+        )]
+    if samples is None or not container:
+        return []
+    share = throttled_share(*samples, slow.namespace, slow.pod, container, seen.container_id)
+    if share is not None and share >= THROTTLED_SHARE:
+        return [Finding(
+            "slow-replica", Verdict.FAIL,
+            f"{where}: CPU throttling: container {container} was throttled in "
+            f"{share:.0%} of its CFS periods just now (cAdvisor "
+            f"{THROTTLED}): something besides the engine's threads uses its CPU "
+            "limit, or the engine runs more threads than the limit",
+            f"look for other processes: kubectl exec -n {slow.namespace} {slow.pod} "
+            f"-c {container} -- top; or raise spec.cpu",
+        )]
+    if share is not None:
+        return []
+    found = _counters(samples[1], slow.namespace, slow.pod, container, seen.container_id)
+    why = ("did not move while doctor read them (cAdvisor refreshes them every "
+           "10-15 s)" if len(found) == 2 else
+           "are not in them (cAdvisor has them only for a container with a CPU "
+           "limit)")
+    return [Finding(
+        "slow-replica", Verdict.WARN,
+        f"{where}: CPU throttling not checked: the CFS counters of container "
+        f"{container} in the kubelet's cAdvisor metrics of node {slow.node} {why}",
+        "run doctor again, or read nr_throttled in the container's cgroup cpu.stat "
+        "on the node",
+    )]
+
+
+def _processes(seen: _Seen, samples: tuple[str, str] | Exception | None) -> list[Finding]:
+    slow, where, container = seen.slow, seen.where, seen.container
+    engine = ENGINES.get(seen.engine)
+    if not isinstance(samples, tuple) or not container or engine is None:
+        return []
+    own = engine.processes
+    counted = _counters(samples[1], slow.namespace, slow.pod, container, seen.container_id,
+                        (PROCESSES,)).get(PROCESSES)
+    if counted is None or counted <= own:
+        return []
+    cpus = "?" if seen.limit is None else f"{seen.limit / 1000:g}"
+    return [Finding(
+        "slow-replica", Verdict.FAIL,
+        f"{where}: container {container} runs {counted:g} processes where "
+        f"{seen.engine} runs {own} (cAdvisor {PROCESSES}): the others share its CPU "
+        f"limit of {cpus} with the engine's threads: oversubscribed, throttled "
+        "or not",
+        f"find them: kubectl exec -n {slow.namespace} {slow.pod} -c {container} "
+        "-- ps -ef (or top); stop them, or give them a container of their own",
+    )]
+
+
+def _neighbours_and_threads(seen: _Seen, pods: Sequence[Mapping[str, Any]],
+                            facts: NodeFacts | None) -> list[Finding]:
+    slow, where, threads, limit = seen.slow, seen.where, seen.threads, seen.limit
+    causes: list[Finding] = []
+    if threads is not None and limit is not None and threads * 1000 > limit:
+        causes.append(Finding(
+            "slow-replica", Verdict.FAIL,
+            f"{where}: the engine runs {threads} threads on a CPU limit of "
+            f"{limit / 1000:g}: oversubscribed threads collapse decode",
+            f"use {max(1, limit // 1000)} threads (remove the override)",
+        ))
+    neighbours = _no_limit_neighbours(pods, slow.node, slow.pod)
+    if neighbours:
+        shown = ", ".join(neighbours[:5]) + (" ..." if len(neighbours) > 5 else "")
+        causes.append(Finding(
+            "slow-replica", Verdict.WARN,
+            f"{where}: {len(neighbours)} other pod(s) on node {slow.node} have no CPU "
+            f"limit ({shown}): they take whatever CPU is left, on the engine's cores too",
+            "give them CPU limits, or run the model with placement.exclusive",
+        ))
+    if facts is not None and facts.threads_per_core and facts.threads_per_core > 1:
+        causes.append(Finding(
+            "slow-replica", Verdict.WARN,
+            f"{where}: node {slow.node} has {facts.threads_per_core} hardware threads per "
+            "core: another pod may run on the SMT siblings of the engine's CPUs",
+            "enable the kubelet's static CPU manager (full-pcpus-only) or exclusive placement",
+        ))
+    return causes

@@ -11,11 +11,13 @@ engines import nothing of the renderer (the renderer imports them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from localmodel.api import LocalModel
 from localmodel.facts.quantity import format_bytes
-from localmodel.rules.model import Tuning
+
+if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
+    from localmodel.rules.model import Tuning
 
 # A Kubernetes object, or a part of one, as the renderer writes it.
 Manifest = dict[str, Any]

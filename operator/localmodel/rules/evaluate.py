@@ -9,6 +9,7 @@ from typing import Any
 
 from localmodel.api import LocalModelSpec, Placement
 from localmodel.catalog import ModelShape, lookup
+from localmodel.engines.registry import engine
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
 from localmodel.rules.model import (
@@ -20,7 +21,7 @@ from localmodel.rules.model import (
     image_version,
     parse_version,
 )
-from localmodel.rules.table import RULES, engine_args, engine_env
+from localmodel.rules.table import RULES
 
 
 def engine_version(spec: LocalModelSpec) -> Version | None:
@@ -70,15 +71,16 @@ def evaluate(
         effect = rule.apply(ctx, draft)
         if effect is not None:
             decisions.append(Decision(rule.id, effect, rule.reason, rule.source))
+    spelling = engine(ctx.engine)
     return Tuning(
         threads=draft.threads,
         cpu=draft.cpu,
         memory_bytes=draft.memory_bytes,
         memory_parts=dict(draft.memory_parts),
         storage_bytes=draft.storage_bytes,
-        env=engine_env(ctx.engine, draft),
+        env=spelling.environment(draft.env, draft.kv_cache.value, draft.flash_attention.value),
         modelfile=dict(draft.modelfile),
-        args=engine_args(ctx.engine, draft),
+        args=spelling.command_line(draft.args, draft.kv_cache.value, draft.flash_attention.value),
         remove_libraries=tuple(draft.remove_libraries),
         flash_attention=draft.flash_attention,
         kv_cache=draft.kv_cache,

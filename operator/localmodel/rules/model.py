@@ -132,7 +132,7 @@ class Rule:
     reason: str  # one line: why
     source: str  # where the engine fact comes from (citations, see rules/table.py)
     apply: RuleAction
-    engines: frozenset[EngineName] = frozenset({EngineName.OLLAMA})
+    engines: frozenset[EngineName]  # the engines it is for (each rule names them)
     versions: VersionRange | None = None
     cpu: CpuCondition | None = None
     families: frozenset[str] | None = None

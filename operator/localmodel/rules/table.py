@@ -1,5 +1,12 @@
 """The tuning rules, in evaluation order. Each is data plus one small function.
 
+A rule decides *what* (threads = the CPU limit, the context per slot, the KV
+cache type, flash attention, the safe CPU path, memory); how its decision is
+spelled for an engine (flags, variables, Modelfile parameters, the words of
+its effect) is that engine's adapter's tuning part (engines/<name>/tuning.py,
+asked through `engines.registry.engine`). A rule for some engines only names
+them (`Rule.engines`).
+
 Each rule's `source` cites, separated by "; ", upstream files (`repo path`, or
 `repo@version path` for a fact of one version), upstream issues and pull
 requests (`repo#number`), each optionally with a note in parentheses, the project's own engine facts
@@ -10,13 +17,14 @@ checks that every citation resolves. `docs/rules.md` is generated from this tabl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from fractions import Fraction
 
 from localmodel.api import EngineName, FlashAttention, KVCacheType
 from localmodel.engines import llama_server, ollama
+from localmodel.engines.registry import engine
+from localmodel.engines.tuning import Serving, Spelled
 from localmodel.facts.quantity import format_bytes, parse_bytes
-from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, Version, VersionRange
+from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, VersionRange
 
 GiB = 1024**3
 MiB = 1024**2
@@ -35,35 +43,6 @@ KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
 }
 
 AMX_FLAGS = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AMXFP16"})
-AMX_FIXED_IN = (0, 32, 2)  # ollama#17244 (GCC 13 build)
-AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from v0.30
-# OLLAMA_LLM_LIBRARY chooses a CPU runner (cpu_avx2) only before v0.5.12; from
-# then on it filters GPU library folders only (docs/engine-facts.md#ollama_llm_library).
-CPU_RUNNERS_UNTIL = (0, 5, 12)
-
-
-def amx_workaround(version: Version | None) -> str:
-    """What keeps an AMX host safe on an Ollama version without the fix, as the
-    amx rules apply it (docs/engine-facts.md#amx): for the doctor's advice."""
-    remove = f"delete {ollama.AMX_LIBRARY} at start"
-    fa_off = "set OLLAMA_FLASH_ATTENTION=0"
-    if version is not None and version >= AMX_VARIANT_BACK:
-        return remove
-    if version is not None and version >= CPU_RUNNERS_UNTIL:
-        return fa_off
-    if version is not None:
-        return f"{fa_off} and OLLAMA_LLM_LIBRARY=cpu_avx2"
-    return f"{fa_off} and {remove} (version unknown)"
-
-
-def amx_guarded(version: Version | None, env: Mapping[str, str], library_removed: bool) -> bool:
-    """Whether a pod's engine settings carry that workaround."""
-    fa_off = env.get("OLLAMA_FLASH_ATTENTION") in ("0", "false")
-    if version is None:
-        return fa_off and library_removed
-    if version >= AMX_VARIANT_BACK:
-        return library_removed
-    return fa_off and (version >= CPU_RUNNERS_UNTIL or env.get("OLLAMA_LLM_LIBRARY") == "cpu_avx2")
 
 
 def kv_cache_bytes(
@@ -81,16 +60,18 @@ def _ceil_gib(n: int) -> int:
 # --- rule functions: return the effect they had, or None -------------------
 
 
+def _spell(s: TuningDraft, spelled: Spelled) -> str:
+    """Write a decision as the engine spells it into the draft; its words."""
+    s.args.update(spelled.args)
+    s.env.update(spelled.env)
+    s.modelfile.update(spelled.modelfile)
+    return spelled.how
+
+
 def _set_threads(ctx: Context, s: TuningDraft, n: int) -> str:
     """Set the thread count where this engine reads it; returns how, for the effect."""
     s.cpu = s.threads = n
-    if ctx.engine is EngineName.LLAMA_SERVER:
-        # -tb defaults to -t, but say both: prefill uses -tb (llama.cpp common/arg.cpp).
-        s.args["-t"] = s.args["-tb"] = str(n)
-        return f"-t {n} -tb {n}"
-    s.env["GOMAXPROCS"] = str(n)
-    s.modelfile["num_thread"] = str(n)
-    return f"Modelfile PARAMETER num_thread {n}, GOMAXPROCS={n}"
+    return _spell(s, engine(ctx.engine).threads(n))
 
 
 def _threads(ctx: Context, s: TuningDraft) -> str | None:
@@ -113,75 +94,46 @@ def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
     return f"threads {before} -> {cap}: capped by the {what} ({how})"
 
 
-def _one_model(ctx: Context, s: TuningDraft) -> str | None:
+def _serving(ctx: Context, s: TuningDraft) -> str | None:
     spec = ctx.spec
-    bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
-    s.env.update(
-        {
-            "OLLAMA_HOST": f"{bind}:{ollama.PORT}",
-            "OLLAMA_MODELS": ollama.MODELS_DIR,
-            "OLLAMA_MAX_LOADED_MODELS": "1",
-            "OLLAMA_NUM_PARALLEL": str(spec.slots),
-            "OLLAMA_CONTEXT_LENGTH": str(spec.context),
-            "OLLAMA_KEEP_ALIVE": spec.keep_alive,
-        }
+    serving = Serving(
+        model=spec.model,
+        weights_file=spec.gguf.file_name() if spec.gguf is not None else None,
+        context=spec.context,
+        slots=spec.slots,
+        keep_alive=spec.keep_alive,
+        behind_gateway=spec.gateway.enabled,
     )
-    s.modelfile["num_ctx"] = str(spec.context)
+    how = _spell(s, engine(ctx.engine).serving(serving))
     s.flash_attention = spec.flash_attention
     s.kv_cache = spec.kv_cache
-    return (
-        f"OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL={spec.slots}, "
-        f"OLLAMA_CONTEXT_LENGTH={spec.context}, OLLAMA_KEEP_ALIVE={spec.keep_alive}, "
-        f"OLLAMA_MODELS={ollama.MODELS_DIR}, engine on {bind}:{ollama.PORT}"
-    )
-
-
-def _llama_slots(ctx: Context, s: TuningDraft) -> str | None:
-    spec = ctx.spec
-    assert spec.gguf is not None  # the API requires it for llama-server
-    bind = "127.0.0.1" if spec.gateway.enabled else "0.0.0.0"
-    total = spec.context * spec.slots
-    s.args.update(
-        {
-            "-m": f"{llama_server.MODELS_DIR}/{spec.gguf.file_name()}",
-            "--alias": spec.model,
-            "--host": bind,
-            "--port": str(llama_server.PORT),
-            "-c": str(total),
-            "-np": str(spec.slots),
-        }
-    )
-    s.flash_attention = spec.flash_attention
-    s.kv_cache = spec.kv_cache
-    return (
-        f"-c {total} -np {spec.slots}: {spec.slots} slot(s) of {spec.context} tokens; "
-        f"engine on {bind}:{llama_server.PORT}"
-    )
+    return how
 
 
 def _kv_needs_fa(ctx: Context, s: TuningDraft) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
         return None
     s.flash_attention = FlashAttention.ENABLED
-    how = "-fa on" if ctx.engine is EngineName.LLAMA_SERVER else "OLLAMA_FLASH_ATTENTION=1"
+    how = engine(ctx.engine).flash_attention_on
     return f"flash attention auto -> enabled ({how}) for kvCache {s.kv_cache.value}"
 
 
-def _llama_metrics(ctx: Context, s: TuningDraft) -> str | None:
-    s.args["--metrics"] = ""
-    return "--metrics: Prometheus metrics at /metrics"
+def _spelled(spelled: Spelled | None, s: TuningDraft) -> str | None:
+    return _spell(s, spelled) if spelled is not None else None
 
 
-def _llama_no_webui(ctx: Context, s: TuningDraft) -> str | None:
-    s.args["--no-webui"] = ""
-    return "--no-webui"
+def _metrics(ctx: Context, s: TuningDraft) -> str | None:
+    return _spelled(engine(ctx.engine).metrics_on(), s)
 
 
-def _llama_private_slots(ctx: Context, s: TuningDraft) -> str | None:
+def _no_web_ui(ctx: Context, s: TuningDraft) -> str | None:
+    return _spelled(engine(ctx.engine).web_ui_off(), s)
+
+
+def _private_slots(ctx: Context, s: TuningDraft) -> str | None:
     if ctx.spec.gateway.enabled:
         return None
-    s.args["--no-slots"] = ""
-    return "--no-slots: the engine faces the Service directly, and /slots shows prompts"
+    return _spelled(engine(ctx.engine).slots_endpoint_off(), s)
 
 
 def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
@@ -189,11 +141,9 @@ def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
     if s.flash_attention is not FlashAttention.DISABLED:
         changes.append(f"flash attention {s.flash_attention.value} -> disabled")
         s.flash_attention = FlashAttention.DISABLED
-    # Only the old per-CPU-level runners can be chosen by name; from v0.5.12
-    # the variable does nothing on CPU, so it is not presented as a fix there.
-    if ctx.version is None or ctx.version < CPU_RUNNERS_UNTIL:
-        s.env["OLLAMA_LLM_LIBRARY"] = "cpu_avx2"
-        changes.append("OLLAMA_LLM_LIBRARY=cpu_avx2 (chooses the AVX2 runner before 0.5.12)")
+    runner = engine(ctx.engine).safe_cpu_runner(ctx.version)
+    if runner is not None:
+        changes.append(_spell(s, runner))
     return ", ".join(changes)
 
 
@@ -205,18 +155,18 @@ def _amx_forced(ctx: Context, s: TuningDraft) -> str | None:
     if not ctx.spec.placement.safe_cpu_path:
         return None
     effect = _amx_safe_path(ctx, s)
-    _remove_amx_library(s)
-    return effect + f", remove {ollama.AMX_LIBRARY} at start" + _features_note(ctx)
+    return effect + f", remove {_remove_amx_library(ctx, s)} at start" + _features_note(ctx)
 
 
-def _remove_amx_library(s: TuningDraft) -> None:
-    if ollama.AMX_LIBRARY not in s.remove_libraries:
-        s.remove_libraries.append(ollama.AMX_LIBRARY)
+def _remove_amx_library(ctx: Context, s: TuningDraft) -> str:
+    """Delete the engine's AMX-crashing CPU libraries at start; which, for the effect."""
+    libraries = engine(ctx.engine).amx_libraries
+    s.remove_libraries += [lib for lib in libraries if lib not in s.remove_libraries]
+    return " ".join(libraries)
 
 
 def _amx_library(ctx: Context, s: TuningDraft) -> str | None:
-    _remove_amx_library(s)
-    return f"remove {ollama.AMX_LIBRARY} at container start" + _features_note(ctx)
+    return f"remove {_remove_amx_library(ctx, s)} at container start" + _features_note(ctx)
 
 
 def _features_note(ctx: Context) -> str:
@@ -286,7 +236,7 @@ def _guaranteed(ctx: Context, s: TuningDraft) -> str | None:
 
 
 def _volume(ctx: Context, s: TuningDraft) -> str | None:
-    at = llama_server.MODELS_DIR if ctx.engine is EngineName.LLAMA_SERVER else ollama.HOME
+    at = engine(ctx.engine).models_volume
     if ctx.spec.storage.size is not None:
         s.storage_bytes = parse_bytes(ctx.spec.storage.size)
         return f"volume {ctx.spec.storage.size} at {at} (from spec)"
@@ -299,6 +249,10 @@ def _volume(ctx: Context, s: TuningDraft) -> str | None:
 
 
 AMX = CpuCondition(AMX_FLAGS, unknown=True)
+# Which engines a rule is for (Rule.engines): the rules of one engine only say so.
+EVERY_ENGINE = frozenset(EngineName)
+OLLAMA = frozenset({EngineName.OLLAMA})
+LLAMA_SERVER = frozenset({EngineName.LLAMA_SERVER})
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -315,7 +269,7 @@ RULES: tuple[Rule, ...] = (
         "docs/engine-facts.md#llama-server-default-thread-count; "
         "docs/benchmarks.md#the-thread-rule-benchmarksthreadspy",
         apply=_threads,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
     ),
     Rule(
         id="threads-capped-by-node",
@@ -325,7 +279,7 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#llama-server-default-thread-count; "
         "docs/engine-facts.md#oversubscription; ollama#17916",
         apply=_threads_cap,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
         spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
     ),
     Rule(
@@ -337,7 +291,8 @@ RULES: tuple[Rule, ...] = (
         reason="defaults load up to 3 models on CPU and a 4096 context; models sharing a "
         "pod split memory, slots and cores",
         source="ollama envconfig/config.go; docs/engine-facts.md#ollama-defaults-on-cpu",
-        apply=_one_model,
+        apply=_serving,
+        engines=OLLAMA,
     ),
     Rule(
         id="llama-server-context-per-slot",
@@ -347,8 +302,8 @@ RULES: tuple[Rule, ...] = (
         reason="-c is the total context, split evenly across -np slots; without -np recent "
         "builds default to 4 slots sharing one cache",
         source="llama.cpp#16736; llama.cpp tools/server/README.md (-c, -np)",
-        apply=_llama_slots,
-        engines=frozenset({EngineName.LLAMA_SERVER}),
+        apply=_serving,
+        engines=LLAMA_SERVER,
     ),
     Rule(
         id="kv-cache-quantized-enables-flash-attention",
@@ -361,7 +316,7 @@ RULES: tuple[Rule, ...] = (
         "(quantized V cache requires flash_attn); ollama@v0.24.0 llm/server.go; "
         "ollama llm/llama_server.go; ollama#13337",
         apply=_kv_needs_fa,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
         spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
     ),
     Rule(
@@ -375,8 +330,9 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#amx; docs/engine-facts.md#ollama_llm_library; "
         "ollama@v0.5.7 llm/server.go; ollama@v0.24.0 discover/runner.go",
         apply=_amx_guard,
-        versions=VersionRange(high=AMX_VARIANT_BACK, unknown=True),
+        versions=VersionRange(high=ollama.AMX_VARIANT_BACK, unknown=True),
         cpu=AMX,
+        engines=OLLAMA,
     ),
     Rule(
         id="amx-remove-cpu-variant",
@@ -388,8 +344,9 @@ RULES: tuple[Rule, ...] = (
         "llama.cpp ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp; ollama discover/runner.go; "
         "docs/engine-facts.md#amx",
         apply=_amx_library,
-        versions=VersionRange(low=AMX_VARIANT_BACK, high=AMX_FIXED_IN, unknown=True),
+        versions=VersionRange(low=ollama.AMX_VARIANT_BACK, high=ollama.AMX_FIXED_IN, unknown=True),
         cpu=AMX,
+        engines=OLLAMA,
     ),
     Rule(
         id="amx-safe-path-forced",
@@ -402,6 +359,7 @@ RULES: tuple[Rule, ...] = (
         apply=_amx_forced,
         cpu=AMX,
         spec_condition="placement.safeCpuPath: true",
+        engines=OLLAMA,
     ),
     Rule(
         id="kv-cache-falls-back-to-f16",
@@ -412,7 +370,7 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#quantized-kv-cache; llama.cpp src/llama-context.cpp; "
         "ollama@v0.24.0 llm/server.go",
         apply=_kv_fallback,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
         spec_condition="kvCache quantized and flash attention turned off by a rule",
     ),
     Rule(
@@ -426,7 +384,7 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#kv-cache-size; "
         "llama.cpp src/llama-kv-cache.cpp",
         apply=_memory_auto,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
         spec_condition="memory: auto",
     ),
     Rule(
@@ -436,7 +394,7 @@ RULES: tuple[Rule, ...] = (
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
         source="docs/engine-facts.md#memory-budget",
         apply=_memory_explicit,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
         spec_condition="memory set",
     ),
     Rule(
@@ -447,7 +405,7 @@ RULES: tuple[Rule, ...] = (
         "integer CPUs; a burstable engine shares cores and its barrier stalls",
         source="docs/engine-facts.md#cpu-budget; kubernetes#127525",
         apply=_guaranteed,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
     ),
     Rule(
         id="weights-volume",
@@ -458,7 +416,7 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#weights-on-a-volume; "
         "docs/engine-facts.md#weights-imported-once-offline; ollama envconfig/config.go",
         apply=_volume,
-        engines=frozenset({EngineName.OLLAMA, EngineName.LLAMA_SERVER}),
+        engines=EVERY_ENGINE,
     ),
     Rule(
         id="llama-server-metrics",
@@ -467,8 +425,8 @@ RULES: tuple[Rule, ...] = (
         reason="llama-server's Prometheus endpoint is off by default; its decode and queue "
         "counters explain a slow model",
         source="llama.cpp tools/server/README.md (--metrics)",
-        apply=_llama_metrics,
-        engines=frozenset({EngineName.LLAMA_SERVER}),
+        apply=_metrics,
+        engines=LLAMA_SERVER,
     ),
     Rule(
         id="llama-server-no-webui",
@@ -476,8 +434,8 @@ RULES: tuple[Rule, ...] = (
         effect="--no-webui",
         reason="callers use the API through the gateway; the UI is code nobody in the pod needs",
         source="llama.cpp tools/server/README.md (--no-webui)",
-        apply=_llama_no_webui,
-        engines=frozenset({EngineName.LLAMA_SERVER}),
+        apply=_no_web_ui,
+        engines=LLAMA_SERVER,
     ),
     Rule(
         id="llama-server-private-slots",
@@ -486,48 +444,10 @@ RULES: tuple[Rule, ...] = (
         reason="/slots shows every slot's prompt text; behind the gateway the engine listens "
         "on loopback only, without it the Service reaches the engine directly",
         source="llama.cpp tools/server/README.md (--slots, --no-slots)",
-        apply=_llama_private_slots,
-        engines=frozenset({EngineName.LLAMA_SERVER}),
+        apply=_private_slots,
+        engines=LLAMA_SERVER,
         spec_condition="gateway.enabled: false",
     ),
 )
 
 RULES_BY_ID = {r.id: r for r in RULES}
-
-
-# llama-server's -fa takes a value; a bare `-fa` would swallow the next argument
-# (llama.cpp common/arg.cpp).
-_FA_FLAG = {
-    FlashAttention.AUTO: "auto",
-    FlashAttention.ENABLED: "on",
-    FlashAttention.DISABLED: "off",
-}
-
-
-def engine_args(engine: EngineName, s: TuningDraft) -> tuple[str, ...]:
-    """llama-server's command line: the rules' flags plus cache types and flash
-    attention, written in exactly one place. Ollama takes no flags (`serve`)."""
-    if engine is not EngineName.LLAMA_SERVER:
-        return ()
-    flags = dict(s.args)
-    flags["-ctk"] = flags["-ctv"] = s.kv_cache.value
-    flags["-fa"] = _FA_FLAG[s.flash_attention]
-    out: list[str] = []
-    for flag, value in flags.items():
-        out += [flag, value] if value else [flag]
-    return tuple(out)
-
-
-def engine_env(engine: EngineName, s: TuningDraft) -> dict[str, str]:
-    """The engine environment: the rules' variables plus, for Ollama, flash
-    attention and KV cache type, written in exactly one place (ollama
-    envconfig/config.go)."""
-    env = dict(s.env)
-    if engine is not EngineName.OLLAMA:
-        return dict(sorted(env.items()))
-    if s.flash_attention is FlashAttention.ENABLED:
-        env["OLLAMA_FLASH_ATTENTION"] = "1"
-    elif s.flash_attention is FlashAttention.DISABLED:
-        env["OLLAMA_FLASH_ATTENTION"] = "0"
-    env["OLLAMA_KV_CACHE_TYPE"] = s.kv_cache.value
-    return dict(sorted(env.items()))

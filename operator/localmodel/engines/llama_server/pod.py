@@ -4,6 +4,7 @@ rules' flags, its probes, and the step that downloads the GGUF file."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from localmodel.api import GGUF, LocalModel
 from localmodel.contract import CONTAINER_DOWNLOAD, PORT_ENGINE, VOLUME_WEIGHTS
@@ -17,7 +18,9 @@ from localmodel.engines.pod import (
     engine_env,
     engine_resources,
 )
-from localmodel.rules.model import Tuning
+
+if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
+    from localmodel.rules.model import Tuning
 
 
 def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:

@@ -1,7 +1,74 @@
-"""llama_server's adapter, tuning part (engines/tuning.py)."""
+"""llama-server's adapter, tuning part (engines/tuning.py): the rules'
+decisions as llama-server's flags (llama.cpp common/arg.cpp,
+tools/server/README.md); the rules set none of its variables."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from localmodel.engines.llama_server import MODELS_DIR, PORT
+from localmodel.engines.tuning import Serving, Spelled, Version
+
+# -fa takes a value; a bare `-fa` would swallow the next argument
+# (llama.cpp common/arg.cpp). Keyed by the API's FlashAttention values.
+_FA_FLAG = {"auto": "auto", "enabled": "on", "disabled": "off"}
+
 
 class LlamaServerTuning:
-    """llama_server: how the rules' decisions are spelled for it."""
+    """llama-server: how the rules' decisions are spelled for it."""
+
+    models_volume = MODELS_DIR
+    flash_attention_on = "-fa on"
+    amx_libraries: tuple[str, ...] = ()
+
+    def threads(self, n: int) -> Spelled:
+        # -tb defaults to -t, but say both: prefill uses -tb (llama.cpp common/arg.cpp).
+        return Spelled(f"-t {n} -tb {n}", args={"-t": str(n), "-tb": str(n)})
+
+    def serving(self, serving: Serving) -> Spelled:
+        s, bind = serving, serving.bind
+        assert s.weights_file is not None  # the API requires spec.gguf for llama-server
+        total = s.context * s.slots
+        return Spelled(
+            f"-c {total} -np {s.slots}: {s.slots} slot(s) of {s.context} tokens; "
+            f"engine on {bind}:{PORT}",
+            args={
+                "-m": f"{MODELS_DIR}/{s.weights_file}",
+                "--alias": s.model,
+                "--host": bind,
+                "--port": str(PORT),
+                "-c": str(total),
+                "-np": str(s.slots),
+            },
+        )
+
+    def safe_cpu_runner(self, version: Version | None) -> Spelled | None:
+        return None
+
+    def metrics_on(self) -> Spelled | None:
+        return Spelled("--metrics: Prometheus metrics at /metrics", args={"--metrics": ""})
+
+    def web_ui_off(self) -> Spelled | None:
+        return Spelled("--no-webui", args={"--no-webui": ""})
+
+    def slots_endpoint_off(self) -> Spelled | None:
+        return Spelled(
+            "--no-slots: the engine faces the Service directly, and /slots shows prompts",
+            args={"--no-slots": ""},
+        )
+
+    def command_line(
+        self, args: Mapping[str, str], kv_cache: str, flash_attention: str
+    ) -> tuple[str, ...]:
+        flags = dict(args)
+        flags["-ctk"] = flags["-ctv"] = kv_cache
+        flags["-fa"] = _FA_FLAG[flash_attention]
+        out: list[str] = []
+        for flag, value in flags.items():
+            out += [flag, value] if value else [flag]
+        return tuple(out)
+
+    def environment(
+        self, env: Mapping[str, str], kv_cache: str, flash_attention: str
+    ) -> dict[str, str]:
+        return dict(sorted(env.items()))

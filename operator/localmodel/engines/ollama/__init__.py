@@ -65,6 +65,12 @@ MODELS_DIR = f"{HOME}/models"
 
 # The CPU variant that crashes on AMX hosts in 0.30.0-0.32.1 (ollama#17205).
 AMX_LIBRARY = "/usr/lib/ollama/libggml-cpu-sapphirerapids.so"
+# The versions the AMX rules tell apart (docs/engine-facts.md#amx):
+AMX_FIXED_IN = (0, 32, 2)  # ollama#17244 (GCC 13 build)
+AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from v0.30
+# OLLAMA_LLM_LIBRARY chooses a CPU runner (cpu_avx2) only before v0.5.12; from
+# then on it filters GPU library folders only (docs/engine-facts.md#ollama_llm_library).
+CPU_RUNNERS_UNTIL = (0, 5, 12)
 
 # Environment variables the operator's rules set for Ollama (ollama
 # envconfig/config.go; GOMAXPROCS is Go's). A user setting one would silently

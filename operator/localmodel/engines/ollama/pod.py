@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localmodel.api import GGUF, LocalModel
 from localmodel.contract import (
@@ -37,7 +37,9 @@ from localmodel.engines.pod import (
     engine_resources,
     env_list,
 )
-from localmodel.rules.model import Tuning
+
+if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
+    from localmodel.rules.model import Tuning
 
 # Where the engine and its init step mount the model's Modelfile.
 MODELFILE_DIR = "/etc/localmodel"
