@@ -52,6 +52,9 @@ class MakeLocalModel:
 
     # ---- metadata ---------------------------------------------------------------
 
+    def named(self, name: str) -> MakeLocalModel:
+        return dataclasses.replace(self, name=name)
+
     def namespace(self, namespace: str | None) -> MakeLocalModel:
         """None: no namespace (the object is created in the request's)."""
         return dataclasses.replace(self, _namespace=namespace)
@@ -145,6 +148,9 @@ class MakeNode:
     _uid: str | None = None
     _annotations: Mapping[str, str] = field(default_factory=dict)
     _facts: Mapping[str, Any] = field(default_factory=dict)
+
+    def named(self, name: str) -> MakeNode:
+        return dataclasses.replace(self, name=name)
 
     def cpus(self, cpus: float) -> MakeNode:
         """Allocatable CPUs (fractions become millicores)."""
