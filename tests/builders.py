@@ -146,6 +146,7 @@ class MakeNode:
     _source: FactSource = FactSource.NONE
     _schedulable: bool = True
     _uid: str | None = None
+    _registered: bool = False
     _annotations: Mapping[str, str] = field(default_factory=dict)
     _facts: Mapping[str, Any] = field(default_factory=dict)
 
@@ -173,6 +174,11 @@ class MakeNode:
         """The `kubernetes.io/hostname` label every kubelet sets."""
         return self.labels({"kubernetes.io/hostname": self.name})
 
+    def registered(self) -> MakeNode:
+        """As a kubelet registers it: a uid (`uid-<name>`, unless one is given) and
+        the hostname label, both from the name it has when built."""
+        return dataclasses.replace(self, _registered=True)
+
     def annotations(self, annotations: Mapping[str, str]) -> MakeNode:
         return dataclasses.replace(self, _annotations={**self._annotations, **annotations})
 
@@ -199,12 +205,16 @@ class MakeNode:
 
     # ---- the result -------------------------------------------------------------
 
+    def _all_labels(self) -> dict[str, str]:
+        hostname = {"kubernetes.io/hostname": self.name} if self._registered else {}
+        return {**hostname, **self._labels}
+
     def facts(self) -> NodeFacts:
         return NodeFacts(
             name=self.name,
             allocatable_cpu_milli=self._cpu_milli,
             allocatable_memory_bytes=self._memory_bytes,
-            labels=dict(self._labels),
+            labels=self._all_labels(),
             taints=self._taints,
             cpu_flags=self._flags,
             source=self._source,
@@ -216,12 +226,13 @@ class MakeNode:
         """The Node object (`facts.node.from_node` reads it back)."""
         if self._flags is not None and self._source is not FactSource.NFD:
             raise ValueError("a Node manifest spells CPU features as NFD labels only")
-        labels = dict(self._labels)
+        labels = self._all_labels()
         for flag in sorted(self._flags or ()):
             labels.setdefault(f"{NFD_CPU}cpuid.{flag}", "true")
         meta: Manifest = {"name": self.name}
-        if self._uid is not None:
-            meta["uid"] = self._uid
+        uid = self._uid or (f"uid-{self.name}" if self._registered else None)
+        if uid is not None:
+            meta["uid"] = uid
         meta["labels"] = labels
         if self._annotations:
             meta["annotations"] = dict(self._annotations)
