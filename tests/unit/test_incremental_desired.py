@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
 from localmodel.desired import Desired, DesiredState, desired_state
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
+from tests.builders import MakeLocalModel
 
 G = 1 << 30
 SEQUENCES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,17 +52,12 @@ TIMES = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:01:00Z"]
 
 
 def local_model(name: str, spec: dict[str, Any]) -> LocalModel:
-    return LocalModel.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-            "spec": spec,
-        }
-    )
+    """A stored LocalModel (its uid from its name) with `spec`."""
+    return (MakeLocalModel(name).namespace("ns").uid(f"uid-{name}").generation(1)
+            .spec(**spec).obj())
 
 
-def node(name: str, rnd: random.Random) -> NodeFacts:
+def random_node(name: str, rnd: random.Random) -> NodeFacts:
     return NodeFacts(
         name=name,
         allocatable_cpu_milli=rnd.choice([2, 4, 8]) * 1000 - 80,
@@ -159,12 +154,12 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
         elif field == "cgroup_cpu_quota":  # caps the threads
             value = rnd.choice([None, 1.0, 3.0])
         else:
-            value = getattr(node(w.nodes[i].name, rnd), field)
+            value = getattr(random_node(w.nodes[i].name, rnd), field)
         w.nodes[i] = dataclasses.replace(w.nodes[i], **{field: value})
     elif what == "add node":
         name = f"n{rnd.randrange(10)}"
         if name not in {n.name for n in w.nodes}:
-            w.nodes.append(node(name, rnd))
+            w.nodes.append(random_node(name, rnd))
     elif what == "remove node" and w.nodes:
         w.nodes.pop(rnd.randrange(len(w.nodes)))
     elif what == "usage" and w.nodes:
@@ -207,7 +202,7 @@ def walk(w: World, rnd: random.Random, where: str = "") -> None:
 def world(rnd: random.Random, mode: str) -> World:
     return World(
         models=[local_model(f"m{i}", rnd.choice(SPECS)) for i in range(rnd.randrange(6))],
-        nodes=[node(f"n{i}", rnd) for i in range(rnd.randrange(1, 6))],
+        nodes=[random_node(f"n{i}", rnd) for i in range(rnd.randrange(1, 6))],
         current={},
         usage={},
         ready={},
