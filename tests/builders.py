@@ -41,6 +41,13 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 GEMMA_URL = "https://models.example/gemma-3-270m-q4_k_m.gguf"
 
 
+class _Keep:
+    """The default of an argument whose None means something."""
+
+
+_KEEP = _Keep()
+
+
 @dataclass(frozen=True)
 class MakeLocalModel:
     """A LocalModel: metadata and spec, `obj()` parsed, `manifest()` as written."""
@@ -52,8 +59,11 @@ class MakeLocalModel:
 
     # ---- metadata ---------------------------------------------------------------
 
-    def named(self, name: str) -> MakeLocalModel:
-        return dataclasses.replace(self, name=name)
+    def named(self, name: str, namespace: str | _Keep | None = _KEEP) -> MakeLocalModel:
+        """Another name (and namespace, when given)."""
+        if isinstance(namespace, _Keep):
+            return dataclasses.replace(self, name=name)
+        return dataclasses.replace(self, name=name, _namespace=namespace)
 
     def namespace(self, namespace: str | None) -> MakeLocalModel:
         """None: no namespace (the object is created in the request's)."""
