@@ -165,7 +165,7 @@ class MakeNode:
 
     def cpus(self, cpus: float) -> MakeNode:
         """Allocatable CPUs (fractions become millicores)."""
-        return dataclasses.replace(self, _cpu_milli=round(cpus * 1000))
+        return dataclasses.replace(self, _cpu_milli=int(cpus * 1000))
 
     def cpu_milli(self, milli: int) -> MakeNode:
         return dataclasses.replace(self, _cpu_milli=milli)
