@@ -27,11 +27,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from localmodel.api import LocalModel
 from localmodel.desired import desired_state
-from localmodel.facts import NodeFacts
 from localmodel.gateway.config import GatewayConfig, parse_config
 from localmodel.gateway.server import RunningGateway, start_gateway
+from tests.builders import MakeLocalModel, MakeNode
 from tests.gateway.harness import RawClient, books_reach, wait_until
 from tests.gateway.llama import (
     decode_total,
@@ -55,26 +54,12 @@ STOP_BOUND = 1.0
 def rendered_containers() -> dict[str, dict[str, Any]]:
     """The containers the operator renders for a one-CPU llama-server
     LocalModel with two slots (engine tests use one thread)."""
-    model = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "gemma", "namespace": "t"},
-            "spec": {
-                "model": "gemma3:270m",
-                "engine": {"name": "llama-server"},
-                "gguf": {
-                    "url": "https://models.example/gemma-3-270m-q4_k_m.gguf",
-                    "sha256": GGUF_SHA256,
-                },
-                "cpu": 1,
-                "context": 2048,
-                "slots": ENGINE_SLOTS,
-                "gateway": {"maxTokens": 4096},
-            },
-        }
+    model = (
+        MakeLocalModel("gemma", "t").model("gemma3:270m").engine("llama-server")
+        .gguf("https://models.example/gemma-3-270m-q4_k_m.gguf", GGUF_SHA256)
+        .cpu(1).context(2048).spec(slots=ENGINE_SLOTS, gateway={"maxTokens": 4096}).obj()
     )
-    node = NodeFacts(name="n", allocatable_cpu_milli=4000, allocatable_memory_bytes=8 * 1024**3)
+    node = MakeNode("n").cpus(4).memory_gib(8).facts()
     objects = desired_state([model], [node], now="t").models[0].objects
     pod = next(o for o in objects if o["kind"] == "Pod")
     return {c["name"]: c for c in pod["spec"]["containers"]}
