@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -29,9 +29,9 @@ import pytest
 
 from localmodel.desired import desired_state
 from localmodel.gateway.config import GatewayConfig, parse_config
-from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway.server import RunningGateway
 from tests.builders import MakeLocalModel, MakeNode
-from tests.gateway.harness import RawClient, books_reach, wait_until
+from tests.gateway.harness import GatewayFactory, Gateways, RawClient, books_reach, wait_until
 from tests.gateway.llama import (
     decode_total,
     llama_server,
@@ -95,23 +95,15 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
         yield running
 
 
-GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
-
-
 @pytest.fixture
 async def gateway(engine: LlamaServer) -> AsyncIterator[GatewayFactory]:
-    started: list[RunningGateway] = []
+    gateways = Gateways()
 
     async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
-        config = gateway_config(engine.url)
-        log: list[str] = []
-        running = await start_gateway(replace(config, **overrides), log.append)
-        started.append(running)
-        return running, log
+        return await gateways.start(replace(gateway_config(engine.url), **overrides))
 
     yield make
-    for running in started:
-        await running.stop()
+    await gateways.stop()
     # Leave the engine idle for the next test.
     async with aiohttp.ClientSession() as session:
         await wait_engine(session, engine, 0)
