@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.facts.node import from_node_list
 from tests.builders import MakeLocalModel
@@ -75,7 +75,7 @@ def test_kubectl_scale_drives_spec_replicas_and_the_scale_subresource_reads_stat
     assert obj["spec"]["replicas"] == 2
     # The operator's status (computed as the operator does) feeds the scale's status.
     nodes = from_node_list(api.get("/api/v1/nodes"))
-    result = desired_state([LocalModel.model_validate(obj)], nodes, now=NOW).models[0]
+    result = desired_state([parse_local_model(obj)], nodes, now=NOW).models[0]
     patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
     api.merge_patch(f"{crd}/namespaces/{namespace}/localmodels/qwen3/status", patch)
     scale = json.loads(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.facts.node import from_node_list
 from localmodel.render import RenderOptions
@@ -84,7 +84,7 @@ def test_defaults_filled_and_unknown_fields_pruned(
     assert spec["storage"]["retain"] is True
     assert spec["gateway"]["maxQueue"] == 16
     # The defaulted object is a valid pydantic LocalModel: one API, two enforcers.
-    LocalModel.model_validate(body)
+    parse_local_model(body)
 
 
 def test_rendered_status_is_accepted_by_the_status_subresource(
@@ -92,7 +92,7 @@ def test_rendered_status_is_accepted_by_the_status_subresource(
 ) -> None:
     status, body = create(cluster, crd, namespace, QWEN.named("withstatus").spec(cpu=4).manifest())
     assert status == 201, body.get("message", body)
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
@@ -136,7 +136,7 @@ def test_rendered_objects_schedule_onto_the_planned_nodes(
         ).manifest(),
     )
     assert status == 201, body.get("message", body)
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW, options=RenderOptions()).models[0]
     planned = {r.replica: r.node for r in result.replicas}
@@ -201,7 +201,7 @@ def test_ollama_model_with_a_gguf_file_is_accepted_and_its_pod_schedules(
     status, body = create(cluster, crd, namespace, QWEN.named("gemma-air").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "ollama"
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     assert result.replicas, result.status.conditions
@@ -233,7 +233,7 @@ def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
     status, body = create(cluster, crd, namespace, QWEN.named("gemma").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "llama-server"
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     assert result.replicas, result.status.conditions

@@ -14,6 +14,7 @@ from localmodel.api import (
     KVCacheType,
     LocalModel,
     LocalModelSpec,
+    parse_local_model,
 )
 from localmodel.engines import ollama
 from tests.builders import MakeLocalModel
@@ -201,7 +202,7 @@ def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
         if isinstance(d, dict) and d.get("kind") == "LocalModel"
     ]
     (model,) = docs
-    overflow = LocalModel.model_validate(model).spec.gateway.overflow
+    overflow = parse_local_model(model).spec.gateway.overflow
     assert overflow is not None and overflow.api_key_secret_ref is not None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from localmodel.api import MANAGED_ENV, EngineName, LocalModel
+from localmodel.api import MANAGED_ENV, EngineName, LocalModel, parse_local_model
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
 from localmodel.engines import llama_server, ollama
@@ -89,7 +89,7 @@ def _variants(lm: LocalModel) -> Iterator[LocalModel]:
                         "gateway": spec.get("gateway", {}) | {"enabled": gateway},
                         "placement": {"safeCpuPath": safe},
                     }
-                    yield LocalModel.model_validate(body | {"spec": variant})
+                    yield parse_local_model(body | {"spec": variant})
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def test_user_variables_reach_only_the_engine_container() -> None:
             body.pop("status", None)
             body["spec"].pop("placement", None)
             body["spec"]["env"] = [{"name": "USER_VARIABLE", "value": "1"}]
-            state = desired_state([LocalModel.model_validate(body)], [NODE], now=NOW)
+            state = desired_state([parse_local_model(body)], [NODE], now=NOW)
             pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]
             assert pods, path
             for pod in pods:

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel import render
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, parse_local_model
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import (
     DesiredState,
@@ -295,7 +295,7 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
 def _with_metadata(lm: LocalModel, **meta: Any) -> LocalModel:
     body = lm.model_dump(by_alias=True, exclude_none=True)
     body["metadata"] = {**body["metadata"], **meta}
-    return LocalModel.model_validate(body)
+    return parse_local_model(body)
 
 
 @EXAMPLES
