@@ -4,8 +4,8 @@ In the style of LeaderWorkerSet's test wrappers
 (``MakeLeaderWorkerSet("name").Replica(2).Obj()``): start from a name, say only
 what the test is about, and end with what the test needs:
 
-    MakeLocalModel("chat").cpu(2).replicas(2).obj()         # a LocalModel
-    MakeLocalModel("chat").spec(kvCache="q8_0").manifest()  # its object, unparsed
+    MakeLocalModel("chat").cpu(2).replicas(2).obj()         # a LocalModel (namespace ai)
+    MakeLocalModel("chat", "ns").spec(kvCache="q8_0").manifest()  # its object, unparsed
     MakeNode("n1").cpus(8).cpu_flags("AVX2").facts()        # NodeFacts
     MakeNode("n1").uid("uid-n1").manifest()                 # a Node object
 

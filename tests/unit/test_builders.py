@@ -80,3 +80,19 @@ def test_rendered_objects_by_kind_and_name() -> None:
     objs = [{"kind": "Pod", "metadata": {"name": "a-0"}}, {"kind": "Service", "metadata": {
         "name": "a"}}]
     assert list(by_kind_name(objs)) == ["Pod/a-0", "Service/a"]
+
+
+def test_a_base_renamed_and_moved() -> None:
+    base = MakeLocalModel("m", "ns").cpu(2)
+    assert base.named("a").manifest()["metadata"] == {"name": "a", "namespace": "ns"}
+    assert base.named("b", "other").manifest()["metadata"] == {"name": "b", "namespace": "other"}
+    assert base.named("c", None).manifest()["metadata"] == {"name": "c"}
+
+
+def test_a_registered_node_has_its_uid_and_hostname_from_its_name() -> None:
+    node = MakeNode("n0").cpu_flags({"AVX2"}).registered().named("n1")
+    meta = node.manifest()["metadata"]
+    assert meta["uid"] == "uid-n1"
+    assert meta["labels"] == {"kubernetes.io/hostname": "n1",
+                              "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"}
+    assert node.facts().labels == {"kubernetes.io/hostname": "n1"}
