@@ -13,7 +13,6 @@ from localmodel.api import parse_local_model
 from localmodel.cli import main
 from localmodel.commands import explain
 from localmodel.desired import desired_state
-from localmodel.facts import NodeFacts
 from tests.builders import MakeLocalModel, MakeNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,7 +196,7 @@ def test_unknown_model_exits_2_saying_what_to_add(
     assert "set spec.modelInfo" in err and "explicit spec.memory" in err
     # The operator's pure path reports the same as Valid=False and renders nothing.
     model = parse_local_model(yaml.safe_load(f.read_text()))
-    result = desired_state([model], [NodeFacts("n", 8000, 64 * 1024**3)], now="t").models[0]
+    result = desired_state([model], [MakeNode("n").cpus(8).facts()], now="t").models[0]
     valid = next(c for c in result.status.conditions if c.type == "Valid")
     assert valid.status.value == "False" and "spec.modelInfo" in valid.message
     assert result.objects == ()

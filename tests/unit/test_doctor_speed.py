@@ -14,6 +14,7 @@ from localmodel.doctor.speed import Watched, counters_moved, slow_findings, thro
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
+from tests.builders import MakeNode
 
 
 def cadvisor(throttled: int, periods: int, pod: str = "chat-0", processes: int = 1) -> str:
@@ -101,10 +102,8 @@ def pod(name: str, node: str = "n0", cpu_limit: str | None = "1") -> dict[str, A
                 "limits": limits}}]}, "status": {"phase": "Running"}}
 
 
-NODE = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
-                 threads_per_core=1)
-SMT = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
-                threads_per_core=2)
+NODE = MakeNode("n0").cpus(2).memory_gib(8).with_facts(threads_per_core=1).facts()
+SMT = MakeNode("n0").cpus(2).memory_gib(8).with_facts(threads_per_core=2).facts()
 ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "llama-server")}
 EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server", "abc123", "llama-server")}
 OLLAMA = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "ollama")}

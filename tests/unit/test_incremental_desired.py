@@ -20,7 +20,7 @@ from localmodel.desired import Desired, DesiredState, desired_state
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
-from tests.builders import MakeLocalModel
+from tests.builders import MakeLocalModel, MakeNode
 
 G = 1 << 30
 SEQUENCES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -230,7 +230,7 @@ def test_a_long_lived_desired_equals_a_fresh_one_over_thousands_of_seeded_sequen
 
 def test_a_replica_whose_cpus_change_on_the_same_node_is_tuned_again() -> None:
     lm = local_model("m0", {"model": "qwen3:1.7b", "cpu": "node", "memory": "6Gi"})
-    n0 = NodeFacts(name="n0", allocatable_cpu_milli=8000 - 80, allocatable_memory_bytes=32 * G)
+    n0 = MakeNode("n0").cpu_milli(8000 - 80).memory_gib(32).facts()
     desired = Desired()
     for used, cpus in ((Usage(0, 0), 7), (Usage(1900, G), 5)):
         got = desired.state([lm], [n0], now=TIMES[0], usage={"n0": used})
@@ -239,7 +239,7 @@ def test_a_replica_whose_cpus_change_on_the_same_node_is_tuned_again() -> None:
 
 
 def test_a_model_listed_twice_is_refused_and_the_next_pass_starts_over() -> None:
-    nodes = [NodeFacts("n0", 8000, 32 * G), NodeFacts("n1", 8000, 32 * G)]
+    nodes = [MakeNode(n).cpus(8).memory_gib(32).facts() for n in ("n0", "n1")]
     a, b = local_model("a", SPECS[0]), local_model("b", SPECS[0])
     b_again = local_model("b", SPECS[2])
     desired = Desired()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from localmodel.facts import NodeFacts
 from localmodel.planner import ModelDemand, Plan, Planner, Usage, plan
+from tests.builders import MakeNode
 from tests.unit.test_planner import (
     LABELS,
     SELECTORS,
@@ -198,7 +199,7 @@ def test_a_long_lived_planner_equals_a_fresh_plan_over_thousands_of_seeded_seque
 
 
 def test_an_unchanged_pass_reuses_the_last_plan_and_a_node_change_rekeeps_one_node() -> None:
-    nodes = [NodeFacts(f"n{i}", 8000, 32 * G, labels={"pool": "a"}) for i in range(40)]
+    nodes = [MakeNode(f"n{i}").cpus(8).memory_gib(32).labels(pool="a").facts() for i in range(40)]
     models = [ModelDemand(f"ns/m{i}", 1, 2, 4 * G) for i in range(30)]
     planner = Planner()
     first = planner.plan(models, nodes, {}, {})
