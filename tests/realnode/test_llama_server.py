@@ -24,7 +24,6 @@ from tests.realnode.journey import (
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 NAME = "gemma-llama"
-MODEL = "gemma3:270m"
 ENGINE = llama_server.NAME
 
 
