@@ -89,6 +89,7 @@ import yaml
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]),
                 str(Path(__file__).resolve().parents[1] / "operator")]
 
+from tests.builders import MakeLocalModel  # noqa: E402
 from tests.harness import TestCluster, locate_tools  # noqa: E402
 from tests.harness.cluster import LARGE_CLUSTER_RATES  # noqa: E402
 from tests.harness.kubeapi import ApiError, KubeApi  # noqa: E402
@@ -111,10 +112,9 @@ def fixture(n: int, path: Path) -> Path:
 
 
 def models(n: int, ns: str) -> list[dict[str, Any]]:
-    return [{"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-             "metadata": {"name": f"m{i:04d}", "namespace": ns},
-             "spec": {"model": "qwen3:0.6b", "cpu": 4, "context": 4096,
-                      "storage": {"size": "5Gi"}}} for i in range(n)]
+    base = MakeLocalModel("m", ns).spec(model="qwen3:0.6b", cpu=4, context=4096,
+                                        storage={"size": "5Gi"})
+    return [base.named(f"m{i:04d}").manifest() for i in range(n)]
 
 
 def _cpu_seconds(pid: int | None) -> float:

@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModel, Toleration
+from localmodel.api import LocalModel, Toleration, parse_local_model
 from localmodel.controller.changes import with_applied_hash
 from localmodel.controller.observed import Parsed, Snapshot, observe
 from localmodel.controller.policy import plan_pass
@@ -156,7 +156,7 @@ def local_models(n: int, nodes: list[NodeFacts], rng: random.Random) -> list[Loc
         }
         meta = {"name": f"model-{i:05d}", "namespace": f"ns-{i % 50}", "uid": f"uid-{i:05d}"}
         out.append(
-            LocalModel.model_validate(
+            parse_local_model(
                 {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
             )
         )
@@ -225,7 +225,7 @@ def edited(lm: LocalModel) -> LocalModel:
     body = lm.model_dump(by_alias=True, exclude_none=True, exclude={"status"})
     body["spec"]["context"] = lm.spec.context * 2
     body["metadata"]["generation"] = (lm.metadata.generation or 1) + 1
-    return LocalModel.model_validate(body)
+    return parse_local_model(body)
 
 
 def relabelled(f: NodeFacts) -> NodeFacts:

@@ -165,13 +165,13 @@ def loadavg() -> str:
 
 def operator_choice_here(engine: str) -> dict[str, Any]:
     """What the project's rules decide for a `cpu: node` model on this machine, now."""
-    from localmodel.api import LocalModel
+    from localmodel.api import parse_local_model
     from localmodel.desired import desired_state
     from localmodel.engines.ollama.pod import modelfile
     from localmodel.facts.machine import from_this_machine
 
     node = from_this_machine()
-    lm = LocalModel.model_validate(
+    lm = parse_local_model(
         {
             "apiVersion": "localmodel.dev/v1alpha1",
             "kind": "LocalModel",

@@ -11,11 +11,10 @@ import re
 from typing import Any
 
 from localmodel import contract
-from localmodel.api import LocalModel
 from localmodel.controller.config import parse_config
 from localmodel.desired import desired_state
-from localmodel.facts import FactSource, NodeFacts
 from localmodel.gateway_contract import GATEWAY_PORT
+from tests.builders import MakeLocalModel, MakeNode
 from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, of_kind, render_chart
 
@@ -23,14 +22,8 @@ Manifest = dict[str, Any]
 
 
 def model_pods() -> list[Manifest]:
-    lm = LocalModel.model_validate({
-        "apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-        "metadata": {"name": "chat", "namespace": "ai", "generation": 1},
-        "spec": {"model": "qwen3:1.7b", "replicas": 2, "cpu": 2},
-    })
-    nodes = [NodeFacts(name=f"n{i}", allocatable_cpu_milli=16000,
-                       allocatable_memory_bytes=64 * 2**30, cpu_flags=frozenset({"AVX2"}),
-                       source=FactSource.NFD) for i in (1, 2)]
+    lm = MakeLocalModel("chat").generation(1).replicas(2).cpu(2).obj()
+    nodes = [MakeNode(f"n{i}").cpu_flags({"AVX2"}).facts() for i in (1, 2)]
     state = desired_state([lm], nodes, now="2026-12-01T00:00:00Z")
     pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]
     assert len(pods) == 2

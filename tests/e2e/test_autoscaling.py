@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.facts.node import from_node_list
+from tests.builders import MakeLocalModel
 from tests.e2e.conftest import ROOT, install_crd
 from tests.harness import TestCluster
 from tests.harness.chart import render_chart, user_roles
@@ -58,20 +59,15 @@ def keda_crd(cluster: TestCluster) -> None:
     install_crd(cluster, path, "scaledobjects.keda.sh")
 
 
-def lm(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "localmodel.dev/v1alpha1",
-        "kind": "LocalModel",
-        "metadata": {"name": name},
-        "spec": {"model": "qwen3:1.7b", **spec},
-    }
+QWEN = MakeLocalModel("m").namespace(None)  # created in the request's namespace
 
 
 def test_kubectl_scale_drives_spec_replicas_and_the_scale_subresource_reads_status(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
     api = cluster.api()
-    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels", lm("qwen3"))
+    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels",
+                               QWEN.named("qwen3").manifest())
     assert status == 201, body
     out = cluster.kubectl("scale", "lm", "qwen3", "-n", namespace, "--replicas", "2").stdout
     assert "scaled" in out
@@ -79,7 +75,7 @@ def test_kubectl_scale_drives_spec_replicas_and_the_scale_subresource_reads_stat
     assert obj["spec"]["replicas"] == 2
     # The operator's status (computed as the operator does) feeds the scale's status.
     nodes = from_node_list(api.get("/api/v1/nodes"))
-    result = desired_state([LocalModel.model_validate(obj)], nodes, now=NOW).models[0]
+    result = desired_state([parse_local_model(obj)], nodes, now=NOW).models[0]
     patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
     api.merge_patch(f"{crd}/namespaces/{namespace}/localmodels/qwen3/status", patch)
     scale = json.loads(
@@ -106,7 +102,8 @@ def test_users_with_edit_may_kubectl_scale_and_view_may_only_read(
     kube-controller-manager's aggregation controller folds them in."""
     assert cluster.tools is not None
     api = cluster.api()
-    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels", lm("shared"))
+    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels",
+                               QWEN.named("shared").manifest())
     assert status == 201, body
     for user, role in (("alice", "edit"), ("bob", "view")):
         api.create(
@@ -167,7 +164,8 @@ def test_an_hpa_reads_the_localmodels_scale(cluster: TestCluster, crd: str, name
     """kube-controller-manager's HPA controller finds the LocalModel's scale
     subresource (no metrics API runs here, so it cannot compute a target)."""
     api = cluster.api()
-    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels", lm("qwen3"))
+    status, body = api.request("POST", f"{crd}/namespaces/{namespace}/localmodels",
+                               QWEN.named("qwen3").manifest())
     assert status == 201, body
     hpa = next(d for d in doc_blocks() if d.get("kind") == "HorizontalPodAutoscaler")
     hpa["metadata"]["namespace"] = namespace

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
 from tests.harness.engines import llama_server
 from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
@@ -74,14 +75,9 @@ def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
         yield op
 
 
-def model(name: str, ns: str, **spec: Any) -> dict[str, Any]:
-    spec.setdefault("model", "qwen3:0.6b")
-    spec.setdefault("cpu", 1)
-    spec.setdefault("context", 4096)
-    spec.setdefault("placement", {"exclusive": False})
-    spec.setdefault("storage", {"retain": False, "size": "5Gi"})
-    return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+QWEN = MakeLocalModel("m").spec(model="qwen3:0.6b", cpu=1, context=4096,
+                                placement={"exclusive": False},
+                                storage={"retain": False, "size": "5Gi"})
 
 
 def apply(cluster: TestCluster, *objs: dict[str, Any]) -> None:
@@ -120,9 +116,9 @@ def scenario(cluster: TestCluster, operator: OperatorProcess) -> Scenario:
     watch.start()
     try:
         spec = {"replicas": 2}
-        apply(cluster, model("roll", ns, **spec))
+        apply(cluster, QWEN.named("roll", ns).spec(**spec).manifest())
         wait_condition(cluster, ns, "roll", "Ready", timeout=90)
-        apply(cluster, model("roll", ns, **{**spec, "context": 2048}))
+        apply(cluster, QWEN.named("roll", ns).spec(**{**spec, "context": 2048}).manifest())
 
         def rolled() -> bool:
             got = cluster.api().get(f"{LM}/namespaces/{ns}/localmodels/roll")
@@ -133,9 +129,9 @@ def scenario(cluster: TestCluster, operator: OperatorProcess) -> Scenario:
                     and st.get("readyReplicas") == 2)
 
         wait_until("the roll to finish", rolled, timeout=120)
-        apply(cluster, model("invalid", ns, model="nosuch/model:7b"))
+        apply(cluster, QWEN.named("invalid", ns).spec(model="nosuch/model:7b").manifest())
         wait_condition(cluster, ns, "invalid", "Stalled", timeout=60)
-        apply(cluster, model("unplaceable", ns, cpu=64))
+        apply(cluster, QWEN.named("unplaceable", ns).spec(cpu=64).manifest())
         wait_condition(cluster, ns, "unplaceable", "Stalled", timeout=60)
         # The watch has shown the last writes when the verdicts stop changing.
         wait_until("the watch to catch up", lambda: sum(
@@ -318,7 +314,7 @@ def test_doctor_and_render_run_against_the_same_cluster(
     report = json.loads(doctor.stdout)
     assert report["findings"], report
     manifest = tmp_path / "m.yaml"
-    manifest.write_text(yaml.safe_dump(model("offline", scenario.ns, cpu=4)))
+    manifest.write_text(yaml.safe_dump(QWEN.named("offline").namespace(scenario.ns).spec(cpu=4).manifest()))
     rendered = list(yaml.safe_load_all(kubectl(
         cluster, plugin_path, "localmodel", "render", "--kubeconfig", kc, "-f",
         str(manifest)).stdout))
@@ -337,7 +333,7 @@ def test_doctor_n_scopes_it_to_one_namespace(
     kc = str(cluster.admin_kubeconfig)
     other = f"day2-other-{secrets.token_hex(3)}"
     cluster.api().create("/api/v1/namespaces", {"metadata": {"name": other}})
-    apply(cluster, model("elsewhere", other))
+    apply(cluster, QWEN.named("elsewhere", other).manifest())
     wait_condition(cluster, other, "elsewhere", "Ready", timeout=90)
 
     def report(*scope: str) -> dict[str, Any]:
@@ -396,7 +392,7 @@ def test_timeline_says_what_it_cannot_read_and_why(
 
     nogw_ns = f"day2-nogw-{secrets.token_hex(3)}"
     cluster.api().create("/api/v1/namespaces", {"metadata": {"name": nogw_ns}})
-    apply(cluster, model("nogw", nogw_ns, gateway={"enabled": False}))
+    apply(cluster, QWEN.named("nogw", nogw_ns).spec(gateway={"enabled": False}).manifest())
     wait_condition(cluster, nogw_ns, "nogw", "Ready", timeout=90)
     nogw = timeline("nogw", "-n", nogw_ns, "--kubeconfig", kc)
     assert "runs without the gateway, which keeps the ledger" in nogw.stderr

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.errors import InvalidObject
-from localmodel.facts import NodeFacts
+from tests.builders import MakeNode
 from tests.corpus import ACCEPTED, CORPUS, Bad
 from tests.fuzz import EXAMPLES, manifests
 from tests.harness import TestCluster
@@ -28,8 +28,8 @@ from tests.harness import TestCluster
 pytestmark = pytest.mark.e2e
 
 REACHES_API = [c for c in CORPUS if c.api is not None]
-NODE = NodeFacts("n1", 16000, 64 * 1024**3)
-FUZZ_NODES = [NODE, NodeFacts("n2", 8000, 32 * 1024**3)]
+NODE = MakeNode("n1").facts()
+FUZZ_NODES = [NODE, MakeNode("n2").cpus(8).memory_gib(32).facts()]
 NOW = "2026-12-01T00:00:00Z"
 PLURALS = {
     "ConfigMap": "configmaps",

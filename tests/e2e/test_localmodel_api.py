@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.facts.node import from_node_list
 from localmodel.render import RenderOptions
+from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
 from tests.harness.processes import wait_until
 
@@ -30,13 +31,7 @@ GGUF = {"url": "https://models.example/gemma-3-270m-q4_k_m.gguf", "sha256": SHA}
 LLAMA: dict[str, Any] = {"model": "gemma3:270m", "engine": {"name": "llama-server"}, "gguf": GGUF}
 
 
-def lm(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "localmodel.dev/v1alpha1",
-        "kind": "LocalModel",
-        "metadata": {"name": name},
-        "spec": {"model": "qwen3:1.7b", **spec},
-    }
+QWEN = MakeLocalModel("m").namespace(None)  # created in the request's namespace
 
 
 def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tuple[int, Any]:
@@ -69,7 +64,7 @@ def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tup
 def test_api_server_rejects_invalid_models_with_the_reason(
     cluster: TestCluster, crd: str, namespace: str, spec: dict[str, Any], words: str
 ) -> None:
-    status, body = create(cluster, crd, namespace, lm("bad", **spec))
+    status, body = create(cluster, crd, namespace, QWEN.named("bad").spec(**spec).manifest())
     assert status == 422, body
     assert words in body["message"]
 
@@ -77,7 +72,8 @@ def test_api_server_rejects_invalid_models_with_the_reason(
 def test_defaults_filled_and_unknown_fields_pruned(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
-    obj = lm("qwen3", colour="blue", placement={"nodeSelector": {"pool": "a"}, "shiny": True})
+    obj = QWEN.named("qwen3").spec(
+        colour="blue", placement={"nodeSelector": {"pool": "a"}, "shiny": True}).manifest()
     status, body = create(cluster, crd, namespace, obj)
     assert status == 201, body.get("message", body)
     spec = body["spec"]
@@ -88,15 +84,15 @@ def test_defaults_filled_and_unknown_fields_pruned(
     assert spec["storage"]["retain"] is True
     assert spec["gateway"]["maxQueue"] == 16
     # The defaulted object is a valid pydantic LocalModel: one API, two enforcers.
-    LocalModel.model_validate(body)
+    parse_local_model(body)
 
 
 def test_rendered_status_is_accepted_by_the_status_subresource(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
-    status, body = create(cluster, crd, namespace, lm("withstatus", cpu=4))
+    status, body = create(cluster, crd, namespace, QWEN.named("withstatus").spec(cpu=4).manifest())
     assert status == 201, body.get("message", body)
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
@@ -132,16 +128,15 @@ def test_rendered_objects_schedule_onto_the_planned_nodes(
         cluster,
         crd,
         namespace,
-        lm(
-            "fleet",
+        QWEN.named("fleet").spec(
             cpu=6,
             replicas=2,
             placement={"nodeSelector": {"node.kubernetes.io/instance-type": "avx2-8"}},
             storage={"storageClassName": "local-disk", "size": "10Gi"},
-        ),
+        ).manifest(),
     )
     assert status == 201, body.get("message", body)
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW, options=RenderOptions()).models[0]
     planned = {r.replica: r.node for r in result.replicas}
@@ -188,7 +183,8 @@ def test_rendered_objects_schedule_onto_the_planned_nodes(
 def test_api_server_rejects_a_keyless_equal_toleration(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
-    bad = lm("tol", placement={"tolerations": [{"operator": "Equal", "value": "x"}]})
+    bad = QWEN.named("tol").spec(
+        placement={"tolerations": [{"operator": "Equal", "value": "x"}]}).manifest()
     status, body = create(cluster, crd, namespace, bad)
     assert status == 422, body
     assert "without a key must use operator Exists" in body["message"]
@@ -202,10 +198,10 @@ def test_ollama_model_with_a_gguf_file_is_accepted_and_its_pod_schedules(
     step, is accepted and bound."""
     spec = {"model": "gemma3:270m", "gguf": GGUF, "cpu": 1,
             "storage": {"storageClassName": "local-disk", "size": "10Gi"}}
-    status, body = create(cluster, crd, namespace, lm("gemma-air", **spec))
+    status, body = create(cluster, crd, namespace, QWEN.named("gemma-air").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "ollama"
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     assert result.replicas, result.status.conditions
@@ -234,10 +230,10 @@ def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
         # AMX nodes: none of Ollama's AMX rules may fire for llama-server.
         "placement": {"nodeSelector": {"node.kubernetes.io/instance-type": "sapphire-rapids-32"}},
     }
-    status, body = create(cluster, crd, namespace, lm("gemma", **spec))
+    status, body = create(cluster, crd, namespace, QWEN.named("gemma").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "llama-server"
-    model = LocalModel.model_validate(body)
+    model = parse_local_model(body)
     nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
     result = desired_state([model], nodes, now=NOW).models[0]
     assert result.replicas, result.status.conditions

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from localmodel.engines import ollama
+from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
 from tests.harness.chart import NAMESPACE
 from tests.harness.cluster import OPERATOR_USER
@@ -54,13 +55,8 @@ def ns(cluster: TestCluster) -> Iterator[str]:
     cluster.api().request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def model(name: str, ns: str, **spec: Any) -> dict[str, Any]:
-    spec.setdefault("model", "qwen3:0.6b")
-    spec.setdefault("cpu", 2)
-    spec.setdefault("context", 4096)
-    spec.setdefault("storage", {"retain": False, "size": "5Gi"})
-    return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+QWEN = MakeLocalModel("m").spec(model="qwen3:0.6b", cpu=2, context=4096,
+                                storage={"retain": False, "size": "5Gi"})
 
 
 def apply(cluster: TestCluster, *objs: dict[str, Any]) -> None:
@@ -110,7 +106,7 @@ def writes_by(cluster: TestCluster, since: int = 0, user: str = OPERATOR_USER,
 def test_applied_model_reaches_ready_and_explains_itself(
     cluster: TestCluster, operator: OperatorProcess, ns: str
 ) -> None:
-    apply(cluster, model("qwen3", ns, cpu=4, context=8192))
+    apply(cluster, QWEN.named("qwen3", ns).spec(cpu=4, context=8192).manifest())
     wait = cluster.kubectl("wait", "--for=condition=Ready", "lm/qwen3", "-n", ns,
                            "--timeout=90s", check=False)
     assert wait.returncode == 0, (wait.stderr + operator.log_tail() + yaml.safe_dump(
@@ -154,10 +150,12 @@ def test_amx_guard_only_where_the_rules_say_and_threads_follow_the_limit(
     avx2 = {"node.kubernetes.io/instance-type": "avx2-8"}
     image = {"image": "docker.io/ollama/ollama:0.30.0"}
     apply(cluster,
-          model("on-amx", ns, cpu=3, engine=image, placement={"nodeSelector": amx}),
-          model("on-avx2", ns, cpu=3, engine=image, placement={"nodeSelector": avx2}),
-          model("whole", ns, cpu="node", placement={"nodeSelector": {
-              "node.kubernetes.io/instance-type": "small-3"}}))
+          QWEN.named("on-amx", ns).spec(cpu=3, engine=image, placement={"nodeSelector": amx})
+          .manifest(),
+          QWEN.named("on-avx2", ns).spec(cpu=3, engine=image, placement={"nodeSelector": avx2})
+          .manifest(),
+          QWEN.named("whole", ns).spec(cpu="node", placement={"nodeSelector": {
+              "node.kubernetes.io/instance-type": "small-3"}}).manifest())
     for name in ("on-amx", "on-avx2", "whole"):
         wait_condition(cluster, ns, name, "Ready", timeout=90)
     on_amx, on_avx2 = get_lm(cluster, ns, "on-amx"), get_lm(cluster, ns, "on-avx2")
@@ -187,7 +185,7 @@ def test_extra_exclusive_models_wait_with_reasons_and_a_new_node_places_them(
     sel = {"localmodel.dev/pool": f"p-{ns}"}
     add_node(cluster, f"{ns}-a", sel)
     try:
-        apply(cluster, *(model(f"m{i}", ns, placement={"nodeSelector": sel})
+        apply(cluster, *(QWEN.named(f"m{i}", ns).spec(placement={"nodeSelector": sel}).manifest()
                          for i in range(2)))
         placed = [wait_condition(cluster, ns, f"m{i}", "Placed", status=s, timeout=60)
                   for i, s in ((0, "True"), (1, "False"))]
@@ -212,8 +210,9 @@ def test_deleted_node_replaces_its_model_with_a_new_claim(
     add_node(cluster, f"{ns}-a", sel)
     add_node(cluster, f"{ns}-b", sel)
     try:
-        apply(cluster, model("mover", ns, placement={"nodeSelector": sel},
-                             storage={"retain": True, "size": "5Gi"}))
+        apply(cluster, QWEN.named("mover", ns).spec(placement={"nodeSelector": sel},
+                                                    storage={"retain": True, "size": "5Gi"})
+              .manifest())
         lm = wait_condition(cluster, ns, "mover", "Ready", timeout=60)
         first = lm["status"]["nodes"]
         [claim] = claims(cluster, ns)
@@ -240,8 +239,9 @@ def test_deleted_node_replaces_its_model_with_a_new_claim(
         assert "Moved" in events and "CreatedClaim" in events
         # retain flipped off: the claim in use becomes owned (collected with the
         # model); the one retained on the gone node's volume stays retained.
-        apply(cluster, model("mover", ns, placement={"nodeSelector": sel},
-                             storage={"retain": False, "size": "5Gi"}))
+        apply(cluster, QWEN.named("mover", ns).spec(placement={"nodeSelector": sel},
+                                                    storage={"retain": False, "size": "5Gi"})
+              .manifest())
 
         def owners() -> dict[str, list[str]]:
             return {c["metadata"]["name"]: [o["uid"] for o in
@@ -265,7 +265,7 @@ def test_a_pod_left_unschedulable_moves_its_replica_to_the_next_node(
     add_node(cluster, f"{ns}-novol", sel, cpu="4", volumes=())
     add_node(cluster, f"{ns}-vol", sel, cpu="8")
     try:
-        apply(cluster, model("stuck", ns, placement={"nodeSelector": sel}))
+        apply(cluster, QWEN.named("stuck", ns).spec(placement={"nodeSelector": sel}).manifest())
         wait_until("the first placement on the node without volumes", lambda: get_lm(
             cluster, ns, "stuck").get("status", {}).get("nodes") == f"{ns}-novol", timeout=60)
         lm = wait_condition(cluster, ns, "stuck", "Ready", timeout=90)
@@ -290,7 +290,7 @@ def test_a_pod_waits_for_a_claim_the_api_refused(
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": {"name": "no-claims", "namespace": ns},
         "spec": {"hard": {"persistentvolumeclaims": "0"}}})
-    apply(cluster, model("quota", ns, cpu=1, placement={"exclusive": False}))
+    apply(cluster, QWEN.named("quota", ns).spec(cpu=1, placement={"exclusive": False}).manifest())
 
     def refused() -> bool:
         events = cluster.kubectl("get", "events", "-n", ns, "--field-selector",
@@ -309,12 +309,12 @@ def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
     cluster: TestCluster, operator: OperatorProcess, ns: str
 ) -> None:
     spec = {"replicas": 3, "placement": {"exclusive": False}, "cpu": 1}
-    apply(cluster, model("roll", ns, **spec))
+    apply(cluster, QWEN.named("roll", ns).spec(**spec).manifest())
     wait_condition(cluster, ns, "roll", "Ready", timeout=90)
     before = {p["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"]
               for p in pods(cluster, ns)}
     since = len(cluster.audit_events())
-    apply(cluster, model("roll", ns, **{**spec, "context": 2048}))
+    apply(cluster, QWEN.named("roll", ns).spec(**{**spec, "context": 2048}).manifest())
 
     def rolled() -> bool:
         got = get_lm(cluster, ns, "roll")
@@ -334,7 +334,8 @@ def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
     assert kinds == ["delete", "create"] * 3, [
         (e["verb"], e["objectRef"]["name"], e["responseStatus"]["code"]) for e in order]
     assert len({e["objectRef"]["name"] for e in deletes}) == 3
-    apply(cluster, model("roll", ns, **{**spec, "context": 2048, "replicas": 1}))
+    apply(cluster,
+          QWEN.named("roll", ns).spec(**{**spec, "context": 2048, "replicas": 1}).manifest())
     wait_until("scale down", lambda: sorted(p["metadata"]["name"] for p in pods(cluster, ns)
                                             if not p["metadata"].get("deletionTimestamp"))
                == ["roll-0"], timeout=60)
@@ -344,8 +345,8 @@ def test_update_rolls_one_replica_at_a_time_and_scale_down_removes_the_top(
                               if not c["metadata"].get("deletionTimestamp"))
                == ["roll-weights-0"], timeout=60)
     # Without the gateway the Service targets the engine port directly.
-    apply(cluster, model("roll", ns, **{**spec, "context": 2048, "replicas": 1,
-                                        "gateway": {"enabled": False}}))
+    apply(cluster, QWEN.named("roll", ns).spec(**{**spec, "context": 2048, "replicas": 1,
+                                        "gateway": {"enabled": False}}).manifest())
     wait_until("the Service to target the engine", lambda: cluster.api().get(
         f"/api/v1/namespaces/{ns}/services/roll")["spec"]["ports"][0]["targetPort"]
         == "engine", timeout=60)
@@ -356,11 +357,11 @@ def test_an_object_the_operator_cannot_use_is_marked_and_others_still_reconcile(
 ) -> None:
     """A catalog-unknown model with memory: auto passes the API server but not the
     operator: Valid=False naming the field, an Event, and the next model still works."""
-    apply(cluster, model("unknown", ns, model="nosuch/model:7b"))
+    apply(cluster, QWEN.named("unknown", ns).spec(model="nosuch/model:7b").manifest())
     bad = wait_condition(cluster, ns, "unknown", "Valid", status="False", timeout=60)
     [valid] = [c for c in bad["status"]["conditions"] if c["type"] == "Valid"]
     assert "spec." in valid["message"], valid["message"]
-    apply(cluster, model("good", ns))
+    apply(cluster, QWEN.named("good", ns).manifest())
     wait_condition(cluster, ns, "good", "Ready", timeout=60)
     assert operator.alive()
     events = cluster.kubectl("get", "events", "-n", ns,
@@ -371,8 +372,8 @@ def test_an_object_the_operator_cannot_use_is_marked_and_others_still_reconcile(
 def test_idle_operator_writes_nothing_but_its_lease(
     cluster: TestCluster, operator: OperatorProcess, ns: str
 ) -> None:
-    apply(cluster, *(model(f"idle{i}", ns, cpu=1, placement={"exclusive": False})
-                     for i in range(20)))
+    idle = QWEN.spec(cpu=1, placement={"exclusive": False})
+    apply(cluster, *(idle.named(f"idle{i}", ns).manifest() for i in range(20)))
     for i in range(20):
         wait_condition(cluster, ns, f"idle{i}", "Ready", timeout=120)
     time.sleep(5)  # let the last status writes and events land
@@ -397,7 +398,7 @@ def test_two_replicas_only_the_leader_writes_and_a_crash_fails_over(
                                   "/leases/localmodel-operator")
         assert lease["spec"]["holderIdentity"] == "operator-a"
         since = len(cluster.audit_events())
-        apply(cluster, model("both", ns))
+        apply(cluster, QWEN.named("both", ns).manifest())
         wait_condition(cluster, ns, "both", "Ready", timeout=60)
         # The audit log names the user (both replicas share it); the user agent
         # names the replica.
@@ -413,7 +414,7 @@ def test_two_replicas_only_the_leader_writes_and_a_crash_fails_over(
         failover = time.monotonic() - began
         print(f"\nfailover after SIGKILL: {failover:.1f} s")
         assert failover < 20
-        apply(cluster, model("after", ns))
+        apply(cluster, QWEN.named("after", ns).manifest())
         wait_condition(cluster, ns, "after", "Ready", timeout=60)
     finally:
         second.stop()
@@ -445,9 +446,10 @@ def test_chaos_sigkill_during_a_burst_converges(
         action = rng.choice(["create", "create", "update", "delete"])
         if action == "create" or not live:
             name = rng.choice(names)
-            live[name] = model(name, ns, cpu=1, placement={"exclusive": False},
-                               storage={"retain": rng.random() < 0.5, "size": "2Gi"},
-                               replicas=rng.choice([1, 2]))
+            live[name] = QWEN.named(name, ns).spec(
+                cpu=1, placement={"exclusive": False},
+                storage={"retain": rng.random() < 0.5, "size": "2Gi"},
+                replicas=rng.choice([1, 2])).manifest()
             apply(cluster, live[name])
         elif action == "update":
             name = rng.choice(sorted(live))
@@ -549,9 +551,9 @@ def test_llama_server_model_reaches_ready_with_the_same_kind_of_decisions(
     init step, Guaranteed), and status decisions of the same kind as an Ollama
     model's next to it."""
     apply(cluster,
-          model("gemma", ns, model="gemma3:270m", cpu=2, context=4096, slots=2,
-                engine={"name": "llama-server"}, gguf=GGUF),
-          model("qwen", ns, cpu=2))
+          QWEN.named("gemma", ns).spec(model="gemma3:270m", cpu=2, context=4096, slots=2,
+                                       engine={"name": "llama-server"}, gguf=GGUF).manifest(),
+          QWEN.named("qwen", ns).spec(cpu=2).manifest())
     for name in ("gemma", "qwen"):
         wait_condition(cluster, ns, name, "Ready", timeout=90)
     gemma, qwen = get_lm(cluster, ns, "gemma"), get_lm(cluster, ns, "qwen")

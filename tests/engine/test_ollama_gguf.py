@@ -25,11 +25,10 @@ from typing import Any
 
 import pytest
 
-from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.engines import ollama as ollama_facts
 from localmodel.engines.ollama.pod import MODELFILE_DIR
-from localmodel.facts import FactSource, NodeFacts
+from tests.builders import MakeLocalModel, MakeNode
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL
 from tests.harness.engines import ollama_env, ollama_version, require
@@ -63,23 +62,9 @@ def mirror() -> Iterator[ModelFileServer]:
 
 
 def rendered(url: str, sha256: str) -> tuple[dict[str, Any], str]:
-    lm = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "gemma", "namespace": "ai"},
-            "spec": {
-                "model": MODEL,
-                "cpu": THREADS,
-                "context": CONTEXT,
-                "engine": {"version": ollama_version()},
-                "gguf": {"url": url, "sha256": sha256},
-            },
-        }
-    )
-    node = NodeFacts(
-        "n", 2000, 8 * 1024**3, cpu_flags=frozenset({"AVX2", "FMA"}), source=FactSource.NFD
-    )
+    lm = (MakeLocalModel("gemma").model(MODEL).cpu(THREADS).context(CONTEXT)
+          .spec(engine={"version": ollama_version()}).gguf(url, sha256).obj())
+    node = MakeNode("n").cpus(2).memory_gib(8).cpu_flags({"AVX2", "FMA"}).facts()
     objects = desired_state([lm], [node], now="t").models[0].objects
     pod = next(o for o in objects if o["kind"] == "Pod")
     configmap = next(o for o in objects if o["kind"] == "ConfigMap")

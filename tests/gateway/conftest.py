@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from localmodel.gateway.server import start_gateway
-from tests.gateway.harness import BASE, Rig, RigFactory
+from tests.gateway.harness import BASE, Gateways, Rig, RigFactory
 from tests.gateway.ollama_standin import StandinOllama, start_standin
 
 
 @pytest.fixture
 async def make_rig() -> AsyncIterator[RigFactory]:
     """make_rig(standin=StandinOllama(...), access_log=..., **config_overrides) -> Rig."""
-    cleanups: list[Callable[[], Awaitable[None]]] = []
+    gateways = Gateways()
+    standins: list[Callable[[], Awaitable[None]]] = []
 
     async def make(
         standin: StandinOllama | None = None,
@@ -27,13 +27,11 @@ async def make_rig() -> AsyncIterator[RigFactory]:
     ) -> Rig:
         standin = standin or StandinOllama()
         runner, url = await start_standin(standin)
-        cleanups.append(runner.cleanup)
-        log: list[str] = []
-        config = replace(BASE, upstream=url, **overrides)
-        gateway = await start_gateway(config, access_log or log.append)
-        cleanups.append(gateway.stop)
+        standins.append(runner.cleanup)
+        gateway, log = await gateways.start(replace(BASE, upstream=url, **overrides), access_log)
         return Rig(gateway, standin, url, log)
 
     yield make
-    for cleanup in reversed(cleanups):
+    await gateways.stop()  # each before its stand-in
+    for cleanup in reversed(standins):
         await cleanup()

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from localmodel.gateway.server import RunningGateway
+from localmodel.gateway.server import RunningGateway, start_gateway
 from localmodel.gateway.slots import SlotBoard
 from localmodel.gateway_contract import GatewayConfig
 from tests.gateway.ollama_standin import StandinOllama
@@ -49,6 +49,29 @@ class Rig:
 
 
 RigFactory = Callable[..., Awaitable[Rig]]
+# make(**config overrides) -> (the gateway, its access-log lines)
+GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
+
+
+class Gateways:
+    """The gateways a test's factory fixture started, each with the access-log
+    lines it wrote (unless another writer was given); `stop` stops them all,
+    the last started first."""
+
+    def __init__(self) -> None:
+        self.started: list[RunningGateway] = []
+
+    async def start(
+        self, config: GatewayConfig, access_log: Callable[[str], None] | None = None
+    ) -> tuple[RunningGateway, list[str]]:
+        log: list[str] = []
+        running = await start_gateway(config, access_log or log.append)
+        self.started.append(running)
+        return running, log
+
+    async def stop(self) -> None:
+        while self.started:
+            await self.started.pop().stop()
 
 
 async def wait_until(check: Callable[[], bool], timeout: float = 5.0, step: float = 0.001) -> float:

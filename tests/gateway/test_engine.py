@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -27,13 +27,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from localmodel.api import LocalModel
 from localmodel.desired import desired_state
-from localmodel.facts import NodeFacts
 from localmodel.gateway.config import parse_config
-from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway.server import RunningGateway
 from localmodel.gateway_contract import GatewayConfig
-from tests.gateway.harness import RawClient, books_reach, wait_until
+from tests.builders import MakeLocalModel, MakeNode
+from tests.gateway.harness import GatewayFactory, Gateways, RawClient, books_reach, wait_until
 from tests.gateway.llama import (
     decode_total,
     llama_server,
@@ -56,26 +55,12 @@ STOP_BOUND = 1.0
 def rendered_containers() -> dict[str, dict[str, Any]]:
     """The containers the operator renders for a one-CPU llama-server
     LocalModel with two slots (engine tests use one thread)."""
-    model = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "gemma", "namespace": "t"},
-            "spec": {
-                "model": "gemma3:270m",
-                "engine": {"name": "llama-server"},
-                "gguf": {
-                    "url": "https://models.example/gemma-3-270m-q4_k_m.gguf",
-                    "sha256": GGUF_SHA256,
-                },
-                "cpu": 1,
-                "context": 2048,
-                "slots": ENGINE_SLOTS,
-                "gateway": {"maxTokens": 4096},
-            },
-        }
+    model = (
+        MakeLocalModel("gemma", "t").model("gemma3:270m").engine("llama-server")
+        .gguf("https://models.example/gemma-3-270m-q4_k_m.gguf", GGUF_SHA256)
+        .cpu(1).context(2048).spec(slots=ENGINE_SLOTS, gateway={"maxTokens": 4096}).obj()
     )
-    node = NodeFacts(name="n", allocatable_cpu_milli=4000, allocatable_memory_bytes=8 * 1024**3)
+    node = MakeNode("n").cpus(4).memory_gib(8).facts()
     objects = desired_state([model], [node], now="t").models[0].objects
     pod = next(o for o in objects if o["kind"] == "Pod")
     return {c["name"]: c for c in pod["spec"]["containers"]}
@@ -111,23 +96,15 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
         yield running
 
 
-GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
-
-
 @pytest.fixture
 async def gateway(engine: LlamaServer) -> AsyncIterator[GatewayFactory]:
-    started: list[RunningGateway] = []
+    gateways = Gateways()
 
     async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
-        config = gateway_config(engine.url)
-        log: list[str] = []
-        running = await start_gateway(replace(config, **overrides), log.append)
-        started.append(running)
-        return running, log
+        return await gateways.start(replace(gateway_config(engine.url), **overrides))
 
     yield make
-    for running in started:
-        await running.stop()
+    await gateways.stop()
     # Leave the engine idle for the next test.
     async with aiohttp.ClientSession() as session:
         await wait_engine(session, engine, 0)

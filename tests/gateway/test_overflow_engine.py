@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +22,9 @@ import aiohttp
 import openai
 import pytest
 
-from localmodel.gateway.server import RunningGateway, start_gateway
+from localmodel.gateway.server import RunningGateway
 from localmodel.gateway_contract import GatewayConfig
-from tests.gateway.harness import RawClient, wait_until
+from tests.gateway.harness import GatewayFactory, Gateways, RawClient, wait_until
 from tests.gateway.llama import llama_server, processing, wait_engine
 from tests.harness.engines import LlamaServer
 
@@ -61,12 +61,9 @@ async def far_prompt_tokens(session: aiohttp.ClientSession, far: LlamaServer) ->
     raise AssertionError("llamacpp:prompt_tokens_total not in the overflow's /metrics")
 
 
-GatewayFactory = Callable[..., Awaitable[tuple[RunningGateway, list[str]]]]
-
-
 @pytest.fixture
 async def gateway(engines: Pair) -> AsyncIterator[GatewayFactory]:
-    started: list[RunningGateway] = []
+    gateways = Gateways()
 
     async def make(**overrides: Any) -> tuple[RunningGateway, list[str]]:
         settings: dict[str, Any] = {
@@ -81,14 +78,10 @@ async def gateway(engines: Pair) -> AsyncIterator[GatewayFactory]:
             "overflow_after": 0.5,
             "overflow_api_key": KEY,
         }
-        log: list[str] = []
-        running = await start_gateway(GatewayConfig(**(settings | overrides)), log.append)
-        started.append(running)
-        return running, log
+        return await gateways.start(GatewayConfig(**(settings | overrides)))
 
     yield make
-    for running in started:
-        await running.stop()
+    await gateways.stop()
     async with aiohttp.ClientSession() as session:
         await wait_engine(session, engines.local, 0)
         await wait_engine(session, engines.far, 0)

@@ -19,6 +19,7 @@ from typing import Any
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.facts import NodeFacts
+from tests.builders import MakeLocalModel
 
 NOW = "2026-12-01T00:00:00Z"
 LEGACY_OLLAMA = "docker.io/ollama/ollama:0.31.0"
@@ -27,25 +28,14 @@ Manifest = dict[str, Any]
 
 
 def local_models(namespace: str) -> list[LocalModel]:
-    def lm(name: str, **spec: Any) -> LocalModel:
-        return LocalModel.model_validate(
-            {
-                "apiVersion": "localmodel.dev/v1alpha1",
-                "kind": "LocalModel",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"model": "qwen3:1.7b", "cpu": 4, **spec},
-            }
-        )
+    def on(instance_type: str) -> dict[str, Any]:
+        return {"nodeSelector": {"node.kubernetes.io/instance-type": instance_type}}
 
+    base = MakeLocalModel("chat").namespace(namespace).cpu(4)
     return [
-        lm("chat", placement={"nodeSelector": {"node.kubernetes.io/instance-type": "avx2-8"}}),
-        lm(
-            "nogw",
-            gateway={"enabled": False},
-            placement={"nodeSelector": {"node.kubernetes.io/instance-type": "small-2"}},
-            cpu=2,
-            context=4096,
-        ),
+        base.spec(placement=on("avx2-8")).obj(),
+        base.named("nogw").spec(gateway={"enabled": False}, placement=on("small-2"), cpu=2,
+                                context=4096).obj(),
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import threading
 import time
@@ -25,6 +26,7 @@ from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
 from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.render.names import SERVICE_PORT
+from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.chart import RELEASE as CHART_RELEASE
@@ -290,20 +292,16 @@ class Journey:
 
     def local_model(self, name: str, engine: str, context: int = 1024) -> Manifest:
         """A LocalModel for the cached GGUF on `engine`, one CPU, on the real node."""
-        spec: Manifest = {
-            "model": "gemma3:270m",
-            "engine": {"name": engine},
-            "gguf": {"url": self.model_file_url(), "sha256": self.sha256},
-            "cpu": 1,
-            "context": context,
-            "placement": {"nodeSelector": {"kubernetes.io/hostname": self.node}},
-            "storage": {"storageClassName": "local-disk"},
-            # The GGUF carries no chat template: give it Gemma's, as a user must
-            # (docs/engine-facts.md#a-gguf-without-a-chat-template).
-            "env": [{"name": k, "value": v} for k, v in CHAT_TEMPLATE_ENV.items()],
-        }
-        return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-                "metadata": {"name": name, "namespace": MODEL_NAMESPACE}, "spec": spec}
+        return (
+            MakeLocalModel(name, MODEL_NAMESPACE).model("gemma3:270m").engine(engine)
+            .gguf(self.model_file_url(), self.sha256).cpu(1).context(context)
+            .spec(placement={"nodeSelector": {"kubernetes.io/hostname": self.node}},
+                  storage={"storageClassName": "local-disk"},
+                  # The GGUF carries no chat template: give it Gemma's, as a user must
+                  # (docs/engine-facts.md#a-gguf-without-a-chat-template).
+                  env=[{"name": k, "value": v} for k, v in CHAT_TEMPLATE_ENV.items()])
+            .manifest()
+        )
 
     def model(self, name: str) -> Manifest:
         return self.get(f"{LM_PATH}/{name}")
@@ -456,6 +454,43 @@ class Journey:
             api.request("DELETE", f"{PODS_PATH}/{name}?gracePeriodSeconds=0")
 
     # ---- the journeys both engines take ----------------------------------------
+
+    def first_start(self, deployed: Deployed) -> Manifest:
+        """What a model's first start shows on either engine: never Ready while
+        its containers were not (sampled from creation on), its containers ready
+        at the end, the GGUF downloaded once by the download step, a Guaranteed
+        pod, and the LocalModel Ready. Its pod."""
+        samples = deployed.samples
+        early = [s for s in samples if not s.containers_ready]
+        assert early, "the model was never seen starting (every sample had its containers ready)"
+        assert all(not s.model_ready for s in early), [s for s in early if s.model_ready]
+        assert samples[-1].containers_ready, samples[-1]
+        # The weights came from the model file server, once.
+        assert deployed.downloads == 1, deployed.downloads
+        pod = self.pod_of(deployed.name)
+        assert pod["status"]["qosClass"] == "Guaranteed"
+        download = self.logs(pod["metadata"]["name"], "download")
+        assert "localmodel: downloaded" in download, download
+        assert condition(self.model(deployed.name), "Ready") == "True"
+        return pod
+
+    def openai_chat(self, url: str, what: str) -> str | None:
+        """The official `openai` client's chat completion at URL (16 tokens,
+        greedy), timed as `what`; the reply."""
+        began = time.monotonic()
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120,
+                               max_retries=0)
+        completion = client.chat.completions.create(
+            model=MODEL_TAG, messages=[{"role": "user", "content": PROMPT}], max_tokens=16,
+            temperature=0)
+        self.timings.add(what, time.monotonic() - began)
+        return completion.choices[0].message.content
+
+    def one_thread_in_the_log(self, pod: str, container: str) -> None:
+        """The engine's own log says it computes with one thread (`n_threads = 1`)."""
+        log = self.logs(pod, container)
+        threads = [int(n) for n in re.findall(r"n_threads = (\d+)", log)]
+        assert threads and set(threads) == {1}, log[-3000:]
 
     def cfs_quota(self, pod: Manifest, container: str) -> tuple[int, int]:
         """The CFS quota and period of `container` as it sees them: one CPU, the

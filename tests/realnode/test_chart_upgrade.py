@@ -69,9 +69,8 @@ def previous(journey: Journey) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def model(journey: Journey, previous: None) -> Iterator[Deployed]:
-    deployed = journey.deploy(journey.local_model(NAME, llama_server.NAME))
-    yield deployed
-    journey.delete_model(NAME)
+    with journey.deployed(NAME, llama_server.NAME) as deployed:
+        yield deployed
 
 
 def restarts(pod: dict[str, object]) -> dict[str, int]:

@@ -9,26 +9,21 @@ working when its caller gives up: the same journey as Ollama's
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 
-import openai
 import pytest
 
 from localmodel.engines import llama_server
 from tests.realnode.journey import (
     LLAMA_SERVER_CALLS,
-    PROMPT,
     Deployed,
     Journey,
     clean_reply,
-    condition,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 NAME = "gemma-llama"
-MODEL = "gemma3:270m"
 ENGINE = llama_server.NAME
 
 
@@ -41,29 +36,15 @@ def gemma(journey: Journey) -> Iterator[Deployed]:
 def test_llama_server_model_is_ready_only_when_its_containers_are_ready(
     journey: Journey, gemma: Deployed
 ) -> None:
-    early = [s for s in gemma.samples if not s.containers_ready]
-    assert early and all(not s.model_ready for s in early), gemma.samples
-    assert gemma.samples[-1].containers_ready
-    assert gemma.downloads == 1, gemma.downloads
-    pod = journey.pod_of(NAME)
-    assert pod["status"]["qosClass"] == "Guaranteed"
-    assert "localmodel: downloaded" in journey.logs(pod["metadata"]["name"], "download")
-    assert condition(journey.model(NAME), "Ready") == "True"
+    journey.first_start(gemma)
 
 
 def test_openai_client_answers_through_kubectl_port_forward(
     journey: Journey, gemma: Deployed
 ) -> None:
     with journey.port_forward(f"svc/{NAME}") as url:
-        began = time.monotonic()
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120,
-                               max_retries=0)
-        completion = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=16,
-            temperature=0)
-        journey.timings.add("llama-server: openai client chat through port-forward",
-                            time.monotonic() - began)
-    answer = clean_reply(completion.choices[0].message.content)
+        reply = journey.openai_chat(url, "llama-server: openai client chat through port-forward")
+    answer = clean_reply(reply)
     print(f"llama-server answered: {answer!r}")
 
 
@@ -75,9 +56,7 @@ def test_llama_server_threads_and_cfs_quota_equal_the_cpu_limit(
     quota, period = journey.cfs_quota(pod, ENGINE)
     cmdline = journey.exec(name, ENGINE, "tr '\\0' ' ' < /proc/1/cmdline")
     assert re.search(r"(?:^| )-t 1 ", cmdline) and re.search(r" -tb 1 ", cmdline), cmdline
-    log = journey.logs(name, ENGINE)
-    threads = [int(n) for n in re.findall(r"n_threads = (\d+)", log)]
-    assert threads and set(threads) == {1}, log[-3000:]
+    journey.one_thread_in_the_log(name, ENGINE)
     print(f"CFS quota {quota}/{period}; llama-server: {cmdline[:200]}")
 
 

@@ -28,9 +28,8 @@ OPERATOR_METRICS_PORT = OperatorConfig.metrics_listen[1]
 
 @pytest.fixture(scope="module")
 def model(journey: Journey) -> Iterator[Deployed]:
-    deployed = journey.deploy(journey.local_model(NAME, llama_server.NAME))
-    yield deployed
-    journey.delete_model(NAME)
+    with journey.deployed(NAME, llama_server.NAME) as deployed:
+        yield deployed
 
 
 def used_names(journey: Journey) -> dict[str, set[str]]:

@@ -55,9 +55,8 @@ def test_operator_args_are_the_windows_this_module_waits_for() -> None:
 
 @pytest.fixture(scope="module")
 def gemma(journey: Journey) -> Iterator[Deployed]:
-    deployed = journey.deploy(journey.local_model(NAME, ENGINE))
-    yield deployed
-    journey.delete_model(NAME)
+    with journey.deployed(NAME, ENGINE) as deployed:
+        yield deployed
 
 
 def speed_of(journey: Journey) -> dict[str, Any]:

@@ -35,9 +35,8 @@ NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained we
 
 @pytest.fixture(scope="module")
 def model(journey: Journey) -> Iterator[Deployed]:
-    deployed = journey.deploy(journey.local_model(NAME, llama_server.NAME))
-    yield deployed
-    journey.delete_model(NAME)
+    with journey.deployed(NAME, llama_server.NAME) as deployed:
+        yield deployed
 
 
 def _get(url: str) -> Any:

@@ -15,23 +15,20 @@ from localmodel.api import (
     KVCacheType,
     LocalModel,
     LocalModelSpec,
+    parse_local_model,
 )
 from localmodel.engines import FACTS, EngineFacts, ollama
+from tests.builders import MakeLocalModel
 
 
-def model(**spec: Any) -> LocalModel:
-    return LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "m", "namespace": "ai"},
-            "spec": {"model": "qwen3:1.7b", **spec},
-        }
-    )
+def validated(**spec: Any) -> LocalModel:
+    """The API class's own validation (pydantic's `ValidationError`, which this
+    file tests), deliberately not `parse_local_model` (tests/builders.py's `obj()`)."""
+    return LocalModel.model_validate(MakeLocalModel("m").spec(**spec).manifest())
 
 
 def test_defaults_match_the_documented_api() -> None:
-    s = model().spec
+    s = validated().spec
     assert s.engine.name is EngineName.OLLAMA
     assert s.engine.resolved_image() == ollama.IMAGE
     assert (s.replicas, s.cpu, s.memory, s.context, s.slots) == (1, 4, "auto", 8192, 1)
@@ -44,7 +41,7 @@ def test_defaults_match_the_documented_api() -> None:
 
 
 def test_camel_case_fields_round_trip() -> None:
-    m = model(kvCache="q8_0", keepAlive="24h", placement={"nodeSelector": {"pool": "amx"}})
+    m = validated(kvCache="q8_0", keepAlive="24h", placement={"nodeSelector": {"pool": "amx"}})
     dumped = m.model_dump(by_alias=True, mode="json")
     assert dumped["spec"]["kvCache"] == "q8_0"
     assert dumped["spec"]["placement"]["nodeSelector"] == {"pool": "amx"}
@@ -53,7 +50,7 @@ def test_camel_case_fields_round_trip() -> None:
 
 @pytest.mark.parametrize("cpu", [1, 64, "node"])
 def test_cpu_accepts_positive_integers_and_node(cpu: int | str) -> None:
-    assert model(cpu=cpu).spec.cpu == cpu
+    assert validated(cpu=cpu).spec.cpu == cpu
 
 
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -131,7 +128,7 @@ def test_invalid_spec_names_the_field_and_reason(
     spec: dict[str, Any], field: str, words: str
 ) -> None:
     with pytest.raises(ValidationError) as err:
-        model(**spec)
+        validated(**spec)
     text = str(err.value)
     assert field in text
     assert words in text
@@ -140,13 +137,14 @@ def test_invalid_spec_names_the_field_and_reason(
 def test_every_managed_variable_is_rejected_in_env() -> None:
     for name in MANAGED_ENV:
         with pytest.raises(ValidationError, match="operator manages"):
-            model(env=[{"name": name, "value": "1"}])
-    assert model(env=[{"name": "OLLAMA_DEBUG", "value": "1"}]).spec.env[0].name == "OLLAMA_DEBUG"
+            validated(env=[{"name": name, "value": "1"}])
+    debug = validated(env=[{"name": "OLLAMA_DEBUG", "value": "1"}])
+    assert debug.spec.env[0].name == "OLLAMA_DEBUG"
 
 
 def test_quantized_cache_is_fine_with_flash_attention_auto_or_on() -> None:
     for fa in ("auto", "enabled"):
-        assert model(kvCache="q4_0", flashAttention=fa).spec.kv_cache is KVCacheType.Q4_0
+        assert validated(kvCache="q4_0", flashAttention=fa).spec.kv_cache is KVCacheType.Q4_0
 
 
 def test_spec_is_immutable() -> None:
@@ -164,8 +162,8 @@ def test_spec_is_immutable() -> None:
 )
 def test_toleration_rules_match_kubernetes(toleration: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
-        model(placement={"tolerations": [toleration]})
-    assert model(placement={"tolerations": [{"operator": "Exists"}]}).spec.placement.tolerations
+        validated(placement={"tolerations": [toleration]})
+    assert validated(placement={"tolerations": [{"operator": "Exists"}]}).spec.placement.tolerations
 
 
 def test_overflow_round_trips_with_its_secret_reference() -> None:
@@ -175,7 +173,7 @@ def test_overflow_round_trips_with_its_secret_reference() -> None:
         "apiKeySecretRef": {"name": "llm-keys", "key": "openai"},
         "after": 2.5,
     }
-    m = model(gateway={"overflow": overflow})
+    m = validated(gateway={"overflow": overflow})
     o = m.spec.gateway.overflow
     assert o is not None and o.api_key_secret_ref is not None
     assert (o.url, o.model, o.after, o.api_key_secret_ref.key) == (
@@ -186,7 +184,7 @@ def test_overflow_round_trips_with_its_secret_reference() -> None:
     )
     dumped = m.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert dumped["spec"]["gateway"]["overflow"] == overflow
-    assert model().spec.gateway.overflow is None
+    assert validated().spec.gateway.overflow is None
 
 
 def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
@@ -205,17 +203,17 @@ def test_the_autoscaling_docs_model_is_valid_offline_too() -> None:
         if isinstance(d, dict) and d.get("kind") == "LocalModel"
     ]
     (model,) = docs
-    overflow = LocalModel.model_validate(model).spec.gateway.overflow
+    overflow = parse_local_model(model).spec.gateway.overflow
     assert overflow is not None and overflow.api_key_secret_ref is not None
 
 
 def test_ollama_takes_a_gguf_file_and_pulls_without_one() -> None:
     """`gguf` is optional for Ollama: with it, the model comes from the file
     (no registry); without it, Ollama pulls `model`."""
-    spec = model(gguf=GGUF_SPEC).spec
+    spec = validated(gguf=GGUF_SPEC).spec
     assert spec.engine.name.value == "ollama"
     assert spec.gguf is not None and spec.gguf.sha256 == SHA
-    assert model().spec.gguf is None
+    assert validated().spec.gguf is None
 
 
 @pytest.mark.parametrize(
@@ -227,7 +225,7 @@ def test_ollama_takes_a_gguf_file_and_pulls_without_one() -> None:
     ],
 )
 def test_llama_server_model_names_its_gguf_file(gguf: dict[str, str], file: str) -> None:
-    spec = model(**(LLAMA | {"gguf": gguf})).spec
+    spec = validated(**(LLAMA | {"gguf": gguf})).spec
     assert spec.engine.name.value == "llama-server"
     assert spec.gguf is not None and spec.gguf.file_name() == file
 
@@ -247,7 +245,7 @@ def test_each_engine_is_refused_exactly_the_fields_its_facts_say_it_has_no_use_f
 
     def refused(**spec: Any) -> bool:
         try:
-            model(**spec)
+            validated(**spec)
         except ValidationError:
             return True
         return False

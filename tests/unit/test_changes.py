@@ -32,32 +32,16 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.desired import ModelResult, desired_state
+from tests.builders import MakeLocalModel, MakeNode
 
 UID = "uid-qwen3"
 NOW = "2026-12-01T00:00:00Z"
 Raw = dict[str, Any]
 
 
-def model(replicas: int = 1, uid: str = UID, **spec: Any) -> Raw:
-    return {
-        "apiVersion": "localmodel.dev/v1alpha1",
-        "kind": "LocalModel",
-        "metadata": {"name": "qwen3", "namespace": "ai", "uid": uid, "generation": 1},
-        "spec": {"model": "qwen3:1.7b", "cpu": 4, "context": 4096, "replicas": replicas,
-                 **spec},
-    }
-
-
-def node(name: str, cpu: int = 16, labels: dict[str, str] | None = None) -> Raw:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}",
-                     "labels": {"kubernetes.io/hostname": name,
-                                "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true",
-                                **(labels or {})}},
-        "status": {"allocatable": {"cpu": str(cpu), "memory": "64Gi"}},
-    }
+QWEN = (MakeLocalModel("qwen3").uid(UID).generation(1)
+        .spec(model="qwen3:1.7b", cpu=4, context=4096, replicas=1))
+NODE = MakeNode("n0").cpu_flags({"AVX2"}).registered()
 
 
 def local_pv(name: str, node_name: str) -> Raw:
@@ -98,8 +82,8 @@ def plan(snap: Snapshot) -> tuple[Observed, ModelResult]:
 
 def converged(replicas: int = 1, nodes: int = 3, **spec: Any) -> tuple[Snapshot, ModelResult]:
     """A world where every desired object exists, stored, Ready."""
-    snap = Snapshot(localmodels=[model(replicas, **spec)],
-                    nodes=[node(f"n{i}") for i in range(nodes)])
+    snap = Snapshot(localmodels=[QWEN.replicas(replicas).spec(**spec).manifest()],
+                    nodes=[NODE.named(f"n{i}").manifest() for i in range(nodes)])
     _, result = plan(snap)
     objects = [with_applied_hash(o) if o["kind"] in ("ConfigMap", "Service") else o
                for o in result.objects]
@@ -139,7 +123,8 @@ def summary(ch: ModelChanges) -> list[str]:
 
 
 def world_empty() -> Snapshot:
-    return Snapshot(localmodels=[model(2)], nodes=[node("n0"), node("n1")])
+    return Snapshot(localmodels=[QWEN.replicas(2).manifest()],
+                    nodes=[NODE.manifest(), NODE.named("n1").manifest()])
 
 
 def world_converged() -> Snapshot:
@@ -148,13 +133,13 @@ def world_converged() -> Snapshot:
 
 def world_cpu_changed() -> Snapshot:
     snap, _ = converged(3)
-    return Snapshot(**{**snap.__dict__, "localmodels": [model(3, cpu=2)]})
+    return Snapshot(**{**snap.__dict__, "localmodels": [QWEN.replicas(3).cpu(2).manifest()]})
 
 
 def world_cpu_changed_one_replaced_not_ready() -> Snapshot:
     """Replica 0 already runs the new spec but is not Ready yet: nothing else rolls."""
     snap, _ = converged(3)
-    new = Snapshot(**{**snap.__dict__, "localmodels": [model(3, cpu=2)]})
+    new = Snapshot(**{**snap.__dict__, "localmodels": [QWEN.replicas(3).cpu(2).manifest()]})
     _, result = plan(new)
     pod0 = next(o for o in result.objects if o["kind"] == "Pod"
                 and o["metadata"]["name"] == "qwen3-0")
@@ -165,7 +150,7 @@ def world_cpu_changed_one_replaced_not_ready() -> Snapshot:
 
 def world_scaled_down() -> Snapshot:
     snap, _ = converged(3)
-    return Snapshot(**{**snap.__dict__, "localmodels": [model(1)]})
+    return Snapshot(**{**snap.__dict__, "localmodels": [QWEN.manifest()]})
 
 
 def world_node_gone() -> Snapshot:
@@ -191,7 +176,8 @@ def world_service_edited() -> Snapshot:
 
 def world_retain_flipped() -> Snapshot:
     snap, _ = converged(1)  # retained (default): claims without owner
-    return Snapshot(**{**snap.__dict__, "localmodels": [model(1, storage={"retain": False})]})
+    unretained = QWEN.spec(storage={"retain": False}).manifest()
+    return Snapshot(**{**snap.__dict__, "localmodels": [unretained]})
 
 
 def world_foreign_pod_same_labels_no_owner() -> Snapshot:
@@ -245,7 +231,7 @@ def test_roll_converges_one_replica_at_a_time() -> None:
     """Drive a roll to the end: each step deletes at most one pod, a deleted pod is
     re-created with the new spec, and the world ends with every pod on the new hash."""
     snap, _ = converged(3)
-    snap = Snapshot(**{**snap.__dict__, "localmodels": [model(3, context=8192)]})
+    snap = Snapshot(**{**snap.__dict__, "localmodels": [QWEN.replicas(3).context(8192).manifest()]})
     deletions = []
     for _ in range(20):
         obs, result = plan(snap)
@@ -272,7 +258,8 @@ def test_roll_converges_one_replica_at_a_time() -> None:
 def test_moved_replica_gets_a_new_claim_when_the_old_volume_cannot_follow() -> None:
     """The replica's claim is bound to a local PV on the gone node: a new claim (a
     new name) is made for the new node; the retained old claim is kept."""
-    snap = Snapshot(localmodels=[model(1)], nodes=[node("n0"), node("n1")],
+    snap = Snapshot(localmodels=[QWEN.manifest()],
+                    nodes=[NODE.manifest(), NODE.named("n1").manifest()],
                     volumes=[local_pv("pv-n0", "n0"), local_pv("pv-n1", "n1")])
     _, result = plan(snap)
     first = result.replicas[0].node
@@ -281,7 +268,7 @@ def test_moved_replica_gets_a_new_claim_when_the_old_volume_cannot_follow() -> N
     world = _with(snap, [o for o in objs if o["kind"] == "Pod"])
     world = _with(world, [o for o in objs if o["kind"] == "PersistentVolumeClaim"],
                   volume=f"pv-{first}")
-    world = Snapshot(**{**world.__dict__, "nodes": [node(other)]})
+    world = Snapshot(**{**world.__dict__, "nodes": [NODE.named(other).manifest()]})
     obs, result2 = plan(world)
     assert result2.replicas[0].node == other
     ch = model_changes(result2, UID, obs)
@@ -296,21 +283,21 @@ def test_moved_replica_gets_a_new_claim_when_the_old_volume_cannot_follow() -> N
 
 
 def test_unretained_claim_left_behind_is_deleted_once_unused() -> None:
-    snap = Snapshot(localmodels=[model(1, storage={"retain": False})],
-                    nodes=[node("n0"), node("n1")],
+    snap = Snapshot(localmodels=[QWEN.spec(storage={"retain": False}).manifest()],
+                    nodes=[NODE.manifest(), NODE.named("n1").manifest()],
                     volumes=[local_pv("pv-n0", "n0"), local_pv("pv-n1", "n1")])
     _, result = plan(snap)
     first = result.replicas[0].node
     other = "n1" if first == "n0" else "n0"
     claims = [o for o in result.objects if o["kind"] == "PersistentVolumeClaim"]
     world = _with(snap, claims, volume=f"pv-{first}")  # no pod: it is gone already
-    world = Snapshot(**{**world.__dict__, "nodes": [node(other)]})
+    world = Snapshot(**{**world.__dict__, "nodes": [NODE.named(other).manifest()]})
     ch = changes_of(world)
     assert "delete PersistentVolumeClaim qwen3-weights-0" in summary(ch)
 
 
 def test_unbound_claim_is_reused_on_any_node() -> None:
-    snap = Snapshot(localmodels=[model(1)], nodes=[node("n0")])
+    snap = Snapshot(localmodels=[QWEN.manifest()], nodes=[NODE.manifest()])
     _, result = plan(snap)
     claims = [o for o in result.objects if o["kind"] == "PersistentVolumeClaim"]
     obs = observe(_with(snap, claims))
@@ -329,7 +316,7 @@ def test_apply_never_targets_an_object_owned_by_another_model_uid() -> None:
 
 def test_a_model_recreated_with_a_new_uid_leaves_old_pods_to_garbage_collection() -> None:
     snap, _ = converged(1)
-    world = Snapshot(**{**snap.__dict__, "localmodels": [model(1, uid="uid-new")]})
+    world = Snapshot(**{**snap.__dict__, "localmodels": [QWEN.uid("uid-new").manifest()]})
     obs, result = plan(world)
     ch = model_changes(result, "uid-new", obs)
     assert not [c for c in ch.changes if isinstance(c, Delete)]
@@ -368,7 +355,7 @@ def _versioned(body: Raw, rv: str) -> Raw:
 
 def test_each_stored_version_of_a_model_or_node_is_parsed_once() -> None:
     parsed = Parsed()
-    lm, n1 = _versioned(model(), "1"), _versioned(node("n1"), "7")
+    lm, n1 = _versioned(QWEN.manifest(), "1"), _versioned(NODE.named("n1").manifest(), "7")
     bad = _versioned({"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "lots"}}}, "3")
     first = observe(Snapshot(localmodels=[lm], nodes=[n1, bad]), parsed=parsed)
     again = observe(Snapshot(localmodels=[copy.deepcopy(lm)], nodes=[n1, bad]), parsed=parsed)
@@ -376,7 +363,7 @@ def test_each_stored_version_of_a_model_or_node_is_parsed_once() -> None:
     assert again.models[key] is first.models[key]  # the same parsed object
     assert again.nodes["n1"] is first.nodes["n1"]
     assert again.bad_nodes == first.bad_nodes and "n2" in again.bad_nodes
-    edited = _versioned(model(replicas=2), "2")
+    edited = _versioned(QWEN.replicas(2).manifest(), "2")
     third = observe(Snapshot(localmodels=[edited], nodes=[]), parsed=parsed)
     assert third.models[key].model is not None and third.models[key].model.spec.replicas == 2
     assert third.nodes == {} and len(parsed.models) == 1 and parsed.nodes == {}  # forgotten

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localmodel.api import LocalModel
+from localmodel.api import parse_local_model
 from localmodel.cli import main
 from localmodel.commands import explain
 from localmodel.desired import desired_state
-from localmodel.facts import NodeFacts
+from tests.builders import MakeLocalModel, MakeNode
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
@@ -195,8 +195,8 @@ def test_unknown_model_exits_2_saying_what_to_add(
     assert f"{f}: LocalModel m: spec.memory: model 'acme/private:7b'" in err
     assert "set spec.modelInfo" in err and "explicit spec.memory" in err
     # The operator's pure path reports the same as Valid=False and renders nothing.
-    model = LocalModel.model_validate(yaml.safe_load(f.read_text()))
-    result = desired_state([model], [NodeFacts("n", 8000, 64 * 1024**3)], now="t").models[0]
+    model = parse_local_model(yaml.safe_load(f.read_text()))
+    result = desired_state([model], [MakeNode("n").cpus(8).facts()], now="t").models[0]
     valid = next(c for c in result.status.conditions if c.type == "Valid")
     assert valid.status.value == "False" and "spec.modelInfo" in valid.message
     assert result.objects == ()
@@ -215,15 +215,8 @@ def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_explain_when_an_earlier_replica_is_unplaced() -> None:
-    model = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "q", "namespace": "ai"},
-            "spec": {"model": "qwen3:1.7b", "replicas": 2},
-        }
-    )
-    node = NodeFacts("b", 16000, 64 * 1024**3)
+    model = MakeLocalModel("q").replicas(2).obj()
+    node = MakeNode("b").facts()
     state = desired_state([model], [node], now="t", current={"ai/q": [None, "b"]})
     text = explain(state)
     assert "replica 1 -> node b: threads=4 cpu=4 memory=" in text

@@ -37,6 +37,7 @@ from localmodel.desired import ModelResult, desired_state
 from localmodel.render import names as render_names
 from localmodel.render import objects as render_objects
 from localmodel.render import pods as render_pods
+from tests.builders import MakeLocalModel, MakeNode
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = "uid-chat"
@@ -55,28 +56,14 @@ SPECS: dict[str, Raw] = {
 }
 
 
-def model(**spec: Any) -> Raw:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "LocalModel",
-        "metadata": {"name": "chat", "namespace": "ai", "uid": UID, "generation": 1},
-        "spec": {"cpu": 4, "context": 4096, "replicas": 2, **spec},
-    }
-
-
-def node(name: str) -> Raw:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}",
-                     "labels": {"kubernetes.io/hostname": name,
-                                "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"}},
-        "status": {"allocatable": {"cpu": "16", "memory": "64Gi"}},
-    }
+CHAT = (MakeLocalModel("chat").uid(UID).generation(1).without("model")
+        .spec(cpu=4, context=4096, replicas=2))
+NODE = MakeNode("n0").cpu_flags({"AVX2"}).registered()
 
 
 def rendered(spec: Raw) -> tuple[Snapshot, Observed, ModelResult]:
-    snap = Snapshot(localmodels=[model(**spec)], nodes=[node("n0"), node("n1"), node("n2")])
+    snap = Snapshot(localmodels=[CHAT.spec(**spec).manifest()],
+                    nodes=[NODE.named(n).manifest() for n in ("n0", "n1", "n2")])
     obs = observe(snap)
     state = desired_state(
         obs.valid_models(), list(obs.nodes.values()), now=NOW,

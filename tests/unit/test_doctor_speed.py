@@ -14,6 +14,7 @@ from localmodel.doctor.speed import Watched, counters_moved, slow_findings, thro
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
+from tests.builders import MakeNode
 
 
 def cadvisor(throttled: int, periods: int, pod: str = "chat-0", processes: int = 1) -> str:
@@ -86,7 +87,8 @@ def test_the_second_sample_is_taken_when_the_watched_counters_moved(
     assert counters_moved(before, after, watched) is moved
 
 
-def model(slow: bool = True) -> dict[str, Any]:
+def chat_speed_status(slow: bool = True) -> dict[str, Any]:
+    """The LocalModel `chat` as doctor reads it: its name and its replica's speed."""
     return {"metadata": {"namespace": "ai", "name": "chat"}, "status": {"placements": [{
         "replica": 0, "node": "n0", "pod": "chat-0", "threads": 1, "cpu": 1,
         "speed": {"slow": slow, "recentDecode": 8.1, "expectedDecode": 25.2,
@@ -100,10 +102,8 @@ def pod(name: str, node: str = "n0", cpu_limit: str | None = "1") -> dict[str, A
                 "limits": limits}}]}, "status": {"phase": "Running"}}
 
 
-NODE = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
-                 threads_per_core=1)
-SMT = NodeFacts(name="n0", allocatable_cpu_milli=2000, allocatable_memory_bytes=8 << 30,
-                threads_per_core=2)
+NODE = MakeNode("n0").cpus(2).memory_gib(8).with_facts(threads_per_core=1).facts()
+SMT = MakeNode("n0").cpus(2).memory_gib(8).with_facts(threads_per_core=2).facts()
 ONE_THREAD = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "llama-server")}
 EIGHT_THREADS = {"ai/chat-0": (8, 1000, "llama-server", "abc123", "llama-server")}
 OLLAMA = {"ai/chat-0": (1, 1000, "llama-server", "abc123", "ollama")}
@@ -159,7 +159,7 @@ def test_slow_replica_and_its_likely_causes(
     case: str, samples: Any, threads: Any, pods: list[dict[str, Any]], node: NodeFacts,
     causes: list[str],
 ) -> None:
-    findings = slow_findings([model()], pods, {"n0": node}, threads, samples)
+    findings = slow_findings([chat_speed_status()], pods, {"n0": node}, threads, samples)
     head, *rest = findings
     assert head.check == "slow-replica" and head.verdict is Verdict.FAIL
     for words in ("ai/chat replica 0", "node n0", "8.1 tok/s", "expected 25.2 tok/s",
@@ -171,7 +171,7 @@ def test_slow_replica_and_its_likely_causes(
 
 
 def test_a_replica_not_slow_gets_no_finding() -> None:
-    assert slow_findings([model(slow=False)], [], {}, {}, {}) == []
+    assert slow_findings([chat_speed_status(slow=False)], [], {}, {}, {}) == []
 
 
 # Two host CPUs, no quota (the engine's own budget below is 1 CPU).

@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from localmodel.api import MANAGED_ENV, EngineName, LocalModel
+from localmodel.api import MANAGED_ENV, EngineName, LocalModel, parse_local_model
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
 from localmodel.engines import llama_server, ollama
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.facts.node import from_node
+from tests.builders import MakeNode
 from tests.harness.nodes import load_fixture, node_manifest
 from tests.harness.tools import parse_print_output, print_output
 
@@ -45,13 +46,7 @@ EXAMPLE_MODELS = sorted(
 NODE_FILES = ["examples/nodes-amx.yaml", "examples/nodes-avx2.yaml", "examples/nodes-small.yaml"]
 NODE_FIXTURES = ["tests/fixtures/nodes.yaml", "tests/fixtures/operator-nodes.yaml"]
 # A node any example fits on.
-NODE = NodeFacts(
-    name="big",
-    allocatable_cpu_milli=64_000,
-    allocatable_memory_bytes=256 * 1024**3,
-    cpu_flags=frozenset({"AVX2"}),
-    source=FactSource.NFD,
-)
+NODE = MakeNode("big").cpus(64).memory_gib(256).cpu_flags({"AVX2"}).facts()
 # Engine versions the version-ranged rules tell apart: before the CPU runners
 # went (0.5.12), before the AMX variant came back (0.30), the affected
 # 0.30-0.32.1, and the pinned (fixed) default.
@@ -89,7 +84,7 @@ def _variants(lm: LocalModel) -> Iterator[LocalModel]:
                         "gateway": spec.get("gateway", {}) | {"enabled": gateway},
                         "placement": {"safeCpuPath": safe},
                     }
-                    yield LocalModel.model_validate(body | {"spec": variant})
+                    yield parse_local_model(body | {"spec": variant})
 
 
 @dataclass(frozen=True)
@@ -147,7 +142,7 @@ def test_user_variables_reach_only_the_engine_container() -> None:
             body.pop("status", None)
             body["spec"].pop("placement", None)
             body["spec"]["env"] = [{"name": "USER_VARIABLE", "value": "1"}]
-            state = desired_state([LocalModel.model_validate(body)], [NODE], now=NOW)
+            state = desired_state([parse_local_model(body)], [NODE], now=NOW)
             pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]
             assert pods, path
             for pod in pods:

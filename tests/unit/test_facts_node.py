@@ -70,7 +70,7 @@ metadata:
 """
 
 
-def node(
+def node_object(
     name: str = "n1",
     *,
     labels: dict[str, str] | None = None,
@@ -78,6 +78,9 @@ def node(
     memory: Any = "16Gi",
     **extra: Any,
 ) -> dict[str, Any]:
+    """A Node object as written, its allocatable values raw (valid or not) and any
+    other top-level field (`spec`, `kind`...) as given: what `from_node` parses.
+    Valid nodes of the other tests come from tests/builders.py's `MakeNode`."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -112,7 +115,7 @@ def test_kubectl_list_output_is_read_field_by_field() -> None:
 
 
 def test_node_without_cpu_labels_has_unknown_features_not_absent_ones() -> None:
-    facts = from_node(node(labels={"kubernetes.io/hostname": "n1"}))
+    facts = from_node(node_object(labels={"kubernetes.io/hostname": "n1"}))
     assert facts.cpu_flags is None
     assert facts.source is FactSource.NONE
     assert facts.has("AMXTILE") is None
@@ -121,20 +124,21 @@ def test_node_without_cpu_labels_has_unknown_features_not_absent_ones() -> None:
 
 
 def test_nfd_without_a_flag_label_means_the_flag_is_absent() -> None:
-    facts = from_node(node(labels={NFD + "cpu-cpuid.AVX2": "true"}))
+    facts = from_node(node_object(labels={NFD + "cpu-cpuid.AVX2": "true"}))
     assert facts.has("AVX2") is True
     assert facts.has("amxtile") is False  # case-insensitive lookup
 
 
 def test_nfd_cpu_model_labels_alone_mean_nfd_ran_and_found_no_flags() -> None:
-    facts = from_node(node(labels={NFD + "cpu-model.vendor_id": "AMD"}))
+    facts = from_node(node_object(labels={NFD + "cpu-model.vendor_id": "AMD"}))
     assert facts.source is FactSource.NFD
     assert facts.cpu_flags == frozenset()
     assert facts.has("AVX2") is False
 
 
 def test_features_nfd_does_not_label_by_default_stay_unknown_on_nfd_nodes() -> None:
-    facts = from_node(node(labels={NFD + "cpu-cpuid.AVX2": "true", NFD + "cpu-cpuid.F16C": "true"}))
+    labels = {NFD + "cpu-cpuid.AVX2": "true", NFD + "cpu-cpuid.F16C": "true"}
+    facts = from_node(node_object(labels=labels))
     assert "F16C" in NFD_UNLABELLED_BY_DEFAULT
     assert facts.has("F16C") is True  # present when labelled (custom NFD config)
     assert facts.has("SSE42") is None  # blacklisted by default: no label proves nothing
@@ -144,13 +148,13 @@ def test_features_nfd_does_not_label_by_default_stay_unknown_on_nfd_nodes() -> N
 def test_non_true_nfd_values_are_not_flags() -> None:
     labels = {NFD + "cpu-cpuid.AVX2": "true", NFD + "cpu-cpuid.AVX10_VERSION": "1",
               NFD + "cpu-cpuid.AVX512F": "false"}  # fmt: skip
-    facts = from_node(node(labels=labels))
+    facts = from_node(node_object(labels=labels))
     assert facts.cpu_flags == frozenset({"AVX2"})
 
 
 def test_probe_labels_are_read_when_nfd_is_absent() -> None:
     facts = from_node(
-        node(
+        node_object(
             labels={
                 "localmodel.dev/cpu-flags-known": "true",
                 "localmodel.dev/cpu.AVX2": "true",
@@ -171,7 +175,7 @@ def test_probe_labels_are_read_when_nfd_is_absent() -> None:
 
 
 def test_probe_flag_labels_without_the_known_marker_are_not_trusted() -> None:
-    facts = from_node(node(labels={"localmodel.dev/cpu.AVX2": "true"}))
+    facts = from_node(node_object(labels={"localmodel.dev/cpu.AVX2": "true"}))
     assert facts.cpu_flags is None and facts.source is FactSource.NONE
 
 
@@ -185,7 +189,7 @@ def test_nfd_wins_over_the_probe_field_by_field() -> None:
         "localmodel.dev/cpu-family": "25",
         "localmodel.dev/cpu-hyperthreading": "true",
     }
-    facts = from_node(node(labels=labels))
+    facts = from_node(node_object(labels=labels))
     assert facts.source is FactSource.NFD
     assert facts.cpu_flags == frozenset({"AVX2"})
     assert facts.cpu_vendor == "AMD"
@@ -195,7 +199,7 @@ def test_nfd_wins_over_the_probe_field_by_field() -> None:
 
 
 def test_capacity_is_the_fallback_when_allocatable_is_missing() -> None:
-    obj = node()
+    obj = node_object()
     obj["status"] = {"allocatable": {"memory": "8Gi"}, "capacity": {"cpu": "2", "memory": "9Gi"}}
     facts = from_node(obj)
     assert facts.allocatable_cpu_milli == 2000
@@ -203,14 +207,16 @@ def test_capacity_is_the_fallback_when_allocatable_is_missing() -> None:
 
 
 def test_multi_document_yaml_is_accepted_and_empty_documents_skipped() -> None:
-    text = "---\n" + yaml.safe_dump(node("a")) + "---\n" + yaml.safe_dump(node("b")) + "---\n"
+    a, b = yaml.safe_dump(node_object("a")), yaml.safe_dump(node_object("b"))
+    text = "---\n" + a + "---\n" + b + "---\n"
     facts = from_node_list(list(yaml.safe_load_all(text)))
     assert [f.name for f in facts] == ["a", "b"]
 
 
 def test_a_single_node_and_a_nodelist_are_accepted() -> None:
-    assert [f.name for f in from_node_list(node("solo"))] == ["solo"]
-    nodelist = {"kind": "NodeList", "apiVersion": "v1", "items": [node("x"), node("y")]}
+    assert [f.name for f in from_node_list(node_object("solo"))] == ["solo"]
+    items = [node_object("x"), node_object("y")]
+    nodelist = {"kind": "NodeList", "apiVersion": "v1", "items": items}
     assert [f.name for f in from_node_list(nodelist)] == ["x", "y"]
     assert from_node_list({"kind": "List", "items": []}) == []
 
@@ -259,8 +265,8 @@ ALLOC = ["status", "allocatable"]
 def test_invalid_nodes_raise_an_error_naming_the_field_path(
     path: list[str | int], value: Any, message: str
 ) -> None:
-    good = [node("a"), node("b")]
-    bad = _with(node("c"), path, value)
+    good = [node_object("a"), node_object("b")]
+    bad = _with(node_object("c"), path, value)
     with pytest.raises(NodeFactsError) as excinfo:
         from_node_list({"apiVersion": "v1", "kind": "List", "items": [*good, bad]})
     assert str(excinfo.value).startswith("items[2]." + message)
@@ -269,16 +275,16 @@ def test_invalid_nodes_raise_an_error_naming_the_field_path(
 
 def test_errors_in_multi_document_input_name_the_document() -> None:
     with pytest.raises(NodeFactsError, match=r'^\[1\]\.status\.allocatable\.cpu: "x"'):
-        from_node_list([node("a"), node("b", cpu="x")])
+        from_node_list([node_object("a"), node_object("b", cpu="x")])
     with pytest.raises(NodeFactsError, match=r"^\[0\]\.items\[1\]\.metadata\.name"):
-        from_node_list([{"kind": "List", "items": [node("a"), node("")]}])
+        from_node_list([{"kind": "List", "items": [node_object("a"), node_object("")]}])
 
 
 def test_duplicate_node_names_are_rejected() -> None:
     with pytest.raises(
         NodeFactsError, match=r"^items\[1\]\.metadata\.name: duplicate node name 'a'"
     ):
-        from_node_list({"kind": "List", "items": [node("a"), node("a")]})
+        from_node_list({"kind": "List", "items": [node_object("a"), node_object("a")]})
 
 
 def test_non_node_input_is_rejected() -> None:
@@ -289,7 +295,7 @@ def test_non_node_input_is_rejected() -> None:
 
 
 def test_taint_defaults() -> None:
-    facts = from_node(node(spec={"taints": [{"key": "k", "effect": "NoExecute"}]}))
+    facts = from_node(node_object(spec={"taints": [{"key": "k", "effect": "NoExecute"}]}))
     assert facts.taints == (Taint(key="k", value="", effect="NoExecute"),)
 
 
@@ -306,7 +312,7 @@ def test_budget_and_nfd_flags_are_read_back_exactly(
 ) -> None:
     labels = {NFD + "cpu-cpuid." + flag: "true" for flag in flags}
     labels[NFD + "cpu-model.vendor_id"] = "Intel"  # NFD ran even when no flag is set
-    facts = from_node(node(labels=labels, cpu=f"{milli}m", memory=str(memory)))
+    facts = from_node(node_object(labels=labels, cpu=f"{milli}m", memory=str(memory)))
     assert facts.allocatable_cpu_milli == milli
     assert facts.allocatable_memory_bytes == memory
     assert facts.cpu_flags == flags

@@ -35,6 +35,7 @@ from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 from localmodel.manifest import ManifestError, load_all
+from tests.builders import MakeNode
 from tests.fuzz import EXAMPLES, json_values, manifests, node_objects, yaml_texts
 
 FUZZ = settings(
@@ -43,7 +44,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 NOW = "2026-12-01T00:00:00Z"
-DEFAULT_NODES = [NodeFacts("n1", 16000, 64 * 1024**3), NodeFacts("n2", 8000, 32 * 1024**3)]
+DEFAULT_NODES = [MakeNode("n1").facts(), MakeNode("n2").cpus(8).memory_gib(32).facts()]
 
 
 def parse(obj: object) -> Any:

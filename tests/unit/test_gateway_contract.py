@@ -138,9 +138,10 @@ def test_the_gateway_imports_neither_the_engine_adapters_nor_the_renderer() -> N
 
 
 def _renderer_files() -> list[Path]:
-    """The renderer, as a module or as a package."""
-    files = [PACKAGE / "render.py"] if (PACKAGE / "render.py").is_file() else []
-    files += sorted((PACKAGE / "render").rglob("*.py"))
+    """The renderer's modules, and the engines' pod parts (which render the
+    engine containers beside the gateway's)."""
+    files = sorted((PACKAGE / "render").rglob("*.py"))
+    files += sorted((PACKAGE / "engines").rglob("pod.py"))
     assert files
     return files
 

@@ -8,23 +8,15 @@ from typing import Any
 
 import pytest
 
-from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, parse_local_model
+from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus
 from localmodel.desired import desired_state
-from localmodel.facts import FactSource, NodeFacts
 from localmodel.status import invalid_status, with_progress
+from tests.builders import MakeLocalModel, MakeNode
 
-GiB = 1024**3
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
-NODE = NodeFacts(name="n0", allocatable_cpu_milli=16000, allocatable_memory_bytes=64 * GiB,
-                 cpu_flags=frozenset({"AVX2"}), source=FactSource.NFD)
-
-
-def lm(**spec: Any) -> LocalModel:
-    return parse_local_model({
-        "apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-        "metadata": {"name": "m", "namespace": "ai", "uid": "u1", "generation": 3},
-        "spec": {"model": "qwen3:1.7b", "cpu": 4, **spec}})
+NODE = MakeNode("n0").cpu_flags({"AVX2"}).facts()
+MODEL = MakeLocalModel("m").uid("u1").generation(3).cpu(4)
 
 
 def status(model: LocalModel, ready: dict[int, bool] | None, rolling: str | None = None,
@@ -51,14 +43,14 @@ def pair(s: LocalModelStatus) -> dict[str, tuple[str, str]]:
 ])
 def test_the_pair_follows_the_state(name: str, spec: dict[str, Any], ready: dict[int, bool] | None,
                                     rolling: str | None, want: dict[str, tuple[str, str]]) -> None:
-    got = status(lm(**spec), ready, rolling)
+    got = status(MODEL.spec(**spec).obj(), ready, rolling)
     assert pair(got) == want, name
     for c in got.conditions:
         assert c.observed_generation == 3
 
 
 def test_stalled_says_what_blocks_it() -> None:
-    got = status(lm(cpu=64), {})
+    got = status(MODEL.spec(cpu=64).obj(), {})
     stalled = next(c for c in got.conditions if c.type == "Stalled")
     placed = next(c for c in got.conditions if c.type == "Placed")
     assert placed.status == ConditionStatus.FALSE
@@ -73,7 +65,7 @@ def test_an_object_the_operator_cannot_parse_is_stalled() -> None:
 
 
 def test_the_pair_goes_away_when_the_model_is_ready_and_holds_its_time_while_true() -> None:
-    model = lm()
+    model = MODEL.obj()
     starting = status(model, {0: False})
     later = status(model.model_copy(update={"status": starting}), {0: False}, now=LATER)
     [first] = [c for c in starting.conditions if c.type == "Reconciling"]

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
 from localmodel.desired import Desired, DesiredState, desired_state
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
+from tests.builders import MakeLocalModel, MakeNode
 
 G = 1 << 30
 SEQUENCES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,17 +52,12 @@ TIMES = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:01:00Z"]
 
 
 def local_model(name: str, spec: dict[str, Any]) -> LocalModel:
-    return LocalModel.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-            "spec": spec,
-        }
-    )
+    """A stored LocalModel (its uid from its name) with `spec`."""
+    return (MakeLocalModel(name).namespace("ns").uid(f"uid-{name}").generation(1)
+            .spec(**spec).obj())
 
 
-def node(name: str, rnd: random.Random) -> NodeFacts:
+def random_node(name: str, rnd: random.Random) -> NodeFacts:
     return NodeFacts(
         name=name,
         allocatable_cpu_milli=rnd.choice([2, 4, 8]) * 1000 - 80,
@@ -159,12 +154,12 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
         elif field == "cgroup_cpu_quota":  # caps the threads
             value = rnd.choice([None, 1.0, 3.0])
         else:
-            value = getattr(node(w.nodes[i].name, rnd), field)
+            value = getattr(random_node(w.nodes[i].name, rnd), field)
         w.nodes[i] = dataclasses.replace(w.nodes[i], **{field: value})
     elif what == "add node":
         name = f"n{rnd.randrange(10)}"
         if name not in {n.name for n in w.nodes}:
-            w.nodes.append(node(name, rnd))
+            w.nodes.append(random_node(name, rnd))
     elif what == "remove node" and w.nodes:
         w.nodes.pop(rnd.randrange(len(w.nodes)))
     elif what == "usage" and w.nodes:
@@ -207,7 +202,7 @@ def walk(w: World, rnd: random.Random, where: str = "") -> None:
 def world(rnd: random.Random, mode: str) -> World:
     return World(
         models=[local_model(f"m{i}", rnd.choice(SPECS)) for i in range(rnd.randrange(6))],
-        nodes=[node(f"n{i}", rnd) for i in range(rnd.randrange(1, 6))],
+        nodes=[random_node(f"n{i}", rnd) for i in range(rnd.randrange(1, 6))],
         current={},
         usage={},
         ready={},
@@ -235,7 +230,7 @@ def test_a_long_lived_desired_equals_a_fresh_one_over_thousands_of_seeded_sequen
 
 def test_a_replica_whose_cpus_change_on_the_same_node_is_tuned_again() -> None:
     lm = local_model("m0", {"model": "qwen3:1.7b", "cpu": "node", "memory": "6Gi"})
-    n0 = NodeFacts(name="n0", allocatable_cpu_milli=8000 - 80, allocatable_memory_bytes=32 * G)
+    n0 = MakeNode("n0").cpu_milli(8000 - 80).memory_gib(32).facts()
     desired = Desired()
     for used, cpus in ((Usage(0, 0), 7), (Usage(1900, G), 5)):
         got = desired.state([lm], [n0], now=TIMES[0], usage={"n0": used})
@@ -244,7 +239,7 @@ def test_a_replica_whose_cpus_change_on_the_same_node_is_tuned_again() -> None:
 
 
 def test_a_model_listed_twice_is_refused_and_the_next_pass_starts_over() -> None:
-    nodes = [NodeFacts("n0", 8000, 32 * G), NodeFacts("n1", 8000, 32 * G)]
+    nodes = [MakeNode(n).cpus(8).memory_gib(32).facts() for n in ("n0", "n1")]
     a, b = local_model("a", SPECS[0]), local_model("b", SPECS[0])
     b_again = local_model("b", SPECS[2])
     desired = Desired()

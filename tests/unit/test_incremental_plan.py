@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from localmodel.facts import NodeFacts
 from localmodel.planner import ModelDemand, Plan, Planner, Usage, plan
+from tests.builders import MakeNode
 from tests.unit.test_planner import (
     LABELS,
     SELECTORS,
@@ -107,13 +108,13 @@ def change(problem: Problem, last: Plan, rnd: random.Random) -> Problem:
     elif what == "add model":
         key = f"ns/m{rnd.randrange(100)}"
         if key not in {m.key for m in models}:
-            models.append(_model(key, rnd))
+            models.append(random_demand(key, rnd))
     elif what == "remove model" and models:
         gone = models.pop(rnd.randrange(len(models)))
         current.pop(gone.key, None)
     elif what == "edit model" and models:
         i = rnd.randrange(len(models))
-        models[i] = _model(models[i].key, rnd)
+        models[i] = random_demand(models[i].key, rnd)
     elif what == "avoid" and models and nodes:
         i = rnd.randrange(len(models))
         avoid = frozenset(
@@ -127,7 +128,7 @@ def change(problem: Problem, last: Plan, rnd: random.Random) -> Problem:
     return models, nodes, current, usage
 
 
-def _model(key: str, rnd: random.Random) -> ModelDemand:
+def random_demand(key: str, rnd: random.Random) -> ModelDemand:
     return ModelDemand(
         key=key,
         replicas=rnd.randrange(4),
@@ -169,7 +170,7 @@ def walk(problem: Problem, rnd: random.Random, variant: str, where: str = "") ->
 SEEDED = 2000
 
 
-def _node(name: str, rnd: random.Random) -> NodeFacts:
+def random_node(name: str, rnd: random.Random) -> NodeFacts:
     return NodeFacts(
         name=name,
         allocatable_cpu_milli=rnd.randrange(13) * 1000 + rnd.choice([0, 500]),
@@ -189,8 +190,8 @@ def test_a_long_lived_planner_equals_a_fresh_plan_over_thousands_of_seeded_seque
     for seed in range(SEEDED):
         rnd = random.Random(seed)
         problem: Problem = (
-            [_model(f"ns/m{i}", rnd) for i in range(rnd.randrange(8))],
-            [_node(f"n{i}", rnd) for i in range(rnd.randrange(1, 8))],
+            [random_demand(f"ns/m{i}", rnd) for i in range(rnd.randrange(8))],
+            [random_node(f"n{i}", rnd) for i in range(rnd.randrange(1, 8))],
             {},
             {},
         )
@@ -198,7 +199,7 @@ def test_a_long_lived_planner_equals_a_fresh_plan_over_thousands_of_seeded_seque
 
 
 def test_an_unchanged_pass_reuses_the_last_plan_and_a_node_change_rekeeps_one_node() -> None:
-    nodes = [NodeFacts(f"n{i}", 8000, 32 * G, labels={"pool": "a"}) for i in range(40)]
+    nodes = [MakeNode(f"n{i}").cpus(8).memory_gib(32).labels(pool="a").facts() for i in range(40)]
     models = [ModelDemand(f"ns/m{i}", 1, 2, 4 * G) for i in range(30)]
     planner = Planner()
     first = planner.plan(models, nodes, {}, {})

@@ -17,9 +17,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from localmodel.api import LocalModel
 from localmodel.desired import desired_state
-from localmodel.facts import FactSource, NodeFacts
+from tests.builders import MakeLocalModel, MakeNode
 
 STAND_IN = r"""#!/bin/sh
 echo "$*" >> "$LOG"
@@ -34,17 +33,8 @@ esac
 
 
 def init_script(tmp_path: Path, version: str = "0.32.2") -> str:
-    model = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "q"},
-            "spec": {"model": "qwen3:1.7b", "cpu": 2, "engine": {"version": version}},
-        }
-    )
-    node = NodeFacts(
-        "n", 8000, 64 * 1024**3, cpu_flags=frozenset({"AMXTILE"}), source=FactSource.NFD
-    )
+    model = MakeLocalModel("q").namespace(None).cpu(2).spec(engine={"version": version}).obj()
+    node = MakeNode("n").cpus(8).cpu_flags({"AMXTILE"}).facts()
     pod = next(
         o for o in desired_state([model], [node], now="t").models[0].objects if o["kind"] == "Pod"
     )

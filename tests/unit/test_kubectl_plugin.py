@@ -10,15 +10,13 @@ import yaml
 
 from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
-from localmodel.facts import FactSource, NodeFacts
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.kubectl import main, state_of, status_rows, status_table, why_data, why_text
+from tests.builders import MakeNode
 
-GiB = 1024**3
 NOW = "2026-12-01T00:00:00Z"
-NODES = [NodeFacts(name=f"n{i}", allocatable_cpu_milli=8000, allocatable_memory_bytes=32 * GiB,
-                   cpu_flags=frozenset({"AVX2"}), source=FactSource.NFD) for i in range(2)]
+NODES = [MakeNode(f"n{i}").cpus(8).memory_gib(32).cpu_flags({"AVX2"}).facts() for i in range(2)]
 
 
 def stored(name: str, ready: dict[int, bool], **spec: Any) -> dict[str, Any]:

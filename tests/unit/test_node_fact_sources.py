@@ -3,26 +3,16 @@ rules take their safe path there and say so (through the whole desired state).""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.facts import FactSource
 from localmodel.facts.node import from_node
+from tests.builders import MakeLocalModel, MakeNode
 
 PRE_FIX = "docker.io/ollama/ollama:0.31.0"  # affected by the AMX crash
 # Its guard: remove the crashing CPU variant (docs/engine-facts.md#amx).
 GUARD = "amx-remove-cpu-variant"
-
-
-def node(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
-        "status": {"allocatable": {"cpu": "16", "memory": "64Gi"}},
-    }
 
 
 NFD_NO_AMX = {"feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"}
@@ -49,16 +39,12 @@ def test_fact_source_order_and_the_safe_path(
     labels: dict[str, str], source: FactSource, amx: bool | None, guarded: bool,
     says_unknown: bool,
 ) -> None:
-    facts = from_node(node("n1", labels))
+    facts = from_node(MakeNode("n1").hostname_label().labels(labels).manifest())
     assert facts.source is source
     assert facts.has("AMXTILE") is amx
     if PROBE_AMX.items() <= labels.items():
         assert (facts.physical_cores, facts.threads_per_core) == (8, 2)  # topology: probe only
-    model = LocalModel.model_validate({
-        "apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-        "metadata": {"name": "m", "namespace": "ns"},
-        "spec": {"model": "qwen3:1.7b", "cpu": 4, "engine": {"image": PRE_FIX}},
-    })
+    model = MakeLocalModel("m").namespace("ns").cpu(4).spec(engine={"image": PRE_FIX}).obj()
     [result] = desired_state([model], [facts], now="2026-12-01T00:00:00Z").models
     [replica] = result.replicas
     decisions = {d.rule: d.effect for d in replica.tuning.decisions}

@@ -22,8 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, parse_local_model
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import (
     DesiredState,
@@ -50,6 +49,7 @@ from localmodel.render import (
 )
 from localmodel.render import digests as render_digests
 from localmodel.rules import Evaluations, evaluate, node_key, spec_key
+from tests.builders import MakeLocalModel
 
 G = 1 << 30
 EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,17 +95,11 @@ def spec(rnd: random.Random) -> dict[str, Any]:
 
 
 def local_model(name: str, body: dict[str, Any], namespace: str = "ns") -> LocalModel:
-    return LocalModel.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": name, "namespace": namespace, "uid": f"u-{name}"},
-            "spec": body,
-        }
-    )
+    """A stored LocalModel (its uid from its name) with the spec `body`."""
+    return MakeLocalModel(name).namespace(namespace).uid(f"u-{name}").spec(**body).obj()
 
 
-def node(name: str, rnd: random.Random) -> NodeFacts:
+def random_node(name: str, rnd: random.Random) -> NodeFacts:
     """Nodes of a few shapes, each with its own name and labels."""
     return NodeFacts(
         name=name,
@@ -139,7 +133,7 @@ def test_what_the_rules_keys_leave_out_is_never_read(rnd: random.Random) -> None
     body = spec(rnd)
     a, b = local_model("a", body).spec, local_model("b", other_placement(body, rnd)).spec
     assert spec_key(a) == spec_key(b)
-    n1 = node("n1", rnd)
+    n1 = random_node("n1", rnd)
     n2 = dataclasses.replace(
         n1,
         name="n2",
@@ -171,7 +165,7 @@ def test_a_pods_containers_read_neither_its_name_nor_its_node(rnd: random.Random
     prep = prepare(a.spec)
     if prep.problems:
         return
-    t = evaluate(a.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    t = evaluate(a.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
     options = RenderOptions(operator_image=rnd.choice(["op:1", "op:2"]))
     ra, rb = ReplicaPlan(0, "n1", t, "x", ""), ReplicaPlan(3, "n9", t, "y", "claim-b")
     assert build_containers(a, ra, options) == build_containers(b, rb, options)
@@ -184,7 +178,7 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
     prep = prepare(lm.spec)
     if prep.problems:
         return
-    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    t = evaluate(lm.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
     # (With a pass's PodParts: the digest put together from known texts.)
     for o in render_objects(lm, replicas, RenderOptions(), PodParts()):
@@ -207,7 +201,7 @@ def test_evaluations_give_one_tuning_per_distinct_input() -> None:
     lm = local_model("a", {"model": "qwen3:0.6b", "cpu": 2})
     prep = prepare(lm.spec)
     memo = Evaluations()
-    n1 = node("n1", rnd)
+    n1 = random_node("n1", rnd)
     same_shape = dataclasses.replace(n1, name="n2", labels={})
     other = dataclasses.replace(n1, cgroup_cpu_quota=0.5)
     t1 = memo(lm.spec, n1, 2, prep.shape, prep.version)
@@ -278,7 +272,7 @@ def reference(
 def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
     rnd: random.Random,
 ) -> None:
-    nodes = [node(f"n{i}", rnd) for i in range(rnd.randrange(1, 12))]
+    nodes = [random_node(f"n{i}", rnd) for i in range(rnd.randrange(1, 12))]
     models = [local_model(f"m{i}", spec(rnd)) for i in range(rnd.randrange(1, 16))]
     current = {
         lm.key: [rnd.choice([None, *(n.name for n in nodes)]) for _ in range(2)]
@@ -301,7 +295,7 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
 def _with_metadata(lm: LocalModel, **meta: Any) -> LocalModel:
     body = lm.model_dump(by_alias=True, exclude_none=True)
     body["metadata"] = {**body["metadata"], **meta}
-    return LocalModel.model_validate(body)
+    return parse_local_model(body)
 
 
 @EXAMPLES
@@ -318,7 +312,7 @@ def test_applied_digests_from_a_shared_template_are_the_manifest_hashes(
     prep = prepare(first.spec)
     if prep.problems:
         return
-    t = evaluate(first.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    t = evaluate(first.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", "") for r in range(rnd.randrange(3))]
     other = _with_metadata(
         local_model(rnd.choice(["b", "b-2", "zz"]), body, rnd.choice(["ns", "other"])),
@@ -337,7 +331,7 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     rnd = random.Random(3)
     lm, wrong = local_model("a", BASES[0]), local_model("zz", BASES[2])
     prep = prepare(lm.spec)
-    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    t = evaluate(lm.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
     made_from = render_digests._applied_templates
     monkeypatch.setattr(render_digests, "_applied_templates", lambda _, rs: made_from(wrong, rs))

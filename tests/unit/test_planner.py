@@ -26,6 +26,7 @@ from localmodel.planner import (
     tolerates,
 )
 from localmodel.planner.fit import SortedEntries, first_fit, largest_fit
+from tests.builders import MakeNode
 
 G = 1 << 30
 
@@ -46,17 +47,12 @@ def node(
     taints: Sequence[Taint] = (),
     schedulable: bool = True,
 ) -> NodeFacts:
-    return NodeFacts(
-        name=name,
-        allocatable_cpu_milli=int(cpus * 1000),
-        allocatable_memory_bytes=int(mem_gib * G),
-        labels=dict(labels or {}),
-        taints=tuple(taints),
-        schedulable=schedulable,
-    )
+    """The tables' positional shorthand for `MakeNode(name).cpus(..).memory_gib(..)...`."""
+    made = MakeNode(name).cpus(cpus).memory_gib(mem_gib).labels(labels).taints(*taints)
+    return made.unschedulable(not schedulable).facts()
 
 
-def model(
+def demand(
     key: str,
     cpu: int | None = 2,
     mem_gib: float = 4,
@@ -91,12 +87,12 @@ def only_unplaced(p: Plan) -> Unplaced:
 
 
 def test_exclusive_models_get_separate_nodes() -> None:
-    p = plan([model("ai/a"), model("ai/b")], [node("n1"), node("n2")])
+    p = plan([demand("ai/a"), demand("ai/b")], [node("n1"), node("n2")])
     assert sorted(where(p).values()) == ["n1", "n2"]
 
 
 def test_exclusive_model_is_unplaced_when_its_only_node_is_taken() -> None:
-    p = plan([model("ai/a"), model("ai/b")], [node("n1")])
+    p = plan([demand("ai/a"), demand("ai/b")], [node("n1")])
     assert where(p) == {("ai/a", 0): "n1"}
     u = only_unplaced(p)
     assert (u.model, u.reason) == ("ai/b", "NoFeasibleNode")
@@ -104,24 +100,25 @@ def test_exclusive_model_is_unplaced_when_its_only_node_is_taken() -> None:
 
 
 def test_non_exclusive_models_share_a_node() -> None:
-    p = plan([model("ai/a", exclusive=False), model("ai/b", exclusive=False)], [node("n1", cpus=8)])
+    shared = [demand("ai/a", exclusive=False), demand("ai/b", exclusive=False)]
+    p = plan(shared, [node("n1", cpus=8)])
     assert where(p) == {("ai/a", 0): "n1", ("ai/b", 0): "n1"}
 
 
 def test_exclusive_model_never_joins_a_shared_node() -> None:
-    p = plan([model("ai/a", exclusive=False), model("ai/b")], [node("n1", cpus=32)])
+    p = plan([demand("ai/a", exclusive=False), demand("ai/b")], [node("n1", cpus=32)])
     assert where(p) == {("ai/a", 0): "n1"}
     assert "this model is exclusive" in only_unplaced(p).rejections["n1"]
 
 
 def test_non_exclusive_model_never_joins_an_exclusive_one() -> None:
-    p = plan([model("ai/a"), model("ai/b", exclusive=False)], [node("n1", cpus=32)])
+    p = plan([demand("ai/a"), demand("ai/b", exclusive=False)], [node("n1", cpus=32)])
     assert where(p) == {("ai/a", 0): "n1"}
     assert only_unplaced(p).rejections == {"n1": "holds exclusive model ai/a"}
 
 
 def test_replicas_land_on_distinct_nodes_and_the_extra_one_is_unplaced() -> None:
-    p = plan([model("ai/a", replicas=3, exclusive=False)], [node("n1", cpus=64), node("n2")])
+    p = plan([demand("ai/a", replicas=3, exclusive=False)], [node("n1", cpus=64), node("n2")])
     assert sorted(where(p).values()) == ["n1", "n2"]
     u = only_unplaced(p)
     assert u.replica == 2
@@ -136,27 +133,27 @@ def test_replicas_land_on_distinct_nodes_and_the_extra_one_is_unplaced() -> None
 
 def test_best_fit_picks_the_node_with_fewest_cpus_left_over() -> None:
     nodes = [node("big", cpus=32), node("small", cpus=4), node("mid", cpus=8)]
-    p = plan([model("ai/a", cpu=4)], nodes)
+    p = plan([demand("ai/a", cpu=4)], nodes)
     assert where(p) == {("ai/a", 0): "small"}
     assert p.placements[0].reason.startswith("chosen: best fit")
 
 
 def test_best_fit_ties_break_on_least_free_memory_then_name() -> None:
     nodes = [node("b", mem_gib=16), node("a", mem_gib=16), node("c", mem_gib=8)]
-    assert where(plan([model("ai/x", mem_gib=4)], nodes)) == {("ai/x", 0): "c"}
+    assert where(plan([demand("ai/x", mem_gib=4)], nodes)) == {("ai/x", 0): "c"}
     nodes = [node("b", mem_gib=16), node("a", mem_gib=16)]
-    assert where(plan([model("ai/x", mem_gib=4)], nodes)) == {("ai/x", 0): "a"}
+    assert where(plan([demand("ai/x", mem_gib=4)], nodes)) == {("ai/x", 0): "a"}
 
 
 def test_cpu_node_takes_every_free_whole_cpu_of_the_largest_node() -> None:
     nodes = [node("n1", cpus=8), node("n2", cpus=16.9)]
-    p = plan([model("ai/a", cpu=None)], nodes, usage={"n2": Usage(cpu_milli=500)})
+    p = plan([demand("ai/a", cpu=None)], nodes, usage={"n2": Usage(cpu_milli=500)})
     assert p.placements == (Assignment("ai/a", 0, "n2", 16, 4 * G),)
 
 
 def test_cpu_node_gets_what_fixed_demands_leave_whatever_the_keys() -> None:
     # "a" sorts first, but a cpu: node demand is placed after fixed ones.
-    models = [model("ai/a", cpu=None, exclusive=False), model("ai/b", cpu=3, exclusive=False)]
+    models = [demand("ai/a", cpu=None, exclusive=False), demand("ai/b", cpu=3, exclusive=False)]
     p = plan(models, [node("n1", cpus=8)])
     assert {x.model: x.cpu for x in p.placements} == {"ai/a": 5, "ai/b": 3}
     assert plan(models, [node("n1", cpus=8)], current=p.as_current()) == p
@@ -165,22 +162,22 @@ def test_cpu_node_gets_what_fixed_demands_leave_whatever_the_keys() -> None:
 def test_cpu_node_with_a_narrow_selector_also_takes_the_largest_node() -> None:
     # Few matching nodes: searched one by one rather than through the index.
     nodes = [node(f"n{c}", cpus=c, labels={"pool": "p"}) for c in (4, 16, 8)] + [node("x", cpus=64)]
-    p = plan([model("ai/a", cpu=None, selector={"pool": "p"})], nodes)
+    p = plan([demand("ai/a", cpu=None, selector={"pool": "p"})], nodes)
     assert p.placements == (Assignment("ai/a", 0, "n16", 16, 4 * G),)
 
 
 def test_cpu_node_needs_at_least_one_whole_cpu() -> None:
-    p = plan([model("ai/a", cpu=None)], [node("n1", cpus=0.9)])
+    p = plan([demand("ai/a", cpu=None)], [node("n1", cpus=0.9)])
     assert only_unplaced(p).rejections == {"n1": "too few free CPUs (need 1, free 0)"}
 
 
 def test_node_without_enough_memory_is_skipped() -> None:
-    p = plan([model("ai/a", mem_gib=20)], [node("small", mem_gib=16), node("big", mem_gib=64)])
+    p = plan([demand("ai/a", mem_gib=20)], [node("small", mem_gib=16), node("big", mem_gib=64)])
     assert where(p) == {("ai/a", 0): "big"}
 
 
 def test_memory_shortfall_is_explained_with_numbers() -> None:
-    p = plan([model("ai/a", mem_gib=5.2)], [node("n1", mem_gib=3.1)])
+    p = plan([demand("ai/a", mem_gib=5.2)], [node("n1", mem_gib=3.1)])
     u = only_unplaced(p)
     assert u.rejections == {"n1": "too little free memory (need 5.2 GiB, free 3.1 GiB)"}
     assert u.message == "no node for replica 0 (2 CPUs, 5.2 GiB): n1: " + u.rejections["n1"]
@@ -189,7 +186,7 @@ def test_memory_shortfall_is_explained_with_numbers() -> None:
 def test_other_pods_usage_is_subtracted() -> None:
     nodes = [node("n1", cpus=8, mem_gib=16), node("n2", cpus=8, mem_gib=16)]
     usage = {"n1": Usage(cpu_milli=7000, memory_bytes=0), "n2": Usage(0, 14 * G)}
-    p = plan([model("ai/a", cpu=2, mem_gib=4)], nodes, usage=usage)
+    p = plan([demand("ai/a", cpu=2, mem_gib=4)], nodes, usage=usage)
     u = only_unplaced(p)
     assert u.rejections == {
         "n1": "too few free CPUs (need 2, free 1)",
@@ -198,21 +195,21 @@ def test_other_pods_usage_is_subtracted() -> None:
 
 
 def test_usage_for_an_unknown_node_is_ignored() -> None:
-    p = plan([model("ai/a")], [node("n1")], usage={"elsewhere": Usage(10**9, 10**15)})
+    p = plan([demand("ai/a")], [node("n1")], usage={"elsewhere": Usage(10**9, 10**15)})
     assert where(p) == {("ai/a", 0): "n1"}
 
 
 def test_sidecar_overhead_must_fit_too_but_is_not_in_the_cpu_count() -> None:
     exact = [node("n1", cpus=4)]
-    assert plan([model("ai/a", cpu=4)], exact).placements[0].cpu == 4
-    u = only_unplaced(plan([model("ai/a", cpu=4, overhead=100)], exact))
+    assert plan([demand("ai/a", cpu=4)], exact).placements[0].cpu == 4
+    u = only_unplaced(plan([demand("ai/a", cpu=4, overhead=100)], exact))
     assert "need 4 whole after 100m for sidecars" in u.rejections["n1"]
-    p = plan([model("ai/a", cpu=None, overhead=100)], [node("n1", cpus=8)])
+    p = plan([demand("ai/a", cpu=None, overhead=100)], [node("n1", cpus=8)])
     assert p.placements[0].cpu == 7  # 8000m - 100m leaves 7 whole CPUs
 
 
 def test_shared_node_is_never_over_committed() -> None:
-    models = [model(f"ai/m{i}", cpu=3, exclusive=False) for i in range(3)]
+    models = [demand(f"ai/m{i}", cpu=3, exclusive=False) for i in range(3)]
     p = plan(models, [node("n1", cpus=8)])
     assert len(p.placements) == 2
     assert "too few free CPUs (need 3, free 2)" in only_unplaced(p).message
@@ -227,9 +224,9 @@ def test_node_selector_must_match_every_label() -> None:
         node("b", labels={"pool": "cpu", "zone": "z2"}),
         node("c", labels={"zone": "z1"}),
     ]
-    p = plan([model("ai/x", selector={"pool": "cpu", "zone": "z2"})], nodes)
+    p = plan([demand("ai/x", selector={"pool": "cpu", "zone": "z2"})], nodes)
     assert where(p) == {("ai/x", 0): "b"}
-    p = plan([model("ai/x", selector={"pool": "gpu"})], nodes)
+    p = plan([demand("ai/x", selector={"pool": "gpu"})], nodes)
     u = only_unplaced(p)
     assert u.reason == "NoMatchingNode"
     assert u.rejections["a"] == "label pool=cpu does not match nodeSelector pool=gpu"
@@ -243,7 +240,7 @@ PREFER_NOT = Taint("spot", "true", "PreferNoSchedule")
 
 @pytest.mark.parametrize("taint", [NO_SCHEDULE, NO_EXECUTE], ids=lambda t: t.effect)
 def test_hard_taints_reject_a_node(taint: Taint) -> None:
-    p = plan([model("ai/a")], [node("n1", taints=[taint])])
+    p = plan([demand("ai/a")], [node("n1", taints=[taint])])
     u = only_unplaced(p)
     assert u.reason == "NoMatchingNode"
     assert u.rejections["n1"].startswith("taint ") and taint.effect in u.rejections["n1"]
@@ -268,7 +265,7 @@ def test_toleration_matching_follows_kubernetes(
     toleration: Toleration, taint: Taint, tolerated: bool
 ) -> None:
     assert tolerates(toleration, taint) is tolerated
-    p = plan([model("ai/a", tolerations=[toleration])], [node("n1", taints=[taint])])
+    p = plan([demand("ai/a", tolerations=[toleration])], [node("n1", taints=[taint])])
     assert bool(p.placements) is tolerated
 
 
@@ -290,24 +287,24 @@ def test_invalid_tolerations_are_refused(kwargs: dict[str, object]) -> None:
 def test_prefer_no_schedule_is_avoided_but_not_a_rejection() -> None:
     # The tainted node is the better fit, yet the untainted one wins.
     nodes = [node("tainted", cpus=4, taints=[PREFER_NOT]), node("plain", cpus=16)]
-    assert where(plan([model("ai/a", cpu=4)], nodes)) == {("ai/a", 0): "plain"}
+    assert where(plan([demand("ai/a", cpu=4)], nodes)) == {("ai/a", 0): "plain"}
     # Alone, the tainted node is used, and the reason says so.
-    p = plan([model("ai/a", cpu=4)], nodes[:1])
+    p = plan([demand("ai/a", cpu=4)], nodes[:1])
     assert where(p) == {("ai/a", 0): "tainted"}
     assert "PreferNoSchedule" in p.placements[0].reason
     # Tolerating it removes the penalty: best fit again.
-    tolerant = model("ai/a", cpu=4, tolerations=[tol("spot", "Exists")])
+    tolerant = demand("ai/a", cpu=4, tolerations=[tol("spot", "Exists")])
     assert where(plan([tolerant], nodes)) == {("ai/a", 0): "tainted"}
 
 
 def test_unschedulable_nodes_are_rejected() -> None:
-    p = plan([model("ai/a")], [node("n1", schedulable=False)])
+    p = plan([demand("ai/a")], [node("n1", schedulable=False)])
     u = only_unplaced(p)
     assert (u.reason, u.rejections) == ("NoMatchingNode", {"n1": "unschedulable (cordoned)"})
 
 
 def test_no_nodes_at_all() -> None:
-    u = only_unplaced(plan([model("ai/a")], []))
+    u = only_unplaced(plan([demand("ai/a")], []))
     assert u.reason == "NoNodes" and "there are no nodes" in u.message
 
 
@@ -316,20 +313,20 @@ def test_no_nodes_at_all() -> None:
 
 def test_existing_placement_stays_even_when_a_better_fit_exists() -> None:
     nodes = [node("big", cpus=32), node("small", cpus=4)]
-    p = plan([model("ai/a", cpu=4)], nodes, current={"ai/a": ["big"]})
+    p = plan([demand("ai/a", cpu=4)], nodes, current={"ai/a": ["big"]})
     assert where(p) == {("ai/a", 0): "big"}
     assert p.placements[0].reason == "kept: already on big and still fits"
 
 
 def test_placement_on_a_removed_node_is_re_planned() -> None:
-    p = plan([model("ai/a")], [node("n2")], current={"ai/a": ["n1"]})
+    p = plan([demand("ai/a")], [node("n2")], current={"ai/a": ["n1"]})
     assert where(p) == {("ai/a", 0): "n2"}
     assert p.placements[0].reason.startswith("was on n1: node is gone; chosen")
 
 
 def test_placement_that_no_longer_fits_moves() -> None:
     nodes = [node("n1", cpus=8), node("n2", cpus=8)]
-    p = plan([model("ai/a", cpu=4)], nodes, {"ai/a": ["n1"]}, {"n1": Usage(6000, 0)})
+    p = plan([demand("ai/a", cpu=4)], nodes, {"ai/a": ["n1"]}, {"n1": Usage(6000, 0)})
     assert where(p) == {("ai/a", 0): "n2"}
     assert "was on n1: too few free CPUs (need 4, free 2)" in p.placements[0].reason
 
@@ -343,7 +340,7 @@ def test_placement_that_no_longer_fits_moves() -> None:
     ],
 )
 def test_placement_on_a_node_no_longer_eligible_moves(change: dict[str, object], why: str) -> None:
-    m = model("ai/a", selector={"pool": "cpu"})
+    m = demand("ai/a", selector={"pool": "cpu"})
     base: dict[str, object] = {"labels": {"pool": "cpu"}}
     n1 = node("n1", **{**base, **change})  # type: ignore[arg-type]
     p = plan([m], [n1, node("n2", labels={"pool": "cpu"})], current={"ai/a": ["n1"]})
@@ -353,26 +350,26 @@ def test_placement_on_a_node_no_longer_eligible_moves(change: dict[str, object],
 
 def test_adding_a_model_does_not_move_existing_ones() -> None:
     nodes = [node("n4", cpus=4), node("n8", cpus=8), node("n16", cpus=16)]
-    first = plan([model("ai/b", cpu=4)], nodes)
+    first = plan([demand("ai/b", cpu=4)], nodes)
     assert where(first) == {("ai/b", 0): "n4"}
     # "ai/a" sorts first and would fit n4 best, but n4 is taken and stays so.
-    second = plan([model("ai/b", cpu=4), model("ai/a", cpu=2)], nodes, first.as_current())
+    second = plan([demand("ai/b", cpu=4), demand("ai/a", cpu=2)], nodes, first.as_current())
     assert where(second) == {("ai/b", 0): "n4", ("ai/a", 0): "n8"}
 
 
 def test_conflicting_current_placements_keep_the_first_by_key() -> None:
     current = {"ai/a": ["n1"], "ai/b": ["n1"]}
-    p = plan([model("ai/b"), model("ai/a")], [node("n1"), node("n2")], current)
+    p = plan([demand("ai/b"), demand("ai/a")], [node("n1"), node("n2")], current)
     assert where(p) == {("ai/a", 0): "n1", ("ai/b", 0): "n2"}
 
 
 def test_a_replica_listed_twice_in_current_is_re_planned() -> None:
-    p = plan([model("ai/a", replicas=2)], [node("n1"), node("n2")], {"ai/a": ["n1", "n1"]})
+    p = plan([demand("ai/a", replicas=2)], [node("n1"), node("n2")], {"ai/a": ["n1", "n1"]})
     assert where(p) == {("ai/a", 0): "n1", ("ai/a", 1): "n2"}
 
 
 def test_scaling_down_drops_the_extra_current_entries() -> None:
-    p = plan([model("ai/a", replicas=1)], [node("n1"), node("n2")], {"ai/a": ["n2", "n1"]})
+    p = plan([demand("ai/a", replicas=1)], [node("n1"), node("n2")], {"ai/a": ["n2", "n1"]})
     assert where(p) == {("ai/a", 0): "n2"}
 
 
@@ -386,7 +383,7 @@ def test_message_lists_every_node_in_a_small_cluster() -> None:
         node("c", taints=[NO_SCHEDULE]),
         node("d", cpus=1),
     ]
-    u = only_unplaced(plan([model("ai/x", mem_gib=4)], nodes))
+    u = only_unplaced(plan([demand("ai/x", mem_gib=4)], nodes))
     assert u.message == (
         "no node for replica 0 (2 CPUs, 4.0 GiB): "
         "a: too little free memory (need 4.0 GiB, free 2.0 GiB); "
@@ -401,7 +398,7 @@ def test_message_summarises_a_large_cluster_and_rejections_stay_bounded() -> Non
     nodes = [node(f"n{i:03}", cpus=8, mem_gib=3) for i in range(90)] + [
         node(f"x{i:03}", cpus=8, mem_gib=64) for i in range(10)
     ]
-    models = [model(f"ai/m{i:02}", mem_gib=5) for i in range(11)]
+    models = [demand(f"ai/m{i:02}", mem_gib=5) for i in range(11)]
     p = plan(models, nodes)
     u = only_unplaced(p)
     assert u.model == "ai/m10"
@@ -416,7 +413,7 @@ def test_message_summarises_a_large_cluster_and_rejections_stay_bounded() -> Non
 
 def test_large_cluster_summary_counts_a_models_own_nodes_once() -> None:
     nodes = [node(f"n{i:03}", cpus=8) for i in range(60)]
-    p = plan([model("ai/a", replicas=61)], nodes)
+    p = plan([demand("ai/a", replicas=61)], nodes)
     u = only_unplaced(p)
     assert u.replica == 60
     assert u.message.endswith("60 nodes rejected: 60 already running a replica of this model")
@@ -431,13 +428,13 @@ def test_demand_validation() -> None:
 
 def test_duplicate_models_or_nodes_are_refused() -> None:
     with pytest.raises(ValueError, match="unique"):
-        plan([model("ai/a"), model("ai/a")], [node("n1")])
+        plan([demand("ai/a"), demand("ai/a")], [node("n1")])
     with pytest.raises(ValueError, match="twice"):
-        plan([model("ai/a")], [node("n1"), node("n1")])
+        plan([demand("ai/a")], [node("n1"), node("n1")])
 
 
 def test_plan_lookups() -> None:
-    p = plan([model("ai/a", replicas=2), model("ai/b")], [node("n1"), node("n2")])
+    p = plan([demand("ai/a", replicas=2), demand("ai/b")], [node("n1"), node("n2")])
     assert [x.replica for x in p.placements_for("ai/a")] == [0, 1]
     assert p.unplaced_for("ai/b")[0].replica == 0
     assert p.node_of("ai/a", 1) == "n2" and p.node_of("ai/b", 0) is None
@@ -803,7 +800,7 @@ def test_avoided_nodes_are_rejected_kept_placements_move_and_the_reason_says_why
     listed rejections) and large ones (the index, counted rejections)."""
     for n_nodes in (3, 60):
         nodes = [node(f"n{i:02d}", cpus=4 + i) for i in range(n_nodes)]
-        first = plan([model("ai/m", cpu=4)], nodes)
+        first = plan([demand("ai/m", cpu=4)], nodes)
         [a] = first.placements
         assert a.node == "n00"  # best fit: the smallest node that fits
         again = plan([ModelDemand("ai/m", 1, 4, G, avoid=frozenset({"n00"}))], nodes,

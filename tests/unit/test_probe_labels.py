@@ -14,6 +14,7 @@ from localmodel.facts.flags import PROBE_CPU_FLAGS
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import from_node, is_label_value
 from localmodel.probe import probe_labels
+from tests.builders import MakeNode
 
 # Kubernetes label syntax: optional DNS-subdomain prefix, name <= 63 chars.
 LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -32,12 +33,7 @@ def facts(**fields: object) -> NodeFacts:
                      **fields)  # type: ignore[arg-type]  # fmt: skip
 
 
-def node_with(labels: dict[str, str]) -> dict[str, object]:
-    return {
-        "kind": "Node",
-        "metadata": {"name": "n", "labels": labels},
-        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}},
-    }
+PROBED = MakeNode("n").cpus(4).memory_gib(16)  # what the probe labelled
 
 
 def test_amx_node_labels() -> None:
@@ -64,14 +60,14 @@ def test_amx_node_labels() -> None:
 
 def test_unknown_facts_produce_no_labels() -> None:
     assert probe_labels(facts()) == {}
-    back = from_node(node_with(probe_labels(facts())))
+    back = from_node(PROBED.labels(probe_labels(facts())).manifest())
     assert back.cpu_flags is None and back.source is FactSource.NONE
 
 
 def test_known_but_empty_flags_still_say_known() -> None:
     labels = probe_labels(facts(cpu_flags=frozenset()))
     assert labels == {"localmodel.dev/cpu-flags-known": "true"}
-    back = from_node(node_with(labels))
+    back = from_node(PROBED.labels(labels).manifest())
     assert back.cpu_flags == frozenset()
     assert back.has("AMXTILE") is False
 
@@ -80,7 +76,7 @@ def test_known_but_empty_flags_still_say_known() -> None:
 def test_vendor_that_is_not_a_label_value_is_left_out(vendor: str) -> None:
     labels = probe_labels(facts(cpu_vendor=vendor))
     assert "localmodel.dev/cpu-vendor" not in labels
-    assert from_node(node_with(labels)).cpu_vendor is None
+    assert from_node(PROBED.labels(labels).manifest()).cpu_vendor is None
 
 
 def test_probe_flag_list_has_unique_label_safe_names() -> None:
@@ -97,7 +93,7 @@ def test_this_machine_round_trips_through_its_probe_labels() -> None:
     labels = probe_labels(mine)
     for key, value in labels.items():
         assert_valid_label(key, value)
-    back = from_node(node_with(labels))
+    back = from_node(PROBED.labels(labels).manifest())
     for flag in PROBE_CPU_FLAGS:
         assert back.has(flag) == mine.has(flag), flag
     assert back.cpu_vendor == mine.cpu_vendor
@@ -139,7 +135,7 @@ def test_from_node_recovers_what_probe_labels_encode(
     labels = probe_labels(original)
     for key, value in labels.items():
         assert_valid_label(key, value)
-    back = from_node(node_with({**other, **labels}))
+    back = from_node(PROBED.labels({**other, **labels}).manifest())
 
     if flags is None:
         assert back.cpu_flags is None

@@ -12,16 +12,12 @@ from hypothesis import strategies as st
 from localmodel.facts.machine import read_machine
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION, from_node
 from localmodel.probe.node import PROCESS_FACTS, desired_metadata, is_probe_label, node_patch
+from tests.builders import MakeNode
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 
 
-def _node(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "kind": "Node",
-        "metadata": {"name": "n1", "labels": labels, "annotations": annotations or {}},
-        "status": {"allocatable": {"cpu": "16", "memory": "128Gi"}},
-    }
+NODE = MakeNode("n1").memory_gib(128)
 
 
 def _apply(metadata: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, Any]:
@@ -40,8 +36,9 @@ def _apply(metadata: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, 
 def test_labels_and_annotation_read_back_as_the_same_node_facts() -> None:
     machine = read_machine(TREES / "smt-2numa-v2-quota")
     labels, annotations = desired_metadata(machine)
-    patched = _apply(_node({})["metadata"], node_patch(_node({})["metadata"], labels, annotations))
-    node = from_node({**_node({}), "metadata": {"name": "n1", **patched}})
+    before = NODE.manifest()
+    patched = _apply(before["metadata"], node_patch(before["metadata"], labels, annotations))
+    node = from_node({**before, "metadata": {"name": "n1", **patched}})
     assert node.physical_cores == 8
     assert node.threads_per_core == 2
     assert node.numa_nodes == 2

@@ -12,9 +12,10 @@ from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
-from localmodel.facts import FactSource, NodeFacts, Taint
+from localmodel.facts import NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 from localmodel.render import manifest_hash
+from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
 GiB = 1024**3
 NOW = "2026-11-29T00:00:00Z"
@@ -22,36 +23,13 @@ AMX = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AVX512F", "AVX2"})
 AVX2 = frozenset({"AVX2"})
 
 
-def lm(name: str = "qwen3", uid: str | None = None, **spec: Any) -> LocalModel:
-    meta: dict[str, Any] = {"name": name, "namespace": "ai", "generation": 3}
-    if uid:
-        meta["uid"] = uid
-    return LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": meta,
-            "spec": {"model": "qwen3:1.7b", **spec},
-        }
-    )
-
-
-def node(
-    name: str = "n1", cpus: int = 16, mem: int = 64, flags: frozenset[str] | None = AVX2, **kw: Any
-) -> NodeFacts:
-    return NodeFacts(
-        name=name,
-        allocatable_cpu_milli=cpus * 1000,
-        allocatable_memory_bytes=mem * GiB,
-        cpu_flags=flags,
-        source=FactSource.NFD if flags is not None else FactSource.NONE,
-        **kw,
-    )
+QWEN = MakeLocalModel("qwen3").generation(3)
+NODE = MakeNode("n1").cpu_flags(AVX2)
 
 
 def objects(model: LocalModel, nodes: list[NodeFacts] | None = None) -> dict[str, dict[str, Any]]:
-    state = desired_state([model], nodes or [node()], now=NOW)
-    return {f"{o['kind']}/{o['metadata']['name']}": o for o in state.models[0].objects}
+    state = desired_state([model], nodes or [NODE.facts()], now=NOW)
+    return by_kind_name(state.models[0].objects)
 
 
 def containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -64,7 +42,7 @@ def env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
-    objs = objects(lm(cpu=4))
+    objs = objects(QWEN.spec(cpu=4).obj())
     assert set(objs) == {
         "ConfigMap/qwen3-modelfile",
         "PersistentVolumeClaim/qwen3-weights-0",
@@ -95,7 +73,7 @@ def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
 
 
 def test_init_step_pulls_only_when_weights_are_missing() -> None:
-    script = containers(objects(lm())["Pod/qwen3-0"])["pull"]["command"][2]
+    script = containers(objects(QWEN.obj())["Pod/qwen3-0"])["pull"]["command"][2]
     show, pull, create = (
         script.index(s)
         for s in ("ollama show qwen3:1.7b", "ollama pull qwen3:1.7b", "ollama create")
@@ -105,28 +83,29 @@ def test_init_step_pulls_only_when_weights_are_missing() -> None:
 
 
 def test_owner_references_and_retained_weights() -> None:
-    objs = objects(lm(uid="u-1"))
+    objs = objects(QWEN.uid("u-1").obj())
     assert objs["Pod/qwen3-0"]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert objs["Service/qwen3"]["metadata"]["ownerReferences"][0]["kind"] == "LocalModel"
     assert "ownerReferences" not in objs["PersistentVolumeClaim/qwen3-weights-0"]["metadata"]
-    gone = objects(lm(uid="u-1", storage={"retain": False}))
+    gone = objects(QWEN.uid("u-1").spec(storage={"retain": False}).obj())
     assert "ownerReferences" in gone["PersistentVolumeClaim/qwen3-weights-0"]["metadata"]
-    assert "ownerReferences" not in objects(lm())["Pod/qwen3-0"]["metadata"]  # offline: no uid
+    offline = objects(QWEN.obj())["Pod/qwen3-0"]
+    assert "ownerReferences" not in offline["metadata"]  # offline: no uid
 
 
 def test_amx_guard_removes_the_library_before_the_engine_starts() -> None:
-    objs = objects(lm(engine={"version": "0.31.0"}), [node(flags=AMX)])
+    objs = objects(QWEN.spec(engine={"version": "0.31.0"}).obj(), [NODE.cpu_flags(AMX).facts()])
     c = containers(objs["Pod/qwen3-0"])
     assert c["ollama"]["command"][2].startswith(f"rm -f {AMX_LIBRARY}; exec")
     assert f"rm -f {AMX_LIBRARY}" in c["pull"]["command"][2]
     # The variant is the crash in 0.30-0.32.1; flash attention stays as specified.
     assert "OLLAMA_FLASH_ATTENTION" not in env(c["ollama"])
-    plain = containers(objects(lm(), [node(flags=AMX)])["Pod/qwen3-0"])
+    plain = containers(objects(QWEN.obj(), [NODE.cpu_flags(AMX).facts()])["Pod/qwen3-0"])
     assert plain["ollama"]["args"] == ["serve"] and "command" not in plain["ollama"]
 
 
 def test_gateway_disabled_exposes_the_engine() -> None:
-    objs = objects(lm(gateway={"enabled": False}))
+    objs = objects(QWEN.spec(gateway={"enabled": False}).obj())
     c = containers(objs["Pod/qwen3-0"])
     assert "gateway" not in c
     assert env(c["ollama"])["OLLAMA_HOST"] == f"0.0.0.0:{ollama.PORT}"
@@ -134,15 +113,15 @@ def test_gateway_disabled_exposes_the_engine() -> None:
 
 
 def test_user_env_placement_and_storage_are_carried() -> None:
-    model = lm(
+    model = QWEN.spec(
         env=[{"name": "OLLAMA_DEBUG", "value": "1"}],
         placement={
             "nodeSelector": {"pool": "a"},
             "tolerations": [{"key": "ai", "operator": "Exists"}],
         },
         storage={"size": "30Gi", "storageClassName": "local"},
-    )
-    n = node(labels={"pool": "a"}, taints=(Taint("ai", "", "NoSchedule"),))
+    ).obj()
+    n = NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()
     objs = objects(model, [n])
     pod = objs["Pod/qwen3-0"]
     assert env(containers(pod)["ollama"])["OLLAMA_DEBUG"] == "1"
@@ -154,7 +133,8 @@ def test_user_env_placement_and_storage_are_carried() -> None:
 
 
 def test_status_explains_placement_and_decisions() -> None:
-    state = desired_state([lm(cpu=4, replicas=2)], [node("a"), node("b")], now=NOW)
+    state = desired_state([QWEN.spec(cpu=4, replicas=2).obj()],
+                          [NODE.named("a").facts(), NODE.named("b").facts()], now=NOW)
     status = state.models[0].status
     cond = {c.type: c for c in status.conditions}
     assert cond["Valid"].status.value == "True"
@@ -168,7 +148,7 @@ def test_status_explains_placement_and_decisions() -> None:
 
 
 def test_nothing_fits_says_why_per_node() -> None:
-    state = desired_state([lm(cpu=8)], [node("tiny", cpus=2)], now=NOW)
+    state = desired_state([QWEN.spec(cpu=8).obj()], [NODE.named("tiny").cpus(2).facts()], now=NOW)
     r = state.models[0]
     placed = next(c for c in r.status.conditions if c.type == "Placed")
     assert placed.status.value == "False"
@@ -177,7 +157,7 @@ def test_nothing_fits_says_why_per_node() -> None:
 
 
 def test_invalid_model_gets_valid_false_and_no_objects() -> None:
-    state = desired_state([lm(model="acme/unknown:1b")], [node()], now=NOW)
+    state = desired_state([QWEN.spec(model="acme/unknown:1b").obj()], [NODE.facts()], now=NOW)
     r = state.models[0]
     valid = next(c for c in r.status.conditions if c.type == "Valid")
     assert valid.status.value == "False" and "modelInfo" in valid.message
@@ -185,13 +165,13 @@ def test_invalid_model_gets_valid_false_and_no_objects() -> None:
 
 
 def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None:
-    model = lm(cpu=4)
-    first = desired_state([model], [node()], now=NOW, ready={"ai/qwen3": {0: False}})
+    model = QWEN.spec(cpu=4).obj()
+    first = desired_state([model], [NODE.facts()], now=NOW, ready={"ai/qwen3": {0: False}})
     ready = next(c for c in first.models[0].status.conditions if c.type == "Ready")
     assert (ready.status.value, ready.reason) == ("False", "ReplicasNotReady")
     again = desired_state(
         [first.models[0].with_status],
-        [node()],
+        [NODE.facts()],
         now="2027-01-01T00:00:00Z",
         ready={"ai/qwen3": {0: False}},
     )
@@ -199,7 +179,7 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
     assert ready2.last_transition_time == NOW  # status unchanged: time unchanged
     up = desired_state(
         [first.models[0].with_status],
-        [node()],
+        [NODE.facts()],
         now="2027-01-01T00:00:00Z",
         ready={"ai/qwen3": {0: True}},
     )
@@ -218,7 +198,12 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
     ("default", {"cpu": 4}, None, "7039357c2d84c36c"),
     ("no gateway", {"gateway": {"enabled": False}}, None, "41090f90fe31c97d"),
-    ("AMX guard", {"engine": {"version": "0.31.0"}}, [node(flags=AMX)], "4541c733ab28dd7a"),
+    (
+        "AMX guard",
+        {"engine": {"version": "0.31.0"}},
+        [NODE.cpu_flags(AMX).facts()],
+        "4541c733ab28dd7a",
+    ),
     (
         "env, placement, storage",
         {
@@ -229,7 +214,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             },
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
-        [node(labels={"pool": "a"}, taints=(Taint("ai", "", "NoSchedule"),))],
+        [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
         "bf71d719741906a9",
     ),
 ]
@@ -239,7 +224,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
 def test_pod_spec_hash_is_stable(
     case: str, spec: dict[str, Any], ns: list[NodeFacts] | None, digest: str
 ) -> None:
-    pod = objects(lm(**spec), ns)["Pod/qwen3-0"]
+    pod = objects(QWEN.spec(**spec).obj(), ns)["Pod/qwen3-0"]
     assert pod["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"] == digest, case
     assert manifest_hash(pod["spec"]) == digest
 
@@ -247,7 +232,7 @@ def test_pod_spec_hash_is_stable(
 def test_containers_share_no_objects() -> None:
     """Each builder returns fresh objects: changing one container never changes
     another (and YAML output carries no anchors)."""
-    pod = objects(lm(cpu=4))["Pod/qwen3-0"]
+    pod = objects(QWEN.spec(cpu=4).obj())["Pod/qwen3-0"]
     c = containers(pod)
     c["pull"]["resources"]["limits"]["cpu"] = "99"
     c["pull"]["volumeMounts"].clear()
@@ -288,13 +273,12 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
 def nodes(draw: st.DrawFn) -> list[NodeFacts]:
     n = draw(st.integers(1, 5))
     return [
-        node(
-            f"n{i}",
-            cpus=draw(st.integers(1, 64)),
-            mem=draw(st.integers(2, 256)),
-            flags=draw(flags),
-            cpuset_cpus=draw(st.one_of(st.none(), st.integers(1, 64))),
-        )
+        MakeNode(f"n{i}")
+        .cpus(draw(st.integers(1, 64)))
+        .memory_gib(draw(st.integers(2, 256)))
+        .cpu_flags(draw(flags))
+        .with_facts(cpuset_cpus=draw(st.one_of(st.none(), st.integers(1, 64))))
+        .facts()
         for i in range(n)
     ]
 
@@ -304,7 +288,7 @@ def nodes(draw: st.DrawFn) -> list[NodeFacts]:
 def test_rendered_pods_are_guaranteed_and_never_oversubscribe(
     spec: dict[str, Any], ns: list[NodeFacts]
 ) -> None:
-    state = desired_state([lm(**spec)], ns, now=NOW)
+    state = desired_state([QWEN.spec(**spec).obj()], ns, now=NOW)
     by_name = {n.name: n for n in ns}
     for obj in state.models[0].objects:
         if obj["kind"] != "Pod":
@@ -336,12 +320,12 @@ def test_rendered_pods_are_guaranteed_and_never_oversubscribe(
 def test_gateway_accepts_exactly_the_environment_the_renderer_sets() -> None:
     from localmodel.gateway.config import parse_config
 
-    model = lm(
+    model = QWEN.spec(
         cpu=6,
         slots=2,
         context=4096,
         gateway={"maxQueue": 3, "deadlineSeconds": 90, "maxTokens": 500},
-    )
+    ).obj()
     pod = objects(model)["Pod/qwen3-0"]
     gw = containers(pod)["gateway"]
     config = parse_config([], env(gw))
@@ -364,7 +348,7 @@ def test_overflow_settings_and_the_secret_reach_the_gateway_container() -> None:
         "apiKeySecretRef": {"name": "llm-keys", "key": "openai"},
         "after": 1.5,
     }
-    pod = objects(lm(gateway={"overflow": overflow}))["Pod/qwen3-0"]
+    pod = objects(QWEN.spec(gateway={"overflow": overflow}).obj())["Pod/qwen3-0"]
     gw = containers(pod)["gateway"]
     secret = [e for e in gw["env"] if "valueFrom" in e]
     assert secret == [
@@ -382,13 +366,14 @@ def test_overflow_settings_and_the_secret_reach_the_gateway_container() -> None:
     )
     assert config.overflow_api_key == "sk-from-the-secret"
     # Without overflow the gateway gets no overflow variables at all.
-    plain_pod = objects(lm())["Pod/qwen3-0"]
+    plain_pod = objects(QWEN.obj())["Pod/qwen3-0"]
     names = [e["name"] for e in containers(plain_pod)["gateway"]["env"]]
     assert not [n for n in names if "OVERFLOW" in n]
 
 
 def test_status_carries_the_scale_subresources_replicas_and_selector() -> None:
-    state = desired_state([lm(replicas=2)], [node("n1"), node("n2")], now=NOW)
+    state = desired_state([QWEN.spec(replicas=2).obj()],
+                          [NODE.facts(), NODE.named("n2").facts()], now=NOW)
     status = state.models[0].status
     assert (status.replicas, status.selector) == (2, "localmodel.dev/name=qwen3")
     pods = [o for o in state.models[0].objects if o["kind"] == "Pod"]

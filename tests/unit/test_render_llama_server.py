@@ -19,45 +19,24 @@ from localmodel.api import KVCacheType, LocalModel
 from localmodel.catalog import lookup
 from localmodel.desired import desired_state
 from localmodel.engines import llama_server
-from localmodel.facts import FactSource, NodeFacts
+from localmodel.facts import NodeFacts
 from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
-GiB = 1024**3
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 URL = "https://models.example/gemma-3-270m-q4_k_m.gguf"
 NOW = "2026-12-01T00:00:00Z"
 
 
-def lm(**spec: Any) -> LocalModel:
-    body = {
-        "model": "gemma3:270m",
-        "engine": {"name": "llama-server"},
-        "gguf": {"url": URL, "sha256": SHA},
-        "cpu": 2,
-    } | spec
-    return LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "g", "namespace": "ai"},
-            "spec": body,
-        }
-    )
-
-
-def node(cpus: int = 16, **kw: Any) -> NodeFacts:
-    return NodeFacts(
-        name="n1",
-        allocatable_cpu_milli=cpus * 1000,
-        allocatable_memory_bytes=64 * GiB,
-        **({"cpu_flags": frozenset({"AVX2"}), "source": FactSource.NFD} | kw),
-    )
+LLAMA = (MakeLocalModel("g").spec(model="gemma3:270m").engine("llama-server").gguf(URL, SHA)
+         .cpu(2))
+NODE = MakeNode("n1").cpu_flags({"AVX2"})
 
 
 def render(model: LocalModel, n: NodeFacts | None = None) -> dict[str, Any]:
-    result = desired_state([model], [n or node()], now=NOW).models[0]
+    result = desired_state([model], [n or NODE.facts()], now=NOW).models[0]
     assert result.replicas, result.status.conditions
-    objects = {f"{o['kind']}/{o['metadata']['name']}": o for o in result.objects}
+    objects = by_kind_name(result.objects)
     pod = objects["Pod/g-0"]
     cs = {c["name"]: c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
     return {
@@ -97,21 +76,21 @@ def decisions(model: LocalModel, n: NodeFacts | None = None) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("cpu", "n", "threads", "why"),
     [
-        (1, node(), 1, "threads=1"),
-        (2, node(), 2, "threads=2"),
-        (8, node(), 8, "threads=8"),
-        (4, node(cpuset_cpus=2), 2, "capped by the cpuset"),
-        (4, node(cgroup_cpu_quota=3.5), 3, "capped by the cgroup CPU quota"),
+        (1, NODE.facts(), 1, "threads=1"),
+        (2, NODE.facts(), 2, "threads=2"),
+        (8, NODE.facts(), 8, "threads=8"),
+        (4, NODE.with_facts(cpuset_cpus=2).facts(), 2, "capped by the cpuset"),
+        (4, NODE.with_facts(cgroup_cpu_quota=3.5).facts(), 3, "capped by the cgroup CPU quota"),
     ],
 )
 def test_threads_and_batch_threads_are_the_cpu_limit(
     cpu: int, n: NodeFacts, threads: int, why: str
 ) -> None:
-    r = render(lm(cpu=cpu), n)
+    r = render(LLAMA.spec(cpu=cpu).obj(), n)
     f = flags(r["engine"]["args"])
     assert (f["-t"], f["-tb"]) == (str(threads), str(threads))
     assert r["pod"]["metadata"]["annotations"]["localmodel.dev/threads"] == str(threads)
-    effects = " ".join(decisions(lm(cpu=cpu), n).values())
+    effects = " ".join(decisions(LLAMA.spec(cpu=cpu).obj(), n).values())
     assert why in effects and f"-t {threads} -tb {threads}" in effects
 
 
@@ -120,16 +99,17 @@ def test_threads_and_batch_threads_are_the_cpu_limit(
     [(8192, 1, 8192), (4096, 2, 8192), (2048, 4, 8192), (512, 64, 32768)],
 )
 def test_context_is_per_slot_with_explicit_slot_count(context: int, slots: int, total: int) -> None:
-    f = engine_flags(lm(context=context, slots=slots, cpu=1))
+    f = engine_flags(LLAMA.spec(context=context, slots=slots, cpu=1).obj())
     # -np always explicit: without it llama-server defaults to 4 slots sharing one cache.
     assert (f["-c"], f["-np"]) == (str(total), str(slots))
-    effect = decisions(lm(context=context, slots=slots, cpu=1))["llama-server-context-per-slot"]
+    model = LLAMA.spec(context=context, slots=slots, cpu=1).obj()
+    effect = decisions(model)["llama-server-context-per-slot"]
     assert f"-c {total} -np {slots}" in effect
 
 
 @pytest.mark.parametrize("kv", ["f16", "q8_0", "q4_0"])
 def test_cache_types_follow_kv_cache(kv: str) -> None:
-    f = engine_flags(lm(kvCache=kv))
+    f = engine_flags(LLAMA.spec(kvCache=kv).obj())
     assert f["-ctk"] == f["-ctv"] == kv
 
 
@@ -147,7 +127,7 @@ def test_cache_types_follow_kv_cache(kv: str) -> None:
 def test_flash_attention_flag_always_has_a_value(
     fa: str, kv: str, flag: str, rule_fired: bool
 ) -> None:
-    model = lm(flashAttention=fa, kvCache=kv)
+    model = LLAMA.spec(flashAttention=fa, kvCache=kv).obj()
     args = render(model)["engine"]["args"]
     # -fa takes a value: a bare -fa would swallow the next argument.
     assert args[args.index("-fa") + 1] == flag
@@ -164,7 +144,7 @@ def test_flash_attention_flag_always_has_a_value(
 def test_bind_address_and_slots_endpoint_follow_the_gateway(
     gateway: bool, host: str, no_slots: bool
 ) -> None:
-    model = lm(gateway={"enabled": gateway})
+    model = LLAMA.spec(gateway={"enabled": gateway}).obj()
     f = engine_flags(model)
     assert f["--host"] == host and f["--port"] == str(llama_server.PORT)
     assert ("--no-slots" in f) is no_slots
@@ -172,9 +152,9 @@ def test_bind_address_and_slots_endpoint_follow_the_gateway(
 
 
 def test_metrics_on_and_web_ui_off() -> None:
-    f = engine_flags(lm())
+    f = engine_flags(LLAMA.obj())
     assert f["--metrics"] == "" and f["--no-webui"] == ""
-    d = decisions(lm())
+    d = decisions(LLAMA.obj())
     assert "--metrics" in d["llama-server-metrics"] and d["llama-server-no-webui"] == "--no-webui"
 
 
@@ -186,7 +166,7 @@ def test_metrics_on_and_web_ui_off() -> None:
     ],
 )
 def test_model_file_is_on_the_weights_volume(gguf: dict[str, str], path: str) -> None:
-    r = render(lm(gguf=gguf))
+    r = render(LLAMA.spec(gguf=gguf).obj())
     f = flags(r["engine"]["args"])
     assert f["-m"] == path and f["--alias"] == "gemma3:270m"
     volumes = {v["name"]: v for v in r["pod"]["spec"]["volumes"]}
@@ -199,7 +179,7 @@ def test_model_file_is_on_the_weights_volume(gguf: dict[str, str], path: str) ->
 
 
 def test_init_step_downloads_the_url_and_checks_the_checksum() -> None:
-    r = render(lm())
+    r = render(LLAMA.obj())
     init = r["containers"]["download"]
     assert init["image"] == r["engine"]["image"] == llama_server.IMAGE
     script = init["command"][2]
@@ -214,7 +194,7 @@ def test_init_step_downloads_the_url_and_checks_the_checksum() -> None:
     [(8192, 1, "f16"), (4096, 2, "f16"), (2048, 4, "q8_0"), (32768, 1, "q4_0")],
 )
 def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str) -> None:
-    r = render(lm(context=context, slots=slots, kvCache=kv))
+    r = render(LLAMA.spec(context=context, slots=slots, kvCache=kv).obj())
     shape = lookup("gemma3:270m")
     assert shape is not None
 
@@ -232,7 +212,8 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
     limits = r["engine"]["resources"]["limits"]
     assert r["engine"]["resources"]["requests"] == limits  # Guaranteed QoS
     assert limits["cpu"] == "2"
-    effect = decisions(lm(context=context, slots=slots, kvCache=kv))["memory-from-weights-and-kv"]
+    model = LLAMA.spec(context=context, slots=slots, kvCache=kv).obj()
+    effect = decisions(model)["memory-from-weights-and-kv"]
     assert f"({context}x{slots} tokens, {kv})" in effect
 
 
@@ -241,7 +222,7 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
     [(True, False, "http"), (False, True, "engine")],
 )
 def test_health_probes(gateway: bool, readiness: bool, service_target: str) -> None:
-    r = render(lm(gateway={"enabled": gateway}))
+    r = render(LLAMA.spec(gateway={"enabled": gateway}).obj())
     e = r["engine"]
     args = e["args"]
     host = args[args.index("--host") + 1]
@@ -266,7 +247,7 @@ def test_health_probes(gateway: bool, readiness: bool, service_target: str) -> N
 
 
 def test_gateway_fronts_llama_server() -> None:
-    r = render(lm(slots=2, context=4096, cpu=1))
+    r = render(LLAMA.spec(slots=2, context=4096, cpu=1).obj())
     env = {e["name"]: e["value"] for e in r["containers"]["gateway"]["env"]}
     assert env["LOCALMODEL_GATEWAY_UPSTREAM"] == f"http://127.0.0.1:{llama_server.PORT}"
     assert env["LOCALMODEL_GATEWAY_ENGINE"] == "llama-server"
@@ -275,23 +256,16 @@ def test_gateway_fronts_llama_server() -> None:
 
 
 def test_no_ollama_settings_reach_llama_server() -> None:
-    r = render(lm(env=[{"name": "LLAMA_LOG_VERBOSITY", "value": "1"}]))
+    r = render(LLAMA.spec(env=[{"name": "LLAMA_LOG_VERBOSITY", "value": "1"}]).obj())
     env = {e["name"]: e["value"] for e in r["engine"]["env"]}
     assert env == {"LLAMA_LOG_VERBOSITY": "1"}
     assert r["tuning"].modelfile == {} and r["tuning"].remove_libraries == ()
 
 
 def test_status_carries_the_same_kind_of_decisions_as_ollama() -> None:
-    llama = render(lm(cpu=2))["status"]["placements"][0]
-    ollama_lm = LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "o", "namespace": "ai"},
-            "spec": {"model": "gemma3:270m", "cpu": 2},
-        }
-    )
-    ollama = desired_state([ollama_lm], [node()], now=NOW).models[0]
+    llama = render(LLAMA.spec(cpu=2).obj())["status"]["placements"][0]
+    ollama_lm = MakeLocalModel("o").spec(model="gemma3:270m", cpu=2).obj()
+    ollama = desired_state([ollama_lm], [NODE.facts()], now=NOW).models[0]
     ollama_rules = {d.rule for d in ollama.replicas[0].tuning.decisions}
     llama_rules = {d["rule"] for d in llama["decisions"]}
     shared = {"threads-from-cpu-limit", "memory-from-weights-and-kv", "guaranteed-qos"}
@@ -303,9 +277,9 @@ def test_status_carries_the_same_kind_of_decisions_as_ollama() -> None:
 
 
 def test_ollama_rules_never_fire_for_llama_server_even_on_amx_nodes() -> None:
-    amx = node(cpu_flags=frozenset({"AMXTILE", "AMXINT8", "AVX2"}))
+    amx = NODE.cpu_flags({"AMXTILE", "AMXINT8", "AVX2"}).facts()
     assert amx.has("AMXTILE")
-    fired = set(decisions(lm(engine={"name": "llama-server", "version": "0.31.0"}), amx))
+    fired = set(decisions(LLAMA.engine("llama-server", version="0.31.0").obj(), amx))
     assert not fired & {"amx-guard", "amx-remove-cpu-variant", "one-model-per-pod"}
 
 
@@ -323,15 +297,15 @@ def test_every_rendered_command_line_is_well_formed(
 ) -> None:
     if kv != "f16" and fa == "disabled":
         return  # refused by the API
-    model = lm(
+    model = LLAMA.spec(
         cpu=cpu,
         context=context,
         slots=slots,
         kvCache=kv,
         flashAttention=fa,
         gateway={"enabled": gateway},
-    )
-    args = render(model, node(cpus=32))["engine"]["args"]
+    ).obj()
+    args = render(model, NODE.cpus(32).facts())["engine"]["args"]
     f = flags(args)  # every flag once, every value after its flag
     assert f["-fa"] in ("on", "off", "auto")
     assert int(f["-c"]) == context * slots and int(f["-np"]) == slots

@@ -17,41 +17,23 @@ import pytest
 from localmodel.api import LocalModel
 from localmodel.desired import desired_state
 from localmodel.engines import ollama
-from localmodel.facts import FactSource, NodeFacts
 from localmodel.render import RenderOptions, render_objects
+from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
-GiB = 1024**3
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 URL = "http://models.internal:8000/gemma-3-270m-q4_k_m.gguf"
 BLOB = f"/root/.ollama/models/blobs/sha256-{SHA}"
 NOW = "2026-12-01T00:00:00Z"
 
 
-def lm(**spec: Any) -> LocalModel:
-    return LocalModel.model_validate(
-        {
-            "apiVersion": "localmodel.dev/v1alpha1",
-            "kind": "LocalModel",
-            "metadata": {"name": "g", "namespace": "ai"},
-            "spec": {"model": "gemma3:270m", "cpu": 2} | spec,
-        }
-    )
-
-
-def node() -> NodeFacts:
-    return NodeFacts(
-        name="n1",
-        allocatable_cpu_milli=16000,
-        allocatable_memory_bytes=64 * GiB,
-        cpu_flags=frozenset({"AVX2"}),
-        source=FactSource.NFD,
-    )
+GEMMA = MakeLocalModel("g").spec(model="gemma3:270m", cpu=2)
+NODE = MakeNode("n1").cpu_flags({"AVX2"})
 
 
 def render(model: LocalModel) -> dict[str, Any]:
-    result = desired_state([model], [node()], now=NOW).models[0]
+    result = desired_state([model], [NODE.facts()], now=NOW).models[0]
     assert result.replicas, result.status.conditions
-    return {f"{o['kind']}/{o['metadata']['name']}": o for o in result.objects}
+    return by_kind_name(result.objects)
 
 
 def inits(objects: dict[str, Any]) -> list[dict[str, Any]]:
@@ -64,7 +46,7 @@ def env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def test_download_comes_first_then_the_create_step() -> None:
-    objects = render(lm(gguf={"url": URL, "sha256": SHA}))
+    objects = render(GEMMA.gguf(URL, SHA).obj())
     assert [c["name"] for c in inits(objects)] == ["download", "pull"]
     assert [c["name"] for c in objects["Pod/g-0"]["spec"]["containers"]] == ["ollama", "gateway"]
 
@@ -73,8 +55,8 @@ def test_download_runs_in_the_operator_image_as_the_volume_owner() -> None:
     """Ollama's image has no downloader; the operator image has Python. The
     volume's files are Ollama's (root's): the step runs as root with no
     capabilities and no way to gain any."""
-    model = lm(gguf={"url": URL, "sha256": SHA})
-    result = desired_state([model], [node()], now=NOW).models[0]
+    model = GEMMA.gguf(URL, SHA).obj()
+    result = desired_state([model], [NODE.facts()], now=NOW).models[0]
     options = RenderOptions(operator_image="registry.internal/localmodel:1")
     objects = {
         f"{o['kind']}/{o['metadata']['name']}": o
@@ -100,7 +82,7 @@ def test_download_runs_in_the_operator_image_as_the_volume_owner() -> None:
 
 
 def test_the_model_is_created_from_the_file_with_no_registry_call() -> None:
-    objects = render(lm(gguf={"url": URL, "sha256": SHA}, context=2048))
+    objects = render(GEMMA.gguf(URL, SHA).spec(context=2048).obj())
     modelfile = objects["ConfigMap/g-modelfile"]["data"]["replica-0.Modelfile"]
     assert modelfile == f"FROM {BLOB}\nPARAMETER num_ctx 2048\nPARAMETER num_thread 2\n"
     create = inits(objects)[1]
@@ -123,7 +105,7 @@ def test_the_model_is_created_from_the_file_with_no_registry_call() -> None:
 def test_the_blob_is_named_by_the_checksum_whatever_the_file(
     gguf: dict[str, str], part: str
 ) -> None:
-    objects = render(lm(gguf=gguf))
+    objects = render(GEMMA.spec(gguf=gguf).obj())
     script = inits(objects)[0]["command"][2]
     assert f"file={BLOB}\n" in script
     assert f"part=/root/.ollama/download/{part}.part\n" in script
@@ -133,7 +115,7 @@ def test_the_blob_is_named_by_the_checksum_whatever_the_file(
 
 
 def test_without_gguf_the_registry_pull_stays_the_default() -> None:
-    objects = render(lm())
+    objects = render(GEMMA.obj())
     assert [c["name"] for c in inits(objects)] == ["pull"]
     create = inits(objects)[0]
     script = create["command"][2]
@@ -146,8 +128,8 @@ def test_without_gguf_the_registry_pull_stays_the_default() -> None:
 def test_a_new_checksum_is_a_new_pod_spec() -> None:
     """A changed file restarts the pod (its download step changes), so the new
     weights are fetched and the model re-created."""
-    a = render(lm(gguf={"url": URL, "sha256": SHA}))["Pod/g-0"]
-    b = render(lm(gguf={"url": URL, "sha256": "b" * 64}))["Pod/g-0"]
+    a = render(GEMMA.gguf(URL, SHA).obj())["Pod/g-0"]
+    b = render(GEMMA.gguf(URL, "b" * 64).obj())["Pod/g-0"]
     key = "localmodel.dev/pod-spec-hash"
     assert a["metadata"]["annotations"][key] != b["metadata"]["annotations"][key]
 
@@ -156,6 +138,6 @@ def test_the_volume_holds_the_weights_once() -> None:
     """The file is the blob (no second copy), so the claim is sized as for a
     pull: twice the weights (an update's new blob lands before the old is
     pruned) plus 1Gi, the same as without `gguf`."""
-    with_file = render(lm(gguf={"url": URL, "sha256": SHA}))["PersistentVolumeClaim/g-weights-0"]
-    pulled = render(lm())["PersistentVolumeClaim/g-weights-0"]
+    with_file = render(GEMMA.gguf(URL, SHA).obj())["PersistentVolumeClaim/g-weights-0"]
+    pulled = render(GEMMA.obj())["PersistentVolumeClaim/g-weights-0"]
     assert with_file["spec"]["resources"] == pulled["spec"]["resources"]

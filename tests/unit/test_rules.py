@@ -10,10 +10,11 @@ from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import CATALOG, lookup, normalize
 from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
-from localmodel.facts import FactSource, NodeFacts
+from localmodel.facts import NodeFacts
 from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
 from localmodel.rules.model import VersionRange, image_version, parse_version
 from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+from tests.builders import MakeLocalModel, MakeNode
 
 GiB = 1024**3
 MiB = 1024**2
@@ -21,23 +22,19 @@ AMX = frozenset({"AMXTILE", "AMXINT8", "AMXBF16", "AVX512F", "AVX2"})
 AVX2 = frozenset({"AVX2", "AVX", "FMA3"})
 
 
-def node(flags: frozenset[str] | None = AVX2, cpus: int = 32, **kw: Any) -> NodeFacts:
-    return NodeFacts(
-        name="n1",
-        allocatable_cpu_milli=cpus * 1000,
-        allocatable_memory_bytes=128 * GiB,
-        cpu_flags=flags,
-        source=FactSource.NFD if flags is not None else FactSource.NONE,
-        **kw,
-    )
+NODE = MakeNode("n1").cpus(32).memory_gib(128).cpu_flags(AVX2)
+AVX2_NODE = NODE.facts()
+AMX_NODE = NODE.cpu_flags(AMX).facts()
+UNKNOWN_NODE = NODE.cpu_flags(None).facts()  # no NFD, no probe
 
 
 def spec(**kw: Any) -> LocalModelSpec:
-    return LocalModelSpec.model_validate({"model": "qwen3:1.7b", **kw})
+    """A LocalModel's spec, parsed as the operator parses the object."""
+    return MakeLocalModel("m").spec(**kw).obj().spec
 
 
 def run(s: LocalModelSpec, n: NodeFacts | None = None, cpu: int = 4) -> Tuning:
-    return tune(s, n or node(), cpu)
+    return tune(s, n or AVX2_NODE, cpu)
 
 
 def fired(t: Tuning) -> set[str]:
@@ -54,71 +51,71 @@ NO_GATEWAY = {"gateway": {"enabled": False}}
 
 # (rule id, spec, node, cpu, expected: does it fire?)
 CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
-    ("threads-from-cpu-limit", LLAMA, node(), 2, True),
-    ("threads-capped-by-node", LLAMA, node(cpuset_cpus=2), 4, True),
-    ("one-model-per-pod", LLAMA, node(), 4, False),
-    ("llama-server-context-per-slot", LLAMA, node(), 4, True),
-    ("llama-server-context-per-slot", {}, node(), 4, False),
-    ("kv-cache-quantized-enables-flash-attention", LLAMA | {"kvCache": "q8_0"}, node(), 4, True),
+    ("threads-from-cpu-limit", LLAMA, AVX2_NODE, 2, True),
+    ("threads-capped-by-node", LLAMA, NODE.with_facts(cpuset_cpus=2).facts(), 4, True),
+    ("one-model-per-pod", LLAMA, AVX2_NODE, 4, False),
+    ("llama-server-context-per-slot", LLAMA, AVX2_NODE, 4, True),
+    ("llama-server-context-per-slot", {}, AVX2_NODE, 4, False),
+    ("kv-cache-quantized-enables-flash-attention", LLAMA | {"kvCache": "q8_0"}, AVX2_NODE, 4, True),
     (
         "amx-guard",
         LLAMA | {"engine": {"name": "llama-server", "version": "0.31.0"}},
-        node(AMX),
+        AMX_NODE,
         4,
         False,
     ),
-    ("amx-remove-cpu-variant", LLAMA, node(None), 4, False),
-    ("memory-from-weights-and-kv", LLAMA, node(), 4, True),
-    ("weights-volume", LLAMA, node(), 4, True),
-    ("llama-server-metrics", LLAMA, node(), 4, True),
-    ("llama-server-metrics", {}, node(), 4, False),
-    ("llama-server-no-webui", LLAMA, node(), 4, True),
-    ("llama-server-no-webui", {}, node(), 4, False),
-    ("llama-server-private-slots", LLAMA | NO_GATEWAY, node(), 4, True),
-    ("llama-server-private-slots", LLAMA, node(), 4, False),
-    ("llama-server-private-slots", NO_GATEWAY, node(), 4, False),
-    ("threads-from-cpu-limit", {}, node(), 4, True),
-    ("threads-from-cpu-limit", {"engine": {"name": "ollama"}}, node(), 1, True),
-    ("threads-capped-by-node", {}, node(cpuset_cpus=2), 4, True),
-    ("threads-capped-by-node", {}, node(cgroup_cpu_quota=1.5), 4, True),
-    ("threads-capped-by-node", {}, node(cpuset_cpus=8), 4, False),
-    ("one-model-per-pod", {}, node(), 4, True),
-    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "q8_0"}, node(), 4, True),
-    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "f16"}, node(), 4, False),
+    ("amx-remove-cpu-variant", LLAMA, UNKNOWN_NODE, 4, False),
+    ("memory-from-weights-and-kv", LLAMA, AVX2_NODE, 4, True),
+    ("weights-volume", LLAMA, AVX2_NODE, 4, True),
+    ("llama-server-metrics", LLAMA, AVX2_NODE, 4, True),
+    ("llama-server-metrics", {}, AVX2_NODE, 4, False),
+    ("llama-server-no-webui", LLAMA, AVX2_NODE, 4, True),
+    ("llama-server-no-webui", {}, AVX2_NODE, 4, False),
+    ("llama-server-private-slots", LLAMA | NO_GATEWAY, AVX2_NODE, 4, True),
+    ("llama-server-private-slots", LLAMA, AVX2_NODE, 4, False),
+    ("llama-server-private-slots", NO_GATEWAY, AVX2_NODE, 4, False),
+    ("threads-from-cpu-limit", {}, AVX2_NODE, 4, True),
+    ("threads-from-cpu-limit", {"engine": {"name": "ollama"}}, AVX2_NODE, 1, True),
+    ("threads-capped-by-node", {}, NODE.with_facts(cpuset_cpus=2).facts(), 4, True),
+    ("threads-capped-by-node", {}, NODE.with_facts(cgroup_cpu_quota=1.5).facts(), 4, True),
+    ("threads-capped-by-node", {}, NODE.with_facts(cpuset_cpus=8).facts(), 4, False),
+    ("one-model-per-pod", {}, AVX2_NODE, 4, True),
+    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "q8_0"}, AVX2_NODE, 4, True),
+    ("kv-cache-quantized-enables-flash-attention", {"kvCache": "f16"}, AVX2_NODE, 4, False),
     (
         "kv-cache-quantized-enables-flash-attention",
         {"kvCache": "q4_0", "flashAttention": "enabled"},
-        node(),
+        AVX2_NODE,
         4,
         False,
     ),
-    ("amx-guard", {"engine": {"version": "0.24.0"}}, node(AMX), 4, True),
-    ("amx-guard", {"engine": {"image": "ollama/ollama:latest"}}, node(AMX), 4, True),
-    ("amx-guard", {"engine": {"version": "0.20.0"}}, node(None), 4, True),
-    ("amx-guard", {"engine": {"version": "0.31.0"}}, node(AMX), 4, False),
-    ("amx-guard", {"engine": {"version": "0.32.2"}}, node(AMX), 4, False),
-    ("amx-guard", {"engine": {"version": "0.24.0"}}, node(AVX2), 4, False),
-    ("amx-remove-cpu-variant", {"engine": {"version": "0.30.0"}}, node(AMX), 4, True),
-    ("amx-remove-cpu-variant", {"engine": {"version": "0.32.1"}}, node(AMX), 4, True),
-    ("amx-remove-cpu-variant", {"engine": {"version": "0.24.0"}}, node(AMX), 4, False),
-    ("amx-remove-cpu-variant", {"engine": {"version": "0.33.0"}}, node(AMX), 4, False),
-    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, node(AMX), 4, True),
-    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, node(AVX2), 4, False),
-    ("amx-safe-path-forced", {}, node(AMX), 4, False),
+    ("amx-guard", {"engine": {"version": "0.24.0"}}, AMX_NODE, 4, True),
+    ("amx-guard", {"engine": {"image": "ollama/ollama:latest"}}, AMX_NODE, 4, True),
+    ("amx-guard", {"engine": {"version": "0.20.0"}}, UNKNOWN_NODE, 4, True),
+    ("amx-guard", {"engine": {"version": "0.31.0"}}, AMX_NODE, 4, False),
+    ("amx-guard", {"engine": {"version": "0.32.2"}}, AMX_NODE, 4, False),
+    ("amx-guard", {"engine": {"version": "0.24.0"}}, AVX2_NODE, 4, False),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.30.0"}}, AMX_NODE, 4, True),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.32.1"}}, AMX_NODE, 4, True),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.24.0"}}, AMX_NODE, 4, False),
+    ("amx-remove-cpu-variant", {"engine": {"version": "0.33.0"}}, AMX_NODE, 4, False),
+    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, AMX_NODE, 4, True),
+    ("amx-safe-path-forced", {"placement": {"safeCpuPath": True}}, AVX2_NODE, 4, False),
+    ("amx-safe-path-forced", {}, AMX_NODE, 4, False),
     (
         "kv-cache-falls-back-to-f16",
         {"kvCache": "q8_0", "engine": {"version": "0.24.0"}},
-        node(AMX),
+        AMX_NODE,
         4,
         True,
     ),
-    ("kv-cache-falls-back-to-f16", {"kvCache": "q8_0"}, node(AMX), 4, False),
-    ("memory-from-weights-and-kv", {}, node(), 4, True),
-    ("memory-from-weights-and-kv", {"memory": "8Gi"}, node(), 4, False),
-    ("memory-from-spec", {"memory": "8Gi"}, node(), 4, True),
-    ("memory-from-spec", {}, node(), 4, False),
-    ("guaranteed-qos", {}, node(), 4, True),
-    ("weights-volume", {}, node(), 4, True),
+    ("kv-cache-falls-back-to-f16", {"kvCache": "q8_0"}, AMX_NODE, 4, False),
+    ("memory-from-weights-and-kv", {}, AVX2_NODE, 4, True),
+    ("memory-from-weights-and-kv", {"memory": "8Gi"}, AVX2_NODE, 4, False),
+    ("memory-from-spec", {"memory": "8Gi"}, AVX2_NODE, 4, True),
+    ("memory-from-spec", {}, AVX2_NODE, 4, False),
+    ("guaranteed-qos", {}, AVX2_NODE, 4, True),
+    ("weights-volume", {}, AVX2_NODE, 4, True),
 ]
 
 
@@ -144,16 +141,16 @@ def test_every_rule_carries_a_reason_and_source() -> None:
 
 
 def test_threads_equal_cpu_limit_in_modelfile_and_gomaxprocs() -> None:
-    t = run(spec(), node(), cpu=6)
+    t = run(spec(), AVX2_NODE, cpu=6)
     assert (t.threads, t.cpu) == (6, 6)
     assert t.env["GOMAXPROCS"] == "6"
     assert t.modelfile["num_thread"] == "6"
 
 
 def test_threads_never_exceed_the_cpuset_or_quota() -> None:
-    t = run(spec(), node(cpuset_cpus=2, cgroup_cpu_quota=3.0), cpu=8)
+    t = run(spec(), NODE.with_facts(cpuset_cpus=2, cgroup_cpu_quota=3.0).facts(), cpu=8)
     assert (t.threads, t.cpu, t.env["GOMAXPROCS"]) == (2, 2, "2")
-    t = run(spec(), node(cgroup_cpu_quota=1.5), cpu=8)
+    t = run(spec(), NODE.with_facts(cgroup_cpu_quota=1.5).facts(), cpu=8)
     assert t.threads == 1  # rounded down, never up
 
 
@@ -177,7 +174,7 @@ def test_quantized_cache_turns_flash_attention_on_explicitly() -> None:
 
 
 def test_amx_guard_overrides_explicit_flash_attention_and_falls_back_the_cache() -> None:
-    t = run(spec(kvCache="q8_0", flashAttention="enabled", engine={"version": "0.24.0"}), node(AMX))
+    t = run(spec(kvCache="q8_0", flashAttention="enabled", engine={"version": "0.24.0"}), AMX_NODE)
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
     assert t.kv_cache is KVCacheType.F16 and t.env["OLLAMA_KV_CACHE_TYPE"] == "f16"
     assert any("fell back to f16" in w for w in t.warnings)
@@ -186,7 +183,7 @@ def test_amx_guard_overrides_explicit_flash_attention_and_falls_back_the_cache()
 
 
 def test_amx_guard_before_0_30_does_not_delete_the_library() -> None:
-    t = run(spec(engine={"version": "0.24.0"}), node(AMX))
+    t = run(spec(engine={"version": "0.24.0"}), AMX_NODE)
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
     assert t.remove_libraries == ()
 
@@ -200,7 +197,7 @@ def test_cpu_avx2_only_where_ollama_llm_library_chooses_a_cpu_runner(
     filters GPU folders, so cpu_avx2 is not presented as a fix there
     (docs/engine-facts.md#ollama_llm_library). Unknown: the safe side."""
     engine = {"version": version} if version else {"image": "ollama/ollama:latest"}
-    t = run(spec(engine=engine), node(AMX))
+    t = run(spec(engine=engine), AMX_NODE)
     assert ("OLLAMA_LLM_LIBRARY" in t.env) is chooses_runner
     guard = next(d for d in t.decisions if d.rule == "amx-guard")
     assert ("cpu_avx2" in guard.effect) is chooses_runner
@@ -210,7 +207,7 @@ def test_cpu_avx2_only_where_ollama_llm_library_chooses_a_cpu_runner(
 def test_amx_affected_variant_is_removed_and_flash_attention_stays(version: str) -> None:
     """0.30.0-0.32.1: the sapphirerapids library is the crash; deleting it is the
     fix, and OLLAMA_LLM_LIBRARY would not choose a CPU variant anyway."""
-    t = run(spec(kvCache="q8_0", engine={"version": version}), node(AMX))
+    t = run(spec(kvCache="q8_0", engine={"version": version}), AMX_NODE)
     assert AMX_LIBRARY in t.remove_libraries
     assert "OLLAMA_LLM_LIBRARY" not in t.env
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
@@ -218,20 +215,20 @@ def test_amx_affected_variant_is_removed_and_flash_attention_stays(version: str)
 
 
 def test_fixed_version_on_amx_keeps_flash_attention_and_the_library() -> None:
-    t = run(spec(kvCache="q8_0"), node(AMX))  # default image 0.34.4
+    t = run(spec(kvCache="q8_0"), AMX_NODE)  # default image 0.34.4
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "1"
     assert "OLLAMA_LLM_LIBRARY" not in t.env
     assert t.remove_libraries == ()
 
 
 def test_unknown_features_or_version_take_the_safe_side_and_say_so() -> None:
-    t = run(spec(engine={"image": "ollama/ollama:latest"}), node(None))
+    t = run(spec(engine={"image": "ollama/ollama:latest"}), UNKNOWN_NODE)
     guard = next(d for d in t.decisions if d.rule == "amx-guard")
     assert "CPU features unknown" in guard.effect and "engine version unknown" in guard.effect
 
 
 def test_forced_safe_path_on_fixed_version() -> None:
-    t = run(spec(placement={"safeCpuPath": True}), node(AMX))
+    t = run(spec(placement={"safeCpuPath": True}), AMX_NODE)
     assert t.env["OLLAMA_FLASH_ATTENTION"] == "0"
     assert "OLLAMA_LLM_LIBRARY" not in t.env  # does nothing on CPU in 0.34.4
     assert AMX_LIBRARY in t.remove_libraries
@@ -287,7 +284,7 @@ def test_volume_sized_from_weights_or_spec() -> None:
 
 def test_decisions_follow_rule_order() -> None:
     order = [r.id for r in RULES]
-    t = run(spec(kvCache="q8_0", engine={"version": "0.31.0"}), node(AMX))
+    t = run(spec(kvCache="q8_0", engine={"version": "0.31.0"}), AMX_NODE)
     ids = [d.rule for d in t.decisions]
     assert ids == sorted(ids, key=order.index)
 
@@ -339,7 +336,7 @@ def test_catalog_aliases_and_lookup() -> None:
 
 
 def test_evaluate_is_pure() -> None:
-    s, n = spec(kvCache="q8_0"), node(AMX)
+    s, n = spec(kvCache="q8_0"), AMX_NODE
     assert evaluate(s, n, 4, lookup(s.model), None) == evaluate(s, n, 4, lookup(s.model), None)
 
 

@@ -32,6 +32,7 @@ from localmodel.speed import (
     worth_publishing,
 )
 from localmodel.status import ConditionType, Reason, with_speed
+from tests.builders import MakeLocalModel
 
 XEON = ("GenuineIntel", "6", "143")
 EPYC = ("AuthenticAMD", "25", "1")
@@ -219,14 +220,12 @@ def test_worth_publishing(case: str, old: Published | None, new: Published, writ
     assert publish(old, new, POLICY) == (new if write else old)
 
 
-def model(status: LocalModelStatus | None = None) -> LocalModel:
-    lm = LocalModel.model_validate({
-        "apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-        "metadata": {"name": "chat", "namespace": "ai", "generation": 1},
-        "spec": {"model": "gemma3:270m", "cpu": 1, "replicas": 2}})
-    return lm.model_copy(update={"status": status})
+def chat_with(status: LocalModelStatus | None = None) -> LocalModel:
+    """The model `chat` carrying `status` (as the operator last wrote it)."""
+    return CHAT.obj().model_copy(update={"status": status})
 
 
+CHAT = MakeLocalModel("chat").generation(1).spec(model="gemma3:270m", cpu=1, replicas=2)
 PLACED = LocalModelStatus(placements=[
     PlacementStatus(replica=0, node="n0", pod="chat-0", threads=1, cpu=1, memory="1Gi"),
     PlacementStatus(replica=1, node="n1", pod="chat-1", threads=1, cpu=1, memory="1Gi"),
@@ -242,12 +241,12 @@ def slow_condition(status: LocalModelStatus) -> tuple[str, str, str] | None:
 
 
 def test_no_replica_read_yet_adds_nothing() -> None:
-    assert with_speed(PLACED, {}, FAST, model(), NOW) == PLACED
+    assert with_speed(PLACED, {}, FAST, chat_with(), NOW) == PLACED
 
 
 def test_speed_in_placements_and_the_condition_names_replica_node_and_both_rates() -> None:
     speeds = {0: (pub(24.0, 0), NOW), 1: (pub(8.04, 0, slow=True), NOW)}
-    got = with_speed(PLACED, speeds, FAST, model(), NOW)
+    got = with_speed(PLACED, speeds, FAST, chat_with(), NOW)
     s0, s1 = (p.speed for p in got.placements)
     assert s0 is not None and s1 is not None
     assert (s0.calibration_decode, s0.recent_decode, s0.expected_decode, s0.ratio, s0.slow) == (
@@ -263,10 +262,10 @@ def test_speed_in_placements_and_the_condition_names_replica_node_and_both_rates
 
 
 def test_events_when_slow_starts_and_when_it_clears_and_none_in_between() -> None:
-    fine = with_speed(PLACED, {0: (pub(24.0, 0), NOW)}, FAST, model(), NOW)
-    slow = with_speed(PLACED, {0: (pub(8.0, 0, slow=True), NOW)}, FAST, model(fine), NOW)
-    again = with_speed(PLACED, {0: (pub(7.0, 0, slow=True), NOW)}, FAST, model(slow), NOW)
-    clear = with_speed(PLACED, {0: (pub(24.0, 0), NOW)}, FAST, model(again), NOW)
+    fine = with_speed(PLACED, {0: (pub(24.0, 0), NOW)}, FAST, chat_with(), NOW)
+    slow = with_speed(PLACED, {0: (pub(8.0, 0, slow=True), NOW)}, FAST, chat_with(fine), NOW)
+    again = with_speed(PLACED, {0: (pub(7.0, 0, slow=True), NOW)}, FAST, chat_with(slow), NOW)
+    clear = with_speed(PLACED, {0: (pub(24.0, 0), NOW)}, FAST, chat_with(again), NOW)
     assert [e.reason for e in status_events(fine, slow)] == [EventReason.SLOW_REPLICA]
     assert status_events(fine, slow)[0].warning
     assert "8 tok/s" in status_events(fine, slow)[0].message
@@ -276,11 +275,11 @@ def test_events_when_slow_starts_and_when_it_clears_and_none_in_between() -> Non
 
 
 def test_an_operator_that_read_nothing_yet_keeps_what_status_says() -> None:
-    read = with_speed(PLACED, {0: (pub(8.0, 0, slow=True), NOW)}, FAST, model(), NOW)
-    restarted = with_speed(PLACED, {}, FAST, model(read), NOW)
+    read = with_speed(PLACED, {0: (pub(8.0, 0, slow=True), NOW)}, FAST, chat_with(), NOW)
+    restarted = with_speed(PLACED, {}, FAST, chat_with(read), NOW)
     assert restarted.placements == read.placements
     assert slow_condition(restarted) == slow_condition(read)
     # ... but not for a replica that moved to another pod or node.
     moved = LocalModelStatus(placements=[PLACED.placements[0].model_copy(update={"node": "n9"})])
-    assert with_speed(moved, {}, FAST, model(read), NOW) == moved
+    assert with_speed(moved, {}, FAST, chat_with(read), NOW) == moved
     assert ConditionStatus.TRUE.value == slow_condition(read)[0]  # type: ignore[index]

@@ -12,7 +12,7 @@ from localmodel.controller.policy import cpu_model, plan_pass
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy
 from localmodel.status import ConditionType
-from tests.unit.test_changes import NOW, converged, node
+from tests.unit.test_changes import NODE, NOW, converged
 
 CPU_LABELS = {"feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
               "feature.node.kubernetes.io/cpu-model.family": "6",
@@ -28,7 +28,7 @@ def with_ips(snap: Snapshot, ready: dict[int, bool] | None = None) -> Snapshot:
         if ready is not None and not ready.get(replica, True):
             p["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
         pods.append(p)
-    nodes = [node(n["metadata"]["name"], labels=CPU_LABELS) for n in snap.nodes]
+    nodes = [NODE.named(n["metadata"]["name"]).labels(CPU_LABELS).manifest() for n in snap.nodes]
     return Snapshot(**{**snap.__dict__, "pods": pods, "nodes": nodes})
 
 
@@ -54,7 +54,7 @@ def test_no_ip_or_no_gateway_no_read() -> None:
 
 
 def test_a_node_without_cpu_model_labels_has_no_cpu_key() -> None:
-    observed = observe(Snapshot(nodes=[node("n0")]))
+    observed = observe(Snapshot(nodes=[NODE.manifest()]))
     assert cpu_model(observed.nodes["n0"]) is None
 
 

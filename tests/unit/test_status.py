@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, parse_local_model
@@ -11,28 +9,17 @@ from localmodel.controller.objects import parse_model
 from localmodel.desired import desired_state
 from localmodel.errors import InvalidObject
 from localmodel.events import EventReason, status_events
-from localmodel.facts import FactSource, NodeFacts
+from localmodel.facts import NodeFacts
 from localmodel.status import ConditionType, Reason, status_changed, with_progress
+from tests.builders import MakeLocalModel, MakeNode
 
-GiB = 1024**3
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
-
-
-def body(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
-            "metadata": {"name": "m", "namespace": "ai", "uid": "u1", "generation": 2},
-            "spec": {"model": "qwen3:1.7b", "cpu": 4, **spec}}
-
-
-def nodes(*flags: frozenset[str]) -> list[NodeFacts]:
-    return [NodeFacts(name=f"n{i}", allocatable_cpu_milli=16000,
-                      allocatable_memory_bytes=64 * GiB, cpu_flags=f, source=FactSource.NFD)
-            for i, f in enumerate(flags)]
-
-
 AVX2 = frozenset({"AVX2"})
 AMX = frozenset({"AVX2", "AVX512F", "AMXTILE", "AMXINT8", "AMXBF16"})
+MODEL = MakeLocalModel("m").uid("u1").generation(2).cpu(4)
+ON_AVX2 = [MakeNode("n0").cpu_flags(AVX2).facts()]
+ON_AMX = [MakeNode("n0").cpu_flags(AMX).facts()]
 
 
 def status_for(lm: LocalModel, ns: list[NodeFacts], now: str = NOW,
@@ -42,14 +29,14 @@ def status_for(lm: LocalModel, ns: list[NodeFacts], now: str = NOW,
 
 
 def test_a_status_with_fields_others_wrote_is_read_and_the_spec_stays_strict() -> None:
-    raw = body()
+    raw = MODEL.manifest()
     raw["status"] = {"kopf": {"progress": {}}, "readyReplicas": 1,
                      "conditions": [{"type": "Ready", "status": "True", "reason": "X",
                                      "lastTransitionTime": NOW, "someoneElse": 1}]}
     lm = parse_local_model(raw)
     assert lm.status is not None and lm.status.ready_replicas == 1
     assert lm.status.conditions[0].status == ConditionStatus.TRUE
-    bad = body()
+    bad = MODEL.manifest()
     bad["spec"]["surprise"] = True
     with pytest.raises(InvalidObject) as exc:
         parse_local_model(bad)
@@ -57,25 +44,25 @@ def test_a_status_with_fields_others_wrote_is_read_and_the_spec_stays_strict() -
 
 
 def test_operator_reads_a_garbage_status_as_none_but_keeps_the_model() -> None:
-    raw = body()
+    raw = MODEL.manifest()
     raw["status"] = {"conditions": "not a list"}
     mo = parse_model(raw)
     assert mo.model is not None and mo.status is None and not mo.error
 
 
 def test_operator_marks_an_unparseable_object_with_the_field_and_reason() -> None:
-    mo = parse_model(body(kvCache="q3_0"))
+    mo = parse_model(MODEL.spec(kvCache="q3_0").manifest())
     assert mo.model is None
     assert mo.error.startswith("spec.kvCache: ")
 
 
 def test_identical_status_needs_no_write_and_transition_times_hold() -> None:
-    lm = parse_local_model(body())
-    first = status_for(lm, nodes(AVX2))
-    again = status_for(lm.model_copy(update={"status": first}), nodes(AVX2), now=LATER)
+    lm = MODEL.obj()
+    first = status_for(lm, ON_AVX2)
+    again = status_for(lm.model_copy(update={"status": first}), ON_AVX2, now=LATER)
     assert not status_changed(first, again)
     assert status_changed(None, first)
-    ready = status_for(lm.model_copy(update={"status": first}), nodes(AVX2), now=LATER,
+    ready = status_for(lm.model_copy(update={"status": first}), ON_AVX2, now=LATER,
                        ready={0: True})
     assert status_changed(first, ready)
     times = {c.type: c.last_transition_time for c in ready.conditions}
@@ -83,8 +70,8 @@ def test_identical_status_needs_no_write_and_transition_times_hold() -> None:
 
 
 def test_first_placement_is_one_event_listing_its_rules() -> None:
-    lm = parse_local_model(body())
-    new = status_for(lm, nodes(AMX))
+    lm = MODEL.obj()
+    new = status_for(lm, ON_AMX)
     events = status_events(None, new)
     assert [e.reason for e in events] == [EventReason.PLACED]
     assert "n0" in events[0].message and "threads=4" in events[0].message
@@ -92,11 +79,9 @@ def test_first_placement_is_one_event_listing_its_rules() -> None:
 
 
 def test_moving_and_decisions_starting_and_stopping_are_events() -> None:
-    lm = parse_local_model(body())
-    on_avx2 = status_for(lm, nodes(AVX2))
-    on_amx = status_for(lm, [NodeFacts(name="n9", allocatable_cpu_milli=16000,
-                                       allocatable_memory_bytes=64 * GiB, cpu_flags=AMX,
-                                       source=FactSource.NFD)])
+    lm = MODEL.obj()
+    on_avx2 = status_for(lm, ON_AVX2)
+    on_amx = status_for(lm, [MakeNode("n9").cpu_flags(AMX).facts()])
     events = status_events(on_avx2, on_amx)
     reasons = [e.reason for e in events]
     assert reasons[0] == EventReason.MOVED
@@ -108,16 +93,16 @@ def test_moving_and_decisions_starting_and_stopping_are_events() -> None:
 
 
 def test_unplaced_and_invalid_are_warnings_once() -> None:
-    lm = parse_local_model(body(cpu=64))
-    unplaced = status_for(lm, nodes(AVX2))
+    lm = MODEL.cpu(64).obj()
+    unplaced = status_for(lm, ON_AVX2)
     events = status_events(None, unplaced)
     assert [(e.reason, e.warning) for e in events] == [(EventReason.UNPLACED, True)]
     assert status_events(unplaced, unplaced) == []
 
 
 def test_progressing_condition_follows_the_roll() -> None:
-    lm = parse_local_model(body())
-    base = status_for(lm, nodes(AVX2))
+    lm = MODEL.obj()
+    base = status_for(lm, ON_AVX2)
     rolling = with_progress(base, "replica 0: starting", lm, NOW)
     done = with_progress(base, None, lm, NOW)
     get = {c.type: c for c in rolling.conditions}
@@ -130,11 +115,11 @@ def test_progressing_condition_follows_the_roll() -> None:
 def test_a_kept_placement_keeps_the_reason_it_was_made_for() -> None:
     """Re-planning a stored placement says "kept: ..."; status keeps the original
     reason, so a second pass writes nothing."""
-    lm = parse_local_model(body())
-    first = status_for(lm, nodes(AVX2))
+    lm = MODEL.obj()
+    first = status_for(lm, ON_AVX2)
     assert not first.placements[0].reason.startswith("kept")
     stored = lm.model_copy(update={"status": first})
-    [r] = desired_state([stored], nodes(AVX2), now=LATER, ready={lm.key: {}},
+    [r] = desired_state([stored], ON_AVX2, now=LATER, ready={lm.key: {}},
                         current={lm.key: ["n0"]}).models
     assert r.replicas[0].reason.startswith("kept")
     assert r.status.placements[0].reason == first.placements[0].reason
