@@ -1,21 +1,21 @@
 """What one pass shares by value between alike models and nodes gives exactly
 what computing every model on its own gives.
 
-A pass evaluates the rules once per distinct (spec as the rules read it, node
-facts as the rules read them, CPUs) (`rules.Evaluations`), prepares a spec once
-per such spec, and renders a pod's containers once per (spec, tuning, options)
-(`render.PodParts`), whose JSON text the pod's hash reuses
-(`render.pod_spec_hash`). These tests hold each premise (what the keys leave
-out is never read) and the whole: `desired_state` equals a reference that
-computes every model with the plain functions and no memo, on worlds built so
-that many models and nodes are alike."""
+An incremental pass (`incremental.Desired`) evaluates the rules once per
+distinct (spec as the rules read it, node facts as the rules read them, CPUs)
+(`incremental.Evaluations`), prepares a spec once per such spec, and renders a
+pod's containers once per (spec, tuning, options) (`render.PodParts`), whose
+JSON text the pod's hash reuses (`render.pod_spec_hash`). These tests hold
+each premise (what the keys leave out is never read) and the whole: a fresh
+`Desired` equals the plain `desired_state`, which computes every model with
+the plain functions and no memo, on worlds built so that many models and
+nodes are alike."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import random
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -25,16 +25,10 @@ from hypothesis import strategies as st
 from localmodel import API_VERSION, KIND, render
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
-from localmodel.desired import (
-    DesiredState,
-    ModelResult,
-    _status,
-    demand,
-    desired_state,
-    prepare,
-)
+from localmodel.desired import desired_state, prepare
 from localmodel.facts import FactSource, NodeFacts, Taint
-from localmodel.planner import Usage, plan
+from localmodel.incremental import Desired, Evaluations
+from localmodel.planner import Usage
 from localmodel.render import (
     AppliedDigests,
     PodParts,
@@ -48,7 +42,7 @@ from localmodel.render import (
     render_objects,
     volumes_text,
 )
-from localmodel.rules import Evaluations, evaluate, node_key, spec_key
+from localmodel.rules import evaluate, node_key, spec_key
 
 G = 1 << 30
 EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -218,58 +212,7 @@ def test_evaluations_give_one_tuning_per_distinct_input() -> None:
     )
 
 
-# ---- the whole pass against a reference without any memo ---------------------
-
-
-def reference(
-    models: Sequence[LocalModel],
-    nodes: Sequence[NodeFacts],
-    *,
-    now: str,
-    current: Mapping[str, Sequence[str | None]],
-    usage: Mapping[str, Usage],
-    ready: Mapping[str, Mapping[int, bool]],
-    options: RenderOptions,
-) -> DesiredState:
-    """Every model on its own: its own preparation, one `evaluate` per replica,
-    its own rendering, its own status."""
-    keyed = sorted(models, key=lambda lm: lm.key)
-    preps = {lm.key: prepare(lm.spec) for lm in keyed}
-    the_plan = plan(
-        [demand(lm, frozenset(), preps[lm.key]) for lm in keyed if not preps[lm.key].problems],
-        nodes,
-        current,
-        usage,
-    )
-    by_node = {n.name: n for n in nodes}
-    results = []
-    for lm in keyed:
-        prep = preps[lm.key]
-        replicas: tuple[ReplicaPlan, ...] = ()
-        unplaced = the_plan.unplaced_for(lm.key) if not prep.problems else ()
-        if not prep.problems:
-            replicas = tuple(
-                ReplicaPlan(
-                    p.replica,
-                    p.node,
-                    evaluate(lm.spec, by_node[p.node], p.cpu, prep.shape, prep.version),
-                    p.reason,
-                )
-                for p in the_plan.placements_for(lm.key)
-            )
-        objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
-        status = _status(lm, prep.problems, replicas, unplaced, ready.get(lm.key, {}), now)
-        # Each pod's digest as its rendered manifest carries it (`manifest_hash`).
-        hashes = {int(o["metadata"]["labels"][LABEL_REPLICA]):
-                  o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
-                  for o in objects if o["kind"] == "Pod"}
-        applied = {(o["kind"], o["metadata"]["name"]): manifest_hash(o)
-                   for o in objects if o["kind"] in ("ConfigMap", "Service")}
-        made = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes,
-                           applied)
-        vars(made)["objects"] = objects  # (made here, not by `objects`)
-        results.append(made)
-    return DesiredState(tuple(results), the_plan)
+# ---- the whole pass: the incremental layer against the plain path ------------
 
 
 @EXAMPLES
@@ -290,7 +233,7 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
     args: dict[str, Any] = dict(
         now="2026-01-01T00:00:00Z", current=current, usage=usage, ready=ready, options=options
     )
-    got, want = desired_state(models, nodes, **args), reference(models, nodes, **args)
+    got, want = Desired().state(models, nodes, **args), desired_state(models, nodes, **args)
     assert got.plan == want.plan
     for g, w in zip(got.models, want.models, strict=True):
         assert g == w, g.model.key

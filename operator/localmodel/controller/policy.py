@@ -48,8 +48,9 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import Desired, ModelResult
+from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
+from localmodel.incremental import Desired
 from localmodel.render import RenderOptions, pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
 from localmodel.status import EventReason, EventSpec, invalid_status, with_progress, with_speed

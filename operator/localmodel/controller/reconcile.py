@@ -62,7 +62,7 @@ from localmodel.controller.policy import (
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
-from localmodel.desired import Desired
+from localmodel.incremental import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import EventSpec, status_body, status_changed, status_events

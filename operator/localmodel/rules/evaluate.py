@@ -111,9 +111,9 @@ def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
 
 
 # What `evaluate` reads, as hashable values, so that one pass evaluates each
-# distinct (spec, node, cpu) once: many models share a spec but for their
-# names and placement, many nodes share a shape but for their names and
-# labels. Everything is read but what these name; a field added later is read
+# distinct (spec, node, cpu) once (`incremental.Evaluations`): many models
+# share a spec but for their names and placement, many nodes share a shape but
+# for their names and labels. Everything is read but what these name; a field added later is read
 # (a finer key is never wrong). tests/unit/test_pass_memo.py holds that
 # `evaluate` gives the same tuning to specs and nodes that differ only here.
 SPEC_NOT_READ = frozenset({"replicas", "cpu"})
@@ -139,28 +139,3 @@ def node_key(node: NodeFacts) -> Hashable:
 
 _read_node = attrgetter(*_NODE_READ)  # (a tuple: more than one name is read)
 assert len(_NODE_READ) > 1
-
-
-class Evaluations:
-    """`evaluate` memoized by value: the same tuning object for every call
-    whose spec, node facts, CPUs, shape and version read the same. For one
-    pass (a caller keeps one per pass: nothing grows between passes)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[Hashable, Tuning] = {}
-
-    def __call__(
-        self,
-        spec: LocalModelSpec,
-        node: NodeFacts,
-        cpu: int,
-        shape: ModelShape | None,
-        version: Version | None,
-        key: Hashable | None = None,
-    ) -> Tuning:
-        """``key``: the spec's `spec_key`, when the caller has it."""
-        memo = (spec_key(spec) if key is None else key, node_key(node), cpu, shape, version)
-        found = self._seen.get(memo)
-        if found is None:
-            found = self._seen[memo] = evaluate(spec, node, cpu, shape, version)
-        return found
