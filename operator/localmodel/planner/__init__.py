@@ -64,8 +64,10 @@ Modules
 -------
 ``model``: inputs, outputs and ``PlannerSettings``; ``fit``: the sorted fit
 lists and their two queries; ``index``: the node index, eligibility and the one
-definition of "fits"; ``place``: keep, then place; ``explain``: why a replica
-fits nowhere; ``text``: how quantities are worded.
+definition of "fits"; ``place``: keep, then place (``Planner``, the same pass
+kept between calls); ``assign``: the best node for one replica, taking it;
+``explain``: why a replica fits nowhere, over a ``census`` in large clusters;
+``text``: how quantities are worded.
 """
 
 from localmodel.planner.index import tolerates
