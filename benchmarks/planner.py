@@ -61,7 +61,7 @@ from localmodel.controller.watched import WATCHED
 from localmodel.desired import DesiredState, demand, desired_state
 from localmodel.facts import NodeFacts, Taint
 from localmodel.incremental import Desired
-from localmodel.planner import ModelDemand, Usage, plan
+from localmodel.planner import CpuRequest, ModelDemand, Usage, plan
 from localmodel.render import RenderOptions
 
 GiB = 1 << 30
@@ -123,7 +123,7 @@ def models(n: int, nodes: list[NodeFacts], rng: random.Random) -> list[ModelDema
             ModelDemand(
                 key=f"ns-{i % 50}/model-{i:05d}",
                 replicas=1,
-                cpu=None if rng.random() < 0.05 else rng.choice([1, 2, 2, 4, 4, 8]),
+                cpu=CpuRequest(None if rng.random() < 0.05 else rng.choice([1, 2, 2, 4, 4, 8])),
                 memory_bytes=rng.randrange(1, 24) * GiB,
                 exclusive=rng.random() < 0.8,
                 node_selector=selector,

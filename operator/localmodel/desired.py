@@ -27,7 +27,17 @@ from localmodel.catalog import ModelShape, lookup
 from localmodel.contract import LABEL_REPLICA
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
-from localmodel.planner import ModelDemand, Plan, Unplaced, Usage, plan
+from localmodel.planner import (
+    CpuRequest,
+    Cpus,
+    ModelDemand,
+    Plan,
+    Unplaced,
+    Usage,
+    cpu_limit,
+    plan,
+    replica_cpus,
+)
 from localmodel.render import (
     GATEWAY_CPU_MILLI,
     GATEWAY_MEMORY_BYTES,
@@ -49,12 +59,13 @@ from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status
 # features make every guard fire, so the estimate is the worst case (a
 # quantized KV cache that falls back to f16 only grows).
 _UNKNOWN_NODE = NodeFacts(name="", allocatable_cpu_milli=10**9, allocatable_memory_bytes=10**18)
+_ONE_CPU = replica_cpus(cpu_limit(_UNKNOWN_NODE), 1)
 
 
 # (model, replica, node) -> the claim the replica mounts there
 ClaimChooser = Callable[[LocalModel, int, str], str]
 # The rules for one replica: `rules.evaluate`'s signature (a pass may memoize it).
-Evaluate = Callable[[LocalModelSpec, NodeFacts, int, ModelShape | None, Version | None], Tuning]
+Evaluate = Callable[[LocalModelSpec, NodeFacts, Cpus, ModelShape | None, Version | None], Tuning]
 # A tuning's settings and decisions as status shows them (`tuning_view`).
 TuningView = Callable[[Tuning], tuple[dict[str, str], list[DecisionStatus]]]
 
@@ -128,7 +139,7 @@ def prepare(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
     if found:
         return Prepared(found, shape, None, 0)
     # Sized for an unknown node and an unknown engine version: every guard fires.
-    worst = rules(spec, _UNKNOWN_NODE, 1, shape, None)
+    worst = rules(spec, _UNKNOWN_NODE, _ONE_CPU, shape, None)
     memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
     return Prepared(found, shape, engine_version(spec), memory)
 
@@ -143,7 +154,7 @@ def demand(
     return ModelDemand(
         key=lm.key,
         replicas=spec.replicas,
-        cpu=None if spec.cpu == "node" else spec.cpu,
+        cpu=CpuRequest.of(spec.cpu),
         memory_bytes=memory,
         exclusive=spec.placement.exclusive,
         node_selector=dict(spec.placement.node_selector),

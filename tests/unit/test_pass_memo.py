@@ -28,7 +28,7 @@ from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL
 from localmodel.desired import desired_state, prepare
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.incremental import Desired, Evaluations
-from localmodel.planner import Usage
+from localmodel.planner import Cpus, Usage, cpu_limit, replica_cpus
 from localmodel.render import (
     AppliedDigests,
     PodParts,
@@ -98,6 +98,11 @@ def local_model(name: str, body: dict[str, Any], namespace: str = "ns") -> Local
     )
 
 
+def cpus(n: NodeFacts, reserved: int) -> Cpus:
+    """A replica's CPUs with ``reserved`` taken on ``n``, as the planner decides them."""
+    return replica_cpus(cpu_limit(n), reserved)
+
+
 def node(name: str, rnd: random.Random) -> NodeFacts:
     """Nodes of a few shapes, each with its own name and labels."""
     return NodeFacts(
@@ -152,7 +157,9 @@ def test_what_the_rules_keys_leave_out_is_never_read(rnd: random.Random) -> None
     if pa.problems:
         return
     cpu = rnd.choice([1, 2, 5])
-    assert evaluate(a, n1, cpu, pa.shape, pa.version) == evaluate(b, n2, cpu, pb.shape, pb.version)
+    assert evaluate(a, n1, cpus(n1, cpu), pa.shape, pa.version) == evaluate(
+        b, n2, cpus(n2, cpu), pb.shape, pb.version
+    )
 
 
 @EXAMPLES
@@ -164,7 +171,8 @@ def test_a_pods_containers_read_neither_its_name_nor_its_node(rnd: random.Random
     prep = prepare(a.spec)
     if prep.problems:
         return
-    t = evaluate(a.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = node("n1", rnd)
+    t = evaluate(a.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     options = RenderOptions(operator_image=rnd.choice(["op:1", "op:2"]))
     ra, rb = ReplicaPlan(0, "n1", t, "x", ""), ReplicaPlan(3, "n9", t, "y", "claim-b")
     assert build_containers(a, ra, options) == build_containers(b, rb, options)
@@ -177,7 +185,8 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
     prep = prepare(lm.spec)
     if prep.problems:
         return
-    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = node("n1", rnd)
+    t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
     # (With a pass's PodParts: the digest put together from known texts.)
     for o in render_objects(lm, replicas, RenderOptions(), PodParts()):
@@ -203,12 +212,12 @@ def test_evaluations_give_one_tuning_per_distinct_input() -> None:
     n1 = node("n1", rnd)
     same_shape = dataclasses.replace(n1, name="n2", labels={})
     other = dataclasses.replace(n1, cgroup_cpu_quota=0.5)
-    t1 = memo(lm.spec, n1, 2, prep.shape, prep.version)
-    assert memo(lm.spec, same_shape, 2, prep.shape, prep.version) is t1
-    assert memo(lm.spec, other, 2, prep.shape, prep.version) is not t1
-    assert memo(lm.spec, n1, 1, prep.shape, prep.version) is not t1
-    assert memo(lm.spec, other, 2, prep.shape, prep.version) == evaluate(
-        lm.spec, other, 2, prep.shape, prep.version
+    t1 = memo(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
+    assert memo(lm.spec, same_shape, cpus(same_shape, 2), prep.shape, prep.version) is t1
+    assert memo(lm.spec, other, cpus(other, 2), prep.shape, prep.version) is not t1
+    assert memo(lm.spec, n1, cpus(n1, 1), prep.shape, prep.version) is not t1
+    assert memo(lm.spec, other, cpus(other, 2), prep.shape, prep.version) == evaluate(
+        lm.spec, other, cpus(other, 2), prep.shape, prep.version
     )
 
 
@@ -260,7 +269,8 @@ def test_applied_digests_from_a_shared_template_are_the_manifest_hashes(
     prep = prepare(first.spec)
     if prep.problems:
         return
-    t = evaluate(first.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = node("n1", rnd)
+    t = evaluate(first.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", "") for r in range(rnd.randrange(3))]
     other = _with_metadata(
         local_model(rnd.choice(["b", "b-2", "zz"]), body, rnd.choice(["ns", "other"])),
@@ -279,7 +289,8 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     rnd = random.Random(3)
     lm, wrong = local_model("a", BASES[0]), local_model("zz", BASES[2])
     prep = prepare(lm.spec)
-    t = evaluate(lm.spec, node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = node("n1", rnd)
+    t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
     made_from = render._applied_templates
     monkeypatch.setattr(render, "_applied_templates", lambda _, rs: made_from(wrong, rs))

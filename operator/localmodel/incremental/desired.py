@@ -28,7 +28,7 @@ from localmodel.desired import (
 )
 from localmodel.facts import NodeFacts
 from localmodel.incremental.evaluations import Evaluations
-from localmodel.planner import ModelDemand, Plan, Planner, Unplaced, Usage
+from localmodel.planner import Cpus, ModelDemand, Plan, Planner, Unplaced, Usage
 from localmodel.render import AppliedDigests, PodParts, RenderOptions, ReplicaPlan, pod_digest
 from localmodel.rules import Tuning, spec_key
 from localmodel.status import took_now
@@ -46,7 +46,7 @@ class _Spec(NamedTuple):
 class _Tuned(NamedTuple):  # (a tuple: made per replica, cheaply)
     spec: LocalModelSpec
     node: NodeFacts
-    cpu: int
+    cpu: Cpus
     tuning: Tuning
 
 
@@ -371,7 +371,7 @@ class Desired:
         return made
 
     def _tune(
-        self, key: str, lm: LocalModel, prep: _Spec, node: NodeFacts, replica: int, cpu: int
+        self, key: str, lm: LocalModel, prep: _Spec, node: NodeFacts, replica: int, cpu: Cpus
     ) -> Tuning:
         memo = self._tuned.get(key, {}).get(replica)
         if (

@@ -7,6 +7,7 @@ from collections.abc import Hashable
 from localmodel.api import LocalModelSpec
 from localmodel.catalog import ModelShape
 from localmodel.facts import NodeFacts
+from localmodel.planner import Cpus
 from localmodel.rules import Tuning, evaluate, node_key, spec_key
 from localmodel.rules.model import Version
 
@@ -24,7 +25,7 @@ class Evaluations:
         self,
         spec: LocalModelSpec,
         node: NodeFacts,
-        cpu: int,
+        cpu: Cpus,
         shape: ModelShape | None,
         version: Version | None,
         key: Hashable | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from localmodel.planner.cpus import Cpus, replica_cpus
 from localmodel.planner.fit import first_fit, largest_fit
 from localmodel.planner.index import Node, NodeIndex, dynamic_rejection
 from localmodel.planner.model import Assignment, ModelDemand
@@ -72,7 +73,7 @@ def best_node(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
             if dynamic_rejection(node, d) is not None:
                 continue
             free = node.free_cpus(overhead)
-            score = (penalty, free if d.cpu is not None else -free, node.free_memory, node.name)
+            score = (penalty, -free if d.cpu.whole_node else free, node.free_memory, node.name)
             if best is None or score < best:
                 best, chosen = score, (penalty, node)
         return chosen
@@ -90,13 +91,13 @@ def best_node(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
             break
         empty, shared = cls.fits[overhead]
         for entries in (empty,) if d.exclusive else (empty, shared):
-            if d.cpu is None:
+            if d.cpu.count is None:
                 entry = largest_fit(entries, memory, accept)
             else:
-                entry = first_fit(entries, d.cpu, memory, accept)
+                entry = first_fit(entries, d.cpu.count, memory, accept)
             if entry is None:
                 continue
-            cpus = entry[0] if d.cpu is not None else -entry[0]
+            cpus = -entry[0] if d.cpu.whole_node else entry[0]
             score = (penalty, cpus, entry[1], entry[2])
             if best_score is None or score < best_score:
                 best_score = score
@@ -105,23 +106,25 @@ def best_node(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
     return best_score[0], nodes[best_score[3]]
 
 
-def take(node: Node, d: ModelDemand, replica: int) -> int:
-    """Put one replica of ``d`` on an unindexed node; the engine's whole CPUs."""
-    cpu = node.free_cpus(d.overhead_cpu_milli) if d.cpu is None else d.cpu
+def take(node: Node, d: ModelDemand, replica: int) -> Cpus:
+    """Put one replica of ``d`` on an unindexed node; the replica's CPUs (the
+    one place they are decided: `cpus.replica_cpus`)."""
+    count = d.cpu.count
+    cpu = node.free_cpus(d.overhead_cpu_milli) if count is None else count
     node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
     node.free_memory -= d.memory_bytes
     node.occupants[d.key] = replica
     if d.exclusive:
         node.exclusive_holder = d.key
-    return cpu
+    return replica_cpus(node.cpu_limit, cpu)
 
 
 def chosen_reason(d: ModelDemand, node: Node, penalty: int, moved: str) -> str:
     free = node.free_cpus(d.overhead_cpu_milli)
-    if d.cpu is None:
+    if d.cpu.count is None:
         why = f"chosen: most free CPUs ({free}); cpu: node takes them all"
     else:
-        why = f"chosen: best fit, fewest CPUs left over ({free - d.cpu} of {free} free)"
+        why = f"chosen: best fit, fewest CPUs left over ({free - d.cpu.count} of {free} free)"
     if penalty:
         why += "; has an untolerated PreferNoSchedule taint, but no node without one fits"
     return f"{moved}; {why}" if moved else why

@@ -247,7 +247,7 @@ class Explainer:
         findings.sample(
             EXCLUSIVE, [n for n in census.exclusive[: k + len(own_held)] if n not in own_held][:k]
         )
-        need = d.cpu or 1
+        need = d.cpu.least
         if d.exclusive:
             findings.add(SHARED, len(census.shared))
             findings.sample(SHARED, census.shared_names[:k])

@@ -39,7 +39,7 @@ def plan(
 
 def _order(d: ModelDemand) -> tuple[bool, str]:
     # Fixed CPU counts first: a cpu: node demand takes what is left on its node.
-    return d.cpu is None, d.key
+    return d.cpu.whole_node, d.key
 
 
 _NO_USAGE = Usage()

@@ -11,6 +11,7 @@ from localmodel.api import FlashAttention, KVCacheType, LocalModelSpec, Placemen
 from localmodel.catalog import ModelShape, lookup
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
+from localmodel.planner.cpus import Cpus, cpu_limit, replica_cpus
 from localmodel.rules.model import (
     Context,
     Decision,
@@ -74,11 +75,12 @@ def shape_problems(spec: LocalModelSpec, shape: ModelShape | None) -> list[Field
 def evaluate(
     spec: LocalModelSpec,
     node: NodeFacts,
-    cpu: int,
+    cpu: Cpus,
     shape: ModelShape | None = None,
     version: Version | None = None,
 ) -> Tuning:
-    """Run every matching rule in order. `cpu` is what the planner gave the replica."""
+    """Run every matching rule in order. `cpu` is what the planner decided for
+    the replica (`planner.Assignment.cpu`)."""
     ctx = Context(spec=spec, node=node, cpu=cpu, shape=shape, version=version)
     draft = TuningDraft()
     decisions = []
@@ -106,8 +108,11 @@ def evaluate(
 
 
 def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
-    """evaluate() with the model shape and engine version resolved from the spec."""
-    return evaluate(spec, node, cpu, lookup(spec.model, spec.model_info), engine_version(spec))
+    """evaluate() with the model shape and engine version resolved from the
+    spec, for ``cpu`` whole CPUs taken on the node (the planner's decision of
+    the replica's CPUs: `planner.replica_cpus`)."""
+    cpus = replica_cpus(cpu_limit(node), cpu)
+    return evaluate(spec, node, cpus, lookup(spec.model, spec.model_info), engine_version(spec))
 
 
 # What `evaluate` reads, as hashable values, so that one pass evaluates each
