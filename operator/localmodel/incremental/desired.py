@@ -150,8 +150,8 @@ class Desired:
         self._complete = False
         again = self._sync(tuple(models), avoid or {})  # None: every model
         the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
-        now_pass, again = self._planned(the_plan, again)
-        now_pass = now_pass._replace(ready=ready, options=options, now=now, claims=claims)
+        plan_same, touched, again = self._planned(the_plan, again)
+        now_pass = _Pass(the_plan, plan_same, touched, ready, options, now, claims)
         again = self._read_again(again, now_pass)
         keys, results = self._keys, self._results
         if again is None:
@@ -165,11 +165,14 @@ class Desired:
         self._complete = True
         return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
 
-    def _planned(self, the_plan: Plan, again: set[str] | None) -> tuple[_Pass, set[str] | None]:
-        """What a new plan means for the models to look at again. The planner
-        hands back the same plan only when no node's facts changed, and names
-        the models a new plan may place or explain differently (the nodes of
-        the others were not re-kept: their facts are the same too)."""
+    def _planned(
+        self, the_plan: Plan, again: set[str] | None
+    ) -> tuple[bool, frozenset[str] | None, set[str] | None]:
+        """Whether the plan is the last one, the models the planner touched, and
+        the models to look at again. The planner hands back the same plan only
+        when no node's facts changed, and names the models a new plan may place
+        or explain differently (the nodes of the others were not re-kept: their
+        facts are the same too)."""
         plan_same = the_plan is self._plan
         touched = self.planner.touched if self._plan is not None else None
         if not plan_same:
@@ -178,7 +181,7 @@ class Desired:
             elif again is not None:
                 again |= touched
         self._plan = the_plan
-        return _Pass(the_plan, plan_same, touched, None, None, "", None), again
+        return plan_same, touched, again
 
     def _read_again(self, again: set[str] | None, now: _Pass) -> set[str] | None:
         """The models whose results read what changed since the last pass: the
