@@ -232,6 +232,7 @@ def desired_state(
     operator's choice among existing claims); by default, the replica's own.
     ``avoid`` maps a model to the nodes its pods could not be scheduled on.
     The operator computes the same incrementally (`incremental.Desired`)."""
+    # Each spec validated and prepared on its own; the valid ones placed.
     listed = sorted(models, key=lambda lm: lm.key)
     prepared = [prepare(lm.spec) for lm in listed]
     avoid = avoid or {}
@@ -242,6 +243,7 @@ def desired_state(
     ]
     the_plan = plan(demands, nodes, current or {}, usage or {})
     by_node = {n.name: n for n in nodes}
+    # Then each model: its replicas tuned by the rules, rendered, its status.
     return DesiredState(
         tuple(
             _model_result(
