@@ -523,7 +523,7 @@ def memory_child(path: Path) -> dict[str, Any]:
     from localmodel.controller.policy import plan_pass
     from localmodel.controller.reconcile import gc_paused
     from localmodel.controller.watched import WATCHED
-    from localmodel.desired import Desired
+    from localmodel.incremental import Desired
 
     rows = {w.name: w for w in WATCHED}
     gc.collect()

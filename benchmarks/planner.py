@@ -1,5 +1,5 @@
 """What a reconcile pass costs as the cluster grows, and what a pass after one
-change costs: `plan()`, the whole `desired_state()`, the long-lived planner and
+change costs: `plan()`, the whole pass (`desired_state()`), the long-lived planner and
 `Desired` the operator keeps between passes, and the operator's own memory and
 CPU per pass, side by side in one run.
 
@@ -19,13 +19,13 @@ machine counts less; "vs 1k" (or vs the smallest size) divides the cost per
 node or per model by the smallest size's: 1.0 means linear growth.
 
 1. `plan()`: a fresh plan, and a re-plan of its own output (the steady state).
-2. The whole pass, `desired_state()` (prepare, plan, tune, render, status),
-   cold (a fresh `Desired`: nothing reused), then with a long-lived `Desired`
+2. The whole pass (prepare, plan, tune, render, status), cold (a fresh
+   `incremental.Desired`: nothing reused), then with a long-lived `Desired`
    in its steady state: a pass with nothing changed, a pass after one model's
    edit (its context doubled: new tuning, objects and status) and a pass after
    one node's label change (a node running a model moves to another zone: it
-   leaves and joins zone views). Every incremental result is checked equal to
-   a fresh full pass of the same inputs.
+   leaves and joins zone views). The last incremental result is checked equal
+   to the plain `desired_state()` of the same inputs.
 3. The operator at the largest size (`--no-operator` leaves it out): the
    watches' stored objects (Nodes as the API returns them, with NFD labels,
    conditions, images and managedFields; every pod reduced as
@@ -58,9 +58,10 @@ from localmodel.controller.observed import Parsed, Snapshot, observe
 from localmodel.controller.policy import plan_pass
 from localmodel.controller.reconcile import gc_paused
 from localmodel.controller.watched import WATCHED
-from localmodel.desired import Desired, DesiredState, demand, desired_state
+from localmodel.desired import DesiredState, demand, desired_state
 from localmodel.facts import NodeFacts, Taint
-from localmodel.planner import ModelDemand, Usage, plan
+from localmodel.incremental import Desired
+from localmodel.planner import CpuRequest, ModelDemand, Usage, plan
 from localmodel.render import RenderOptions
 
 GiB = 1 << 30
@@ -122,7 +123,7 @@ def models(n: int, nodes: list[NodeFacts], rng: random.Random) -> list[ModelDema
             ModelDemand(
                 key=f"ns-{i % 50}/model-{i:05d}",
                 replicas=1,
-                cpu=None if rng.random() < 0.05 else rng.choice([1, 2, 2, 4, 4, 8]),
+                cpu=CpuRequest(None if rng.random() < 0.05 else rng.choice([1, 2, 2, 4, 4, 8])),
                 memory_bytes=rng.randrange(1, 24) * GiB,
                 exclusive=rng.random() < 0.8,
                 node_selector=selector,
@@ -249,11 +250,12 @@ def pass_row(n: int, runs: int) -> dict[str, Any]:
     nodes, usage = cluster(n, rng)
     lms = local_models(n // 2, nodes, rng)
     planned, _ = best_of(runs, lambda: plan([demand(lm) for lm in lms], nodes, {}, usage))
-    gc_on, _ = best_of(runs, lambda: compared(desired_state(lms, nodes, now=NOW, usage=usage)))
+    # A cold pass: a fresh `Desired` (the operator's first), nothing reused.
+    gc_on, _ = best_of(runs, lambda: compared(Desired().state(lms, nodes, now=NOW, usage=usage)))
 
     def as_the_operator_runs_it() -> DesiredState:  # the collector held off (gc_paused)
         with gc_paused():
-            return compared(desired_state(lms, nodes, now=NOW, usage=usage))
+            return compared(Desired().state(lms, nodes, now=NOW, usage=usage))
 
     cold, state = best_of(runs, as_the_operator_runs_it)
     pods = sum(len(m.pod_hashes) for m in state.models)
@@ -282,7 +284,7 @@ def pass_row(n: int, runs: int) -> dict[str, Any]:
         for ns in node_edits:
             label_s = min(label_s, incremental(lms, ns)[0])
             rekept = max(rekept, desired.planner.nodes_rekept)
-    # The incremental result after both changes, against a fresh full pass.
+    # The incremental result after both changes, against the plain full pass.
     _, got = incremental(model_edits[0], node_edits[0])
     fresh = desired_state(model_edits[0], node_edits[0], now=NOW, current=current, usage=usage)
     assert same(got, fresh), "the incremental pass differs from a fresh full pass"
@@ -314,11 +316,11 @@ def pass_table(sizes: tuple[int, ...], runs: int) -> dict[str, Any]:
             f"{r['model_edit_pass_s'] * 1000:>8.1f}ms {r['node_label_pass_s'] * 1000:>8.1f}ms "
             f"{r['nodes_rekept']:>6}"
         )
-    print("cold pass: a fresh desired_state as the operator runs it (the cycle collector "
+    print("cold pass: a fresh Desired as the operator runs it (the cycle collector "
           "held off, then one young collection: reconcile.gc_paused), with every digest the "
           "operator's changes compare (pods', applied objects'); gc on: the same with "
           "the collector running throughout; steady/model edit/node label: a long-lived "
-          "Desired (the operator's); the last checked equal to a fresh full pass; rekept: "
+          "Desired (the operator's); the last checked equal to the plain desired_state; rekept: "
           "nodes the planner re-kept for the node label change.")
     return {"passes": rows}
 

@@ -4,29 +4,46 @@ The one place that strings validation, the planner, the rules and the renderer
 together, so `localmodel render` and the operator's handlers compute exactly
 the same thing. The caller supplies the clock (`now`) and what it observed
 (current placements, other pods' usage, which pods are ready).
+
+This is the plain path, the specification: it reads top to bottom and keeps
+nothing. For each model: its spec prepared and validated (`prepare`), every
+valid model placed by the planner (`demand`, `planner.plan`), each placed
+replica tuned by the rules (`rules.evaluate`), then rendered (its objects and
+their digests) and its status built (`_model_result`). The operator runs the
+same pass incrementally (`localmodel.incremental.Desired`: it keeps its work
+between passes and shares it between alike models); property tests hold the
+two equal (tests/unit/test_incremental_desired.py, test_pass_memo.py).
 """
 
 from __future__ import annotations
 
 import shlex
-from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple, cast
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
 from localmodel.catalog import ModelShape, lookup
+from localmodel.contract import LABEL_REPLICA
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
-from localmodel.planner import ModelDemand, Plan, Planner, Unplaced, Usage
+from localmodel.planner import (
+    CpuRequest,
+    Cpus,
+    ModelDemand,
+    Plan,
+    Unplaced,
+    Usage,
+    cpu_limit,
+    plan,
+    replica_cpus,
+)
 from localmodel.render import (
-    AppliedDigests,
     Manifest,
-    PodParts,
     RenderOptions,
     ReplicaPlan,
-    pod_digest,
+    applied_hashes,
+    manifest_hash,
     render_objects,
 )
 from localmodel.render.names import (
@@ -36,18 +53,23 @@ from localmodel.render.names import (
     pod_name,
     pod_selector,
 )
-from localmodel.rules import Evaluations, Tuning, engine_version, shape_problems, spec_key
+from localmodel.rules import Tuning, engine_version, evaluate, shape_problems
 from localmodel.rules.model import Version
-from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status, took_now
+from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a
 # quantized KV cache that falls back to f16 only grows).
 _UNKNOWN_NODE = NodeFacts(name="", allocatable_cpu_milli=10**9, allocatable_memory_bytes=10**18)
+_ONE_CPU = replica_cpus(cpu_limit(_UNKNOWN_NODE), 1)
 
 
 # (model, replica, node) -> the claim the replica mounts there
 ClaimChooser = Callable[[LocalModel, int, str], str]
+# The rules for one replica: `rules.evaluate`'s signature (a pass may memoize it).
+Evaluate = Callable[[LocalModelSpec, NodeFacts, Cpus, ModelShape | None, Version | None], Tuning]
+# A tuning's settings and decisions as status shows them (`tuning_view`).
+TuningView = Callable[[Tuning], tuple[dict[str, str], list[DecisionStatus]]]
 
 
 @dataclass(frozen=True)
@@ -101,32 +123,27 @@ class DesiredState:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What one model's spec alone decides, worked out once per spec: the
-    problems that make it invalid, its shape (catalog or spec.modelInfo), its
-    engine version, and the memory the planner must fit (the worst case, on a
-    node nothing is known about, plus the gateway sidecar). ``key``: the spec
-    as far as the rules read it (`rules.spec_key`)."""
+    """What one model's spec alone decides: the problems that make it invalid,
+    its shape (catalog or spec.modelInfo), its engine version, and the memory
+    the planner must fit (the worst case, on a node nothing is known about,
+    plus the gateway sidecar)."""
 
     problems: tuple[FieldError, ...]
     shape: ModelShape | None
     version: Version | None
     memory_bytes: int
-    key: Hashable = None
 
 
-def prepare(
-    spec: LocalModelSpec, evaluations: Evaluations | None = None, key: Hashable = None
-) -> Prepared:
-    """``evaluations``: a pass's memo; ``key``: the spec's `spec_key`, when known."""
-    key = spec_key(spec) if key is None else key
+def prepare(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
+    """``rules``: `rules.evaluate`, or a pass's memo of it."""
     shape = lookup(spec.model, spec.model_info)
     found = tuple(shape_problems(spec, shape))
     if found:
-        return Prepared(found, shape, None, 0, key)
+        return Prepared(found, shape, None, 0)
     # Sized for an unknown node and an unknown engine version: every guard fires.
-    worst = (evaluations or Evaluations())(spec, _UNKNOWN_NODE, 1, shape, None, key)
+    worst = rules(spec, _UNKNOWN_NODE, _ONE_CPU, shape, None)
     memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
-    return Prepared(found, shape, engine_version(spec), memory, key)
+    return Prepared(found, shape, engine_version(spec), memory)
 
 
 def demand(
@@ -139,7 +156,7 @@ def demand(
     return ModelDemand(
         key=lm.key,
         replicas=spec.replicas,
-        cpu=None if spec.cpu == "node" else spec.cpu,
+        cpu=CpuRequest.of(spec.cpu),
         memory_bytes=memory,
         exclusive=spec.placement.exclusive,
         node_selector=dict(spec.placement.node_selector),
@@ -149,18 +166,8 @@ def demand(
     )
 
 
-# id(tuning) -> (the tuning, held; its settings and decisions as status shows them)
-_TuningViews = dict[int, tuple[Tuning, dict[str, str], list[DecisionStatus]]]
-
-
-def _tuning_view(
-    t: Tuning, views: _TuningViews | None
-) -> tuple[dict[str, str], list[DecisionStatus]]:
-    """A tuning's settings and decisions as status shows them (status copies
-    both, so one pass's replicas of one tuning share them)."""
-    found = None if views is None else views.get(id(t))
-    if found is not None and found[0] is t:
-        return found[1], found[2]
+def tuning_view(t: Tuning) -> tuple[dict[str, str], list[DecisionStatus]]:
+    """A tuning's settings and decisions as status shows them."""
     settings = (
         t.env
         | {f"modelfile.{k}": v for k, v in sorted(t.modelfile.items())}
@@ -170,21 +177,19 @@ def _tuning_view(
         DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
         for d in t.decisions
     ]
-    if views is not None:
-        views[id(t)] = (t, settings, decisions)
     return settings, decisions
 
 
-def _status(
+def model_status(
     lm: LocalModel,
     found: Sequence[FieldError],
     replicas: Sequence[ReplicaPlan],
     unplaced: Sequence[Unplaced],
     ready: Mapping[int, bool] | None,
     now: str,
-    views: _TuningViews | None = None,
+    view: TuningView = tuning_view,
 ) -> LocalModelStatus:
-    """``views``: a pass's memo of `_tuning_view` (by tuning identity)."""
+    """``view``: `tuning_view`, or a pass's memo of it."""
     return build_status(
         lm,
         format_errors(found) if found else "",
@@ -196,8 +201,8 @@ def _status(
                 threads=r.tuning.threads,
                 cpu=r.tuning.cpu,
                 memory_bytes=r.tuning.memory_bytes,
-                settings=(view := _tuning_view(r.tuning, views))[0],
-                decisions=view[1],
+                settings=(shown := view(r.tuning))[0],
+                decisions=shown[1],
                 warnings=r.tuning.warnings,
                 reason=r.reason,
             )
@@ -228,370 +233,81 @@ def desired_state(
     ``claims`` names the weights claim a replica mounts on its node (the
     operator's choice among existing claims); by default, the replica's own.
     ``avoid`` maps a model to the nodes its pods could not be scheduled on.
-    A fresh `Desired`: the operator keeps one between passes instead."""
-    return Desired().state(
-        models,
-        nodes,
-        now=now,
-        current=current,
-        usage=usage,
-        ready=ready,
-        options=options,
-        claims=claims,
-        avoid=avoid,
+    The operator computes the same incrementally (`incremental.Desired`)."""
+    # Each spec validated and prepared on its own; the valid ones placed.
+    listed = sorted(models, key=lambda lm: lm.key)
+    prepared = [prepare(lm.spec) for lm in listed]
+    avoid = avoid or {}
+    demands = [
+        demand(lm, avoid.get(lm.key, frozenset()), prep)
+        for lm, prep in zip(listed, prepared, strict=True)
+        if not prep.problems
+    ]
+    the_plan = plan(demands, nodes, current or {}, usage or {})
+    by_node = {n.name: n for n in nodes}
+    # Then each model: its replicas tuned by the rules, rendered, its status.
+    return DesiredState(
+        tuple(
+            _model_result(
+                lm,
+                prep,
+                _replicas(lm, prep, the_plan, by_node, claims),
+                () if prep.problems else the_plan.unplaced_for(lm.key),
+                None if ready is None else ready.get(lm.key, {}),
+                options,
+                now,
+            )
+            for lm, prep in zip(listed, prepared, strict=True)
+        ),
+        the_plan,
     )
 
 
-class _Tuned(NamedTuple):  # (a tuple: made per replica, cheaply)
-    spec: LocalModelSpec
-    node: NodeFacts
-    cpu: int
-    tuning: Tuning
-
-
-class _Done(NamedTuple):
-    """One model's result and everything it was computed from (a tuple: made
-    per model, cheaply)."""
-
-    model: LocalModel
-    replicas: tuple[ReplicaPlan, ...]
-    unplaced: tuple[Unplaced, ...]
-    ready: Mapping[int, bool] | None
-    options: RenderOptions | None
-    now: str
-    result: ModelResult
-    took_now: bool  # whether its status took the clock (`status.took_now`)
-
-
-class Desired:
-    """`desired_state` that keeps its work between passes, so a pass costs what
-    changed. Each model goes one straight way: its spec prepared once (shape,
-    version, problems, the memory to fit), placed by a long-lived `Planner`,
-    each replica tuned, then rendered, then its status. What a step read is
-    kept with what it made, and reused while those inputs are the same: a
-    LocalModel (or spec) is the same when it is the same object (they are
-    frozen; the operator parses each stored version once), node facts when
-    equal. A status is reused at a later `now` only when it did not take the
-    clock (`took_now`). The result is always what a fresh pass computes: a
-    property test holds the two together over random sequences of changes."""
-
-    def __init__(self) -> None:
-        self.planner = Planner()
-        self._prepared: dict[str, tuple[LocalModelSpec, Prepared]] = {}
-        self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], ModelDemand]] = {}
-        self._tuned: dict[str, dict[int, _Tuned]] = {}
-        self._done: dict[str, _Done] = {}
-        # The model list as last given, kept sorted by key; a new list is
-        # compared object by object and only what changed is worked out again.
-        self._listed: tuple[LocalModel, ...] | None = None
-        self._avoid: dict[str, frozenset[str]] = {}
-        self._by_id: dict[int, str] = {}  # id(LocalModel) -> key (the models are held)
-        self._model: dict[str, LocalModel] = {}
-        self._keys: list[str] = []  # sorted
-        self._now_prepared: dict[str, Prepared] = {}
-        self._demand_keys: list[str] = []  # sorted, the valid models'
-        self._now_demands: list[ModelDemand] = []  # in the same order
-        self._results: list[ModelResult | None] = []  # in the order of _keys
-        # What the last pass's results read, to find the models a new pass must
-        # look at again: the options, readiness, the clock (for statuses that
-        # took it), and whether claims were chosen.
-        self._options: RenderOptions | None = None
-        self._ready: dict[str, dict[int, bool]] | None = None
-        self._now: str | None = None
-        self._took_now: set[str] = set()
-        self._claims = False
-        self._complete = True  # the last call returned
-        self._plan: Plan | None = None
-        self._evaluations = Evaluations()
-        self._prepared_by_key: dict[Hashable, Prepared] = {}
-        self._parts = PodParts()
-        self._applied = AppliedDigests()
-        self._views: _TuningViews = {}
-
-    def state(
-        self,
-        models: Sequence[LocalModel],
-        nodes: Sequence[NodeFacts],
-        *,
-        now: str,
-        current: Mapping[str, Sequence[str | None]] | None = None,
-        usage: Mapping[str, Usage] | None = None,
-        ready: Mapping[str, Mapping[int, bool]] | None = None,
-        options: RenderOptions | None = None,
-        claims: ClaimChooser | None = None,
-        avoid: Mapping[str, frozenset[str]] | None = None,
-    ) -> DesiredState:
-        avoid = avoid or {}
-        # By value, for this pass: specs and nodes that read the same share
-        # their preparation and tunings (what a model keeps is kept per model).
-        self._evaluations, self._prepared_by_key = Evaluations(), {}
-        self._parts, self._applied, self._views = PodParts(), AppliedDigests(), {}
-        if not self._complete:  # the last call raised (a model listed twice): start over
-            self._listed = None
-        self._complete = False
-        again = self._sync(tuple(models), avoid)  # None: every model
-        the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
-        # The planner hands back the same plan only when no node's facts changed,
-        # and names the models a new plan may place or explain differently (the
-        # nodes of the others were not re-kept: their facts are the same too).
-        plan_same = the_plan is self._plan
-        touched = self.planner.touched if self._plan is not None else None
-        if not plan_same:
-            if touched is None:
-                again = None
-            elif again is not None:
-                again |= touched
-        self._plan = the_plan
-        if options != self._options or bool(claims) or self._claims:
-            again = None  # (claims: a function, asked again for every replica)
-        self._options, self._claims = options, claims is not None
-        if ready != self._ready:  # (None, or a mapping compared in C)
-            if again is not None:
-                if (ready is None) != (self._ready is None):
-                    again = None
-                else:
-                    old, new = self._ready or {}, ready or {}
-                    again |= {
-                        k for k in old.keys() | new.keys() if old.get(k, {}) != new.get(k, {})
-                    }
-            self._ready = None if ready is None else {k: dict(v) for k, v in ready.items()}
-        if now != self._now:
-            if again is not None:
-                again |= self._took_now
-            self._now = now
-        keys, results = self._keys, self._results
-        if again is None:
-            positions: Iterable[int] = range(len(keys))
-        else:
-            positions = sorted(bisect_left(keys, k) for k in again if k in self._model)
-        by_node: Mapping[str, NodeFacts] | None = None
-        for i in positions:
-            key = keys[i]
-            lm = self._model[key]
-            seen = None if ready is None else ready.get(key, {})
-            done = self._done.get(key)
-            if (
-                results[i] is not None
-                and (plan_same or (touched is not None and key not in touched))
-                and done is not None
-                and done.model is lm
-                and done.options == options
-                and done.ready == seen
-                and (done.now == now or not done.took_now)
-                and all(
-                    (claims(lm, r.replica, r.node) if claims else "") == r.claim
-                    for r in done.replicas
-                )
-            ):
-                continue
-            prep = self._now_prepared[key]
-            replicas: tuple[ReplicaPlan, ...] = ()
-            unplaced: tuple[Unplaced, ...] = ()
-            if not prep.problems:
-                if by_node is None:
-                    by_node = self.planner.nodes_by_name
-                replicas = tuple(
-                    ReplicaPlan(
-                        p.replica,
-                        p.node,
-                        self._tune(key, lm, prep, by_node[p.node], p.replica, p.cpu),
-                        p.reason,
-                        claims(lm, p.replica, p.node) if claims else "",
-                    )
-                    for p in the_plan.placements_for(key)
-                )
-                unplaced = the_plan.unplaced_for(key)
-            results[i] = self._result(key, lm, prep, replicas, unplaced, seen, options, now)
-            if self._done[key].took_now:
-                self._took_now.add(key)
-            else:
-                self._took_now.discard(key)
-        out = tuple(results)
-        assert None not in out
-        self._complete = True
-        return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
-
-    def _sync(
-        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
-    ) -> set[str] | None:
-        """Bring the sorted model list, preparations and demands up to this
-        list; the keys of the models that changed (None: all of them)."""
-        if listed == self._listed and avoid == self._avoid:
-            return set()
-        old_ids = self._by_id
-        new_ids = {id(lm): lm for lm in listed}
-        if self._listed is None or len(new_ids) != len(listed):
-            self._sync_all(listed, avoid)
-            return None
-        gone = {key for i, key in old_ids.items() if i not in new_ids}
-        came = [lm for i, lm in new_ids.items() if i not in old_ids]
-        changed: set[str] = set()
-        for lm in came:
-            key = lm.key
-            if (key in self._model and key not in gone) or key in changed:
-                self._sync_all(listed, avoid)  # listed twice: the planner says so
-                return None
-            changed.add(key)
-        arrived = {lm.key: lm for lm in came}
-        for key in gone - arrived.keys():  # removed
-            self._drop(key)
-        for key, lm in arrived.items():
-            old = self._model.get(key)
-            if old is not None:
-                del self._by_id[id(old)]
-            else:
-                i = bisect_left(self._keys, key)
-                self._keys.insert(i, key)
-                self._results.insert(i, None)
-            self._model[key] = lm
-            self._by_id[id(lm)] = key
-            self._now_prepared[key] = self._prepare(key, lm)
-        if avoid != self._avoid:
-            changed |= {
-                k for k in avoid.keys() | self._avoid.keys() if avoid.get(k) != self._avoid.get(k)
-            }
-        for key in changed:
-            self._set_demand(key, avoid.get(key, frozenset()))
-        self._listed, self._avoid = listed, dict(avoid)
-        return changed
-
-    def _sync_all(
-        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
-    ) -> None:
-        self._listed, self._avoid = listed, dict(avoid)
-        keyed = sorted(((lm.key, lm) for lm in listed), key=lambda kl: kl[0])
-        self._keys = [key for key, _ in keyed]
-        self._model = dict(keyed)
-        self._by_id = {id(lm): key for key, lm in keyed}
-        self._results = [None] * len(keyed)
-        self._now_prepared = {key: self._prepare(key, lm) for key, lm in keyed}
-        self._demand_keys, self._now_demands = [], []
-        for key, lm in keyed:
-            prep = self._now_prepared[key]
-            if not prep.problems:
-                self._demand_keys.append(key)
-                self._now_demands.append(
-                    self._demand(key, lm, prep, avoid.get(key, frozenset()))
-                )
-        keys = set(self._now_prepared)
-        for kept in (self._prepared, self._demands, self._done, self._tuned):
-            for gone in [k for k in kept if k not in keys]:
-                del kept[gone]
-        self._took_now &= keys
-
-    def _drop(self, key: str) -> None:
-        i = bisect_left(self._keys, key)
-        del self._keys[i], self._results[i]
-        lm = self._model.pop(key)
-        del self._by_id[id(lm)], self._now_prepared[key]
-        j = bisect_left(self._demand_keys, key)
-        if j < len(self._demand_keys) and self._demand_keys[j] == key:
-            del self._demand_keys[j], self._now_demands[j]
-        for kept in (self._prepared, self._demands, self._done, self._tuned):
-            kept.pop(key, None)
-        self._took_now.discard(key)
-
-    def _set_demand(self, key: str, avoid: frozenset[str]) -> None:
-        """The key's place in the demand list, after its model or avoided nodes changed."""
-        j = bisect_left(self._demand_keys, key)
-        there = j < len(self._demand_keys) and self._demand_keys[j] == key
-        lm = self._model.get(key)
-        prep = None if lm is None else self._now_prepared[key]
-        if prep is None or prep.problems:
-            if there:
-                del self._demand_keys[j], self._now_demands[j]
-            return
-        assert lm is not None
-        made = self._demand(key, lm, prep, avoid)
-        if there:
-            self._now_demands[j] = made
-        else:
-            self._demand_keys.insert(j, key)
-            self._now_demands.insert(j, made)
-
-    def _prepare(self, key: str, lm: LocalModel) -> Prepared:
-        memo = self._prepared.get(key)
-        if memo is not None and memo[0] is lm.spec:
-            return memo[1]
-        value = spec_key(lm.spec)
-        prep = self._prepared_by_key.get(value)
-        if prep is None:
-            prep = prepare(lm.spec, self._evaluations, value)
-            self._prepared_by_key[value] = prep
-        self._prepared[key] = (lm.spec, prep)
-        return prep
-
-    def _demand(
-        self, key: str, lm: LocalModel, prep: Prepared, avoid: frozenset[str]
-    ) -> ModelDemand:
-        # The same demand object while nothing changed: the planner's
-        # comparisons then stop at identity.
-        memo = self._demands.get(key)
-        if memo is not None and memo[0] is lm.spec and memo[1] == avoid:
-            return memo[2]
-        made = demand(lm, avoid, prep)
-        self._demands[key] = (lm.spec, avoid, made)
-        return made
-
-    def _tune(
-        self, key: str, lm: LocalModel, prep: Prepared, node: NodeFacts, replica: int, cpu: int
-    ) -> Tuning:
-        memo = self._tuned.get(key, {}).get(replica)
-        if (
-            memo is not None
-            and memo.spec is lm.spec
-            and memo.cpu == cpu
-            and (memo.node is node or memo.node == node)
-        ):
-            return memo.tuning
-        tuning = self._evaluations(lm.spec, node, cpu, prep.shape, prep.version, prep.key)
-        self._tuned.setdefault(key, {})[replica] = _Tuned(lm.spec, node, cpu, tuning)
-        return tuning
-
-    def _result(
-        self,
-        key: str,
-        lm: LocalModel,
-        prep: Prepared,
-        replicas: tuple[ReplicaPlan, ...],
-        unplaced: tuple[Unplaced, ...],
-        ready: Mapping[int, bool] | None,
-        options: RenderOptions | None,
-        now: str,
-    ) -> ModelResult:
-        memo = self._done.get(key)
-        kept: ModelResult | None = None  # of the same model, replicas and options
-        if (
-            memo is not None
-            and memo.model is lm
-            and memo.replicas == replicas
-            and memo.options == options
-        ):
-            if (
-                memo.unplaced == unplaced
-                and memo.ready == ready
-                and (memo.now == now or not memo.took_now)
-            ):
-                return memo.result
-            kept = memo.result
-        if kept is not None:
-            hashes, applied = kept.pod_hashes, kept.applied_hashes
-        elif prep.problems:
-            hashes, applied = {}, {}
-        else:
-            opts = options or RenderOptions()
-            hashes = {
-                r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key))
-                for r in replicas
-            }
-            applied = self._applied(lm, replicas, prep.key)
-        status = _status(lm, prep.problems, replicas, unplaced, ready, now, self._views)
-        result = ModelResult(
-            lm, prep.problems, replicas, unplaced, status, options, hashes, applied
+def _replicas(
+    lm: LocalModel,
+    prep: Prepared,
+    the_plan: Plan,
+    by_node: Mapping[str, NodeFacts],
+    claims: ClaimChooser | None,
+) -> tuple[ReplicaPlan, ...]:
+    """Each of the model's placed replicas, tuned by the rules for its node."""
+    if prep.problems:
+        return ()
+    return tuple(
+        ReplicaPlan(
+            p.replica,
+            p.node,
+            evaluate(lm.spec, by_node[p.node], p.cpu, prep.shape, prep.version),
+            p.reason,
+            claims(lm, p.replica, p.node) if claims else "",
         )
-        if kept is not None:
-            result.reusing(kept)
-        self._done[key] = _Done(
-            lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
-        )
-        return result
+        for p in the_plan.placements_for(lm.key)
+    )
+
+
+def _model_result(
+    lm: LocalModel,
+    prep: Prepared,
+    replicas: tuple[ReplicaPlan, ...],
+    unplaced: tuple[Unplaced, ...],
+    ready: Mapping[int, bool] | None,
+    options: RenderOptions | None,
+    now: str,
+) -> ModelResult:
+    """The model rendered (none for an invalid spec), with the digests of its
+    manifests, and its status."""
+    objects: tuple[Manifest, ...] = ()
+    hashes: dict[int, str] = {}
+    applied: dict[tuple[str, str], str] = {}
+    if not prep.problems:
+        objects = tuple(render_objects(lm, replicas, options))
+        hashes = {
+            int(o["metadata"]["labels"][LABEL_REPLICA]): manifest_hash(o["spec"])
+            for o in objects
+            if o["kind"] == "Pod"
+        }
+        applied = applied_hashes(lm, replicas)
+    status = model_status(lm, prep.problems, replicas, unplaced, ready, now)
+    result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes, applied)
+    vars(result)["objects"] = objects  # (rendered here: `objects` need not again)
+    return result

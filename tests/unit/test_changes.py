@@ -31,7 +31,8 @@ from localmodel.controller.observed import (
     observe,
     readiness,
 )
-from localmodel.desired import ModelResult, desired_state
+from localmodel.desired import ModelResult
+from localmodel.incremental import Desired
 from tests.builders import MakeLocalModel, MakeNode
 
 UID = "uid-qwen3"
@@ -70,8 +71,10 @@ def stored(manifest: Raw, *, node_name: str | None = None, ready: bool = True,
 
 
 def plan(snap: Snapshot) -> tuple[Observed, ModelResult]:
+    """The model's result as the operator works it out (a fresh `Desired`:
+    digests, and manifests only when read)."""
     obs = observe(snap)
-    state = desired_state(
+    state = Desired().state(
         obs.valid_models(), list(obs.nodes.values()), now=NOW,
         current=current_placements(obs), usage=obs.usage, ready=readiness(obs),
         claims=lambda lm, r, n: choose_claim(lm, r, n, obs),

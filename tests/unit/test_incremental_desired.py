@@ -1,6 +1,6 @@
-"""A long-lived `Desired` (the operator's: it keeps each model's prepared spec,
-tunings, rendered objects and status between passes, and a long-lived
-planner) returns exactly what a fresh `desired_state` returns, at every step of
+"""A long-lived `incremental.Desired` (the operator's: it keeps each model's
+prepared spec, tunings, rendered objects and status between passes, and a
+long-lived planner) returns exactly what the plain `desired_state` returns, at every step of
 random sequences of changes: models added, removed, edited and given a status,
 nodes relabelled, resized, given other CPU features, added and removed, pods
 becoming ready, the clock moving, the claim chosen, and avoided nodes."""
@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel.api import LocalModel
-from localmodel.desired import Desired, DesiredState, desired_state
+from localmodel.desired import DesiredState, desired_state
 from localmodel.facts import NodeFacts, Taint
+from localmodel.incremental import Desired
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel.facts import NodeFacts
-from localmodel.planner import ModelDemand, Plan, Planner, Usage, plan
+from localmodel.planner import CpuRequest, ModelDemand, Plan, Planner, Usage, plan
 from tests.builders import MakeNode
 from tests.unit.test_planner import (
     LABELS,
@@ -132,7 +132,7 @@ def random_demand(key: str, rnd: random.Random) -> ModelDemand:
     return ModelDemand(
         key=key,
         replicas=rnd.randrange(4),
-        cpu=rnd.choice([None, 1, 2, 3, 6]),
+        cpu=CpuRequest(rnd.choice([None, 1, 2, 3, 6])),
         memory_bytes=rnd.randrange(13) * G,
         exclusive=rnd.random() < 0.5,
         node_selector=dict(rnd.choice(SELECTORS)),
@@ -162,7 +162,9 @@ def walk(problem: Problem, rnd: random.Random, variant: str, where: str = "") ->
         assert full(kept) == full(fresh), f"{where}step {step}"
         if not any(d.avoid for d in models):  # the reference knows no avoided nodes
             placed, unplaced = reference(models, nodes, current, usage)
-            assert {(x.model, x.replica): (x.node, x.cpu) for x in kept.placements} == placed
+            assert {
+                (x.model, x.replica): (x.node, x.cpu.reserved) for x in kept.placements
+            } == placed
             assert {(u.model, u.replica) for u in kept.unplaced} == unplaced
         problem = change(problem, fresh, rnd)
 
@@ -200,7 +202,7 @@ def test_a_long_lived_planner_equals_a_fresh_plan_over_thousands_of_seeded_seque
 
 def test_an_unchanged_pass_reuses_the_last_plan_and_a_node_change_rekeeps_one_node() -> None:
     nodes = [MakeNode(f"n{i}").cpus(8).memory_gib(32).labels(pool="a").facts() for i in range(40)]
-    models = [ModelDemand(f"ns/m{i}", 1, 2, 4 * G) for i in range(30)]
+    models = [ModelDemand(f"ns/m{i}", 1, CpuRequest(2), 4 * G) for i in range(30)]
     planner = Planner()
     first = planner.plan(models, nodes, {}, {})
     current = first.as_current()

@@ -69,6 +69,10 @@ LAYERS = (
     Layer("facts",
           "what is known of nodes, this machine, pods and models (the catalog)",
           ("localmodel.facts.**", "localmodel.catalog")),
+    Layer("cpus",
+          "how many CPUs a replica asks for and gets (planner/cpus.py): the planner decides, "
+          "the rules read the decision",
+          ("localmodel.planner.cpus",)),
     Layer("rule shapes",
           "what a rule and its outcome are (rules/model.py): the engine adapters spell them",
           ("localmodel.rules.model",)),

@@ -1,21 +1,21 @@
 """What one pass shares by value between alike models and nodes gives exactly
 what computing every model on its own gives.
 
-A pass evaluates the rules once per distinct (spec as the rules read it, node
-facts as the rules read them, CPUs) (`rules.Evaluations`), prepares a spec once
-per such spec, and renders a pod's containers once per (spec, tuning, options)
-(`render.PodParts`), whose JSON text the pod's hash reuses
-(`render.pod_spec_hash`; both in render/digests.py). These tests hold each
-premise (what the keys leave out is never read) and the whole: `desired_state`
-equals a reference that computes every model with the plain functions and no
-memo, on worlds built so that many models and nodes are alike."""
+An incremental pass (`incremental.Desired`) evaluates the rules once per
+distinct (spec as the rules read it, node facts as the rules read them, CPUs)
+(`incremental.Evaluations`), prepares a spec once per such spec, and renders a
+pod's containers once per (spec, tuning, options) (`render.PodParts`), whose
+JSON text the pod's hash reuses (`render.pod_spec_hash`; both in
+render/digests.py). These tests hold each premise (what the keys leave out is
+never read) and the whole: a fresh `Desired` equals the plain `desired_state`,
+which computes every model with the plain functions and no memo, on worlds
+built so that many models and nodes are alike."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import random
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -24,16 +24,10 @@ from hypothesis import strategies as st
 
 from localmodel.api import LocalModel, parse_local_model
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
-from localmodel.desired import (
-    DesiredState,
-    ModelResult,
-    _status,
-    demand,
-    desired_state,
-    prepare,
-)
+from localmodel.desired import desired_state, prepare
 from localmodel.facts import FactSource, NodeFacts, Taint
-from localmodel.planner import Usage, plan
+from localmodel.incremental import Desired, Evaluations
+from localmodel.planner import Cpus, Usage, cpu_limit, replica_cpus
 from localmodel.render import (
     AppliedDigests,
     PodParts,
@@ -48,7 +42,7 @@ from localmodel.render import (
     volumes_text,
 )
 from localmodel.render import digests as render_digests
-from localmodel.rules import Evaluations, evaluate, node_key, spec_key
+from localmodel.rules import evaluate, node_key, spec_key
 from tests.builders import MakeLocalModel
 
 G = 1 << 30
@@ -97,6 +91,11 @@ def spec(rnd: random.Random) -> dict[str, Any]:
 def local_model(name: str, body: dict[str, Any], namespace: str = "ns") -> LocalModel:
     """A stored LocalModel (its uid from its name) with the spec `body`."""
     return MakeLocalModel(name).namespace(namespace).uid(f"u-{name}").spec(**body).obj()
+
+
+def cpus(n: NodeFacts, reserved: int) -> Cpus:
+    """A replica's CPUs with ``reserved`` taken on ``n``, as the planner decides them."""
+    return replica_cpus(cpu_limit(n), reserved)
 
 
 def random_node(name: str, rnd: random.Random) -> NodeFacts:
@@ -153,7 +152,9 @@ def test_what_the_rules_keys_leave_out_is_never_read(rnd: random.Random) -> None
     if pa.problems:
         return
     cpu = rnd.choice([1, 2, 5])
-    assert evaluate(a, n1, cpu, pa.shape, pa.version) == evaluate(b, n2, cpu, pb.shape, pb.version)
+    assert evaluate(a, n1, cpus(n1, cpu), pa.shape, pa.version) == evaluate(
+        b, n2, cpus(n2, cpu), pb.shape, pb.version
+    )
 
 
 @EXAMPLES
@@ -165,7 +166,8 @@ def test_a_pods_containers_read_neither_its_name_nor_its_node(rnd: random.Random
     prep = prepare(a.spec)
     if prep.problems:
         return
-    t = evaluate(a.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = random_node("n1", rnd)
+    t = evaluate(a.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     options = RenderOptions(operator_image=rnd.choice(["op:1", "op:2"]))
     ra, rb = ReplicaPlan(0, "n1", t, "x", ""), ReplicaPlan(3, "n9", t, "y", "claim-b")
     assert build_containers(a, ra, options) == build_containers(b, rb, options)
@@ -178,7 +180,8 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
     prep = prepare(lm.spec)
     if prep.problems:
         return
-    t = evaluate(lm.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = random_node("n1", rnd)
+    t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
     # (With a pass's PodParts: the digest put together from known texts.)
     for o in render_objects(lm, replicas, RenderOptions(), PodParts()):
@@ -204,67 +207,16 @@ def test_evaluations_give_one_tuning_per_distinct_input() -> None:
     n1 = random_node("n1", rnd)
     same_shape = dataclasses.replace(n1, name="n2", labels={})
     other = dataclasses.replace(n1, cgroup_cpu_quota=0.5)
-    t1 = memo(lm.spec, n1, 2, prep.shape, prep.version)
-    assert memo(lm.spec, same_shape, 2, prep.shape, prep.version) is t1
-    assert memo(lm.spec, other, 2, prep.shape, prep.version) is not t1
-    assert memo(lm.spec, n1, 1, prep.shape, prep.version) is not t1
-    assert memo(lm.spec, other, 2, prep.shape, prep.version) == evaluate(
-        lm.spec, other, 2, prep.shape, prep.version
+    t1 = memo(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
+    assert memo(lm.spec, same_shape, cpus(same_shape, 2), prep.shape, prep.version) is t1
+    assert memo(lm.spec, other, cpus(other, 2), prep.shape, prep.version) is not t1
+    assert memo(lm.spec, n1, cpus(n1, 1), prep.shape, prep.version) is not t1
+    assert memo(lm.spec, other, cpus(other, 2), prep.shape, prep.version) == evaluate(
+        lm.spec, other, cpus(other, 2), prep.shape, prep.version
     )
 
 
-# ---- the whole pass against a reference without any memo ---------------------
-
-
-def reference(
-    models: Sequence[LocalModel],
-    nodes: Sequence[NodeFacts],
-    *,
-    now: str,
-    current: Mapping[str, Sequence[str | None]],
-    usage: Mapping[str, Usage],
-    ready: Mapping[str, Mapping[int, bool]],
-    options: RenderOptions,
-) -> DesiredState:
-    """Every model on its own: its own preparation, one `evaluate` per replica,
-    its own rendering, its own status."""
-    keyed = sorted(models, key=lambda lm: lm.key)
-    preps = {lm.key: prepare(lm.spec) for lm in keyed}
-    the_plan = plan(
-        [demand(lm, frozenset(), preps[lm.key]) for lm in keyed if not preps[lm.key].problems],
-        nodes,
-        current,
-        usage,
-    )
-    by_node = {n.name: n for n in nodes}
-    results = []
-    for lm in keyed:
-        prep = preps[lm.key]
-        replicas: tuple[ReplicaPlan, ...] = ()
-        unplaced = the_plan.unplaced_for(lm.key) if not prep.problems else ()
-        if not prep.problems:
-            replicas = tuple(
-                ReplicaPlan(
-                    p.replica,
-                    p.node,
-                    evaluate(lm.spec, by_node[p.node], p.cpu, prep.shape, prep.version),
-                    p.reason,
-                )
-                for p in the_plan.placements_for(lm.key)
-            )
-        objects = tuple(render_objects(lm, replicas, options)) if not prep.problems else ()
-        status = _status(lm, prep.problems, replicas, unplaced, ready.get(lm.key, {}), now)
-        # Each pod's digest as its rendered manifest carries it (`manifest_hash`).
-        hashes = {int(o["metadata"]["labels"][LABEL_REPLICA]):
-                  o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
-                  for o in objects if o["kind"] == "Pod"}
-        applied = {(o["kind"], o["metadata"]["name"]): manifest_hash(o)
-                   for o in objects if o["kind"] in ("ConfigMap", "Service")}
-        made = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes,
-                           applied)
-        vars(made)["objects"] = objects  # (made here, not by `objects`)
-        results.append(made)
-    return DesiredState(tuple(results), the_plan)
+# ---- the whole pass: the incremental layer against the plain path ------------
 
 
 @EXAMPLES
@@ -285,7 +237,7 @@ def test_a_pass_sharing_work_between_alike_models_equals_each_model_on_its_own(
     args: dict[str, Any] = dict(
         now="2026-01-01T00:00:00Z", current=current, usage=usage, ready=ready, options=options
     )
-    got, want = desired_state(models, nodes, **args), reference(models, nodes, **args)
+    got, want = Desired().state(models, nodes, **args), desired_state(models, nodes, **args)
     assert got.plan == want.plan
     for g, w in zip(got.models, want.models, strict=True):
         assert g == w, g.model.key
@@ -312,7 +264,8 @@ def test_applied_digests_from_a_shared_template_are_the_manifest_hashes(
     prep = prepare(first.spec)
     if prep.problems:
         return
-    t = evaluate(first.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = random_node("n1", rnd)
+    t = evaluate(first.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", "") for r in range(rnd.randrange(3))]
     other = _with_metadata(
         local_model(rnd.choice(["b", "b-2", "zz"]), body, rnd.choice(["ns", "other"])),
@@ -331,7 +284,8 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     rnd = random.Random(3)
     lm, wrong = local_model("a", BASES[0]), local_model("zz", BASES[2])
     prep = prepare(lm.spec)
-    t = evaluate(lm.spec, random_node("n1", rnd), 2, prep.shape, prep.version)
+    n1 = random_node("n1", rnd)
+    t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
     made_from = render_digests._applied_templates
     monkeypatch.setattr(render_digests, "_applied_templates", lambda _, rs: made_from(wrong, rs))

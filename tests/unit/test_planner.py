@@ -17,6 +17,8 @@ from localmodel.api import Toleration
 from localmodel.facts import NodeFacts, Taint
 from localmodel.planner import (
     Assignment,
+    CpuRequest,
+    Cpus,
     ModelDemand,
     Plan,
     PlannerSettings,
@@ -65,7 +67,7 @@ def demand(
     return ModelDemand(
         key=key,
         replicas=replicas,
-        cpu=cpu,
+        cpu=CpuRequest(cpu),
         memory_bytes=int(mem_gib * G),
         exclusive=exclusive,
         node_selector=dict(selector or {}),
@@ -148,14 +150,14 @@ def test_best_fit_ties_break_on_least_free_memory_then_name() -> None:
 def test_cpu_node_takes_every_free_whole_cpu_of_the_largest_node() -> None:
     nodes = [node("n1", cpus=8), node("n2", cpus=16.9)]
     p = plan([demand("ai/a", cpu=None)], nodes, usage={"n2": Usage(cpu_milli=500)})
-    assert p.placements == (Assignment("ai/a", 0, "n2", 16, 4 * G),)
+    assert p.placements == (Assignment("ai/a", 0, "n2", Cpus(16, 16), 4 * G),)
 
 
 def test_cpu_node_gets_what_fixed_demands_leave_whatever_the_keys() -> None:
     # "a" sorts first, but a cpu: node demand is placed after fixed ones.
     models = [demand("ai/a", cpu=None, exclusive=False), demand("ai/b", cpu=3, exclusive=False)]
     p = plan(models, [node("n1", cpus=8)])
-    assert {x.model: x.cpu for x in p.placements} == {"ai/a": 5, "ai/b": 3}
+    assert {x.model: x.cpu.count for x in p.placements} == {"ai/a": 5, "ai/b": 3}
     assert plan(models, [node("n1", cpus=8)], current=p.as_current()) == p
 
 
@@ -163,7 +165,7 @@ def test_cpu_node_with_a_narrow_selector_also_takes_the_largest_node() -> None:
     # Few matching nodes: searched one by one rather than through the index.
     nodes = [node(f"n{c}", cpus=c, labels={"pool": "p"}) for c in (4, 16, 8)] + [node("x", cpus=64)]
     p = plan([demand("ai/a", cpu=None, selector={"pool": "p"})], nodes)
-    assert p.placements == (Assignment("ai/a", 0, "n16", 16, 4 * G),)
+    assert p.placements == (Assignment("ai/a", 0, "n16", Cpus(16, 16), 4 * G),)
 
 
 def test_cpu_node_needs_at_least_one_whole_cpu() -> None:
@@ -201,11 +203,11 @@ def test_usage_for_an_unknown_node_is_ignored() -> None:
 
 def test_sidecar_overhead_must_fit_too_but_is_not_in_the_cpu_count() -> None:
     exact = [node("n1", cpus=4)]
-    assert plan([demand("ai/a", cpu=4)], exact).placements[0].cpu == 4
+    assert plan([demand("ai/a", cpu=4)], exact).placements[0].cpu == Cpus(4, 4)
     u = only_unplaced(plan([demand("ai/a", cpu=4, overhead=100)], exact))
     assert "need 4 whole after 100m for sidecars" in u.rejections["n1"]
     p = plan([demand("ai/a", cpu=None, overhead=100)], [node("n1", cpus=8)])
-    assert p.placements[0].cpu == 7  # 8000m - 100m leaves 7 whole CPUs
+    assert p.placements[0].cpu == Cpus(7, 7)  # 8000m - 100m leaves 7 whole CPUs
 
 
 def test_shared_node_is_never_over_committed() -> None:
@@ -420,10 +422,14 @@ def test_large_cluster_summary_counts_a_models_own_nodes_once() -> None:
 
 
 def test_demand_validation() -> None:
-    for bad in ({"replicas": -1}, {"cpu": 0}, {"memory_bytes": -1}, {"overhead_cpu_milli": -1}):
-        args: dict[str, object] = {"key": "ai/a", "replicas": 1, "cpu": 1, "memory_bytes": 0}
+    for bad in ({"replicas": -1}, {"memory_bytes": -1}, {"overhead_cpu_milli": -1}):
+        args: dict[str, object] = {
+            "key": "ai/a", "replicas": 1, "cpu": CpuRequest(1), "memory_bytes": 0
+        }
         with pytest.raises(ValueError):
             ModelDemand(**{**args, **bad})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cpu must be a positive integer or 'node'"):
+        CpuRequest(0)
 
 
 def test_duplicate_models_or_nodes_are_refused() -> None:
@@ -443,8 +449,8 @@ def test_plan_lookups() -> None:
 
 
 def test_reasons_are_not_part_of_plan_equality() -> None:
-    a = Assignment("ai/a", 0, "n1", 2, G, reason="chosen: ...")
-    assert a == Assignment("ai/a", 0, "n1", 2, G, reason="kept: ...")
+    a = Assignment("ai/a", 0, "n1", Cpus(2, 2), G, reason="chosen: ...")
+    assert a == Assignment("ai/a", 0, "n1", Cpus(2, 2), G, reason="kept: ...")
 
 
 # ----------------------------------------------------------- the sorted index
@@ -520,7 +526,7 @@ def problems(
         ModelDemand(
             key=f"ns/m{i}",
             replicas=draw(st.integers(0, 3)),
-            cpu=draw(st.none() | st.integers(1, 6)),
+            cpu=CpuRequest(draw(st.none() | st.integers(1, 6))),
             memory_bytes=draw(st.integers(0, 12)) * G,
             exclusive=draw(st.booleans()),
             node_selector=draw(st.sampled_from(SELECTORS)),
@@ -584,20 +590,20 @@ def reference(
         here = holders[n.name]
         if d in here or any(h.exclusive for h in here) or (d.exclusive and here):
             return False
-        return (cpu[n.name] - d.overhead_cpu_milli) // 1000 >= (d.cpu or 1) and mem[
+        return (cpu[n.name] - d.overhead_cpu_milli) // 1000 >= (d.cpu.count or 1) and mem[
             n.name
         ] >= d.memory_bytes
 
     placed: dict[tuple[str, int], tuple[str, int]] = {}
 
     def put(n: NodeFacts, d: ModelDemand, r: int) -> None:
-        take = d.cpu if d.cpu is not None else (cpu[n.name] - d.overhead_cpu_milli) // 1000
+        take = d.cpu.count or (cpu[n.name] - d.overhead_cpu_milli) // 1000
         cpu[n.name] -= take * 1000 + d.overhead_cpu_milli
         mem[n.name] -= d.memory_bytes
         holders[n.name].append(d)
         placed[(d.key, r)] = (n.name, take)
 
-    order = sorted(models, key=lambda d: (d.cpu is None, d.key))
+    order = sorted(models, key=lambda d: (d.cpu.count is None, d.key))
     pending = []
     for d in order:
         was = list(current.get(d.key, ()))
@@ -620,7 +626,7 @@ def reference(
                 1 for t in n.taints if t.effect == "PreferNoSchedule" and not tolerated(t, d)
             )
             free = (cpu[n.name] - d.overhead_cpu_milli) // 1000
-            return (penalty, free if d.cpu is not None else -free, mem[n.name], n.name)
+            return (penalty, free if d.cpu.count is not None else -free, mem[n.name], n.name)
 
         put(min(fitting, key=score), d, r)
     return placed, unplaced
@@ -633,7 +639,7 @@ def test_plan_matches_the_brute_force_reference(variant: str, problem: Problem) 
     models, nodes, current, usage = problem
     p = plan(models, nodes, current, usage, settings=VARIANTS[variant])
     placed, unplaced = reference(models, nodes, current, usage)
-    assert {(x.model, x.replica): (x.node, x.cpu) for x in p.placements} == placed
+    assert {(x.model, x.replica): (x.node, x.cpu.reserved) for x in p.placements} == placed
     assert {(u.model, u.replica) for u in p.unplaced} == unplaced
 
 
@@ -658,10 +664,10 @@ def test_cpu_and_memory_are_never_over_committed(problem: Problem) -> None:
     cpu: Counter[str] = Counter()
     mem: Counter[str] = Counter()
     for x in plan(models, nodes, current, usage).placements:
-        assert x.cpu >= 1 and x.memory_bytes == demand[x.model].memory_bytes
-        if demand[x.model].cpu is not None:
-            assert x.cpu == demand[x.model].cpu
-        cpu[x.node] += x.cpu * 1000 + demand[x.model].overhead_cpu_milli
+        assert x.cpu.reserved >= 1 and x.memory_bytes == demand[x.model].memory_bytes
+        if demand[x.model].cpu.count is not None:
+            assert x.cpu.reserved == demand[x.model].cpu.count
+        cpu[x.node] += x.cpu.reserved * 1000 + demand[x.model].overhead_cpu_milli
         mem[x.node] += x.memory_bytes
     for n in nodes:
         used = usage.get(n.name, Usage())
@@ -720,7 +726,9 @@ def test_input_order_does_not_matter(problem: Problem, rnd: random.Random) -> No
 def test_a_new_model_never_moves_existing_placements(problem: Problem) -> None:
     models, nodes, current, usage = problem
     p = plan(models, nodes, current, usage)
-    newcomer = ModelDemand("aaa/new", replicas=2, cpu=1, memory_bytes=G, exclusive=False)
+    newcomer = ModelDemand(
+        "aaa/new", replicas=2, cpu=CpuRequest(1), memory_bytes=G, exclusive=False
+    )
     after = plan([*models, newcomer], nodes, p.as_current(), usage)
     assert set(p.placements) <= set(after.placements)
 
@@ -803,11 +811,11 @@ def test_avoided_nodes_are_rejected_kept_placements_move_and_the_reason_says_why
         first = plan([demand("ai/m", cpu=4)], nodes)
         [a] = first.placements
         assert a.node == "n00"  # best fit: the smallest node that fits
-        again = plan([ModelDemand("ai/m", 1, 4, G, avoid=frozenset({"n00"}))], nodes,
+        again = plan([ModelDemand("ai/m", 1, CpuRequest(4), G, avoid=frozenset({"n00"}))], nodes,
                      current=first.as_current())
         [b] = again.placements
         assert b.node == "n01"
-        nowhere = plan([ModelDemand("ai/m", 1, 4, G,
+        nowhere = plan([ModelDemand("ai/m", 1, CpuRequest(4), G,
                                     avoid=frozenset(n.name for n in nodes))], nodes)
         [u] = nowhere.unplaced
         assert "Unschedulable" in u.message, u.message

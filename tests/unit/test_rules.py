@@ -11,6 +11,7 @@ from localmodel.catalog import CATALOG, lookup, normalize
 from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import NodeFacts
+from localmodel.planner import cpu_limit, replica_cpus
 from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
 from localmodel.rules.model import VersionRange, image_version, parse_version
 from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
@@ -337,7 +338,8 @@ def test_catalog_aliases_and_lookup() -> None:
 
 def test_evaluate_is_pure() -> None:
     s, n = spec(kvCache="q8_0"), AMX_NODE
-    assert evaluate(s, n, 4, lookup(s.model), None) == evaluate(s, n, 4, lookup(s.model), None)
+    cpus, shape = replica_cpus(cpu_limit(n), 4), lookup(s.model)
+    assert evaluate(s, n, cpus, shape, None) == evaluate(s, n, cpus, shape, None)
 
 
 @pytest.mark.parametrize(

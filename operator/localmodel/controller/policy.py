@@ -48,9 +48,10 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import Desired, ModelResult
+from localmodel.desired import ModelResult
 from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
+from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy

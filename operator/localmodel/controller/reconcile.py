@@ -62,8 +62,8 @@ from localmodel.controller.policy import (
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
-from localmodel.desired import Desired
 from localmodel.events import EventSpec, status_events
+from localmodel.incremental import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import status_body, status_changed

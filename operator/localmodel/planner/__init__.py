@@ -5,10 +5,14 @@ no Kubernetes client; the same inputs, in any order, give the same plan.
 
 Rules
 -----
-* A replica needs ``cpu`` whole CPUs (``cpu=None`` means "node": every free
+* A replica needs ``cpu`` whole CPUs (a `CpuRequest`; "node": every free
   whole CPU of the chosen node, at least one) and ``memory_bytes``. Both must fit
   the node's allocatable resources minus ``usage`` (other pods' requests) minus
   what this plan already put there. Nothing is ever over-committed.
+* The planner decides each replica's CPUs (`Cpus`, where it takes its node):
+  the whole CPUs it reserves, and the engine's count (threads and CPU limit),
+  that lowered to what a process there may run on (allocatable CPUs, cpuset,
+  CPU quota). The rules read that count; they never decide it.
 * An exclusive model never shares a node with any other of our models; a
   non-exclusive one may share with other non-exclusive ones. Replicas of one
   model are always on different nodes.
@@ -64,10 +68,13 @@ Modules
 -------
 ``model``: inputs, outputs and ``PlannerSettings``; ``fit``: the sorted fit
 lists and their two queries; ``index``: the node index, eligibility and the one
-definition of "fits"; ``place``: keep, then place; ``explain``: why a replica
-fits nowhere; ``text``: how quantities are worded.
+definition of "fits"; ``place``: keep, then place (``Planner``, the same pass
+kept between calls); ``assign``: the best node for one replica, taking it;
+``explain``: why a replica fits nowhere, over a ``census`` in large clusters;
+``text``: how quantities are worded.
 """
 
+from localmodel.planner.cpus import CpuRequest, Cpus, cpu_limit, replica_cpus
 from localmodel.planner.index import tolerates
 from localmodel.planner.model import (
     DEFAULT_SETTINGS,
@@ -84,6 +91,8 @@ from localmodel.planner.place import Planner, plan
 __all__ = [
     "DEFAULT_SETTINGS",
     "Assignment",
+    "CpuRequest",
+    "Cpus",
     "ModelDemand",
     "Plan",
     "Planner",
@@ -91,6 +100,8 @@ __all__ = [
     "Unplaced",
     "UnplacedReason",
     "Usage",
+    "cpu_limit",
     "plan",
+    "replica_cpus",
     "tolerates",
 ]

@@ -18,6 +18,7 @@ from operator import attrgetter, itemgetter
 
 from localmodel.api import Toleration, TolerationOperator
 from localmodel.facts import NodeFacts, Taint
+from localmodel.planner.cpus import CpuLimit, cpu_limit
 from localmodel.planner.fit import MIN, ByOccupancy, Entry, SortedEntries
 from localmodel.planner.model import ModelDemand, PlannerSettings, Usage
 from localmodel.planner.text import gib, need_cpu_text, taint_text
@@ -113,6 +114,7 @@ class Node:
     schedulable: bool
     free_cpu_milli: int
     free_memory: int
+    cpu_limit: CpuLimit  # what a process there may run on (`cpus.cpu_limit`)
     occupants: dict[str, int] = field(default_factory=dict)  # model -> replica
     exclusive_holder: str | None = None
     classes: list[TaintClass] = field(default_factory=list)  # one per view it is in
@@ -168,6 +170,7 @@ class NodeIndex:
                 schedulable=f.schedulable,
                 free_cpu_milli=f.allocatable_cpu_milli - used.cpu_milli,
                 free_memory=f.allocatable_memory_bytes - used.memory_bytes,
+                cpu_limit=cpu_limit(f),
             )
         self.schedulable = [node for node in self.nodes.values() if node.schedulable]
         self.unschedulable = [name for name, node in self.nodes.items() if not node.schedulable]
@@ -286,6 +289,7 @@ class NodeIndex:
             self._relabel(node, facts.labels, taints)
         node.free_cpu_milli = facts.allocatable_cpu_milli - used.cpu_milli
         node.free_memory = facts.allocatable_memory_bytes - used.memory_bytes
+        node.cpu_limit = cpu_limit(facts)
         node.occupants.clear()
         node.exclusive_holder = None
 
@@ -416,7 +420,7 @@ def dynamic_rejection(node: Node, d: ModelDemand) -> Rejected | None:
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         return SHARED, f"runs {', '.join(names[:3])}{more}; this model is exclusive"
     free = node.free_cpus(d.overhead_cpu_milli)
-    if free < (d.cpu or 1):
+    if free < d.cpu.least:
         return CPU, f"too few free CPUs (need {need_cpu_text(d)}, free {max(free, 0)})"
     if node.free_memory < d.memory_bytes:
         return MEMORY, (

@@ -11,6 +11,7 @@ from operator import attrgetter
 from typing import TypeVar
 
 from localmodel.api import Toleration
+from localmodel.planner.cpus import CpuRequest, Cpus
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,11 @@ DEFAULT_SETTINGS = PlannerSettings()
 
 @dataclass(frozen=True)
 class ModelDemand:
-    """What one model asks for, per replica.
-
-    ``cpu`` is a whole number of CPUs, or None for "node": all free whole
-    allocatable CPUs of the chosen node (at least one).
-    """
+    """What one model asks for, per replica."""
 
     key: str  # "namespace/name"
     replicas: int
-    cpu: int | None
+    cpu: CpuRequest
     memory_bytes: int
     exclusive: bool = True
     node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -70,8 +67,6 @@ class ModelDemand:
     def __post_init__(self) -> None:
         if self.replicas < 0:
             raise ValueError(f"{self.key}: replicas must be >= 0, not {self.replicas}")
-        if self.cpu is not None and self.cpu < 1:
-            raise ValueError(f"{self.key}: cpu must be a positive integer or None, not {self.cpu}")
         if self.memory_bytes < 0:
             raise ValueError(f"{self.key}: memory_bytes must be >= 0, not {self.memory_bytes}")
         if self.overhead_cpu_milli < 0:
@@ -95,7 +90,7 @@ class Assignment:
     model: str
     replica: int
     node: str
-    cpu: int  # whole CPUs for the engine (overhead not included)
+    cpu: Cpus  # for the engine (overhead not included)
     memory_bytes: int
     reason: str = field(default="", compare=False)
 

@@ -10,9 +10,9 @@ from operator import attrgetter, is_not
 from typing import Any
 
 from localmodel.facts import NodeFacts
+from localmodel.planner.assign import Pending, Undo, place_each, take
 from localmodel.planner.explain import Explainer
-from localmodel.planner.fit import first_fit, largest_fit
-from localmodel.planner.index import Node, NodeIndex, dynamic_rejection
+from localmodel.planner.index import Node, NodeIndex
 from localmodel.planner.model import (
     DEFAULT_SETTINGS,
     Assignment,
@@ -39,13 +39,12 @@ def plan(
 
 def _order(d: ModelDemand) -> tuple[bool, str]:
     # Fixed CPU counts first: a cpu: node demand takes what is left on its node.
-    return d.cpu is None, d.key
+    return d.cpu.whole_node, d.key
 
 
 _NO_USAGE = Usage()
 _BY_MODEL = attrgetter("model", "replica")
 Claim = tuple[ModelDemand, int]  # a replica's current placement on a node
-Pending = tuple[ModelDemand, int, str]  # (model, replica, why it moves)
 
 
 # A node with no replicas on it, as most are in a cold pass: one shared empty
@@ -66,15 +65,6 @@ class _NodeMemo:
     claims: list[Claim]
     kept: list[Assignment]
     moved: dict[tuple[str, int], str]  # (model, replica) -> why it cannot stay
-
-
-@dataclass(slots=True)
-class _Undo:
-    node: Node
-    free_cpu_milli: int
-    free_memory: int
-    occupants: dict[str, int]
-    exclusive_holder: str | None
 
 
 class Planner:
@@ -134,7 +124,7 @@ class Planner:
         self._kept_dirty: set[tuple[str, int]] = set()
         # The last call's placements to undo (and the nodes whose census counts
         # to redo), done at the start of the next call: `_restore`.
-        self._undo: tuple[list[_Undo], list[Node]] = ([], [])
+        self._undo: tuple[list[Undo], list[Node]] = ([], [])
 
     @property
     def nodes_by_name(self) -> Mapping[str, NodeFacts]:
@@ -152,157 +142,190 @@ class Planner:
         # What is the same as last time is found by comparisons that stop at
         # identity (the operator passes the same objects while nothing changed),
         # so an unchanged pass costs a few comparisons, not a loop over the cluster.
-        given = tuple(models)
-        demands_same = given == self._given
-        if demands_same:
-            order = self._order
-        else:
-            order = sorted(models, key=_order)
-            if len({d.key for d in order}) != len(order):
-                raise ValueError("model keys must be unique")
-            self._given, self._order = given, order
-            self._selectors = {d.selector for d in order}
-            self._overheads = tuple(sorted({d.overhead_cpu_milli for d in order}))
-            self._rank = {d.key: i for i, d in enumerate(order)}
+        demands_same = self._take_demands(tuple(models))
         listed = tuple(nodes)
         nodes_same = listed == self._listed
-        refaced: set[str] | None = set()  # nodes whose facts object changed (None: unknown)
-        if nodes_same:
-            by_name = self._by_name
-        else:
-            refaced = self._refaced(listed)
-            if refaced is not None:  # the same nodes in the same order, a few new facts
-                by_name = self._by_name
-                cordoned = set(self._cordoned)
-                for one in refaced:
-                    f = by_name[one] = listed[self._position[one]]
-                    (cordoned.add if not f.schedulable else cordoned.discard)(one)
-                self._cordoned = frozenset(cordoned)
-                self._listed = listed
-            else:
-                by_name = {f.name: f for f in nodes}
-                if len(by_name) != len(nodes):
-                    seen: set[str] = set()
-                    for f in nodes:
-                        if f.name in seen:
-                            raise ValueError(f"node {f.name} is listed twice")
-                        seen.add(f.name)
-                self._listed, self._by_name = listed, by_name
-                self._position = {f.name: i for i, f in enumerate(listed)}
-                self._cordoned = frozenset(
-                    name for name, f in by_name.items() if not f.schedulable
-                )
-        # (A mapping of tuples, as `Plan.as_current` gives, compares in C.)
-        if current == self._current:
-            placed_now = self._current
-        else:
-            placed_now = {key: tuple(was) for key, was in current.items()}
-        current_same = demands_same and placed_now == self._current
-        old_usage = self._usage
-        usage_same = usage == old_usage
-        self._current, self._usage = placed_now, dict(usage)
-        selectors = self._selectors
-        shape = (frozenset(selectors), self._overheads, self._cordoned)
+        refaced = set() if nodes_same else self._take_nodes(listed)
+        by_name = self._by_name
+        current_same = self._take_current(current) and demands_same
+        old_usage, usage_same = self._usage, usage == self._usage
+        self._usage = dict(usage)
+        shape = (frozenset(self._selectors), self._overheads, self._cordoned)
         index = self._index
-        rebuild = (
-            index is None
-            or shape != self._shape
-            or (not nodes_same and by_name.keys() != index.nodes.keys())
-        )
+        rebuild = index is None or shape != self._shape
+        if not (rebuild or nodes_same):
+            assert index is not None  # (the same nodes, or a rebuild)
+            rebuild = by_name.keys() != index.nodes.keys()
         if not rebuild and nodes_same and current_same and usage_same and self._last:
             self.nodes_rekept, self.touched = 0, frozenset()
             return self._last[1]
-
-        if current_same and not rebuild:  # (rebuilt: nodes may have gone)
-            claims = self._claims
-        else:
-            claims = {}
-            for d in order:
-                was = current.get(d.key, ())
-                for r in range(min(d.replicas, len(was))):
-                    name = was[r]
-                    if name is not None and name in by_name:
-                        claims.setdefault(name, []).append((d, r))
-
+        # (Rebuilt: nodes may have gone.)
+        kept_claims = current_same and not rebuild
+        claims = self._claims if kept_claims else _claims(self._order, current, by_name)
         changed: list[Node] = []
         relabelled: set[str] = set()
         touched: set[str] = set()
         if not rebuild:
             assert index is not None
-            # Only these can differ: nodes whose facts object changed, whose
-            # usage changed, or whose current replicas changed.
-            suspects: set[str] = set()
-            if not nodes_same:
-                if refaced is not None:
-                    suspects.update(refaced)
-                else:
-                    memo_of = self._memo
-                    suspects.update(
-                        name for name, f in by_name.items() if memo_of[name].facts is not f
-                    )
-            if not usage_same:
-                suspects.update(
-                    name
-                    for name in old_usage.keys() | usage.keys()
-                    if name in by_name and old_usage.get(name) != usage.get(name)
-                )
-            if claims is not self._claims:
-                old = self._claims
-                suspects.update(
-                    name for name in old.keys() | claims.keys() if old.get(name) != claims.get(name)
-                )
-            for name in sorted(suspects):
-                f = by_name[name]
-                memo = self._memo[name]
-                used = usage.get(name, _NO_USAGE)
-                here = claims.get(name, [])
-                if (
-                    (memo.facts is f or memo.facts == f)
-                    and (memo.used is used or memo.used == used)
-                    and memo.claims == here
-                ):
-                    continue
-                node = index.nodes[name]
-                if f.labels != node.labels:
-                    relabelled.add(name)
-                index.unindex(node)
-                index.reset(node, f, used)
-                touched.update(a.model for a in memo.kept)
-                touched.update(model for model, _ in memo.moved)
-                touched.update(d.key for d, _ in here)
-                self._keep(node, f, used, here)
-                changed.append(node)
-            rebuild = bool(relabelled) and not index.views_hold(selectors)
+            suspects = self._suspects(refaced, old_usage, usage, claims)
+            changed, relabelled = self._rekeep(suspects, usage, claims, touched)
+            rebuild = bool(relabelled) and not index.views_hold(self._selectors)
         self._claims = claims
         if rebuild:
-            self._rebuild(order, by_name, usage, claims)
+            self._rebuild(self._order, by_name, usage, claims)
             self._shape = shape
         self.nodes_rekept = len(by_name) if rebuild else len(changed)
         self.touched = None if rebuild or self._last is None else frozenset(touched)
-        index = self._index
         explainer = self._explainer
-        assert index is not None and explainer is not None
+        assert self._index is not None and explainer is not None
         for node in changed:
             explainer.update(node, node.name in relabelled)
-
         if current_same and not rebuild and not changed and self._last is not None:
             return self._last[1]  # the same replicas on the same kept state
-        # In the planner's order: replicas without a node, on a node that is
-        # gone, or on a node that keeping moved them off. The first two depend
-        # only on the demands, `current` and the node names, so they are
-        # listed again only when one of those changed (a rebuild, or not
-        # current_same); the moved ones come from the nodes whose memo moves any.
-        pending: list[Pending] = []
-        if rebuild or not current_same or self._unheld is None:
+        pending = self._pending(current, rebuild or not current_same)
+        if not rebuild and not changed and self._last is not None and self._last[0] == pending:
+            return self._last[1]
+        if not rebuild and self._last is not None:  # every replica placed afresh may move
+            touched |= {d.key for d, _, _ in (*pending, *self._last[0])}
+            self.touched = frozenset(touched)
+        result = self._place_pending(self._index, explainer, pending)
+        self._last = (pending, result)
+        return result
+
+    def _take_demands(self, given: tuple[ModelDemand, ...]) -> bool:
+        """Take this call's demands, in the planner's order; whether they are
+        the last call's."""
+        if given == self._given:
+            return True
+        order = sorted(given, key=_order)
+        if len({d.key for d in order}) != len(order):
+            raise ValueError("model keys must be unique")
+        self._given, self._order = given, order
+        self._selectors = {d.selector for d in order}
+        self._overheads = tuple(sorted({d.overhead_cpu_milli for d in order}))
+        self._rank = {d.key: i for i, d in enumerate(order)}
+        return False
+
+    def _take_current(self, current: Mapping[str, Sequence[str | None]]) -> bool:
+        """Take this call's current placements; whether they are the last call's."""
+        # (A mapping of tuples, as `Plan.as_current` gives, compares in C.)
+        if current == self._current:
+            return True
+        placed_now = {key: tuple(was) for key, was in current.items()}
+        same = placed_now == self._current
+        self._current = placed_now
+        return same
+
+    def _take_nodes(self, listed: tuple[NodeFacts, ...]) -> set[str] | None:
+        """Take this call's nodes (a list other than the last); the names of
+        the nodes whose facts object changed (None: unknown, many changed)."""
+        refaced = self._refaced(listed)
+        if refaced is not None:  # the same nodes in the same order, a few new facts
+            by_name = self._by_name
+            cordoned = set(self._cordoned)
+            for one in refaced:
+                f = by_name[one] = listed[self._position[one]]
+                (cordoned.add if not f.schedulable else cordoned.discard)(one)
+            self._cordoned = frozenset(cordoned)
+            self._listed = listed
+            return refaced
+        by_name = {f.name: f for f in listed}
+        if len(by_name) != len(listed):
+            seen: set[str] = set()
+            for f in listed:
+                if f.name in seen:
+                    raise ValueError(f"node {f.name} is listed twice")
+                seen.add(f.name)
+        self._listed, self._by_name = listed, by_name
+        self._position = {f.name: i for i, f in enumerate(listed)}
+        self._cordoned = frozenset(name for name, f in by_name.items() if not f.schedulable)
+        return None
+
+    def _suspects(
+        self,
+        refaced: set[str] | None,
+        old_usage: Mapping[str, Usage],
+        usage: Mapping[str, Usage],
+        claims: dict[str, list[Claim]],
+    ) -> set[str]:
+        """The only nodes whose kept state can differ: those whose facts
+        object changed, whose usage changed, or whose current replicas changed."""
+        by_name = self._by_name
+        suspects: set[str] = set()
+        if refaced is not None:
+            suspects.update(refaced)
+        else:
+            memo_of = self._memo
+            suspects.update(name for name, f in by_name.items() if memo_of[name].facts is not f)
+        if usage != old_usage:
+            suspects.update(
+                name
+                for name in old_usage.keys() | usage.keys()
+                if name in by_name and old_usage.get(name) != usage.get(name)
+            )
+        if claims is not self._claims:
+            old = self._claims
+            suspects.update(
+                name for name in old.keys() | claims.keys() if old.get(name) != claims.get(name)
+            )
+        return suspects
+
+    def _rekeep(
+        self,
+        suspects: set[str],
+        usage: Mapping[str, Usage],
+        claims: dict[str, list[Claim]],
+        touched: set[str],
+    ) -> tuple[list[Node], set[str]]:
+        """Keep again on the suspect nodes whose inputs did change; those nodes,
+        and those of them relabelled. ``touched`` gains the models involved."""
+        index = self._index
+        assert index is not None
+        changed: list[Node] = []
+        relabelled: set[str] = set()
+        for name in sorted(suspects):
+            f = self._by_name[name]
+            memo = self._memo[name]
+            used = usage.get(name, _NO_USAGE)
+            here = claims.get(name, [])
+            if (
+                (memo.facts is f or memo.facts == f)
+                and (memo.used is used or memo.used == used)
+                and memo.claims == here
+            ):
+                continue
+            node = index.nodes[name]
+            if f.labels != node.labels:
+                relabelled.add(name)
+            index.unindex(node)
+            index.reset(node, f, used)
+            touched.update(a.model for a in memo.kept)
+            touched.update(model for model, _ in memo.moved)
+            touched.update(d.key for d, _ in here)
+            self._keep(node, f, used, here)
+            changed.append(node)
+        return changed, relabelled
+
+    def _pending(
+        self, current: Mapping[str, Sequence[str | None]], relist: bool
+    ) -> list[Pending]:
+        """In the planner's order: replicas without a node, on a node that is
+        gone, or on a node that keeping moved them off. The first two depend
+        only on the demands, `current` and the node names, so they are listed
+        again only when one of those changed (``relist``: a rebuild, or not
+        the same current placements); the moved ones come from the nodes
+        whose memo moves any."""
+        if relist or self._unheld is None:
+            pending: list[Pending] = []
             unheld: list[Pending] = []
-            for d in order:
+            for d in self._order:
                 was = current.get(d.key, ())
                 for r in range(d.replicas):
                     name = was[r] if r < len(was) else None
                     if name is None:
                         unheld.append((d, r, ""))
                         pending.append((d, r, ""))
-                    elif name not in by_name:
+                    elif name not in self._by_name:
                         gone = (d, r, f"was on {name}: node is gone")
                         unheld.append(gone)
                         pending.append(gone)
@@ -311,28 +334,19 @@ class Planner:
                         if why is not None:
                             pending.append((d, r, why))
             self._unheld = unheld
-        else:
-            pending = list(self._unheld)
-            if self._moving:
-                memos = self._memo
-                for name in self._moving:
-                    memo = memos[name]
-                    for d, r in memo.claims:
-                        why = memo.moved.get((d.key, r))
-                        if why is not None:
-                            pending.append((d, r, why))
-                rank = self._rank
-                pending.sort(key=lambda p: (rank[p[0].key], p[1]))
-
-        if not rebuild and not changed and self._last is not None and self._last[0] == pending:
-            return self._last[1]
-        if not rebuild and self._last is not None:  # every replica placed afresh may move
-            touched.update(d.key for d, _, _ in pending)
-            touched.update(d.key for d, _, _ in self._last[0])
-            self.touched = frozenset(touched)
-        result = self._place_pending(index, explainer, pending)
-        self._last = (pending, result)
-        return result
+            return pending
+        pending = list(self._unheld)
+        if self._moving:
+            memos = self._memo
+            for name in self._moving:
+                memo = memos[name]
+                for d, r in memo.claims:
+                    why = memo.moved.get((d.key, r))
+                    if why is not None:
+                        pending.append((d, r, why))
+            rank = self._rank
+            pending.sort(key=lambda p: (rank[p[0].key], p[1]))
+        return pending
 
     def _restore(self) -> None:
         """Put the index back to the kept state: undo the last call's placements
@@ -405,7 +419,7 @@ class Planner:
             if rejected is not None:
                 moved[(d.key, r)] = f"was on {name}: {rejected[1]}"
                 continue
-            cpu = _take(node, d, r)
+            cpu = take(node, d, r)
             a = Assignment(
                 d.key, r, name, cpu, d.memory_bytes, f"kept: already on {name} and still fits"
             )
@@ -422,34 +436,10 @@ class Planner:
     ) -> Plan:
         """Place the replicas that must move on the kept state and explain those
         that fit nowhere; the next call puts the index back to the kept state."""
-        undo: list[_Undo] = []
-        placed: list[Assignment] = []
+        placed, unplaced, undo = place_each(index, pending, save=not self.one_shot)
         held: dict[str, list[str]] = {}
-        unplaced: list[tuple[ModelDemand, int]] = []
-        first: set[str] = set()  # nodes whose kept state is saved already
-        for d, r, moved in pending:
-            best = self._best(index, d)
-            if best is None:
-                unplaced.append((d, r))
-                continue
-            penalty, node = best
-            reason = _chosen_reason(d, node, penalty, moved)
-            if not self.one_shot and node.name not in first:
-                first.add(node.name)
-                undo.append(
-                    _Undo(
-                        node,
-                        node.free_cpu_milli,
-                        node.free_memory,
-                        dict(node.occupants),
-                        node.exclusive_holder,
-                    )
-                )
-            index.unindex(node)
-            cpu = _take(node, d, r)
-            index.index(node)
-            held.setdefault(d.key, []).append(node.name)
-            placed.append(Assignment(d.key, r, node.name, cpu, d.memory_bytes, reason))
+        for a in placed:
+            held.setdefault(a.model, []).append(a.node)
         explained: tuple[Unplaced, ...] = ()
         if unplaced:
             touched = {id(u.node): u.node for u in undo}.values()
@@ -493,70 +483,18 @@ class Planner:
         self._kept_sorted, self._kept_dirty = in_order, set()
         return list(in_order)
 
-    @staticmethod
-    def _best(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
-        """The best node for one more replica of ``d`` (with its penalty), or None."""
-        elig = index.eligible(d)
-        overhead, memory = d.overhead_cpu_milli, d.memory_bytes
-        if elig.direct is not None:
-            best: tuple[int, int, int, str] | None = None
-            chosen: tuple[int, Node] | None = None
-            for penalty, node in elig.direct:
-                if best is not None and penalty > best[0]:
-                    break
-                if dynamic_rejection(node, d) is not None:
-                    continue
-                free = node.free_cpus(overhead)
-                score = (penalty, free if d.cpu is not None else -free, node.free_memory, node.name)
-                if best is None or score < best:
-                    best, chosen = score, (penalty, node)
-            return chosen
 
-        key, nodes = d.key, index.nodes
-
-        avoid = d.avoid
-
-        def accept(name: str) -> bool:  # this model's other replicas stay apart
-            return key not in nodes[name].occupants and name not in avoid
-
-        best_score: tuple[int, int, int, str] | None = None
-        for penalty, cls in elig.classes:
-            if best_score is not None and penalty > best_score[0]:
-                break
-            empty, shared = cls.fits[overhead]
-            for entries in (empty,) if d.exclusive else (empty, shared):
-                if d.cpu is None:
-                    entry = largest_fit(entries, memory, accept)
-                else:
-                    entry = first_fit(entries, d.cpu, memory, accept)
-                if entry is None:
-                    continue
-                cpus = entry[0] if d.cpu is not None else -entry[0]
-                score = (penalty, cpus, entry[1], entry[2])
-                if best_score is None or score < best_score:
-                    best_score = score
-        if best_score is None:
-            return None
-        return best_score[0], nodes[best_score[3]]
-
-
-def _take(node: Node, d: ModelDemand, replica: int) -> int:
-    """Put one replica of ``d`` on an unindexed node; the engine's whole CPUs."""
-    cpu = node.free_cpus(d.overhead_cpu_milli) if d.cpu is None else d.cpu
-    node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
-    node.free_memory -= d.memory_bytes
-    node.occupants[d.key] = replica
-    if d.exclusive:
-        node.exclusive_holder = d.key
-    return cpu
-
-
-def _chosen_reason(d: ModelDemand, node: Node, penalty: int, moved: str) -> str:
-    free = node.free_cpus(d.overhead_cpu_milli)
-    if d.cpu is None:
-        why = f"chosen: most free CPUs ({free}); cpu: node takes them all"
-    else:
-        why = f"chosen: best fit, fewest CPUs left over ({free - d.cpu} of {free} free)"
-    if penalty:
-        why += "; has an untolerated PreferNoSchedule taint, but no node without one fits"
-    return f"{moved}; {why}" if moved else why
+def _claims(
+    order: list[ModelDemand],
+    current: Mapping[str, Sequence[str | None]],
+    by_name: Mapping[str, NodeFacts],
+) -> dict[str, list[Claim]]:
+    """Node -> the replicas currently on it (of nodes that exist), in order."""
+    claims: dict[str, list[Claim]] = {}
+    for d in order:
+        was = current.get(d.key, ())
+        for r in range(min(d.replicas, len(was))):
+            name = was[r]
+            if name is not None and name in by_name:
+                claims.setdefault(name, []).append((d, r))
+    return claims

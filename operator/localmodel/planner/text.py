@@ -17,14 +17,15 @@ def taint_text(t: Taint) -> str:
 
 
 def need_cpu_text(d: ModelDemand) -> str:
-    need = str(d.cpu) if d.cpu is not None else "1"
+    need = str(d.cpu.least)
     if d.overhead_cpu_milli:
         return f"{need} whole after {d.overhead_cpu_milli}m for sidecars"
     return need
 
 
 def demand_text(d: ModelDemand) -> str:
-    cpu = "cpu: node" if d.cpu is None else f"{d.cpu} CPU{'' if d.cpu == 1 else 's'}"
+    n = d.cpu.count
+    cpu = "cpu: node" if n is None else f"{n} CPU{'' if n == 1 else 's'}"
     if d.overhead_cpu_milli:
         cpu += f" + {d.overhead_cpu_milli}m"
     return f"{cpu}, {gib(d.memory_bytes)}"

@@ -1,7 +1,6 @@
 """Tuning rules: data with sources, and a small ordered evaluator."""
 
 from localmodel.rules.evaluate import (
-    Evaluations,
     engine_version,
     evaluate,
     node_key,
@@ -17,7 +16,6 @@ __all__ = [
     "RULES",
     "RULES_BY_ID",
     "Decision",
-    "Evaluations",
     "Rule",
     "Tuning",
     "engine_version",

@@ -12,6 +12,7 @@ from localmodel.catalog import ModelShape, lookup
 from localmodel.engines.registry import engine
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
+from localmodel.planner.cpus import Cpus, cpu_limit, replica_cpus
 from localmodel.rules.model import (
     Context,
     Decision,
@@ -57,11 +58,12 @@ def shape_problems(spec: LocalModelSpec, shape: ModelShape | None) -> list[Field
 def evaluate(
     spec: LocalModelSpec,
     node: NodeFacts,
-    cpu: int,
+    cpu: Cpus,
     shape: ModelShape | None = None,
     version: Version | None = None,
 ) -> Tuning:
-    """Run every matching rule in order. `cpu` is what the planner gave the replica."""
+    """Run every matching rule in order. `cpu` is what the planner decided for
+    the replica (`planner.Assignment.cpu`)."""
     ctx = Context(spec=spec, node=node, cpu=cpu, shape=shape, version=version)
     draft = TuningDraft()
     decisions = []
@@ -90,16 +92,20 @@ def evaluate(
 
 
 def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
-    """evaluate() with the model shape and engine version resolved from the spec."""
-    return evaluate(spec, node, cpu, lookup(spec.model, spec.model_info), engine_version(spec))
+    """evaluate() with the model shape and engine version resolved from the
+    spec, for ``cpu`` whole CPUs taken on the node (the planner's decision of
+    the replica's CPUs: `planner.replica_cpus`)."""
+    cpus = replica_cpus(cpu_limit(node), cpu)
+    return evaluate(spec, node, cpus, lookup(spec.model, spec.model_info), engine_version(spec))
 
 
 # What `evaluate` reads, as hashable values, so that one pass evaluates each
-# distinct (spec, node, cpu) once: many models share a spec but for their
-# names and placement, many nodes share a shape but for their names and
-# labels. Everything is read but what these name; a field added later is read
-# (a finer key is never wrong). tests/unit/test_pass_memo.py holds that
-# `evaluate` gives the same tuning to specs and nodes that differ only here.
+# distinct (spec, node, cpu) once (`incremental.Evaluations`): many models
+# share a spec but for their names and placement, many nodes share a shape but
+# for their names and labels. Everything is read but what these name; a field
+# added later is read (a finer key is never wrong). tests/unit/test_pass_memo.py
+# holds that `evaluate` gives the same tuning to specs and nodes that differ
+# only here.
 SPEC_NOT_READ = frozenset({"replicas", "cpu"})
 PLACEMENT_READ = frozenset({"safe_cpu_path"})  # of spec.placement, only this
 NODE_NOT_READ = frozenset({"name", "labels", "taints", "schedulable", "allocatable_memory_bytes"})
@@ -123,28 +129,3 @@ def node_key(node: NodeFacts) -> Hashable:
 
 _read_node = attrgetter(*_NODE_READ)  # (a tuple: more than one name is read)
 assert len(_NODE_READ) > 1
-
-
-class Evaluations:
-    """`evaluate` memoized by value: the same tuning object for every call
-    whose spec, node facts, CPUs, shape and version read the same. For one
-    pass (a caller keeps one per pass: nothing grows between passes)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[Hashable, Tuning] = {}
-
-    def __call__(
-        self,
-        spec: LocalModelSpec,
-        node: NodeFacts,
-        cpu: int,
-        shape: ModelShape | None,
-        version: Version | None,
-        key: Hashable | None = None,
-    ) -> Tuning:
-        """``key``: the spec's `spec_key`, when the caller has it."""
-        memo = (spec_key(spec) if key is None else key, node_key(node), cpu, shape, version)
-        found = self._seen.get(memo)
-        if found is None:
-            found = self._seen[memo] = evaluate(spec, node, cpu, shape, version)
-        return found

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from localmodel.api import EngineName, FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import ModelShape
 from localmodel.facts import NodeFacts
+from localmodel.planner.cpus import Cpus
 
 Version = tuple[int, int, int]
 
@@ -88,7 +89,7 @@ class Context:
 
     spec: LocalModelSpec
     node: NodeFacts
-    cpu: int  # whole CPUs the planner gave this replica
+    cpu: Cpus  # what the planner decided for this replica (the rules only read it)
     shape: ModelShape | None
     version: Version | None
 

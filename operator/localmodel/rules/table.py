@@ -75,23 +75,17 @@ def _set_threads(ctx: Context, s: TuningDraft, n: int) -> str:
 
 
 def _threads(ctx: Context, s: TuningDraft) -> str | None:
-    n = ctx.cpu
+    n = ctx.cpu.reserved
     return f"threads={n}: {_set_threads(ctx, s, n)}"
 
 
 def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
-    limits = {"node allocatable CPUs": ctx.node.allocatable_cpus}
-    if ctx.node.cpuset_cpus is not None:
-        limits["cpuset (sched_getaffinity)"] = ctx.node.cpuset_cpus
-    if ctx.node.cgroup_cpu_quota is not None:
-        limits["cgroup CPU quota"] = int(ctx.node.cgroup_cpu_quota)
-    what, cap = min(limits.items(), key=lambda kv: kv[1])
-    cap = max(cap, 1)
-    if s.threads <= cap:
+    # The planner decided the cap (`planner.cpus.replica_cpus`); this records it.
+    cpus = ctx.cpu
+    if not cpus.capped_by:
         return None
-    before = s.threads
-    how = _set_threads(ctx, s, cap)
-    return f"threads {before} -> {cap}: capped by the {what} ({how})"
+    how = _set_threads(ctx, s, cpus.count)
+    return f"threads {cpus.reserved} -> {cpus.count}: capped by the {cpus.capped_by} ({how})"
 
 
 def _serving(ctx: Context, s: TuningDraft) -> str | None:
