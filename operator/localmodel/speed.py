@@ -36,6 +36,7 @@ Tables in tests/unit/test_speed.py.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -49,6 +50,12 @@ READ_INTERVAL_SECONDS = 30.0
 IDLE_MAX_SECONDS = 600.0
 PUBLISH_MAX_SECONDS = 300.0
 PUBLISH_CHANGE = 0.10  # a rate that moved this much (relative) is written at once
+# Tokens per second no CPU replica reaches: the fastest prefill measured here is about
+# 250 tok/s on 2 CPUs (docs/benchmarks.md), a hundred times that on a 128-core node is
+# 25k. A rate above it is a lie or an artefact (a few tokens in the gateway's 1 us
+# rounding of seconds) and counts as not measured, which keeps every median, ratio
+# and status number finite.
+MAX_RATE = 1e6
 
 SOURCE_PEERS = "peers"
 SOURCE_OWN = "own calibration"
@@ -103,7 +110,10 @@ class Reading:
 
 
 def _rate(tokens: float, seconds: float) -> float | None:
-    return tokens / seconds if seconds > 0 and tokens > 0 else None
+    if not (seconds > 0 and tokens > 0):
+        return None
+    rate = tokens / seconds
+    return rate if rate <= MAX_RATE else None  # inf too (tokens over a denormal)
 
 
 @dataclass(frozen=True)
@@ -196,9 +206,10 @@ class SlowState:
 
 
 def ratio_of(measured: float | None, expected: float | None) -> float | None:
-    if measured is None or expected is None or expected <= 0:
+    if measured is None or expected is None or not expected > 0:
         return None
-    return measured / expected
+    ratio = measured / expected
+    return ratio if math.isfinite(ratio) else None  # a rate over a denormal expectation
 
 
 def step(state: SlowState, ratio: float | None, seconds: float, policy: SpeedPolicy) -> SlowState:

@@ -11,6 +11,7 @@ here reads a clock, the environment or the cluster.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -352,8 +353,9 @@ def _true(type_: ConditionType, reason: str, message: str, generation: int | Non
 
 
 def _tps(value: float | None) -> float | None:
-    """Rates as written to status: three significant figures."""
-    return None if value is None else float(f"{value:.3g}")
+    """Rates as written to status: three significant figures; a number that is not
+    finite is not written (status fields are finite numbers, and JSON has no NaN)."""
+    return None if value is None or not math.isfinite(value) else float(f"{value:.3g}")
 
 
 def speed_status(p: Published, now_of: str) -> SpeedStatus:

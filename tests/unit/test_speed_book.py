@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from localmodel.controller.speed import BadDocument, SpeedBook, SpeedTarget, reading_from
+from localmodel.controller.speed import SpeedBook, SpeedTarget
+from localmodel.controller.speed_answer import BadDocument, reading_from
 from localmodel.speed import SOURCE_OWN, SOURCE_PEERS, PeerKey, SpeedPolicy
 
 XEON = ("GenuineIntel", "6", "143")

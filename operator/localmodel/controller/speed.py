@@ -26,6 +26,12 @@ timeout. A read's deadline is therefore pushed on by every stall of the loop
 while it is under way (`_watch_stalls`): it times out only after about
 `READ_TIMEOUT_SECONDS` of time in which it could have run.
 
+Every answer is the tenant's (the gateway's image is theirs): a redirect is not
+followed, a body is read whole up to READ_MAX_BYTES and refused past it, and
+`speed_answer` turns the bytes into a bounded `Reading` or refuses them. Any
+failure of one read is one of RESULTS for that replica, never the reader's end
+(tests/unit/test_speed_answers.py, tests/unit/test_speed_reader_hostile.py).
+
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
 I/O loop around it.
@@ -35,15 +41,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
+from localmodel.controller.speed_answer import (
+    READ_MAX_BYTES,
+    BadDocument,
+    reading_from_answer,
+)
 from localmodel.gateway_contract import GATEWAY_PORT, SPEED_PATH
 from localmodel.metrics import Counter
 from localmodel.speed import (
@@ -55,7 +64,6 @@ from localmodel.speed import (
     ReadLog,
     SlowState,
     SpeedPolicy,
-    Totals,
     after_read,
     expected_speed,
     next_read,
@@ -70,13 +78,15 @@ log = logging.getLogger("localmodel.speed")
 READ_TIMEOUT_SECONDS = 2.0  # one read: connect, request and answer
 READ_CONCURRENCY = 16
 STALL_TICK_SECONDS = 0.1  # how often a round of reads looks for a held-up event loop
-READ_MAX_BYTES = 64 * 1024  # a /speed document is about 500 bytes
 
 # The `result` label of localmodel_operator_gateway_reads_total.
 READ_OK = "ok"
 READ_TIMEOUT = "timeout"  # no answer within READ_TIMEOUT_SECONDS
 READ_UNREACHABLE = "unreachable"  # the connection failed (refused, reset, no route)
-READ_BAD_ANSWER = "bad_answer"  # an answer that is not a /speed document (a non-200 status)
+# An answer that is not a /speed document: a status other than 200 (a redirect
+# included: it is not followed), a body longer than READ_MAX_BYTES, a malformed
+# HTTP answer, or anything `speed_answer` refuses.
+READ_BAD_ANSWER = "bad_answer"
 RESULTS = (READ_OK, READ_TIMEOUT, READ_UNREACHABLE, READ_BAD_ANSWER)
 
 
@@ -91,39 +101,6 @@ class SpeedTarget:
     uid: str
     ip: str
     peer: PeerKey
-
-
-class BadDocument(ValueError):
-    """A /speed answer that is not the gateway's document."""
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def reading_from(doc: Any, at: float, uid: str) -> Reading:
-    """A gateway's /speed document as a `Reading`; BadDocument when it is not one."""
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("totals"), Mapping):
-        raise BadDocument("not a /speed document (no totals)")
-    totals = doc["totals"]
-    cal = doc.get("calibration") if isinstance(doc.get("calibration"), Mapping) else {}
-    assert isinstance(cal, Mapping)
-    return Reading(
-        at=at,
-        calibration=Rates(_number(cal.get("decode_tokens_per_second")),
-                          _number(cal.get("prefill_tokens_per_second"))),
-        calibrated_at=_number(cal.get("at")),
-        totals=Totals(
-            requests=int(_number(totals.get("requests")) or 0),
-            generated_tokens=_number(totals.get("generated_tokens")) or 0.0,
-            decode_seconds=_number(totals.get("decode_seconds")) or 0.0,
-            prompt_tokens=_number(totals.get("prompt_tokens")) or 0.0,
-            prefill_seconds=_number(totals.get("prefill_seconds")) or 0.0,
-        ),
-        pod_uid=uid,
-    )
 
 
 @dataclass
@@ -258,7 +235,11 @@ class SpeedReader:
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=None,
                                         sock_read=None)
         connector = aiohttp.TCPConnector(limit=READ_CONCURRENCY, force_close=True)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        # The bytes counted against READ_MAX_BYTES are the bytes sent (no inflating
+        # a compressed answer), and no replica's cookie is ever sent to another.
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector,
+                                         auto_decompress=False,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
             self._session = session
             try:
                 yield
@@ -318,27 +299,44 @@ class SpeedReader:
         return reading
 
     async def _read_one(self, target: SpeedTarget) -> tuple[str, Reading | None]:
-        assert self._session is not None
+        """One read of one replica, as (result, reading): whatever the replica
+        does is one of RESULTS, never an exception out of here (a cancellation
+        aside)."""
         url = f"http://{target.ip}:{self.port}{SPEED_PATH}"
         why: Exception
         try:
             async with asyncio.timeout(READ_TIMEOUT_SECONDS) as deadline:
                 self._deadlines.add(deadline)
                 try:
-                    async with self._session.get(url) as resp:
-                        raw = await resp.content.read(READ_MAX_BYTES)
-                        if resp.status != 200:
-                            raise BadDocument(f"answered {resp.status}")
+                    raw = await self._answer(url)
                 finally:
                     self._deadlines.discard(deadline)
             self.counters.read_bytes.inc(len(raw))
-            return READ_OK, reading_from(json.loads(raw), self.clock(), target.uid)
+            return READ_OK, reading_from_answer(raw, self.clock(), target.uid)
         except TimeoutError as exc:
             result, why = READ_TIMEOUT, exc
-        except (aiohttp.ClientError, OSError) as exc:
+        except (aiohttp.ClientConnectionError, OSError) as exc:
             result, why = READ_UNREACHABLE, exc
-        except ValueError as exc:  # BadDocument, not JSON
+        except Exception as exc:  # BadDocument, a malformed answer, anything it set off
             result, why = READ_BAD_ANSWER, exc
-        log.debug("speed of %s replica %d (%s): %s %r", target.model, target.replica, url,
-                  result, why)
+        log.debug("speed of %s replica %d (%s): %s %s: %.200s", target.model, target.replica,
+                  url, result, type(why).__name__, why)
         return result, None
+
+    async def _answer(self, url: str) -> bytes:
+        """The whole body of a 200 answer, at most READ_MAX_BYTES; BadDocument for
+        any other status (redirects are not followed: the tenant's gateway could
+        name any address) and for a longer body (never parsed cut short)."""
+        assert self._session is not None
+        async with self._session.get(url, allow_redirects=False) as resp:
+            if resp.status != 200:
+                raise BadDocument(f"answered {resp.status}")
+            if resp.content_length is not None and resp.content_length > READ_MAX_BYTES:
+                raise BadDocument(f"announced {resp.content_length} bytes, more than "
+                                  f"{READ_MAX_BYTES}")
+            body = bytearray()
+            while chunk := await resp.content.read(READ_MAX_BYTES + 1 - len(body)):
+                body += chunk
+                if len(body) > READ_MAX_BYTES:
+                    raise BadDocument(f"longer than {READ_MAX_BYTES} bytes")
+            return bytes(body)
