@@ -53,11 +53,15 @@ def decode(raw: bytes) -> Any:
         raise BadDocument(f"not JSON ({type(exc).__name__})") from exc
 
 
+_KINDS = {str: "a string", bool: "a boolean", list: "a list", dict: "an object",
+          type(None): "null"}
+
+
 def _shown(value: Any) -> str:
     """A bounded word for a refused value (log lines carry it; the value is the tenant's)."""
     if isinstance(value, float) or (type(value) is int and abs(value) < 10**18):
         return f"{value:.6g}"
-    return f"a {type(value).__name__}"
+    return _KINDS.get(type(value), "a huge integer" if type(value) is int else "not JSON")
 
 
 def _number(value: Any, where: str, top: float) -> float | None:
