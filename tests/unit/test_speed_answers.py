@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from localmodel.controller.speed_answer import (
     reading_from_answer,
 )
 from localmodel.gateway.speed import Calibration, SpeedRecord, speed_document
-from localmodel.speed import MAX_RATE, PeerKey, Reading, SpeedPolicy
+from localmodel.speed import MAX_RATE, PeerKey, Rates, Reading, SpeedPolicy, Totals
 from localmodel.status import speed_status
 from tests.fuzz import EXAMPLES
 
@@ -188,25 +188,74 @@ def test_an_answer_is_a_bounded_reading_or_a_bad_document(doc: Any) -> None:
         _assert_bounded(reading)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
-@given(answers=st.lists(st.tuples(st.sampled_from(["u0", "u1"]), DOCUMENTS,
-                                  st.floats(min_value=1e-9, max_value=1e5)),
-                        min_size=1, max_size=8))
-def test_no_accepted_reading_makes_the_verdicts_or_the_status_fail(
-    answers: list[tuple[str, Any, float]],
-) -> None:
-    """Two peer replicas read in turn with whatever the parser accepts: the book
-    records it, and every published number becomes a valid, finite status."""
+def _book_through(answers: list[tuple[str, Reading | None, float]]) -> None:
+    """Two peer replicas read in turn (`answers`: uid, reading or a failed read, the
+    time since the last read): the book records each, and every published number
+    becomes a valid, finite status."""
     book = SpeedBook(SpeedPolicy(interval=1, idle_max=2, slow_after=1, clear_after=1))
     book.retarget([SpeedTarget("ai/chat", i, f"n{i}", f"chat-{i}", f"u{i}", "10.0.0.1", KEY)
                    for i in (0, 1)])
     now = 0.0
-    for uid, doc, step in answers:
+    for uid, reading, step in answers:
         now += step
-        book.record(uid, _accepted(_answer(doc), now, uid), now)
+        book.record(uid, None if reading is None else replace(reading, at=now), now)
         for replicas in book.published_by_model().values():
             for published in replicas.values():
                 status = speed_status(published, "2025-12-01T22:00:00Z")
                 SpeedStatus.model_validate(status.model_dump())
                 json.dumps(status.model_dump(mode="json", by_alias=True), allow_nan=False)
         assert all(math.isfinite(r) for r in book.ratios().values())
+
+
+_UIDS = st.sampled_from(["u0", "u1"])
+_STEPS = st.floats(min_value=1e-9, max_value=1e5)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(answers=st.lists(st.tuples(_UIDS, DOCUMENTS, _STEPS), min_size=1, max_size=8))
+def test_no_accepted_answer_makes_the_verdicts_or_the_status_fail(
+    answers: list[tuple[str, Any, float]],
+) -> None:
+    _book_through([(uid, _accepted(_answer(doc), 0.0, uid), step)
+                   for uid, doc, step in answers])
+
+
+# Every Reading the parser can accept, the edges of its bounds drawn often.
+_RATES = st.one_of(st.none(), st.sampled_from([0.0, 5e-324, 1e-300, 1.0, MAX_RATE]),
+                   st.floats(min_value=0, max_value=MAX_RATE))
+_AMOUNTS = st.one_of(st.sampled_from([0.0, 5e-324, 1e-300, 1e-6, 1.0, MAX_COUNT]),
+                     st.floats(min_value=0, max_value=MAX_COUNT))
+READINGS = st.builds(
+    Reading, at=st.just(0.0), calibration=st.builds(Rates, _RATES, _RATES),
+    totals=st.builds(Totals, st.integers(min_value=0, max_value=2**53), _AMOUNTS, _AMOUNTS,
+                     _AMOUNTS, _AMOUNTS),
+    calibrated_at=st.one_of(st.none(), _AMOUNTS), pod_uid=st.just(""))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(answers=st.lists(st.tuples(_UIDS, st.one_of(st.none(), READINGS), _STEPS),
+                        min_size=1, max_size=8))
+def test_no_reading_in_the_parsers_bounds_makes_the_verdicts_or_the_status_fail(
+    answers: list[tuple[str, Reading | None, float]],
+) -> None:
+    _book_through([(uid, None if r is None else replace(r, pod_uid=uid), step)
+                   for uid, r, step in answers])
+
+
+@pytest.mark.parametrize(("tokens", "seconds"), [(1e4, 5e-324), (1.0, 1e-6)],
+                         ids=["infinite-rate", "rate-over-a-denormal-expectation"])
+def test_rates_past_any_cpu_do_not_reach_status_as_infinities(tokens: float, seconds: float
+                                                               ) -> None:
+    """Accepted numbers whose quotients are not: tokens over a denormal interval
+    (an infinite rate), or a fast rate over a denormal calibration (an infinite
+    ratio). Neither is measured, and the status is still written."""
+    book = SpeedBook(SpeedPolicy())
+    book.retarget([SpeedTarget("ai/chat", 0, "n0", "chat-0", "u0", "10.0.0.1", KEY)])
+    calibration = {"decode_tokens_per_second": 5e-324}
+    book.record("u0", reading_from({"calibration": calibration, "totals": {}}, 0.0, "u0"), 0.0)
+    after = {"requests": 1, "generated_tokens": tokens, "decode_seconds": seconds}
+    book.record("u0", reading_from({"calibration": calibration, "totals": after}, 30.0, "u0"),
+                30.0)
+    status = speed_status(book.published_by_model()["ai/chat"][0], "2025-12-01T22:00:00Z")
+    assert status.ratio is None and status.slow is False
+    assert status.recent_decode in (None, MAX_RATE)
