@@ -91,6 +91,10 @@ def stalled(gw: Gateway) -> Handler:
     return handler
 
 
+def serving(data: bytes) -> Callable[[Gateway], Handler]:
+    return lambda gw: body(data)
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -113,7 +117,7 @@ CASES = [
         gw, *(PADDED[i:i + 4096] for i in range(0, len(PADDED), 4096)))),
     Case("gzip-bomb", lambda gw: body(gzip.compress(b" " * (16 * 2**20)),
                                       **{"Content-Encoding": "gzip"})),
-    *(Case(f"body-{h.id}", lambda gw, data=h.body: body(data)) for h in HOSTILE),
+    *(Case(f"body-{h.id}", serving(h.body)) for h in HOSTILE),
 ]
 FINE = [
     Case("good", lambda gw: body(GOOD_BODY), READ_OK),
