@@ -228,8 +228,31 @@ class GatewayConfig:
         32, "tokens decoded once at readiness to calibrate this replica's speed (0: none)",
         metavar="N", parse=non_negative_int,
     )
+    # What a real chat needs: a context of N tokens holds at most about 4N
+    # bytes of text, so a 128k-token context (the largest the project's models
+    # offer) is about 512 KiB; twice that leaves room for JSON escapes and the
+    # messages' structure. Larger bodies only cost memory (docs/gateway.md,
+    # Hostile clients).
     max_body_bytes: int = setting(
-        8 * 1024 * 1024, "request body limit, 413 above it", metavar="N", parse=positive_int
+        1024 * 1024, "request body limit, 413 above it", metavar="N", parse=positive_int
+    )
+    # Each message costs its chat template's role markers (a few tokens), so
+    # 2048 messages are already ~8k tokens of markup alone.
+    max_messages: int = setting(
+        2048, "messages one chat request may carry, 413 above it", metavar="N",
+        parse=positive_int,
+    )
+    # One message may hold a whole 128k-token context's text (about 4 bytes a token).
+    max_string_bytes: int = setting(
+        512 * 1024, "size of any one JSON string in a request body (UTF-8), 413 above it",
+        metavar="N", parse=positive_int,
+    )
+    # Parsing is CPU-bound on the gateway's one CPU: more parses at once do not
+    # end sooner, they only add up their memory (a worst-case body parses to
+    # about 25 times its size); two let a small request through beside a large one.
+    body_reads: int = setting(
+        2, "request bodies read and parsed at once (others wait their turn)", metavar="N",
+        parse=positive_int,
     )
     # aiohttp's keep-alive timer also runs from connection start, so it is both
     # the header timeout and the idle timeout.

@@ -1,6 +1,8 @@
-"""One request, start to end: its deadline, its body read in time, the pure
-rewrite, a slot (or a place in the queue, or the overflow endpoint), the
-upstream exchange, and at the end its record: metrics and one log line.
+"""One request, start to end: its deadline, its place counted against the
+queue (a full queue refuses it before its body is read), its body read in time
+and parsed (a few at a time, --body-reads), the pure rewrite, a slot (or a
+place in the queue, or the overflow endpoint), the upstream exchange, and at
+the end its record: metrics and one log line.
 
 Each step either passes its result on or answers the caller at once, raising
 `_Answered` with the outcome already recorded; `Pipeline.handle` is the one
@@ -21,6 +23,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
+from localmodel.gateway.bounds import TooLarge
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     CALLER_HEADER,
@@ -55,9 +58,11 @@ class _Answered(Exception):
 
 @dataclass
 class _Slot:
-    """The slot a request holds (ticket 0: none), given back when it ends."""
+    """The slot a request holds (ticket 0: none), given back when it ends, and
+    the place counted for it while its body is read (`reserved`)."""
 
     ticket: int = 0
+    reserved: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ class Pipeline:
         self.in_flight = 0  # requests being handled now, any route
         self.unexpected_errors = 0
         self.closing = False  # the gateway is shutting down
+        # Bodies read and parsed at once: what they cost adds up (see --body-reads).
+        self._reads = asyncio.Semaphore(config.body_reads)
 
     async def handle(self, request: web.Request, route: Route) -> web.StreamResponse:
         rec = self._record(request, route)
@@ -136,6 +143,8 @@ class Pipeline:
         return rec
 
     def _end(self, rec: RequestRecord, slot: _Slot) -> None:
+        if slot.reserved:
+            self.queue.unreserve()
         if slot.ticket:
             if self.queue.holds(slot.ticket):
                 rec.slot_released_at = self._clock()
@@ -155,8 +164,9 @@ class Pipeline:
         self, request: web.Request, route: Route, rec: RequestRecord, slot: _Slot
     ) -> web.StreamResponse:
         deadline = self._deadline(request, rec)
-        raw = await self._read_body(request, rec)
-        prepared = self._prepare(route, raw, rec)
+        if route.uses_slot:
+            self._admit(rec, slot)
+        raw, prepared = await self._read(request, route, rec, deadline)
         if route.uses_slot:
             overflowed = await self._take_slot(route, raw, rec, deadline, slot)
             if overflowed is not None:
@@ -176,13 +186,46 @@ class Pipeline:
             raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
         return _Deadline(seconds, asyncio.get_running_loop().time() + seconds)
 
+    def _admit(self, rec: RequestRecord, slot: _Slot) -> None:
+        """Count the request against the queue before its body is read: a full
+        queue (or, for background, no slot) refuses it now. With an overflow
+        endpoint a full queue still reads the body: the overflow may take it."""
+        admission = self.queue.reserve(Priority(rec.priority))
+        if admission is Admission.QUEUED:
+            slot.reserved = True
+        elif admission is Admission.REJECTED_BUSY or self.overflow is None:
+            raise self._refuse(rec, admission)
+
+    async def _read(
+        self, request: web.Request, route: Route, rec: RequestRecord, deadline: _Deadline
+    ) -> tuple[bytes, Prepared]:
+        """The body, read and parsed with at most --body-reads others."""
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise self._too_large(rec)
+        try:
+            async with asyncio.timeout_at(deadline.at):
+                await self._reads.acquire()
+        except TimeoutError:
+            message = f"deadline of {deadline.seconds:g}s passed while waiting to read the body"
+            raise self._answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
+        try:
+            raw = await self._read_body(request, rec)
+            return raw, self._prepare(route, raw, rec)
+        finally:
+            self._reads.release()
+
+    def _too_large(self, rec: RequestRecord) -> _Answered:
+        limit = self.config.max_body_bytes
+        message = f"request body is over the limit of {limit} bytes (--max-body-bytes)"
+        return self._answer(rec, Outcome.TOO_LARGE, 413, message)
+
     async def _read_body(self, request: web.Request, rec: RequestRecord) -> bytes:
         try:
             async with asyncio.timeout(self.config.body_timeout):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            message = f"request body exceeds {self.config.max_body_bytes} bytes"
-            raise self._answer(rec, Outcome.TOO_LARGE, 413, message) from None
+            raise self._too_large(rec) from None
         except TimeoutError:
             message = f"request body not received within {self.config.body_timeout:g}s"
             raise self._answer(rec, Outcome.BODY_TIMEOUT, 408, message) from None
@@ -196,6 +239,8 @@ class Pipeline:
                 prepared = prepare(route, raw, self.config, want_prompt=sessions is not None)
             except BadRequest as exc:
                 raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
+            except TooLarge as exc:
+                raise self._answer(rec, Outcome.TOO_LARGE, 413, str(exc)) from None
             for option in prepared.rewritten:
                 self.metrics.options_rewritten.inc(1, (option,))
             if rec.caller == ANONYMOUS:
@@ -212,25 +257,32 @@ class Pipeline:
     ) -> Overflowed | None:
         """Hold a slot (None), or the overflow endpoint's answer instead."""
         priority = Priority(rec.priority)
-        admission, ticket = self.queue.request(priority, (rec.caller, priority.value))
+        reserved, slot.reserved = slot.reserved, False
+        admission, ticket = self.queue.request(priority, (rec.caller, priority.value), reserved)
         slot.ticket = ticket  # 0 when rejected; holds a slot only once granted
         if admission is Admission.REJECTED_BUSY:
-            raise self._answer(
-                rec, Outcome.REJECTED_BUSY, 429, "no free slot",
-                "no free slot; background requests are not queued", self._retry_after(),
-            )
+            raise self._refuse(rec, admission)
         if admission is not Admission.ADMITTED:
             rec.queued_at = rec.start
             overflowed = await self._wait(route, raw, rec, ticket, deadline)
             if overflowed is not None:
                 return overflowed
             if not ticket:
-                raise self._answer(
-                    rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
-                    f"queue full ({self.config.max_queue} waiting)", self._retry_after(),
-                )
+                raise self._refuse(rec, Admission.REJECTED_QUEUE_FULL)
         rec.slot_at = self._clock()
         return None
+
+    def _refuse(self, rec: RequestRecord, admission: Admission) -> _Answered:
+        """The answer to a request the slots and the queue cannot take."""
+        if admission is Admission.REJECTED_BUSY:
+            return self._answer(
+                rec, Outcome.REJECTED_BUSY, 429, "no free slot",
+                "no free slot; background requests are not queued", self._retry_after(),
+            )
+        return self._answer(
+            rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
+            f"queue full ({self.config.max_queue} waiting)", self._retry_after(),
+        )
 
     async def _wait(
         self, route: Route, raw: bytes, rec: RequestRecord, ticket: int, deadline: _Deadline

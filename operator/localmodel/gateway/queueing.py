@@ -38,11 +38,19 @@ class SlotQueue:
         """Queued requests with a live wait (must equal the board's queue)."""
         return len(self._waiters)
 
+    def reserve(self, priority: Priority) -> Admission:
+        """Count a request before its body is read (`SlotBoard.reserve`)."""
+        return self.board.reserve(priority)
+
+    def unreserve(self) -> None:
+        self.board.unreserve()
+
     def request(
-        self, priority: Priority, holder: Holder | None = None
+        self, priority: Priority, holder: Holder | None = None, reserved: bool = False
     ) -> tuple[Admission, int]:
-        """Ask for a slot; `holder` names the request in others' "waited behind"."""
-        admission, ticket = self.board.request(priority)
+        """Ask for a slot (`reserved`: with the place `reserve` held); `holder`
+        names the request in others' "waited behind"."""
+        admission, ticket = self.board.request(priority, reserved)
         book = self._book
         if book is not None and ticket:
             name = holder or ("", priority.value)

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from localmodel.gateway.bounds import check_bounds
 from localmodel.gateway.ledger import Prompt, prompt_of
 from localmodel.gateway.routes import Kind, Route
 from localmodel.gateway_contract import GatewayConfig
@@ -75,6 +76,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise BadRequest("request body is empty; expected a JSON object")
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested deeper than the gateway parses") from None
     except UnicodeDecodeError:
         raise BadRequest("malformed JSON: body is not UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -193,6 +196,7 @@ def prepare(
     """Parse and rewrite a caller's body for the upstream engine (`want_prompt`:
     also its prompt's print, for a session's rewrite check)."""
     body = parse_json_object(raw)
+    check_bounds(body, config)
     model = _model(body, config)
     caller_streams = False
     rewritten: tuple[str, ...] = ()

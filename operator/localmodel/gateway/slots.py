@@ -1,5 +1,11 @@
 """Slot and queue accounting for the slot gate. Pure: no asyncio, no clock.
 
+A request is counted before its body is read (`SlotBoard.reserve`): a place
+held for it, among the slots and the queue, while it is read and parsed, so a
+full queue refuses a newcomer before it costs any memory. Once parsed it asks
+for its slot (`request(..., reserved=True)`), which a held place guarantees:
+admitted or queued, never refused for a full queue.
+
 A ticket is one request's claim on a slot. `SlotBoard.request` either admits it
 (a slot is free), queues it (foreground only, bounded FIFO), or rejects it.
 Background requests are never queued: the point of the gate is that jobs
@@ -65,6 +71,7 @@ class SlotBoard:
         self.total = total
         self.queue_limit = queue_limit
         self._next = 0
+        self._reserved = 0  # requests counted whose bodies are being read
         self._holders: set[int] = set()
         # Insertion-ordered: the FIFO. Values are unused.
         self._waiting: OrderedDict[int, None] = OrderedDict()
@@ -73,16 +80,45 @@ class SlotBoard:
         self._next += 1
         return self._next
 
-    def request(self, priority: Priority) -> tuple[Admission, int]:
-        """Ask for a slot. Returns the admission and the ticket (0 when rejected)."""
+    def reserve(self, priority: Priority) -> Admission:
+        """Count a request whose body is still to be read: QUEUED (a place is
+        held for it; `request` or `unreserve` gives it back) or the refusal it
+        would get now. Background requests are never queued, so one is refused
+        when every slot is held or spoken for."""
+        counted = len(self._holders) + len(self._waiting) + self._reserved
+        if priority is Priority.BACKGROUND and counted >= self.total:
+            return Admission.REJECTED_BUSY
+        if counted >= self.total + self.queue_limit:
+            return Admission.REJECTED_QUEUE_FULL
+        self._reserved += 1
+        return Admission.QUEUED
+
+    def unreserve(self) -> None:
+        """A counted request ended before it asked for its slot."""
+        if self._reserved < 1:
+            raise ValueError("no place is reserved")
+        self._reserved -= 1
+
+    @property
+    def reserved(self) -> int:
+        return self._reserved
+
+    def request(self, priority: Priority, reserved: bool = False) -> tuple[Admission, int]:
+        """Ask for a slot (`reserved`: with the place `reserve` held, which
+        guarantees a place). Returns the admission and the ticket (0 when
+        rejected)."""
+        if not reserved:
+            refused = self.reserve(priority)
+            if refused is not Admission.QUEUED:
+                return refused, 0
+        self.unreserve()
         if len(self._holders) < self.total and not self._waiting:
             ticket = self._ticket()
             self._holders.add(ticket)
             return Admission.ADMITTED, ticket
         if priority is Priority.BACKGROUND:
             return Admission.REJECTED_BUSY, 0
-        if len(self._waiting) >= self.queue_limit:
-            return Admission.REJECTED_QUEUE_FULL, 0
+        # Room is certain: holders + queue + reserved never pass slots + queue limit.
         ticket = self._ticket()
         self._waiting[ticket] = None
         return Admission.QUEUED, ticket
