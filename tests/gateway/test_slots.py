@@ -95,30 +95,91 @@ def test_retry_after_estimates_one_slot_wait(
     assert retry_after_seconds(mean, queued, slots) == expected
 
 
+def test_a_request_being_read_holds_its_place_so_a_full_queue_refuses_the_next_unread() -> None:
+    board = SlotBoard(total=1, queue_limit=2)
+    assert [board.reserve(FG) for _ in range(3)] == [Admission.QUEUED] * 3
+    assert board.reserve(FG) is Admission.REJECTED_QUEUE_FULL
+    assert board.reserve(BG) is Admission.REJECTED_BUSY
+    assert board.request(FG) == (Admission.REJECTED_QUEUE_FULL, 0)  # no place to take
+    # Each counted request, once parsed, gets the place it held.
+    assert [board.request(FG, reserved=True)[0] for _ in range(3)] == [
+        Admission.ADMITTED, Admission.QUEUED, Admission.QUEUED,
+    ]
+    assert board.reserved == 0
+
+
+def test_a_background_request_is_refused_unread_when_every_slot_is_spoken_for() -> None:
+    board = SlotBoard(total=2, queue_limit=4)
+    assert board.reserve(BG) is Admission.QUEUED
+    assert board.reserve(FG) is Admission.QUEUED
+    assert board.reserve(BG) is Admission.REJECTED_BUSY
+    board.unreserve()  # one of them ended unparsed (a bad body): its place is free again
+    assert board.reserve(BG) is Admission.QUEUED
+
+
+def test_unreserving_more_than_was_reserved_is_a_bug() -> None:
+    with pytest.raises(ValueError, match="no place"):
+        SlotBoard(total=1, queue_limit=1).unreserve()
+
+
 class BoardMachine(RuleBasedStateMachine):
-    """Random arrivals, releases and withdrawals keep the books exact."""
+    """Random arrivals (counted before their bodies are read, or not), reads
+    that end parsed or refused, releases and withdrawals keep the books exact."""
 
     def __init__(self) -> None:
         super().__init__()
         self.board = SlotBoard(total=2, queue_limit=3)
         self.holders: list[int] = []
         self.waiting: list[int] = []  # model FIFO
+        self.reading: list[Priority] = []  # counted, body still being read
+
+    def _counted(self) -> int:
+        return len(self.holders) + len(self.waiting) + len(self.reading)
+
+    def _granted(self, priority: Priority, admission: Admission, ticket: int) -> None:
+        if len(self.holders) < 2 and not self.waiting:
+            assert admission is Admission.ADMITTED
+            self.holders.append(ticket)
+        elif priority is BG:
+            assert admission is Admission.REJECTED_BUSY
+        else:
+            assert admission is Admission.QUEUED
+            self.waiting.append(ticket)
 
     @rule(background=st.booleans())
     def arrive(self, background: bool) -> None:
         priority = BG if background else FG
+        counted = self._counted()
         admission, ticket = self.board.request(priority)
-        free = len(self.holders) < 2 and not self.waiting
-        if free:
-            assert admission is Admission.ADMITTED
-            self.holders.append(ticket)
-        elif background:
+        if background and counted >= 2:
             assert admission is Admission.REJECTED_BUSY
-        elif len(self.waiting) >= 3:
+        elif counted >= 5:
+            assert admission is Admission.REJECTED_QUEUE_FULL
+        else:
+            self._granted(priority, admission, ticket)
+
+    @rule(background=st.booleans())
+    def arrive_unread(self, background: bool) -> None:
+        priority = BG if background else FG
+        counted = self._counted()
+        admission = self.board.reserve(priority)
+        if background and counted >= 2:
+            assert admission is Admission.REJECTED_BUSY
+        elif counted >= 5:
             assert admission is Admission.REJECTED_QUEUE_FULL
         else:
             assert admission is Admission.QUEUED
-            self.waiting.append(ticket)
+            self.reading.append(priority)
+
+    @precondition(lambda self: self.reading)
+    @rule(data=st.data(), parsed=st.booleans())
+    def body_read(self, data: st.DataObject, parsed: bool) -> None:
+        priority = self.reading.pop(data.draw(st.integers(0, len(self.reading) - 1)))
+        if not parsed:
+            self.board.unreserve()
+            return
+        admission, ticket = self.board.request(priority, reserved=True)
+        self._granted(priority, admission, ticket)
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
@@ -145,6 +206,9 @@ class BoardMachine(RuleBasedStateMachine):
         assert snap.busy == len(self.holders) <= snap.total
         assert snap.queued_foreground == len(self.waiting) <= snap.queue_limit
         assert snap.queued_background == 0
+        assert self.board.reserved == len(self.reading)
+        # Counted requests never pass the slots and the queue.
+        assert self._counted() <= snap.total + snap.queue_limit
         # Nobody waits while a slot is free.
         assert not (snap.free > 0 and snap.queued > 0)
 

@@ -208,7 +208,7 @@ class BodyRelay:
         if assembler.error is not None:
             rec.upstream_error = "stream"
             rec.finish(Outcome.UPSTREAM_ERROR, 500, assembler.error)
-            return error_response(500, assembler.error)
+            return error_response(500, assembler.error, openai=ex.route.is_openai)
         body = assembler.result()
         rec.finish(Outcome.OK, 200)
         return json_response(200, body)

@@ -39,7 +39,7 @@ from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
-from localmodel.gateway.routes import Kind, Route
+from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
 from localmodel.gateway_contract import GatewayConfig
@@ -120,12 +120,12 @@ class Pipeline:
             # Whatever escaped on the caller's side: it is gone.
             rec.gone(self._clock())
             rec.finish(Outcome.CANCELLED_DISCONNECT, 499, "caller disconnected")
-            return error_response(499, "caller disconnected")
+            return error_response(499, "caller disconnected", openai=route.is_openai)
         except Exception as exc:
             self.unexpected_errors += 1
             rec.finish(Outcome.INTERNAL_ERROR, 500, f"{type(exc).__name__}: {exc}")
             print(f"gateway: unexpected error in {route.path}: {exc!r}", file=sys.stderr)
-            return error_response(500, "internal gateway error")
+            return error_response(500, "internal gateway error", openai=route.is_openai)
         finally:
             self._end(rec, slot)
 
@@ -325,4 +325,5 @@ class Pipeline:
         """Record the outcome; the answer to raise (message: what the caller
         reads, when it says more than the record's detail)."""
         rec.finish(outcome, status, detail)
-        return _Answered(error_response(status, message or detail, headers))
+        openai = rec.route in OPENAI_PATHS
+        return _Answered(error_response(status, message or detail, headers, openai=openai))

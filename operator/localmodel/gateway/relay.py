@@ -94,7 +94,7 @@ class Relay:
         message = scrub(message, self.config.overflow_api_key)
         ex.rec.finish(outcome, status, message)
         if ex.response is None:
-            return error_response(status, message)
+            return error_response(status, message, openai=ex.route.is_openai)
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ex.response.write(stream_error(ex.route, message))
             await ex.response.write_eof()
@@ -112,7 +112,7 @@ class Relay:
             rec.upstream_error = "connect"
             message = f"engine unreachable at {self.config.upstream}: {exc}"
             rec.finish(Outcome.UPSTREAM_UNAVAILABLE, 502, message)
-            return error_response(502, message)
+            return error_response(502, message, openai=route.is_openai)
         if upstream.status >= 300:
             return await self._engine_refused(ex, upstream)
         if route.streams and not prepared.caller_streams:

@@ -54,3 +54,5 @@ ROUTES: tuple[Route, ...] = (
     Route("/v1/embeddings", ("POST",), Kind.OPENAI_EMBED),
     Route("/v1/models", ("GET",), Kind.PASSTHROUGH),
 )
+# Where the gateway's own errors take OpenAI's shape.
+OPENAI_PATHS = frozenset(route.path for route in ROUTES if route.is_openai)

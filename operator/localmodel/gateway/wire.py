@@ -32,17 +32,26 @@ def json_response(
 
 
 def error_response(
-    status: int, message: str, headers: dict[str, str] | None = None
+    status: int, message: str, headers: dict[str, str] | None = None, *, openai: bool = False
 ) -> web.Response:
-    # {"error": "..."} is Ollama's error shape; OpenAI clients read it too.
+    """The gateway's own error, in the shape of the API the caller speaks:
+    Ollama's {"error": "..."}, or OpenAI's {"error": {"message": ...}} on the
+    OpenAI routes (the `openai` client shows only `error.message`)."""
+    if openai:
+        return json_response(status, openai_error(message, status), headers)
     return json_response(status, {"error": message}, headers)
+
+
+def openai_error(message: str, status: int | None = None) -> dict[str, Any]:
+    """OpenAI's error object; a caller's 4xx is an `invalid_request_error`."""
+    kind = "invalid_request_error" if status and 400 <= status < 500 else "gateway_error"
+    return {"error": {"message": message, "type": kind, "code": status}}
 
 
 def stream_error(route: Route, message: str) -> bytes:
     """An error told inside a stream the caller is already reading."""
     if route.is_openai:
-        event = {"error": {"message": message, "type": "gateway_error"}}
-        return b"data: " + json.dumps(event).encode() + b"\n\n"
+        return b"data: " + json.dumps(openai_error(message)).encode() + b"\n\n"
     return json.dumps({"error": message}).encode() + b"\n"
 
 
