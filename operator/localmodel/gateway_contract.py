@@ -229,8 +229,8 @@ class GatewayConfig:
         metavar="N", parse=non_negative_int,
     )
     # What a real chat needs: a context of N tokens holds at most about 4N
-    # bytes of text, so a 128k-token context (the largest the project's models
-    # offer) is about 512 KiB; twice that leaves room for JSON escapes and the
+    # bytes of text, so a 128k-token context (the longest of the common open
+    # models; a LocalModel's default is 8192) is about 512 KiB; twice that leaves room for JSON escapes and the
     # messages' structure. Larger bodies only cost memory (docs/gateway.md,
     # Hostile clients).
     max_body_bytes: int = setting(
