@@ -1,15 +1,16 @@
 """The gateway's memory under hostile bodies: its peak RSS while the worst
 bodies arrive at the queue's full depth, and a normal chat's answers meanwhile.
 
-Run: python benchmarks/gateway_hostile.py [--seconds S] [--max-queue N] [--quick] [--json]
-     [--gateway-arg=--body-reads=4 ...]
+Run: python benchmarks/gateway_hostile.py [--seconds S] [--max-queue N] [--max-body-bytes N]
+     [--quick] [--json] [--gateway-arg=--body-reads=1 ...]
 
 The gateway runs as `localmodel gateway` in its own process, with its default
 limits (body, messages, string size, bodies read at once), one slot and
 `--max-queue` places (16, the pod's default), in front of the Ollama stand-in
 (tests/gateway/ollama_standin.py, not Ollama) in another process. For
 `--seconds`, `--max-queue` hostile clients each send, one after another, the
-worst bodies just within the body limit, alternating the Ollama and the OpenAI
+worst bodies just within the body limit (`--max-body-bytes`, given to the
+gateway too; default the gateway's), alternating the Ollama and the OpenAI
 chat routes:
 
 - messages: `{"messages":[{},{},...]}`, the shape that parses to the most
@@ -150,8 +151,8 @@ def memory_kib(pid: int) -> dict[str, int]:
     return out
 
 
-async def load(port: int, seconds: float, clients: int) -> dict[str, Any]:
-    kinds = hostile_bodies(LIMITS.max_body_bytes)
+async def load(port: int, seconds: float, clients: int, body_limit: int) -> dict[str, Any]:
+    kinds = hostile_bodies(body_limit)
     answers: Counter[str] = Counter()
     statuses: Counter[int] = Counter()
     latencies: list[float] = []
@@ -172,7 +173,8 @@ async def load(port: int, seconds: float, clients: int) -> dict[str, Any]:
     }
 
 
-def run(seconds: float, max_queue: int, gateway_args: list[str]) -> dict[str, Any]:
+def run(seconds: float, max_queue: int, body_limit: int, gateway_args: list[str]
+        ) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "operator"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with tempfile.TemporaryDirectory(prefix="gateway-hostile-") as tmpdir, \
@@ -191,7 +193,8 @@ def run(seconds: float, max_queue: int, gateway_args: list[str]) -> dict[str, An
             "the gateway",
             ["gateway", "--upstream", f"http://127.0.0.1:{up}", "--listen",
              f"127.0.0.1:{port}", "--model", "standin:1b", "--slots", "1", "--max-queue",
-             str(max_queue), "--calibrate-tokens", "0", *gateway_args],
+             str(max_queue), "--calibrate-tokens", "0", "--max-body-bytes", str(body_limit),
+             *gateway_args],
             Path(os.devnull), env, err_path=tmp / "gateway.err",
         )
         ready = f"http://127.0.0.1:{port}/readyz"
@@ -199,7 +202,7 @@ def run(seconds: float, max_queue: int, gateway_args: list[str]) -> dict[str, An
         assert gateway.pid is not None
         asyncio.run(exchange(port, "/api/chat", CHAT))  # warm: the first request's imports
         rest = memory_kib(gateway.pid)
-        report = asyncio.run(load(port, seconds, max_queue))
+        report = asyncio.run(load(port, seconds, max_queue, body_limit))
         peak = memory_kib(gateway.pid)
         report["gateway_alive"] = gateway.running()
     limit_mib = GATEWAY_MEMORY_BYTES / 1024**2
@@ -208,7 +211,7 @@ def run(seconds: float, max_queue: int, gateway_args: list[str]) -> dict[str, An
         "max_queue": max_queue,
         "hostile_clients": max_queue,
         "limits": {
-            "max_body_bytes": LIMITS.max_body_bytes,
+            "max_body_bytes": body_limit,
             "max_messages": LIMITS.max_messages,
             "max_string_bytes": LIMITS.max_string_bytes,
             "body_reads": LIMITS.body_reads,
@@ -224,13 +227,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="gateway memory under hostile bodies")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--max-queue", type=int, default=LIMITS.max_queue)
+    parser.add_argument("--max-body-bytes", type=int, default=LIMITS.max_body_bytes)
     parser.add_argument("--gateway-arg", action="append", default=[],
                         help="an extra flag for the gateway (repeatable)")
     parser.add_argument("--quick", action="store_true", help="3 seconds (a smoke test)")
     parser.add_argument("--json", action="store_true", help="end with the report as JSON")
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
-    report = run(seconds, args.max_queue, args.gateway_arg)
+    report = run(seconds, args.max_queue, args.max_body_bytes, args.gateway_arg)
     report["quick"] = args.quick
     print(f"gateway under hostile bodies for {seconds:g}s, {args.max_queue} hostile clients "
           f"(the queue's full depth) and one normal caller")

@@ -247,11 +247,15 @@ class GatewayConfig:
         512 * 1024, "size of any one JSON string in a request body (UTF-8), 413 above it",
         metavar="N", parse=positive_int,
     )
-    # Parsing is CPU-bound on the gateway's one CPU: more parses at once do not
-    # end sooner, they only add up their memory (a worst-case body parses to
-    # about 25 times its size); two let a small request through beside a large one.
+    # A body being received holds up to twice its size (aiohttp's buffer and
+    # the bytes); the parse (up to ~25 times a body's size) runs on the event
+    # loop, one at a time whatever this says. Four turns hold at most ~8 MiB at
+    # the default body limit, and a body limit raised for images cannot
+    # multiply by the queue's depth; more turns did not lower the peak and
+    # only shortened a normal chat's wait behind hostile bodies a little
+    # (docs/benchmarks.md, Hostile bodies).
     body_reads: int = setting(
-        2, "request bodies read and parsed at once (others wait their turn)", metavar="N",
+        4, "request bodies read and parsed at once (others wait their turn)", metavar="N",
         parse=positive_int,
     )
     # aiohttp's keep-alive timer also runs from connection start, so it is both

@@ -91,6 +91,26 @@ async def test_bodies_are_read_and_parsed_body_reads_at_a_time(make_rig: RigFact
         assert (await client.response())[0] == 200
 
 
+async def test_a_request_waits_its_turn_to_be_read_within_its_deadline(
+    make_rig: RigFactory,
+) -> None:
+    rig = await make_rig(body_reads=1)
+    raw = json.dumps(CHAT).encode()
+    slow = await send_head(rig.port, "/api/chat", len(raw), raw[:5])
+    await wait_until(lambda: rig.gateway.gateway.board.reserved == 1)
+    late = await RawClient.send(rig.port, "/v1/chat/completions", CHAT,
+                                {"X-Request-Timeout": "0.3"})
+    status, _, body = await asyncio.wait_for(late.response(), 2)
+    assert (status, json.loads(body)["error"]) == (504, {
+        "message": "deadline of 0.3s passed while waiting to read the body",
+        "type": "gateway_error",
+        "code": 504,
+    })
+    slow.close()
+    await wait_until(lambda: len(rig.log) == 2)
+    assert rig.gateway.gateway.board.reserved == 0
+
+
 def messages(n: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": "hi"}] * n
 
