@@ -230,9 +230,11 @@ class GatewayConfig:
     )
     # What a real chat needs: a context of N tokens holds at most about 4N
     # bytes of text, so a 128k-token context (the longest of the common open
-    # models; a LocalModel's default is 8192) is about 512 KiB; twice that leaves room for JSON escapes and the
-    # messages' structure. Larger bodies only cost memory (docs/gateway.md,
-    # Hostile clients).
+    # models; a LocalModel's default is 8192) is about 512 KiB; twice that
+    # leaves room for JSON escapes and the messages' structure. The parse
+    # costs up to ~25 times a body, so this limit sizes the gateway's peak
+    # memory: measured about 40 MiB + 30 x the limit, 84 MiB at 1 MiB, under
+    # its pod's 256 MiB (docs/benchmarks.md, Hostile bodies).
     max_body_bytes: int = setting(
         1024 * 1024, "request body limit, 413 above it", metavar="N", parse=positive_int
     )
@@ -251,9 +253,9 @@ class GatewayConfig:
     # the bytes); the parse (up to ~25 times a body's size) runs on the event
     # loop, one at a time whatever this says. Four turns hold at most ~8 MiB at
     # the default body limit, and a body limit raised for images cannot
-    # multiply by the queue's depth; more turns did not lower the peak and
-    # only shortened a normal chat's wait behind hostile bodies a little
-    # (docs/benchmarks.md, Hostile bodies).
+    # multiply by the queue's depth. Measured at 1 MiB, 1 to 16 turns moved
+    # the peak only from 81 to 85 MiB and a normal chat's wait behind hostile
+    # bodies from 0.28 to 0.18 s (docs/benchmarks.md, Hostile bodies).
     body_reads: int = setting(
         4, "request bodies read and parsed at once (others wait their turn)", metavar="N",
         parse=positive_int,
