@@ -164,7 +164,7 @@ async def hostile_client(host: str, port: int, kinds: dict[str, tuple[bytes, int
         send = 64 * 1024 if name == "oversize" else None
         try:
             status, error = await exchange(host, port, ROUTES[i % 2], body, send)
-        except (ConnectionError, IndexError, ValueError):
+        except (OSError, EOFError, IndexError, ValueError):
             status, error = 0, "connection broke"
         right = status == want_status and names_limit in error
         answers[f"{name}:{RIGHT if right else f'{status} {error[:60]}'}"] += 1
