@@ -19,6 +19,7 @@ from aiohttp import web
 from localmodel.gateway.assemble import StreamWatcher, assembler_for
 from localmodel.gateway.overflow import KeyScrubber, OllamaReply, OverflowRequest, scrub
 from localmodel.gateway.record import Outcome, RequestRecord
+from localmodel.gateway.rewrite import encode
 from localmodel.gateway.routes import Route
 from localmodel.gateway.stream import LineSplitter, StreamError
 from localmodel.gateway.wire import (
@@ -119,7 +120,7 @@ class BodyRelay:
             raise StreamError(f"overflow endpoint sent invalid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise StreamError("overflow endpoint sent a JSON value that is not an object")
-        body = json.dumps(reply.whole(doc), separators=(",", ":"), ensure_ascii=False).encode()
+        body = encode(reply.whole(doc))
         ex.rec.finish(Outcome.OK, 200)
         return web.Response(status=200, body=scrub(body, key), content_type="application/json",
                             charset="utf-8")

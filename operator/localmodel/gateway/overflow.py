@@ -290,7 +290,7 @@ def _text_or_empty(value: Any) -> str:
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return encode(obj) + b"\n"
 
 
 @dataclass

@@ -207,7 +207,12 @@ def openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
 
 
 def encode(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate ("\\ud800" in the caller's JSON) has no UTF-8: sent
+        # on escaped, as the caller wrote it; the engine decides.
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def prepare(
