@@ -60,6 +60,7 @@ from localmodel.contract import CONTAINER_GATEWAY  # noqa: E402
 from localmodel.desired import desired_state  # noqa: E402
 from localmodel.facts.quantity import parse_bytes  # noqa: E402
 from localmodel.gateway_contract import ENV_PREFIX, GatewayConfig, env_name  # noqa: E402
+from localmodel.render.names import gateway_memory_bytes  # noqa: E402
 from tests.harness.processes import (  # noqa: E402
     ManagedProcess,
     free_port,
@@ -229,6 +230,8 @@ def run(seconds: float, example: Path, max_queue: int | None, body_limit: int | 
     pods, memory_limit = rendered_gateway(example)
     if max_queue is not None:
         pods[env_name("max-queue")] = str(max_queue)
+        # What the renderer gives a model with that maxQueue.
+        memory_limit = gateway_memory_bytes(setting(pods, "slots"), max_queue)
     if body_limit is not None:
         pods[env_name("max-body-bytes")] = str(body_limit)
     queue, slots = setting(pods, "max_queue"), setting(pods, "slots")

@@ -36,7 +36,8 @@ GATEWAY_CPU_MILLI = 250
 # the body limit (parses run one at a time); each place of the slots and the
 # queue holding a valid body of the limit about 2.2 times it (its bytes and
 # its rewritten copy): 17 places (1 slot, maxQueue 16) peaked at 78 MiB with
-# valid bodies only and 103 MiB with every kind mixed, 65 places at 184 MiB.
+# valid bodies only and 104 MiB with every kind mixed; 65 places at 180 and
+# 213 MiB (this rule gives them 256 and 361 MiB).
 # Hence 48 MiB + 30 x the limit + 2.5 x the limit a place, and half again
 # for what the run did not hold (the ledger's 10,000 records, about 10 MiB;
 # fragmentation). 256 MiB is the least: the default settings need 181 MiB.
