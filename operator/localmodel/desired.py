@@ -48,8 +48,8 @@ from localmodel.render import (
 )
 from localmodel.render.names import (
     GATEWAY_CPU_MILLI,
-    GATEWAY_MEMORY_BYTES,
     endpoint,
+    gateway_memory_bytes,
     pod_name,
     pod_selector,
 )
@@ -142,7 +142,8 @@ def prepare(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
         return Prepared(found, shape, None, 0)
     # Sized for an unknown node and an unknown engine version: every guard fires.
     worst = rules(spec, _UNKNOWN_NODE, _ONE_CPU, shape, None)
-    memory = worst.memory_bytes + (GATEWAY_MEMORY_BYTES if spec.gateway.enabled else 0)
+    gateway = gateway_memory_bytes(spec.slots, spec.gateway.max_queue)
+    memory = worst.memory_bytes + (gateway if spec.gateway.enabled else 0)
     return Prepared(found, shape, engine_version(spec), memory)
 
 

@@ -17,11 +17,13 @@ read or write it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from localmodel import engines
+from localmodel.printable import printable
 from localmodel.settings import (
     ConfigError,
     flags,
@@ -149,23 +151,67 @@ def ledger_document(
     }
 
 
+# What a reader takes of one gateway's /ledger (the gateway's image may be the
+# tenant's): its ring holds DEFAULT_LEDGER_SIZE records of about 1 KB.
+MAX_LEDGER_BYTES = 64 * 1024**2
+MAX_ENTRIES = 100_000
+_MAX_TEXT = 200  # characters kept of any string in an entry
+_MAX_KEY = 64
+MAX_BEHIND_READ = 16  # whom one entry waited behind, as read back
+
+
 def parse_entries(doc: Any) -> list[dict[str, Any]]:
-    """The entries of a /ledger document as read back (timeline); raises
-    ValueError naming what is wrong."""
+    """The entries of a /ledger document as read back (timeline), each as
+    data that is safe to print: every string bounded and cleaned
+    (localmodel.printable), every number finite (else None), `waited_behind`
+    a short list of such objects, nothing else nested. Raises ValueError
+    naming what is wrong."""
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise ValueError("not a ledger document: no `entries` list")
+    if len(doc["entries"]) > MAX_ENTRIES:
+        raise ValueError(f"more than {MAX_ENTRIES} entries")
     out = []
     for index, entry in enumerate(doc["entries"]):
         if not isinstance(entry, dict):
             raise ValueError(f"entries[{index}] is not an object")
-        out.append(entry)
+        out.append(_clean_entry(entry))
     return out
 
 
+def _clean_entry(entry: dict[Any, Any]) -> dict[str, Any]:
+    clean = {printable(str(k), _MAX_KEY): _clean_value(v) for k, v in entry.items()}
+    if "waited_behind" not in entry:
+        return clean
+    behind = entry["waited_behind"]
+    clean["waited_behind"] = [
+        {printable(str(k), _MAX_KEY): _clean_value(v) for k, v in b.items()}
+        for b in (behind if isinstance(behind, list) else [])[:MAX_BEHIND_READ]
+        if isinstance(b, dict)
+    ]
+    return clean
+
+
+def _clean_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return printable(value, _MAX_TEXT)
+    return None  # nested values other than waited_behind: not the ledger's
+
+
 def merge(documents: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Entries of several gateways in arrival order."""
+    """Entries of several gateways in arrival order (no number: first)."""
     merged = [e for entries in documents for e in entries]
-    merged.sort(key=lambda e: float(e.get("arrival") or 0.0))
+
+    def arrival(entry: dict[str, Any]) -> float:
+        value = entry.get("arrival")
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    merged.sort(key=arrival)
     return merged
 
 

@@ -38,6 +38,11 @@ class StandinOpenAI:
     model: str = "overflow-model"
     fail_status: int | None = None
     hang: bool = False
+    # What it says instead of far0 far1 ... (one piece an event), and a string
+    # split between two writes wherever an event holds it (a pause between:
+    # the gateway reads two chunks), as a careless endpoint echoing the key.
+    say: list[str] | None = None
+    split_on: str | None = None
     calls: list[Call] = field(default_factory=list)
 
     def app(self) -> web.Application:
@@ -80,7 +85,7 @@ class StandinOpenAI:
     ) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
         obj = "chat.completion" if chat else "text_completion"
-        pieces = [f"far{i} " for i in range(self.tokens)]
+        pieces = self.say if self.say is not None else [f"far{i} " for i in range(self.tokens)]
         usage = {
             "prompt_tokens": 7,
             "completion_tokens": len(pieces),
@@ -104,7 +109,14 @@ class StandinOpenAI:
         async def event(choice: dict[str, Any] | None, **extra: Any) -> None:
             doc = {**base, "object": obj + ".chunk" if chat else obj, **extra}
             doc["choices"] = [choice] if choice is not None else []
-            await response.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
+            data = b"data: " + json.dumps(doc).encode() + b"\n\n"
+            at = data.find(self.split_on.encode()) if self.split_on else -1
+            if at >= 0:
+                middle = at + len(self.split_on or "") // 2
+                await response.write(data[:middle])
+                await asyncio.sleep(0.02)
+                data = data[middle:]
+            await response.write(data)
 
         for piece in pieces:
             await asyncio.sleep(self.token_delay)

@@ -162,6 +162,47 @@ async def test_openai_client_through_the_gateway_on_ollama(
         assert "".join(text)
 
 
+async def test_a_callers_keep_alive_never_unloads_the_model_of_real_ollama(
+    engine: Ollama, gateway: tuple[RunningGateway, list[str]]
+) -> None:
+    """keep_alive is the pod's: a caller's 0 (which makes Ollama unload the
+    model once the request ends, the control below) reaches the engine as the
+    pod's -1 on the native routes and not at all on the OpenAI ones."""
+    gw, _ = gateway
+    child = engine.runner().pid
+    client = ollama.AsyncClient(host=gw.url)
+    assert (await client.generate(model=TUNED, prompt="Hi.", keep_alive=0,
+                                  options={"num_predict": 2})).done
+    assert (await client.chat(model=TUNED, messages=[{"role": "user", "content": "Hi."}],
+                              keep_alive="0s", options={"num_predict": 2})).done
+    async with openai.AsyncOpenAI(
+        base_url=gw.url + "/v1", api_key="unused", max_retries=0
+    ) as oai:
+        done = await oai.chat.completions.create(
+            model=TUNED, messages=[{"role": "user", "content": "Hi."}], max_tokens=2,
+            extra_body={"keep_alive": 0},
+        )
+        assert done.choices[0].message.content is not None
+    await asyncio.sleep(5)  # the control below unloads well within this
+    loaded = await client.ps()
+    assert [m.model for m in loaded.models] == [TUNED]
+    assert engine.runner().pid == child, "a caller's keep_alive unloaded the model"
+    async with httpx.AsyncClient() as metrics:
+        text = (await metrics.get(gw.url + "/metrics")).text
+    assert 'localmodel_gateway_options_rewritten_total{option="keep_alive"} 3' in text
+    # The control: the same keep_alive sent to Ollama directly unloads it.
+    direct = ollama.AsyncClient(host=engine.url)
+    assert (await direct.generate(model=TUNED, prompt="Hi.", keep_alive=0,
+                                  options={"num_predict": 2, "num_thread": 1,
+                                           "num_ctx": CONTEXT})).done
+    start = time.monotonic()
+    await wait_until(lambda: not engine.runners(), timeout=60, step=0.2)
+    print(f"control: keep_alive 0 sent directly unloaded the model in "
+          f"{time.monotonic() - start:.1f} s")
+    # Loaded again with the pod's settings, for the tests after this one.
+    assert (await client.generate(model=TUNED, prompt="Hi.", options={"num_predict": 1})).done
+
+
 async def test_streaming_ollama_client_that_leaves_stops_real_ollama(
     engine: Ollama, gateway: tuple[RunningGateway, list[str]]
 ) -> None:

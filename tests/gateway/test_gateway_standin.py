@@ -276,6 +276,31 @@ async def test_owned_settings_reach_the_engine(make_rig: RigFactory) -> None:
     assert embed["options"] == {"num_thread": 3, "num_ctx": 2048}
 
 
+async def test_a_callers_keep_alive_reaches_the_engine_as_the_pods(make_rig: RigFactory) -> None:
+    """keep_alive 0 from any caller would unload the model after each request
+    (the real Ollama shows it: test_gateway_ollama.py); the engine gets the
+    pod's on the native routes and none on the OpenAI one (the stand-in
+    records what arrived)."""
+    rig = await make_rig(StandinOllama(token_delay=0, tokens=2), keep_alive="10m")
+    async with aiohttp.ClientSession() as session:
+        for path, body in [
+            ("/api/generate", {"prompt": "x", "stream": False, "keep_alive": 0}),
+            ("/api/chat", {"messages": [], "stream": True, "keep_alive": "0s"}),
+            ("/api/chat", {"messages": [], "stream": False, "keep_alive": "10m"}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                      "keep_alive": 0}),
+        ]:
+            async with session.post(rig.url + path, json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+        async with session.get(rig.url + "/metrics") as resp:
+            metrics = await resp.text()
+    sent = [body.get("keep_alive", "absent") for _, body in rig.standin.requests]
+    assert sent == ["10m", "10m", "10m", "absent"]
+    # The caller's own 10m was already the pod's: three rewritten.
+    assert 'localmodel_gateway_options_rewritten_total{option="keep_alive"} 3' in metrics
+
+
 async def test_options_that_would_reload_the_model_reach_the_engine_as_the_pods(
     make_rig: RigFactory,
 ) -> None:

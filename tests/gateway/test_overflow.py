@@ -385,3 +385,37 @@ async def test_deadline_during_an_overflowed_stream_ends_it_and_closes_the_overf
     await wait_until(lambda: call.ended is not None, timeout=2)
     assert call.how == "client_gone"
     holder.close()
+
+
+async def test_a_key_the_overflow_echoes_across_two_reads_never_reaches_a_caller(
+    overflow_rig: SetupFactory,
+) -> None:
+    """A careless endpoint says the key back, each time cut between two writes
+    (and once a token at a time): neither the relayed stream (OpenAI callers)
+    nor the translated one (Ollama callers), streamed or whole, carries it."""
+    said = [f"echo {KEY} ", "then ", KEY[:7], KEY[7:], " end"]
+    clean = "echo [redacted] then [redacted] end"
+    far = StandinOpenAI(api_key=KEY, say=said, split_on=KEY)
+    setup = await overflow_rig(far, overflow_after=0)
+    holder = await hold_the_slot(setup)
+    ask = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+    raw: list[bytes] = []
+    async with aiohttp.ClientSession() as session:
+        for path, stream in [("/api/chat", True), ("/api/chat", False),
+                             ("/v1/chat/completions", True), ("/v1/chat/completions", False)]:
+            async with session.post(setup.rig.url + path, json={**ask, "stream": stream}) as r:
+                assert r.status == 200
+                assert r.headers["X-LocalModel-Served-By"] == "overflow"
+                raw.append(await r.read())
+    assert len(far.calls) == 4
+    for body in raw:
+        assert KEY.encode() not in body
+    ollama_told = [json.loads(line)["message"]["content"] for line in raw[0].splitlines()]
+    assert "".join(ollama_told) == clean
+    assert json.loads(raw[1])["message"]["content"] == clean
+    # Relayed as the endpoint sent it: the key whole within one event is
+    # scrubbed across the reads; cut between two events, each half is the
+    # caller's to join (docs/security.md says so).
+    assert raw[2].count(b"[redacted]") == 1
+    assert json.loads(raw[3])["choices"][0]["message"]["content"] == clean
+    holder.close()

@@ -83,11 +83,32 @@ def test_generation_always_streams_upstream(
     assert streams is caller_streams
 
 
-def test_keep_alive_defaults_as_a_number_but_a_callers_value_stays() -> None:
-    out, _ = run("/api/generate", {"prompt": "x"})
-    assert out["keep_alive"] == -1
-    out, _ = run("/api/generate", {"prompt": "x", "keep_alive": "10m"})
-    assert out["keep_alive"] == "10m"
+@pytest.mark.parametrize("path", ["/api/generate", "/api/chat", "/api/embed"])
+@pytest.mark.parametrize("callers", [None, 0, "0", "0s", "10m", -1, 1.5, "junk", [], {"a": 1}])
+def test_keep_alive_is_the_pods_whatever_the_caller_sends(path: str, callers: object) -> None:
+    """A caller's keep_alive 0 would unload the model after its own request:
+    the engine always gets the pod's (a number as a number)."""
+    body = {"prompt": "x", "input": "x", "messages": []}
+    if callers is not None:
+        body["keep_alive"] = callers
+    prepared = prepare(ROUTE[path], json.dumps(body).encode(), CONFIG)
+    assert json.loads(prepared.body)["keep_alive"] == -1
+    # Counted as rewritten when the caller asked for something else.
+    assert ("keep_alive" in prepared.rewritten) is (callers not in (None, -1))
+    pod_5m = GatewayConfig(model="m", keep_alive="5m")
+    out = json.loads(prepare(ROUTE[path], json.dumps(body).encode(), pod_5m).body)
+    assert out["keep_alive"] == "5m"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"])
+@pytest.mark.parametrize("callers", [0, "0s", "10m"])
+def test_a_callers_keep_alive_never_reaches_the_engine_on_the_openai_routes(
+    path: str, callers: object
+) -> None:
+    body = {"prompt": "x", "input": "x", "messages": [], "keep_alive": callers}
+    prepared = prepare(ROUTE[path], json.dumps(body).encode(), CONFIG)
+    assert "keep_alive" not in json.loads(prepared.body)
+    assert prepared.rewritten == ("keep_alive",)
 
 
 @pytest.mark.parametrize(

@@ -59,10 +59,10 @@ LAYERS = (
     Layer("foundation",
           "the words everything shares, importing nothing above: the API group and version, "
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
-          "quantities, and each engine's facts (data the API reads)",
+          "quantities, strings made printable, and each engine's facts (data the API reads)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
-           "localmodel.gateway_contract", "localmodel.facts.quantity", "localmodel.engines",
-           "localmodel.engines.*")),
+           "localmodel.gateway_contract", "localmodel.facts.quantity", "localmodel.printable",
+           "localmodel.engines", "localmodel.engines.*")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
           ("localmodel.api.**", "localmodel.crd")),

@@ -50,18 +50,33 @@ CADVISOR_GAP_SECONDS = 3.0
 CADVISOR_WAIT_SECONDS = 30.0
 
 
+# The most doctor reads of one answer (an engine's or a gateway's: either may
+# be anyone's image); past it the answer is refused (ValueError).
+MAX_ANSWER_BYTES = 16 * 1024**2
+
+
 def _get_json(url: str, body: Any = None, timeout: float = 5.0) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     if data:
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.load(response)
+        raw = _bounded(response.read(MAX_ANSWER_BYTES + 1), url)
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{url}: JSON nested deeper than doctor parses") from None
+
+
+def _bounded(raw: bytes, url: str) -> bytes:
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise ValueError(f"{url}: answer larger than {MAX_ANSWER_BYTES} bytes")
+    return raw
 
 
 def _get_text(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as response:
-        return str(response.read().decode("utf-8", "replace"))
+        return _bounded(response.read(MAX_ANSWER_BYTES + 1), url).decode("utf-8", "replace")
 
 
 def _listening_process(url: str) -> EngineProcess | None:
@@ -255,4 +270,4 @@ def _fetch(url: str, timeout: float) -> str:
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=timeout) as response:
-        return str(response.read().decode("utf-8", "replace"))
+        return _bounded(response.read(MAX_ANSWER_BYTES + 1), url).decode("utf-8", "replace")

@@ -10,6 +10,11 @@ from enum import StrEnum
 from typing import Any
 
 from localmodel.facts.quantity import format_bytes
+from localmodel.printable import printable
+
+# Characters of one fact or finding as printed: what an engine, a gateway or the
+# cluster said is in them, bounded and cleaned (localmodel.printable).
+MAX_SHOWN = 4000
 
 __all__ = ["Finding", "Report", "Verdict", "exit_status", "render_table", "to_json"]
 
@@ -47,14 +52,26 @@ def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
 def to_json(report: Report) -> str:
     return json.dumps(
         {
-            "facts": dict(report.facts),
+            "facts": _clean(dict(report.facts)),
             "findings": [
-                {"check": f.check, "verdict": f.verdict.value, "message": f.message, "fix": f.fix}
+                {"check": f.check, "verdict": f.verdict.value,
+                 "message": printable(f.message, MAX_SHOWN), "fix": printable(f.fix, MAX_SHOWN)}
                 for f in report.findings
             ],
         },
         indent=2,
     )
+
+
+def _clean(value: Any) -> Any:
+    """Every string in facts bounded and cleaned, keys too."""
+    if isinstance(value, str):
+        return printable(value, MAX_SHOWN)
+    if isinstance(value, Mapping):
+        return {printable(str(k), 200): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
 
 
 def render_table(report: Report, width: int = 100) -> str:
@@ -63,7 +80,7 @@ def render_table(report: Report, width: int = 100) -> str:
     if report.facts:
         key_width = max(len(k) for k in report.facts)
         for key, value in report.facts.items():
-            shown = _show(value, key)
+            shown = printable(_show(value, key), MAX_SHOWN)
             parts = textwrap.wrap(shown, max(40, width - key_width - 2)) or [shown]
             lines.append(f"{key:<{key_width}}  {parts[0]}")
             lines.extend(" " * (key_width + 2) + part for part in parts[1:])
@@ -77,11 +94,12 @@ def render_table(report: Report, width: int = 100) -> str:
     lines.append(head + "FINDING")
     text_width = max(40, width - len(indent))
     for f in report.findings:
-        message = textwrap.wrap(f.message, text_width) or [""]
+        message = textwrap.wrap(printable(f.message, MAX_SHOWN), text_width) or [""]
         lines.append(f"{f.verdict.value:<7}  {f.check:<{check_width}}  {message[0]}")
         lines.extend(indent + rest for rest in message[1:])
         if f.fix:
-            fix = textwrap.wrap("fix: " + f.fix, text_width, subsequent_indent="     ")
+            fix = textwrap.wrap("fix: " + printable(f.fix, MAX_SHOWN), text_width,
+                                subsequent_indent="     ")
             lines.extend(indent + part for part in fix)
     return "\n".join(lines) + "\n"
 

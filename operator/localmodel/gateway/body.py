@@ -17,8 +17,9 @@ import aiohttp
 from aiohttp import web
 
 from localmodel.gateway.assemble import StreamWatcher, assembler_for
-from localmodel.gateway.overflow import OllamaReply, OverflowRequest, scrub
+from localmodel.gateway.overflow import KeyScrubber, OllamaReply, OverflowRequest, scrub
 from localmodel.gateway.record import Outcome, RequestRecord
+from localmodel.gateway.rewrite import encode
 from localmodel.gateway.routes import Route
 from localmodel.gateway.stream import LineSplitter, StreamError
 from localmodel.gateway.wire import (
@@ -78,13 +79,13 @@ class BodyRelay:
         upstream = ex.upstream
         assert upstream is not None
         key = self.config.overflow_api_key
-
-        def clean(data: bytes) -> bytes:
-            return scrub(data, key)
-
         if plan.caller_streams:
-            return await self.stream(request, ex, watch=False, translate=clean)
-        raw = clean(await read_limited(upstream, self.assembled_limit))
+            # Across chunks: a key split between two reads is still found.
+            scrubber = KeyScrubber(key)
+            return await self.stream(
+                request, ex, watch=False, translate=scrubber.feed, end=scrubber.close
+            )
+        raw = scrub(await read_limited(upstream, self.assembled_limit), key)
         ex.rec.finish(Outcome.OK, upstream.status)
         return web.Response(
             status=upstream.status,
@@ -99,14 +100,18 @@ class BodyRelay:
         upstream = ex.upstream
         assert upstream is not None
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        reply = OllamaReply(ex.route.kind, self.config.overflow_model, now)
+        key = self.config.overflow_api_key
+        reply = OllamaReply(ex.route.kind, self.config.overflow_model, now, key)
         if plan.caller_streams:
+            # The key scrubbed from what the caller reads: the translated
+            # lines (an escaped key upstream arrives decoded), across lines.
+            scrubber = KeyScrubber(key)
             return await self.stream(
                 request,
                 ex,
                 watch=False,
-                translate=reply.feed,
-                end=reply.close,
+                translate=lambda data: scrubber.feed(reply.feed(data)),
+                end=lambda: scrubber.feed(reply.close()) + scrubber.close(),
                 content_type="application/x-ndjson",
             )
         try:
@@ -115,9 +120,10 @@ class BodyRelay:
             raise StreamError(f"overflow endpoint sent invalid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise StreamError("overflow endpoint sent a JSON value that is not an object")
-        body = reply.whole(doc)
+        body = encode(reply.whole(doc))
         ex.rec.finish(Outcome.OK, 200)
-        return json_response(200, body)
+        return web.Response(status=200, body=scrub(body, key), content_type="application/json",
+                            charset="utf-8")
 
 
     # ---- the body ------------------------------------------------------------

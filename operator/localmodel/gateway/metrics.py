@@ -70,8 +70,8 @@ class GatewayMetrics:
         )
         self.options_rewritten = Counter(
             p + "options_rewritten_total",
-            "Engine load options callers set to other values than the pod's (forced or "
-            "dropped: a different value would reload the model), by option.",
+            "Engine load options and keep_alive callers set to other values than the pod's "
+            "(forced or dropped: a different value would reload or unload the model), by option.",
             ("option",),
         )
         self.slot_busy = Counter(p + "slot_busy_seconds_total", "Seconds slots were held.")

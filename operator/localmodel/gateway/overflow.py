@@ -154,12 +154,17 @@ class OllamaReply:
     (the NDJSON objects of /api/chat or /api/generate, then the final
     `done: true` object with `done_reason` and the token counts)."""
 
-    def __init__(self, kind: Kind, model: str, created_at: str) -> None:
+    def __init__(self, kind: Kind, model: str, created_at: str, secret: str = "") -> None:
         if kind not in (Kind.CHAT, Kind.GENERATE):
             raise ValueError(f"not an Ollama generation route: {kind}")
         self.kind = kind
         self.model = model
         self.created_at = created_at
+        self._secret = secret
+        # The API key scrubbed from the text told, across the endpoint's
+        # events: a key streamed a token at a time is still found.
+        self._content = KeyScrubber(secret)
+        self._thinking = KeyScrubber(secret)
         self._lines = LineSplitter()
         self._finish: Any = None
         self._usage: dict[str, Any] = {}
@@ -207,8 +212,8 @@ class OllamaReply:
         usage = doc.get("usage")
         self._usage = usage if isinstance(usage, dict) else {}
         out = self._final()
-        content = _text_or_empty(msg.get("content"))
-        thinking = _text_or_empty(msg.get("reasoning_content"))
+        content = scrub(_text_or_empty(msg.get("content")), self._secret)
+        thinking = scrub(_text_or_empty(msg.get("reasoning_content")), self._secret)
         if self.kind is Kind.CHAT:
             out["message"]["content"] = content
             if thinking:
@@ -234,7 +239,7 @@ class OllamaReply:
             return out
         if self._finish is None:
             raise StreamError("overflow stream ended before its last choice")
-        return out + _line(self._final())
+        return out + self._held() + _line(self._final())
 
     def _line(self, line: bytes) -> bytes:
         payload = sse_data(line)
@@ -244,7 +249,7 @@ class OllamaReply:
         if event is DONE:
             if self._finish is None:
                 raise StreamError("overflow stream ended before its last choice")
-            return _line(self._final())
+            return self._held() + _line(self._final())
         assert isinstance(event, dict)
         message = error_message(event)
         if message is not None:
@@ -260,11 +265,24 @@ class OllamaReply:
             self._finish = first["finish_reason"]
         delta = first.get("delta")
         delta = delta if isinstance(delta, dict) else {}
-        content = _text_or_empty(delta.get("content"))
-        thinking = _text_or_empty(delta.get("reasoning_content"))
+        content = _through(self._content, _text_or_empty(delta.get("content")))
+        thinking = _through(self._thinking, _text_or_empty(delta.get("reasoning_content")))
         if not content and not thinking:
             return b""
         return _line(self._object(content, thinking))
+
+    def _held(self) -> bytes:
+        """The text held back in case it began the key, told before the end."""
+        content = self._content.close().decode("utf-8", "surrogatepass")
+        thinking = self._thinking.close().decode("utf-8", "surrogatepass")
+        return _line(self._object(content, thinking)) if content or thinking else b""
+
+
+def _through(scrubber: KeyScrubber, text: str) -> str:
+    """Text through a scrubber (what may begin the key is held back)."""
+    if not text:
+        return text
+    return scrubber.feed(text.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
 
 
 def _text_or_empty(value: Any) -> str:
@@ -272,7 +290,7 @@ def _text_or_empty(value: Any) -> str:
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return encode(obj) + b"\n"
 
 
 @dataclass
@@ -298,15 +316,92 @@ class OverflowBreaker:
         self.open_until = -math.inf
 
 
+REDACTED = b"[redacted]"
+
+
+def key_forms(secret: str) -> tuple[bytes, ...]:
+    """The byte forms the API key may take in an answer: as it is, and as a
+    JSON encoder may escape it (`"` and `\\`; `/` as `\\/`, which some do)."""
+    if not secret:
+        return ()
+    forms = {secret.encode()}
+    escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+    forms.add(escaped.encode())
+    forms.add(escaped.replace("/", "\\/").encode())
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+class KeyScrubber:
+    """Bytes in, the same bytes out with every form of the API key replaced,
+    however the key is split across the pieces fed: the longest tail that may
+    begin a key is held back until the next piece (or `close`) says. Held
+    back: at most one key's length; nothing at all unless the tail could
+    begin a key."""
+
+    def __init__(self, secret: str) -> None:
+        self._forms = key_forms(secret)
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if not self._forms:
+            return data
+        text = self._held + data
+        out = bytearray()
+        start = 0
+        while True:
+            found = self._next(text, start)
+            if found is None:
+                break
+            at, form = found
+            if any(f.startswith(text[at:]) for f in self._forms if len(f) > len(text) - at):
+                # A longer form may still begin here (a key ending in `\\`).
+                out += text[start:at]
+                self._held = text[at:]
+                return bytes(out)
+            out += text[start:at] + REDACTED
+            start = at + len(form)
+        keep = self._tail(text, start)
+        out += text[start:keep]
+        self._held = text[keep:]
+        return bytes(out)
+
+    def close(self) -> bytes:
+        """The end of the stream: what was held back could begin no key."""
+        held, self._held = self._held, b""
+        return held
+
+    def _next(self, text: bytes, start: int) -> tuple[int, bytes] | None:
+        """The first key form at or after `start` (the longest where several begin)."""
+        best: tuple[int, bytes] | None = None
+        for form in self._forms:
+            at = text.find(form, start)
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, form)
+        return best
+
+    def _tail(self, text: bytes, start: int) -> int:
+        """Where the longest tail of text[start:] that begins a key form starts."""
+        longest = max(len(form) for form in self._forms) - 1
+        for at in range(max(start, len(text) - longest), len(text)):
+            tail = text[at:]
+            if any(form.startswith(tail) for form in self._forms):
+                return at
+        return len(text)
+
+
 @overload
 def scrub(text: str, secret: str) -> str: ...
 @overload
 def scrub(text: bytes, secret: str) -> bytes: ...
 def scrub(text: str | bytes, secret: str) -> str | bytes:
     """Text or bytes that may echo the API key (an endpoint's error body, the
-    overflow's answer relayed), key removed."""
+    overflow's answer relayed), every form of the key removed."""
     if not secret:
         return text
+    scrubber = KeyScrubber(secret)
     if isinstance(text, bytes):
-        return text.replace(secret.encode(), b"[redacted]")
-    return text.replace(secret, "[redacted]")
+        return scrubber.feed(text) + scrubber.close()
+    # A key's UTF-8 bytes found in UTF-8 text begin and end on characters
+    # (surrogatepass: a lone surrogate from a JSON string stays as it was).
+    raw = text.encode("utf-8", "surrogatepass")
+    return (scrubber.feed(raw) + scrubber.close()).decode("utf-8", "surrogatepass")

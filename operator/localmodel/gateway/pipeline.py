@@ -27,6 +27,7 @@ from localmodel.gateway.bounds import TooLarge
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     CALLER_HEADER,
+    MAX_ID,
     SESSION_HEADER,
     Ledger,
     Sessions,
@@ -43,6 +44,7 @@ from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.printable import printable
 
 REQUEST_ID = web.RequestKey("request_id", str)
 SERVED_BY = web.RequestKey("served_by", str)
@@ -124,14 +126,17 @@ class Pipeline:
         except Exception as exc:
             self.unexpected_errors += 1
             rec.finish(Outcome.INTERNAL_ERROR, 500, f"{type(exc).__name__}: {exc}")
-            print(f"gateway: unexpected error in {route.path}: {exc!r}", file=sys.stderr)
+            print(f"gateway: unexpected error in {route.path}: {printable(repr(exc), 1024)}",
+                  file=sys.stderr)
             return error_response(500, "internal gateway error", openai=route.is_openai)
         finally:
             self._end(rec, slot)
 
     def _record(self, request: web.Request, route: Route) -> RequestRecord:
         rec = RequestRecord(
-            request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16],
+            # The caller's id as the log, the ledger and the echo show it.
+            request_id=printable(request.headers.get("X-Request-Id") or "", MAX_ID)
+            or uuid.uuid4().hex[:16],
             route=route.path,
             priority=parse_priority(request.headers.get("X-Priority")).value,
             start=self._clock(),

@@ -24,6 +24,9 @@ from localmodel.gateway.ledger import (
 )
 from localmodel.gateway.stream import EngineTiming
 from localmodel.gateway_contract import LedgerEntry
+from localmodel.printable import printable
+
+MAX_DETAIL = 512  # characters of a request's detail (an error's message) in its log line
 
 
 class Outcome(StrEnum):
@@ -146,12 +149,12 @@ def ledger_entry(rec: RequestRecord) -> LedgerEntry:
     t = rec.timing or EngineTiming()
     reread_tokens, reread_seconds = rec.reread()
     return LedgerEntry(
-        request_id=rec.request_id[:MAX_ID],
+        request_id=printable(rec.request_id, MAX_ID),
         caller=rec.caller,
         session=rec.session,
         priority=rec.priority,
         route=rec.route,
-        model=rec.model[:MAX_ID],
+        model=printable(rec.model, MAX_ID),
         outcome=(rec.outcome or Outcome.INTERNAL_ERROR).value,
         status=rec.status,
         served_by=rec.served_by,
@@ -188,10 +191,11 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
     timing = rec.timing or EngineTiming()
     fields: dict[str, Any] = {
         "msg": "request",
-        "request_id": rec.request_id,
+        # What the caller sent, bounded and cleaned (localmodel.printable).
+        "request_id": printable(rec.request_id, MAX_ID),
         "route": rec.route,
         "priority": rec.priority,
-        "model": rec.model,
+        "model": printable(rec.model, MAX_ID),
         "stream": rec.caller_streams,
         "status": rec.status,
         "outcome": rec.outcome.value if rec.outcome else None,
@@ -229,7 +233,7 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
     if rec.outcome in CANCEL_REASONS:
         fields["cancel_reason"] = CANCEL_REASONS[rec.outcome]
     if rec.detail:
-        fields["detail"] = rec.detail
+        fields["detail"] = printable(rec.detail, MAX_DETAIL)
     return fields
 
 

@@ -6,7 +6,8 @@ the context (memory was sized for it), every other option Ollama loads the
 model with (a different value reloads the model for every caller), the
 generation cap (an abandoned request must end by itself even if cancellation
 regresses in the engine,
-llama.cpp#11720/#13262) and keep_alive (weights are loaded once). And every
+llama.cpp#11720/#13262) and keep_alive (weights are loaded once: a caller's
+keep_alive never reaches the engine, the pod's replaces it). And every
 generation goes upstream as a stream, because only a streaming request is
 cancelled reliably when its connection closes (docs/engine-facts.md, Cancellation).
 """
@@ -54,7 +55,8 @@ class Prepared:
     body: bytes  # what goes upstream
     caller_streams: bool  # whether the caller asked for a stream back
     model: str
-    # Runner options the caller set to something other than the pod's values.
+    # Runner options (and keep_alive) the caller set to something other than
+    # the pod's values.
     rewritten: tuple[str, ...] = ()
     user: object = None  # the OpenAI `user` field, as sent (a caller's name)
     prompt: Prompt | None = None  # for the ledger's rewrite check, when asked for
@@ -170,9 +172,27 @@ def _ollama_options(
             _int_field(options, "num_predict", "options."), config.max_tokens
         )
     body["options"] = options
-    if body.get("keep_alive") is None:
-        body["keep_alive"] = keep_alive_value(config.keep_alive)
+    # keep_alive is the pod's: a caller's 0 would unload the model after its
+    # request and cost the next caller a load (any other value, a schedule).
+    pod_keep_alive = keep_alive_value(config.keep_alive)
+    if body.get("keep_alive") not in (None, pod_keep_alive):
+        rewritten.append("keep_alive")
+    body["keep_alive"] = pod_keep_alive
     return tuple(rewritten)
+
+
+def openai_owned(body: dict[str, Any], config: GatewayConfig) -> tuple[str, ...]:
+    """The pod's settings in an OpenAI-shaped body for the local engine: the
+    generation capped, and a caller's `keep_alive` dropped (the engine keeps
+    the pod's: OLLAMA_KEEP_ALIVE). Ollama 0.34.4's OpenAI layer has no such
+    field (openai/openai.go, ChatCompletionRequest) and llama-server none at
+    all; dropped here so no later release reads it."""
+    openai_caps(body, config)
+    return _drop_keep_alive(body)
+
+
+def _drop_keep_alive(body: dict[str, Any]) -> tuple[str, ...]:
+    return ("keep_alive",) if body.pop("keep_alive", None) is not None else ()
 
 
 def openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
@@ -187,7 +207,12 @@ def openai_caps(body: dict[str, Any], config: GatewayConfig) -> None:
 
 
 def encode(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate ("\\ud800" in the caller's JSON) has no UTF-8: sent
+        # on escaped, as the caller wrote it; the engine decides.
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def prepare(
@@ -206,9 +231,11 @@ def prepare(
         body["stream"] = True
     elif route.kind is Kind.EMBED:
         rewritten = _ollama_options(body, config, generation=False)
+    elif route.kind is Kind.OPENAI_EMBED:
+        rewritten = _drop_keep_alive(body)
     elif route.kind in (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION):
         caller_streams = caller_stream_choice(route, body)
-        openai_caps(body, config)
+        rewritten = openai_owned(body, config)
         body["stream"] = True
         if not caller_streams:
             # Usage arrives in a last chunk only when asked for; a caller that

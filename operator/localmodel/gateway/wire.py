@@ -22,9 +22,13 @@ from localmodel.gateway.routes import Route
 def json_response(
     status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> web.Response:
+    try:
+        raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate from an upstream's JSON: kept escaped
+        raw = json.dumps(body, separators=(",", ":")).encode()
     return web.Response(
         status=status,
-        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+        body=raw,
         content_type="application/json",
         charset="utf-8",
         headers=headers,

@@ -15,7 +15,7 @@ from localmodel.gateway_contract import (
     READY_PATH,
     gateway_variables,
 )
-from localmodel.render.names import GATEWAY_CPU_MILLI, GATEWAY_MEMORY_BYTES
+from localmodel.render.names import GATEWAY_CPU_MILLI, gateway_memory_bytes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.rules import Tuning
 
@@ -83,5 +83,8 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "resources": resources(f"{GATEWAY_CPU_MILLI}m", format_bytes(GATEWAY_MEMORY_BYTES)),
+        "resources": resources(
+            f"{GATEWAY_CPU_MILLI}m",
+            format_bytes(gateway_memory_bytes(lm.spec.slots, lm.spec.gateway.max_queue)),
+        ),
     }

@@ -24,11 +24,37 @@ from localmodel.contract import (
     MANAGED_BY,
 )
 from localmodel.engines import ollama
+from localmodel.gateway_contract import GatewayConfig
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
+# The gateway's memory limit, sized from benchmarks/gateway_hostile.py (the
+# worst bodies at the queue's full depth with the rendered settings;
+# docs/benchmarks.md, Hostile bodies). Measured at the default 1 MiB body
+# limit: about 40 MiB at rest; the parse of one worst body about 26 times
+# the body limit (parses run one at a time); each place of the slots and the
+# queue holding a valid body of the limit about 2.2 times it (its bytes and
+# its rewritten copy): 17 places (1 slot, maxQueue 16) peaked at 78 MiB with
+# valid bodies only and 104 MiB with every kind mixed; 65 places at 180 and
+# 213 MiB (this rule gives them 256 and 361 MiB).
+# Hence 48 MiB + 30 x the limit + 2.5 x the limit a place, and half again
+# for what the run did not hold (the ledger's 10,000 records, about 10 MiB;
+# fragmentation). 256 MiB is the least: the default settings need 181 MiB.
 GATEWAY_MEMORY_BYTES = 256 * 1024**2
+_GATEWAY_AT_REST = 48 * 1024**2
+_PARSE_TIMES_BODY = 30
+_PLACE_TIMES_BODY = 2.5
+
+
+def gateway_memory_bytes(slots: int, max_queue: int) -> int:
+    """The gateway's memory limit for its slots and queue at the gateway's
+    default body limit (the renderer sets no other), whole MiB."""
+    body = GatewayConfig().max_body_bytes
+    need = _GATEWAY_AT_REST + _PARSE_TIMES_BODY * body + _PLACE_TIMES_BODY * body * (
+        slots + max_queue)
+    mib = -(-int(need * 1.5) // 1024**2)
+    return max(GATEWAY_MEMORY_BYTES, mib * 1024**2)
 
 
 def pod_name(lm: LocalModel, replica: int) -> str:

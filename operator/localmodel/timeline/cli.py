@@ -25,7 +25,14 @@ from typing import Any
 import urllib3
 import yaml
 
-from localmodel.gateway_contract import GATEWAY_PORT, LEDGER_PATH, merge, parse_entries
+from localmodel.gateway_contract import (
+    GATEWAY_PORT,
+    LEDGER_PATH,
+    MAX_LEDGER_BYTES,
+    merge,
+    parse_entries,
+)
+from localmodel.printable import printable
 from localmodel.timeline.report import (
     Sharing,
     gatewayless,
@@ -78,7 +85,8 @@ def timeline_main(argv: Sequence[str]) -> int:
                                              args.context)
             title = f"{args.namespace}/{args.name}"
     except (_Unavailable, ValueError) as exc:
-        print(f"localmodel timeline: {exc}", file=sys.stderr)
+        # What a gateway or the API server said is in it: bounded and cleaned.
+        print(f"localmodel timeline: {printable(str(exc), 2000)}", file=sys.stderr)
         return 2
     doc = timeline(entries, sharing)
     title += f", since {args.since}"
@@ -94,14 +102,25 @@ def timeline_main(argv: Sequence[str]) -> int:
 def _get(url: str) -> Any:
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
-            return json.load(response)
+            return ledger_json(response.read(MAX_LEDGER_BYTES + 1))
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:200].decode("utf-8", "replace")
+        detail = exc.read(200).decode("utf-8", "replace")
         raise _Unavailable(f"{url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise _Unavailable(f"{url}: {exc}") from None
     except ValueError as exc:
-        raise _Unavailable(f"{url}: not JSON: {exc}") from None
+        raise _Unavailable(f"{url}: not a ledger: {exc}") from None
+
+
+def ledger_json(raw: bytes) -> Any:
+    """A gateway's /ledger answer, bounded (the gateway's image may be the
+    tenant's); ValueError naming what is wrong."""
+    if len(raw) > MAX_LEDGER_BYTES:
+        raise ValueError(f"larger than {MAX_LEDGER_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested deeper than the reader parses") from None
 
 
 def _from_cluster(
@@ -166,7 +185,7 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
             f"{pod}:{GATEWAY_PORT}", namespace, f"{LEDGER_PATH.lstrip('/')}?{query}",
             _preload_content=False, _request_timeout=TIMEOUT,
         )
-        return parse_entries(json.loads(raw.data))
+        return parse_entries(ledger_json(raw.read(MAX_LEDGER_BYTES + 1)))
     except ApiException as exc:
         body = (exc.body or b"") if isinstance(exc.body, bytes) else str(exc.body or "").encode()
         detail = _detail(body)
