@@ -167,7 +167,7 @@ def explain(state: DesiredState) -> str:
     return "\n".join(lines)
 
 
-def render_main(argv: Sequence[str]) -> int:
+def _render_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localmodel render",
         description="Print every object the operator would create, the LocalModel with its "
@@ -213,7 +213,11 @@ def render_main(argv: Sequence[str]) -> int:
         help="Secrets (`kubectl get secret -o yaml`; only their labels are read) for "
         "the policy's overflowKeySecretLabel. Repeatable.",
     )
-    args = parser.parse_args(list(argv))
+    return parser
+
+
+def render_main(argv: Sequence[str]) -> int:
+    args = _render_parser().parse_args(list(argv))
     try:
         models = parse_models(args.filename)
         policy = read_policy_or_input_error(args.policy) if args.policy else TenantPolicy()
