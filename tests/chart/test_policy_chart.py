@@ -1,6 +1,6 @@
 """The chart's admin policy (`policy` values -> a ConfigMap the operator reads
 with --policy) and its per-namespace binding (`namespaces`), with the real helm.
-The binding's effect on a real API server is tests/e2e/test_policy.py's."""
+The binding's effect on a real API server is tests/e2e/test_tenant_policy.py's."""
 
 from __future__ import annotations
 

@@ -160,11 +160,11 @@ def test_a_gateway_turned_off_carries_no_gateway_choices() -> None:
 # ---- matching ----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("image", "location"), [
-    ("ollama/ollama:0.34.4", "docker.io/ollama/ollama"),
+    ("ollama/ollama:v1", "docker.io/ollama/ollama"),
     ("ubuntu", "docker.io/library/ubuntu"),
     ("ubuntu:24.04", "docker.io/library/ubuntu"),
-    ("docker.io/ollama/ollama:0.34.4", "docker.io/ollama/ollama"),
-    ("ghcr.io/ggml-org/llama.cpp:server-b11316", "ghcr.io/ggml-org/llama.cpp"),
+    ("docker.io/ollama/ollama:v1", "docker.io/ollama/ollama"),
+    ("ghcr.io/ggml-org/llama.cpp:server", "ghcr.io/ggml-org/llama.cpp"),
     ("registry.internal:5000/ollama@sha256:" + "a" * 64, "registry.internal:5000/ollama"),
     ("localhost/x:1", "localhost/x"),
     ("GHCR.IO/org/x", "ghcr.io/org/x"),

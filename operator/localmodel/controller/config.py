@@ -75,7 +75,7 @@ class OperatorConfig:
     tenants: TenantPolicy = setting(
         TenantPolicy(), "the admin's policy over tenants: a YAML file of the chart's `policy` "
         "values (docs/security.md)", flag="policy", metavar="FILE",
-        shown_default="any registry, overflow host and Secret; no control-plane tolerations",
+        shown_default="any registry, overflow host and Secret; no tolerations for control planes",
         parse=policy_file,
     )
     operator_image: str = setting(

@@ -145,7 +145,7 @@ def secret(name: str, labels: dict[str, str]) -> dict[str, Any]:
 RULES = [
     # (the rule, a model breaking it and nothing else, the field it names)
     ("imageRegistries", GOOD.named("reg").spec(
-        engine={"name": "ollama", "image": "quay.io/someone/ollama:0.34.4"}),
+        engine={"name": "ollama", "image": "quay.io/someone/ollama:v1"}),
      "spec.engine.image"),
     ("overflowHosts", GOOD.named("host").spec(gateway={"overflow": {
         "url": "https://api.openai.com@collector.example/v1", "model": "gpt-4o-mini"}}),
