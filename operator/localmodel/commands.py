@@ -13,6 +13,7 @@ import yaml
 
 from localmodel.api import LocalModel, parse_local_model
 from localmodel.api.parse import object_name
+from localmodel.controller.config import read_policy
 from localmodel.crd import crd_yaml
 from localmodel.desired import DesiredState, desired_state
 from localmodel.errors import FieldError, InvalidObject, format_errors
@@ -24,6 +25,7 @@ from localmodel.manifest import ManifestError, documents
 from localmodel.render import RenderOptions
 from localmodel.rules import problems
 from localmodel.rules.docs import rules_markdown
+from localmodel.tenancy import TenantPolicy, refusals
 
 # Offline renders carry a fixed time so the output is reproducible (diffable in review).
 RENDER_TIME = "1970-01-01T00:00:00Z"
@@ -95,6 +97,39 @@ def parse_nodes(paths: Sequence[str]) -> list[NodeFacts]:
     return [n for _, n in nodes.values()]
 
 
+def read_policy_or_input_error(path: str) -> TenantPolicy:
+    try:
+        return read_policy(path)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def secret_labels(paths: Sequence[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """(namespace, name) -> labels of every Secret in `paths` (nothing else is read)."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for path in paths:
+        for where, doc in _documents(path):
+            meta = doc.get("metadata") if isinstance(doc, dict) else None
+            if not isinstance(doc, dict) or doc.get("kind") != "Secret" or not isinstance(
+                    meta, dict) or not isinstance(meta.get("name"), str):
+                raise InputError(f"{where}: not a Secret with metadata.name")
+            labels = meta.get("labels") or {}
+            if not isinstance(labels, dict):
+                raise InputError(f"{where}: metadata.labels: must be a mapping")
+            key = (str(meta.get("namespace") or "default"), meta["name"])
+            out[key] = {str(k): str(v) for k, v in labels.items()}
+    return out
+
+
+def admit(models: Sequence[LocalModel], policy: TenantPolicy,
+          secrets: dict[tuple[str, str], dict[str, str]]) -> None:
+    """InputError naming every policy rule each model breaks (tenancy.refusals)."""
+    errors = [format_errors([r.error() for r in found], obj=f"LocalModel {lm.key}")
+              for lm in models if (found := refusals(lm, policy, secrets))]
+    if errors:
+        raise InputError("\n".join(errors))
+
+
 def _dump(obj: Any) -> Any:
     if isinstance(obj, LocalModel):
         out = obj.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -132,7 +167,7 @@ def explain(state: DesiredState) -> str:
     return "\n".join(lines)
 
 
-def render_main(argv: Sequence[str]) -> int:
+def _render_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localmodel render",
         description="Print every object the operator would create, the LocalModel with its "
@@ -164,9 +199,29 @@ def render_main(argv: Sequence[str]) -> int:
         default=RenderOptions().operator_image,
         help="image for the gateway sidecar",
     )
-    args = parser.parse_args(list(argv))
+    parser.add_argument(
+        "--policy",
+        metavar="POLICY.yaml",
+        help="the admin's policy over tenants (the chart's `policy` values, as the "
+        "operator's --policy reads it): a model it refuses is an error, as the operator "
+        "marks it RefusedByPolicy. Default: the operator's default policy",
+    )
+    parser.add_argument(
+        "--secrets",
+        action="append",
+        metavar="SECRETS.yaml",
+        help="Secrets (`kubectl get secret -o yaml`; only their labels are read) for "
+        "the policy's overflowKeySecretLabel. Repeatable.",
+    )
+    return parser
+
+
+def render_main(argv: Sequence[str]) -> int:
+    args = _render_parser().parse_args(list(argv))
     try:
         models = parse_models(args.filename)
+        policy = read_policy_or_input_error(args.policy) if args.policy else TenantPolicy()
+        admit(models, policy, secret_labels(args.secrets or []))
         nodes = parse_nodes(args.nodes) if args.nodes else [from_this_machine()]
     except InputError as e:
         print(f"localmodel render: {e}", file=sys.stderr)

@@ -32,6 +32,7 @@ class EventReason(StrEnum):
     REPLACING = "ReplacingPod"
     CREATED_CLAIM = "CreatedClaim"
     INVALID = "InvalidSpec"
+    REFUSED_BY_POLICY = "RefusedByPolicy"  # Valid=False by the admin's policy (tenancy)
     VALID = "SpecValid"
     SCALED_DOWN = "ScaledDown"
     UNSCHEDULABLE = "Unschedulable"
@@ -64,7 +65,10 @@ def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[E
         if old_valid is None or old_valid.status != ConditionStatus.FALSE or (
             old_valid.message != new_valid.message
         ):
-            events.append(EventSpec(EventReason.INVALID, new_valid.message, warning=True))
+            reason = (EventReason.REFUSED_BY_POLICY
+                      if new_valid.reason == EventReason.REFUSED_BY_POLICY.value
+                      else EventReason.INVALID)
+            events.append(EventSpec(reason, new_valid.message, warning=True))
         return events
     if old_valid and old_valid.status == ConditionStatus.FALSE and new_valid:
         events.append(EventSpec(EventReason.VALID, "the spec is valid again"))

@@ -51,6 +51,8 @@ class Reason(StrEnum):
 
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
+    # The admin's policy refused the spec (localmodel.tenancy): nothing is created.
+    REFUSED_BY_POLICY = "RefusedByPolicy"
     ALL_REPLICAS_PLACED = "AllReplicasPlaced"
     # Unplaced replicas carry the planner's reason (planner.UnplacedReason):
     # NoNodes, NoMatchingNode, NoFeasibleNode.
@@ -258,24 +260,28 @@ def _stable_reason(lm: LocalModel, r: ReplicaStatusInput) -> str:
 
 
 def invalid_status(lm_meta_generation: int | None, message: str, previous: LocalModelStatus | None,
-                   now: str) -> LocalModelStatus:
-    """Status for an object the operator cannot parse at all (no usable spec):
-    Valid=False naming the field, and the previous placements kept for the record."""
+                   now: str, reason: Reason = Reason.INVALID_SPEC) -> LocalModelStatus:
+    """Status for an object the operator cannot parse at all (no usable spec), or
+    one the admin's policy refuses (`reason` RefusedByPolicy): Valid=False naming
+    the field, and the previous placements kept for the record."""
+    why = ("refused by the admin policy" if reason == Reason.REFUSED_BY_POLICY
+           else "the spec is invalid")
+
     def cond(type_: ConditionType, msg: str) -> Condition:
         old = {c.type: c for c in (previous.conditions if previous else [])}.get(type_.value)
         since = (old.last_transition_time
                  if old and old.status == ConditionStatus.FALSE else now)
         return Condition(
             type=type_.value, status=ConditionStatus.FALSE, observed_generation=lm_meta_generation,
-            last_transition_time=since, reason=Reason.INVALID_SPEC.value, message=msg,
+            last_transition_time=since, reason=reason.value, message=msg,
         )
 
     status = LocalModelStatus(
         observed_generation=lm_meta_generation,
         conditions=[
             cond(ConditionType.VALID, message),
-            cond(ConditionType.PLACED, "not placed: the spec is invalid"),
-            cond(ConditionType.READY, "not reconciled: the spec is invalid"),
+            cond(ConditionType.PLACED, f"not placed: {why}"),
+            cond(ConditionType.READY, f"not reconciled: {why}"),
         ],
         placements=list(previous.placements) if previous else [],
         ready_replicas=previous.ready_replicas if previous else 0,

@@ -115,6 +115,8 @@ def test_deployment_command_exists_and_accepts_the_charts_flags(tools: Tools) ->
     assert container["command"] == ["localmodel"]
     command, *flags = container["args"]
     assert command in COMMANDS
+    # (the policy file is the ConfigMap's: tests/chart/test_policy_chart.py reads it)
+    flags = [f for f in flags if not f.startswith("--policy=")]
     config = parse_config(flags, {"POD_NAMESPACE": "localmodel-system"})
     assert config.namespaces == ("ai", "batch")
     assert config.log_format == "json"

@@ -17,7 +17,12 @@ import pytest
 import yaml
 
 from tests.harness import Tools
-from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, of_kind, render_chart
+from tests.harness.chart import (
+    ALL_OPTIONAL,
+    DASHBOARD_FILE,
+    optional_config_maps,
+    render_chart,
+)
 from tests.harness.fixtures import tools_or_fail
 from tests.harness.promql import (
     alert_rules,
@@ -169,7 +174,7 @@ def test_the_dashboard_configmap_carries_the_file_and_the_sidecar_label(tools: T
     rendered = render_chart(tools, namespace="models", set_values=(
         "dashboard.enabled=true", "dashboard.namespace=monitoring",
         "dashboard.annotations.grafana_folder=LLMs"))
-    [cm] = of_kind(rendered, "ConfigMap")
+    [cm] = optional_config_maps(rendered)
     assert cm["metadata"]["namespace"] == "monitoring"
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "LLMs"}

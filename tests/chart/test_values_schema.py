@@ -12,7 +12,14 @@ import pytest
 import yaml
 
 from tests.harness import Tools
-from tests.harness.chart import ALL_OPTIONAL, CHART_DIR, helm, of_kind, render_chart
+from tests.harness.chart import (
+    ALL_OPTIONAL,
+    CHART_DIR,
+    helm,
+    of_kind,
+    optional_config_maps,
+    render_chart,
+)
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 VALUES = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
@@ -99,11 +106,11 @@ def test_chart_with_every_optional_piece_passes_helm_lint_strict(tools: Tools) -
 def test_optional_pieces_are_off_by_default_and_each_renders_when_on(tools: Tools) -> None:
     off = render_chart(tools)
     assert not [m for m in off if m["apiVersion"].startswith("monitoring.coreos.com/")]
-    assert of_kind(off, "Service") == [] and of_kind(off, "ConfigMap") == []
+    assert of_kind(off, "Service") == [] and optional_config_maps(off) == []
     on = render_chart(tools, set_values=ALL_OPTIONAL)
     kinds = {m["kind"] for m in on if m["apiVersion"] == "monitoring.coreos.com/v1"}
     assert kinds == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
-    assert len(of_kind(on, "ConfigMap")) == 1 and len(of_kind(on, "Service")) == 1
+    assert len(optional_config_maps(on)) == 1 and len(of_kind(on, "Service")) == 1
 
 
 # --set VALUE, then a piece of helm's message naming the value's path.

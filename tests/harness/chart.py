@@ -81,6 +81,12 @@ def is_user_role(manifest: Manifest) -> bool:
     return _component(manifest) == USER_ROLES_COMPONENT
 
 
+def optional_config_maps(manifests: list[Manifest]) -> list[Manifest]:
+    """The ConfigMaps of optional pieces (the dashboard's): not the policy's, always made."""
+    return [m for m in of_kind(manifests, "ConfigMap")
+            if not m["metadata"]["name"].endswith("-policy")]
+
+
 def operator_objects(manifests: list[Manifest]) -> list[Manifest]:
     """What the operator itself runs as and with (not the probe's, not the user roles)."""
     return [m for m in manifests if not is_probe(m) and not is_user_role(m)]

@@ -92,9 +92,9 @@ LAYERS = (
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
            "localmodel.speed")),
     Layer("desired",
-          "the pass over every model (validation, planner, rules, render, status) and the "
-          "incremental layer beside it",
-          ("localmodel.desired.**", "localmodel.incremental.**")),
+          "the pass over every model (validation, planner, rules, render, status), the "
+          "incremental layer beside it, and the admin's policy over tenants (tenancy)",
+          ("localmodel.desired.**", "localmodel.incremental.**", "localmodel.tenancy")),
     Layer("shell",
           "what the programs use to reach the world and no pure layer may: Kubernetes clients, "
           "the Prometheus text format, reading manifest files",

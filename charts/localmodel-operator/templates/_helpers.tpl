@@ -51,3 +51,40 @@ app.kubernetes.io/name: {{ printf "%s-node-probe" (include "localmodel-operator.
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: node-probe
 {{- end }}
+
+{{/* The operator's rules on namespaced resources: in its ClusterRole, or with
+`namespaces` set in a Role in each of them (namespaced-roles.yaml). */}}
+{{- define "localmodel-operator.namespacedRules" -}}
+# The LocalModel API: watched (kopf lists, then watches); only status is written
+# (server-side apply on the status subresource).
+- apiGroups: ["localmodel.dev"]
+  resources: ["localmodels"]
+  verbs: ["list", "watch"]
+- apiGroups: ["localmodel.dev"]
+  resources: ["localmodels/status"]
+  verbs: ["patch"]
+# Engine pods: created, and deleted to roll or re-place them (never patched).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "delete"]
+# Weights claims: created once per replica; ownership re-applied when
+# storage.retain flips; deleted only when owned and unused.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The Service and the tuned Modelfile ConfigMap (removed by garbage collection).
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["list", "watch", "create", "patch"]
+# Placements, decisions and replacements are reported as core Events.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if .Values.policy.overflowKeySecretLabel }}
+# policy.overflowKeySecretLabel: the labels of the Secret a LocalModel names as
+# its overflow key, read by GET as metadata only (never listed or watched).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
+{{- end }}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from localmodel import speed
+from localmodel.manifest import ManifestError, documents
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
 from localmodel.settings import (
     ConfigError,
@@ -29,11 +30,34 @@ from localmodel.settings import (
     setting,
     split_words,
 )
+from localmodel.tenancy import PolicyError, TenantPolicy, parse_policy
 
-__all__ = ["ConfigError", "OperatorConfig", "parse_config"]
+__all__ = ["ConfigError", "OperatorConfig", "parse_config", "policy_file"]
 
 ENV_PREFIX = "LOCALMODEL_"
 LogFormat = Literal["json", "text"]
+
+
+def read_policy(path: str) -> TenantPolicy:
+    """The policy in a YAML or JSON file (one mapping, read with manifest's
+    limits); ValueError naming the file and each wrong field."""
+    try:
+        docs = [doc for _, doc in documents(path)]
+    except ManifestError as e:
+        raise ValueError(str(e)) from None
+    if len(docs) > 1:
+        raise ValueError(f"{path}: one policy mapping expected, found {len(docs)} documents")
+    try:
+        return parse_policy(docs[0] if docs else None)
+    except PolicyError as e:
+        raise ValueError("; ".join(f"{path}: policy.{err}" for err in e.errors)) from None
+
+
+def policy_file(flag: str, raw: str) -> TenantPolicy:
+    try:
+        return read_policy(raw)
+    except ValueError as e:
+        raise ConfigError(flag, str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,14 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = setting(
         (), "watch only this namespace, repeatable", flag="namespace", metavar="NS",
         shown_default="all namespaces", repeatable=True, parse=split_words,
+    )
+    # The admin's policy over tenants (localmodel.tenancy; the chart's `policy`
+    # values, mounted as a file): a model it refuses is Valid=False, nothing made.
+    tenants: TenantPolicy = setting(
+        TenantPolicy(), "the admin's policy over tenants: a YAML file of the chart's `policy` "
+        "values (docs/security.md)", flag="policy", metavar="FILE",
+        shown_default="any registry, overflow host and Secret; no tolerations for control planes",
+        parse=policy_file,
     )
     operator_image: str = setting(
         DEFAULT_OPERATOR_IMAGE, "image of the gateway sidecar", metavar="IMAGE", parse=as_is

@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModelStatus
+from localmodel.api import LocalModel, LocalModelStatus
 from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     EVENT_REPORTING_COMPONENT,
@@ -49,13 +49,15 @@ from localmodel.controller.observed import (
 )
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
+from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
-from localmodel.status import invalid_status, with_progress, with_speed
+from localmodel.status import Reason, invalid_status, with_progress, with_speed
+from localmodel.tenancy import SecretLabels, TenantPolicy, refusals
 
 # A write is expected to show in the watches within this long; after that the
 # next pass acts on what it sees, whatever was written before.
@@ -401,18 +403,41 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
     return out
 
 
+def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str
+             ) -> tuple[list[LocalModel], list[ModelWork]]:
+    """The parsed models the admin's policy admits, and the work of those it
+    refuses: their status only (Valid=False, RefusedByPolicy, naming each rule
+    and field), nothing created."""
+    ok: list[LocalModel] = []
+    refused: list[ModelWork] = []
+    for lm in obs.valid_models():
+        found = refusals(lm, tenants, secrets)
+        if not found:
+            ok.append(lm)
+            continue
+        mo = obs.models[lm.key]
+        message = format_errors([r.error() for r in found])
+        refused.append(ModelWork(mo, ModelChanges(), invalid_status(
+            mo.generation, message, mo.status, now, Reason.REFUSED_BY_POLICY)))
+    return ok, refused
+
+
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
-              speed_policy: SpeedPolicy | None = None, desired: Desired | None = None
+              speed_policy: SpeedPolicy | None = None, desired: Desired | None = None,
+              tenants: TenantPolicy | None = None, secrets: SecretLabels | None = None,
               ) -> PassPlan:
     """The pure core of a pass: desired state, then each model's changes and status
     (with each replica's speed, `speeds`: model -> replica -> published numbers).
     `desired` is the reconciler's long-lived `Desired` (a pass then costs what
-    changed); without it, a fresh one: the same result."""
+    changed); without it, a fresh one: the same result. `tenants`: the admin's
+    policy (models it refuses get their status only, `admitted`); `secrets`: the
+    labels of the Secrets models name as overflow keys."""
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
+    models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now)
     state = (desired or Desired()).state(
-        obs.valid_models(),
+        models,
         list(obs.nodes.values()),
         now=now,
         current=with_memory(current_placements(obs), placed),
@@ -422,7 +447,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
     )
-    work: list[ModelWork] = []
+    work: list[ModelWork] = refused
     targets: list[SpeedTarget] = []
     for result in state.models:
         mo = obs.models[result.model.key]

@@ -59,6 +59,8 @@ from localmodel.controller.policy import (
     settled,
     status_settled,
 )
+from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
+from localmodel.controller.secrets import SecretLabels
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
@@ -67,6 +69,7 @@ from localmodel.incremental import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import status_body, status_changed
+from localmodel.tenancy import needs_secret
 
 log = logging.getLogger("localmodel.reconcile")
 
@@ -188,6 +191,7 @@ class Reconciler:
         # not in the client's pool, whose time limit would count the wait (at
         # 1 000 models, writes timed out queued behind each other).
         self._writing = asyncio.Semaphore(config.write_concurrency)
+        self._secrets = SecretLabels(kube)  # overflow-key Secrets' labels, for the policy
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -272,7 +276,8 @@ class Reconciler:
             for name, why in obs.bad_nodes.items():
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
-            work = self._plan(obs, now_s)
+            secrets = await self._secret_labels(obs)
+            work = self._plan(obs, now_s, secrets)
         self.metrics.models_by_condition = condition_counts(w.status for w in work)
         result = PassResult(models=len(obs.models))
         await asyncio.gather(*(self._model(w, now_s, result, obs,
@@ -280,11 +285,26 @@ class Reconciler:
                                for w in work))
         return result
 
-    def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
+    async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
+        """The labels of the overflow-key Secrets the admin's policy must see;
+        while a model waits for one, the next pass re-reads it (secrets.py)."""
+        wanted = {k for lm in obs.valid_models()
+                  if (k := needs_secret(lm, self.config.tenants)) is not None}
+        if not wanted:
+            return {}
+        found = await self._secrets.labels(wanted)
+        rule = self.config.tenants.overflow_key_secret_label
+        if any(k not in found or (rule and not rule.holds(found[k])) for k in wanted):
+            self.trigger_later(SECRET_MAX_AGE)
+        return found
+
+    def _plan(self, obs: Observed, now: str,
+              secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> list[ModelWork]:
         planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
-                            speed_policy=self.speed.policy, desired=self._desired)
+                            speed_policy=self.speed.policy, desired=self._desired,
+                            tenants=self.config.tenants, secrets=secrets)
         self._placed = planned.placed
         if self.speed.retarget(planned.speed_targets):
             self.speed_wake()

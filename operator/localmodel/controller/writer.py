@@ -102,9 +102,10 @@ class Kube:
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
         kind: str = "",
+        accept: str = "application/json",
     ) -> Any:
         assert self._session is not None, "use `async with Kube(...)`"
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        headers = {"Accept": accept, "User-Agent": self.user_agent}
         token = self.creds.bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -127,8 +128,9 @@ class Kube:
             raise KubeError(method, path, status, parsed)
         return parsed
 
-    async def get(self, path: str) -> Any:
-        return await self.request("GET", path)
+    async def get(self, path: str, accept: str = "application/json") -> Any:
+        """`accept`: e.g. PartialObjectMetadata, for an object's metadata only."""
+        return await self.request("GET", path, accept=accept)
 
     async def create(self, manifest: Mapping[str, Any]) -> Any:
         kind = str(manifest["kind"])

@@ -1,0 +1,293 @@
+"""The cluster admin's policy over tenants, and the check of a model against it. Pure.
+
+A tenant who may create LocalModels in their namespace chooses images, an
+overflow host, a Secret to send there, tolerations and whether to hold nodes
+alone. The admin's `TenantPolicy` (the chart's `policy` values, mounted as a
+file the operator and `localmodel render --policy` read) bounds each of those
+choices; `refusals(model, policy, secrets)` names every rule a model breaks,
+each with the field it refuses. A refused model is `Valid=False`
+(`RefusedByPolicy`) and nothing is created for it (controller/policy.py).
+
+Each rule is one entry of `RULES` and one field of `TenantPolicy` (named as
+the chart's value is: `policy.<name>`); `FIELDS` says how its value is read.
+Adding a rule is one field, one `FIELDS` entry and one check function. The
+defaults keep what a single-team install did before the policy existed,
+except control-plane tolerations (docs/security.md says why for each).
+tests/unit/test_tenancy.py tables one case per rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from localmodel.api import LocalModel
+from localmodel.errors import FieldError
+
+ANY = "*"
+# Taint keys of control-plane nodes: kubeadm's, and the one before it (up to 1.24).
+CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+DOCKER_HUB = "docker.io"
+MAX_ENTRIES = 256  # per list: a policy is a short list an admin writes
+
+_REGISTRY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$")
+_HOST = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+@dataclass(frozen=True)
+class LabelRule:
+    """A Secret must carry label `key` (with `value`, when given)."""
+
+    key: str
+    value: str | None = None
+
+    def __str__(self) -> str:
+        return self.key if self.value is None else f"{self.key}={self.value}"
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        return self.key in labels and (self.value is None or labels[self.key] == self.value)
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    """What tenants may choose. `("*",)` allows any; an empty list allows none."""
+
+    image_registries: tuple[str, ...] = (ANY,)
+    overflow_hosts: tuple[str, ...] = (ANY,)
+    overflow_key_secret_label: LabelRule | None = None
+    allow_control_plane: bool = False
+    exclusive_namespaces: tuple[str, ...] = (ANY,)
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used: every field that is wrong."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+# ---- reading a policy --------------------------------------------------------------
+
+Read = Callable[[str, Any], Any]  # (field name, raw value) -> value, or FieldError
+
+
+def _entries(check: re.Pattern[str], words: str) -> Read:
+    def read(name: str, raw: Any) -> tuple[str, ...]:
+        if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
+            raise FieldError(name, f"must be a list of at most {MAX_ENTRIES} strings")
+        out: list[str] = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, str) or not (item == ANY or check.match(item)):
+                raise FieldError(f"{name}[{i}]", f"must be {words} (lower case), or {ANY!r} "
+                                 "for any")
+            out.append(item)
+        return tuple(out)
+    return read
+
+
+def _boolean(name: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise FieldError(name, "must be true or false")
+    return raw
+
+
+def _label(name: str, raw: Any) -> LabelRule | None:
+    if raw in (None, ""):
+        return None
+    if not isinstance(raw, str):
+        raise FieldError(name, "must be a label, KEY or KEY=VALUE")
+    key, eq, value = raw.partition("=")
+    if not _LABEL_KEY.match(key) or len(key) > 316 or not _LABEL_VALUE.match(value):
+        raise FieldError(name, f"{raw!r} is not a label selector KEY or KEY=VALUE")
+    return LabelRule(key, value if eq else None)
+
+
+# policy.<name> -> (TenantPolicy field, reader)
+FIELDS: dict[str, tuple[str, Read]] = {
+    "imageRegistries": ("image_registries", _entries(
+        _REGISTRY, "a registry host[:port], optionally with a path prefix (ghcr.io/org)")),
+    "overflowHosts": ("overflow_hosts", _entries(
+        _HOST, "a host name[:port], or *.domain for its subdomains")),
+    "overflowKeySecretLabel": ("overflow_key_secret_label", _label),
+    "allowControlPlane": ("allow_control_plane", _boolean),
+    "exclusiveNamespaces": ("exclusive_namespaces", _entries(_NAMESPACE, "a namespace name")),
+}
+assert {f for f, _ in FIELDS.values()} == {f.name for f in fields(TenantPolicy)}
+
+
+def parse_policy(raw: Any) -> TenantPolicy:
+    """A policy from its mapping (the chart's `policy` values); PolicyError naming
+    every wrong field. Missing fields keep their defaults; unknown ones are refused."""
+    if raw is None:
+        return TenantPolicy()
+    if not isinstance(raw, Mapping):
+        raise PolicyError([FieldError("", "the policy must be a mapping")])
+    errors: list[FieldError] = []
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in FIELDS:
+            errors.append(FieldError(str(name), f"unknown policy setting (known: "
+                                                f"{', '.join(FIELDS)})"))
+            continue
+        attr, read = FIELDS[name]
+        try:
+            values[attr] = read(name, value)
+        except FieldError as e:
+            errors.append(e)
+    if errors:
+        raise PolicyError(errors)
+    return TenantPolicy(**values)
+
+
+# ---- the check ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One rule a model breaks: the policy setting, the field and why."""
+
+    rule: str  # the setting's name (policy.<rule> in the chart's values)
+    field: str  # the spec's field path
+    reason: str
+
+    def error(self) -> FieldError:
+        return FieldError(self.field, f"refused by the admin policy (policy.{self.rule}): "
+                                      f"{self.reason}")
+
+
+# (namespace, Secret name) -> its labels; a Secret absent here was not found or not read
+SecretLabels = Mapping[tuple[str, str], Mapping[str, str]]
+
+
+def image_location(image: str) -> str:
+    """`registry/path` of an image reference, normalised as the container runtime
+    does (no registry: docker.io; one name: docker.io/library/NAME), without its
+    tag or digest."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > slash:
+        name = name[:colon]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return f"{first.lower()}/{rest}"
+    return f"{DOCKER_HUB}/{name if rest else 'library/' + name}"
+
+
+def registry_allowed(image: str, allowed: tuple[str, ...]) -> bool:
+    where = image_location(image) + "/"
+    return any(a == ANY or where.startswith(a.rstrip("/") + "/") for a in allowed)
+
+
+def host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return False
+    for a in allowed:
+        want, _, want_port = a.partition(":")
+        if want_port and (port is None or int(want_port) != port):
+            continue
+        if a == ANY or host == want or (want.startswith("*.") and host.endswith(want[1:])):
+            return True
+    return False
+
+
+def _shown(allowed: tuple[str, ...]) -> str:
+    return ", ".join(allowed) if allowed else "none"
+
+
+def _registries(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
+    allowed = policy.image_registries
+    spec = lm.spec
+    images = [("spec.engine.image", spec.engine.resolved_image())]
+    if spec.gateway.enabled and spec.gateway.image:  # (else the admin's own gateway image)
+        images.append(("spec.gateway.image", spec.gateway.image))
+    for field, image in images:
+        if not registry_allowed(image, allowed):
+            yield Refusal("imageRegistries", field, f"{image} comes from "
+                          f"{image_location(image)}, not an allowed registry "
+                          f"(allowed: {_shown(allowed)})")
+
+
+def _overflow_hosts(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
+    overflow = lm.spec.gateway.overflow
+    if lm.spec.gateway.enabled and overflow and not host_allowed(overflow.url,
+                                                                 policy.overflow_hosts):
+        host = urlsplit(overflow.url).netloc.rpartition("@")[2]
+        yield Refusal("overflowHosts", "spec.gateway.overflow.url",
+                      f"host {host} is not an allowed overflow host "
+                      f"(allowed: {_shown(policy.overflow_hosts)})")
+
+
+def _overflow_key(lm: LocalModel, policy: TenantPolicy, secrets: SecretLabels
+                  ) -> Iterator[Refusal]:
+    rule = policy.overflow_key_secret_label
+    overflow = lm.spec.gateway.overflow
+    if rule is None or not lm.spec.gateway.enabled or overflow is None:
+        return
+    ref = overflow.api_key_secret_ref
+    if ref is None:
+        return
+    labels = secrets.get((lm.metadata.namespace, ref.name))
+    field = "spec.gateway.overflow.apiKeySecretRef.name"
+    if labels is None:
+        yield Refusal("overflowKeySecretLabel", field, f"Secret {ref.name} was not found, so "
+                      f"its label {rule} cannot be checked")
+    elif not rule.holds(labels):
+        yield Refusal("overflowKeySecretLabel", field, f"Secret {ref.name} does not carry the "
+                      f"label {rule} that marks a Secret as an overflow key")
+
+
+def _control_plane(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
+    if policy.allow_control_plane:
+        return
+    for i, t in enumerate(lm.spec.placement.tolerations):
+        if t.operator.value == "Exists" and not t.key:
+            what = "tolerates every taint (operator Exists without a key)"
+        elif t.key in CONTROL_PLANE_TAINTS:
+            what = f"tolerates {t.key}"
+        else:
+            continue
+        yield Refusal("allowControlPlane", f"spec.placement.tolerations[{i}]",
+                      f"{what}, so the model could run on control-plane nodes; name the "
+                      "taints it may tolerate instead")
+
+
+def _exclusive(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
+    allowed = policy.exclusive_namespaces
+    namespace = lm.metadata.namespace
+    if lm.spec.placement.exclusive and ANY not in allowed and namespace not in allowed:
+        yield Refusal("exclusiveNamespaces", "spec.placement.exclusive",
+                      f"namespace {namespace} may not hold nodes exclusively (allowed: "
+                      f"{_shown(allowed)}); set placement.exclusive: false")
+
+
+Rule = Callable[[LocalModel, TenantPolicy, SecretLabels], Iterator[Refusal]]
+RULES: tuple[Rule, ...] = (_registries, _overflow_hosts, _overflow_key, _control_plane,
+                           _exclusive)
+
+
+def refusals(lm: LocalModel, policy: TenantPolicy, secrets: SecretLabels | None = None
+             ) -> tuple[Refusal, ...]:
+    """Every rule of `policy` that `lm` breaks (none: the model is admitted).
+    `secrets`: the labels of the Secrets models name as overflow keys."""
+    return tuple(r for rule in RULES for r in rule(lm, policy, secrets or {}))
+
+
+def needs_secret(lm: LocalModel, policy: TenantPolicy) -> tuple[str, str] | None:
+    """The Secret whose labels the policy must see for `lm`, if any."""
+    overflow = lm.spec.gateway.overflow
+    if (policy.overflow_key_secret_label is None or not lm.spec.gateway.enabled
+            or overflow is None or overflow.api_key_secret_ref is None):
+        return None
+    return (lm.metadata.namespace, overflow.api_key_secret_ref.name)
