@@ -243,7 +243,7 @@ def test_memory_is_weights_plus_kv_plus_overhead() -> None:
     shape = CATALOG["qwen3:1.7b"]
     kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
-    assert t.memory_bytes == shape.weights_bytes + 2 * kv + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    assert t.memory_bytes == shape.weights_bytes + kv + kv // 4 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
 
 
 @pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])
@@ -261,15 +261,19 @@ def test_kv_cache_scales_with_context_times_slots() -> None:
     assert run(spec(context=4096, slots=3)).memory_parts["kvCache"] == 3 * one
 
 
-def test_memory_names_the_prompt_cache_sized_as_the_kv_cache_by_default() -> None:
+def test_memory_names_the_prompt_cache_a_quarter_of_the_kv_cache_by_default() -> None:
     t = run(spec(context=2048))
-    assert t.memory_parts["promptCache"] == t.memory_parts["kvCache"] == 224 * MiB
-    assert t.env["LLAMA_ARG_CACHE_RAM"] == "224"  # Ollama's child inherits it
+    assert t.memory_parts["kvCache"] == 224 * MiB
+    assert t.memory_parts["promptCache"] == 56 * MiB
+    assert t.env["LLAMA_ARG_CACHE_RAM"] == "56"  # Ollama's child inherits it
     effect = next(d.effect for d in t.decisions if d.rule == "memory-from-weights-and-kv")
-    assert "+ prompt cache 224Mi +" in effect
+    assert "+ prompt cache 56Mi +" in effect
     llama = run(spec(**LLAMA, context=4096, slots=2))
-    assert llama.args[llama.args.index("--cache-ram") + 1] == "144"
-    assert llama.memory_parts["promptCache"] == llama.memory_parts["kvCache"] == 144 * MiB
+    assert llama.args[llama.args.index("--cache-ram") + 1] == "36"
+    assert llama.memory_parts["kvCache"] == 144 * MiB
+    assert llama.memory_parts["promptCache"] == 36 * MiB
+    odd = run(spec(**LLAMA, context=600))  # a quarter that is not whole MiB rounds up
+    assert odd.memory_parts["promptCache"] == -(-odd.memory_parts["kvCache"] // 4 // MiB) * MiB
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,10 @@ MiB = 1024**2
 # processes themselves.
 COMPUTE_OVERHEAD = 1 * GiB
 RUNTIME_OVERHEAD = 256 * MiB
+# promptCache: auto keeps a quarter of the KV cache's size of earlier prompts'
+# states: a few recent prompts come back cached, and the budget grows by a
+# quarter of the KV term, not double (docs/engine-facts.md#the-prompt-cache-in-host-memory).
+PROMPT_CACHE_SHARE_OF_KV = 4
 
 # Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
 KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
@@ -195,7 +199,8 @@ def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
     if asked != "auto":
         size, why = parse_bytes(asked), "from spec"
     elif kv is not None:
-        size, why = kv, f"auto: the KV cache of {ctx.spec.context}x{ctx.spec.slots} tokens"
+        size = kv // PROMPT_CACHE_SHARE_OF_KV
+        why = f"auto: a quarter of the KV cache of {ctx.spec.context}x{ctx.spec.slots} tokens"
     else:
         size, why = 0, "auto: off, the model's shape (and so its KV cache) is unknown"
     mib = -(-size // MiB)
@@ -389,8 +394,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id="prompt-cache-bounded",
         title="The host-memory prompt cache is bounded",
-        effect="prompt cache = spec.promptCache, or with auto the KV cache's size (0 when the "
-        "model's shape is unknown), in whole MiB: llama-server --cache-ram; Ollama "
+        effect="prompt cache = spec.promptCache, or with auto a quarter of the KV cache's "
+        "size (0 when the model's shape is unknown), in whole MiB: llama-server --cache-ram; Ollama "
         "LLAMA_ARG_CACHE_RAM, inherited by its llama-server child",
         reason="llama-server keeps earlier prompts' states in host memory up to 8192 MiB by "
         "default, about 30 MiB per 2,300-token prompt of the 270M test model: unbounded, a "
