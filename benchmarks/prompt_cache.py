@@ -60,12 +60,14 @@ GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 START_TIMEOUT = 300.0
 REQUEST_TIMEOUT = 900.0  # one long prompt on one loaded CPU
 EVICTION = re.compile(r"removing oldest entry")
-WORDS = (
-    "river stone lantern orbit maple quartz harbor violet ember falcon meadow cobalt "
-    "thunder willow copper glacier saffron canyon whisper beacon marble tundra velvet "
-    "cedar comet prism summit ivory nectar breeze granite lotus ripple aurora basalt "
-    "juniper mosaic nimbus obsidian pepper quiver raven sable tango umber vortex zephyr"
-).split()
+WORDS = [
+    "river", "stone", "lantern", "orbit", "maple", "quartz", "harbor", "violet", "ember",
+    "falcon", "meadow", "cobalt", "thunder", "willow", "copper", "glacier", "saffron",
+    "canyon", "whisper", "beacon", "marble", "tundra", "velvet", "cedar", "comet", "prism",
+    "summit", "ivory", "nectar", "breeze", "granite", "lotus", "ripple", "aurora", "basalt",
+    "juniper", "mosaic", "nimbus", "obsidian", "pepper", "quiver", "raven", "sable",
+    "tango", "umber", "vortex", "zephyr",
+]
 
 
 def prompt(tag: int, words: int) -> str:
@@ -154,7 +156,8 @@ def start(engine: str, settings: dict[str, Any], work: Path) -> Iterator[Engine]
             yield Engine(f"{server.url}/completion", {"n_predict": 1},
                          server.process.pid, None, server.log)
         return
-    env = {k: v for k, v in settings["env"].items() if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
+    env = {k: v for k, v in settings["env"].items()
+           if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
     with engines.ollama_serve(work, work / "models", env, timeout=START_TIMEOUT) as server:
         mf = work / "Modelfile"
         mf.write_text(re.sub(r"^FROM .*$", f"FROM {engines.require('model')}",

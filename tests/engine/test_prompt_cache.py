@@ -33,7 +33,10 @@ pytestmark = pytest.mark.engine
 PROMPT_WORDS = 60
 BOUND = "5Mi"
 SEQUENCE = 6  # prompts 0..5; then 4 (two ago) and 0 (the first) again
-WORDS = "river stone lantern orbit maple quartz harbor violet ember falcon meadow".split()
+WORDS = [
+    "river", "stone", "lantern", "orbit", "maple", "quartz", "harbor", "violet", "ember",
+    "falcon", "meadow",
+]
 
 
 def prompt(tag: int) -> str:

@@ -243,7 +243,8 @@ def test_memory_is_weights_plus_kv_plus_overhead() -> None:
     shape = CATALOG["qwen3:1.7b"]
     kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
-    assert t.memory_bytes == shape.weights_bytes + kv + kv // 4 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    total = shape.weights_bytes + kv + kv // 4 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    assert t.memory_bytes == total
 
 
 @pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])

@@ -409,8 +409,9 @@ class LocalModelSpec(ApiModel):
         "answer a returning prompt without reading it again (llama-server `--cache-ram`; "
         "for Ollama `LLAMA_ARG_CACHE_RAM`, which its llama-server child inherits), rounded "
         "up to whole MiB and counted in `memory: auto`. `0` keeps none. `auto` sizes it as "
-        "a quarter of the KV cache (context x slots), or 0 when the model's shape is unknown. Unbounded, "
-        "llama-server keeps up to 8 GiB by default and the pod is slowly OOM-killed.",
+        "a quarter of the KV cache (context x slots), or 0 when the model's shape is "
+        "unknown. Unbounded, llama-server keeps up to 8 GiB by default and the pod is "
+        "slowly OOM-killed.",
     )
     context: Integer = Field(
         8192, description="Context length of each slot, in tokens.", ge=512, le=1048576

@@ -395,8 +395,8 @@ RULES: tuple[Rule, ...] = (
         id="prompt-cache-bounded",
         title="The host-memory prompt cache is bounded",
         effect="prompt cache = spec.promptCache, or with auto a quarter of the KV cache's "
-        "size (0 when the model's shape is unknown), in whole MiB: llama-server --cache-ram; Ollama "
-        "LLAMA_ARG_CACHE_RAM, inherited by its llama-server child",
+        "size (0 when the model's shape is unknown), in whole MiB: llama-server --cache-ram; "
+        "Ollama LLAMA_ARG_CACHE_RAM, inherited by its llama-server child",
         reason="llama-server keeps earlier prompts' states in host memory up to 8192 MiB by "
         "default, about 30 MiB per 2,300-token prompt of the 270M test model: unbounded, a "
         "pod grows with every distinct prompt until it is OOM-killed",
