@@ -1,9 +1,10 @@
 """The benchmarks' quick modes, as CI runs them, so none can rot unseen.
 
 `benchmarks/gateway.py --quick` (the stand-in upstream, the gateway, nginx as
-the plain-proxy reference) and `benchmarks/threads.py --quick` (the real
-llama-server under a 1-CPU cgroup quota). What is asserted holds on any
-machine: every column and summary the benchmark promises is printed, with
+the plain-proxy reference), `benchmarks/threads.py --quick` (the real
+llama-server under a 1-CPU cgroup quota) and `benchmarks/prompt_cache.py
+--quick` (both real engines as rendered, bounded and at their default). What
+is asserted holds on any machine: every column and summary the benchmark promises is printed, with
 numbers in it. The numbers themselves are the benchmarks' to print
 (docs/benchmarks.md), never a test's to judge; `benchmarks/converge.py`,
 `benchmarks/planner.py` and `benchmarks/pods.py` have tests of their own.
