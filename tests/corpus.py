@@ -234,6 +234,10 @@ CORPUS: tuple[Bad, ...] = (
     spec_case("memory-one-byte", {"memory": "1"}, "spec.memory", "from 64Mi"),
     spec_case("memory-negative", {"memory": "-8Gi"}, "spec.memory", "quantity"),
     spec_case("memory-number", {"memory": 8589934592}, "spec.memory", "valid string"),
+    spec_case("prompt-cache-2Ti", {"promptCache": "2Ti"}, "spec.promptCache", "from 0 to 1Ti"),
+    spec_case("prompt-cache-negative", {"promptCache": "-1"}, "spec.promptCache", "quantity"),
+    spec_case("prompt-cache-words", {"promptCache": "lots"}, "spec.promptCache",
+              "`auto` or a quantity"),
     spec_case("storage-1e31", {"storage": {"size": "1e31"}}, "spec.storage.size", "to 1Pi"),
     spec_case("storage-zero", {"storage": {"size": "0"}}, "spec.storage.size", "from 64Mi"),
     spec_case(

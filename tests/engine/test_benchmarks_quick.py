@@ -1,9 +1,10 @@
 """The benchmarks' quick modes, as CI runs them, so none can rot unseen.
 
 `benchmarks/gateway.py --quick` (the stand-in upstream, the gateway, nginx as
-the plain-proxy reference) and `benchmarks/threads.py --quick` (the real
-llama-server under a 1-CPU cgroup quota). What is asserted holds on any
-machine: every column and summary the benchmark promises is printed, with
+the plain-proxy reference), `benchmarks/threads.py --quick` (the real
+llama-server under a 1-CPU cgroup quota) and `benchmarks/prompt_cache.py
+--quick` (both real engines as rendered, bounded and at their default). What
+is asserted holds on any machine: every column and summary the benchmark promises is printed, with
 numbers in it. The numbers themselves are the benchmarks' to print
 (docs/benchmarks.md), never a test's to judge; `benchmarks/converge.py`,
 `benchmarks/planner.py` and `benchmarks/pods.py` have tests of their own.
@@ -77,3 +78,21 @@ def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
     for key in ("operator_vs_best_decode", "operator_vs_default_decode"):
         assert isinstance(summary[key], float) and summary[key] > 0, summary
     assert summary["budgets"] and summary["budgets"][0]["points"], summary
+
+
+@pytest.mark.engine  # llama-server, Ollama and the model
+def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main("prompt_cache", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    report = json.loads(out.strip().splitlines()[-1])
+    runs = {(r["engine"], r["run"]): r for r in report["runs"]}
+    assert set(runs) == {(e, r) for e in ("llama-server", "ollama")
+                         for r in ("bounded", "default")}
+    for r in runs.values():
+        assert [p["prompt"] for p in r["points"]] == list(range(1, report["prompts"] + 1))
+        assert all(p["rss_mib"] > 0 for p in r["points"]), r
+    # The quick bound (8Mi) holds about two of its prompts' states: crossed.
+    assert runs[("llama-server", "bounded")]["evictions"] > 0
+    assert runs[("llama-server", "default")]["evictions"] == 0
+    assert re.search(r"^\| prompt \| llama-server/bounded \|", out, re.M), out

@@ -33,6 +33,7 @@ def test_defaults_match_the_documented_api() -> None:
     assert s.engine.resolved_image() == ollama.IMAGE
     assert (s.replicas, s.cpu, s.memory, s.context, s.slots) == (1, 4, "auto", 8192, 1)
     assert s.kv_cache is KVCacheType.F16
+    assert s.prompt_cache == "auto"
     assert s.flash_attention is FlashAttention.AUTO
     assert s.keep_alive == "-1"
     assert s.placement.exclusive is True and s.placement.safe_cpu_path is False
@@ -85,6 +86,11 @@ LLAMA = {"engine": {"name": "llama-server"}, "gguf": GGUF_SPEC}
         ({"env": [{"name": "LLAMA_ARG_CTX_SIZE", "value": "9"}]}, "env", "operator manages"),
         ({"engine": {"name": "vllm"}}, "engine.name", "'ollama' or 'llama-server'"),
         ({"memory": "lots"}, "memory", "a quantity from 64Mi to 64Ti"),
+        ({"promptCache": "-1"}, "promptCache", "`auto` or a quantity from 0 to 1Ti"),
+        ({"promptCache": "2Ti"}, "promptCache", "`auto` or a quantity from 0 to 1Ti"),
+        ({"env": [{"name": "LLAMA_ARG_CACHE_RAM", "value": "-1"}]}, "env", "operator manages"),
+        (LLAMA | {"env": [{"name": "LLAMA_ARG_CACHE_RAM", "value": "-1"}]}, "env",
+         "operator manages"),
         ({"keepAlive": "forever"}, "keepAlive", "pattern"),
         ({"model": ""}, "model", ""),
         ({"replicas": -1}, "replicas", "greater than or equal to 0"),

@@ -193,8 +193,8 @@ def test_llama_server_flags_are_the_listed_ones_and_their_variables_managed() ->
 
 
 def test_the_api_refuses_exactly_the_engines_managed_variables() -> None:
-    assert MANAGED_ENV == ollama.MANAGED_ENV + llama_server.MANAGED_ENV
-    assert len(set(MANAGED_ENV)) == len(MANAGED_ENV)
+    both = ollama.MANAGED_ENV + llama_server.MANAGED_ENV
+    assert set(MANAGED_ENV) == set(both) and len(set(MANAGED_ENV)) == len(MANAGED_ENV)
     assert {e.value for e in EngineName} == {ollama.NAME, llama_server.NAME}
 
 

@@ -206,9 +206,12 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
         shape.value_length,
         KVCacheType(kv),
     )
-    want = shape.weights_bytes + kv_bytes + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    # promptCache auto: a quarter of the KV cache, in whole MiB, told as --cache-ram
+    cache_mib = -(-(kv_bytes // 4) // 2**20)
+    want = shape.weights_bytes + kv_bytes + cache_mib * 2**20 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
     t = r["tuning"]
     assert t.memory_bytes == want and t.memory_parts["kvCache"] == kv_bytes
+    assert t.args[t.args.index("--cache-ram") + 1] == str(cache_mib)
     limits = r["engine"]["resources"]["limits"]
     assert r["engine"]["resources"]["requests"] == limits  # Guaranteed QoS
     assert limits["cpu"] == "2"

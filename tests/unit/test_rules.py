@@ -67,6 +67,8 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ),
     ("amx-remove-cpu-variant", LLAMA, UNKNOWN_NODE, 4, False),
     ("memory-from-weights-and-kv", LLAMA, AVX2_NODE, 4, True),
+    ("prompt-cache-bounded", LLAMA, AVX2_NODE, 4, True),
+    ("prompt-cache-bounded", {}, AVX2_NODE, 4, True),
     ("weights-volume", LLAMA, AVX2_NODE, 4, True),
     ("llama-server-metrics", LLAMA, AVX2_NODE, 4, True),
     ("llama-server-metrics", {}, AVX2_NODE, 4, False),
@@ -121,7 +123,8 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
 
 
 def test_every_rule_has_a_positive_and_a_negative_or_always_case() -> None:
-    always = {"threads-from-cpu-limit", "one-model-per-pod", "guaranteed-qos", "weights-volume"}
+    always = {"threads-from-cpu-limit", "one-model-per-pod", "guaranteed-qos", "weights-volume",
+              "prompt-cache-bounded"}
     for rule in RULES:
         outcomes = {fires for rid, *_, fires in CASES if rid == rule.id}
         assert True in outcomes, f"{rule.id} has no positive case"
@@ -240,7 +243,8 @@ def test_memory_is_weights_plus_kv_plus_overhead() -> None:
     shape = CATALOG["qwen3:1.7b"]
     kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
-    assert t.memory_bytes == shape.weights_bytes + kv + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    total = shape.weights_bytes + kv + kv // 4 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    assert t.memory_bytes == total
 
 
 @pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])
@@ -256,6 +260,47 @@ def test_kv_cache_scales_with_context_times_slots() -> None:
     assert kv_cache_bytes(28, 4096, 8, 128, 128, KVCacheType.F16) == 2 * 224 * MiB
     one = run(spec(context=4096, slots=1)).memory_parts["kvCache"]
     assert run(spec(context=4096, slots=3)).memory_parts["kvCache"] == 3 * one
+
+
+def test_memory_names_the_prompt_cache_a_quarter_of_the_kv_cache_by_default() -> None:
+    t = run(spec(context=2048))
+    assert t.memory_parts["kvCache"] == 224 * MiB
+    assert t.memory_parts["promptCache"] == 56 * MiB
+    assert t.env["LLAMA_ARG_CACHE_RAM"] == "56"  # Ollama's child inherits it
+    effect = next(d.effect for d in t.decisions if d.rule == "memory-from-weights-and-kv")
+    assert "+ prompt cache 56Mi +" in effect
+    llama = run(spec(**LLAMA, context=4096, slots=2))
+    assert llama.args[llama.args.index("--cache-ram") + 1] == "36"
+    assert llama.memory_parts["kvCache"] == 144 * MiB
+    assert llama.memory_parts["promptCache"] == 36 * MiB
+    odd = run(spec(**LLAMA, context=600))  # a quarter that is not whole MiB rounds up
+    assert odd.memory_parts["promptCache"] == -(-odd.memory_parts["kvCache"] // 4 // MiB) * MiB
+
+
+@pytest.mark.parametrize(
+    ("asked", "mib"), [("0", 0), ("1", 1), ("256Mi", 256), ("1Gi", 1024), ("100M", 96)]
+)
+def test_prompt_cache_from_spec_in_whole_mib(asked: str, mib: int) -> None:
+    for s in (spec(promptCache=asked), spec(**LLAMA, promptCache=asked)):
+        t = run(s)
+        told = t.env.get("LLAMA_ARG_CACHE_RAM") or t.args[t.args.index("--cache-ram") + 1]
+        assert told == str(mib)
+        assert t.memory_parts["promptCache"] == mib * MiB
+        assert t.memory_bytes == sum(t.memory_parts.values())
+
+
+def test_prompt_cache_is_off_when_the_shape_is_unknown_and_checked_with_explicit_memory(
+) -> None:
+    unknown = run(spec(model="acme/secret-model:7b", memory="8Gi"))
+    assert unknown.env["LLAMA_ARG_CACHE_RAM"] == "0"
+    assert run(spec(model="acme/x:7b", memory="8Gi", promptCache="1Gi")).env[
+        "LLAMA_ARG_CACHE_RAM"] == "1024"
+    weights = CATALOG["qwen3:1.7b"].weights_bytes
+    fits = weights + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    memory = f"{-(-fits // MiB)}Mi"
+    assert run(spec(memory=memory, promptCache="0")).warnings == ()
+    warned = run(spec(memory=memory, promptCache="1Gi")).warnings
+    assert any("prompt cache" in w for w in warned), warned
 
 
 def test_explicit_memory_below_estimate_warns() -> None:

@@ -28,7 +28,8 @@ CPU_MESSAGE = f"must be a positive integer or 'node' (at most {MAX_CPU} CPUs)"
 # Environment variables the operator sets from the spec and its rules, as each
 # engine lists them (localmodel.engines). A user setting one of them would
 # silently undo a rule, so the API rejects it.
-MANAGED_ENV: tuple[str, ...] = tuple(name for f in FACTS for name in f.MANAGED_ENV)
+# Each once: two engines may manage the same variable (LLAMA_ARG_CACHE_RAM).
+MANAGED_ENV: tuple[str, ...] = tuple(dict.fromkeys(n for f in FACTS for n in f.MANAGED_ENV))
 
 # Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
 # LD_LIBRARY_PATH, LD_AUDIT, ...) and PATH. The AMX guard deletes a CPU library and pins

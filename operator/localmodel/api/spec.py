@@ -49,6 +49,8 @@ from localmodel.api.rules import (
 MEMORY = QuantityRange("64Mi", "64Ti", keyword="auto", example="8Gi")
 STORAGE_SIZE = QuantityRange("64Mi", "1Pi", example="20Gi")
 WEIGHTS_SIZE = QuantityRange("1Mi", "64Ti", example="4.7Gi")
+# The engine's host-memory prompt cache: zero turns it off.
+PROMPT_CACHE = QuantityRange("0", "1Ti", keyword="auto", example="256Mi")
 # A toleration key is a label key, or empty (with Exists: every taint).
 TOLERATION_KEY = NameFormat(
     QUALIFIED_NAME.title,
@@ -399,7 +401,17 @@ class LocalModelSpec(ApiModel):
     memory: Annotated[str, MEMORY] = Field(
         "auto",
         description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
-        "compute overhead.",
+        "prompt cache + compute overhead.",
+    )
+    prompt_cache: Annotated[str, PROMPT_CACHE] = Field(
+        "auto",
+        description="Host memory the engine may keep earlier prompts' states in, to "
+        "answer a returning prompt without reading it again (llama-server `--cache-ram`; "
+        "for Ollama `LLAMA_ARG_CACHE_RAM`, which its llama-server child inherits), rounded "
+        "up to whole MiB and counted in `memory: auto`. `0` keeps none. `auto` sizes it as "
+        "a quarter of the KV cache (context x slots), or 0 when the model's shape is "
+        "unknown. Unbounded, llama-server keeps up to 8 GiB by default and the pod is "
+        "slowly OOM-killed.",
     )
     context: Integer = Field(
         8192, description="Context length of each slot, in tokens.", ge=512, le=1048576

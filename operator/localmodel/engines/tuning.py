@@ -79,6 +79,11 @@ class EngineTuning(Protocol):
         """Turn its own Prometheus metrics endpoint on (None: nothing to turn on)."""
         ...
 
+    def prompt_cache(self, mib: int) -> Spelled:
+        """Bound the earlier prompts' states it keeps in host memory to `mib`
+        MiB (0: keep none)."""
+        ...
+
     def web_ui_off(self) -> Spelled | None:
         """Turn its web UI off (None: it has none)."""
         ...

@@ -112,6 +112,7 @@ class TuningDraft:
     flash_attention: FlashAttention = FlashAttention.AUTO
     kv_cache: KVCacheType = KVCacheType.F16
     remove_libraries: list[str] = field(default_factory=list)
+    prompt_cache_bytes: int = 0  # the engine's host-memory prompt cache bound
     memory_bytes: int = 0
     memory_parts: dict[str, int] = field(default_factory=dict)
     storage_bytes: int = 0

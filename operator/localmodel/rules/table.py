@@ -34,6 +34,10 @@ MiB = 1024**2
 # processes themselves.
 COMPUTE_OVERHEAD = 1 * GiB
 RUNTIME_OVERHEAD = 256 * MiB
+# promptCache: auto keeps a quarter of the KV cache's size of earlier prompts'
+# states: a few recent prompts come back cached, and the budget grows by a
+# quarter of the KV term, not double (docs/engine-facts.md#the-prompt-cache-in-host-memory).
+PROMPT_CACHE_SHARE_OF_KV = 4
 
 # Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
 KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
@@ -181,21 +185,39 @@ def _kv_fallback(ctx: Context, s: TuningDraft) -> str | None:
     return f"kvCache {before.value} -> f16: flash attention was turned off on this node"
 
 
-def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
-    if ctx.spec.memory != "auto" or ctx.shape is None:
-        return None
+def _kv_bytes(ctx: Context, s: TuningDraft) -> int | None:
+    """The KV cache of context x slots in the draft's cache type (None: shape unknown)."""
     shape, spec = ctx.shape, ctx.spec
-    kv = kv_cache_bytes(
-        shape.layers,
-        spec.context * spec.slots,
-        shape.kv_heads,
-        shape.key_length,
-        shape.value_length,
-        s.kv_cache,
-    )
+    if shape is None:
+        return None
+    return kv_cache_bytes(shape.layers, spec.context * spec.slots, shape.kv_heads,
+                          shape.key_length, shape.value_length, s.kv_cache)
+
+
+def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
+    asked, kv = ctx.spec.prompt_cache, _kv_bytes(ctx, s)
+    if asked != "auto":
+        size, why = parse_bytes(asked), "from spec"
+    elif kv is not None:
+        size = kv // PROMPT_CACHE_SHARE_OF_KV
+        why = f"auto: a quarter of the KV cache of {ctx.spec.context}x{ctx.spec.slots} tokens"
+    else:
+        size, why = 0, "auto: off, the model's shape (and so its KV cache) is unknown"
+    mib = -(-size // MiB)
+    s.prompt_cache_bytes = mib * MiB
+    how = _spell(s, engine(ctx.engine).prompt_cache(mib))
+    return f"prompt cache {format_bytes(s.prompt_cache_bytes)} ({why}): {how}"
+
+
+def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
+    kv = _kv_bytes(ctx, s)
+    if ctx.spec.memory != "auto" or ctx.shape is None or kv is None:
+        return None
+    shape, spec, cache = ctx.shape, ctx.spec, s.prompt_cache_bytes
     s.memory_parts = {
         "weights": shape.weights_bytes,
         "kvCache": kv,
+        "promptCache": cache,
         "compute": COMPUTE_OVERHEAD,
         "runtime": RUNTIME_OVERHEAD,
     }
@@ -203,6 +225,7 @@ def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
     return (
         f"memory {format_bytes(s.memory_bytes)} = weights {format_bytes(shape.weights_bytes)}"
         f" + KV cache {format_bytes(kv)} ({spec.context}x{spec.slots} tokens, {s.kv_cache.value})"
+        f" + prompt cache {format_bytes(cache)}"
         f" + compute {format_bytes(COMPUTE_OVERHEAD)} + runtime {format_bytes(RUNTIME_OVERHEAD)}"
     )
 
@@ -214,10 +237,11 @@ def _memory_explicit(ctx: Context, s: TuningDraft) -> str | None:
     s.memory_parts = {"spec": s.memory_bytes}
     if ctx.shape is None:
         return f"memory {ctx.spec.memory} from spec (model not in the catalog: no estimate)"
-    estimate = ctx.shape.weights_bytes + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    estimate = (ctx.shape.weights_bytes + s.prompt_cache_bytes
+                + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD)
     if s.memory_bytes < estimate:
         s.warnings.append(
-            f"memory {ctx.spec.memory} is below the weights + overhead estimate "
+            f"memory {ctx.spec.memory} is below the weights + prompt cache + overhead estimate "
             f"{format_bytes(estimate)}: the engine may be OOM-killed"
         )
         return f"memory {ctx.spec.memory} from spec, below the estimate {format_bytes(estimate)}"
@@ -368,15 +392,30 @@ RULES: tuple[Rule, ...] = (
         spec_condition="kvCache quantized and flash attention turned off by a rule",
     ),
     Rule(
+        id="prompt-cache-bounded",
+        title="The host-memory prompt cache is bounded",
+        effect="prompt cache = spec.promptCache, or with auto a quarter of the KV cache's "
+        "size (0 when the model's shape is unknown), in whole MiB: llama-server --cache-ram; "
+        "Ollama LLAMA_ARG_CACHE_RAM, inherited by its llama-server child",
+        reason="llama-server keeps earlier prompts' states in host memory up to 8192 MiB by "
+        "default, about 30 MiB per 2,300-token prompt of the 270M test model: unbounded, a "
+        "pod grows with every distinct prompt until it is OOM-killed",
+        source="docs/engine-facts.md#the-prompt-cache-in-host-memory; "
+        "llama.cpp common/common.h (cache_ram_mib); llama.cpp common/arg.cpp (--cache-ram); "
+        "llama.cpp#16391; ollama llm/llama_server.go; spec.promptCache",
+        apply=_prompt_cache,
+        engines=EVERY_ENGINE,
+    ),
+    Rule(
         id="memory-from-weights-and-kv",
         title="Memory sized from weights plus KV cache",
-        effect="memory = weights + KV cache (context x slots, cache type) + 1Gi compute "
-        "+ 256Mi runtime",
+        effect="memory = weights + KV cache (context x slots, cache type) + prompt cache "
+        "+ 1Gi compute + 256Mi runtime",
         reason="CPU-only Ollama disables mmap and llama-server maps the file (its pages "
         "count against the cgroup), so weights count fully against the limit; the KV cache "
-        "grows with context x slots",
+        "grows with context x slots; the prompt cache up to its bound",
         source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#kv-cache-size; "
-        "llama.cpp src/llama-kv-cache.cpp",
+        "docs/engine-facts.md#the-prompt-cache-in-host-memory; llama.cpp src/llama-kv-cache.cpp",
         apply=_memory_auto,
         engines=EVERY_ENGINE,
         spec_condition="memory: auto",

@@ -82,6 +82,7 @@ FLAG_ENV: dict[str, str | None] = {
     "-ctv": "LLAMA_ARG_CACHE_TYPE_V",
     "-fa": "LLAMA_ARG_FLASH_ATTN",
     "--metrics": "LLAMA_ARG_ENDPOINT_METRICS",
+    "--cache-ram": "LLAMA_ARG_CACHE_RAM",
     "--no-slots": "LLAMA_ARG_ENDPOINT_SLOTS",
     "--no-webui": "LLAMA_ARG_UI",
 }

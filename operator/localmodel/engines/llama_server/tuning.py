@@ -48,6 +48,10 @@ class LlamaServerTuning:
     def metrics_on(self) -> Spelled | None:
         return Spelled("--metrics: Prometheus metrics at /metrics", args={"--metrics": ""})
 
+    def prompt_cache(self, mib: int) -> Spelled:
+        # In MiB; 0 keeps none, -1 no limit, unset 8192 (llama.cpp common/arg.cpp).
+        return Spelled(f"--cache-ram {mib}", args={"--cache-ram": str(mib)})
+
     def web_ui_off(self) -> Spelled | None:
         return Spelled("--no-webui", args={"--no-webui": ""})
 

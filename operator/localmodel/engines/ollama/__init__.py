@@ -72,6 +72,11 @@ AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from
 # then on it filters GPU library folders only (docs/engine-facts.md#ollama_llm_library).
 CPU_RUNNERS_UNTIL = (0, 5, 12)
 
+# Ollama passes its llama-server child no --cache-ram but its whole environment,
+# so llama.cpp's variable for it bounds the child's host-memory prompt cache
+# (ollama llm/llama_server.go; docs/engine-facts.md#the-prompt-cache-in-host-memory).
+PROMPT_CACHE_ENV = "LLAMA_ARG_CACHE_RAM"
+
 # Environment variables the operator's rules set for Ollama (ollama
 # envconfig/config.go; GOMAXPROCS is Go's). A user setting one would silently
 # undo a rule, so the API refuses them in spec.env. Exactly the variables the
@@ -88,4 +93,5 @@ MANAGED_ENV: tuple[str, ...] = (
     "OLLAMA_KV_CACHE_TYPE",
     "OLLAMA_LLM_LIBRARY",
     "GOMAXPROCS",
+    PROMPT_CACHE_ENV,
 )

@@ -13,6 +13,7 @@ from localmodel.engines.ollama import (
     HOME,
     MODELS_DIR,
     PORT,
+    PROMPT_CACHE_ENV,
 )
 from localmodel.engines.tuning import Serving, Spelled, Version
 
@@ -84,6 +85,12 @@ class OllamaTuning:
 
     def metrics_on(self) -> Spelled | None:
         return None  # Ollama has no metrics endpoint
+
+    def prompt_cache(self, mib: int) -> Spelled:
+        return Spelled(
+            f"{PROMPT_CACHE_ENV}={mib} (its llama-server child inherits it)",
+            env={PROMPT_CACHE_ENV: str(mib)},
+        )
 
     def web_ui_off(self) -> Spelled | None:
         return None
