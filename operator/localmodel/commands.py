@@ -164,6 +164,11 @@ def render_main(argv: Sequence[str]) -> int:
         default=RenderOptions().operator_image,
         help="image for the gateway sidecar",
     )
+    parser.add_argument(
+        "--allow-http-downloads",
+        action="store_true",
+        help="render GGUF downloads that may use plain http (as the operator's flag)",
+    )
     args = parser.parse_args(list(argv))
     try:
         models = parse_models(args.filename)
@@ -171,9 +176,10 @@ def render_main(argv: Sequence[str]) -> int:
     except InputError as e:
         print(f"localmodel render: {e}", file=sys.stderr)
         return 2
-    state = desired_state(
-        models, nodes, now=RENDER_TIME, options=RenderOptions(operator_image=args.operator_image)
+    options = RenderOptions(
+        operator_image=args.operator_image, allow_http_downloads=args.allow_http_downloads
     )
+    state = desired_state(models, nodes, now=RENDER_TIME, options=options)
     if args.explain:
         sys.stdout.write(explain(state))
         return 0

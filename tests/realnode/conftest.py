@@ -5,7 +5,8 @@ One real-node cluster for the whole package (tests/harness: TestCluster with
 containerd), the chart installed by `helm install` from the locally built
 operator image, the cached GGUF files served over HTTP on the node's address
 (tests/harness/models.py) so pods download weights as from an internal mirror,
-and a model namespace that enforces Pod Security `baseline`.
+and a model namespace that enforces Pod Security `baseline` (test_pod_security.py
+makes one that enforces `restricted` for a llama-server model).
 
 The fixture FAILS (never skips) when anything of that cannot start: the real
 node's Debian packages, root, the built tools, engines or images. A green run
@@ -42,7 +43,7 @@ from tests.realnode.journey import Journey, Timings, local_volumes
 # Where the real node's local PersistentVolumes live: under the node's own
 # directory, so the harness's cleanup removes them with the node.
 VOLUMES_DIR = NODE_DIR / "volumes"
-VOLUMES = 5  # one per LocalModel the tier creates (weights are retained)
+VOLUMES = 6  # one per LocalModel the tier creates (weights are retained)
 # The journey's operator reads speeds every 5 s (10 s when idle), calls a replica slow after
 # 30 s of traffic below half its expected rate (clear: 15 s at 0.7), so
 # test_speed_on_node.py sees a slow replica caught and cleared within a test's time.

@@ -281,8 +281,9 @@ class Reconciler:
         return result
 
     def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
-        planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
-                            placed=self._placed, avoid=self.avoid,
+        options = RenderOptions(operator_image=self.config.operator_image,
+                                allow_http_downloads=self.config.allow_http_downloads)
+        planned = plan_pass(obs, now, options, placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired)
         self._placed = planned.placed
