@@ -57,7 +57,10 @@ def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
     assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
     c = containers(pod)
     assert set(c) == {"pull", "ollama", "gateway"}
-    assert {"name": "weights", "mountPath": "/root/.ollama"} in c["ollama"]["volumeMounts"]
+    # The engine only reads its home; the pull step writes it.
+    assert {"name": "weights", "mountPath": "/root/.ollama", "readOnly": True} in c["ollama"][
+        "volumeMounts"]
+    assert {"name": "weights", "mountPath": "/root/.ollama"} in c["pull"]["volumeMounts"]
     assert env(c["ollama"])["GOMAXPROCS"] == "4"
     assert env(c["gateway"])["LOCALMODEL_GATEWAY_THREADS"] == "4"
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "qwen3-weights-0"
