@@ -197,15 +197,17 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # the default case is still a1457014dfe61b18) and the AMX guard stopped turning
 # flash attention off for 0.30-0.32.1 (docs/engine-facts.md#amx), and when
 # the init step began stopping its `ollama serve` on every exit path (a trap:
-# a failed pull left the server running; issue 17).
+# a failed pull left the server running; issue 17), and when model pods were
+# hardened (issue 30: no ServiceAccount token, seccomp, no capabilities, the
+# engine's weights mount read-only; docs/security.md).
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "7039357c2d84c36c"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "41090f90fe31c97d"),
+    ("default", {"cpu": 4}, None, "145b7ef8c1567d15"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "28c0c7911afaeeef"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "4541c733ab28dd7a",
+        "86ecbab4abb9b735",
     ),
     (
         "env, placement, storage",
@@ -218,7 +220,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "bf71d719741906a9",
+        "d2b1b6d08b102ddf",
     ),
 ]
 
