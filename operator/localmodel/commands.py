@@ -176,9 +176,7 @@ def render_main(argv: Sequence[str]) -> int:
     except InputError as e:
         print(f"localmodel render: {e}", file=sys.stderr)
         return 2
-    options = RenderOptions(
-        operator_image=args.operator_image, allow_http_downloads=args.allow_http_downloads
-    )
+    options = RenderOptions(args.operator_image, allow_http_downloads=args.allow_http_downloads)
     state = desired_state(models, nodes, now=RENDER_TIME, options=options)
     if args.explain:
         sys.stdout.write(explain(state))
