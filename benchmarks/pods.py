@@ -146,7 +146,9 @@ def rendered(cluster: TestCluster, manifest: dict[str, Any]) -> tuple[list[dict[
     node = cluster.api().get(f"/api/v1/nodes/{cluster.real_node.name}")
     lm = parse_local_model(manifest)
     state = desired_state([lm], [from_node(node)], now="2026-12-01T00:00:00Z",
-                          options=RenderOptions(operator_image=cluster.real_node.images.operator))
+                          options=RenderOptions(operator_image=cluster.real_node.images.operator,
+                                                 # the harness's model server: plain http
+                                                 allow_http_downloads=True))
     result = state.models[0]
     objects = [copy.deepcopy(o) for o in result.objects]
     for o in objects:  # no LocalModel object exists: nothing owns them

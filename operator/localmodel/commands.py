@@ -200,6 +200,11 @@ def _render_parser() -> argparse.ArgumentParser:
         help="image for the gateway sidecar",
     )
     parser.add_argument(
+        "--allow-http-downloads",
+        action="store_true",
+        help="render GGUF downloads that may use plain http (as the operator's flag)",
+    )
+    parser.add_argument(
         "--policy",
         metavar="POLICY.yaml",
         help="the admin's policy over tenants (the chart's `policy` values, as the "
@@ -226,9 +231,8 @@ def render_main(argv: Sequence[str]) -> int:
     except InputError as e:
         print(f"localmodel render: {e}", file=sys.stderr)
         return 2
-    state = desired_state(
-        models, nodes, now=RENDER_TIME, options=RenderOptions(operator_image=args.operator_image)
-    )
+    options = RenderOptions(args.operator_image, allow_http_downloads=args.allow_http_downloads)
+    state = desired_state(models, nodes, now=RENDER_TIME, options=options)
     if args.explain:
         sys.stdout.write(explain(state))
         return 0

@@ -127,6 +127,19 @@ def test_deployment_command_exists_and_accepts_the_charts_flags(tools: Tools) ->
     assert deployment["spec"]["replicas"] == 2
 
 
+def test_downloads_allow_http_reaches_the_operator_off_by_default(tools: Tools) -> None:
+    """`downloads.allowHttp` becomes --allow-http-downloads, which the real
+    operator parses; off unless the admin sets it."""
+    from localmodel.controller.config import parse_config
+
+    for values, allowed in (((), False), (("downloads.allowHttp=true",), True)):
+        [deployment] = of_kind(render_chart(tools, set_values=values), "Deployment")
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        _, *flags = container["args"]
+        config = parse_config(flags, {"POD_NAMESPACE": "localmodel-system"})
+        assert config.allow_http_downloads is allowed, flags
+
+
 def test_leader_election_lease_is_granted_only_in_the_release_namespace(tools: Tools) -> None:
     rendered = render_chart(tools, release="lm", namespace="models")
     roles = of_kind(rendered, "Role")

@@ -13,13 +13,17 @@ context.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +32,11 @@ import pytest
 from localmodel.desired import desired_state
 from localmodel.engines import ollama as ollama_facts
 from localmodel.engines.ollama.pod import MODELFILE_DIR
+from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode
 from tests.engine.conftest import OllamaFactory
 from tests.engine.real_ollama import MODEL
-from tests.harness.engines import ollama_env, ollama_version, require
+from tests.harness.engines import ollama_env, ollama_serve, ollama_version, require
 from tests.harness.models import ModelFileServer
 from tests.harness.processes import free_port
 
@@ -65,7 +70,9 @@ def rendered(url: str, sha256: str) -> tuple[dict[str, Any], str]:
     lm = (MakeLocalModel("gemma").model(MODEL).cpu(THREADS).context(CONTEXT)
           .spec(engine={"version": ollama_version()}).gguf(url, sha256).obj())
     node = MakeNode("n").cpus(2).memory_gib(8).cpu_flags({"AVX2", "FMA"}).facts()
-    objects = desired_state([lm], [node], now="t").models[0].objects
+    # The mirror speaks plain http: allowed, as the operator's --allow-http-downloads does.
+    options = RenderOptions(allow_http_downloads=True)
+    objects = desired_state([lm], [node], now="t", options=options).models[0].objects
     pod = next(o for o in objects if o["kind"] == "Pod")
     configmap = next(o for o in objects if o["kind"] == "ConfigMap")
     return pod, configmap["data"]["replica-0.Modelfile"]
@@ -229,3 +236,63 @@ def test_a_wrong_sha256_fails_clearly_and_leaves_the_good_file(
     again = start(pod, modelfile, volume, tmp_path / "again")
     assert "no download" in again
     assert mirror.counts() == {name: 2}
+
+
+def _read_only(*paths: Path) -> Callable[[], None]:
+    """A preexec that gives the child its own mount namespace in which each
+    path is a read-only bind of itself (as the kubelet mounts a volume with
+    `readOnly: true`); root only, as the engine tier runs."""
+
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newns, ms_rdonly, ms_remount, ms_bind, ms_rec, ms_private = (
+            0x20000, 1, 32, 4096, 16384, 1 << 18)
+        calls = [(libc.unshare, (clone_newns,)),
+                 (libc.mount, (None, b"/", None, ms_rec | ms_private, None))]
+        for p in paths:
+            raw = str(p).encode()
+            calls += [(libc.mount, (raw, raw, None, ms_bind, None)),
+                      (libc.mount, (None, raw, None, ms_remount | ms_bind | ms_rdonly, None))]
+        for call, args in calls:
+            if call(*args) != 0:
+                raise OSError(ctypes.get_errno(), f"{call.__name__}{args}")
+
+    return preexec
+
+
+def test_the_engine_serves_from_a_read_only_home_once_the_init_steps_wrote_it(
+    mirror: ModelFileServer, tmp_path: Path
+) -> None:
+    """The engine container mounts the weights volume (Ollama's home, its
+    store and key) read-only: `ollama serve` starts and answers from it, and
+    cannot write there (docs/operator.md, Pod Security)."""
+    name = require("model").name
+    pod, modelfile = rendered(mirror.url_of(name), gguf_sha256())
+    engine = pod["spec"]["containers"][0]
+    [weights] = [m for m in engine["volumeMounts"] if m["name"] == "weights"]
+    assert weights["readOnly"] is True
+    volume = tmp_path / "weights"
+    start(pod, modelfile, volume, tmp_path / "init")
+    home = tmp_path / "home"
+    # The pull step's own `ollama serve` wrote the key into the home (the volume in the pod).
+    with ollama_serve(tmp_path / "first", volume / "models", {"HOME": str(home)}):
+        pass
+    assert (home / ".ollama" / "id_ed25519").exists()
+    env = {"HOME": str(home)}
+    with ollama_serve(tmp_path / "ro", volume / "models", env,
+                      preexec=_read_only(home, volume)) as server:
+        status, answer = server.api(
+            ollama_facts.GENERATE_PATH,
+            {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
+        )
+        assert status == 200, answer
+        assert answer["response"]
+        delete = urllib.request.Request(server.url + "/api/delete", method="DELETE",
+                                        data=json.dumps({"model": MODEL}).encode())
+        try:
+            with urllib.request.urlopen(delete, timeout=60) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            status = err.code
+    assert status != 200, status  # its store is read-only: nothing removed
+    assert (volume / "models" / "blobs" / f"sha256-{gguf_sha256()}").exists()

@@ -122,6 +122,8 @@ def install_chart(
     node: kwok's nodes would only pretend to run them); the node probe runs on
     every node. Waits (`--wait`) until the Deployment and the DaemonSet are
     ready. `extra_args`: the operator's extra flags (the chart's `extraArgs`).
+    Model pods may download over plain http: the harness's model file server
+    speaks it (`downloads.allowHttp`).
     Returns helm's output.
     """
     repository, tag = split_reference(operator_image)
@@ -130,6 +132,8 @@ def install_chart(
          "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--create-namespace",
          "--set", f"image.repository={repository}", "--set-string", f"image.tag={tag}",
          "--set", "image.pullPolicy=Never",
+         # The harness serves the GGUF files over plain http (tests/harness/models.py).
+         "--set", "downloads.allowHttp=true",
          "--set-string", f"nodeSelector.kubernetes\\.io/hostname={node_name}",
          "--set-json", f"extraArgs={json.dumps(list(extra_args))}",
          "--wait", "--timeout", f"{int(timeout)}s"],

@@ -5,7 +5,8 @@ One real-node cluster for the whole package (tests/harness: TestCluster with
 containerd), the chart installed by `helm install` from the locally built
 operator image, the cached GGUF files served over HTTP on the node's address
 (tests/harness/models.py) so pods download weights as from an internal mirror,
-and a model namespace that enforces Pod Security `baseline`.
+and a model namespace that enforces Pod Security `baseline` (test_pod_security.py
+makes one that enforces `restricted` for a llama-server model).
 
 The fixture FAILS (never skips) when anything of that cannot start: the real
 node's Debian packages, root, the built tools, engines or images. A green run

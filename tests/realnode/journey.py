@@ -37,8 +37,9 @@ from tests.harness.processes import ManagedProcess, free_port, port_is_listening
 
 MODEL_NAMESPACE = "journey"
 # The model namespace enforces this Pod Security level (see docs/operator.md,
-# "Pod Security"): the engine pods need root for Ollama's store and the init
-# step, so `restricted` does not admit them.
+# "Pod Security"): Ollama's pods need root for its store and init steps, so
+# `restricted` does not admit them; llama-server's pass it
+# (tests/realnode/test_pod_security.py enforces it on them).
 POD_SECURITY_LEVEL = "baseline"
 LM_PATH = f"/apis/localmodel.dev/v1alpha1/namespaces/{MODEL_NAMESPACE}/localmodels"
 PODS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/pods"

@@ -22,11 +22,21 @@ def test_defaults_flags_and_environment() -> None:
     assert c.health_listen == ("127.0.0.1", 9)
 
 
+def test_http_downloads_are_off_unless_said_true() -> None:
+    assert parse_config([], {}).allow_http_downloads is False
+    assert parse_config(["--allow-http-downloads=true"], {}).allow_http_downloads is True
+    assert parse_config([], {"LOCALMODEL_ALLOW_HTTP_DOWNLOADS": "true"}).allow_http_downloads
+    assert not parse_config(["--allow-http-downloads=false"],
+                            {"LOCALMODEL_ALLOW_HTTP_DOWNLOADS": "true"}).allow_http_downloads
+
+
 @pytest.mark.parametrize(("argv", "env", "flag"), [
     (["--metrics-listen", "host:notaport"], {}, "metrics-listen"),
     (["--health-listen", "70000"], {}, "health-listen"),
     ([], {"LOCALMODEL_LOG_FORMAT": "xml"}, "log-format"),
     (["--lease-seconds", "0"], {}, "lease-seconds"),
+    (["--allow-http-downloads", "yes"], {}, "allow-http-downloads"),
+    ([], {"LOCALMODEL_ALLOW_HTTP_DOWNLOADS": "1"}, "allow-http-downloads"),
 ])
 def test_bad_values_name_the_flag(argv: list[str], env: dict[str, str], flag: str) -> None:
     with pytest.raises(ConfigError) as exc:

@@ -57,7 +57,10 @@ def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
     assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
     c = containers(pod)
     assert set(c) == {"pull", "ollama", "gateway"}
-    assert {"name": "weights", "mountPath": "/root/.ollama"} in c["ollama"]["volumeMounts"]
+    # The engine only reads its home; the pull step writes it.
+    assert {"name": "weights", "mountPath": "/root/.ollama", "readOnly": True} in c["ollama"][
+        "volumeMounts"]
+    assert {"name": "weights", "mountPath": "/root/.ollama"} in c["pull"]["volumeMounts"]
     assert env(c["ollama"])["GOMAXPROCS"] == "4"
     assert env(c["gateway"])["LOCALMODEL_GATEWAY_THREADS"] == "4"
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "qwen3-weights-0"
@@ -196,15 +199,17 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # the init step began stopping its `ollama serve` on every exit path (a trap:
 # a failed pull left the server running; issue 17), and when every engine got
 # its prompt cache's bound (LLAMA_ARG_CACHE_RAM / --cache-ram) and memory its
-# prompt-cache term (issue 30).
+# prompt-cache term (issue 30), and when model pods were
+# hardened (issue 30: no ServiceAccount token, seccomp, no capabilities, the
+# engine's weights mount read-only; docs/security.md).
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "6c03268224840b50"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "6da7c63eb4ba95a7"),
+    ("default", {"cpu": 4}, None, "16a345846d89decd"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "dc068a64310e3279"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "a957966b2bbff4eb",
+        "87f6de20a06aa074",
     ),
     (
         "env, placement, storage",
@@ -217,7 +222,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "206e82593ff60494",
+        "8543066ace25c0ab",
     ),
 ]
 

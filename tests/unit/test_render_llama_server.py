@@ -172,8 +172,11 @@ def test_model_file_is_on_the_weights_volume(gguf: dict[str, str], path: str) ->
     volumes = {v["name"]: v for v in r["pod"]["spec"]["volumes"]}
     assert set(volumes) == {"weights"}  # no Modelfile ConfigMap for llama-server
     assert volumes["weights"]["persistentVolumeClaim"]["claimName"] == "g-weights-0"
-    for c in ("llama-server", "download"):
-        assert r["containers"][c]["volumeMounts"] == [{"name": "weights", "mountPath": "/models"}]
+    # The server only reads the volume; the download step writes it.
+    assert r["containers"]["llama-server"]["volumeMounts"] == [
+        {"name": "weights", "mountPath": "/models", "readOnly": True}]
+    assert r["containers"]["download"]["volumeMounts"] == [
+        {"name": "weights", "mountPath": "/models"}]
     assert "ConfigMap/g-modelfile" not in r["objects"]
     assert "PersistentVolumeClaim/g-weights-0" in r["objects"]
 

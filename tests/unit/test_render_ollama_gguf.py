@@ -69,6 +69,7 @@ def test_download_runs_in_the_operator_image_as_the_volume_owner() -> None:
         "runAsGroup": 0,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,  # it writes the volume only
     }
     assert download["volumeMounts"] == [{"name": "weights", "mountPath": ollama.HOME}]
     engine = objects["Pod/g-0"]["spec"]["containers"][0]

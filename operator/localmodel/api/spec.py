@@ -145,7 +145,8 @@ class GGUF(ApiModel):
 
     url: str = Field(
         description="Where the init step downloads the file when the weights volume does "
-        "not hold it yet (http or https). Downloaded once: later starts find it there.",
+        "not hold it yet: https, or plain http where the operator allows it "
+        "(--allow-http-downloads). Downloaded once: later starts find it there.",
         pattern=GGUF_URL_PATTERN,
         max_length=2048,
     )

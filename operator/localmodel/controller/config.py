@@ -60,6 +60,13 @@ def policy_file(flag: str, raw: str) -> TenantPolicy:
         raise ConfigError(flag, str(e)) from None
 
 
+def _true_or_false(flag: str, raw: str) -> bool:
+    """`true` or `false`, nothing else (no silent coercion of `yes` or `1`)."""
+    if raw not in ("true", "false"):
+        raise ConfigError(flag, f"must be true or false, not {raw!r}")
+    return raw == "true"
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     kubeconfig: str | None = setting(
@@ -80,6 +87,12 @@ class OperatorConfig:
     )
     operator_image: str = setting(
         DEFAULT_OPERATOR_IMAGE, "image of the gateway sidecar", metavar="IMAGE", parse=as_is
+    )
+    # Off: GGUF downloads over https only (docs/security.md, Hardened pods
+    # and downloads); on, plain http too, still never https -> http.
+    allow_http_downloads: bool = setting(
+        False, "let model pods download GGUF files over plain http (true or false)",
+        metavar="BOOL", shown_default="false", parse=_true_or_false,
     )
     metrics_listen: tuple[str, int] | None = setting(
         ("0.0.0.0", 9090), "HOST:PORT for /metrics, or off", metavar="HOST:PORT",
@@ -158,6 +171,7 @@ class OperatorConfig:
 
 
 FLAGS = flags(OperatorConfig)
+
 
 
 def _parser() -> argparse.ArgumentParser:

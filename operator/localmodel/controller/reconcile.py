@@ -300,8 +300,9 @@ class Reconciler:
 
     def _plan(self, obs: Observed, now: str,
               secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> list[ModelWork]:
-        planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
-                            placed=self._placed, avoid=self.avoid,
+        options = RenderOptions(operator_image=self.config.operator_image,
+                                allow_http_downloads=self.config.allow_http_downloads)
+        planned = plan_pass(obs, now, options, placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired,
                             tenants=self.config.tenants, secrets=secrets)

@@ -32,6 +32,9 @@ class PodOptions(Protocol):
     @property
     def pull_policy(self) -> str: ...
 
+    @property
+    def allow_http_downloads(self) -> bool: ...
+
 
 class PlacedReplica(Protocol):
     """What an engine's ConfigMap reads of a placed replica (`render.ReplicaPlan`)."""
@@ -59,6 +62,12 @@ class EnginePod(Protocol):
         ...
 
     @property
+    def pod_security(self) -> Manifest:
+        """Its pods' `securityContext` (seccomp, and the user when every
+        container runs as one: `restricted_pod`), see docs/operator.md, Pod Security."""
+        ...
+
+    @property
     def has_config(self) -> bool:
         """Whether its pods mount the model's ConfigMap (`config_data`)."""
         ...
@@ -81,6 +90,39 @@ class EnginePod(Protocol):
         """A pod's volumes besides the weights claim: the ConfigMap (named
         ``configmap``) entry ``key``, when it mounts one."""
         ...
+
+
+# Pod Security (kubernetes.io/docs/concepts/security/pod-security-standards/):
+# the user every container that can runs as: the operator image's own
+# (Dockerfile `USER 65532:65532`), numeric, so `runAsNonRoot` is checked
+# without reading the image's /etc/passwd.
+NONROOT_UID = 65532
+
+
+def seccomp() -> Manifest:
+    """A pod `securityContext` with the runtime's default seccomp profile."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def restricted_pod(uid: int = NONROOT_UID) -> Manifest:
+    """A pod `securityContext` for the `restricted` level: every container
+    runs as ``uid`` (not root), the runtime's default seccomp profile, and the
+    volumes group-writable by ``uid``'s group (`fsGroup`), so a non-root init
+    step can write the weights volume."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, **seccomp()}
+
+
+def container_security(read_only_root: bool, uid: int | None = None) -> Manifest:
+    """A container's `securityContext`: no capabilities, no privilege
+    escalation, the root filesystem read-only when it writes nothing there;
+    with ``uid``, that user (not root) whatever the pod says. A new object
+    each time: a manifest never shares a part (YAML would write an alias)."""
+    context: Manifest = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if read_only_root:
+        context["readOnlyRootFilesystem"] = True
+    if uid is not None:
+        context |= {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid}
+    return context
 
 
 def env_list(values: Mapping[str, str]) -> list[dict[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from localmodel.api import LocalModel
 from localmodel.contract import CONTAINER_GATEWAY, PORT_HTTP
-from localmodel.engines.pod import Manifest, env_list, resources
+from localmodel.engines.pod import NONROOT_UID, Manifest, container_security, env_list, resources
 from localmodel.engines.registry import engine
 from localmodel.facts.quantity import format_bytes
 from localmodel.gateway_contract import (
@@ -87,4 +87,9 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
             f"{GATEWAY_CPU_MILLI}m",
             format_bytes(gateway_memory_bytes(lm.spec.slots, lm.spec.gateway.max_queue)),
         ),
+        # Pod Security `restricted` whatever the engine's level: a numeric
+        # non-root user (the operator image's), no capabilities, no privilege
+        # escalation, a read-only root filesystem (it writes nothing: its
+        # ledger and metrics are in memory, its log is stdout).
+        "securityContext": container_security(read_only_root=True, uid=NONROOT_UID),
     }

@@ -14,6 +14,9 @@ from localmodel.rules import Tuning
 class RenderOptions:
     operator_image: str = DEFAULT_OPERATOR_IMAGE
     pull_policy: str = "IfNotPresent"
+    # GGUF downloads over plain http (the operator's --allow-http-downloads);
+    # https only otherwise, and never https -> http on a redirect.
+    allow_http_downloads: bool = False
 
 
 @dataclass(frozen=True)

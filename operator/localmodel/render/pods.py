@@ -92,7 +92,14 @@ def build_pod_spec(
 def pod_spec_rest(lm: LocalModel) -> Manifest:
     """A pod spec's fields besides its affinity, containers and volumes (the
     ones `pod_digest` has as text): they read the spec alone."""
-    rest: Manifest = {"enableServiceLinks": False}
+    # No ServiceAccount token: nothing in a model pod calls the API server.
+    # The pod's securityContext is its engine's (seccomp, and the user when
+    # every container can run as one: docs/operator.md, Pod Security).
+    rest: Manifest = {
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": engine_pod(lm).pod_security,
+    }
     if lm.spec.placement.node_selector:
         rest["nodeSelector"] = dict(lm.spec.placement.node_selector)
     if lm.spec.placement.tolerations:

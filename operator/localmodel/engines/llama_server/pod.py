@@ -9,26 +9,32 @@ from typing import TYPE_CHECKING
 from localmodel.api import GGUF, LocalModel
 from localmodel.contract import CONTAINER_DOWNLOAD, PORT_ENGINE, VOLUME_WEIGHTS
 from localmodel.engines import llama_server
-from localmodel.engines.gguf import CURL_FETCH, gguf_script
+from localmodel.engines.gguf import Download, curl_fetch, download_bound, gguf_script
 from localmodel.engines.pod import (
+    NONROOT_UID,
     EngineContainers,
     Manifest,
     PlacedReplica,
     PodOptions,
+    container_security,
     engine_env,
     engine_resources,
+    restricted_pod,
 )
 
 if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
     from localmodel.rules.model import Tuning
 
 
-def gguf_init_script(gguf: GGUF, directory: str = llama_server.MODELS_DIR) -> str:
+def gguf_init_script(
+    gguf: GGUF, download: Download, directory: str = llama_server.MODELS_DIR
+) -> str:
     """llama-server's download step: the GGUF file once into `directory`
     (`gguf_script`, with the image's curl), checked by `<file>.sha256`, landing
     in `<file>.part`."""
     path = f"{directory}/{gguf.file_name()}"
-    return gguf_script(gguf, path, f"{path}.part", f"{path}.sha256", CURL_FETCH)
+    fetch = curl_fetch(gguf.url, download)
+    return gguf_script(gguf, path, f"{path}.part", f"{path}.sha256", fetch, download)
 
 
 def _probe(loopback: bool, **extra: int) -> Manifest:
@@ -43,8 +49,20 @@ def _probe(loopback: bool, **extra: int) -> Manifest:
     return {"httpGet": {"path": llama_server.HEALTH_PATH, "port": PORT_ENGINE}, **extra}
 
 
-def _mounts() -> list[Manifest]:
-    return [{"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}]
+def _mounts(read_only: bool) -> list[Manifest]:
+    """The weights volume: the server only reads it, the download step writes it."""
+    mount: Manifest = {"name": VOLUME_WEIGHTS, "mountPath": llama_server.MODELS_DIR}
+    return [mount | {"readOnly": True}] if read_only else [mount]
+
+
+# Pod Security `restricted` (docs/operator.md, Pod Security): every container
+# runs as NONROOT_UID with no capabilities on a read-only root filesystem.
+# llama-server writes nothing but what it is told to (no --slot-save-path,
+# no -hf cache); the download step writes only the volume, which `fsGroup`
+# makes its group's (changed once: OnRootMismatch keeps the file's change
+# time, which the checksum record is bound to).
+def _container_security() -> Manifest:
+    return container_security(read_only_root=True, uid=NONROOT_UID)
 
 
 def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
@@ -63,7 +81,8 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
         "env": engine_env(lm, t),
         "ports": [{"name": PORT_ENGINE, "containerPort": llama_server.PORT, "protocol": "TCP"}],
         "resources": engine_resources(t),
-        "volumeMounts": _mounts(),
+        "volumeMounts": _mounts(read_only=True),
+        "securityContext": _container_security(),
         "startupProbe": _probe(loopback, periodSeconds=5, timeoutSeconds=5,
                                failureThreshold=360),
         "livenessProbe": _probe(loopback, periodSeconds=10, timeoutSeconds=5,
@@ -77,13 +96,16 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
 def download_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
     """Downloads the GGUF file when the volume lacks it (`gguf_init_script`)."""
     assert lm.spec.gguf is not None  # the API requires it for llama-server
+    download = Download(download_bound(t.memory_bytes, t.storage_bytes),
+                        allow_http=options.allow_http_downloads)
     return {
         "name": CONTAINER_DOWNLOAD,
         "image": lm.spec.engine.resolved_image(),
         "imagePullPolicy": options.pull_policy,
-        "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf)],
+        "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf, download)],
         "resources": engine_resources(t),
-        "volumeMounts": _mounts(),
+        "volumeMounts": _mounts(read_only=False),
+        "securityContext": _container_security(),
     }
 
 
@@ -93,6 +115,10 @@ class LlamaServerPod:
 
     port = llama_server.PORT
     has_config = False
+
+    @property
+    def pod_security(self) -> Manifest:
+        return {**restricted_pod(), "fsGroupChangePolicy": "OnRootMismatch"}
 
     def containers(self, lm: LocalModel, tuning: Tuning, options: PodOptions) -> EngineContainers:
         return EngineContainers(

@@ -27,15 +27,24 @@ from localmodel.contract import (
     VOLUME_WEIGHTS,
 )
 from localmodel.engines import ollama
-from localmodel.engines.gguf import OPERATOR_SHELL, PYTHON_FETCH, gguf_script, script_text
+from localmodel.engines.gguf import (
+    OPERATOR_SHELL,
+    Download,
+    download_bound,
+    gguf_script,
+    python_fetch,
+    script_text,
+)
 from localmodel.engines.pod import (
     EngineContainers,
     Manifest,
     PlacedReplica,
     PodOptions,
+    container_security,
     engine_env,
     engine_resources,
     env_list,
+    seccomp,
 )
 
 if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
@@ -90,7 +99,7 @@ def ollama_gguf_blob(gguf: GGUF, models: str = ollama.MODELS_DIR) -> str:
     return f"{models}/blobs/sha256-{gguf.sha256}"
 
 
-def ollama_gguf_script(gguf: GGUF, home: str = ollama.HOME) -> str:
+def ollama_gguf_script(gguf: GGUF, download: Download, home: str = ollama.HOME) -> str:
     """Ollama's download step: the same checks as llama-server's, but the file
     lands as the blob Ollama's store would make of it, so `ollama create`
     FROM it finds the blob there and copies nothing: the weights are on the
@@ -98,7 +107,8 @@ def ollama_gguf_script(gguf: GGUF, home: str = ollama.HOME) -> str:
     store (Ollama's prune removes files there that are not blobs)."""
     stage = f"{home}/{DOWNLOAD_DIR}/{gguf.file_name()}"
     blob = ollama_gguf_blob(gguf, f"{home}/models")
-    return gguf_script(gguf, blob, f"{stage}.part", f"{stage}.sha256", PYTHON_FETCH)
+    fetch = python_fetch(gguf.url, download)
+    return gguf_script(gguf, blob, f"{stage}.part", f"{stage}.sha256", fetch, download)
 
 
 def _command(tuning: Tuning) -> dict[str, Any]:
@@ -111,11 +121,28 @@ def _command(tuning: Tuning) -> dict[str, Any]:
     return {"command": [ollama.SHELL, "-c", start]}
 
 
-def _mounts() -> list[Manifest]:
+def _mounts(read_only: bool) -> list[Manifest]:
+    """The weights volume (Ollama's home: its store and key) and the
+    Modelfile. `ollama serve` only reads its home once the init step has
+    written the store and the key (it serves from a read-only one:
+    tests/engine/test_ollama_gguf.py); the init steps write it."""
+    weights: Manifest = {"name": VOLUME_WEIGHTS, "mountPath": ollama.HOME}
     return [
-        {"name": VOLUME_WEIGHTS, "mountPath": ollama.HOME},
+        weights | {"readOnly": True} if read_only else weights,
         {"name": VOLUME_MODELFILE, "mountPath": MODELFILE_DIR, "readOnly": True},
     ]
+
+
+# Pod Security `baseline`, not `restricted` (docs/operator.md, Pod Security):
+# Ollama's image runs as root with its home, the weights volume, at
+# /root/.ollama (/root is root's alone), and its init steps write that
+# volume. What `restricted` asks besides a non-root user holds: the runtime's
+# seccomp profile, no capabilities (root owns what it writes: it needs none),
+# no privilege escalation. The root filesystem stays writable: the rules may
+# remove a CPU library at start (Tuning.remove_libraries) and the init step
+# logs to /tmp.
+def _container_security() -> Manifest:
+    return container_security(read_only_root=False)
 
 
 def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
@@ -132,7 +159,8 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
         "env": engine_env(lm, t),
         "ports": [{"name": PORT_ENGINE, "containerPort": ollama.PORT, "protocol": "TCP"}],
         "resources": engine_resources(t),
-        "volumeMounts": _mounts(),
+        "volumeMounts": _mounts(read_only=True),
+        "securityContext": _container_security(),
     }
     if not lm.spec.gateway.enabled:
         engine["readinessProbe"] = {
@@ -158,7 +186,8 @@ def pull_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
             | ({ollama.NOPRUNE: "1"} if lm.spec.gguf is not None else {})
         ),
         "resources": engine_resources(t),
-        "volumeMounts": _mounts(),
+        "volumeMounts": _mounts(read_only=False),
+        "securityContext": _container_security(),
     }
 
 
@@ -166,18 +195,18 @@ def download_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manife
     """Downloads `gguf` into Ollama's store when the volume lacks it
     (`ollama_gguf_script`). Ollama's image has no downloader, so this step runs
     in the operator image; as root, like Ollama's own containers, since the
-    volume's files are Ollama's (root's), with no capabilities."""
+    volume's files are Ollama's (root's), with no capabilities, on a read-only
+    root filesystem (it writes the volume only)."""
     assert lm.spec.gguf is not None
+    download = Download(download_bound(t.memory_bytes, t.storage_bytes),
+                        allow_http=options.allow_http_downloads)
     return {
         "name": CONTAINER_DOWNLOAD,
         "image": options.operator_image,
         "imagePullPolicy": options.pull_policy,
-        "command": [OPERATOR_SHELL, "-c", ollama_gguf_script(lm.spec.gguf)],
+        "command": [OPERATOR_SHELL, "-c", ollama_gguf_script(lm.spec.gguf, download)],
         "securityContext": {
-            "runAsUser": 0,
-            "runAsGroup": 0,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
+            **container_security(read_only_root=True), "runAsUser": 0, "runAsGroup": 0,
         },
         "resources": engine_resources(t),
         "volumeMounts": [{"name": VOLUME_WEIGHTS, "mountPath": ollama.HOME}],
@@ -190,6 +219,10 @@ class OllamaPod:
 
     port = ollama.PORT
     has_config = True
+
+    @property
+    def pod_security(self) -> Manifest:
+        return seccomp()
 
     def containers(self, lm: LocalModel, tuning: Tuning, options: PodOptions) -> EngineContainers:
         inits = [pull_container(lm, tuning, options)]
