@@ -365,9 +365,10 @@ def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
     return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
 
 
-def speed_targets(result: ModelResult, obs: Observed) -> list[SpeedTarget]:
+def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
     """The model's replicas whose gateway the operator can read: Ready pods of
-    this model with a pod IP, on the node they are planned on, with their peer key."""
+    this model with a pod IP, on the node they are planned on, with their peer
+    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
     lm = result.model
     mo = obs.models.get(lm.key)
     if mo is None or not lm.spec.gateway.enabled:
@@ -382,7 +383,8 @@ def speed_targets(result: ModelResult, obs: Observed) -> list[SpeedTarget]:
             continue
         peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
                        cpu_model(obs.nodes.get(r.node)))
-        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
+                               vouched=pod.gateway_image == own_image))
     return out
 
 
@@ -436,7 +438,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
                                      for replica, p in published.items()},
                             policy, result.model, now)
         work.append(ModelWork(mo, changes, status))
-        targets += speed_targets(result, obs)
+        targets += speed_targets(result, obs, options.operator_image)
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
     return PassPlan(work, {r.model.key: {rep.replica: rep.node for rep in r.replicas}
