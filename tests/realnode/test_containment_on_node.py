@@ -154,9 +154,10 @@ def other_tenant_lifecycle(journey: Journey) -> dict[str, float]:
     took["edited -> Ready again"] = time.monotonic() - began
     began = time.monotonic()
     api.delete(lm_path(OTHER_NS, OTHER))
-    wait_for("tenant B's pods gone", lambda: not journey.get(pods_path(OTHER_NS, OTHER))[
-        "items"], 180, interval=0.5)
-    took["deleted -> pods gone"] = time.monotonic() - began
+    wait_for("tenant B's model and pods gone", lambda: not journey.get(pods_path(
+        OTHER_NS, OTHER))["items"] and api.status_of("GET", lm_path(OTHER_NS, OTHER)) == 404,
+        180, interval=0.5)
+    took["deleted -> gone"] = time.monotonic() - began
     return took
 
 
@@ -181,22 +182,25 @@ def test_a_lying_gateway_costs_the_operator_nothing(journey: Journey, tenants: s
     wait_for("the operator's first read of the hostile gateway", lambda: sum(
         hits()[a] for a in ANSWERS) >= 1, 120, interval=1)
     at_start = hits()
-    took = other_tenant_lifecycle(journey)
-    during = hits()
-    for step, seconds in took.items():
-        journey.timings.add(f"containment: tenant B {step}", seconds)
-    # Every hostile answer served at least once (a read per --speed-idle-interval).
-    wait_for("every hostile answer served", lambda: all(hits()[a] >= 1 for a in ANSWERS),
-             600, interval=2)
+    # Tenant B's model goes through its life again and again until every hostile
+    # answer was served (about one read per --speed-idle-interval).
+    lives: list[dict[str, float]] = []
+    deadline = time.monotonic() + 900
+    while not all(hits()[a] >= 1 for a in ANSWERS) or len(lives) < 2:
+        assert time.monotonic() < deadline, f"hostile answers served: {hits()}"
+        lives.append(other_tenant_lifecycle(journey))
     served = hits()
+    for step in lives[0]:
+        journey.timings.add(f"containment: tenant B {step} (slowest of {len(lives)})",
+                            max(life[step] for life in lives))
     wait_for("the operator to count every bad answer served", lambda: reads(journey).get(
         "bad_answer", 0) - before.get("bad_answer", 0) >= sum(served[a] for a in BAD),
              60, interval=1)
     after = reads(journey)
-    print(f"hostile answers served {served}; while tenant B's model went through its "
-          f"life: {sum(during[a] - at_start[a] for a in ANSWERS)}; the operator's reads "
-          f"before {before}, after {after}; tenant B {took}")
-    assert sum(during[a] - at_start[a] for a in ANSWERS) >= 1, (at_start, during)
+    print(f"hostile answers served {served} (at the first life of tenant B's model: "
+          f"{at_start}); the operator's reads before {before}, after {after}; tenant B's "
+          f"model went through {len(lives)} lives: {lives}")
+    assert sum(served[a] - at_start[a] for a in ANSWERS) >= len(ANSWERS) - 1
     assert served["followed"] == 0, served  # the redirect was never followed
     assert after.get("timeout", 0) - before.get("timeout", 0) >= served["stall"] >= 1
     assert after.get("ok", 0) == before.get("ok", 0), (before, after)
