@@ -48,14 +48,14 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import ModelResult
+from localmodel.desired import ModelResult, failure_text
 from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
-from localmodel.status import invalid_status, with_progress, with_speed
+from localmodel.status import failed_status, invalid_status, with_progress, with_speed
 
 # A write is expected to show in the watches within this long; after that the
 # next pass acts on what it sees, whatever was written before.
@@ -349,6 +349,7 @@ class ModelWork:
     model: ModelObject
     changes: ModelChanges
     status: LocalModelStatus
+    failure: str = ""  # computing it raised (stage and exception): nothing changes
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,19 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
     return out
 
 
+def _model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
+                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str
+                ) -> tuple[ModelWork, list[SpeedTarget]]:
+    """One valid model's changes and status (progress and speed added), and its
+    replicas to read."""
+    changes = model_changes(result, mo.uid, obs)
+    status = with_progress(result.status, changes.rolling, result.model, now)
+    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
+                                 for replica, p in published.items()},
+                        policy, result.model, now)
+    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
+
+
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
               speed_policy: SpeedPolicy | None = None, desired: Desired | None = None
@@ -428,18 +442,21 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     targets: list[SpeedTarget] = []
     for result in state.models:
         mo = obs.models[result.model.key]
-        if result.problems:  # an invalid spec changes nothing but its status
-            work.append(ModelWork(mo, ModelChanges(), result.status))
+        if result.problems or result.failure:  # an invalid or failed one: its status only
+            work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
             continue
-        changes = model_changes(result, mo.uid, obs)
-        status = with_progress(result.status, changes.rolling, result.model, now)
-        published = speeds.get(result.model.key, {})
-        status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
-                                     for replica, p in published.items()},
-                            policy, result.model, now)
-        work.append(ModelWork(mo, changes, status))
-        targets += speed_targets(result, obs, options.operator_image)
+        try:
+            one, found = _model_work(result, mo, obs, now, speeds.get(result.model.key, {}),
+                                     policy, options.operator_image)
+        except Exception as exc:  # one model's failure is that model's
+            failure = failure_text("changes or status", exc)
+            one, found = ModelWork(mo, ModelChanges(), failed_status(
+                mo.generation, failure, mo.status, now), failure), []
+        work.append(one)
+        targets += found
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
-    return PassPlan(work, {r.model.key: {rep.replica: rep.node for rep in r.replicas}
+    # A failed model keeps where it was (its pods are left as they are).
+    return PassPlan(work, {r.model.key: ({rep.replica: rep.node for rep in r.replicas}
+                                         if not r.failure else dict(placed.get(r.model.key, {})))
                            for r in state.models}, tuple(targets))
