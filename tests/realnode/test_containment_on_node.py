@@ -143,6 +143,11 @@ def other_tenant_lifecycle(journey: Journey) -> dict[str, float]:
     first = ready_pod(journey, OTHER_NS, OTHER)
     assert first is not None
     took["applied -> Ready"] = time.monotonic() - began
+    if took["applied -> Ready"] > 20:  # say why, for the record
+        print(journey.kubectl("get", "events", "-n", OTHER_NS, "--sort-by=.lastTimestamp",
+                              check=False)[-3000:])
+        print(journey.kubectl("logs", "-n", CHART_NAMESPACE, "-l",
+                              "!app.kubernetes.io/component", "--tail=40", check=False)[-6000:])
     began = time.monotonic()
     api.merge_patch(lm_path(OTHER_NS, OTHER), {"spec": {"context": 2048}})
     wait_for("tenant B's edited model Ready on a new pod", lambda: converged(
