@@ -132,22 +132,30 @@ def tenants(journey: Journey) -> Iterator[str]:
                 pods_path(ns, name))["items"], 180, interval=1)
 
 
+def why(journey: Journey) -> None:
+    """Tenant B's model, pods and Events, and the operator's log, printed."""
+    print(json.dumps(journey.get(lm_path(OTHER_NS, OTHER)).get("status"), indent=1)[-4000:])
+    print(journey.kubectl("get", "pods,pvc,events", "-n", OTHER_NS, "-o", "wide",
+                          check=False)[-4000:])
+    print(journey.kubectl("logs", "-n", CHART_NAMESPACE, "-l", "!app.kubernetes.io/component",
+                          "--tail=60", "--prefix", check=False)[-8000:])
+
+
 def other_tenant_lifecycle(journey: Journey) -> dict[str, float]:
     """Tenant B's model applied, edited (a new context: its pod is replaced) and
     deleted, each step converging; the time each took."""
     api, took = journey.cluster.api(), {}
     began = time.monotonic()
     api.create(lm_path(OTHER_NS), model(journey, OTHER, OTHER_NS, OTHER_NODE))
-    wait_for("tenant B's model Ready", lambda: converged(journey, OTHER_NS, OTHER), 180,
-             interval=0.5)
+    try:
+        wait_for("tenant B's model Ready", lambda: converged(journey, OTHER_NS, OTHER), 180,
+                 interval=0.5)
+    finally:
+        took["applied -> Ready"] = time.monotonic() - began
+        if took["applied -> Ready"] > 20:  # say why, for the record
+            why(journey)
     first = ready_pod(journey, OTHER_NS, OTHER)
     assert first is not None
-    took["applied -> Ready"] = time.monotonic() - began
-    if took["applied -> Ready"] > 20:  # say why, for the record
-        print(journey.kubectl("get", "events", "-n", OTHER_NS, "--sort-by=.lastTimestamp",
-                              check=False)[-3000:])
-        print(journey.kubectl("logs", "-n", CHART_NAMESPACE, "-l",
-                              "!app.kubernetes.io/component", "--tail=40", check=False)[-6000:])
     began = time.monotonic()
     api.merge_patch(lm_path(OTHER_NS, OTHER), {"spec": {"context": 2048}})
     wait_for("tenant B's edited model Ready on a new pod", lambda: converged(
