@@ -136,6 +136,7 @@ class Expectation:
     wrote: Wrote
     until: float
     digest: str = ""  # APPLIED: the applied manifest's hash
+    owner: str = ""  # CREATED: the uid of the model it was made for
 
 
 def applied_digest(change: Create | Apply) -> str:
@@ -145,12 +146,18 @@ def applied_digest(change: Create | Apply) -> str:
         change.manifest, sort_keys=True)
 
 
+def owner_uid(manifest: Mapping[str, Any]) -> str:
+    """The uid of the object's first owner (the model it is made for), or ""."""
+    refs = manifest.get("metadata", {}).get("ownerReferences") or []
+    return str(refs[0].get("uid", "")) if refs else ""
+
+
 def expectation(change: Change, now: float) -> Expectation:
     until = now + EXPECT_SECONDS
     if isinstance(change, Delete):
         return Expectation(Wrote.DELETED, until)
     if isinstance(change, Create):
-        return Expectation(Wrote.CREATED, until)
+        return Expectation(Wrote.CREATED, until, owner=owner_uid(change.manifest))
     return Expectation(Wrote.APPLIED, until, applied_digest(change))
 
 
@@ -189,6 +196,10 @@ def lag(expected: Expectation, change: Change, obs: Observed, now: float) -> Lag
     if expected.wrote is Wrote.APPLIED:
         same = not isinstance(change, Delete) and applied_digest(change) == expected.digest
         return Lag.WAIT if same else Lag.OTHER
+    if isinstance(change, Create) and expected.owner != owner_uid(change.manifest):
+        # Made for an earlier model of the same name (deleted, its objects
+        # collected, before the watches showed them): this one needs its own.
+        return Lag.OTHER
     wrote = Wrote.DELETED if isinstance(change, Delete) else Wrote.CREATED
     return Lag.WAIT if expected.wrote is wrote else Lag.OTHER
 

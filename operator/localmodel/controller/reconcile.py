@@ -45,6 +45,7 @@ from localmodel.controller.observed import (
     unschedulable,
 )
 from localmodel.controller.policy import (
+    EXPECT_SECONDS,
     RETRY_SECONDS,
     Expectations,
     Failures,
@@ -374,6 +375,10 @@ class Reconciler:
 
         async def one(change: Change) -> None:
             if self._expected.waiting(change, obs, time.monotonic()):
+                # Held back until the watches show it; look again once the wait
+                # is over, should no watch event come (a pod made, then deleted
+                # by someone else before it was seen).
+                self.trigger_later(EXPECT_SECONDS + 0.5)
                 return
             async with self._writing:
                 try:
