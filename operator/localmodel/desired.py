@@ -55,7 +55,7 @@ from localmodel.render.names import (
 )
 from localmodel.rules import Tuning, engine_version, evaluate, shape_problems
 from localmodel.rules.model import Version
-from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status
+from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status, failed_status
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a
@@ -89,6 +89,9 @@ class ModelResult:
     options: RenderOptions | None = None
     pod_hashes: Mapping[int, str] = field(default_factory=dict)
     applied_hashes: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # Non-empty when computing this model raised (`failed_result`): the stage and
+    # the exception. Such a result changes nothing; its status says why.
+    failure: str = ""
 
     @property
     def with_status(self) -> LocalModel:
@@ -132,6 +135,7 @@ class Prepared:
     shape: ModelShape | None
     version: Version | None
     memory_bytes: int
+    failure: str = ""  # preparing it raised (`prepared`): not placed, nothing changed
 
 
 def prepare(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
@@ -145,6 +149,28 @@ def prepare(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
     gateway = gateway_memory_bytes(spec.slots, spec.gateway.max_queue)
     memory = worst.memory_bytes + (gateway if spec.gateway.enabled else 0)
     return Prepared(found, shape, engine_version(spec), memory)
+
+
+def failure_text(stage: str, exc: BaseException) -> str:
+    """What a failed model's status and Event say: the stage and the exception,
+    bounded."""
+    return f"{stage}: {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def prepared(spec: LocalModelSpec, rules: Evaluate = evaluate) -> Prepared:
+    """`prepare`, contained: an exception (its shape, the rules) prepares a model
+    that is not placed and whose result says why (`Prepared.failure`)."""
+    try:
+        return prepare(spec, rules)
+    except Exception as exc:  # one model's failure is that model's
+        return Prepared((), None, None, 0, failure_text("shape and sizing", exc))
+
+
+def failed_result(lm: LocalModel, failure: str, now: str) -> ModelResult:
+    """The result of a model whose computation raised: nothing to change, its
+    stored status with Ready=False naming the failure."""
+    return ModelResult(lm, (), (), (), failed_status(lm.metadata.generation, failure,
+                                                      lm.status, now), failure=failure)
 
 
 def demand(
@@ -237,31 +263,46 @@ def desired_state(
     The operator computes the same incrementally (`incremental.Desired`)."""
     # Each spec validated and prepared on its own; the valid ones placed.
     listed = sorted(models, key=lambda lm: lm.key)
-    prepared = [prepare(lm.spec) for lm in listed]
+    preps = [prepared(lm.spec) for lm in listed]
     avoid = avoid or {}
     demands = [
         demand(lm, avoid.get(lm.key, frozenset()), prep)
-        for lm, prep in zip(listed, prepared, strict=True)
-        if not prep.problems
+        for lm, prep in zip(listed, preps, strict=True)
+        if not (prep.problems or prep.failure)
     ]
     the_plan = plan(demands, nodes, current or {}, usage or {})
     by_node = {n.name: n for n in nodes}
     # Then each model: its replicas tuned by the rules, rendered, its status.
     return DesiredState(
         tuple(
-            _model_result(
-                lm,
-                prep,
-                _replicas(lm, prep, the_plan, by_node, claims),
-                () if prep.problems else the_plan.unplaced_for(lm.key),
-                None if ready is None else ready.get(lm.key, {}),
-                options,
-                now,
-            )
-            for lm, prep in zip(listed, prepared, strict=True)
+            _contained(lm, prep, the_plan, by_node, claims,
+                       None if ready is None else ready.get(lm.key, {}), options, now)
+            for lm, prep in zip(listed, preps, strict=True)
         ),
         the_plan,
     )
+
+
+def _contained(
+    lm: LocalModel,
+    prep: Prepared,
+    the_plan: Plan,
+    by_node: Mapping[str, NodeFacts],
+    claims: ClaimChooser | None,
+    ready: Mapping[int, bool] | None,
+    options: RenderOptions | None,
+    now: str,
+) -> ModelResult:
+    """One model's result; an exception while tuning, rendering or building its
+    status makes it that model's failed result, never the pass's end."""
+    if prep.failure:
+        return failed_result(lm, prep.failure, now)
+    try:
+        replicas = _replicas(lm, prep, the_plan, by_node, claims)
+        unplaced = () if prep.problems else the_plan.unplaced_for(lm.key)
+        return _model_result(lm, prep, replicas, unplaced, ready, options, now)
+    except Exception as exc:  # one model's failure is that model's
+        return failed_result(lm, failure_text("tuning, render or status", exc), now)
 
 
 def _replicas(

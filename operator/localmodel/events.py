@@ -39,6 +39,7 @@ class EventReason(StrEnum):
     FAILED = "ApplyFailed"
     SLOW_REPLICA = "SlowReplica"
     SPEED_RECOVERED = "SpeedRecovered"
+    RECONCILE_FAILED = "ReconcileFailed"  # computing or writing this model raised
 
 
 @dataclass(frozen=True)

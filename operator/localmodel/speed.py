@@ -8,8 +8,12 @@ does the reading) and this module decides, from values only:
 * **What to expect** (`expected_speed`): a replica's peers are the replicas
   running the same model on the same engine image with the same thread count
   on nodes of the same CPU model (vendor, family, model id, from the node
-  facts the operator already reads). The expected decode (prefill) rate is the
-  median of the peers' calibrations; with no peers, the replica's own
+  facts the operator already reads), and only those whose numbers a tenant
+  cannot fake: the caller passes only vouched replicas' calibrations
+  (controller/speed.py: a replica whose gateway runs the operator's own
+  image). Outliers among the peers are dropped (`inliers`: further than
+  OUTLIER_SPREADS robust spreads from their median); the expected decode
+  (prefill) rate is the median of the rest; with no peers, the replica's own
   calibration. A node whose CPU model is not known has no peers: two unknown
   CPUs are not known to be alike.
 * **When it is slow** (`step`): a replica is slow once its decode rate from
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 # Defaults of the operator's flags (controller/config.py), documented in docs/operator.md.
@@ -56,6 +60,18 @@ PUBLISH_CHANGE = 0.10  # a rate that moved this much (relative) is written at on
 # rounding of seconds) and counts as not measured, which keeps every median, ratio
 # and status number finite.
 MAX_RATE = 1e6
+
+# Outliers among peers' calibrations (`inliers`): a value further from the median
+# than OUTLIER_SPREADS spreads is dropped, the spread being the median absolute
+# deviation scaled to a normal's standard deviation (MAD_TO_SIGMA), but never less
+# than MIN_SPREAD of the median: alike replicas calibrate within a few percent of
+# each other, and with a spread of zero (most peers equal) every other value
+# would be called an outlier. Fewer than MIN_PEERS_TO_JUDGE values: none dropped
+# (of two, neither is the odd one).
+OUTLIER_SPREADS = 3.0
+MAD_TO_SIGMA = 1.4826
+MIN_SPREAD = 0.05
+MIN_PEERS_TO_JUDGE = 3
 
 SOURCE_PEERS = "peers"
 SOURCE_OWN = "own calibration"
@@ -175,19 +191,36 @@ class Expected:
         return self.source or "none: not calibrated"
 
 
+def inliers(values: Sequence[float]) -> list[float]:
+    """`values` without their outliers (median/MAD, see OUTLIER_SPREADS), in
+    their order. The median is always kept, and so is every value of a majority
+    that lies within MIN_SPREAD * OUTLIER_SPREADS of it: a minority of lying
+    peers cannot move the median of what is kept out of the honest range."""
+    if len(values) < MIN_PEERS_TO_JUDGE:
+        return list(values)
+    middle = statistics.median(values)
+    mad = statistics.median(abs(v - middle) for v in values)
+    spread = max(MAD_TO_SIGMA * mad, MIN_SPREAD * abs(middle))
+    return [v for v in values if abs(v - middle) <= OUTLIER_SPREADS * spread]
+
+
 def _median(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
+    known = inliers([v for v in values if v is not None])
     return statistics.median(known) if known else None
 
 
 def expected_speed(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerKey, Rates]]
                    ) -> Expected:
-    """The expected rates of replica `me`, from every replica's (key, calibration)."""
+    """The expected rates of replica `me`, from every replica's (key, calibration):
+    the caller passes only replicas it vouches for, besides `me` itself. Outliers
+    are dropped from the decode and the prefill rates each (`inliers`); `peers`
+    counts the decode rates kept."""
     peers = [rates for other, (k, rates) in sorted(calibrations.items())
              if other != me and key.cpu is not None and k == key and rates.decode is not None]
     if peers:
-        return Expected(_median(r.decode for r in peers), _median(r.prefill for r in peers),
-                        SOURCE_PEERS, len(peers))
+        decodes = inliers([r.decode for r in peers if r.decode is not None])
+        return Expected(statistics.median(decodes), _median(r.prefill for r in peers),
+                        SOURCE_PEERS, len(decodes))
     own = calibrations.get(me)
     if own is not None and own[1].decode is not None:
         return Expected(own[1].decode, own[1].prefill, SOURCE_OWN)

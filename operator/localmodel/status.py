@@ -63,6 +63,9 @@ class Reason(StrEnum):
     UP_TO_DATE = "UpToDate"
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
     AS_EXPECTED = "AsExpected"
+    # The operator failed computing or writing this model (an exception: a bug,
+    # or input nothing else refused); the other models go on (controller/policy.py).
+    RECONCILE_FAILED = "ReconcileFailed"
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,29 @@ def invalid_status(lm_meta_generation: int | None, message: str, previous: Local
         nodes=previous.nodes if previous else "",
     )
     return with_health(status, lm_meta_generation, previous, now)
+
+
+def failed_status(generation: int | None, failure: str, previous: LocalModelStatus | None,
+                  now: str) -> LocalModelStatus:
+    """Status for a model the operator failed to compute (`failure`: the stage
+    and the exception): Ready=False with reason ReconcileFailed naming it, and
+    everything else as stored (its objects are left as they are)."""
+    old = {c.type: c for c in (previous.conditions if previous else [])}
+    was = old.get(ConditionType.READY.value)
+    same = was is not None and was.status == ConditionStatus.FALSE
+    ready = Condition(
+        type=ConditionType.READY.value, status=ConditionStatus.FALSE,
+        observed_generation=generation,
+        last_transition_time=was.last_transition_time if same and was else now,
+        reason=Reason.RECONCILE_FAILED.value,
+        message=f"the operator failed on this model ({failure[:600]}); its objects are "
+                "left as they are, the other models are not affected, and it is worked "
+                "out again on the next passes",
+    )
+    kept = [c for c in (previous.conditions if previous else [])
+            if c.type != ConditionType.READY.value]
+    base = previous or LocalModelStatus()
+    return base.model_copy(update={"conditions": [*kept, ready]})
 
 
 def with_progress(status: LocalModelStatus, rolling: str | None, lm: LocalModel,

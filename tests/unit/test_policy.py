@@ -129,6 +129,11 @@ def apply_with(digest: str) -> Apply:
     return Apply(manifest)
 
 
+def owned(change: Create, uid: str) -> Create:
+    meta = {**change.manifest["metadata"], "ownerReferences": [{"uid": uid, "name": "chat"}]}
+    return Create({**change.manifest, "metadata": meta})
+
+
 EXPECTATIONS: list[tuple[str, Change, Change, Observed, float, Lag]] = [
     # name, written, now wanted, what the watches show, seconds later, verdict
     ("created, watch lags", CREATE, CREATE, world(), 1, Lag.WAIT),
@@ -145,6 +150,12 @@ EXPECTATIONS: list[tuple[str, Change, Change, Observed, float, Lag]] = [
     ("applied, the spec changed again", apply_with("h1"), apply_with("h2"),
      world(service_hash="h0"), 1, Lag.OTHER),
     ("waited long enough", CREATE, CREATE, world(), EXPECT_SECONDS + 1, Lag.CAUGHT_UP),
+    # The model was deleted and made again (a new uid) before the watches showed
+    # the first one's pod, which its deletion collected: the new one needs its own.
+    ("created for a model of the same name that is gone", owned(CREATE, "uid-1"),
+     owned(CREATE, "uid-2"), world(), 1, Lag.OTHER),
+    ("created for this very model, watch lags", owned(CREATE, "uid-1"),
+     owned(CREATE, "uid-1"), world(), 1, Lag.WAIT),
 ]
 
 

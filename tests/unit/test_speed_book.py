@@ -14,8 +14,9 @@ KEY = PeerKey("gemma3:270m", "img", 1, XEON)
 POLICY = SpeedPolicy(interval=10, idle_max=80, slow_after=30, clear_after=20, publish_max=60)
 
 
-def target(replica: int, uid: str, node: str = "n0") -> SpeedTarget:
-    return SpeedTarget("ai/chat", replica, node, f"chat-{replica}", uid, "10.0.0.1", KEY)
+def target(replica: int, uid: str, node: str = "n0", vouched: bool = True) -> SpeedTarget:
+    return SpeedTarget("ai/chat", replica, node, f"chat-{replica}", uid, "10.0.0.1", KEY,
+                       vouched=vouched)
 
 
 def doc(calibration: float | None, requests: int, tokens: float, seconds: float
@@ -83,6 +84,27 @@ def test_peers_set_the_expectation_and_a_gone_pod_is_forgotten() -> None:
     book.retarget([target(0, "u0")])  # the others' pods went away
     assert book.expected("u0").source == SOURCE_OWN
     assert list(book.published_by_model()["ai/chat"]) == [0]
+
+
+def test_only_vouched_replicas_are_peers_and_an_outlier_among_them_is_dropped() -> None:
+    book = SpeedBook(POLICY)
+    # u3 and u6 run a tenant's own gateway (not vouched for): their plausible 30
+    # tok/s would pull the median to 26 were they peers; u4 is vouched for but
+    # an outlier.
+    book.retarget([target(0, "u0"), target(1, "u1", "n1"), target(2, "u2", "n2"),
+                   target(3, "u3", "n3", vouched=False), target(4, "u4", "n4"),
+                   target(5, "u5", "n5"), target(6, "u6", "n6", vouched=False)])
+    for uid, cal in (("u0", 10.0), ("u1", 24.0), ("u2", 26.0), ("u3", 30.0), ("u4", 900.0),
+                     ("u5", 25.0), ("u6", 30.0)):
+        book.record(uid, reading_from(doc(cal, 0, 0, 0), 0, uid), 0)
+    got = book.expected("u0")
+    assert (got.decode, got.source, got.peers) == (25.0, SOURCE_PEERS, 3)
+    # The unvouched replica is judged against the vouched peers...
+    assert book.expected("u3").decode == 25.0
+    # ...and alone, against its own calibration: it sets only its own expectation.
+    book.retarget([target(3, "u3", "n3", vouched=False), target(1, "u1", "n1")])
+    assert (book.expected("u3").decode, book.expected("u3").source) == (24.0, SOURCE_PEERS)
+    assert (book.expected("u1").decode, book.expected("u1").source) == (24.0, SOURCE_OWN)
 
 
 def test_a_restarted_gateway_is_not_read_as_negative_traffic() -> None:

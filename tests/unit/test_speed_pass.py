@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from localmodel.contract import CONTAINER_GATEWAY
 from localmodel.controller.observed import Snapshot, observe
 from localmodel.controller.policy import cpu_model, plan_pass
 from localmodel.render import RenderOptions
@@ -44,6 +45,24 @@ def test_ready_pods_with_an_ip_are_the_replicas_to_read_with_their_peer_keys() -
     assert (target.model, target.replica, target.ip) == ("ai/qwen3", 0, "10.85.0.10")
     assert target.peer.model == "qwen3:1.7b" and target.peer.threads == 4
     assert target.peer.cpu == ("Intel", "6", "143")
+
+
+def test_only_a_replica_running_the_operators_gateway_image_is_vouched_for() -> None:
+    own, _ = converged(replicas=1)
+    [target] = plan_of(with_ips(own)).speed_targets
+    assert target.vouched is True
+    theirs, _ = converged(replicas=1, gateway={"image": "tenant.example/gateway:1"})
+    [target] = plan_of(with_ips(theirs)).speed_targets
+    assert target.vouched is False
+    # What counts is the image the pod runs, not the spec: a pod the tenant
+    # patched to another gateway image is not vouched for (nor a rolled-back
+    # spec's pod that still runs the tenant's image).
+    patched = with_ips(own)
+    for c in patched.pods[0]["spec"]["containers"]:
+        if c.get("name") == CONTAINER_GATEWAY:
+            c["image"] = "tenant.example/gateway:1"
+    [target] = plan_of(patched).speed_targets
+    assert target.vouched is False
 
 
 def test_no_ip_or_no_gateway_no_read() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from localmodel.contract import LABEL_MANAGED_BY, MANAGED_BY, VOLUME_WEIGHTS
+from localmodel.contract import CONTAINER_GATEWAY, LABEL_MANAGED_BY, MANAGED_BY, VOLUME_WEIGHTS
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.handlers import build_registry
 from localmodel.controller.observed import Snapshot
@@ -69,3 +69,12 @@ def test_a_pods_ip_is_kept_for_reading_its_gateway_speed() -> None:
            "status": {"phase": "Running", "podIP": "10.85.0.7", "hostIP": "10.0.0.1"}}
     assert reduced_pod(pod)["status"] == {"phase": "Running", "conditions": [],
                                           "podIP": "10.85.0.7"}
+
+
+def test_a_pods_gateway_image_is_kept_for_vouching_for_its_speed() -> None:
+    pod = {"metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "engine", "image": "e", "resources": {}},
+                                   {"name": CONTAINER_GATEWAY, "image": "g", "env": [],
+                                    "resources": {}}]}}
+    assert reduced_pod(pod)["spec"]["containers"] == [
+        {"resources": {}}, {"resources": {}, "name": CONTAINER_GATEWAY, "image": "g"}]

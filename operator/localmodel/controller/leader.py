@@ -49,6 +49,9 @@ class LeaderElector:
         self._observed: tuple[str, float] | None = None  # (resourceVersion, monotonic seen)
         self._last_renew = 0.0
         self.transitions = 0
+        # When the API server last answered a round (monotonic; any HTTP answer
+        # counts, a refusal too): what `supervise.watch_api` reads.
+        self.last_answer = time.monotonic()
 
     @property
     def renew_deadline(self) -> float:
@@ -129,7 +132,10 @@ class LeaderElector:
         while True:
             try:
                 leading = await self.try_once()
+                self.last_answer = time.monotonic()
             except (TimeoutError, KubeError, OSError) as exc:
+                if isinstance(exc, KubeError):
+                    self.last_answer = time.monotonic()  # refused, but it answered
                 # 409: someone else renewed or took it first; anything else: the
                 # API is unreachable. Either way, stop acting once the renewal
                 # deadline passes without a successful renewal.
@@ -138,6 +144,13 @@ class LeaderElector:
                            and time.monotonic() - self._last_renew < self.renew_deadline)
             self._set(leading)
             await asyncio.sleep(self.renew_seconds if leading else self.retry_seconds)
+
+    def step_down(self) -> None:
+        """Stop acting as the leader at once (this replica's Lease task failed: it
+        cannot renew, so it must not write). The next round of a restarted task
+        renews or takes the Lease again."""
+        self._last_renew = 0.0
+        self._set(False)
 
     async def release(self) -> None:
         """Give the Lease up on shutdown so a follower takes over at once."""

@@ -21,6 +21,7 @@ from localmodel.controller.handlers import build_registry
 from localmodel.controller.leader import LeaderElector
 from localmodel.controller.reconcile import OperatorMetrics, Reconciler
 from localmodel.controller.speed import SpeedReader
+from localmodel.controller.supervise import Job, Supervisor, watch_api
 from localmodel.controller.writer import Kube
 from localmodel.kube import Credentials, KubeconfigError, credentials
 from localmodel.metrics import render
@@ -93,17 +94,21 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
             await kopf_ready.wait()
             ready.set()
 
+        supervisor = Supervisor(metrics.task_restarts)
+        jobs = [Job("leader", elector.run, on_failure=elector.step_down),
+                Job("reconcile", lambda: reconciler.run(elector.leading)),
+                Job("speed", lambda: reader.run(elector.leading))]
+        api_watch = asyncio.create_task(watch_api(lambda: elector.last_answer), name="api")
         tasks = [
             kopf_task,
-            asyncio.create_task(elector.run(), name="leader"),
-            asyncio.create_task(reconciler.run(elector.leading), name="reconcile"),
-            asyncio.create_task(reader.run(elector.leading), name="speed"),
+            *(asyncio.create_task(supervisor.keep(job), name=job.name) for job in jobs),
             asyncio.create_task(mark_ready(), name="ready"),
+            api_watch,
         ]
         log.info("localmodel operator %s starting (namespaces: %s, Lease %s/%s)", identity,
                  ", ".join(config.namespaces) or "all", config.leader_namespace,
                  config.leader_name)
-        code = await _until_one_ends(tasks[:4], stop)
+        code = await _until_fatal([kopf_task, api_watch], stop)
         stop.set()
         reconciler.abort_pass()
         await elector.release()
@@ -177,15 +182,25 @@ def _start_kopf(config: OperatorConfig, registry: Any, identity: str, stop: asyn
     return kopf_task, kopf_ready
 
 
-async def _until_one_ends(tasks: list[asyncio.Task[Any]], stop: asyncio.Event) -> int:
-    """Wait for a stop signal or for one of `tasks` to end: 1 if one failed, else 0."""
+async def _until_fatal(fatal: list[asyncio.Task[Any]], stop: asyncio.Event) -> int:
+    """Wait for a stop signal (0) or for one of the `fatal` tasks to end (1,
+    logged with why): kopf's watches, or the API server lost for too long
+    (`supervise`). Every other task is kept running by the supervisor."""
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait([*fatal, stopper], return_when=asyncio.FIRST_COMPLETED)
     code = 0
     for task in done:
-        if task is not stopper and task.exception() is not None:
-            log.error("%s stopped: %r", task.get_name(), task.exception())
-            code = 1
+        if task is stopper:
+            continue
+        code = 1
+        if task.cancelled():
+            log.error("exiting: %s was cancelled", task.get_name())
+        elif task.exception() is not None:
+            log.error("exiting: %s failed: %r", task.get_name(), task.exception())
+        else:
+            log.error("exiting: %s", task.result() or f"{task.get_name()} ended")
+    if not stopper.done():
+        stopper.cancel()
     return code
 
 

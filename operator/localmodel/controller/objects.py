@@ -22,6 +22,7 @@ from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     ANNOTATION_NODE,
     ANNOTATION_POD_SPEC_HASH,
+    CONTAINER_GATEWAY,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA,
@@ -70,6 +71,7 @@ class OwnedPod:
     unschedulable_since: str | None = None
     unschedulable_message: str = ""
     ip: str | None = None  # status.podIP: where its gateway answers
+    gateway_image: str | None = None  # the image its gateway container runs
 
     @property
     def key(self) -> Key:
@@ -227,7 +229,15 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         unschedulable_since=since,
         unschedulable_message=why,
         ip=str(status["podIP"]) if status.get("podIP") else None,
+        gateway_image=_gateway_image(spec),
     )
+
+
+def _gateway_image(spec: Mapping[str, Any]) -> str | None:
+    for c in spec.get("containers") or []:
+        if isinstance(c, Mapping) and c.get("name") == CONTAINER_GATEWAY and c.get("image"):
+            return str(c["image"])
+    return None
 
 
 def owned_claim(body: Raw) -> OwnedClaim | None:

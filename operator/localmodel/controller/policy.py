@@ -48,7 +48,7 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import ModelResult
+from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
@@ -56,7 +56,7 @@ from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
 from localmodel.speed import PeerKey, Published, SpeedPolicy
-from localmodel.status import Reason, invalid_status, with_progress, with_speed
+from localmodel.status import Reason, failed_status, invalid_status, with_progress, with_speed
 from localmodel.tenancy import SecretLabels, TenantPolicy, refusals
 
 # A write is expected to show in the watches within this long; after that the
@@ -78,8 +78,6 @@ def retry_after(failures: int) -> float:
 def rfc3339(now: float) -> str:
     return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-
-# ---- refused writes --------------------------------------------------------------
 
 # metav1.StatusCause `reason` of the NamespaceLifecycle admission's refusal.
 NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
@@ -122,8 +120,6 @@ def event_settled(why: Refusal) -> bool:
     return why is Refusal.NAMESPACE_ENDING
 
 
-# ---- expectations ----------------------------------------------------------------
-
 
 class Wrote(Enum):
     CREATED = "created"
@@ -138,6 +134,7 @@ class Expectation:
     wrote: Wrote
     until: float
     digest: str = ""  # APPLIED: the applied manifest's hash
+    owner: str = ""  # CREATED: the uid of the model it was made for
 
 
 def applied_digest(change: Create | Apply) -> str:
@@ -147,12 +144,18 @@ def applied_digest(change: Create | Apply) -> str:
         change.manifest, sort_keys=True)
 
 
+def owner_uid(manifest: Mapping[str, Any]) -> str:
+    """The uid of the object's first owner (the model it is made for), or ""."""
+    refs = manifest.get("metadata", {}).get("ownerReferences") or []
+    return str(refs[0].get("uid", "")) if refs else ""
+
+
 def expectation(change: Change, now: float) -> Expectation:
     until = now + EXPECT_SECONDS
     if isinstance(change, Delete):
         return Expectation(Wrote.DELETED, until)
     if isinstance(change, Create):
-        return Expectation(Wrote.CREATED, until)
+        return Expectation(Wrote.CREATED, until, owner=owner_uid(change.manifest))
     return Expectation(Wrote.APPLIED, until, applied_digest(change))
 
 
@@ -191,6 +194,10 @@ def lag(expected: Expectation, change: Change, obs: Observed, now: float) -> Lag
     if expected.wrote is Wrote.APPLIED:
         same = not isinstance(change, Delete) and applied_digest(change) == expected.digest
         return Lag.WAIT if same else Lag.OTHER
+    if isinstance(change, Create) and expected.owner != owner_uid(change.manifest):
+        # Made for an earlier model of the same name (deleted, its objects
+        # collected, before the watches showed them): this one needs its own.
+        return Lag.OTHER
     wrote = Wrote.DELETED if isinstance(change, Delete) else Wrote.CREATED
     return Lag.WAIT if expected.wrote is wrote else Lag.OTHER
 
@@ -223,8 +230,6 @@ class Expectations:
         self.by_target = {target: expected for target, expected in self.by_target.items()
                           if not shown(expected, target, obs, now)}
 
-
-# ---- stuck pods -------------------------------------------------------------------
 
 Avoid = Mapping[str, Mapping[str, float]]  # model -> node -> avoided until
 
@@ -277,8 +282,6 @@ def avoid_stuck(stuck: Iterable[StuckPod], avoid: Avoid, reported: Mapping[str, 
         nodes[pod.node] = now + AVOID_SECONDS
     return StuckVerdict(avoided, told, events, min(recheck) if recheck else None, tuple(moved))
 
-
-# ---- Events ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -339,8 +342,6 @@ class Failures:
         return retry_after(n), event
 
 
-# ---- a pass's plan ---------------------------------------------------------------------
-
 Placed = Mapping[str, Mapping[int, str]]  # model -> replica -> node
 
 
@@ -351,6 +352,7 @@ class ModelWork:
     model: ModelObject
     changes: ModelChanges
     status: LocalModelStatus
+    failure: str = ""  # computing it raised (stage and exception): nothing changes
 
 
 @dataclass(frozen=True)
@@ -367,9 +369,10 @@ def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
     return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
 
 
-def speed_targets(result: ModelResult, obs: Observed) -> list[SpeedTarget]:
+def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
     """The model's replicas whose gateway the operator can read: Ready pods of
-    this model with a pod IP, on the node they are planned on, with their peer key."""
+    this model with a pod IP, on the node they are planned on, with their peer
+    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
     lm = result.model
     mo = obs.models.get(lm.key)
     if mo is None or not lm.spec.gateway.enabled:
@@ -384,7 +387,8 @@ def speed_targets(result: ModelResult, obs: Observed) -> list[SpeedTarget]:
             continue
         peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
                        cpu_model(obs.nodes.get(r.node)))
-        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
+                               vouched=pod.gateway_image == own_image))
     return out
 
 
@@ -405,21 +409,38 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
 
 def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str
              ) -> tuple[list[LocalModel], list[ModelWork]]:
-    """The parsed models the admin's policy admits, and the work of those it
-    refuses: their status only (Valid=False, RefusedByPolicy, naming each rule
-    and field), nothing created."""
+    """The models the admin's policy admits, and the status-only work of those it
+    refuses (Valid=False, RefusedByPolicy, each rule and field) or failed on."""
     ok: list[LocalModel] = []
     refused: list[ModelWork] = []
     for lm in obs.valid_models():
-        found = refusals(lm, tenants, secrets)
+        mo = obs.models[lm.key]
+        try:
+            found = refusals(lm, tenants, secrets)
+        except Exception as exc:  # one model's failure is that model's
+            failure = failure_text("admin policy", exc)
+            refused.append(ModelWork(mo, ModelChanges(), failed_status(
+                mo.generation, failure, mo.status, now), failure))
+            continue
         if not found:
             ok.append(lm)
             continue
-        mo = obs.models[lm.key]
-        message = format_errors([r.error() for r in found])
-        refused.append(ModelWork(mo, ModelChanges(), invalid_status(
-            mo.generation, message, mo.status, now, Reason.REFUSED_BY_POLICY)))
+        refused.append(ModelWork(mo, ModelChanges(), invalid_status(mo.generation, format_errors(
+            [r.error() for r in found]), mo.status, now, Reason.REFUSED_BY_POLICY)))
     return ok, refused
+
+
+def _model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
+                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str
+                ) -> tuple[ModelWork, list[SpeedTarget]]:
+    """One valid model's changes and status (progress and speed added), and its
+    replicas to read."""
+    changes = model_changes(result, mo.uid, obs)
+    status = with_progress(result.status, changes.rolling, result.model, now)
+    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
+                                 for replica, p in published.items()},
+                        policy, result.model, now)
+    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
 
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
@@ -451,18 +472,21 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     targets: list[SpeedTarget] = []
     for result in state.models:
         mo = obs.models[result.model.key]
-        if result.problems:  # an invalid spec changes nothing but its status
-            work.append(ModelWork(mo, ModelChanges(), result.status))
+        if result.problems or result.failure:  # an invalid or failed one: its status only
+            work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
             continue
-        changes = model_changes(result, mo.uid, obs)
-        status = with_progress(result.status, changes.rolling, result.model, now)
-        published = speeds.get(result.model.key, {})
-        status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
-                                     for replica, p in published.items()},
-                            policy, result.model, now)
-        work.append(ModelWork(mo, changes, status))
-        targets += speed_targets(result, obs)
+        try:
+            one, found = _model_work(result, mo, obs, now, speeds.get(result.model.key, {}),
+                                     policy, options.operator_image)
+        except Exception as exc:  # one model's failure is that model's
+            failure = failure_text("changes or status", exc)
+            one, found = ModelWork(mo, ModelChanges(), failed_status(
+                mo.generation, failure, mo.status, now), failure), []
+        work.append(one)
+        targets += found
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
-    return PassPlan(work, {r.model.key: {rep.replica: rep.node for rep in r.replicas}
+    # A failed model keeps where it was (its pods are left as they are).
+    return PassPlan(work, {r.model.key: ({rep.replica: rep.node for rep in r.replicas}
+                                         if not r.failure else dict(placed.get(r.model.key, {})))
                            for r in state.models}, tuple(targets))

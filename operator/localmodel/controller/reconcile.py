@@ -45,6 +45,7 @@ from localmodel.controller.observed import (
     unschedulable,
 )
 from localmodel.controller.policy import (
+    EXPECT_SECONDS,
     RETRY_SECONDS,
     Expectations,
     Failures,
@@ -64,7 +65,7 @@ from localmodel.controller.secrets import SecretLabels
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError
-from localmodel.events import EventSpec, status_events
+from localmodel.events import EventReason, EventSpec, status_events
 from localmodel.incremental import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
@@ -86,6 +87,13 @@ class OperatorMetrics:
         "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
     leader: float = 0.0
     models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
+    model_failures: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_model_failures_total",
+        "Models a pass failed on (an exception computing or writing that model; the "
+        "pass went on for the others), by stage.", ("stage",)))
+    task_restarts: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_task_restarts_total",
+        "Background tasks of the operator restarted after they failed, by task.", ("task",)))
     speed_reads: ReadCounters = field(default_factory=ReadCounters)
     speed_ratios: Callable[[], dict[tuple[str, ...], float]] = dict
 
@@ -94,6 +102,8 @@ class OperatorMetrics:
             self.passes,
             self.pass_seconds,
             self.writes,
+            self.model_failures,
+            self.task_restarts,
             self.speed_reads.reads,
             self.speed_reads.read_bytes,
             Gauge("localmodel_operator_replica_decode_speed_ratio",
@@ -180,6 +190,7 @@ class Reconciler:
         self._expected = Expectations()  # writes the watches have not shown yet
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
+        self._failed_models: dict[str, str] = {}  # model -> the failure its Event told
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)
         self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
@@ -273,6 +284,8 @@ class Reconciler:
         with gc_paused():
             obs = observe(self.snapshot(), self.config.namespaces, self._parsed)
             self._expected.forget_shown(obs, time.monotonic())
+            self._failed_models = {k: v for k, v in self._failed_models.items()
+                                   if k in obs.models}
             for name, why in obs.bad_nodes.items():
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
@@ -327,6 +340,34 @@ class Reconciler:
 
     async def _model(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
                      extra: list[EventSpec]) -> None:
+        """One model's writes; an exception in them is this model's failure (an
+        Event, the metric, a retry), never the pass's: the others go on."""
+        key = work.model.key
+        if work.failure:
+            self.metrics.model_failures.inc(labels=("compute",))
+            log.error("%s: %s", key, work.failure)
+            self.trigger_later(RETRY_SECONDS[-1])
+            if self._failed_models.get(key) != work.failure:
+                self._failed_models[key] = work.failure
+                extra = [*extra, EventSpec(EventReason.RECONCILE_FAILED,
+                                           f"the operator failed on this model: {work.failure}",
+                                           warning=True)]
+        else:
+            self._failed_models.pop(key, None)
+        try:
+            await self._model_writes(work, now, result, obs, extra)
+        except Exception as exc:  # (a cancellation is not an Exception: it passes)
+            result.failures += 1
+            self.metrics.model_failures.inc(labels=("write",))
+            log.exception("%s: writing this model failed; the pass goes on", key)
+            self.trigger_later(RETRY_SECONDS[-1])
+            with contextlib.suppress(Exception):
+                await self._event(work.model, EventSpec(
+                    EventReason.RECONCILE_FAILED, "the operator failed writing this model: "
+                    f"{type(exc).__name__}: {str(exc)[:300]}", warning=True), now)
+
+    async def _model_writes(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
+                            extra: list[EventSpec]) -> None:
         mo, status = work.model, work.status
         events, failed = await self._write_changes(mo, work.changes, obs, result)
         events = list(extra) + events
@@ -355,6 +396,10 @@ class Reconciler:
 
         async def one(change: Change) -> None:
             if self._expected.waiting(change, obs, time.monotonic()):
+                # Held back until the watches show it; look again once the wait
+                # is over, should no watch event come (a pod made, then deleted
+                # by someone else before it was seen).
+                self.trigger_later(EXPECT_SECONDS + 0.5)
                 return
             async with self._writing:
                 try:

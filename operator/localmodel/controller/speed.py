@@ -32,6 +32,18 @@ followed, a body is read whole up to READ_MAX_BYTES and refused past it, and
 failure of one read is one of RESULTS for that replica, never the reader's end
 (tests/unit/test_speed_answers.py, tests/unit/test_speed_reader_hostile.py).
 
+Peers a tenant cannot fake: a replica's calibration sets another replica's
+expected speed only when its gateway runs the operator's own image (the image
+the operator renders by default, `--operator-image`): that code measures the
+engine, and the tenant cannot change what it reports. A replica whose gateway
+is the tenant's own (`spec.gateway.image`) is still read and judged against
+the vouched peers or its own calibration, but its numbers reach no other
+model. Why the image and not the namespace or an admin's list: the image is
+what decides whether the numbers are measured or made up, it holds across
+namespaces (one team's replicas are good peers of another's), and it needs no
+setting; outliers among vouched peers (a replica calibrated under a burst) are
+dropped by `speed.inliers`.
+
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
 I/O loop around it.
@@ -101,6 +113,10 @@ class SpeedTarget:
     uid: str
     ip: str
     peer: PeerKey
+    # Whether its numbers may set other replicas' expectations: its gateway runs
+    # the operator's own image (policy.speed_targets). A tenant chooses
+    # `spec.gateway.image`, and a gateway of their own can say anything.
+    vouched: bool = False
 
 
 @dataclass
@@ -142,9 +158,13 @@ class SpeedBook:
         return min(times) if times else None
 
     def expected(self, uid: str) -> Expected:
+        """What replica `uid` is expected to do: its peers are vouched replicas
+        only (a tenant's own gateway image sets no other replica's expectation;
+        its own calibration still sets its own)."""
         b = self.by_uid[uid]
         calibrations = {u: (o.target.peer, o.reading.calibration)
-                        for u, o in self.by_uid.items() if o.reading is not None}
+                        for u, o in self.by_uid.items()
+                        if o.reading is not None and (o.target.vouched or u == uid)}
         return expected_speed(uid, b.target.peer, calibrations)
 
     def record(self, uid: str, reading: Reading | None, now: float) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel import GROUP, PLURAL, VERSION
-from localmodel.contract import OWNED_SELECTOR, VOLUME_WEIGHTS
+from localmodel.contract import CONTAINER_GATEWAY, OWNED_SELECTOR, VOLUME_WEIGHTS
 
 Raw = Mapping[str, Any]
 Keep = Callable[[Raw], dict[str, Any]]
@@ -40,7 +40,11 @@ def reduced_pod(body: Raw) -> dict[str, Any]:
     meta, spec, status = (_section(body, n) for n in ("metadata", "spec", "status"))
 
     def resources(containers: Any) -> list[dict[str, Any]]:
-        return [{"resources": c.get("resources") or {}} for c in containers or []]
+        # The gateway's image too: whether its speed may be a peer's (controller/speed.py).
+        return [{"resources": c.get("resources") or {},
+                 **({"name": CONTAINER_GATEWAY, "image": c.get("image")}
+                    if c.get("name") == CONTAINER_GATEWAY else {})}
+                for c in containers or []]
 
     return {
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",

@@ -22,8 +22,10 @@ from localmodel.desired import (
     ModelResult,
     Prepared,
     demand,
+    failed_result,
+    failure_text,
     model_status,
-    prepare,
+    prepared,
     tuning_view,
 )
 from localmodel.facts import NodeFacts
@@ -118,6 +120,7 @@ class Desired:
         self._ready: dict[str, dict[int, bool]] | None = None
         self._now: str | None = None
         self._took_now: set[str] = set()
+        self._failed: set[str] = set()  # models whose last result failed: computed again
         self._claims = False
         self._complete = True  # the last call returned
         self._plan: Plan | None = None
@@ -153,6 +156,8 @@ class Desired:
         plan_same, touched, again = self._planned(the_plan, again)
         now_pass = _Pass(the_plan, plan_same, touched, ready, options, now, claims)
         again = self._read_again(again, now_pass)
+        if again is not None:
+            again |= self._failed
         keys, results = self._keys, self._results
         if again is None:
             positions: Iterable[int] = range(len(keys))
@@ -228,6 +233,22 @@ class Desired:
         ):
             return done.result
         prep = self._now_prepared[key]
+        if prep.prepared.failure:
+            return failed_result(lm, prep.prepared.failure, now.now)
+        try:
+            result = self._worked_out(key, lm, prep, now, seen)
+        except Exception as exc:  # one model's failure is that model's (not kept)
+            self._done.pop(key, None)
+            self._took_now.discard(key)
+            self._failed.add(key)
+            return failed_result(lm, failure_text("tuning, render or status", exc), now.now)
+        self._failed.discard(key)
+        return result
+
+    def _worked_out(
+        self, key: str, lm: LocalModel, prep: _Spec, now: _Pass, seen: Mapping[int, bool] | None
+    ) -> ModelResult:
+        claims = now.claims
         replicas: tuple[ReplicaPlan, ...] = ()
         unplaced: tuple[Unplaced, ...] = ()
         if not prep.prepared.problems:
@@ -308,7 +329,7 @@ class Desired:
         self._demand_keys, self._now_demands = [], []
         for key, lm in keyed:
             prep = self._now_prepared[key]
-            if not prep.prepared.problems:
+            if not (prep.prepared.problems or prep.prepared.failure):
                 self._demand_keys.append(key)
                 self._now_demands.append(
                     self._demand(key, lm, prep.prepared, avoid.get(key, frozenset()))
@@ -318,6 +339,7 @@ class Desired:
             for gone in [k for k in kept if k not in keys]:
                 del kept[gone]
         self._took_now &= keys
+        self._failed &= keys
 
     def _drop(self, key: str) -> None:
         i = bisect_left(self._keys, key)
@@ -330,6 +352,7 @@ class Desired:
         for kept in (self._prepared, self._demands, self._done, self._tuned):
             kept.pop(key, None)
         self._took_now.discard(key)
+        self._failed.discard(key)
 
     def _set_demand(self, key: str, avoid: frozenset[str]) -> None:
         """The key's place in the demand list, after its model or avoided nodes changed."""
@@ -337,7 +360,7 @@ class Desired:
         there = j < len(self._demand_keys) and self._demand_keys[j] == key
         lm = self._model.get(key)
         prep = None if lm is None else self._now_prepared[key].prepared
-        if prep is None or prep.problems:
+        if prep is None or prep.problems or prep.failure:
             if there:
                 del self._demand_keys[j], self._now_demands[j]
             return
@@ -356,7 +379,9 @@ class Desired:
         value = spec_key(lm.spec)
         prep = self._prepared_by_key.get(value)
         if prep is None:
-            prep = prepare(lm.spec, partial(self._evaluations, key=value))
+            prep = prepared(lm.spec, partial(self._evaluations, key=value))
+            if prep.failure:  # that model's alone: an alike one prepares its own
+                return _Spec(lm.spec, prep, value)
             self._prepared_by_key[value] = prep
         made = self._prepared[key] = _Spec(lm.spec, prep, value)
         return made
