@@ -26,8 +26,10 @@ async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         # The host only: a URL may carry credentials, and the key is never printed.
         host = urlsplit(config.overflow_url).hostname
         overflow = f", foreground overflow to {host} after {config.overflow_after:g}s"
+    keys = "" if not config.keys_file else f", API keys from {config.keys_file}"
     print(
-        f"localmodel gateway: listening on {config.listen_host}:{running.port}, "
+        f"localmodel gateway: listening on {config.listen_host}:{running.port} "
+        f"(admin: {config.admin_address[0]}:{running.admin_port}{keys}), "
         f"engine {config.engine} at {config.upstream}, {config.slots} slot(s), "
         f"{loop_name} event loop{overflow}",
         file=sys.stderr,
