@@ -185,7 +185,7 @@ async def test_field_report_in_miniature(
     finally:
         stop.set()
         await watcher
-    async with aiohttp.ClientSession() as session, session.get(gw.url + "/ledger") as resp:
+    async with aiohttp.ClientSession() as session, session.get(gw.admin_url + "/ledger") as resp:
         doc = await resp.json()
     entries = doc["entries"]
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from localmodel.gateway.config import USAGE, ConfigError, parse_config
+from localmodel.gateway.keys import BadKeys, KeysFile
 from localmodel.gateway.server import start_gateway
 from localmodel.gateway_contract import GatewayConfig
 
@@ -66,6 +67,12 @@ def run_cli(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"localmodel gateway: {exc}\n\n{USAGE}", file=sys.stderr)
         return 2
+    if config.keys_file:
+        try:
+            KeysFile(config.keys_file, print)
+        except (OSError, BadKeys) as exc:
+            print(f"localmodel gateway: --keys-file {config.keys_file}: {exc}", file=sys.stderr)
+            return 2
     try:
         factory, loop_name = loop_factory(config.event_loop)
     except ImportError:

@@ -106,7 +106,7 @@ class OverflowClient:
             return f"; caller {rec.caller}'s key does not allow overflow"
         if rec.overflow_skipped == "budget":
             limit = self.budgets.limit(None if rec.key is None else rec.key.budget)
-            who = f"caller {rec.caller}'s" if rec.key is not None else "the callers without a key"
+            who = f"caller {rec.caller}'s" if rec.key is not None else "the keyless callers'"
             return f"; {who} overflow budget ({limit}) is spent"
         return ""
 
