@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from localmodel.api import LocalModel
 from localmodel.engines.pod import EnginePod, Manifest
 from localmodel.render.applied import applied_objects, configmap_data
+from localmodel.render.gateway import gateway_volumes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.render.pods import (
     Containers,
@@ -124,6 +125,9 @@ def affinity_text(node: str) -> str:
 def volumes_text(lm: LocalModel, r: ReplicaPlan) -> str:
     """The JSON text of a pod's volumes (`json.dumps(..., sort_keys=True)`), put together."""
     pod = engine_pod(lm)
+    extra = gateway_volumes(lm)
+    if extra:  # the API keys' Secret: such pods' volumes are encoded whole
+        return json.dumps([*pod_volumes(pod, *volume_names(lm, r)), *extra], sort_keys=True)
     template = _VOLUMES.get(pod)
     if template is None:
         template = _VOLUMES[pod] = _TextTemplate(
