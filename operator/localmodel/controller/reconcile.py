@@ -177,6 +177,13 @@ class Reconciler:
         self._expected = Expectations()  # writes the watches have not shown yet
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
+        self._render_options = RenderOptions(
+            operator_image=config.operator_image,
+            network_policy=config.network_policy,
+            # The operator's own namespace first: it reads the gateways' /speed.
+            admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
+                                                  *config.admin_namespaces))),
+        )
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)
         self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
@@ -281,7 +288,7 @@ class Reconciler:
         return result
 
     def _plan(self, obs: Observed, now: str) -> list[ModelWork]:
-        planned = plan_pass(obs, now, RenderOptions(operator_image=self.config.operator_image),
+        planned = plan_pass(obs, now, self._render_options,
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired)

@@ -26,6 +26,8 @@ from localmodel.contract import (
 from localmodel.engines import ollama
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
+# The operator's namespace when none is told (the chart's usual release namespace).
+DEFAULT_OPERATOR_NAMESPACE = "localmodel-system"
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
 GATEWAY_MEMORY_BYTES = 256 * 1024**2
