@@ -99,7 +99,7 @@ class OperatorConfig:
     # operator's own) whose pods may read the gateways' admin port.
     network_policy: bool = setting(
         False, "add a NetworkPolicy per model unless its spec says otherwise (true/false)",
-        metavar="BOOL", parse=_boolean,
+        shown_default="false", metavar="BOOL", parse=_boolean,
     )
     admin_namespaces: tuple[str, ...] = setting(
         (), "namespaces besides the operator's own whose pods may read the gateways' admin "
