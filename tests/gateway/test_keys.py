@@ -22,6 +22,7 @@ import ollama
 import openai
 import pytest
 
+from localmodel.engines.ollama import TAGS_PATH
 from localmodel.gateway.keys import BadKeys, KeysFile, digest_of, parse_keys
 from localmodel.gateway.routes import ROUTES
 from localmodel.gateway.server import start_gateway
@@ -207,7 +208,7 @@ async def test_a_changed_keys_file_is_loaded_and_a_broken_one_keeps_the_keys(
 
     async def status(key: str) -> int:
         async with aiohttp.ClientSession() as http, http.get(
-            rig.url + "/api/tags", headers=bearer(key)
+            rig.url + TAGS_PATH, headers=bearer(key)
         ) as resp:
             return resp.status
 
@@ -289,7 +290,7 @@ async def test_metrics_speed_and_ledger_are_on_the_admin_port_only(
                     assert resp.status == 404, path
             async with http.get(rig.admin_url + path) as resp:
                 assert resp.status == 200, path
-        async with http.get(rig.admin_url + "/api/tags") as resp:
+        async with http.get(rig.admin_url + TAGS_PATH) as resp:
             assert resp.status == 404  # and the admin port serves no inference
 
 

@@ -194,15 +194,17 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # the default case is still a1457014dfe61b18) and the AMX guard stopped turning
 # flash attention off for 0.30-0.32.1 (docs/engine-facts.md#amx), and when
 # the init step began stopping its `ollama serve` on every exit path (a trap:
-# a failed pull left the server running; issue 17).
+# a failed pull left the server running; issue 17), and when the gateway
+# gained its admin port (8090: /metrics, /speed, /ledger; issue 30: every pod
+# with a gateway rolls once on that upgrade; "no gateway" is unchanged).
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "7039357c2d84c36c"),
+    ("default", {"cpu": 4}, None, "d7039cc80da8a9d8"),
     ("no gateway", {"gateway": {"enabled": False}}, None, "41090f90fe31c97d"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "4541c733ab28dd7a",
+        "4a4c8e3226b86e24",
     ),
     (
         "env, placement, storage",
@@ -215,7 +217,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "bf71d719741906a9",
+        "485fbc4ffc0815f4",
     ),
 ]
 
