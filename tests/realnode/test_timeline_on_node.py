@@ -82,10 +82,10 @@ def test_timeline_reads_the_pods_ledger_through_the_pod_proxy(
         job.join(timeout=300)
         # The admin paths are not served through the Service (it exposes only
         # the inference port): the ledger is read on the pod's admin port.
-        for path in ADMIN_PATHS:
+        for admin_path in ADMIN_PATHS:
             with pytest.raises(urllib.error.HTTPError) as absent:
-                _get(f"{url}{path}")
-            assert absent.value.code == 404, path
+                _get(f"{url}{admin_path}")
+            assert absent.value.code == 404, admin_path
     pod = journey.pod_of(NAME)["metadata"]["name"]
     with journey.port_forward(f"pod/{pod}", remote=ADMIN_PORT) as admin:
         entries = _get(f"{admin}/ledger")["entries"]
