@@ -248,7 +248,8 @@ async def test_field_report_in_miniature(
 
     # ---- localmodel timeline reads it back
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
-    cmd = [sys.executable, "-m", "localmodel.cli", "timeline", "chat", "--gateway-url", gw.url]
+    cmd = [sys.executable, "-m", "localmodel.cli", "timeline", "chat", "--gateway-url",
+           gw.admin_url]
     out = await asyncio.to_thread(
         subprocess.run, [*cmd, "-o", "json"], capture_output=True, text=True, env=env, check=True
     )
