@@ -487,7 +487,7 @@ def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
     assert slowest["caller"] == "alice"
     assert slowest["queue_s"] == round(alice["queue_wait_s"], 3)
     print("\n" + table)
-    assert table.startswith(f"Where the time went: chat at {url}, since 1h: 2 requests "
+    assert table.startswith(f"Where the time went: chat at {admin_url}, since 1h: 2 requests "
                             "(1 foreground, 1 background)")
     assert shown_seconds(table, "indexer (background)") == pytest.approx(behind["seconds"],
                                                                          abs=0.06)
