@@ -172,7 +172,8 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
     async def measure() -> dict[str, Any]:
         gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
                                                calibrate_tokens=0), lambda line: None)
-        quiet = await asyncio.start_server(never_answer, "127.0.0.2", gw.port, backlog=4096)
+        quiet = await asyncio.start_server(never_answer, "127.0.0.2", gw.admin_port,
+                                           backlog=4096)
 
         try:
             book = SpeedBook()
@@ -181,7 +182,7 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
             book.retarget([SpeedTarget("bench/m", i, "n", f"m-{i}", f"u{i}", ip, key)
                            for i in range(n)])
             counters = ReadCounters()
-            reader = SpeedReader(book, counters, lambda: None, port=gw.port)
+            reader = SpeedReader(book, counters, lambda: None, port=gw.admin_port)
             async with loop_stall_watch() as stall, reader.session():
                 cpu0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.monotonic()
@@ -204,7 +205,7 @@ def read_cost(n: int, silent: bool = False) -> dict[str, Any]:
     return asyncio.run(measure())
 
 
-def probe_pod_ip(ip: str, port: int = 8080) -> str:
+def probe_pod_ip(ip: str, port: int = 8090) -> str:
     """What one kwok pod's IP answers from this machine (kwok runs no gateway there)."""
     import urllib.error
     import urllib.request

@@ -649,13 +649,18 @@ async def run(
             ]
             gw_env["LOCALMODEL_GATEWAY_OVERFLOW_API_KEY"] = "sk-benchmark"
 
+        admin_ports: dict[int, int] = {}
+
         def start_gateway(port: int, extra: list[str], env: dict[str, str]) -> ManagedProcess:
+            admin_ports[port] = free_port()
             args = [
                 "gateway",
                 "--upstream",
                 f"http://127.0.0.1:{up_port}",
                 "--listen",
                 f"127.0.0.1:{port}",
+                "--admin-listen",
+                f"127.0.0.1:{admin_ports[port]}",
                 "--model",
                 "standin:1b",
                 "--slots",
@@ -720,14 +725,15 @@ async def run(
         )
         lines = await measure(targets, per_client, rounds, runs, burst)
         if overflow:
-            lines.append(overflow_check(gw_port))
+            lines.append(overflow_check(admin_ports[gw_port]))
         lines.append(ledger_memory())
         lines.append(ledger_work())
         return lines
 
 
 def overflow_check(port: int) -> str:
-    """The gateway's own account: configured overflow, no overflow activity."""
+    """The gateway's own account (its admin port): configured overflow, no
+    overflow activity."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     used = [

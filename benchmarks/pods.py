@@ -61,7 +61,7 @@ from localmodel.api import parse_local_model  # noqa: E402
 from localmodel.desired import desired_state  # noqa: E402
 from localmodel.engines import llama_server  # noqa: E402
 from localmodel.facts import from_node  # noqa: E402
-from localmodel.gateway_contract import GATEWAY_PORT, SPEED_PATH  # noqa: E402
+from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT, SPEED_PATH  # noqa: E402
 from localmodel.render import RenderOptions  # noqa: E402
 from tests.harness import TestCluster, engines, locate_tools  # noqa: E402
 from tests.harness.models import ModelFileServer  # noqa: E402
@@ -196,7 +196,7 @@ def pod_ready(api: Any, name: str) -> dict[str, Any] | None:
 
 def measure(ip: str, point: Point, s: Settings, tag: int) -> None:
     base = f"http://{ip}:{GATEWAY_PORT}"
-    with urllib.request.urlopen(base + SPEED_PATH, timeout=10) as resp:
+    with urllib.request.urlopen(f"http://{ip}:{ADMIN_PORT}{SPEED_PATH}", timeout=10) as resp:
         calibration = json.loads(resp.read()).get("calibration") or {}
     point.calibration = calibration.get("decode_tokens_per_second")
     post_json(base + COMPLETIONS, {"prompt": prompt(8, tag), "max_tokens": 1,

@@ -45,6 +45,8 @@ CONTAINER_GATEWAY = "gateway"
 CONTAINER_PULL = "pull"  # Ollama's init container
 CONTAINER_DOWNLOAD = "download"  # the GGUF download init container (either engine)
 PORT_HTTP = "http"  # the gateway's port, and the Service's
+PORT_ADMIN = "admin"  # the gateway's admin port (metrics, speed, ledger): not the Service's
+VOLUME_KEYS = "api-keys"  # the gateway's API keys Secret (spec.gateway.auth)
 PORT_ENGINE = "engine"  # the engine container's port
 
 # ---- the operator's writes --------------------------------------------------------

@@ -348,7 +348,7 @@ def _model_result(
             for o in objects
             if o["kind"] == "Pod"
         }
-        applied = applied_hashes(lm, replicas)
+        applied = applied_hashes(lm, replicas, options)
     status = model_status(lm, prep.problems, replicas, unplaced, ready, now)
     result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes, applied)
     vars(result)["objects"] = objects  # (rendered here: `objects` need not again)

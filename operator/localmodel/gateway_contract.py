@@ -3,8 +3,8 @@ doctor and timeline need to know of the slot gate (`localmodel gateway`,
 localmodel.gateway) without importing it. Pure data and the few functions that
 read or write it.
 
-- where it listens (`GATEWAY_PORT`) and the paths it answers besides the
-  engine's routes (readiness, health, metrics, slots, speed, ledger);
+- where it listens (`GATEWAY_PORT`: the engine's routes, readiness, health,
+  slots; `ADMIN_PORT`: metrics, speed, ledger) and the paths it answers;
 - the prefix of every metric it exports (`METRIC_PREFIX`: doctor reads them);
 - the ledger's record (`LedgerEntry`, as GET /ledger serves it) and its
   reading back (`parse_entries`, `merge`: timeline);
@@ -44,12 +44,18 @@ from localmodel.settings import (
 # ---- where it answers -------------------------------------------------------------
 
 GATEWAY_PORT = 8080  # the pod's http port: the Service targets it
+# The admin port: what the operator, Prometheus, doctor and timeline read. The
+# model's Service does not expose it (a NetworkPolicy can keep it to the
+# operator's namespace: spec.gateway.networkPolicy).
+ADMIN_PORT = 8090  # not an engine's port (tests/unit/test_admin_port.py)
 READY_PATH = "/readyz"  # 200 once the engine serves the model and its speed is calibrated
 HEALTH_PATH = "/healthz"  # 200 while the gateway runs
-METRICS_PATH = "/metrics"  # Prometheus text, every name starting with METRIC_PREFIX
 SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them
+# On the admin port only:
+METRICS_PATH = "/metrics"  # Prometheus text, every name starting with METRIC_PREFIX
 SPEED_PATH = "/speed"  # this replica's calibration and recent speed (the controller reads it)
 LEDGER_PATH = "/ledger"  # the ledger's records (timeline reads them); since, caller, priority
+ADMIN_PATHS = (METRICS_PATH, SPEED_PATH, LEDGER_PATH)
 
 # Every gateway metric's name starts so (doctor reads them).
 METRIC_PREFIX = "localmodel_gateway_"
@@ -231,6 +237,17 @@ def _keep_alive(flag: str, raw: str) -> str:
     return raw.strip()
 
 
+def _budget(flag: str, raw: str) -> tuple[int, float]:
+    requests, sep, seconds = raw.strip().partition("/")
+    try:
+        n, window = int(requests), float(seconds)
+    except ValueError:
+        n, window = -1, math.nan
+    if not sep or n < 0 or not 0 < window <= 31 * 86400:
+        raise ConfigError(flag, f"expected REQUESTS/SECONDS such as 100/3600, got {raw!r}")
+    return n, window
+
+
 # A declaration table: one field per setting.
 @dataclass(frozen=True)
 class GatewayConfig:
@@ -248,6 +265,22 @@ class GatewayConfig:
         metavar="HOST:PORT", parse=listen,
     )
     listen_port: int = GATEWAY_PORT  # set by --listen, with listen_host
+    admin_listen: tuple[str, int] | None = setting(
+        None, "where /metrics, /speed and /ledger are served (default {default})",
+        shown_default=f"the --listen host, port {ADMIN_PORT}; any free port with --listen port 0",
+        metavar="HOST:PORT", parse=listen,
+    )
+    # API keys (gateway/keys.py): with a file, every inference route needs one.
+    keys_file: str = setting(
+        "", "JSON file of API keys (their SHA-256, caller and rights; docs/gateway.md, "
+        "API keys); reloaded when it changes", shown_default="none: no keys asked",
+        metavar="PATH", parse=text,
+    )
+    overflow_budget: tuple[int, float] | None = setting(
+        None, "overflowed requests per window (REQUESTS/SECONDS, e.g. 100/3600) for each "
+        "key without its own overflowBudget, and for all callers without a key together",
+        shown_default="none: unbounded", metavar="N/S", parse=_budget,
+    )
     model: str = setting(
         "", "model served here; default for requests that omit it", metavar="NAME", parse=text
     )
@@ -348,6 +381,13 @@ class GatewayConfig:
     @property
     def overflow(self) -> bool:
         return bool(self.overflow_url)
+
+    @property
+    def admin_address(self) -> tuple[str, int]:
+        """Where the admin port listens (see --admin-listen)."""
+        if self.admin_listen is not None:
+            return self.admin_listen
+        return self.listen_host, ADMIN_PORT if self.listen_port else 0
 
 
 FLAGS = flags(GatewayConfig)

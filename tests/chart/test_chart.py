@@ -136,6 +136,8 @@ def test_downloads_allow_http_reaches_the_operator_off_by_default(tools: Tools) 
         [deployment] = of_kind(render_chart(tools, set_values=values), "Deployment")
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         _, *flags = container["args"]
+        # (the policy file is the ConfigMap's: tests/chart/test_policy_chart.py reads it)
+        flags = [f for f in flags if not f.startswith("--policy=")]
         config = parse_config(flags, {"POD_NAMESPACE": "localmodel-system"})
         assert config.allow_http_downloads is allowed, flags
 

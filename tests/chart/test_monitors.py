@@ -13,7 +13,7 @@ from typing import Any
 from localmodel import contract
 from localmodel.controller.config import parse_config
 from localmodel.desired import desired_state
-from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.gateway_contract import ADMIN_PORT, METRICS_PATH
 from tests.builders import MakeLocalModel, MakeNode
 from tests.harness import Tools
 from tests.harness.chart import ALL_OPTIONAL, of_kind, render_chart
@@ -55,7 +55,7 @@ def meta_label(key: str) -> str:
     return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
 
 
-def test_podmonitor_selects_the_rendered_model_pods_on_the_gateway_port(tools: Tools) -> None:
+def test_podmonitor_selects_the_rendered_model_pods_on_the_gateway_admin_port(tools: Tools) -> None:
     rendered = render_chart(tools, set_values=ALL_OPTIONAL)
     [monitor] = of_kind(rendered, "PodMonitor")
     selector = monitor["spec"]["selector"]
@@ -65,7 +65,7 @@ def test_podmonitor_selects_the_rendered_model_pods_on_the_gateway_port(tools: T
         [gateway] = [c for c in containers if c["name"] == contract.CONTAINER_GATEWAY]
         [endpoint] = monitor["spec"]["podMetricsEndpoints"]
         [port] = [p for p in gateway["ports"] if p["name"] == endpoint["port"]]
-        assert port["containerPort"] == GATEWAY_PORT and endpoint["path"] == "/metrics"
+        assert port["containerPort"] == ADMIN_PORT and endpoint["path"] == METRICS_PATH
     # Neither the operator's nor the probe's pods.
     for workload in of_kind(rendered, "Deployment") + of_kind(rendered, "DaemonSet"):
         assert not selects(selector, pod_labels(workload))

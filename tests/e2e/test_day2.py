@@ -451,12 +451,13 @@ def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
     own numbers, in every -o format."""
     one_thread = ["-c", "2048", "-np", "1", "-t", "1", "--no-warmup"]
     with llama_server(tmp_path, one_thread) as engine:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        port, admin = free_port(), free_port()
+        url, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "operator")}
         gateway = localmodel_process(
             "gateway", ["gateway", "--upstream", engine.url, "--engine", "llama-server",
-                        "--listen", f"127.0.0.1:{port}", "--slots", "1", "--model", "gemma"],
+                        "--listen", f"127.0.0.1:{port}", "--admin-listen",
+                        f"127.0.0.1:{admin}", "--slots", "1", "--model", "gemma"],
             tmp_path / "gateway.log", env=env)
         with gateway.serving("the gateway /readyz", lambda: http_ok(f"{url}/readyz"), 60):
             job = threading.Thread(target=_chat, args=(url, "indexer", 48),
@@ -466,11 +467,11 @@ def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
                        timeout=60, interval=0.05)
             _chat(url, "alice", 4)
             job.join(timeout=300)
-            entries = _get(f"{url}/ledger")["entries"]
+            entries = _get(f"{admin_url}/ledger")["entries"]
 
             def run(*output: str) -> str:
                 return kubectl(cluster, plugin_path, "localmodel", "timeline", "chat",
-                               "--gateway-url", url, "--since", "1h", *output).stdout
+                               "--gateway-url", admin_url, "--since", "1h", *output).stdout
 
             data = json.loads(run("-o", "json"))
             assert yaml.safe_load(run("-o", "yaml")) == data
@@ -486,7 +487,7 @@ def test_timeline_reads_a_real_gateways_ledger_through_kubectl(
     assert slowest["caller"] == "alice"
     assert slowest["queue_s"] == round(alice["queue_wait_s"], 3)
     print("\n" + table)
-    assert table.startswith(f"Where the time went: chat at {url}, since 1h: 2 requests "
+    assert table.startswith(f"Where the time went: chat at {admin_url}, since 1h: 2 requests "
                             "(1 foreground, 1 background)")
     assert shown_seconds(table, "indexer (background)") == pytest.approx(behind["seconds"],
                                                                          abs=0.06)

@@ -95,19 +95,31 @@ def engine(tmp_path: Path) -> Iterator[LlamaServer]:
 
 
 @pytest.fixture
-def gateway(engine: LlamaServer, tmp_path: Path) -> Iterator[int]:
-    port = free_port()
+def gateway_ports(engine: LlamaServer, tmp_path: Path) -> Iterator[tuple[int, int]]:
+    """The gateway's port and its admin port (/metrics)."""
+    port, admin = free_port(), free_port()
     process = localmodel_process(
         "gateway",
         ["gateway", "--upstream", engine.url, "--engine", "llama-server",
-         "--listen", f"127.0.0.1:{port}", "--slots", "1", "--max-queue", "4", "--model", "gemma"],
+         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+         "--slots", "1", "--max-queue", "4", "--model", "gemma"],
         tmp_path / "gateway.log",
         env=_env(),
     )
 
     ready = f"http://127.0.0.1:{port}/readyz"
     with process.serving("the gateway /readyz", lambda: http_ok(ready), 60):
-        yield port
+        yield port, admin
+
+
+@pytest.fixture
+def gateway(gateway_ports: tuple[int, int]) -> int:
+    return gateway_ports[0]
+
+
+@pytest.fixture
+def gateway_admin(gateway_ports: tuple[int, int]) -> int:
+    return gateway_ports[1]
 
 
 def chat(max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:
@@ -123,7 +135,7 @@ def chat(max_tokens: int, *, ignore_eos: bool = False) -> dict[str, Any]:
 @pytest.mark.engine  # a real llama-server behind the gateway
 @pytest.mark.llama
 def test_doctor_finds_two_models_no_gateway_a_queue_and_an_amx_node(
-    cluster: TestCluster, namespace: str, gateway: int
+    cluster: TestCluster, namespace: str, gateway: int, gateway_admin: int
 ) -> None:
     api = cluster.api()
     nodes = from_node_list(api.get("/api/v1/nodes"))
@@ -150,13 +162,13 @@ def test_doctor_finds_two_models_no_gateway_a_queue_and_an_amx_node(
         result = subprocess.run(
             [sys.executable, "-m", "localmodel.cli", "doctor", "-o", "json",
              "--kubeconfig", str(cluster.admin_kubeconfig),
-             "--metrics-url", f"{chat_pod_key(pods)}=http://127.0.0.1:{gateway}/metrics"],
+             "--metrics-url", f"{chat_pod_key(pods)}=http://127.0.0.1:{gateway_admin}/metrics"],
             capture_output=True, text=True, timeout=120, env=_env(),
         )
         table = subprocess.run(
             [sys.executable, "-m", "localmodel.cli", "doctor",
              "--kubeconfig", str(cluster.admin_kubeconfig),
-             "--metrics-url", f"{chat_pod_key(pods)}=http://127.0.0.1:{gateway}/metrics"],
+             "--metrics-url", f"{chat_pod_key(pods)}=http://127.0.0.1:{gateway_admin}/metrics"],
             capture_output=True, text=True, timeout=120, env=_env(),
         )
     finally:

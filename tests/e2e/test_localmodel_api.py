@@ -59,6 +59,17 @@ def create(cluster: TestCluster, base: str, ns: str, obj: dict[str, Any]) -> tup
         (LLAMA | {"gguf": GGUF | {"sha256": "abc"}}, "spec.gguf.sha256"),
         ({"env": [{"name": "LLAMA_ARG_THREADS", "value": "64"}]}, "operator manages"),
         ({"memory": "a lot"}, "spec.memory"),
+        ({"gateway": {"enabled": False, "auth": {"keysSecretRef": {"name": "k", "key": "k"}}}},
+         "auth needs the gateway"),
+        ({"gateway": {"auth": {"keysSecretRef": {"name": "k", "key": "a/b"}}}},
+         "spec.gateway.auth.keysSecretRef.key"),
+        ({"gateway": {"overflow": {"url": "https://x/v1", "model": "m",
+                                   "budget": {"requests": 1, "windowSeconds": 0}}}},
+         "spec.gateway.overflow.budget.windowSeconds"),
+        ({"gateway": {"networkPolicy": {"namespaces": ["Team_A"]}}},
+         "spec.gateway.networkPolicy.namespaces[0]"),
+        ({"gateway": {"networkPolicy": {"podLabels": {"bad key!": "x"}}}},
+         "spec.gateway.networkPolicy.podLabels"),
     ],
 )
 def test_api_server_rejects_invalid_models_with_the_reason(

@@ -489,6 +489,53 @@ def test_chaos_sigkill_during_a_burst_converges(
           f"{len(retained_seen)} retained claims kept")
 
 
+def test_a_models_network_policy_is_created_updated_turned_off_and_goes_with_it(
+    cluster: TestCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """spec.gateway.networkPolicy (render/policy.py) against the real API
+    server: created with the model (its inference port open to the namespaces
+    named, its admin port to the operator's), updated when they change,
+    deleted when turned off, and gone with the model (garbage collection)."""
+    path = f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
+    spec = {"cpu": 1, "placement": {"exclusive": False}}
+
+    def model(**policy: Any) -> dict[str, Any]:
+        return QWEN.named("guarded", ns).spec(
+            **spec, gateway={"networkPolicy": policy}).manifest()
+
+    def policies() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = cluster.api().get(path)["items"]
+        return items
+
+    def callers() -> list[str] | None:
+        found = policies()
+        if len(found) != 1:
+            return None
+        return [peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                for peer in found[0]["spec"]["ingress"][0]["from"]]
+
+    apply(cluster, model(enabled=True, namespaces=["apps"], podLabels={"role": "client"}))
+    wait_until("the NetworkPolicy", lambda: callers() == ["apps"], timeout=60)
+    [policy] = policies()
+    lm_uid = get_lm(cluster, ns, "guarded")["metadata"]["uid"]
+    assert [o["uid"] for o in policy["metadata"]["ownerReferences"]] == [lm_uid]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"localmodel.dev/name": "guarded"}}
+    inference, admin = policy["spec"]["ingress"]
+    assert inference["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert inference["from"][0]["podSelector"] == {"matchLabels": {"role": "client"}}
+    assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]
+    assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            for p in admin["from"]] == [NAMESPACE]
+    apply(cluster, model(enabled=True, namespaces=["apps", "web"]))
+    wait_until("the NetworkPolicy updated", lambda: callers() == ["apps", "web"], timeout=60)
+    apply(cluster, model(enabled=False))
+    wait_until("the NetworkPolicy deleted", lambda: policies() == [], timeout=60)
+    apply(cluster, model(enabled=True))  # no namespaces named: the model's own
+    wait_until("the NetworkPolicy again", lambda: callers() == [ns], timeout=60)
+    cluster.kubectl("delete", "lm", "guarded", "-n", ns)
+    wait_until("the NetworkPolicy gone with the model", lambda: policies() == [], timeout=60)
+
+
 def test_rbac_granted_is_exactly_what_the_operator_used(
     cluster: TestCluster, operator: OperatorProcess
 ) -> None:

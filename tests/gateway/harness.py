@@ -44,6 +44,11 @@ class Rig:
     def port(self) -> int:
         return self.gateway.port
 
+    @property
+    def admin_url(self) -> str:
+        """The admin port: /metrics, /speed, /ledger."""
+        return self.gateway.admin_url
+
     def log_docs(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log]
 

@@ -128,10 +128,11 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm(tmp_path: Path)
     """The renderer's contract end to end: `localmodel gateway` configured only
     by LOCALMODEL_GATEWAY_* variables answers /healthz and /slots, and exits 0
     on SIGTERM."""
-    port = free_port()
+    port, admin = free_port(), free_port()
     env = dict(os.environ)
     env.update(
         LOCALMODEL_GATEWAY_LISTEN=f"127.0.0.1:{port}",
+        LOCALMODEL_GATEWAY_ADMIN_LISTEN=f"127.0.0.1:{admin}",
         LOCALMODEL_GATEWAY_UPSTREAM="http://127.0.0.1:9",
         LOCALMODEL_GATEWAY_MODEL="qwen3:1.7b",
         LOCALMODEL_GATEWAY_SLOTS="2",
@@ -154,11 +155,12 @@ def test_localmodel_gateway_serves_from_env_and_stops_on_sigterm(tmp_path: Path)
 def test_gateway_process_names_the_overflow_host_and_never_its_key(tmp_path: Path) -> None:
     """The real process, configured as the renderer configures it: its output
     names where overflow goes, never the key (nor credentials in the URL)."""
-    port = free_port()
+    port, admin = free_port(), free_port()
     key = "sk-process-secret-91c2"
     env = dict(os.environ)
     env.update(
         LOCALMODEL_GATEWAY_LISTEN=f"127.0.0.1:{port}",
+        LOCALMODEL_GATEWAY_ADMIN_LISTEN=f"127.0.0.1:{admin}",
         LOCALMODEL_GATEWAY_UPSTREAM="http://127.0.0.1:9",
         LOCALMODEL_GATEWAY_OVERFLOW_URL="https://user:pw-in-url@far.example/v1",
         LOCALMODEL_GATEWAY_OVERFLOW_MODEL="big",
@@ -169,8 +171,8 @@ def test_gateway_process_names_the_overflow_host_and_never_its_key(tmp_path: Pat
         "localmodel gateway", ["gateway"], tmp_path / "stdout.log", env,
         err_path=tmp_path / "stderr.log",
     )
-    with proc.serving("the gateway /metrics", lambda: http_ok(f"{url(port)}/metrics"), 20):
-        with urllib.request.urlopen(f"{url(port)}/metrics", timeout=1) as r:
+    with proc.serving("the gateway /metrics", lambda: http_ok(f"{url(admin)}/metrics"), 20):
+        with urllib.request.urlopen(f"{url(admin)}/metrics", timeout=1) as r:
             metrics = r.read().decode()
         proc.stop()
     out, err = (tmp_path / "stdout.log").read_bytes(), (tmp_path / "stderr.log").read_bytes()

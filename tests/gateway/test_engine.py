@@ -129,7 +129,7 @@ async def test_chat_completion_through_gateway_has_engine_shape(
                     break
             await asyncio.sleep(0.1)
         assert resp.status == 200
-        async with session.get(gw.url + "/speed") as resp:
+        async with session.get(gw.admin_url + "/speed") as resp:
             calibration = (await resp.json())["calibration"]
         assert calibration["complete"] is True and calibration["error"] is None, calibration
         assert calibration["generated_tokens"] == 32, calibration  # ignore_eos: always 32

@@ -270,7 +270,7 @@ async def test_ready_only_after_a_calibration_with_the_pods_settings(
     /readyz said 200 (docs/gateway.md, Speed); not counted as traffic."""
     running, _ = gateway
     async with httpx.AsyncClient() as http:
-        doc = (await http.get(running.url + "/speed")).json()
+        doc = (await http.get(running.admin_url + "/speed")).json()
     calibration = doc["calibration"]
     print(f"real Ollama calibration: {calibration}")
     assert calibration["complete"] is True and calibration["error"] is None, calibration
@@ -286,7 +286,7 @@ SUMMARY = "Summary so far: twenty-five jobs ran, each within thirteen minutes. "
 
 async def _ledger(gw: RunningGateway, **params: str) -> list[dict[str, Any]]:
     async with httpx.AsyncClient() as http:
-        answer = await http.get(gw.url + "/ledger", params=params)
+        answer = await http.get(gw.admin_url + "/ledger", params=params)
     assert answer.status_code == 200, answer.text
     entries: list[dict[str, Any]] = answer.json()["entries"]
     return entries

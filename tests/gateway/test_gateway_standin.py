@@ -318,7 +318,7 @@ async def test_options_that_would_reload_the_model_reach_the_engine_as_the_pods(
             body = {"messages": [], "stream": False, "options": options}
             async with session.post(rig.url + "/api/chat", json=body) as resp:
                 assert resp.status == 200
-        async with session.get(rig.url + "/metrics") as resp:
+        async with session.get(rig.admin_url + "/metrics") as resp:
             metrics = await resp.text()
     received = [body["options"] for _, body in rig.standin.requests]
     pod = {"num_thread": 3, "num_ctx": 2048, "num_predict": 4096}
@@ -669,7 +669,7 @@ async def test_metrics_carry_engine_timings_and_outcomes(make_rig: RigFactory) -
                 await resp.read()
         async with session.post(rig.url + "/api/generate", data=b"nope") as resp:
             assert resp.status == 400
-        async with session.get(rig.url + "/metrics") as resp:
+        async with session.get(rig.admin_url + "/metrics") as resp:
             assert resp.content_type == "text/plain"
             text = await resp.text()
     assert (
@@ -704,7 +704,7 @@ async def test_readyz_waits_for_a_calibration_with_the_owned_settings(
         await asyncio.sleep(1.05)  # readiness is cached for a second
         async with session.get(rig.url + "/readyz") as resp:
             assert resp.status == 200
-        async with session.get(rig.url + "/speed") as resp:
+        async with session.get(rig.admin_url + "/speed") as resp:
             doc = await resp.json()
     path, body = standin.requests[0]
     assert path == "/api/generate" and body["raw"] is True and body["stream"] is True
@@ -733,7 +733,7 @@ async def test_a_calibration_past_its_deadline_counts_the_tokens_it_saw(
         await asyncio.sleep(1.05)
         async with session.get(rig.url + "/readyz") as resp:
             assert resp.status == 200  # a pod is never held back for want of a number
-        async with session.get(rig.url + "/speed") as resp:
+        async with session.get(rig.admin_url + "/speed") as resp:
             cal = (await resp.json())["calibration"]
     assert cal["complete"] is False and "stopped after 0.5 s" in cal["error"]
     assert 3 <= cal["generated_tokens"] <= 11
@@ -749,9 +749,9 @@ async def test_speed_and_metrics_carry_recent_rates_of_all_traffic(
             async with session.post(rig.url + "/api/generate", json={"prompt": "a b"},
                                     headers={"X-Priority": priority}) as resp:
                 await resp.read()
-        async with session.get(rig.url + "/speed") as resp:
+        async with session.get(rig.admin_url + "/speed") as resp:
             doc = await resp.json()
-        async with session.get(rig.url + "/metrics") as resp:
+        async with session.get(rig.admin_url + "/metrics") as resp:
             text = await resp.text()
     assert doc["totals"]["requests"] == 2 and doc["totals"]["generated_tokens"] == 20
     assert doc["recent"]["requests"] == 2

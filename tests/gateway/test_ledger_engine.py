@@ -185,7 +185,7 @@ async def test_field_report_in_miniature(
     finally:
         stop.set()
         await watcher
-    async with aiohttp.ClientSession() as session, session.get(gw.url + "/ledger") as resp:
+    async with aiohttp.ClientSession() as session, session.get(gw.admin_url + "/ledger") as resp:
         doc = await resp.json()
     entries = doc["entries"]
 
@@ -248,7 +248,8 @@ async def test_field_report_in_miniature(
 
     # ---- localmodel timeline reads it back
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
-    cmd = [sys.executable, "-m", "localmodel.cli", "timeline", "chat", "--gateway-url", gw.url]
+    cmd = [sys.executable, "-m", "localmodel.cli", "timeline", "chat", "--gateway-url",
+           gw.admin_url]
     out = await asyncio.to_thread(
         subprocess.run, [*cmd, "-o", "json"], capture_output=True, text=True, env=env, check=True
     )

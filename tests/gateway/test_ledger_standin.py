@@ -48,7 +48,7 @@ async def test_ledger_names_callers_and_sessions_and_filters(make_rig: RigFactor
         bg = {"X-Priority": "background"}
         assert await _post(http, rig.url + "/api/generate", {"prompt": "x"}, **bg) == 200
 
-        status, doc = await _ledger(http, rig.url)
+        status, doc = await _ledger(http, rig.admin_url)
         assert status == 200 and doc["recorded"] == 5 and doc["dropped"] == 0
         entries = doc["entries"]
         assert [(e["caller"], e["session"]) for e in entries] == [
@@ -60,18 +60,18 @@ async def test_ledger_names_callers_and_sessions_and_filters(make_rig: RigFactor
         assert first["prompt_tokens"] is not None and first["cached_tokens"] == 0
         assert first["slot_s"] is not None and first["queue_wait_s"] == 0.0
 
-        _, picked = await _ledger(http, rig.url, caller="agent")
+        _, picked = await _ledger(http, rig.admin_url, caller="agent")
         assert len(picked["entries"]) == 3
-        _, picked = await _ledger(http, rig.url, priority="background")
+        _, picked = await _ledger(http, rig.admin_url, priority="background")
         assert [e["caller"] for e in picked["entries"]] == ["anonymous"]
-        _, picked = await _ledger(http, rig.url, since="1h")
+        _, picked = await _ledger(http, rig.admin_url, since="1h")
         assert len(picked["entries"]) == 5
-        _, picked = await _ledger(http, rig.url, since="2999-01-01T00:00:00Z")
+        _, picked = await _ledger(http, rig.admin_url, since="2999-01-01T00:00:00Z")
         assert picked["entries"] == []
-        status, bad = await _ledger(http, rig.url, since="soon")
+        status, bad = await _ledger(http, rig.admin_url, since="soon")
         assert status == 400 and "since" in bad["error"]
 
-        async with http.get(rig.url + "/metrics") as resp:
+        async with http.get(rig.admin_url + "/metrics") as resp:
             samples = parse_metrics(await resp.text())
     rewrites = samples[
         ("localmodel_gateway_prompt_rewrites_total", frozenset({("caller", "agent")}))
@@ -99,7 +99,7 @@ async def test_waited_behind_names_the_holder(make_rig: RigFactory) -> None:
     assert (await holder.response())[0] == 200
     assert (await waiter.response())[0] == 200
     async with aiohttp.ClientSession() as http:
-        _, doc = await _ledger(http, rig.url, caller="alice")
+        _, doc = await _ledger(http, rig.admin_url, caller="alice")
     [alice] = doc["entries"]
     [behind] = alice["waited_behind"]
     assert (behind["caller"], behind["priority"]) == ("indexer", "foreground")
@@ -122,7 +122,7 @@ async def test_a_caller_that_leaves_is_recorded_as_abandoned_at_once(
     client.close()
     await wait_until(lambda: len(rig.log) == 1)
     async with aiohttp.ClientSession() as http:
-        _, doc = await _ledger(http, rig.url)
+        _, doc = await _ledger(http, rig.admin_url)
     [entry] = doc["entries"]
     assert entry["outcome"] == "cancelled_disconnect"
     assert entry["caller_gone_s"] >= 0.2 and entry["slot_s"] >= 0.2
@@ -133,7 +133,7 @@ async def test_ledger_off_serves_404_and_the_requests_still_go(make_rig: RigFact
     rig = await make_rig(StandinOllama(token_delay=0, tokens=1), ledger_size=0)
     async with aiohttp.ClientSession() as http:
         assert await _post(http, rig.url + "/api/generate", {"prompt": "x"}) == 200
-        status, doc = await _ledger(http, rig.url)
+        status, doc = await _ledger(http, rig.admin_url)
     assert status == 404 and "--ledger-size 0" in doc["error"]
     assert rig.gateway.gateway.pipeline.sessions is None
 
@@ -166,7 +166,7 @@ async def test_hostile_callers_are_bounded_and_still_served(make_rig: RigFactory
     assert gateway.ledger is not None and gateway.ledger.recorded == n
     sessions = gateway.pipeline.sessions
     assert sessions is not None and len(sessions) == MAX_SESSIONS
-    async with aiohttp.ClientSession() as http, http.get(rig.url + "/metrics") as resp:
+    async with aiohttp.ClientSession() as http, http.get(rig.admin_url + "/metrics") as resp:
         samples = parse_metrics(await resp.text())
     callers = {
         dict(labels)["caller"]
@@ -196,7 +196,7 @@ async def test_hostile_callers_are_bounded_and_still_served(make_rig: RigFactory
         writer.close()
         assert line.split()[1] == b"200", (raw[:40], line)
     async with aiohttp.ClientSession() as http:
-        _, doc = await _ledger(http, rig.url)
+        _, doc = await _ledger(http, rig.admin_url)
     for entry in doc["entries"][-len(hostile):]:
         assert len(entry["caller"]) <= MAX_NAME and entry["caller"].isascii()
         assert entry["caller"].isprintable() and " " not in entry["caller"]

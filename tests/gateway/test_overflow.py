@@ -294,8 +294,10 @@ async def test_overflow_refusing_the_key_falls_back_and_the_key_stays_secret(
     assert (doc["overflow_error"], doc["overflow_status"]) == ("status", 401)
     async with aiohttp.ClientSession() as session:
         outputs = []
-        for path in ("/metrics", "/slots", "/healthz", "/readyz"):
-            async with session.get(setup.rig.url + path) as resp:
+        for url in (setup.rig.admin_url + "/metrics", *(
+            setup.rig.url + path for path in ("/slots", "/healthz", "/readyz")
+        )):
+            async with session.get(url) as resp:
                 outputs.append(await resp.text())
     outputs += setup.rig.log
     outputs.append(repr(setup.gateway.config))

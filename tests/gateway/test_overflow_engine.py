@@ -162,7 +162,8 @@ async def test_held_slot_overflows_foreground_to_the_second_engine_with_the_key(
         assert raw.headers["X-LocalModel-Served-By"] == "local"
         assert await far_prompt_tokens(session, engines.far) == before
         outputs = [
-            await (await session.get(gw.url + path)).text() for path in ("/metrics", "/slots")
+            await (await session.get(url)).text()
+            for url in (gw.admin_url + "/metrics", gw.url + "/slots")
         ]
     await wait_until(lambda: len(log) >= 4)
     served = [(json.loads(line)["served_by"], json.loads(line)["outcome"]) for line in log]

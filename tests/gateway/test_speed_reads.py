@@ -47,7 +47,8 @@ async def test_reader_reads_calibration_then_traffic_and_counts_its_reads(
         book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
         clock = Clock()
         changes: list[int] = []
-        reader = SpeedReader(book, ReadCounters(), lambda: changes.append(1), clock, rig.port)
+        reader = SpeedReader(book, ReadCounters(), lambda: changes.append(1), clock,
+                             rig.gateway.admin_port)
         book.retarget([SpeedTarget("ai/chat", 0, "n0", "chat-0", "u0", "127.0.0.1", KEY)])
         async with reader.session():
             await reader.read_due()
@@ -107,7 +108,7 @@ async def test_silent_replicas_cost_a_bounded_wait_and_never_fail_the_others(
     monkeypatch.setattr(speed, "READ_TIMEOUT_SECONDS", timeout)
     gw = await start_gateway(GatewayConfig(listen_host="127.0.0.1", listen_port=0,
                                            calibrate_tokens=0), lambda line: None)
-    port = gw.port
+    port = gw.admin_port
     open_now, most_open, tried = 0, 0, 0
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -185,12 +186,12 @@ async def test_a_pass_holding_the_event_loop_does_not_time_out_the_reads_under_w
         await reader.read()
         writer.close()
 
-    quiet = await asyncio.start_server(silent, "127.0.0.2", gw.port)
+    quiet = await asyncio.start_server(silent, "127.0.0.2", gw.admin_port)
     book = SpeedBook(SpeedPolicy(interval=10, idle_max=20))
     book.retarget([SpeedTarget("ai/chat", i, "n", f"chat-{i}", f"u{i}", "127.0.0.1", KEY)
                    for i in range(4)]
                   + [SpeedTarget("ai/dead", 0, "n", "dead-0", "d0", "127.0.0.2", KEY)])
-    reader = SpeedReader(book, ReadCounters(), lambda: None, Clock(), gw.port)
+    reader = SpeedReader(book, ReadCounters(), lambda: None, Clock(), gw.admin_port)
     try:
         async with reader.session():
             round_ = asyncio.create_task(reader.read_due())

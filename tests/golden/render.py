@@ -32,7 +32,8 @@ NOW = "2026-01-01T00:00:00Z"
 OPTIONS = {
     "default": RenderOptions(),
     "custom": RenderOptions(
-        operator_image="registry.example/lm/operator:9.9", pull_policy="Always"
+        operator_image="registry.example/lm/operator:9.9", pull_policy="Always",
+        network_policy=True, admin_namespaces=("lm-system", "monitoring"),
     ),
 }
 

@@ -15,7 +15,7 @@ import pytest
 
 from localmodel.controller.config import OperatorConfig
 from localmodel.engines import llama_server
-from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.gateway_contract import ADMIN_PORT
 from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, NAMESPACE, render_chart
 from tests.harness.promql import alert_rules, dashboard_queries, metric_names, scraped_names
 from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey
@@ -57,7 +57,7 @@ def test_every_metric_of_the_dashboard_and_alerts_is_in_a_real_scrape(
         with urllib.request.urlopen(request, timeout=120) as response:
             assert response.status == 200
     pod = journey.pod_of(NAME)["metadata"]["name"]
-    gateway = journey.scrape(MODEL_NAMESPACE, pod, GATEWAY_PORT)
+    gateway = journey.scrape(MODEL_NAMESPACE, pod, ADMIN_PORT)
     operators = [journey.scrape(NAMESPACE, p["metadata"]["name"], OPERATOR_METRICS_PORT)
                  for p in journey.operator_pods()]
     assert len(operators) == 2

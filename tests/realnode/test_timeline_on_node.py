@@ -6,7 +6,8 @@ A background job holds the model's only slot (one llama-server slot, one
 thread) while a foreground question waits behind it, both through
 `kubectl port-forward svc/NAME`. The timeline then says that the question
 waited behind the job, with the numbers of the gateway's own ledger (read
-separately through the port-forward), and that the model has the node to
+separately through a port-forward to the pod's admin port: through the
+Service, /ledger, /metrics and /speed answer 404), and that the model has the node to
 itself; `-o yaml` carries what `-o json` does. `doctor -n` reads only that
 namespace's model, its gateway's metrics through the pod proxy.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 import yaml
 
 from localmodel.engines import llama_server
+from localmodel.gateway_contract import ADMIN_PATHS, ADMIN_PORT
 from tests.harness.plugin import install_plugin, run_kubectl, shown_seconds
 from tests.harness.processes import wait_until
 from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey
@@ -77,7 +80,15 @@ def test_timeline_reads_the_pods_ledger_through_the_pod_proxy(
         assert _get(f"{url}/slots")["total"] == 1
         _chat(url, "alice", 4)
         job.join(timeout=300)
-        entries = _get(f"{url}/ledger")["entries"]
+        # The admin paths are not served through the Service (it exposes only
+        # the inference port): the ledger is read on the pod's admin port.
+        for admin_path in ADMIN_PATHS:
+            with pytest.raises(urllib.error.HTTPError) as absent:
+                _get(f"{url}{admin_path}")
+            assert absent.value.code == 404, admin_path
+    pod = journey.pod_of(NAME)["metadata"]["name"]
+    with journey.port_forward(f"pod/{pod}", remote=ADMIN_PORT) as admin:
+        entries = _get(f"{admin}/ledger")["entries"]
 
     [alice] = [e for e in entries if e["caller"] == "alice"]
     [behind] = alice["waited_behind"]

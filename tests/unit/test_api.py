@@ -128,6 +128,35 @@ LLAMA = {"engine": {"name": "llama-server"}, "gguf": GGUF_SPEC}
             "overflow",
             "overflow needs the gateway",
         ),
+        (
+            {"gateway": {"enabled": False,
+                         "auth": {"keysSecretRef": {"name": "keys", "key": "keys.json"}}}},
+            "auth", "auth needs the gateway",
+        ),
+        ({"gateway": {"auth": {}}}, "gateway.auth.keysSecretRef", "Field required"),
+        (
+            {"gateway": {"auth": {"keysSecretRef": {"name": "keys", "key": "a/b"}}}},
+            "keysSecretRef.key", "pattern",
+        ),
+        (
+            {"gateway": {"overflow": {"url": "https://x/v1", "model": "m",
+                                      "budget": {"requests": -1}}}},
+            "overflow.budget.requests", "greater than or equal to 0",
+        ),
+        (
+            {"gateway": {"overflow": {"url": "https://x/v1", "model": "m",
+                                      "budget": {"requests": 1, "windowSeconds": 0}}}},
+            "overflow.budget.windowSeconds", "greater than or equal to 1",
+        ),
+        (
+            {"gateway": {"networkPolicy": {"namespaces": ["Team_A"]}}},
+            "networkPolicy.namespaces", "DNS-1123 label",
+        ),
+        (
+            {"gateway": {"networkPolicy": {"podLabels": {"bad key!": "x"}}}},
+            "networkPolicy.podLabels", "qualified name",
+        ),
+        ({"gateway": {"networkPolicy": {"enabled": "yes"}}}, "networkPolicy.enabled", ""),
     ],
 )
 def test_invalid_spec_names_the_field_and_reason(

@@ -88,7 +88,8 @@ def converged(replicas: int = 1, nodes: int = 3, **spec: Any) -> tuple[Snapshot,
     snap = Snapshot(localmodels=[QWEN.replicas(replicas).spec(**spec).manifest()],
                     nodes=[NODE.named(f"n{i}").manifest() for i in range(nodes)])
     _, result = plan(snap)
-    objects = [with_applied_hash(o) if o["kind"] in ("ConfigMap", "Service") else o
+    objects = [with_applied_hash(o) if o["kind"] in ("ConfigMap", "Service", "NetworkPolicy")
+               else o
                for o in result.objects]
     return _with(snap, objects), result
 
@@ -103,6 +104,7 @@ def _with(snap: Snapshot, objects: list[Raw], **kw: Any) -> Snapshot:
         claims=[*snap.claims, *by_kind.get("PersistentVolumeClaim", [])],
         configmaps=[*snap.configmaps, *by_kind.get("ConfigMap", [])],
         services=[*snap.services, *by_kind.get("Service", [])],
+        networkpolicies=[*snap.networkpolicies, *by_kind.get("NetworkPolicy", [])],
     )
 
 
@@ -193,6 +195,30 @@ def world_foreign_pod_same_labels_no_owner() -> Snapshot:
     return Snapshot(**{**snap.__dict__, "pods": [*snap.pods, foreign]})
 
 
+GUARDED = {"networkPolicy": {"enabled": True, "namespaces": ["apps"]}}
+
+
+def world_policy_asked() -> Snapshot:
+    snap, _ = converged(1)
+    return Snapshot(**{**snap.__dict__, "localmodels": [QWEN.spec(gateway=GUARDED).manifest()]})
+
+
+def world_policy_converged() -> Snapshot:
+    return converged(1, gateway=GUARDED)[0]
+
+
+def world_policy_changed() -> Snapshot:
+    snap, _ = converged(1, gateway=GUARDED)
+    other = {"networkPolicy": {"enabled": True, "namespaces": ["apps", "web"]}}
+    return Snapshot(**{**snap.__dict__, "localmodels": [QWEN.spec(gateway=other).manifest()]})
+
+
+def world_policy_turned_off() -> Snapshot:
+    snap, _ = converged(1, gateway=GUARDED)
+    off = {"networkPolicy": {"enabled": False}}
+    return Snapshot(**{**snap.__dict__, "localmodels": [QWEN.spec(gateway=off).manifest()]})
+
+
 TABLE: list[tuple[str, Callable[[], Snapshot], list[str], bool]] = [
     ("nothing exists: create everything", world_empty, [
         "create ConfigMap qwen3-modelfile", "create PersistentVolumeClaim qwen3-weights-0",
@@ -212,6 +238,12 @@ TABLE: list[tuple[str, Callable[[], Snapshot], list[str], bool]] = [
      ["apply PersistentVolumeClaim qwen3-weights-0"], False),
     ("a look-alike pod without our owner: untouched", world_foreign_pod_same_labels_no_owner,
      [], False),
+    ("a NetworkPolicy asked: created", world_policy_asked,
+     ["create NetworkPolicy qwen3"], False),
+    ("the NetworkPolicy exists: nothing", world_policy_converged, [], False),
+    ("its namespaces changed: re-applied", world_policy_changed,
+     ["apply NetworkPolicy qwen3"], False),
+    ("turned off: deleted", world_policy_turned_off, ["delete NetworkPolicy qwen3"], False),
 ]
 
 

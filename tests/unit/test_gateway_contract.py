@@ -244,8 +244,10 @@ def test_the_variables_the_renderer_sets_are_the_ones_the_gateway_declares() -> 
             port = facts(engine).PORT
             assert plain[contract.env_name("upstream")] == f"http://127.0.0.1:{port}"
             assert plain[contract.env_name("listen")].endswith(f":{contract.GATEWAY_PORT}")
+            assert plain[contract.env_name("admin-listen")].endswith(f":{contract.ADMIN_PORT}")
             assert container["ports"] == [
-                {"name": "http", "containerPort": contract.GATEWAY_PORT, "protocol": "TCP"}
+                {"name": "http", "containerPort": contract.GATEWAY_PORT, "protocol": "TCP"},
+                {"name": "admin", "containerPort": contract.ADMIN_PORT, "protocol": "TCP"},
             ]
 
 

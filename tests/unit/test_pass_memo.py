@@ -288,7 +288,8 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
     made_from = render_digests._applied_templates
-    monkeypatch.setattr(render_digests, "_applied_templates", lambda _, rs: made_from(wrong, rs))
+    monkeypatch.setattr(render_digests, "_applied_templates",
+                        lambda _, rs, opts: made_from(wrong, rs, opts))
     digests = AppliedDigests()
     other = local_model("b", BASES[0])
     for model in (lm, other):  # the first makes (and rejects) the template, the second uses none

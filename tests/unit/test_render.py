@@ -201,15 +201,16 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # its prompt cache's bound (LLAMA_ARG_CACHE_RAM / --cache-ram) and memory its
 # prompt-cache term (issue 30), and when model pods were
 # hardened (issue 30: no ServiceAccount token, seccomp, no capabilities, the
-# engine's weights mount read-only; docs/security.md).
+# engine's weights mount read-only; docs/security.md), and when the gateway
+# gained its admin port (8090: /metrics, /speed, /ledger; issue 30).
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "16a345846d89decd"),
+    ("default", {"cpu": 4}, None, "d682561fd871e899"),
     ("no gateway", {"gateway": {"enabled": False}}, None, "dc068a64310e3279"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "87f6de20a06aa074",
+        "3b9f724e99e4f02f",
     ),
     (
         "env, placement, storage",
@@ -222,7 +223,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "8543066ace25c0ab",
+        "a2cb47f0add84ae5",
     ),
 ]
 

@@ -237,4 +237,4 @@ def test_the_pod_proxy_request_carries_the_query_to_the_gateway(tmp_path: Path) 
         server.shutdown()
         server.server_close()
     # (the client escapes the ":" of pod:port, which the API server reads back)
-    assert seen == [f"/api/v1/namespaces/shop/pods/chat-0%3A8080/proxy/ledger?{since}"]
+    assert seen == [f"/api/v1/namespaces/shop/pods/chat-0%3A8090/proxy/ledger?{since}"]

@@ -76,6 +76,11 @@ app.kubernetes.io/component: node-probe
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["list", "watch", "create", "patch"]
+# Each model's NetworkPolicy (render/policy.py): applied like the Service,
+# deleted when a model turns it off (else removed by garbage collection).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Placements, decisions and replacements are reported as core Events.
 - apiGroups: [""]
   resources: ["events"]

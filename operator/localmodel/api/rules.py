@@ -82,6 +82,12 @@ GATEWAY_RULES: tuple[CrossFieldRule, ...] = (
         check=lambda g: g.overflow is None or g.enabled,
         field_path="overflow",
     ),
+    CrossFieldRule(
+        cel="!has(self.auth) || !has(self.enabled) || self.enabled",
+        message="auth needs the gateway: set enabled to true or remove auth",
+        check=lambda g: g.auth is None or g.enabled,
+        field_path="auth",
+    ),
 )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from localmodel.api.access import NetworkPolicySpec
 from localmodel.api.checks import (
     DNS1123_SUBDOMAIN,
     LABEL_VALUE,
@@ -299,6 +300,23 @@ class SecretKeyRef(ApiModel):
     )
 
 
+class OverflowBudget(ApiModel):
+    """Overflowed requests allowed per sliding window."""
+
+    requests: Integer = Field(description="Requests per window.", ge=0, le=10**9)
+    window_seconds: Integer = Field(3600, description="The window.", ge=1, le=2678400)
+
+
+class GatewayAuth(ApiModel):
+    """API keys: with them, every inference route needs `Authorization: Bearer
+    <key>`; see docs/gateway.md, API keys."""
+
+    keys_secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the keys file (JSON: each key's SHA-256, caller "
+        "and rights); mounted in the gateway, reloaded when the Secret changes.",
+    )
+
+
 class Overflow(ApiModel):
     """Where foreground requests go when no local slot frees in time.
 
@@ -331,6 +349,10 @@ class Overflow(ApiModel):
         ge=0,
         le=3600,
     )
+    budget: OverflowBudget | None = Field(
+        None, description="Overflowed requests allowed per window, per API key without its "
+        "own budget, and for all callers without a key together; absent: unbounded.",
+    )
 
 
 class Gateway(ApiModel):
@@ -357,6 +379,10 @@ class Gateway(ApiModel):
     )
     overflow: Overflow | None = Field(
         None, description="An endpoint for foreground requests the local slots cannot take."
+    )
+    auth: GatewayAuth | None = Field(None, description="API keys; absent: none asked.")
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec, description="Who may reach the model's pods."
     )
 
     @model_validator(mode="after")

@@ -203,6 +203,12 @@ def applied_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change
         elif have.owner_uid == uid and have.applied_hash != digest:
             out.append(Apply(with_applied_hash(result.manifest(kind, name)),
                              f"{kind} {name} differs from the spec"))
+    # A NetworkPolicy no longer wanted (turned off) goes; ConfigMaps and
+    # Services stay until the model goes (garbage collection).
+    for (kind, namespace, name), have in obs.objects.items():
+        if (kind == "NetworkPolicy" and namespace == ns and have.owner_uid == uid
+                and (kind, name) not in result.applied_hashes):
+            out.append(Delete(kind, ns, name, have.uid, f"{kind} {name} is no longer wanted"))
     return out
 
 

@@ -133,6 +133,18 @@ class OperatorConfig:
         metavar="S", parse=positive_seconds,
     )
     write_concurrency: int = 16
+    # Who may reach a model (render/policy.py): the default of
+    # spec.gateway.networkPolicy.enabled, and the namespaces (besides the
+    # operator's own) whose pods may read the gateways' admin port.
+    network_policy: bool = setting(
+        False, "add a NetworkPolicy per model unless its spec says otherwise (true/false)",
+        shown_default="false", metavar="BOOL", parse=_true_or_false,
+    )
+    admin_namespaces: tuple[str, ...] = setting(
+        (), "namespaces besides the operator's own whose pods may read the gateways' admin "
+        "port (metrics, speed, ledger) under a model's NetworkPolicy, e.g. Prometheus's",
+        metavar="NS,...", parse=split_words,
+    )
     # Speed where it is served (docs/operator.md, Speed): each Ready replica's
     # gateway is read for its speed at most once per interval, and only while
     # it has traffic; a replica below speed.SLOW_RATIO of its expected decode

@@ -96,7 +96,7 @@ class OwnedClaim:
 
 @dataclass(frozen=True)
 class OwnedObject:
-    """A ConfigMap or Service the operator applied."""
+    """A ConfigMap, Service or NetworkPolicy the operator applied."""
 
     kind: str
     namespace: str

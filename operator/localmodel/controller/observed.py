@@ -45,6 +45,7 @@ class Snapshot:
     volumes: Sequence[Raw] = ()
     configmaps: Sequence[Raw] = ()
     services: Sequence[Raw] = ()
+    networkpolicies: Sequence[Raw] = ()
 
 
 @dataclass
@@ -126,7 +127,8 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
         claim = owned_claim(body)
         if claim is not None and (not watched or claim.namespace in watched):
             obs.claims[claim.key] = claim
-    for kind, bodies in (("ConfigMap", snap.configmaps), ("Service", snap.services)):
+    for kind, bodies in (("ConfigMap", snap.configmaps), ("Service", snap.services),
+                         ("NetworkPolicy", snap.networkpolicies)):
         for body in bodies:
             obj = owned_object(body, kind)
             if obj is not None and (not watched or obj.namespace in watched):

@@ -173,7 +173,7 @@ def present(obs: Observed, target: Target) -> bool:
         return (ns, name) in obs.pods
     if kind == "PersistentVolumeClaim":
         return (ns, name) in obs.claims
-    if kind in ("ConfigMap", "Service"):
+    if kind in ("ConfigMap", "Service", "NetworkPolicy"):
         return target in obs.objects
     return False
 

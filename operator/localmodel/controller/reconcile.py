@@ -191,6 +191,14 @@ class Reconciler:
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
         self._failed_models: dict[str, str] = {}  # model -> the failure its Event told
+        self._render_options = RenderOptions(
+            operator_image=config.operator_image,
+            allow_http_downloads=config.allow_http_downloads,
+            network_policy=config.network_policy,
+            # The operator's own namespace first: it reads the gateways' /speed.
+            admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
+                                                  *config.admin_namespaces))),
+        )
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)
         self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
@@ -313,9 +321,8 @@ class Reconciler:
 
     def _plan(self, obs: Observed, now: str,
               secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> list[ModelWork]:
-        options = RenderOptions(operator_image=self.config.operator_image,
-                                allow_http_downloads=self.config.allow_http_downloads)
-        planned = plan_pass(obs, now, options, placed=self._placed, avoid=self.avoid,
+        planned = plan_pass(obs, now, self._render_options,
+                            placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired,
                             tenants=self.config.tenants, secrets=secrets)

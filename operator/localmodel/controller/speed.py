@@ -1,7 +1,7 @@
 """Reading each replica's speed from its gateway, and keeping the book of it.
 
 The operator reads a Ready replica's gateway directly at its pod IP
-(`GET http://<podIP>:8080/speed`, about 500 bytes), not through the API
+(`GET http://<podIP>:8090/speed`, the gateway's admin port, about 500 bytes), not through the API
 server's pod proxy: a proxied read costs the API server a request and a
 connection to the kubelet per replica, and would need `pods/proxy`, which
 lets its holder reach any port of any pod. The gateway gets no Kubernetes
@@ -65,7 +65,7 @@ from localmodel.controller.speed_answer import (
     BadDocument,
     reading_from_answer,
 )
-from localmodel.gateway_contract import GATEWAY_PORT, SPEED_PATH
+from localmodel.gateway_contract import ADMIN_PORT, SPEED_PATH
 from localmodel.metrics import Counter
 from localmodel.speed import (
     Expected,
@@ -224,7 +224,7 @@ class SpeedReader:
     the published numbers changed. Only the leader reads."""
 
     def __init__(self, book: SpeedBook, counters: ReadCounters, on_change: Callable[[], None],
-                 clock: Callable[[], float] = time.time, port: int = GATEWAY_PORT) -> None:
+                 clock: Callable[[], float] = time.time, port: int = ADMIN_PORT) -> None:
         self.book = book
         self.port = port
         self.counters = counters

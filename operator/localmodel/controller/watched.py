@@ -98,4 +98,6 @@ WATCHED: tuple[Watched, ...] = (
     Watched("volumes", "", "v1", "persistentvolumes", volume),
     Watched("configmaps", "", "v1", "configmaps", metadata_only, OWNED_SELECTOR),
     Watched("services", "", "v1", "services", metadata_only, OWNED_SELECTOR),
+    Watched("networkpolicies", "networking.k8s.io", "v1", "networkpolicies", metadata_only,
+            OWNED_SELECTOR),
 )

@@ -27,6 +27,7 @@ _PATHS = {
     "Pod": ("/api/v1", "pods"),
     "ConfigMap": ("/api/v1", "configmaps"),
     "Service": ("/api/v1", "services"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
     "Event": ("/api/v1", "events"),
     "LocalModel": (f"/apis/{API_VERSION}", PLURAL),

@@ -14,7 +14,7 @@ field's order:
 
 `localmodel.doctor.read.gather_cluster` reads the cluster with the official
 client. A gateway's metrics come through the API server's pod proxy
-(``pods/<pod>:8080/proxy/metrics``), or from a URL given with
+(``pods/<pod>:8090/proxy/metrics``, the gateway's admin port), or from a URL given with
 ``--metrics-url NAMESPACE/POD=URL`` (a port-forward, or a test).
 
 Scope (`ClusterView.namespace`, ``--namespace``): the whole cluster, or the
@@ -41,7 +41,7 @@ from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
-from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.gateway_contract import ADMIN_PORT
 from localmodel.rules.model import image_version, show_version
 from localmodel.rules.table import AMX_FLAGS
 
@@ -191,7 +191,7 @@ def _queues(gateways: Sequence[EnginePod], metrics: Mapping[str, str | Exception
                     Verdict.WARN,
                     f"{pod.label}: the gateway's metrics could not be read: {stats}",
                     f"check the pod is Ready, or pass --metrics-url {pod.key}=URL "
-                    f"(e.g. after kubectl port-forward pod/{pod.name} {GATEWAY_PORT})",
+                    f"(e.g. after kubectl port-forward pod/{pod.name} {ADMIN_PORT})",
                 )
             )
         else:

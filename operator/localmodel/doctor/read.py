@@ -39,7 +39,7 @@ from localmodel.engines.registry import ENGINES
 from localmodel.facts.cgroup import read_cgroup_limits
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.topology import format_cpu_list
-from localmodel.gateway_contract import GATEWAY_PORT, METRICS_PATH
+from localmodel.gateway_contract import ADMIN_PORT, METRICS_PATH
 
 __all__ = ["gateway_metrics", "gather_cluster", "gather_engine", "process_budget"]
 
@@ -249,7 +249,7 @@ def gateway_metrics(core: Any, namespace: str, pod: str, timeout: float = 5.0,
         if url is not None:
             return _fetch(url, timeout)
         return str(core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod}:{GATEWAY_PORT}", namespace, METRICS_PATH.lstrip("/"), _request_timeout=timeout))
+            f"{pod}:{ADMIN_PORT}", namespace, METRICS_PATH.lstrip("/"), _request_timeout=timeout))
     except Exception as e:  # every failure becomes a finding
         return _short(e)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from localmodel.gateway.config import USAGE, ConfigError, parse_config
+from localmodel.gateway.keys import BadKeys, KeysFile
 from localmodel.gateway.server import start_gateway
 from localmodel.gateway_contract import GatewayConfig
 
@@ -26,8 +27,10 @@ async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         # The host only: a URL may carry credentials, and the key is never printed.
         host = urlsplit(config.overflow_url).hostname
         overflow = f", foreground overflow to {host} after {config.overflow_after:g}s"
+    keys = "" if not config.keys_file else f", API keys from {config.keys_file}"
     print(
-        f"localmodel gateway: listening on {config.listen_host}:{running.port}, "
+        f"localmodel gateway: listening on {config.listen_host}:{running.port} "
+        f"(admin: {config.admin_address[0]}:{running.admin_port}{keys}), "
         f"engine {config.engine} at {config.upstream}, {config.slots} slot(s), "
         f"{loop_name} event loop{overflow}",
         file=sys.stderr,
@@ -64,6 +67,12 @@ def run_cli(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"localmodel gateway: {exc}\n\n{USAGE}", file=sys.stderr)
         return 2
+    if config.keys_file:
+        try:
+            KeysFile(config.keys_file, print)
+        except (OSError, BadKeys) as exc:
+            print(f"localmodel gateway: --keys-file {config.keys_file}: {exc}", file=sys.stderr)
+            return 2
     try:
         factory, loop_name = loop_factory(config.event_loop)
     except ImportError:

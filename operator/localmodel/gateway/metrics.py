@@ -111,7 +111,8 @@ class GatewayMetrics:
         self.overflow_skipped = Counter(
             p + "overflow_skipped_total",
             "Foreground requests past --overflow-after that stayed local, by reason "
-            "(cooling_down after a failure, untranslatable, route).",
+            "(cooling_down after a failure, untranslatable, route, not_allowed: the caller's key, "
+            "budget: the caller's overflow budget spent).",
             ("reason",),
         )
         self.overflow_duration = Histogram(

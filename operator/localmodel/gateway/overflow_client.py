@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 
+from localmodel.gateway.budget import KEYLESS, Budgets
+from localmodel.gateway.keys import Budget
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import (
     OVERFLOW_PATHS,
@@ -59,6 +61,8 @@ class OverflowClient:
         self.metrics = metrics
         self.breaker = breaker
         self._clock = clock
+        default = config.overflow_budget
+        self.budgets = Budgets(None if default is None else Budget(*default))
 
     def attempt_for(self, route: Route, raw: bytes, rec: RequestRecord) -> OverflowTry:
         """One request's overflow attempt, to race its wait in the queue."""
@@ -81,10 +85,30 @@ class OverflowClient:
             self.metrics.overflow_skip(rec, "cooling_down")
             return None
         try:
-            return overflow_request(route, raw, self.config)
+            request = overflow_request(route, raw, self.config)
         except Untranslatable:
             self.metrics.overflow_skip(rec, "untranslatable")
             return None
+        key = rec.key
+        if key is not None and not key.overflow:
+            self.metrics.overflow_skip(rec, "not_allowed")
+            return None
+        account = KEYLESS if key is None else "key:" + key.caller
+        if not self.budgets.take(account, None if key is None else key.budget, self._clock()):
+            self.metrics.overflow_skip(rec, "budget")
+            return None
+        return request
+
+    def refusal(self, rec: RequestRecord) -> str:
+        """What the caller is told when its key or budget kept it from the
+        overflow endpoint ("" otherwise)."""
+        if rec.overflow_skipped == "not_allowed":
+            return f"; caller {rec.caller}'s key does not allow overflow"
+        if rec.overflow_skipped == "budget":
+            limit = self.budgets.limit(None if rec.key is None else rec.key.budget)
+            who = f"caller {rec.caller}'s" if rec.key is not None else "the keyless callers'"
+            return f"; {who} overflow budget ({limit}) is spent"
+        return ""
 
     async def send(self, plan: OverflowRequest, rec: RequestRecord) -> Overflowed | None:
         """Send to the overflow endpoint; its response once it answered 2xx,

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from localmodel.gateway.body import Exchange
 from localmodel.gateway.bounds import TooLarge
+from localmodel.gateway.keys import KeyRing
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     CALLER_HEADER,
@@ -85,8 +86,12 @@ class Pipeline:
         clock: Callable[[], float],
         ledger: Ledger | None = None,
         wall: Callable[[], float] = time.time,
+        keys: Callable[[], KeyRing] | None = None,
     ) -> None:
         self.config = config
+        # API keys (--keys-file): the ring now (it is reloaded), or None: off.
+        self.keys = keys
+        self._caller_load: dict[str, int] = {}  # requests in flight per key's caller
         self.ledger = ledger
         # Sessions' last prompts, for the rewrite check: with the ledger only.
         self.sessions = Sessions() if ledger is not None else None
@@ -148,6 +153,12 @@ class Pipeline:
         return rec
 
     def _end(self, rec: RequestRecord, slot: _Slot) -> None:
+        if rec.key is not None and rec.key.concurrency is not None:
+            left = self._caller_load.get(rec.caller, 1) - 1
+            if left > 0:
+                self._caller_load[rec.caller] = left
+            else:
+                self._caller_load.pop(rec.caller, None)
         if slot.reserved:
             self.queue.unreserve()
         if slot.ticket:
@@ -168,6 +179,8 @@ class Pipeline:
     async def _serve(
         self, request: web.Request, route: Route, rec: RequestRecord, slot: _Slot
     ) -> web.StreamResponse:
+        if self.keys is not None:
+            self._authenticate(request, rec)
         deadline = self._deadline(request, rec)
         if route.uses_slot:
             self._admit(rec, slot)
@@ -181,6 +194,33 @@ class Pipeline:
         return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
 
     # ---- the steps -----------------------------------------------------------
+
+    def _authenticate(self, request: web.Request, rec: RequestRecord) -> None:
+        """Keys on: the request's key names its caller (no header can claim
+        another) and bounds its priority and its requests at once; 401
+        without a valid key."""
+        assert self.keys is not None
+        rec.caller, rec.session = ANONYMOUS, None  # claimed, not proven
+        entry = self.keys().find(request.headers.get("Authorization"))
+        if entry is None:
+            raise self._answer(
+                rec, Outcome.UNAUTHORIZED, 401, "a valid API key is required",
+                "a valid API key is required (Authorization: Bearer <key>)",
+                {"WWW-Authenticate": 'Bearer realm="localmodel"'},
+            )
+        rec.key, rec.caller = entry, entry.caller
+        rec.session = clean_name(request.headers.get(SESSION_HEADER))
+        rec.priority = entry.priority_for(Priority(rec.priority)).value
+        if entry.concurrency is not None:
+            load = self._caller_load.get(entry.caller, 0)
+            if load >= entry.concurrency:
+                rec.key = None  # not counted: it never held a place
+                raise self._answer(
+                    rec, Outcome.CALLER_LIMIT, 429, "caller limit",
+                    f"caller {entry.caller} has {load} request(s) in progress, "
+                    "its key's concurrency limit",
+                )
+            self._caller_load[entry.caller] = load + 1
 
     def _deadline(self, request: web.Request, rec: RequestRecord) -> _Deadline:
         try:
@@ -248,7 +288,7 @@ class Pipeline:
                 raise self._answer(rec, Outcome.TOO_LARGE, 413, str(exc)) from None
             for option in prepared.rewritten:
                 self.metrics.options_rewritten.inc(1, (option,))
-            if rec.caller == ANONYMOUS:
+            if rec.caller == ANONYMOUS and rec.key is None:
                 rec.caller = clean_name(prepared.user) or ANONYMOUS
             if sessions is not None and prepared.prompt is not None and rec.session is not None:
                 turn, rec.turn = sessions.arrive((rec.caller, rec.session), prepared.prompt)
@@ -286,7 +326,8 @@ class Pipeline:
             )
         return self._answer(
             rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
-            f"queue full ({self.config.max_queue} waiting)", self._retry_after(),
+            f"queue full ({self.config.max_queue} waiting){self._not_overflowed(rec)}",
+            self._retry_after(),
         )
 
     async def _wait(
@@ -300,6 +341,7 @@ class Pipeline:
             return await self.queue.wait(ticket, deadline.at, attempt)
         except TimeoutError:
             message = f"deadline of {deadline.seconds:g}s passed while queued"
+            message += self._not_overflowed(rec)
             raise self._answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
 
     async def _from_overflow(
@@ -314,6 +356,13 @@ class Pipeline:
         ex = Exchange(route, rec, upstream=overflowed.upstream)
         work = self.relay.body.overflow(request, overflowed.plan, ex)
         return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
+
+    def _not_overflowed(self, rec: RequestRecord) -> str:
+        """Why a request that could have overflowed did not, when it was the
+        caller's budget or key (an error the caller can act on)."""
+        if self.overflow is None:
+            return ""
+        return self.overflow.refusal(rec)
 
     def _retry_after(self) -> dict[str, str]:
         return self.queue.retry_after(self.metrics.mean_slot_seconds)

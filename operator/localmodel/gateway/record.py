@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from localmodel.gateway.keys import KeyEntry
 from localmodel.gateway.ledger import (
     ANONYMOUS,
     MAX_ID,
@@ -32,6 +33,8 @@ MAX_DETAIL = 512  # characters of a request's detail (an error's message) in its
 class Outcome(StrEnum):
     OK = "ok"
     BAD_REQUEST = "bad_request"  # 400
+    UNAUTHORIZED = "unauthorized"  # 401: keys on, no valid key
+    CALLER_LIMIT = "caller_limit"  # 429: the key's concurrency is in use
     TOO_LARGE = "too_large"  # 413
     BODY_TIMEOUT = "body_timeout"  # 408
     REJECTED_BUSY = "rejected_busy"  # 429, background and no slot free
@@ -78,6 +81,7 @@ class RequestRecord:
     overflow_skipped: str | None = None  # past --overflow-after but not sent: why
     # Who asked (localmodel.gateway.ledger.identify) and what the ledger adds.
     caller: str = ANONYMOUS
+    key: KeyEntry | None = None  # the API key it came with (keys on)
     session: str | None = None
     arrival: float = 0.0  # wall clock, for the ledger's `since`
     caller_gone_at: float | None = None  # when the gateway saw the caller leave

@@ -17,6 +17,8 @@ upstream).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from localmodel.gateway.keys import KeyRing, KeysFile
 from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import OverflowBreaker
@@ -48,6 +51,7 @@ from localmodel.gateway_contract import (
 )
 
 SERVED_BY_HEADER = "X-LocalModel-Served-By"
+KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
 
 
 class SlotGate:
@@ -68,6 +72,9 @@ class SlotGate:
         self.queue = SlotQueue(config.slots, config.max_queue, book, clock)
         self.speed = SpeedRecord()
         self._clock = clock
+        log = access_log if access_log is not None else _stdout_line
+        # With --keys-file, a file that cannot be read or used stops the start.
+        self.keys = KeysFile(config.keys_file, _stderr_line) if config.keys_file else None
         self.metrics = GatewayMetrics(self.board.snapshot, lambda: self.pipeline.in_flight,
                                       self.speed, clock)
         self.breaker = OverflowBreaker()
@@ -82,11 +89,13 @@ class SlotGate:
             relay,
             overflow,
             self.metrics,
-            access_log if access_log is not None else _stdout_line,
+            log,
             clock,
             self.ledger,
+            keys=None if self.keys is None else self._ring,
         )
         self.readiness = Readiness(config, self.upstreams, clock, self.speed)
+        self._keys_task: asyncio.Task[None] | None = None
 
     @property
     def board(self) -> SlotBoard:
@@ -108,7 +117,13 @@ class SlotGate:
 
     # ---- lifecycle -------------------------------------------------------
 
+    def _ring(self) -> KeyRing:
+        assert self.keys is not None
+        return self.keys.ring
+
     def app(self) -> web.Application:
+        """The inference port's app: the engine's routes (with keys on, each
+        needs one), readiness, health and slots."""
         app = web.Application(client_max_size=self.config.max_body_bytes)
         for route in ROUTES:
             for method in route.methods:
@@ -116,13 +131,20 @@ class SlotGate:
         app.router.add_get(SLOTS_PATH, self.handle_slots)
         app.router.add_get(HEALTH_PATH, self.handle_healthz)
         app.router.add_get(READY_PATH, self.readiness.handle_readyz)
-        app.router.add_get(METRICS_PATH, self.handle_metrics)
-        app.router.add_get(SPEED_PATH, self.handle_speed)
-        app.router.add_get(LEDGER_PATH, self.handle_ledger)
         app.on_response_prepare.append(_tag_response)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    def admin_app(self) -> web.Application:
+        """The admin port's app (--admin-listen; the Service does not expose
+        it): metrics, speed, the ledger, and health."""
+        app = web.Application(client_max_size=1024)
+        app.router.add_get(METRICS_PATH, self.handle_metrics)
+        app.router.add_get(SPEED_PATH, self.handle_speed)
+        app.router.add_get(LEDGER_PATH, self.handle_ledger)
+        app.router.add_get(HEALTH_PATH, self.handle_healthz)
         return app
 
     def _route_handler(self, route: Route) -> Callable[[web.Request], Any]:
@@ -133,11 +155,23 @@ class SlotGate:
 
     async def _on_startup(self, app: web.Application) -> None:
         self.upstreams.open()
+        if self.keys is not None:
+            self._keys_task = asyncio.create_task(self._watch_keys(self.keys))
+
+    async def _watch_keys(self, keys: KeysFile) -> None:
+        """A mounted Secret changes in place: look for a change now and then."""
+        while True:
+            await asyncio.sleep(KEYS_CHECK_SECONDS)
+            keys.check()
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self.pipeline.closing = True
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        if self._keys_task is not None:
+            self._keys_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keys_task
         await self.readiness.stop()
         await self.upstreams.close()
 
@@ -188,18 +222,30 @@ def _stdout_line(line: str) -> None:
     sys.stdout.flush()
 
 
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @dataclass
 class RunningGateway:
     gateway: SlotGate
     runner: web.AppRunner
     host: str
     port: int
+    admin_runner: web.AppRunner | None = None
+    admin_port: int = 0
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
     async def stop(self) -> None:
+        if self.admin_runner is not None:
+            await self.admin_runner.cleanup()
         await self.runner.cleanup()
 
 
@@ -221,4 +267,15 @@ async def start_gateway(
     # The bound socket tells the port when 0 was asked.
     port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
     host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    return RunningGateway(gateway, runner, host, port)
+    admin = web.AppRunner(gateway.admin_app(), keepalive_timeout=config.idle_timeout,
+                          access_log=None, shutdown_timeout=1.0)
+    await admin.setup()
+    admin_host, admin_port = config.admin_address
+    try:
+        await web.TCPSite(admin, admin_host, admin_port).start()
+    except OSError:
+        await admin.cleanup()
+        await runner.cleanup()
+        raise
+    admin_port = int(admin.addresses[0][1]) if admin.addresses else admin_port
+    return RunningGateway(gateway, runner, host, port, admin, admin_port)

@@ -451,7 +451,7 @@ class Desired:
                 r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key))
                 for r in replicas
             }
-            applied = self._applied(lm, replicas, prep.key)
+            applied = self._applied(lm, replicas, prep.key, opts)
         status = model_status(lm, problems, replicas, unplaced, ready, now, self._view)
         result = ModelResult(lm, problems, replicas, unplaced, status, options, hashes, applied)
         if kept is not None:

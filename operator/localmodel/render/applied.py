@@ -11,8 +11,9 @@ from localmodel.api import LocalModel
 from localmodel.contract import LABEL_NAME, PORT_ENGINE, PORT_HTTP
 from localmodel.engines.pod import Manifest
 from localmodel.render.names import SERVICE_PORT, Meta, configmap_name
-from localmodel.render.plan import ReplicaPlan
+from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.render.pods import engine_pod
+from localmodel.render.policy import render_network_policy, wants_network_policy
 
 
 def configmap_data(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> dict[str, str]:
@@ -52,12 +53,18 @@ def render_service(lm: LocalModel, meta: Meta | None = None) -> Manifest:
 
 
 def applied_objects(
-    lm: LocalModel, replicas: Sequence[ReplicaPlan], meta: Meta | None = None, data: Any = None
+    lm: LocalModel,
+    replicas: Sequence[ReplicaPlan],
+    meta: Meta | None = None,
+    data: Any = None,
+    options: RenderOptions | None = None,
 ) -> list[Manifest]:
     """The objects the operator server-side applies and keeps equal to the spec
     by their hash: the ConfigMap its engine's pods mount (Ollama's Modelfiles,
-    once a replica is placed), then the Service. ``data``: the ConfigMap's
+    once a replica is placed), then the Service, then the NetworkPolicy when
+    one is wanted (`render.policy`). ``data``: the ConfigMap's
     (`render_configmap`)."""
+    options = options or RenderOptions()
     meta = meta or Meta(lm)
     replicas = sorted(replicas, key=lambda r: r.replica)
     configmap = (
@@ -65,4 +72,7 @@ def applied_objects(
         if replicas and engine_pod(lm).has_config
         else []
     )
-    return [*configmap, render_service(lm, meta)]
+    policy = (
+        [render_network_policy(lm, options, meta)] if wants_network_policy(lm, options) else []
+    )
+    return [*configmap, render_service(lm, meta), *policy]

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from localmodel.api import LocalModel
 from localmodel.engines.pod import EnginePod, Manifest
 from localmodel.render.applied import applied_objects, configmap_data
+from localmodel.render.gateway import gateway_volumes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.render.pods import (
     Containers,
@@ -124,6 +125,9 @@ def affinity_text(node: str) -> str:
 def volumes_text(lm: LocalModel, r: ReplicaPlan) -> str:
     """The JSON text of a pod's volumes (`json.dumps(..., sort_keys=True)`), put together."""
     pod = engine_pod(lm)
+    extra = gateway_volumes(lm)
+    if extra:  # the API keys' Secret: such pods' volumes are encoded whole
+        return json.dumps([*pod_volumes(pod, *volume_names(lm, r)), *extra], sort_keys=True)
     template = _VOLUMES.get(pod)
     if template is None:
         template = _VOLUMES[pod] = _TextTemplate(
@@ -172,11 +176,14 @@ def pod_digest(lm: LocalModel, r: ReplicaPlan, parts: Containers) -> str:
     return pod_spec_hash(pod_spec_rest(lm), known)
 
 
-def applied_hashes(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> dict[tuple[str, str], str]:
+def applied_hashes(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], options: RenderOptions | None = None
+) -> dict[tuple[str, str], str]:
     """(kind, name) -> `manifest_hash` of each of `applied_objects`: what a
     stored object's applied-hash annotation is compared with."""
     return {
-        (m["kind"], m["metadata"]["name"]): manifest_hash(m) for m in applied_objects(lm, replicas)
+        (m["kind"], m["metadata"]["name"]): manifest_hash(m)
+        for m in applied_objects(lm, replicas, options=options)
     }
 
 
@@ -196,16 +203,25 @@ class AppliedDigests:
         self._seen: dict[Hashable, list[_Applied] | None] = {}
 
     def __call__(
-        self, lm: LocalModel, replicas: Sequence[ReplicaPlan], key: Hashable = None
+        self,
+        lm: LocalModel,
+        replicas: Sequence[ReplicaPlan],
+        key: Hashable = None,
+        options: RenderOptions | None = None,
     ) -> dict[tuple[str, str], str]:
         """``key``: the spec's `rules.spec_key`, when the caller has it."""
-        memo = (spec_key(lm.spec) if key is None else key, bool(lm.metadata.uid), bool(replicas))
+        options = options or RenderOptions()
+        memo = (spec_key(lm.spec) if key is None else key, bool(lm.metadata.uid), bool(replicas),
+                options)
         if memo not in self._seen:
-            made, plain = _applied_templates(lm, replicas), applied_hashes(lm, replicas)
+            made = _applied_templates(lm, replicas, options)
+            plain = applied_hashes(lm, replicas, options)
             self._seen[memo] = made if _fill(lm, replicas, made) == plain else None
             return plain
         templates = self._seen[memo]
-        return applied_hashes(lm, replicas) if templates is None else _fill(lm, replicas, templates)
+        if templates is None:
+            return applied_hashes(lm, replicas, options)
+        return _fill(lm, replicas, templates)
 
 
 class _Applied(NamedTuple):
@@ -217,7 +233,9 @@ class _Applied(NamedTuple):
 _APPLIED_MARKS = tuple(_mark(i) for i in range(4))  # name, namespace, uid, data
 
 
-def _applied_templates(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> list[_Applied]:
+def _applied_templates(
+    lm: LocalModel, replicas: Sequence[ReplicaPlan], options: RenderOptions
+) -> list[_Applied]:
     """Text templates of `lm`'s applied objects, around its name, namespace,
     uid and the ConfigMap's data (its JSON text, `raw`)."""
 
@@ -229,11 +247,13 @@ def _applied_templates(lm: LocalModel, replicas: Sequence[ReplicaPlan]) -> list[
 
     def make(i: int) -> Callable[..., Manifest]:
         def made(name: str, namespace: str, uid: str, data: str) -> Manifest:
-            return applied_objects(marked(name, namespace, uid), replicas, data=data)[i]
+            return applied_objects(
+                marked(name, namespace, uid), replicas, data=data, options=options
+            )[i]
 
         return made
 
-    shapes = applied_objects(marked(*_APPLIED_MARKS[:3]), replicas, data={})
+    shapes = applied_objects(marked(*_APPLIED_MARKS[:3]), replicas, data={}, options=options)
     return [
         _Applied(m["kind"], m["metadata"]["name"], _TextTemplate(make(i), 4, raw=(3,)))
         for i, m in enumerate(shapes)

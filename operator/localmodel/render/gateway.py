@@ -4,11 +4,12 @@ by environment."""
 from __future__ import annotations
 
 from localmodel.api import LocalModel
-from localmodel.contract import CONTAINER_GATEWAY, PORT_HTTP
+from localmodel.contract import CONTAINER_GATEWAY, PORT_ADMIN, PORT_HTTP, VOLUME_KEYS
 from localmodel.engines.pod import NONROOT_UID, Manifest, container_security, env_list, resources
 from localmodel.engines.registry import engine
 from localmodel.facts.quantity import format_bytes
 from localmodel.gateway_contract import (
+    ADMIN_PORT,
     GATEWAY_PORT,
     HEALTH_PATH,
     OVERFLOW_API_KEY_ENV,
@@ -32,12 +33,18 @@ def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
             "overflow-model": gw.overflow.model,
             "overflow-after": f"{gw.overflow.after:g}",
         }
+        if gw.overflow.budget is not None:
+            budget = gw.overflow.budget
+            flags["overflow-budget"] = f"{budget.requests}/{budget.window_seconds}"
+    if gw.auth is not None:
+        flags["keys-file"] = KEYS_FILE
     return gateway_variables(
         flags
         | {
             "upstream": f"http://127.0.0.1:{engine(spec.engine.name).port}",
             "engine": spec.engine.name.value,
             "listen": f"0.0.0.0:{GATEWAY_PORT}",
+            "admin-listen": f"0.0.0.0:{ADMIN_PORT}",
             "model": spec.model,
             "slots": str(spec.slots),
             "threads": str(tuning.threads),
@@ -65,15 +72,44 @@ def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
     ]
 
 
+KEYS_DIR = "/etc/localmodel/keys"  # the keys Secret, mounted whole: kubelet updates it in place
+KEYS_FILE = f"{KEYS_DIR}/keys.json"
+
+
+def gateway_volumes(lm: LocalModel) -> list[Manifest]:
+    """The API keys' Secret (spec.gateway.auth), its one key as keys.json. A
+    whole-volume mount, not subPath: kubelet then swaps in a changed Secret
+    and the gateway reloads it."""
+    auth = lm.spec.gateway.auth
+    if auth is None or not lm.spec.gateway.enabled:
+        return []
+    ref = auth.keys_secret_ref
+    return [
+        {
+            "name": VOLUME_KEYS,
+            "secret": {
+                "secretName": ref.name,
+                "items": [{"key": ref.key, "path": KEYS_FILE.rsplit("/", 1)[1]}],
+                "defaultMode": 0o440,
+            },
+        }
+    ]
+
+
 def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptions) -> Manifest:
     """The slot gate sidecar (`localmodel gateway`), configured by environment."""
+    mounts = [{"name": VOLUME_KEYS, "mountPath": KEYS_DIR, "readOnly": True}]
     return {
         "name": CONTAINER_GATEWAY,
         "image": lm.spec.gateway.image or options.operator_image,
         "imagePullPolicy": options.pull_policy,
         "command": ["localmodel", "gateway"],
         "env": [*env_list(gateway_env(lm, r.tuning)), *gateway_secret_env(lm)],
-        "ports": [{"name": PORT_HTTP, "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": PORT_HTTP, "containerPort": GATEWAY_PORT, "protocol": "TCP"},
+            {"name": PORT_ADMIN, "containerPort": ADMIN_PORT, "protocol": "TCP"},
+        ],
+        **({"volumeMounts": mounts} if lm.spec.gateway.auth is not None else {}),
         "readinessProbe": {
             "httpGet": {"path": READY_PATH, "port": PORT_HTTP},
             "periodSeconds": 5,

@@ -27,6 +27,8 @@ from localmodel.engines import ollama
 from localmodel.gateway_contract import GatewayConfig
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
+# The operator's namespace when none is told (the chart's usual release namespace).
+DEFAULT_OPERATOR_NAMESPACE = "localmodel-system"
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
 GATEWAY_CPU_MILLI = 250
 # The gateway's memory limit, sized from benchmarks/gateway_hostile.py (the

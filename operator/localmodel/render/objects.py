@@ -67,12 +67,13 @@ def render_objects(
     key: Hashable = None,
 ) -> list[Manifest]:
     """Every object for one LocalModel: ConfigMap (Ollama's Modelfiles), claims,
-    pods, Service. ``parts``: a pass's `PodParts` (``key``: the spec's
+    pods, Service, NetworkPolicy (when wanted). ``parts``: a pass's `PodParts` (``key``: the spec's
     `rules.spec_key`, when the caller has it)."""
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
     meta = Meta(lm)
-    *configmap, service = applied_objects(lm, replicas, meta)
+    applied = applied_objects(lm, replicas, meta, options=options)
+    configmap = [o for o in applied if o["kind"] == "ConfigMap"]
     return [
         *configmap,
         *(render_claim(lm, r, meta) for r in replicas),
@@ -83,5 +84,5 @@ def render_objects(
             )
             for r in replicas
         ),
-        service,
+        *(o for o in applied if o["kind"] != "ConfigMap"),  # the Service, the NetworkPolicy
     ]

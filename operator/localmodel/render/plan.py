@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localmodel.api import LocalModel
-from localmodel.render.names import DEFAULT_OPERATOR_IMAGE, claim_name
+from localmodel.render.names import DEFAULT_OPERATOR_IMAGE, DEFAULT_OPERATOR_NAMESPACE, claim_name
 from localmodel.rules import Tuning
 
 
@@ -17,6 +17,12 @@ class RenderOptions:
     # GGUF downloads over plain http (the operator's --allow-http-downloads);
     # https only otherwise, and never https -> http on a redirect.
     allow_http_downloads: bool = False
+    # A NetworkPolicy per model unless its spec.gateway.networkPolicy.enabled
+    # says otherwise (the operator's --network-policy, the chart's default).
+    network_policy: bool = False
+    # Namespaces whose pods may reach the gateways' admin port under it: the
+    # operator's own first (it reads /speed), then e.g. Prometheus's.
+    admin_namespaces: tuple[str, ...] = (DEFAULT_OPERATOR_NAMESPACE,)
 
 
 @dataclass(frozen=True)

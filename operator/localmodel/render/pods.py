@@ -10,7 +10,7 @@ from localmodel.api import LocalModel
 from localmodel.contract import VOLUME_WEIGHTS
 from localmodel.engines.pod import EnginePod, Manifest
 from localmodel.engines.registry import engine
-from localmodel.render.gateway import build_gateway_container
+from localmodel.render.gateway import build_gateway_container, gateway_volumes
 from localmodel.render.names import configmap_name
 from localmodel.render.plan import RenderOptions, ReplicaPlan, replica_claim
 from localmodel.rules import Tuning
@@ -84,7 +84,7 @@ def build_pod_spec(
         "affinity": node_affinity(r.node),
         "initContainers": inits,
         "containers": containers,
-        "volumes": pod_volumes(engine_pod(lm), *volume_names(lm, r)),
+        "volumes": [*pod_volumes(engine_pod(lm), *volume_names(lm, r)), *gateway_volumes(lm)],
         **pod_spec_rest(lm),
     }
 

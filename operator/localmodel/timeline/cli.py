@@ -2,8 +2,9 @@
 where the time went (`localmodel.timeline.report`).
 
 The ledgers come through the API server's pod proxy
-(``pods/<pod>:8080/proxy/ledger``) from every pod of the LocalModel, or from
-one gateway anywhere with ``--gateway-url`` (a port-forward, a test). The
+(``pods/<pod>:8090/proxy/ledger``, the gateway's admin port) from every pod
+of the LocalModel, or from one gateway anywhere with ``--gateway-url`` (a
+port-forward, a test). The
 models sharing the node are read from the cluster as `doctor` reads them.
 
 What cannot be read is said, naming what and why, with exit status 2: a
@@ -26,7 +27,7 @@ import urllib3
 import yaml
 
 from localmodel.gateway_contract import (
-    GATEWAY_PORT,
+    ADMIN_PORT,
     LEDGER_PATH,
     MAX_LEDGER_BYTES,
     merge,
@@ -66,7 +67,7 @@ def timeline_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--gateway-url", metavar="URL",
-        help=f"read one gateway's ledger at URL (e.g. http://127.0.0.1:{GATEWAY_PORT}) instead "
+        help=f"read one gateway's ledger at URL (e.g. http://127.0.0.1:{ADMIN_PORT}) instead "
         "of the cluster's pods",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
@@ -175,14 +176,14 @@ def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, A
     from kubernetes.client.exceptions import ApiException
 
     where = (f"reading pod {namespace}/{pod}'s ledger through the API server's pod proxy "
-             f"(port {GATEWAY_PORT})")
+             f"(port {ADMIN_PORT})")
     hint = (f"is the pod Ready? Or read its gateway with --gateway-url after "
-            f"`kubectl port-forward -n {namespace} pod/{pod} {GATEWAY_PORT}`")
+            f"`kubectl port-forward -n {namespace} pod/{pod} {ADMIN_PORT}`")
     core.api_client.configuration.safe_chars_for_path_param = "?=%"
     try:
         # Unparsed: the client would turn a JSON body into a Python repr.
         raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
-            f"{pod}:{GATEWAY_PORT}", namespace, f"{LEDGER_PATH.lstrip('/')}?{query}",
+            f"{pod}:{ADMIN_PORT}", namespace, f"{LEDGER_PATH.lstrip('/')}?{query}",
             _preload_content=False, _request_timeout=TIMEOUT,
         )
         return parse_entries(ledger_json(raw.read(MAX_LEDGER_BYTES + 1)))
