@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localmodel.gateway_contract import ADMIN_PORT
 from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
 from tests.harness.engines import llama_server
@@ -386,9 +387,9 @@ def test_timeline_says_what_it_cannot_read_and_why(
     assert unreachable.returncode == 2
     [line] = unreachable.stderr.splitlines()
     named = [pod for pod in pods if f"reading pod {ns}/{pod}'s ledger through the API "
-             f"server's pod proxy (port 8080): " in line]
+             f"server's pod proxy (port {ADMIN_PORT}): " in line]
     assert len(named) == 1, line
-    assert f"kubectl port-forward -n {ns} pod/{named[0]} 8080" in line
+    assert f"kubectl port-forward -n {ns} pod/{named[0]} {ADMIN_PORT}" in line
 
     nogw_ns = f"day2-nogw-{secrets.token_hex(3)}"
     cluster.api().create("/api/v1/namespaces", {"metadata": {"name": nogw_ns}})

@@ -188,7 +188,7 @@ async def test_a_callers_keep_alive_never_unloads_the_model_of_real_ollama(
     assert [m.model for m in loaded.models] == [TUNED]
     assert engine.runner().pid == child, "a caller's keep_alive unloaded the model"
     async with httpx.AsyncClient() as metrics:
-        text = (await metrics.get(gw.url + "/metrics")).text
+        text = (await metrics.get(gw.admin_url + "/metrics")).text
     assert 'localmodel_gateway_options_rewritten_total{option="keep_alive"} 3' in text
     # The control: the same keep_alive sent to Ollama directly unloads it.
     direct = ollama.AsyncClient(host=engine.url)

@@ -293,7 +293,7 @@ async def test_a_callers_keep_alive_reaches_the_engine_as_the_pods(make_rig: Rig
             async with session.post(rig.url + path, json=body) as resp:
                 assert resp.status == 200, await resp.text()
                 await resp.read()
-        async with session.get(rig.url + "/metrics") as resp:
+        async with session.get(rig.admin_url + "/metrics") as resp:
             metrics = await resp.text()
     sent = [body.get("keep_alive", "absent") for _, body in rig.standin.requests]
     assert sent == ["10m", "10m", "10m", "absent"]

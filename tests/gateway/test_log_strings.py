@@ -32,7 +32,7 @@ async def test_a_hostile_model_string_and_request_id_are_logged_bounded_and_clea
     assert headers["x-request-id"].startswith("id\\u202eiii")
     async with aiohttp.ClientSession() as session:
         await wait_until(lambda: len(rig.log) == 1)
-        async with session.get(rig.url + "/ledger") as resp:
+        async with session.get(rig.admin_url + "/ledger") as resp:
             (entry,) = (await resp.json())["entries"]
     (line,) = rig.log
     assert len(line) < 2000, len(line)  # not 400 KiB a line

@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
 from tests.harness.images import REF_NAME
 
 SERVER = Path(__file__).with_name("hostile_speed_server.py")
@@ -33,7 +33,8 @@ def _blob(digest: str) -> str:
 
 
 def _layer() -> bytes:
-    script = SERVER.read_text().replace("PORT = 8080 ", f"PORT = {GATEWAY_PORT} ", 1)
+    script = SERVER.read_text().replace("PORT = 8080 ", f"PORT = {GATEWAY_PORT} ", 1).replace(
+        "ADMIN_PORT = 8090 ", f"ADMIN_PORT = {ADMIN_PORT} ", 1)
     data = script.encode()
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:

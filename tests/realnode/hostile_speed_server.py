@@ -18,6 +18,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT = 8080  # replaced by the gateway port when the image is built
+ADMIN_PORT = 8090  # replaced by the admin port (where the operator reads /speed)
 STALL_SECONDS = 40.0  # far past the operator's read timeout (2 s)
 FLOOD_BYTES = 256 * 1024 * 1024  # streamed until the reader hangs up
 CHUNK = b"[" * (1024 * 1024)
@@ -122,10 +123,15 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    server = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
-    server.daemon_threads = True
-    print(f"hostile gateway on :{PORT}, answers {', '.join(ANSWERS)}", flush=True)
-    server.serve_forever()
+    """The same answers on the gateway's port (the probes) and its admin port
+    (the operator's reads of /speed)."""
+    servers = [ThreadingHTTPServer(("0.0.0.0", port), Handler) for port in (PORT, ADMIN_PORT)]
+    for server in servers:
+        server.daemon_threads = True
+    print(f"hostile gateway on :{PORT} and :{ADMIN_PORT}, answers {', '.join(ANSWERS)}",
+          flush=True)
+    threading.Thread(target=servers[1].serve_forever, daemon=True).start()
+    servers[0].serve_forever()
 
 
 if __name__ == "__main__":
