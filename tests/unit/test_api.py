@@ -33,7 +33,7 @@ def test_defaults_match_the_documented_api() -> None:
     assert s.engine.resolved_image() == ollama.IMAGE
     assert (s.replicas, s.cpu, s.memory, s.context, s.slots) == (1, 4, "auto", 8192, 1)
     assert s.kv_cache is KVCacheType.F16
-    assert s.prompt_cache == "auto"
+    assert s.prompt_cache is None  # absent: auto (no schema default, for older operators)
     assert s.flash_attention is FlashAttention.AUTO
     assert s.keep_alive == "-1"
     assert s.placement.exclusive is True and s.placement.safe_cpu_path is False

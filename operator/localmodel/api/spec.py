@@ -430,15 +430,17 @@ class LocalModelSpec(ApiModel):
         description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
         "prompt cache + compute overhead.",
     )
-    prompt_cache: Annotated[str, PROMPT_CACHE] = Field(
-        "auto",
+    # No schema default (absent means `auto`): a defaulted new field would be
+    # written into every stored object, which an older operator refuses.
+    prompt_cache: Annotated[str, PROMPT_CACHE] | None = Field(
+        None,
         description="Host memory the engine may keep earlier prompts' states in, to "
         "answer a returning prompt without reading it again (llama-server `--cache-ram`; "
         "for Ollama `LLAMA_ARG_CACHE_RAM`, which its llama-server child inherits), rounded "
         "up to whole MiB and counted in `memory: auto`. `0` keeps none. `auto` sizes it as "
         "a quarter of the KV cache (context x slots), or 0 when the model's shape is "
-        "unknown. Unbounded, llama-server keeps up to 8 GiB by default and the pod is "
-        "slowly OOM-killed.",
+        "unknown; absent means `auto`. Unbounded, llama-server keeps up to 8 GiB by "
+        "default and the pod is slowly OOM-killed.",
     )
     context: Integer = Field(
         8192, description="Context length of each slot, in tokens.", ge=512, le=1048576

@@ -195,7 +195,7 @@ def _kv_bytes(ctx: Context, s: TuningDraft) -> int | None:
 
 
 def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
-    asked, kv = ctx.spec.prompt_cache, _kv_bytes(ctx, s)
+    asked, kv = ctx.spec.prompt_cache or "auto", _kv_bytes(ctx, s)
     if asked != "auto":
         size, why = parse_bytes(asked), "from spec"
     elif kv is not None:
