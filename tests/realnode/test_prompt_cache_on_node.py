@@ -1,4 +1,4 @@
-"""Memory that holds for weeks, on the real node: a model pod of each engine, as
+"""Memory that holds for weeks, on the real node: a llama-server model pod, as
 the operator renders it (one CPU, `memory: auto` with its prompt-cache term),
 serves PROMPTS distinct long prompts through its Service and its engine
 container stays under its memory limit, never OOM-killed or restarted, while
@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from localmodel.engines import llama_server, ollama
+from localmodel.engines import llama_server
 from localmodel.facts.quantity import parse_bytes
 from tests.realnode.journey import Deployed, Journey, container_cgroup, http_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
-# Per engine: the model's name, and how many prompts it serves (Ollama's run is
-# shorter to keep the tier's time: 200 still crosses its bound about 190 times).
-RUNS = {llama_server.NAME: ("gemma-cache", 300), ollama.NAME: ("gemma-cache-ollama", 200)}
+NAME = "gemma-cache"
+ENGINE = llama_server.NAME
+PROMPTS = 300
 WORDS = 250  # about 300 tokens with the chat template: a state of about 10 MiB
 PROMPT_CACHE = "64Mi"  # holds about six such states
 CONTEXT = 2048
@@ -44,29 +44,15 @@ def prompt(tag: int) -> str:
     return f"Request {tag}: " + " ".join(words)
 
 
-@pytest.fixture(scope="module", params=sorted(RUNS))
-def cached(journey: Journey, request: pytest.FixtureRequest) -> Iterator[tuple[str, Deployed]]:
-    engine: str = request.param
-    name, _ = RUNS[engine]
-    manifest = journey.local_model(name, engine, context=CONTEXT)
+@pytest.fixture(scope="module")
+def cached(journey: Journey) -> Iterator[Deployed]:
+    manifest = journey.local_model(NAME, ENGINE, context=CONTEXT)
     manifest["spec"]["promptCache"] = PROMPT_CACHE
     deployed = journey.deploy(manifest)
     try:
-        yield engine, deployed
+        yield deployed
     finally:
-        journey.delete_model(name)
-
-
-def rendered_bound(container: dict[str, object]) -> str:
-    """The prompt cache's bound in MiB as the engine container was given it:
-    llama-server's --cache-ram flag, or the variable Ollama's child inherits."""
-    args = container.get("args") or []
-    assert isinstance(args, list)
-    if "--cache-ram" in args:
-        return str(args[args.index("--cache-ram") + 1])
-    env = container.get("env") or []
-    assert isinstance(env, list)
-    return next(str(e["value"]) for e in env if e["name"] == ollama.PROMPT_CACHE_ENV)
+        journey.delete_model(NAME)
 
 
 def memory_reader(group: Path) -> tuple[Path, Path]:
@@ -77,19 +63,18 @@ def memory_reader(group: Path) -> tuple[Path, Path]:
 
 
 def test_a_pod_serving_hundreds_of_distinct_long_prompts_stays_under_its_limit(
-    journey: Journey, cached: tuple[str, Deployed]
+    journey: Journey, cached: Deployed
 ) -> None:
-    engine_name, _ = cached
-    name, prompts = RUNS[engine_name]
-    pod = journey.pod_of(name)
-    engine = next(c for c in pod["spec"]["containers"] if c["name"] == engine_name)
-    assert rendered_bound(engine) == "64", engine
+    pod = journey.pod_of(NAME)
+    engine = next(c for c in pod["spec"]["containers"] if c["name"] == ENGINE)
+    args = engine["args"]
+    assert args[args.index("--cache-ram") + 1] == "64", args
     limit = parse_bytes(engine["resources"]["limits"]["memory"])
-    usage, peak = memory_reader(container_cgroup("memory", pod, engine_name))
+    usage, peak = memory_reader(container_cgroup("memory", pod, ENGINE))
     rows: list[tuple[int, float, int, int]] = []
     began = time.monotonic()
-    with journey.port_forward(f"svc/{name}") as url:
-        for tag in range(prompts):
+    with journey.port_forward(f"svc/{NAME}") as url:
+        for tag in range(PROMPTS):
             status, doc = http_json(f"{url}/v1/chat/completions", {
                 "model": "gemma3:270m", "max_tokens": 1,
                 "messages": [{"role": "user", "content": prompt(tag)}]}, timeout=600)
@@ -97,18 +82,18 @@ def test_a_pod_serving_hundreds_of_distinct_long_prompts_stays_under_its_limit(
             if tag % 20 == 19 or tag == 0:
                 rows.append((tag + 1, time.monotonic() - began, int(usage.read_text()),
                              int(peak.read_text()) if peak.exists() else 0))
-    after = journey.pod_of(name)
+    after = journey.pod_of(NAME)
     assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the pod was replaced"
-    status = next(s for s in after["status"]["containerStatuses"] if s["name"] == engine_name)
-    evictions = journey.logs(after["metadata"]["name"], engine_name).count("removing oldest entry")
+    status = next(s for s in after["status"]["containerStatuses"] if s["name"] == ENGINE)
+    evictions = journey.logs(after["metadata"]["name"], ENGINE).count("removing oldest entry")
     mib = 2**20
-    print(f"\n{engine_name}: limit {limit // mib} MiB; {prompts} prompts of {WORDS} words; "
-          f"promptCache {PROMPT_CACHE}; the cache dropped its oldest entry {evictions} times")
+    print(f"\nlimit {limit // mib} MiB; {PROMPTS} prompts of {WORDS} words; promptCache "
+          f"{PROMPT_CACHE}; the cache dropped its oldest entry {evictions} times")
     print("| prompts | s | engine container memory (MiB) | peak (MiB) |\n|---:|---:|---:|---:|")
     for n, s, used, high in rows:
         print(f"| {n} | {s:.0f} | {used / mib:.0f} | {high / mib:.0f} |")
     assert status["restartCount"] == 0, status
     assert "lastState" not in status or not status["lastState"].get("terminated"), status
-    assert evictions >= prompts // 2, f"the bound was crossed only {evictions} times"
+    assert evictions >= PROMPTS // 2, f"the bound was crossed only {evictions} times"
     highest = max(max(used, high) for _, _, used, high in rows)
     assert highest < limit, f"peak {highest / mib:.0f} MiB, limit {limit // mib} MiB"
