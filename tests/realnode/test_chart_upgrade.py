@@ -8,6 +8,7 @@ passes succeed, and 0.1.0's probe DaemonSet is replaced by this chart's."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -59,12 +60,20 @@ def doc_crd_command() -> str:
 
 @pytest.fixture(scope="module")
 def previous(journey: Journey) -> Iterator[None]:
-    """The release at chart 0.1.0 (restored to this chart afterwards, whatever happened)."""
-    upgrade(journey, PREVIOUS)
+    """The release at chart 0.1.0 (restored to this chart afterwards, whatever happened).
+
+    0.1.0 runs this checkout's operator image (there is one image here), which
+    refuses plain-http downloads unless told (chart `downloads.allowHttp`,
+    which 0.1.0 does not know): the harness serves the model over http, so the
+    flag goes in through 0.1.0's `extraArgs` and is taken back afterwards."""
+    values = json.loads(helm(journey, "get", "values", RELEASE, "-o", "json"))
+    own = list(values.get("extraArgs") or [])
+    upgrade(journey, PREVIOUS, "--set-json",
+            f"extraArgs={json.dumps([*own, '--allow-http-downloads=true'])}")
     try:
         yield
     finally:
-        upgrade(journey, CHART_DIR)
+        upgrade(journey, CHART_DIR, "--set-json", f"extraArgs={json.dumps(own)}")
 
 
 @pytest.fixture(scope="module")
