@@ -32,6 +32,7 @@ NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained we
 PREVIOUS = REPO_ROOT / "tests" / "fixtures" / "charts" / "localmodel-operator-0.1.0.tgz"
 INSTALL_DOC = REPO_ROOT / "docs" / "install.md"
 DAEMONSETS = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
+NEWER_IMAGE_RBAC = "upgrade-test-newer-image"
 
 
 def helm(journey: Journey, *args: str, timeout: float = 300) -> str:
@@ -68,12 +69,26 @@ def previous(journey: Journey) -> Iterator[None]:
     flag goes in through 0.1.0's `extraArgs` and is taken back afterwards."""
     values = json.loads(helm(journey, "get", "values", RELEASE, "-o", "json"))
     own = list(values.get("extraArgs") or [])
+    # Nor does 0.1.0's ClusterRole grant what this image watches since (each
+    # model's NetworkPolicy): granted beside it while 0.1.0 runs.
+    api = journey.cluster.api()
+    api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+        "metadata": {"name": NEWER_IMAGE_RBAC},
+        "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                   "verbs": ["list", "watch", "create", "patch", "delete"]}]})
+    api.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "metadata": {"name": NEWER_IMAGE_RBAC},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": NEWER_IMAGE_RBAC},
+        "subjects": [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]})
     upgrade(journey, PREVIOUS, "--set-json",
             f"extraArgs={json.dumps([*own, '--allow-http-downloads=true'])}")
     try:
         yield
     finally:
         upgrade(journey, CHART_DIR, "--set-json", f"extraArgs={json.dumps(own)}")
+        for kind in ("clusterrolebindings", "clusterroles"):
+            api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/{kind}/{NEWER_IMAGE_RBAC}")
 
 
 @pytest.fixture(scope="module")
