@@ -31,6 +31,7 @@ from localmodel.engines import llama_server
 from localmodel.gateway_contract import GATEWAY_PORT
 from tests.builders import MakeLocalModel
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
+from tests.harness.chart import RELEASE as CHART_RELEASE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG
 from tests.harness.images import list_images
 from tests.harness.processes import wait_for
@@ -178,7 +179,21 @@ def other_tenant_lifecycle(journey: Journey) -> dict[str, float]:
     return took
 
 
+def settled(journey: Journey) -> bool:
+    """The operator's Deployment is done rolling (an earlier test may have
+    upgraded it): its pods are of one template, none is going, and one of them
+    holds the Lease."""
+    items = journey.get(
+        f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
+        f"app.kubernetes.io/instance={CHART_RELEASE},!app.kubernetes.io/component")["items"]
+    names = {p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp")}
+    templates = {p["metadata"].get("labels", {}).get("pod-template-hash") for p in items}
+    return len(names) == len(items) == 2 and len(templates) == 1 and lease(journey)[0] in names
+
+
 def test_a_lying_gateway_costs_the_operator_nothing(journey: Journey, tenants: str) -> None:
+    wait_for("the operator's pods to settle and one of them to hold the Lease",
+             lambda: settled(journey), 300, interval=1)
     before_pods, before_lease = operators(journey), lease(journey)
     before = reads(journey)
     api = journey.cluster.api()
