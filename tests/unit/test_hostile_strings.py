@@ -11,6 +11,7 @@ import json
 import threading
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -41,19 +42,26 @@ def entry(**fields: Any) -> dict[str, Any]:
     return base | fields
 
 
+@dataclass
+class Ledger:
+    """What the stand-in gateway answers, and where it listens."""
+
+    body: bytes = b""
+    url: str = ""
+
+
 @pytest.fixture
-def gateway() -> Iterator[list[bytes]]:
+def gateway() -> Iterator[Ledger]:
     """A stand-in gateway answering GET /ledger with whatever the test puts in."""
-    answers: list[bytes] = []
+    ledger = Ledger()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = answers[0]
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(ledger.body)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(ledger.body)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -61,23 +69,22 @@ def gateway() -> Iterator[list[bytes]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    answers.append(f"http://127.0.0.1:{server.server_address[1]}".encode())
+    ledger.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield answers
+        yield ledger
     finally:
         server.shutdown()
         server.server_close()
 
 
-def serve(answers: list[bytes], body: bytes) -> str:
-    url = answers[-1].decode()
-    answers[:] = [body, url.encode()]
-    return url
+def serve(ledger: Ledger, body: bytes) -> str:
+    ledger.body = body
+    return ledger.url
 
 
 @pytest.mark.parametrize("output", ["table", "json", "yaml"])
 def test_timeline_prints_a_hostile_ledger_bounded_and_cleaned(
-    gateway: list[bytes], capsys: pytest.CaptureFixture[str], output: str
+    gateway: Ledger, capsys: pytest.CaptureFixture[str], output: str
 ) -> None:
     ledger = {"entries": [entry(), entry(arrival="soon", duration_s=float("inf"),
                                         queue_wait_s=10**400, waited_behind="x",
@@ -102,7 +109,7 @@ def test_timeline_prints_a_hostile_ledger_bounded_and_cleaned(
     ],
 )
 def test_timeline_refuses_an_answer_it_cannot_read_naming_why(
-    gateway: list[bytes], capsys: pytest.CaptureFixture[str], answer: bytes, reason: str
+    gateway: Ledger, capsys: pytest.CaptureFixture[str], answer: bytes, reason: str
 ) -> None:
     url = serve(gateway, answer)
     assert main(["timeline", "m", "--gateway-url", url]) == 2
@@ -111,7 +118,7 @@ def test_timeline_refuses_an_answer_it_cannot_read_naming_why(
 
 
 def test_timeline_refuses_a_ledger_over_its_bound(
-    gateway: list[bytes], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    gateway: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("localmodel.timeline.cli.MAX_LEDGER_BYTES", 1000)
     url = serve(gateway, json.dumps({"entries": [entry(caller="x" * 2000)]}).encode())
