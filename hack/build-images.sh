@@ -18,6 +18,9 @@
 #                 /app/llama-server, LLAMA_ARG_HOST=0.0.0.0.
 #   pause         a static pause (C below, gcc -static) under the sandbox image
 #                 name the real node's containerd config uses.
+#   helper        a stand-in for busybox: Debian's busybox-static (extracted by
+#                 mmdebstrap, no other package) with its applets linked in /bin;
+#                 the local-path provisioner's helper pods (mkdir, rm) run it.
 # Stand-ins carry the upstream names so examples and default pinned images work
 # unchanged on the test node only; docs/test-cluster.md lists what each is
 # built from and how it differs from upstream. Each stand-in also carries the
@@ -27,10 +30,23 @@
 #                                               ollama, llama-server, pause; default all)
 #   bash hack/build-images.sh --print [NAME...] print, build nothing
 #   bash hack/build-images.sh --check [NAME...] exit 1 (listing them) if an archive is missing
-#   bash hack/build-images.sh --no-engines      build what needs no engine: the operator
-#                                               and pause images, the engine images' root
-#                                               filesystems (hack/test.sh runs it while
+#   bash hack/build-images.sh --no-engines      build what needs no engine: the operator,
+#                                               pause and helper images, the engine images'
+#                                               root filesystems (hack/test.sh runs it while
 #                                               the engines build)
+#   bash hack/build-images.sh --push HOST[:PORT][/PREFIX] [--ca FILE] [--authfile FILE] [NAME...]
+#                                               build what is missing, then copy each image
+#                                               into that registry with skopeo, under the
+#                                               mirror layout: the reference without its
+#                                               registry host (docker.io/ollama/ollama:T ->
+#                                               HOST/ollama/ollama:T; Docker Hub's one-word
+#                                               names under library/). --ca: a CA file the
+#                                               registry's certificate chains to (default:
+#                                               the system's); --authfile: a
+#                                               containers-auth.json (`skopeo login
+#                                               --authfile F HOST` writes one; default:
+#                                               skopeo's own, ${XDG_RUNTIME_DIR}/containers/
+#                                               auth.json). Prints `UPSTREAM PUSHED` per image.
 #
 # --print format (stable): one line per image, in the order above,
 #   REFERENCE ARCHIVE
@@ -66,13 +82,15 @@ cd "$(dirname "$0")/.."
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 IMAGES="$CACHE/images"
 PY="${PYTHON:-python3}"
-NAMES=(operator ollama llama-server pause)
+NAMES=(operator ollama llama-server pause helper)
 
 # ---- pins and names (the facts live elsewhere; this reads them) ----
 SUITE=bookworm                         # Debian 12: python3 is 3.11, like python:3.11-slim
 MIRROR=http://deb.debian.org/debian
 PAUSE_IMAGE=registry.k8s.io/pause:3.10 # the real node's containerd sandbox_image
 BASE_REPO=localhost/localmodel/debian12-python3  # the operator's local base: a local name
+# The local-path provisioner's helper image: Debian 12's busybox is 1.35.0.
+HELPER_IMAGE=docker.io/library/busybox:1.35
 
 log() { echo "build-images: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -121,6 +139,7 @@ declare -A REF=(
   [ollama]="${ollama_image%:*}:$ollama_version"
   [llama-server]="$llama_server_image"
   [pause]="$PAUSE_IMAGE"
+  [helper]="$HELPER_IMAGE"
 )
 
 # prune GLOB: keep the KEEP newest files matching $IMAGES/GLOB (other
@@ -331,6 +350,87 @@ EOF
   "${B[@]}" commit -q --rm "$c" "${REF[pause]}" >/dev/null
 }
 
+# The helper's root filesystem: busybox-static alone, extracted (no dpkg, no shell
+# but busybox's), as a tarball.
+helper_rootfs_key() {
+  { declare -f helper_rootfs; echo "$SUITE $MIRROR busybox-static"; } | sha256sum | cut -c1-16
+}
+helper_rootfs() {
+  local out t0=$SECONDS
+  out="$IMAGES/rootfs/helper-$(helper_rootfs_key).tar"
+  if [[ ! -s "$out" ]]; then
+    mkdir -p "$IMAGES/rootfs" "$IMAGES/debs"
+    env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+      mmdebstrap --variant=extract --include=busybox-static --format=tar \
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+      --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
+      --setup-hook="sync-in $IMAGES/debs /var/cache/apt/archives/" \
+      --customize-hook="sync-out /var/cache/apt/archives $IMAGES/debs" \
+      "$SUITE" "$out.tmp" "$MIRROR" >"$IMAGES/rootfs/helper.log" 2>&1 \
+      || { tail -30 "$IMAGES/rootfs/helper.log" >&2; rm -f "$out.tmp"; die "mmdebstrap failed for helper"; }
+    mv "$out.tmp" "$out"
+    log "rootfs helper in $((SECONDS - t0)) s"
+  fi
+  echo "$out"
+}
+
+build_helper() {
+  local rootfs c
+  rootfs="$(helper_rootfs)"
+  c="$("${B[@]}" from scratch)"
+  "${B[@]}" add "$c" "$rootfs" / >/dev/null
+  # Every applet as a symlink in /bin (sh, mkdir, rm...); the scripts the
+  # provisioner mounts run as `/bin/sh /script/setup`.
+  "${B[@]}" run --isolation chroot --network host "$c" -- /bin/busybox --install -s /bin
+  "${B[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --cmd '["sh"]' "$c"
+  stand_in_config "$c" "Debian $SUITE's busybox-static, extracted by mmdebstrap; not the upstream image"
+  "${B[@]}" commit -q --rm "$c" "${REF[helper]}" >/dev/null
+  smoke "${REF[helper]}" /bin/sh -c 'set -e; busybox | head -1 | grep -q "v${HELPER_IMAGE##*:}"; mkdir -m 0777 -p /tmp/x/y; rm -rf /tmp/x'
+}
+
+# ---- pushing ------------------------------------------------------------------------
+# mirror_path REFERENCE: the reference without its registry host, as a mirror
+# stores it (tests/harness/registry.py mirror_path is the same rule).
+mirror_path() {
+  local ref="$1" first="${1%%/*}" host path
+  if [[ "$ref" == */* && ( "$first" == *.* || "$first" == *:* || "$first" == localhost ) ]]; then
+    host="$first"; path="${ref#*/}"
+  else
+    host=docker.io; path="$ref"
+  fi
+  [[ "$host" == docker.io && "$path" != */* ]] && path="library/$path"
+  echo "$path"
+}
+
+# push_images: skopeo copies each selected archive to $PUSH (layers as they are,
+# no recompression; blobs the registry has are skipped).
+push_images() {
+  command -v skopeo >/dev/null || die "skopeo is not installed (Debian: skopeo)"
+  local certs name a target t0=$SECONDS
+  local dest=(--retry-times 3)
+  if [[ -n "$PUSH_CA" ]]; then
+    [[ -s "$PUSH_CA" ]] || die "--ca $PUSH_CA: no such file"
+    certs="$(mktemp -d)"
+    cp "$PUSH_CA" "$certs/ca.crt"
+    dest+=(--dest-cert-dir "$certs")
+  fi
+  if [[ -n "$PUSH_AUTH" ]]; then
+    [[ -s "$PUSH_AUTH" ]] || die "--authfile $PUSH_AUTH: no such file"
+    dest+=(--dest-authfile "$PUSH_AUTH")
+  fi
+  for name in "${selected[@]}"; do
+    a="$(archive "$name")"
+    [[ -s "$a" ]] || die "$name is not built ($a)"
+    target="$PUSH/$(mirror_path "${REF[$name]}")"
+    skopeo copy --quiet "${dest[@]}" "oci-archive:$a:${REF[$name]}" "docker://$target" >&2 \
+      || die "pushing $name to $target failed"
+    echo "${REF[$name]} $target"
+  done
+  [[ -n "${certs:-}" ]] && rm -rf "$certs"
+  log "pushed ${#selected[@]} image(s) to $PUSH in $((SECONDS - t0)) s"
+}
+
 # ---- keys -------------------------------------------------------------------------
 # inputs NAME: everything the image is made of, as text to hash.
 inputs() {
@@ -345,6 +445,7 @@ inputs() {
     ollama) echo "rootfs $(rootfs_key ollama) engine $OLLAMA_ROOT" ;;
     llama-server) echo "rootfs $(rootfs_key llama) engine $LLAMA_SERVER" ;;
     pause) gcc --version | head -1 ;;
+    helper) echo "rootfs $(helper_rootfs_key)" ;;
   esac
 }
 
@@ -352,15 +453,29 @@ archive() { echo "$IMAGES/$1-$(inputs "$1" | sha256sum | cut -c1-16).oci.tar"; }
 
 # ---- main -----------------------------------------------------------------------------
 mode=build
+PUSH="" PUSH_CA="" PUSH_AUTH=""
+usage="usage: $0 [--print|--check|--no-engines|--push HOST[:PORT][/PREFIX] [--ca FILE] [--authfile FILE]] [NAME...]  (NAME: ${NAMES[*]})"
 case "${1:-}" in
   --print) mode=print; shift ;;
   --check) mode=check; shift ;;
   --no-engines) mode=early; shift ;;
-  -*) echo "usage: $0 [--print|--check|--no-engines] [NAME...]  (NAME: ${NAMES[*]})" >&2; exit 2 ;;
+  --push)
+    [[ -n "${2:-}" && "${2:-}" != -* ]] || { echo "--push needs a registry (HOST[:PORT][/PREFIX])" >&2; exit 2; }
+    PUSH="${2%/}"; shift 2
+    while [[ "${1:-}" == --* ]]; do
+      [[ -n "${2:-}" ]] || { echo "$1 needs a value" >&2; exit 2; }
+      case "$1" in
+        --ca) PUSH_CA="$2" ;;
+        --authfile) PUSH_AUTH="$2" ;;
+        *) echo "$usage" >&2; exit 2 ;;
+      esac
+      shift 2
+    done ;;
+  -*) echo "$usage" >&2; exit 2 ;;
 esac
 selected=("$@")
 # --no-engines: what needs no engine build (hack/test.sh runs it beside them).
-[[ "$mode" == early ]] && selected=(operator pause)
+[[ "$mode" == early ]] && selected=(operator pause helper)
 ((${#selected[@]})) || selected=("${NAMES[@]}")
 for name in "${selected[@]}"; do
   [[ -n "${REF[$name]+x}" ]] || { echo "unknown image '$name' (known: ${NAMES[*]})" >&2; exit 2; }
@@ -421,3 +536,6 @@ if ((${#todo[@]})) || [[ "$mode" == early && ! ( -s "$(rootfs_path ollama)" && -
 fi
 log "ready in $((SECONDS - start)) s:"
 for name in "${selected[@]}"; do echo "  ${REF[$name]} $(archive "$name")" >&2; done
+if [[ -n "$PUSH" ]]; then
+  push_images
+fi

@@ -6,7 +6,9 @@
 #   (docs/metrics.md): promtool, the Prometheus Operator's CRDs (YAML from its
 #   module) and dashboard-check (hack/dashboard-check, Grafana's dashboard
 #   schema types from grafana-foundation-sdk); lmhealth (hack/lmhealth: the
-#   kstatus and Argo CD Lua health verdicts, docs/gitops.md).
+#   kstatus and Argo CD Lua health verdicts, docs/gitops.md); the local-path
+#   provisioner (the dynamic volume provisioner kind and k3s ship) as the test
+#   cluster's default StorageClass (docs/test-cluster.md).
 # Binaries land in a versioned directory per tool under
 #   ${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}/bin/<tool>-<version>/
 # and a tool whose directory is complete is skipped, so a rerun takes seconds.
@@ -30,6 +32,7 @@ PROMETHEUS_OPERATOR_VERSION=v0.85.0  # its monitoring.coreos.com CRDs
 GRAFANA_SDK_VERSION=v0.0.22          # github.com/grafana/grafana-foundation-sdk/go
 CLI_UTILS_VERSION=v0.37.2    # sigs.k8s.io/cli-utils: kstatus, as Flux uses it (lmhealth)
 GOPHER_LUA_VERSION=v1.1.1    # github.com/yuin/gopher-lua: Argo CD's Lua (lmhealth)
+LOCAL_PATH_VERSION=v0.0.30   # github.com/rancher/local-path-provisioner (kind's and k3s's default class)
 
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 BIN="$CACHE/bin"
@@ -42,6 +45,7 @@ HELM_DIR="$BIN/helm-$HELM_VERSION"
 KUBECONFORM_DIR="$BIN/kubeconform-$KUBECONFORM_VERSION"
 PROMTOOL_DIR="$BIN/promtool-$PROMETHEUS_VERSION"
 MONITORING_CRDS_DIR="$BIN/prometheus-operator-crds-$PROMETHEUS_OPERATOR_VERSION"
+LOCAL_PATH_DIR="$BIN/local-path-provisioner-$LOCAL_PATH_VERSION"
 # Keyed by the SDK's version and our source's digest: an edit rebuilds it.
 DASHBOARD_CHECK_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dashboard-check/main.go"
 DASHBOARD_CHECK_DIR="$BIN/dashboard-check-$GRAFANA_SDK_VERSION-$(sha256sum "$DASHBOARD_CHECK_SRC" | cut -c1-12)"
@@ -64,8 +68,9 @@ print_paths() {
   echo "promtool=$PROMTOOL_DIR/promtool"
   echo "monitoring-crds=$MONITORING_CRDS_DIR/monitoring.coreos.com.yaml"
   echo "dashboard-check=$DASHBOARD_CHECK_DIR/dashboard-check"
-  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION prometheus:$PROMETHEUS_VERSION prometheus-operator:$PROMETHEUS_OPERATOR_VERSION grafana-foundation-sdk:$GRAFANA_SDK_VERSION cli-utils:$CLI_UTILS_VERSION gopher-lua:$GOPHER_LUA_VERSION"
+  echo "versions=kubernetes:$K8S_VERSION etcd:$ETCD_VERSION kwok:$KWOK_VERSION helm:$HELM_VERSION kubeconform:$KUBECONFORM_VERSION prometheus:$PROMETHEUS_VERSION prometheus-operator:$PROMETHEUS_OPERATOR_VERSION grafana-foundation-sdk:$GRAFANA_SDK_VERSION cli-utils:$CLI_UTILS_VERSION gopher-lua:$GOPHER_LUA_VERSION local-path-provisioner:$LOCAL_PATH_VERSION"
   echo "lmhealth=$LMHEALTH_DIR/lmhealth"
+  echo "local-path-provisioner=$LOCAL_PATH_DIR/local-path-provisioner"
 }
 
 missing() {
@@ -339,12 +344,26 @@ build_lmhealth() {
   log "lmhealth: built in $((SECONDS - t0)) s"
 }
 
+# The local-path provisioner: its go.mod has no replace directives, so its own
+# module builds as published (`go install` at the pinned version).
+build_local_path() {
+  have_all "$LOCAL_PATH_DIR" local-path-provisioner \
+    && { log "local-path-provisioner $LOCAL_PATH_VERSION: cached"; return; }
+  log "local-path-provisioner $LOCAL_PATH_VERSION: building"
+  local t0=$SECONDS out="$LOCAL_PATH_DIR.tmp"
+  rm -rf "$out"; mkdir -p "$out"
+  GOBIN="$out" go install -trimpath -ldflags "-s -w" \
+    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_VERSION"
+  install_dir "$out" "$LOCAL_PATH_DIR"
+  log "local-path-provisioner: built in $((SECONDS - t0)) s"
+}
+
 start=$SECONDS
 # The two modules' streams run side by side; each stops at its first failure,
 # and the script fails if either did.
 ( build_cluster_module; build_lmhealth ) &
 cluster_pid=$!
-( build_clients_module; kwok_stages; monitoring_crds; build_dashboard_check ) &
+( build_clients_module; kwok_stages; monitoring_crds; build_dashboard_check; build_local_path ) &
 clients_pid=$!
 failed=0
 wait "$cluster_pid" || { log "the cluster stream failed (output above)"; failed=1; }
