@@ -8,6 +8,9 @@
     python -m tests.harness up --detach --real-node
                                           # plus one real node (containerd, kubelet,
                                           # kube-proxy; root only, see docs/test-cluster.md)
+                                          # pulling every image from a TLS registry started
+                                          # here, the chart installed from it, and the
+                                          # local-path provisioner as the default class
     python -m tests.harness status
     python -m tests.harness models-url    # base URL of the cached GGUF files
     python -m tests.harness node avx2 avx2-new | kubectl apply -f -
@@ -84,6 +87,12 @@ def _print_summary(state: dict[str, Any]) -> None:
         node = state["real_node"]
         print(f"real node:   {node['name']} at {node['address']} "
               f"(Ready {node['ready_seconds']:.1f} s after the kubelet started)")
+        registry = node.get("registry") or {}
+        if registry:
+            print(f"registry:    https://{registry['host']} (CA {state['ca_file']}; "
+                  f"started in {registry['start_seconds']:.1f} s, images pushed in "
+                  f"{registry['push_seconds']:.1f} s); the node pulls every image from it")
+            print("storage:     default StorageClass local-path (the local-path provisioner)")
     if state.get("chart"):
         chart = state["chart"]
         print(f"chart:       helm release {chart['release']} in {chart['namespace']}, "
@@ -137,6 +146,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                      "seconds": time.monotonic() - began}
         state = {
             **cluster.describe(),
+            "ca_file": str(cluster.ca_file),
             "operator": None if operator is None else {
                 "log": str(operator.log_path),
                 "metrics": f"http://127.0.0.1:{operator.metrics_port}/metrics",

@@ -116,7 +116,7 @@ def install_chart(
     timeout: float = 300.0,
     extra_args: tuple[str, ...] = (),
 ) -> str:
-    """`helm install` the chart as a user does, from an image already on the node.
+    """`helm install` the chart as a user does, the image pulled from a registry.
 
     The operator's replicas are pinned to `node_name` (the test cluster's real
     node: kwok's nodes would only pretend to run them); the node probe runs on
@@ -131,7 +131,6 @@ def install_chart(
         [str(tools["helm"]), "install", RELEASE, str(CHART_DIR),
          "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--create-namespace",
          "--set", f"image.repository={repository}", "--set-string", f"image.tag={tag}",
-         "--set", "image.pullPolicy=Never",
          # The harness serves the GGUF files over plain http (tests/harness/models.py).
          "--set", "downloads.allowHttp=true",
          "--set-string", f"nodeSelector.kubernetes\\.io/hostname={node_name}",

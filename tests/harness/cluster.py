@@ -12,7 +12,10 @@ local PersistentVolumes come from a fixture file (see nodes.py).
 runs from the context manager, from atexit and on SIGTERM.
 
 With `real_node=True` one real node joins as well (tests/harness/realnode.py:
-containerd, kubelet, kube-proxy), and the control plane gets what a real node
+containerd, kubelet, kube-proxy), pulling every image from a real registry the
+harness starts first (tests/harness/registry.py; the images pushed there by
+`hack/build-images.sh --push`), with the local-path provisioner as the default
+StorageClass (tests/harness/localpath.py), and the control plane gets what a real node
 needs: a CA for x509 client certificates, a serving certificate for the
 `kubernetes` Service's IP, `--authorization-mode=Node,RBAC`, NodeRestriction,
 a client certificate to reach kubelets, the API server on the node's address
@@ -40,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from tests.harness import localpath
 from tests.harness.kubeapi import ApiError, KubeApi
 from tests.harness.nodes import (
     DEFAULT_FIXTURE,
@@ -58,6 +62,7 @@ from tests.harness.processes import (
     wait_until,
 )
 from tests.harness.realnode import (
+    NODE_DIR,
     NODE_TOOLS,
     NodeImages,
     NodeLock,
@@ -65,6 +70,7 @@ from tests.harness.realnode import (
     node_ip,
     preflight,
 )
+from tests.harness.registry import Registry
 from tests.harness.tools import TOOL_NAMES, Tools, locate_tools
 
 ADMIN = "admin"
@@ -169,6 +175,7 @@ class TestCluster:
         real_node: bool = False,
         node_images: NodeImages | None = None,
         client_rates: ClientRates | None = None,
+        mirror_upstream: bool = True,
     ) -> None:
         self.fixture_path = fixture
         # The controller manager's and scheduler's API client rates; None: their
@@ -197,8 +204,12 @@ class TestCluster:
         self.startup_seconds: float | None = None
         self._stopped = False
         self.real_node_wanted = real_node
-        # What the real node imports; default: every image hack/build-images.sh lists.
+        # What the real node pulls; default: every image hack/build-images.sh lists,
+        # pushed to the test registry. With `mirror_upstream` the node also takes their
+        # upstream names (docker.io/..., ghcr.io/...) from the registry, as from a mirror.
         self.node_images = node_images
+        self.mirror_upstream = mirror_upstream
+        self.registry: Registry | None = None
         self.real_node: RealNode | None = None
         self._node_lock = NodeLock()
         self.node_address = ""
@@ -681,6 +692,12 @@ class TestCluster:
 
     def _start_real_node(self, images: NodeImages, timeout: float) -> None:
         assert self.pki is not None
+        # The registry first: the node's containerd starts empty and pulls from it.
+        self.registry = Registry(self.workdir / "registry", self.pki)
+        self.registry.start(timeout)
+        assert self.registry.process is not None
+        self.processes.append(self.registry.process)  # stops after the node
+        pushed = self.registry.push()
         # The API server's kubelet client may use the kubelet API (logs, exec...).
         self.apply([{
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -692,8 +709,10 @@ class TestCluster:
                           "name": KUBELET_CLIENT_USER}],
         }])
         self.real_node = RealNode(cluster=self, ca=self.pki, address=self.node_address,
-                                  images=images)
+                                  images=images.in_registry(pushed), registry=self.registry,
+                                  mirror_upstream=self.mirror_upstream)
         self.real_node.start(timeout)
+        localpath.start(self, self.real_node.images.helper, NODE_DIR / "local-path")
 
     def describe(self) -> dict[str, Any]:
         """What a person (or the CLI's state file) needs to use this cluster."""

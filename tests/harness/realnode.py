@@ -7,9 +7,14 @@ certificate...). What it took on this machine kind is in docs/test-cluster.md:
 
 - containerd (Debian) with its own config: CRI `restrict_oom_score_adj` (the VM
   withholds CAP_SYS_RESOURCE, so a negative oom_score_adj fails every sandbox),
-  overlayfs, cgroupfs, CNI plugins from /usr/lib/cni, and every image
-  `hack/build-images.sh --print` lists imported (its pause image is the
-  `sandbox_image`: no registry here);
+  overlayfs, cgroupfs, CNI plugins from /usr/lib/cni; it starts with NO image
+  and pulls every one from the test registry (tests/harness/registry.py, where
+  `hack/build-images.sh --push` put them), the pause image too (the
+  `sandbox_image` names it there), trusting the registry's CA through
+  containerd's registry `config_path` (a hosts.toml per registry host; with
+  `mirror_upstream`, also for docker.io, ghcr.io and registry.k8s.io, so
+  references under the upstream names are pulled from the registry as from a
+  mirror);
 - the kubelet (built by hack/build-tools.sh) with a client certificate for
   `system:node:<name>`, x509 + webhook authentication/authorization, random
   ports, cgroup v1 allowed (`failCgroupV1: false`), image GC out of the way;
@@ -52,6 +57,7 @@ from tests.harness.processes import (
     terminate_pid,
     wait_until,
 )
+from tests.harness.registry import Registry
 
 if TYPE_CHECKING:
     from tests.harness.cluster import TestCluster
@@ -67,6 +73,11 @@ NODE_DIR = Path("/var/lib/localmodel-test-node")  # containerd's root, the CNI c
 # instead of deleting ~20 000 files (18-35 s on this loaded machine).
 CONTAINERD_ROOT = NODE_DIR / "containerd"
 CONTAINERD_ROOT_SIZE = "8g"
+# containerd's registry config_path: one <host>/hosts.toml per registry it trusts.
+CERTS_DIR = NODE_DIR / "certs.d"
+# Upstream registries whose references the node pulls from the test registry
+# when told to (`mirror_upstream`): the mirror layout drops the host.
+UPSTREAM_REGISTRIES = ("docker.io", "ghcr.io", "registry.k8s.io")
 # Who runs the node and what `cleanup` needs (pids, sysctls before); survives a hard kill.
 RECORD = NODE_DIR / "record.json"
 KUBELET_ROOT = Path("/var/lib/kubelet")
@@ -101,7 +112,7 @@ SYSCTLS = (
     "net/ipv4/conf/all/route_localnet",
 )
 
-NODE_TOOLS = ("kubelet", "kube-proxy")
+NODE_TOOLS = ("kubelet", "kube-proxy", "local-path-provisioner")
 # Debian package for each host binary the node runs.
 HOST_BINARIES = {
     "containerd": "containerd",
@@ -126,12 +137,24 @@ class RealNodeError(StartupError):
 
 @dataclass(frozen=True)
 class NodeImages:
-    """What the node imports (every image hack/build-images.sh builds), and the two
-    it needs by role: the pod sandbox's and the operator's (the chart's)."""
+    """What the node pulls (every image hack/build-images.sh builds, pushed to the
+    test registry), and those it needs by role: the pod sandbox's, the operator's
+    (the chart's) and the local-path provisioner's helper. Upstream references
+    from `built()`; `in_registry` names them where the registry has them."""
 
     all: tuple[Image, ...]
     sandbox: str
     operator: str
+    helper: str = ""
+
+    def in_registry(self, pushed: dict[str, str]) -> NodeImages:
+        """The same images by their references in the registry (`pushed`:
+        upstream -> pushed, as Registry.push returns it)."""
+        missing = [r for r in (self.sandbox, self.operator, self.helper) if r and r not in pushed]
+        if missing:
+            raise RealNodeError(f"not pushed to the test registry: {', '.join(missing)}")
+        return NodeImages(self.all, pushed[self.sandbox], pushed[self.operator],
+                          pushed.get(self.helper, ""))
 
     @classmethod
     def built(cls) -> NodeImages:
@@ -144,7 +167,8 @@ class NodeImages:
                                 + "; run `bash hack/build-images.sh`")
         [pause] = list_images("pause")
         [operator] = list_images("operator")
-        return cls(images, pause.reference, operator.reference)
+        [helper] = list_images("helper")
+        return cls(images, pause.reference, operator.reference, helper.reference)
 
 
 def node_ip() -> str:
@@ -292,14 +316,16 @@ class RealNode:
     cluster: TestCluster
     ca: CertificateAuthority
     address: str
-    images: NodeImages
+    images: NodeImages  # as the node pulls them: from `registry`
+    registry: Registry
+    mirror_upstream: bool = True
     name: str = NODE_NAME
     processes: list[ManagedProcess] = field(default_factory=list)
     sysctls_before: dict[str, str] = field(default_factory=dict)
     nft_tables_before: list[str] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     ready_seconds: float | None = None  # kubelet start -> node Ready
-    import_seconds: float | None = None
+    images_at_start: list[str] = field(default_factory=list)  # containerd's, once Ready
 
     @property
     def workdir(self) -> Path:
@@ -321,13 +347,23 @@ class RealNode:
         names = ("kubelet", "kubelet-healthz", "proxy-healthz", "proxy-metrics")
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         self._write_network()
+        self.trust(self.registry, UPSTREAM_REGISTRIES if self.mirror_upstream else ())
         self._start_containerd(timeout)
-        began = time.monotonic()
-        for image in self.images.all:
-            self.import_image(image.archive)
-        self.import_seconds = time.monotonic() - began
         self._start_kubelet(timeout)
         self._start_kube_proxy(timeout)
+        self.images_at_start = self.image_names()
+
+    def trust(self, registry: Registry, mirror_of: tuple[str, ...] = ()) -> None:
+        """containerd pulls from `registry` over TLS its CA verifies, and takes the
+        references of the `mirror_of` registries from it (mirror layout). containerd
+        reads these files at every pull: a registry started later is trusted at once."""
+        ca = f'  ca = "{registry.ca.cert}"\n'
+        endpoint = f'[host."https://{registry.host}"]\n  capabilities = ["pull", "resolve"]\n'
+        for host, text in ((registry.host, f'server = "https://{registry.host}"\n\n'),
+                           *((m, "") for m in mirror_of)):
+            directory = CERTS_DIR / host
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "hosts.toml").write_text(text + endpoint + ca)
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
         proc = ManagedProcess(name=name, argv=argv,
@@ -396,6 +432,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
         SystemdCgroup = false
+  [{cri}.registry]
+    config_path = "{CERTS_DIR}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{NODE_DIR / 'cni'}"
@@ -464,7 +502,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 "x509": {"clientCAFile": str(self.ca.cert)},
             },
             "authorization": {"mode": "Webhook"},
-            # Imported images have no registry to come back from: never collect them.
+            # Other work fills this machine's disk: no image GC in the middle of a test.
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             # Other work on this machine fills its disk; do not evict test pods for it.
@@ -555,7 +593,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "pids": {p.name: p.pid for p in self.processes},
             "executables": {p.name: p.argv[0] for p in self.processes},
             "ready_seconds": self.ready_seconds,
-            "import_seconds": self.import_seconds,
+            "registry": self.registry.describe(),
+            "images_at_start": self.images_at_start,
             "sandbox_image": self.images.sandbox,
             "operator_image": self.images.operator,
             "owner_pid": os.getpid(),

@@ -1,13 +1,15 @@
 """docs/quickstart.md, executed as written on the real node.
 
 A real-node cluster with no fake nodes (so the chart's pods can only land on the
-real kubelet), prepared as the doc's "Before you start" asks: a default
-StorageClass with local volumes on the node, and the GGUF served from a model
-server the node reaches. Then every `<!-- quickstart:step -->` block of the doc
-runs, verbatim and in order, in one `bash -euo pipefail` with the real kubectl
-and helm on PATH, KUBECONFIG set, and a fresh virtualenv (the system's packages
-visible) for the doc's `pip install` lines; the settings block is the one part
-replaced, by this test's model server URL.
+real kubelet), as the doc's "Before you start" asks: the images in a registry
+the node trusts (the harness's TLS registry; the node's containerd starts with
+no image at all and pulls every one from it), a default StorageClass (the
+local-path provisioner: no volume is made by hand), and the GGUF served from a
+model server the node reaches. Then every `<!-- quickstart:step -->` block of
+the doc runs, verbatim and in order, in one `bash -euo pipefail` with the real
+kubectl and helm on PATH, KUBECONFIG set, and a fresh virtualenv (the system's
+packages visible) for the doc's `pip install` lines; the settings block is the
+one part replaced, by this test's model server URL and registry.
 
 Its own package (not tests/realnode): there is one real node per machine, and
 the journey tier's package-scoped cluster must be gone before this one starts.
@@ -21,15 +23,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import StartupError, TestCluster, ToolsMissingError, engines, locate_tools
 from tests.harness.models import ModelFileServer
-from tests.harness.nodes import local_volume_name
 from tests.harness.processes import ManagedProcess
-from tests.harness.realnode import NODE_DIR, NODE_TOOLS
+from tests.harness.realnode import NODE_TOOLS
 from tests.harness.tools import REPO_ROOT, TOOL_NAMES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -51,28 +51,10 @@ def doc_blocks() -> tuple[str, list[str]]:
 def test_the_doc_has_one_settings_block_and_its_steps() -> None:
     settings, steps = doc_blocks()
     assert settings.strip().startswith("export GGUF_URL=")
+    assert "\nexport REGISTRY=" in settings
+    assert "$REGISTRY" in steps[0]
     assert steps[0].lstrip().startswith("helm install")
     assert any("import ollama" in s and "from openai import OpenAI" in s for s in steps)
-
-
-def _volumes(node: str, count: int = 2) -> list[dict[str, Any]]:
-    """The cluster admin's part: local disks on the node, as PersistentVolumes."""
-    out = []
-    for n in range(count):
-        path = NODE_DIR / "volumes" / f"quickstart-{n}"
-        path.mkdir(parents=True, exist_ok=True)
-        out.append({
-            "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": local_volume_name(node, n)},
-            "spec": {
-                "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-disk",
-                "local": {"path": str(path)},
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
-                    "key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-            },
-        })
-    return out
 
 
 def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
@@ -96,11 +78,12 @@ def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
     models = ModelFileServer(gguf.parent, bind=cluster.node_address)
     try:
         models.start()
-        assert cluster.real_node is not None
-        cluster.apply(_volumes(cluster.real_node.name))
-        cluster.kubectl("annotate", "storageclass", "local-disk",
-                        "storageclass.kubernetes.io/is-default-class=true")
-        print(f"cluster with the real node up in {time.monotonic() - began:.0f} s")
+        assert cluster.real_node is not None and cluster.registry is not None
+        print(f"cluster with the real node up in {time.monotonic() - began:.0f} s "
+              f"(registry up in {cluster.registry.start_seconds:.1f} s, every image pushed "
+              f"in {cluster.registry.push_seconds:.1f} s)")
+        # Nothing pre-loaded: the node pulls what the doc's steps run.
+        assert cluster.real_node.image_names() == []
 
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
@@ -113,8 +96,9 @@ def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
         env |= {"PATH": f"{venv / 'bin'}{os.pathsep}{bin_dir}{os.pathsep}{env['PATH']}",
                 "VIRTUAL_ENV": str(venv), "KUBECONFIG": str(cluster.admin_kubeconfig),
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        # The one replaced line: where this test serves the GGUF.
-        site = f"export GGUF_URL={models.url_of(gguf.name)}\n"
+        # The replaced lines: where this test serves the GGUF and its registry.
+        site = (f"export GGUF_URL={models.url_of(gguf.name)}\n"
+                f"export REGISTRY={cluster.registry.host}\n")
         script = site + "\n".join(steps)
         print(f"--- settings: {site.strip()} (the doc's: {settings.strip()})\n"
               "--- then the doc's steps, as written")
@@ -135,6 +119,10 @@ def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
         print(run.stdout)
         print(run.stderr[-4000:], file=sys.stderr)
         print(f"quickstart steps: {seconds:.0f} s")
+        for line in cluster.kubectl("get", "events", "-A", "--field-selector=reason=Pulled",
+                                    "-o", "custom-columns=OBJ:.involvedObject.name,"
+                                    "MSG:.message", check=False).stdout.splitlines():
+            print(f"  {line}")
         assert run.returncode == 0, f"the quickstart failed ({run.returncode}):\n{run.stderr}"
         answers = dict(re.findall(r"^(ollama|openai): (.+)$", run.stdout, re.M))
         assert set(answers) == {"ollama", "openai"} and all(answers.values()), run.stdout

@@ -1,10 +1,11 @@
 """The journey tier: a user's path from `helm install` to an answer, on a real kubelet.
 
 One real-node cluster for the whole package (tests/harness: TestCluster with
-`real_node=True`, the images of hack/build-images.sh imported into the node's
-containerd), the chart installed by `helm install` from the locally built
-operator image, the cached GGUF files served over HTTP on the node's address
-(tests/harness/models.py) so pods download weights as from an internal mirror,
+`real_node=True`: the images of hack/build-images.sh pushed to the test
+registry, from which the node's empty containerd pulls them), the chart
+installed by `helm install` with the operator image from that registry, the
+cached GGUF files served over HTTP on the node's address (tests/harness/models.py)
+so pods download weights as from an internal mirror,
 and a model namespace that enforces Pod Security `baseline` (test_pod_security.py
 makes one that enforces `restricted` for a llama-server model).
 
@@ -38,7 +39,7 @@ from tests.harness.chart import install_chart
 from tests.harness.models import ModelFileServer
 from tests.harness.realnode import NODE_DIR, NODE_TOOLS
 from tests.harness.tools import TOOL_NAMES
-from tests.realnode.journey import Journey, Timings, local_volumes
+from tests.realnode.journey import Journey, Timings, local_volumes, pull_events
 
 # Where the real node's local PersistentVolumes live: under the node's own
 # directory, so the harness's cleanup removes them with the node.
@@ -77,22 +78,29 @@ def journey() -> Iterator[Journey]:
         problem = f"the real-node cluster did not start: {exc}"
     if problem:
         _fail(problem)
-    timings.add("cluster with the real node up (images imported)", time.monotonic() - began)
-    assert cluster.real_node is not None
+    timings.add("cluster with the real node up (registry started, images pushed)",
+                time.monotonic() - began)
+    assert cluster.real_node is not None and cluster.registry is not None
+    timings.add("  of which: the registry's start", cluster.registry.start_seconds or 0.0)
+    timings.add("  of which: pushing every image", cluster.registry.push_seconds or 0.0)
     models = ModelFileServer(gguf.parent, bind=cluster.node_address)
     try:
         models.start()
         node = cluster.real_node.name
         cluster.apply(local_volumes(node, VOLUMES, VOLUMES_DIR))
         operator_image = cluster.real_node.images.operator
+        images_before_chart = cluster.real_node.image_names()
         began = time.monotonic()
         install_chart(tools, cluster.admin_kubeconfig, operator_image, node,
                       extra_args=OPERATOR_ARGS)
-        timings.add("helm install --wait (operator and probe pods Ready)",
+        timings.add("helm install --wait (operator and probe pods Ready, images pulled)",
                     time.monotonic() - began)
+        for event in pull_events(cluster):
+            print(f"  {event}")
         sha256 = hashlib.sha256(gguf.read_bytes()).hexdigest()
         j = Journey(cluster=cluster, models=models, node=node, gguf=gguf, sha256=sha256,
-                    operator_image=operator_image, timings=timings)
+                    operator_image=operator_image, timings=timings,
+                    images_before_chart=images_before_chart)
         j.create_model_namespace()
         yield j
     finally:

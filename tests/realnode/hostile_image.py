@@ -5,7 +5,8 @@ layer: `/usr/local/bin/localmodel` replaced by tests/realnode/hostile_speed_serv
 so the gateway container the renderer starts (`command: [localmodel, gateway]`)
 runs the hostile server instead. Written as an OCI archive in Python (the
 operator's blobs copied, a new uncompressed layer, a new config and manifest),
-so no image builder runs; the real node imports it with `ctr images import`."""
+so no image builder runs; the containment journey pushes it to the test registry,
+from which the real node pulls it."""
 
 from __future__ import annotations
 

@@ -111,6 +111,14 @@ class Deployed:
     downloads: int  # requests for the GGUF file during the start
 
 
+def pull_events(cluster: TestCluster) -> list[str]:
+    """The kubelet's `Pulled` Events (image and time taken), oldest first."""
+    events = cluster.api().get("/api/v1/events?fieldSelector=reason%3DPulled")["items"]
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [f"{e['involvedObject'].get('namespace')}/{e['involvedObject']['name']}: "
+            f"{e.get('message', '')}" for e in events]
+
+
 def all_containers_ready(pod: Manifest | None) -> bool:
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
     return bool(statuses) and all(s.get("ready") for s in statuses)
@@ -264,6 +272,7 @@ class Journey:
     sha256: str
     operator_image: str
     timings: Timings
+    images_before_chart: list[str] = field(default_factory=list)  # containerd's
 
     # ---- the cluster ----------------------------------------------------------
 

@@ -110,14 +110,14 @@ def converged(journey: Journey, namespace: str, name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tenants(journey: Journey) -> Iterator[str]:
-    """Both tenants' namespaces, the hostile image on the node and a volume for
-    tenant A's weights; the hostile gateway's base URL is not known yet: yields
-    the image reference."""
-    assert journey.cluster.real_node is not None
+    """Both tenants' namespaces, the hostile image in the test registry (the node
+    pulls it, as every image) and a volume for tenant A's weights; the hostile
+    gateway's base URL is not known yet: yields the image reference."""
+    assert journey.cluster.registry is not None
     [operator] = list_images("operator")
     archive = hostile_image.build(operator.archive,
                                   journey.cluster.workdir / "hostile-gateway.oci.tar")
-    journey.cluster.real_node.import_image(archive)
+    reference = journey.cluster.registry.push_archive(archive, hostile_image.REFERENCE)
     api = journey.cluster.api()
     for ns in (HOSTILE_NS, OTHER_NS):
         api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -125,7 +125,7 @@ def tenants(journey: Journey) -> Iterator[str]:
             "GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default") == 200, 30)
     journey.cluster.apply(local_volumes(journey.node, 1, VOLUMES_DIR, first=VOLUMES + 10))
     try:
-        yield hostile_image.REFERENCE
+        yield reference
     finally:
         for ns, name in ((HOSTILE_NS, HOSTILE), (OTHER_NS, OTHER)):
             api.status_of("DELETE", lm_path(ns, name))
