@@ -176,7 +176,7 @@ def parse_push_output(text: str) -> dict[str, str]:
     pushed = {}
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
-        if len(words) != 2:
+        if len(words) != 2 or "/" not in words[1]:
             raise ValueError(f"hack/build-images.sh --push, line {number}: {line!r} is not "
                              "'UPSTREAM_REFERENCE PUSHED_REFERENCE'")
         pushed[words[0]] = words[1]
