@@ -44,16 +44,25 @@ def test_the_node_started_empty_and_pulled_every_image_from_the_registry(
     assert journey.operator_image.startswith(f"{registry.host}/localmodel/")
     names = [n for n in node.image_names() if not n.startswith("sha256:")]
     assert node.images.sandbox in names and journey.operator_image in names, names
-    pushed = set(registry.pushed.values())
-    # Each image is the registry's: by its name there, or by an upstream name
-    # containerd resolved through the registry (hosts.toml mirror).
+    pushed = {_repository(r) for r in registry.pushed.values()}
+    # Each image (by tag, or by digest: containerd lists both) is the registry's:
+    # by its name there, or by an upstream name containerd resolved through the
+    # registry (hosts.toml mirror).
     for name in names:
-        assert name in pushed or f"{registry.host}/{mirror_path(name)}" in pushed, (
-            name, sorted(pushed))
+        repository = _repository(name)
+        assert repository in pushed or (
+            f"{registry.host}/{_repository(mirror_path(name))}" in pushed), (name, sorted(pushed))
     # The kubelet reported the pulls (Events `Pulled`) for the chart's pods.
     pulled = journey.get("/api/v1/namespaces/localmodel-system/events"
                          "?fieldSelector=reason%3DPulled")["items"]
     assert any(journey.operator_image in e.get("message", "") for e in pulled), pulled
+
+
+def _repository(reference: str) -> str:
+    """A reference without its tag or digest."""
+    name = reference.split("@", 1)[0]
+    head, sep, tag = name.rpartition(":")
+    return head if sep and "/" not in tag else name
 
 
 def test_a_claim_without_a_class_binds_through_the_local_path_provisioner(
