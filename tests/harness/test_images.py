@@ -30,7 +30,7 @@ CHART = REPO_ROOT / "charts" / "localmodel-operator"
 # What hack/build-images.sh built (its listing depends on the engine builds).
 pytestmark = pytest.mark.engine
 
-NAMES = ("operator", "ollama", "llama-server", "pause")
+NAMES = ("operator", "ollama", "llama-server", "pause", "helper")
 STAND_IN = "dev.localmodel.stand-in"
 
 
@@ -181,6 +181,17 @@ def test_the_pause_image_is_one_static_binary_that_waits_for_sigterm(tmp_path: P
         assert proc.stop(timeout=5) == 0  # SIGTERM, then its exit code
     finally:
         proc.kill()
+
+
+def test_the_helper_image_has_the_shell_and_tools_the_local_path_scripts_use() -> None:
+    image = archived("helper")
+    # The provisioner runs `/bin/sh /script/setup` (mkdir -m 0777 -p) and
+    # `/bin/sh /script/teardown` (rm -rf) in it.
+    assert image.resolve("/bin/sh") and image.resolve("/bin/busybox")
+    for command in ("sh", "mkdir", "rm"):
+        assert on_path(image, command), command
+    assert image.links["/bin/sh"] == "/bin/busybox"
+    assert "busybox-static" in image.config["Labels"][STAND_IN]
 
 
 def posixpath_dir(path: str) -> str:
