@@ -18,11 +18,11 @@ from tests.harness.pki import CertificateAuthority
 from tests.harness.registry import Registry, mirror_path, parse_push_output
 
 CASES = [
-    ("docker.io/ollama/ollama:0.34.4", "ollama/ollama:0.34.4"),
-    ("ollama/ollama:0.34.4", "ollama/ollama:0.34.4"),
+    ("docker.io/ollama/ollama:1.2.3", "ollama/ollama:1.2.3"),
+    ("ollama/ollama:1.2.3", "ollama/ollama:1.2.3"),
     ("docker.io/library/busybox:1.35", "library/busybox:1.35"),
     ("busybox:1.35", "library/busybox:1.35"),
-    ("ghcr.io/ggml-org/llama.cpp:server-b11316", "ggml-org/llama.cpp:server-b11316"),
+    ("ghcr.io/ggml-org/llama.cpp:server-b1", "ggml-org/llama.cpp:server-b1"),
     ("registry.k8s.io/pause:3.10", "pause:3.10"),
     ("localhost/localmodel-test/hostile-gateway:1", "localmodel-test/hostile-gateway:1"),
     ("127.0.0.1:5000/a/b:c", "a/b:c"),
