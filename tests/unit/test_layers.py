@@ -62,6 +62,7 @@ LAYERS = (
           "quantities, strings made printable, and each engine's facts (data the API reads)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.facts.quantity", "localmodel.printable",
+           "localmodel.images",
            "localmodel.engines", "localmodel.engines.*")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
