@@ -201,19 +201,7 @@ def _render_parser() -> argparse.ArgumentParser:
         default=RenderOptions().operator_image,
         help="image for the gateway sidecar",
     )
-    parser.add_argument(
-        "--image-registry",
-        default="",
-        metavar="REGISTRY",
-        help="take every image the operator chooses from this registry, as the operator's "
-        "--image-registry (host[:port][/path]: its host replaces the image's, the path is kept)",
-    )
-    parser.add_argument(
-        "--image-pull-secrets",
-        default="",
-        metavar="SECRET,...",
-        help="Secrets every model pod pulls its images with, as the operator's flag",
-    )
+    _add_registry_flags(parser)
     parser.add_argument(
         "--allow-http-downloads",
         action="store_true",
@@ -234,6 +222,23 @@ def _render_parser() -> argparse.ArgumentParser:
         "the policy's overflowKeySecretLabel. Repeatable.",
     )
     return parser
+
+
+def _add_registry_flags(parser: argparse.ArgumentParser) -> None:
+    """The one registry setting, as the operator's flags (localmodel/images.py)."""
+    parser.add_argument(
+        "--image-registry",
+        default="",
+        metavar="REGISTRY",
+        help="take every image the operator chooses from this registry, as the operator's "
+        "--image-registry (host[:port][/path]: its host replaces the image's, the path is kept)",
+    )
+    parser.add_argument(
+        "--image-pull-secrets",
+        default="",
+        metavar="SECRET,...",
+        help="Secrets every model pod pulls its images with, as the operator's flag",
+    )
 
 
 def _registry_flags(registry: str, secrets: str) -> tuple[str, tuple[str, ...]]:

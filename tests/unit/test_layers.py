@@ -91,7 +91,7 @@ LAYERS = (
           "what a pass writes: the manifests (render), the status and its Events, the speed "
           "verdicts the status carries",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed")),
+           "localmodel.speed", "localmodel.gaps")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",
