@@ -14,6 +14,8 @@ from localmodel.contract import LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA, MAN
 from localmodel.controller.observed import Snapshot, observe
 from localmodel.controller.policy import plan_pass
 from localmodel.controller.watched import reduced_pod
+from localmodel.doctor.cluster import ClusterView, cluster_findings
+from localmodel.doctor.report import Verdict
 from localmodel.gaps import (
     ClaimState,
     Gap,
@@ -168,8 +170,8 @@ def test_the_default_class(annotations: dict[str, str], default: bool) -> None:
 def _pass(pods: list[dict[str, Any]], claims: list[dict[str, Any]],
           classes: list[dict[str, Any]]) -> Any:
     lm = QWEN.obj()
-    snap = Snapshot(localmodels=[QWEN.manifest()], nodes=[NODE.manifest()], pods=pods, claims=claims,
-                    storageclasses=classes)
+    snap = Snapshot(localmodels=[QWEN.manifest()], nodes=[NODE.manifest()], pods=pods,
+                    claims=claims, storageclasses=classes)
     plan = plan_pass(observe(snap), NOW, RenderOptions(image_pull_secrets=("regcred",)),
                      placed={}, avoid={})
     [work] = [w for w in plan.work if w.model.key == lm.key]
@@ -214,3 +216,43 @@ def test_with_gap_changes_only_a_not_ready_status() -> None:
         c.model_copy(update={"reason": Reason.INVALID_SPEC}) if c.type == "Ready" else c
         for c in status.conditions]})
     assert with_gap(offline, gap, lm, NOW) is offline  # an invalid spec's Ready is its own
+
+
+# ---- doctor says the same ------------------------------------------------------
+
+
+def _lm(name: str, ready: dict[str, str] | None = None) -> dict[str, Any]:
+    status = {"conditions": [{"type": "Ready", **ready}]} if ready else {}
+    return {"metadata": {"name": name, "namespace": "team-a"}, "status": status}
+
+
+def _raw_pod(model: str, status: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": f"{model}-0", "namespace": "team-a",
+                         "labels": {LABEL_NAME: model, LABEL_REPLICA: "0"}},
+            "spec": {"containers": []}, "status": status}
+
+
+def test_doctor_says_the_gaps() -> None:
+    """From the pods it reads (with no operator running), else from the status."""
+    pulled = _raw_pod("pull", {"containerStatuses": [_waiting("ollama", IMAGE, "ErrImagePull",
+                                                              "401 Unauthorized")]})
+    stuck = _raw_pod("stuck", {"conditions": [{"type": "PodScheduled", "status": "False",
+                                               "reason": "Unschedulable", "message": SCHED}]})
+    fine = _raw_pod("fine", {"conditions": [{"type": "Ready", "status": "True"}]})
+    models = [_lm("pull"), _lm("stuck"), _lm("fine"),
+              _lm("cls", {"status": "False", "reason": "StorageClassNotFound",
+                          "message": "claim w names StorageClass fast-ssd"}),
+              _lm("plain", {"status": "False", "reason": "ReplicasNotReady", "message": "0/1"})]
+    _, findings = cluster_findings(ClusterView(nodes=[], pods=[pulled, stuck, fine],
+                                               models=models))
+    said = {f.message.split(":")[0]: f for f in findings if f.check == "gaps"}
+    assert set(said) == {"LocalModel team-a/pull", "LocalModel team-a/stuck",
+                         "LocalModel team-a/cls"}
+    assert IMAGE in said["LocalModel team-a/pull"].message
+    assert "401 Unauthorized" in said["LocalModel team-a/pull"].message
+    assert "unbound immediate" in said["LocalModel team-a/stuck"].message
+    assert "fast-ssd" in said["LocalModel team-a/cls"].message
+    assert all(f.verdict == Verdict.FAIL for f in said.values())
+    scoped = cluster_findings(ClusterView(nodes=[], pods=[pulled], models=[_lm("pull")],
+                                          namespace="elsewhere"))[1]
+    assert not [f for f in scoped if f.check == "gaps"]
