@@ -1,6 +1,6 @@
 """localmodel-operator: run local LLMs on CPU-only Kubernetes nodes, tuned per node."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 GROUP = "localmodel.dev"
 VERSION = "v1alpha1"

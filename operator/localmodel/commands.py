@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,7 @@ from localmodel.facts import NodeFacts
 from localmodel.facts.machine import from_this_machine
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list
 from localmodel.facts.quantity import format_bytes
+from localmodel.images import pull_secrets_error, registry_error
 from localmodel.manifest import ManifestError, documents
 from localmodel.render import RenderOptions
 from localmodel.rules import problems
@@ -199,6 +201,7 @@ def _render_parser() -> argparse.ArgumentParser:
         default=RenderOptions().operator_image,
         help="image for the gateway sidecar",
     )
+    _add_registry_flags(parser)
     parser.add_argument(
         "--allow-http-downloads",
         action="store_true",
@@ -221,17 +224,47 @@ def _render_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_registry_flags(parser: argparse.ArgumentParser) -> None:
+    """The one registry setting, as the operator's flags (localmodel/images.py)."""
+    parser.add_argument(
+        "--image-registry",
+        default="",
+        metavar="REGISTRY",
+        help="take every image the operator chooses from this registry, as the operator's "
+        "--image-registry (host[:port][/path]: its host replaces the image's, the path is kept)",
+    )
+    parser.add_argument(
+        "--image-pull-secrets",
+        default="",
+        metavar="SECRET,...",
+        help="Secrets every model pod pulls its images with, as the operator's flag",
+    )
+
+
+def _registry_flags(registry: str, secrets: str) -> tuple[str, tuple[str, ...]]:
+    """--image-registry and --image-pull-secrets, checked as the operator checks them."""
+    names = tuple(w for w in secrets.replace(",", " ").split() if w)
+    if registry and (why := registry_error(registry)):
+        raise InputError(f"--image-registry: {why}")
+    if why := pull_secrets_error(names):
+        raise InputError(f"--image-pull-secrets: {why}")
+    return registry, names
+
+
 def render_main(argv: Sequence[str]) -> int:
     args = _render_parser().parse_args(list(argv))
     try:
         models = parse_models(args.filename)
         policy = read_policy_or_input_error(args.policy) if args.policy else TenantPolicy()
+        registry, pull_secrets = _registry_flags(args.image_registry, args.image_pull_secrets)
+        policy = dataclasses.replace(policy, image_registry=registry)
         admit(models, policy, secret_labels(args.secrets or []))
         nodes = parse_nodes(args.nodes) if args.nodes else [from_this_machine()]
     except InputError as e:
         print(f"localmodel render: {e}", file=sys.stderr)
         return 2
-    options = RenderOptions(args.operator_image, allow_http_downloads=args.allow_http_downloads)
+    options = RenderOptions(args.operator_image, allow_http_downloads=args.allow_http_downloads,
+                            image_registry=registry, image_pull_secrets=pull_secrets)
     state = desired_state(models, nodes, now=RENDER_TIME, options=options)
     if args.explain:
         sys.stdout.write(explain(state))

@@ -59,6 +59,13 @@ class Reason(StrEnum):
     NOT_DEPLOYED = "NotDeployed"
     ALL_REPLICAS_READY = "AllReplicasReady"
     REPLICAS_NOT_READY = "ReplicasNotReady"
+    # Ready=False, with what to change (localmodel/gaps.py): an image the kubelet
+    # cannot pull, a claim with no StorageClass to bind it, a pod the scheduler
+    # left Unschedulable (its own reason).
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
+    NO_DEFAULT_STORAGE_CLASS = "NoDefaultStorageClass"
+    UNSCHEDULABLE = "Unschedulable"
     ROLLING = "RollingUpdate"
     UP_TO_DATE = "UpToDate"
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"

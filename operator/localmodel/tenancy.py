@@ -64,6 +64,11 @@ class TenantPolicy:
     overflow_key_secret_label: LabelRule | None = None
     allow_control_plane: bool = False
     exclusive_namespaces: tuple[str, ...] = (ANY,)
+    # Not read from the policy file: the operator's --image-registry, under
+    # which a model that names no engine image runs the pinned one. The policy
+    # judges the image a pod would run, so that one is judged (the setting is
+    # not added to image_registries: list it there when you narrow them).
+    image_registry: str = ""
 
 
 class PolicyError(ValueError):
@@ -120,7 +125,8 @@ FIELDS: dict[str, tuple[str, Read]] = {
     "allowControlPlane": ("allow_control_plane", _boolean),
     "exclusiveNamespaces": ("exclusive_namespaces", _entries(_NAMESPACE, "a namespace name")),
 }
-assert {f for f, _ in FIELDS.values()} == {f.name for f in fields(TenantPolicy)}
+assert {f for f, _ in FIELDS.values()} | {"image_registry"} == {
+    f.name for f in fields(TenantPolicy)}
 
 
 def parse_policy(raw: Any) -> TenantPolicy:
@@ -209,12 +215,15 @@ def _shown(allowed: tuple[str, ...]) -> str:
 def _registries(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
     allowed = policy.image_registries
     spec = lm.spec
-    images = [("spec.engine.image", spec.engine.resolved_image())]
+    pinned = "" if spec.engine.image else " (the engine's pinned image" + (
+        f", under the operator's --image-registry {policy.image_registry})"
+        if policy.image_registry else ")")
+    images = [("spec.engine.image", spec.engine.resolved_image(policy.image_registry), pinned)]
     if spec.gateway.enabled and spec.gateway.image:  # (else the admin's own gateway image)
-        images.append(("spec.gateway.image", spec.gateway.image))
-    for field, image in images:
+        images.append(("spec.gateway.image", spec.gateway.image, ""))
+    for field, image, chosen in images:
         if not registry_allowed(image, allowed):
-            yield Refusal("imageRegistries", field, f"{image} comes from "
+            yield Refusal("imageRegistries", field, f"{image}{chosen} comes from "
                           f"{image_location(image)}, not an allowed registry "
                           f"(allowed: {_shown(allowed)})")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from localmodel import __version__
 from localmodel.controller.config import OperatorConfig
 from localmodel.engines import llama_server
 from tests.harness.chart import CHART_DIR, NAMESPACE, RELEASE
@@ -81,12 +82,14 @@ def previous(journey: Journey) -> Iterator[None]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                     "name": NEWER_IMAGE_RBAC},
         "subjects": [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]})
-    upgrade(journey, PREVIOUS, "--set-json",
+    # (this checkout's image is tagged with this chart's appVersion, not 0.1.0's)
+    upgrade(journey, PREVIOUS, "--set", f"image.tag={__version__}", "--set-json",
             f"extraArgs={json.dumps([*own, '--allow-http-downloads=true'])}")
     try:
         yield
     finally:
-        upgrade(journey, CHART_DIR, "--set-json", f"extraArgs={json.dumps(own)}")
+        upgrade(journey, CHART_DIR, "--set", "image.tag=", "--set-json",
+                f"extraArgs={json.dumps(own)}")
         for kind in ("clusterrolebindings", "clusterroles"):
             api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/{kind}/{NEWER_IMAGE_RBAC}")
 

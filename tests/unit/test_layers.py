@@ -62,6 +62,7 @@ LAYERS = (
           "quantities, strings made printable, and each engine's facts (data the API reads)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.facts.quantity", "localmodel.printable",
+           "localmodel.images",
            "localmodel.engines", "localmodel.engines.*")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
@@ -90,7 +91,7 @@ LAYERS = (
           "what a pass writes: the manifests (render), the status and its Events, the speed "
           "verdicts the status carries",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed")),
+           "localmodel.speed", "localmodel.gaps")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",

@@ -14,7 +14,7 @@ from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
-from localmodel.render import manifest_hash
+from localmodel.render import RenderOptions, manifest_hash
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
 GiB = 1024**3
@@ -27,8 +27,9 @@ QWEN = MakeLocalModel("qwen3").generation(3)
 NODE = MakeNode("n1").cpu_flags(AVX2)
 
 
-def objects(model: LocalModel, nodes: list[NodeFacts] | None = None) -> dict[str, dict[str, Any]]:
-    state = desired_state([model], nodes or [NODE.facts()], now=NOW)
+def objects(model: LocalModel, nodes: list[NodeFacts] | None = None,
+            options: RenderOptions | None = None) -> dict[str, dict[str, Any]]:
+    state = desired_state([model], nodes or [NODE.facts()], now=NOW, options=options)
     return by_kind_name(state.models[0].objects)
 
 
@@ -202,7 +203,10 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # prompt-cache term (issue 30), and when model pods were
 # hardened (issue 30: no ServiceAccount token, seccomp, no capabilities, the
 # engine's weights mount read-only; docs/security.md), and when the gateway
-# gained its admin port (8090: /metrics, /speed, /ledger; issue 30).
+# gained its admin port (8090: /metrics, /speed, /ledger; issue 30). Rendered
+# with the operator image of 0.1.0 (PINNED_OPERATOR_IMAGE), so a new version's
+# image tag (which does roll every pod, on purpose) does not move the pins.
+PINNED_OPERATOR_IMAGE = "ghcr.io/localmodel/localmodel-operator:0.1.0"
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
     ("default", {"cpu": 4}, None, "d682561fd871e899"),
     ("no gateway", {"gateway": {"enabled": False}}, None, "dc068a64310e3279"),
@@ -232,7 +236,8 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
 def test_pod_spec_hash_is_stable(
     case: str, spec: dict[str, Any], ns: list[NodeFacts] | None, digest: str
 ) -> None:
-    pod = objects(QWEN.spec(**spec).obj(), ns)["Pod/qwen3-0"]
+    options = RenderOptions(PINNED_OPERATOR_IMAGE)
+    pod = objects(QWEN.spec(**spec).obj(), ns, options)["Pod/qwen3-0"]
     assert pod["metadata"]["annotations"]["localmodel.dev/pod-spec-hash"] == digest, case
     assert manifest_hash(pod["spec"]) == digest
 

@@ -93,3 +93,46 @@ app.kubernetes.io/component: node-probe
   verbs: ["get"]
 {{- end }}
 {{- end }}
+
+{{/* An image under global.imageRegistry (localmodel/images.py, with_registry:
+the registry host replaces the image's, the path and tag are kept; a name
+without a host is docker.io's, one component under library/; an image already
+under the registry is kept). Called with (list IMAGE REGISTRY). */}}
+{{- define "localmodel-operator.withRegistry" -}}
+{{- $image := index . 0 -}}
+{{- $registry := index . 1 -}}
+{{- if or (not $registry) (hasPrefix (printf "%s/" $registry) $image) -}}
+{{- $image -}}
+{{- else -}}
+{{- $parts := splitList "/" $image -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- printf "%s/%s" $registry (rest $parts | join "/") -}}
+{{- else if eq (len $parts) 1 -}}
+{{- printf "%s/library/%s" $registry $image -}}
+{{- else -}}
+{{- printf "%s/%s" $registry $image -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The operator's image (the operator and probe pods), under global.imageRegistry. */}}
+{{- define "localmodel-operator.image" -}}
+{{- $image := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "localmodel-operator.withRegistry" (list $image .Values.global.imageRegistry) -}}
+{{- end }}
+
+{{/* The gateway's image (and the download step's), under global.imageRegistry. */}}
+{{- define "localmodel-operator.gatewayImage" -}}
+{{- $repository := .Values.gateway.image.repository | default .Values.image.repository -}}
+{{- $tag := .Values.gateway.image.tag | default .Values.image.tag | default .Chart.AppVersion -}}
+{{- include "localmodel-operator.withRegistry" (list (printf "%s:%s" $repository $tag) .Values.global.imageRegistry) -}}
+{{- end }}
+
+{{/* The names of the pull Secrets: global.imagePullSecrets, then imagePullSecrets, once each. */}}
+{{- define "localmodel-operator.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.global.imagePullSecrets }}{{ $names = append $names . }}{{ end -}}
+{{- range .Values.imagePullSecrets }}{{ $names = append $names .name }}{{ end -}}
+{{- $names | uniq | join "," -}}
+{{- end }}

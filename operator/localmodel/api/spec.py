@@ -44,6 +44,7 @@ from localmodel.api.rules import (
     SPEC_RULES,
     TOLERATION_RULES,
 )
+from localmodel.images import with_registry
 
 # Sizes: one declaration each, enforced by Python and (as CEL) by the API server. Zero is
 # never valid: a zero memory limit is no limit (and no Guaranteed QoS), a zero volume none.
@@ -99,8 +100,10 @@ class EngineSpec(ApiModel):
         pattern=ENGINE_VERSION_PATTERN,
     )
 
-    def resolved_image(self) -> str:
-        return self.image or DEFAULT_IMAGES[self.name]
+    def resolved_image(self, registry: str = "") -> str:
+        """The image the engine runs: the spec's own as written, else the
+        engine's pinned image under `registry` (localmodel/images.py)."""
+        return self.image or with_registry(DEFAULT_IMAGES[self.name], registry)
 
 
 class ModelInfo(ApiModel):

@@ -11,11 +11,13 @@ account.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from localmodel import speed
+from localmodel.images import pull_secrets_error, registry_error
 from localmodel.manifest import ManifestError, documents
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
 from localmodel.settings import (
@@ -67,6 +69,21 @@ def _true_or_false(flag: str, raw: str) -> bool:
     return raw == "true"
 
 
+def image_registry(flag: str, raw: str) -> str:
+    """host[:port][/path] (localmodel/images.py), or ConfigError saying why not."""
+    if why := registry_error(raw):
+        raise ConfigError(flag, why)
+    return raw
+
+
+def pull_secrets(flag: str, raw: str) -> tuple[str, ...]:
+    """Secret names, with commas and/or spaces, or ConfigError saying why not."""
+    names = split_words(flag, raw)
+    if why := pull_secrets_error(names):
+        raise ConfigError(flag, why)
+    return names
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     kubeconfig: str | None = setting(
@@ -87,6 +104,18 @@ class OperatorConfig:
     )
     operator_image: str = setting(
         DEFAULT_OPERATOR_IMAGE, "image of the gateway sidecar", metavar="IMAGE", parse=as_is
+    )
+    # The one registry setting (localmodel/images.py): every image the operator
+    # chooses (the gateway and download step's --operator-image, each engine's
+    # pinned image) comes from it; an image a LocalModel names is kept.
+    image_registry: str = setting(
+        "", "take every image the operator chooses from this registry, host[:port][/path]: "
+        "its host replaces the image's, its path is kept (docs/operator.md, Your own registry)",
+        metavar="REGISTRY", parse=image_registry,
+    )
+    image_pull_secrets: tuple[str, ...] = setting(
+        (), "Secrets every model pod pulls its images with (each must exist in the model's "
+        "namespace)", metavar="SECRET,...", parse=pull_secrets,
     )
     # Off: GGUF downloads over https only (docs/security.md, Hardened pods
     # and downloads); on, plain http too, still never https -> http.
@@ -219,5 +248,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> OperatorConfig:
         if value is not None:
             raw[name] = value
     values = field_values(FLAGS, raw)
+    if values.get("image_registry"):  # the policy judges the images pods would run
+        values["tenants"] = dataclasses.replace(values.get("tenants", TenantPolicy()),
+                                                image_registry=values["image_registry"])
     lease = values.get("lease_seconds", OperatorConfig.lease_seconds)
     return OperatorConfig(**values, renew_seconds=max(0.5, lease / 4))

@@ -31,6 +31,7 @@ from localmodel.contract import (
 )
 from localmodel.errors import InvalidObject, format_errors
 from localmodel.facts.pod import pod_node
+from localmodel.gaps import ImageWait, image_waits
 
 Raw = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -72,6 +73,8 @@ class OwnedPod:
     unschedulable_message: str = ""
     ip: str | None = None  # status.podIP: where its gateway answers
     gateway_image: str | None = None  # the image its gateway container runs
+    # containers waiting on an image the kubelet cannot pull (localmodel/gaps.py)
+    image_waits: tuple[ImageWait, ...] = ()
 
     @property
     def key(self) -> Key:
@@ -88,6 +91,7 @@ class OwnedClaim:
     owner_uid: str | None  # None: retained (not owned, survives the model)
     volume: str | None
     terminating: bool
+    storage_class: str | None = None  # spec.storageClassName (localmodel/gaps.py)
 
     @property
     def key(self) -> Key:
@@ -230,6 +234,7 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         unschedulable_message=why,
         ip=str(status["podIP"]) if status.get("podIP") else None,
         gateway_image=_gateway_image(spec),
+        image_waits=image_waits(status),
     )
 
 
@@ -256,6 +261,7 @@ def owned_claim(body: Raw) -> OwnedClaim | None:
         owner_uid=_controller_uid(meta),
         volume=str(spec.get("volumeName")) if spec.get("volumeName") else None,
         terminating=bool(meta.get("deletionTimestamp")),
+        storage_class=str(spec["storageClassName"]) if spec.get("storageClassName") else None,
     )
 
 

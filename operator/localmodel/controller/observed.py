@@ -31,6 +31,7 @@ from localmodel.controller.volumes import Volume, volume
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_node, pod_requests
+from localmodel.gaps import StorageClasses, storage_classes
 from localmodel.planner import Usage
 
 
@@ -46,6 +47,7 @@ class Snapshot:
     configmaps: Sequence[Raw] = ()
     services: Sequence[Raw] = ()
     networkpolicies: Sequence[Raw] = ()
+    storageclasses: Sequence[Raw] = ()
 
 
 @dataclass
@@ -58,6 +60,8 @@ class Observed:
     objects: dict[tuple[str, str, str], OwnedObject] = field(default_factory=dict)
     volumes: dict[str, Volume] = field(default_factory=dict)
     usage: dict[str, Usage] = field(default_factory=dict)
+    storage_classes: StorageClasses = field(
+        default_factory=lambda: StorageClasses(frozenset(), ()))
 
     def valid_models(self) -> list[LocalModel]:
         return [m.model for m in self.models.values() if m.model is not None]
@@ -136,6 +140,7 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     for body in snap.volumes:
         v = volume(body)
         obs.volumes[v.name] = v
+    obs.storage_classes = storage_classes(snap.storageclasses)
     return obs
 
 

@@ -40,6 +40,7 @@ from localmodel.controller.changes import (
     choose_claim,
     model_changes,
 )
+from localmodel.controller.gaps import gap_of
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -52,6 +53,7 @@ from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
 from localmodel.facts import NodeFacts
+from localmodel.gaps import with_gap
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.render.names import pod_name
@@ -431,16 +433,18 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
 
 
 def _model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
-                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str
+                published: Mapping[int, Published], policy: SpeedPolicy, options: RenderOptions
                 ) -> tuple[ModelWork, list[SpeedTarget]]:
     """One valid model's changes and status (progress and speed added), and its
     replicas to read."""
     changes = model_changes(result, mo.uid, obs)
     status = with_progress(result.status, changes.rolling, result.model, now)
+    status = with_gap(status, gap_of(result.model, mo.uid, obs, options.image_pull_secrets),
+                      result.model, now)  # the cluster's own gaps, said up front
     status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
                                  for replica, p in published.items()},
                         policy, result.model, now)
-    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
+    return ModelWork(mo, changes, status), speed_targets(result, obs, options.operator_image)
 
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
@@ -477,7 +481,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
             continue
         try:
             one, found = _model_work(result, mo, obs, now, speeds.get(result.model.key, {}),
-                                     policy, options.operator_image)
+                                     policy, options)
         except Exception as exc:  # one model's failure is that model's
             failure = failure_text("changes or status", exc)
             one, found = ModelWork(mo, ModelChanges(), failed_status(

@@ -195,6 +195,8 @@ class Reconciler:
             operator_image=config.operator_image,
             allow_http_downloads=config.allow_http_downloads,
             network_policy=config.network_policy,
+            image_registry=config.image_registry,
+            image_pull_secrets=config.image_pull_secrets,
             # The operator's own namespace first: it reads the gateways' /speed.
             admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
                                                   *config.admin_namespaces))),

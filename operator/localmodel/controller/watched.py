@@ -16,6 +16,7 @@ from typing import Any
 
 from localmodel import GROUP, PLURAL, VERSION
 from localmodel.contract import CONTAINER_GATEWAY, OWNED_SELECTOR, VOLUME_WEIGHTS
+from localmodel.gaps import kept_image_waits
 
 Raw = Mapping[str, Any]
 Keep = Callable[[Raw], dict[str, Any]]
@@ -58,7 +59,9 @@ def reduced_pod(body: Raw) -> dict[str, Any]:
         },
         "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or [],
                    # where the operator reads a Ready replica's gateway speed
-                   **({"podIP": status["podIP"]} if status.get("podIP") else {})},
+                   **({"podIP": status["podIP"]} if status.get("podIP") else {}),
+                   # an image the kubelet cannot pull, said in the model's status
+                   **({"containerStatuses": w} if (w := kept_image_waits(status)) else {})},
     }
 
 
@@ -100,4 +103,6 @@ WATCHED: tuple[Watched, ...] = (
     Watched("services", "", "v1", "services", metadata_only, OWNED_SELECTOR),
     Watched("networkpolicies", "networking.k8s.io", "v1", "networkpolicies", metadata_only,
             OWNED_SELECTOR),
+    # whether a claim can bind: its class exists, or a default one (localmodel/gaps.py)
+    Watched("storageclasses", "storage.k8s.io", "v1", "storageclasses", metadata_only),
 )

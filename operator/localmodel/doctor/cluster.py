@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localmodel.doctor.checks import NUMA_SOURCE, queue_findings, speed_findings
+from localmodel.doctor.gaps import gap_findings
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.pods import EnginePod, engine_pods
 from localmodel.doctor.report import Finding, Verdict
@@ -100,6 +101,8 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
         Finding("nodes", Verdict.WARN, f"unreadable Node: {b}", "fix the Node object")
         for b in bad_nodes
     ]
+    findings += gap_findings(models, [p for p in view.pods if in_scope(
+        view.namespace, (p.get("metadata") or {}).get("namespace"))])
     findings += _models_per_node([p for p in every if p.node in held], nodes)
     findings += _queues(gateways, view.metrics)
     findings += _cancellation(pods)

@@ -35,6 +35,9 @@ class PodOptions(Protocol):
     @property
     def allow_http_downloads(self) -> bool: ...
 
+    @property
+    def image_registry(self) -> str: ...
+
 
 class PlacedReplica(Protocol):
     """What an engine's ConfigMap reads of a placed replica (`render.ReplicaPlan`)."""

@@ -448,7 +448,7 @@ class Desired:
         else:
             opts = options or RenderOptions()
             hashes = {
-                r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key))
+                r.replica: pod_digest(lm, r, self._parts.containers(lm, r, opts, prep.key), opts)
                 for r in replicas
             }
             applied = self._applied(lm, replicas, prep.key, opts)

@@ -167,13 +167,14 @@ class PodParts:
         return found
 
 
-def pod_digest(lm: LocalModel, r: ReplicaPlan, parts: Containers) -> str:
+def pod_digest(lm: LocalModel, r: ReplicaPlan, parts: Containers,
+               options: RenderOptions | None = None) -> str:
     """`manifest_hash(build_pod_spec(...))` without the spec: its containers'
     JSON text from ``parts``, its affinity's and volumes' put together around
     their names (what the operator compares with a pod's
     `ANNOTATION_POD_SPEC_HASH`; the manifest is made only for a pod to create)."""
     known = {**parts.json, "affinity": affinity_text(r.node), "volumes": volumes_text(lm, r)}
-    return pod_spec_hash(pod_spec_rest(lm), known)
+    return pod_spec_hash(pod_spec_rest(lm, options), known)
 
 
 def applied_hashes(

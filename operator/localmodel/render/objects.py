@@ -42,7 +42,7 @@ def render_pod(
     meta: Meta | None = None,
 ) -> Manifest:
     spec = build_pod_spec(lm, r, options, parts)
-    digest = manifest_hash(spec) if parts is None else pod_digest(lm, r, parts)
+    digest = manifest_hash(spec) if parts is None else pod_digest(lm, r, parts, options)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localmodel.api import LocalModel
+from localmodel.images import with_registry
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE, DEFAULT_OPERATOR_NAMESPACE, claim_name
 from localmodel.rules import Tuning
 
@@ -23,6 +24,18 @@ class RenderOptions:
     # Namespaces whose pods may reach the gateways' admin port under it: the
     # operator's own first (it reads /speed), then e.g. Prometheus's.
     admin_namespaces: tuple[str, ...] = (DEFAULT_OPERATOR_NAMESPACE,)
+    # The one registry setting (localmodel/images.py; the operator's
+    # --image-registry, the chart's global.imageRegistry): the images the
+    # operator chooses (the gateway and download step's operator image, each
+    # engine's pinned image) come from it; an image a LocalModel names is kept.
+    image_registry: str = ""
+    # Secrets (in each model's namespace) every model pod pulls its images with.
+    image_pull_secrets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The operator image as the pods run it: under the registry setting.
+        object.__setattr__(self, "operator_image",
+                           with_registry(self.operator_image, self.image_registry))
 
 
 @dataclass(frozen=True)

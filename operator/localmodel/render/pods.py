@@ -85,13 +85,13 @@ def build_pod_spec(
         "initContainers": inits,
         "containers": containers,
         "volumes": [*pod_volumes(engine_pod(lm), *volume_names(lm, r)), *gateway_volumes(lm)],
-        **pod_spec_rest(lm),
+        **pod_spec_rest(lm, options),
     }
 
 
-def pod_spec_rest(lm: LocalModel) -> Manifest:
+def pod_spec_rest(lm: LocalModel, options: RenderOptions | None = None) -> Manifest:
     """A pod spec's fields besides its affinity, containers and volumes (the
-    ones `pod_digest` has as text): they read the spec alone."""
+    ones `pod_digest` has as text): they read the spec and the pull secrets."""
     # No ServiceAccount token: nothing in a model pod calls the API server.
     # The pod's securityContext is its engine's (seccomp, and the user when
     # every container can run as one: docs/operator.md, Pod Security).
@@ -100,6 +100,10 @@ def pod_spec_rest(lm: LocalModel) -> Manifest:
         "automountServiceAccountToken": False,
         "securityContext": engine_pod(lm).pod_security,
     }
+    if options is not None and options.image_pull_secrets:
+        # Each must exist in the model's namespace: a missing one is an image
+        # that cannot be pulled, which the model's status says (localmodel/gaps.py).
+        rest["imagePullSecrets"] = [{"name": s} for s in options.image_pull_secrets]
     if lm.spec.placement.node_selector:
         rest["nodeSelector"] = dict(lm.spec.placement.node_selector)
     if lm.spec.placement.tolerations:

@@ -75,7 +75,7 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
     loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
     engine: Manifest = {
         "name": llama_server.NAME,
-        "image": lm.spec.engine.resolved_image(),
+        "image": lm.spec.engine.resolved_image(options.image_registry),
         "imagePullPolicy": options.pull_policy,
         "args": list(t.args),
         "env": engine_env(lm, t),
@@ -100,7 +100,7 @@ def download_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manife
                         allow_http=options.allow_http_downloads)
     return {
         "name": CONTAINER_DOWNLOAD,
-        "image": lm.spec.engine.resolved_image(),
+        "image": lm.spec.engine.resolved_image(options.image_registry),
         "imagePullPolicy": options.pull_policy,
         "command": [llama_server.SHELL, "-c", gguf_init_script(lm.spec.gguf, download)],
         "resources": engine_resources(t),

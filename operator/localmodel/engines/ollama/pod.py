@@ -153,7 +153,7 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
     """
     engine: Manifest = {
         "name": ollama.NAME,  # the engine container is named after its engine
-        "image": lm.spec.engine.resolved_image(),
+        "image": lm.spec.engine.resolved_image(options.image_registry),
         "imagePullPolicy": options.pull_policy,
         **_command(t),
         "env": engine_env(lm, t),
@@ -175,7 +175,7 @@ def pull_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
     (`init_script`), with the engine's image, resources and mounts."""
     return {
         "name": CONTAINER_PULL,
-        "image": lm.spec.engine.resolved_image(),
+        "image": lm.spec.engine.resolved_image(options.image_registry),
         "imagePullPolicy": options.pull_policy,
         "command": [ollama.SHELL, "-c", init_script(lm, t)],
         "env": env_list(
