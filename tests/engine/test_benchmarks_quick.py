@@ -78,6 +78,15 @@ def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
     for key in ("operator_vs_best_decode", "operator_vs_default_decode"):
         assert isinstance(summary[key], float) and summary[key] > 0, summary
     assert summary["budgets"] and summary["budgets"][0]["points"], summary
+    # Interleaved rounds (benchmarks/verdict.py): one decode median per round,
+    # and a verdict against the other thread counts only.
+    points = summary["budgets"][0]["points"]
+    assert len(points["operator"]["decode_tps"]) == 2, points
+    assert "sweep1" not in points  # the operator's own count: the same command
+    assert summary["verdict"] in ("operator/best >= 0.95", "inside the spread", "below")
+    assert summary["best_decode_threads"] != summary["operator_threads"], summary
+    assert re.search(r"operator / best of the other thread counts \(.+\) decode "
+                     r"\d+\.\d+: .+ \[\d+\.\d+-\d+\.\d+, 2 rounds", out), out
 
 
 @pytest.mark.engine  # llama-server, Ollama and the model
