@@ -1,7 +1,9 @@
 """The benchmarks' quick modes, as CI runs them, so none can rot unseen.
 
 `benchmarks/gateway.py --quick` (the stand-in upstream, the gateway, nginx as
-the plain-proxy reference), `benchmarks/threads.py --quick` (the real
+the plain-proxy reference), `benchmarks/gateway_sizing.py --quick` (the
+gateway's CPU with every slot streaming at the engine's top speed, the
+stand-in upstream), `benchmarks/threads.py --quick` (the real
 llama-server under a 1-CPU cgroup quota) and `benchmarks/prompt_cache.py
 --quick` (both real engines as rendered, bounded and at their default). What
 is asserted holds on any machine: every column and summary the benchmark promises is printed, with
@@ -67,6 +69,23 @@ def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
     assert re.search(ab, out), out
     assert "overflow: configured, 0 overflowed requests" in out, out
     assert re.search(r"ledger memory: \d+ bytes per record", out), out
+
+
+def test_gateway_sizing_quick_reports_the_cpu_per_token_and_request_and_the_rule(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from localmodel.render.names import TOP_TOKENS_PER_SECOND, gateway_cpu_milli
+
+    out = run_main("gateway_sizing", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["rate"] == TOP_TOKENS_PER_SECOND  # the rule's own top speed by default
+    [row] = report["slots"]
+    assert row["slots"] == 4
+    assert row["tokens_per_second"] > 0 and row["cpu_share_long"] > 0, row
+    assert row["cpu_share_short"] > 0, row
+    assert row["limit_milli"] == gateway_cpu_milli(4), row
+    assert re.search(r"^\s+4\s+\d+\s+[\d.]+%\s+[\d.]+%", out, re.M), out
+    assert "load average before" in out and "load average after" in out, out
 
 
 @pytest.mark.engine  # llama-bench, Ollama and the model
