@@ -47,10 +47,13 @@ from benchmarks.gateway import Samples, batch, serve  # noqa: E402
 from localmodel.render.names import (  # noqa: E402
     TOP_TOKENS_PER_SECOND,
     gateway_cpu_milli,
+    gateway_memory_bytes,
 )
 from tests.harness.processes import ManagedProcess, free_port, localmodel_process  # noqa: E402
 
 LONG, SHORT = 64, 4  # tokens per response
+QUEUE = 16  # the gateway's maxQueue (the API's default)
+MiB = 1024**2
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,19 @@ class Run:
     requests: int
     wall: float
     cpu: float  # the gateway's user + system seconds
+    peak_rss: int  # the gateway's high-water mark (VmHWM), bytes
 
     @property
     def share(self) -> float:
         return self.cpu / self.wall if self.wall > 0 else 0.0
+
+
+def peak_rss(pid: int) -> int:
+    """The process's resident high-water mark (VmHWM in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def loadavg() -> str:
@@ -82,7 +94,7 @@ async def one_run(slots: int, tokens: int, rate: float, seconds: float, env: dic
         port = free_port()
         args = ["gateway", "--upstream", f"http://127.0.0.1:{up}", "--listen",
                 f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{free_port()}",
-                "--model", "standin:1b", "--slots", str(slots), "--max-queue", "16",
+                "--model", "standin:1b", "--slots", str(slots), "--max-queue", str(QUEUE),
                 "--threads", "1", "--context", "4096"]
         gateway = serve(stack, localmodel_process(f"gateway :{port}", args, Path(os.devnull),
                                                   env), port)
@@ -94,7 +106,7 @@ async def one_run(slots: int, tokens: int, rate: float, seconds: float, env: dic
         await batch(port, slots, per_client, out, [proc], stagger=tokens / rate / slots)
         if out.errors:
             raise SystemExit(f"{out.errors} requests failed at {slots} slots")
-        return Run(slots, tokens, out.tokens, out.requests, out.wall, out.cpu)
+        return Run(slots, tokens, out.tokens, out.requests, out.wall, out.cpu, peak_rss(proc.pid))
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,9 @@ def line(c: Costs, rate: float) -> str:
     return (f"   {c.slots:>5} {tps:>10.0f} {c.long.share * 100:>9.1f}% "
             f"{c.short.share * 100:>9.1f}% {c.long.cpu / c.long.tokens * 1e6:>11.0f} "
             f"{c.per_token * 1e6:>9.0f} {c.per_request * 1e6:>9.0f} {c.at_top(rate) * 1e3:>9.0f}m "
-            f"{gateway_cpu_milli(c.slots, rate):>9}m")
+            f"{gateway_cpu_milli(c.slots, rate):>9}m "
+            f"{max(c.long.peak_rss, c.short.peak_rss) / MiB:>8.0f} "
+            f"{gateway_memory_bytes(c.slots, QUEUE) / MiB:>8.0f}")
 
 
 async def main_async(slots: list[int], rate: float, seconds: float) -> list[Costs]:
@@ -133,7 +147,8 @@ async def main_async(slots: list[int], rate: float, seconds: float) -> list[Cost
     print(f"gateway_sizing.py: every slot streaming at {rate:g} tok/s, responses of {LONG} "
           f"and {SHORT} tokens, about {seconds:g} s each; load average before {loadavg()}")
     print(f"   {'slots':>5} {'tok/s':>10} {'CPU long':>10} {'CPU short':>10} {'us/token':>11} "
-          f"{'a us/tok':>9} {'b us/req':>9} {'need':>10} {'limit':>10}")
+          f"{'a us/tok':>9} {'b us/req':>9} {'need':>10} {'limit':>10} {'RSS MiB':>8} "
+          f"{'mem lim':>8}")
     out = []
     for s in slots:
         long = await one_run(s, LONG, rate, seconds, env)
@@ -144,7 +159,8 @@ async def main_async(slots: list[int], rate: float, seconds: float) -> list[Cost
     print(f"   (CPU long/short: the gateway's share of a core; us/token: long runs' CPU over "
           f"their tokens; a, b: CPU per token and per request; need: slots x rate x (a + b / "
           f"{SHORT}); "
-          f"limit: render/names.py gateway_cpu_milli); load average after {loadavg()}")
+          f"limit: render/names.py gateway_cpu_milli; RSS: the gateway's peak; mem lim: "
+          f"gateway_memory_bytes at maxQueue {QUEUE}); load average after {loadavg()}")
     return out
 
 
@@ -172,7 +188,9 @@ def main() -> int:
                                "per_token_us": c.per_token * 1e6,
                                "per_request_us": c.per_request * 1e6,
                                "need_milli": c.at_top(args.rate) * 1e3,
-                               "limit_milli": gateway_cpu_milli(c.slots, args.rate)}
+                               "limit_milli": gateway_cpu_milli(c.slots, args.rate),
+                               "peak_rss_mib": max(c.long.peak_rss, c.short.peak_rss) / MiB,
+                               "memory_limit_mib": gateway_memory_bytes(c.slots, QUEUE) / MiB}
                               for c in found]}))
     return 0
 

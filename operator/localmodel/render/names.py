@@ -39,8 +39,8 @@ SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets th
 # (Ollama; llama-server 33.0), `benchmarks/threads.py --quick` 2026-12-04
 # (docs/benchmarks.md, The thread rule), rounded up. A faster CPU streams
 # faster but also spends less CPU per token, so the share of a core is about
-# the same. Measured in two runs at 8 and 16 slots (where the rule gives more
-# than the least): at most 190 us of CPU per relayed token and 1.91 ms per
+# the same. Measured in three runs at 8 and 16 slots (where the rule gives
+# more than the least): at most 206 us of CPU per relayed token and 2.06 ms per
 # request (its parse, admission, ledger record and log line). The rule: every
 # slot at the top speed, answers of no fewer than 4 tokens (a request every 4
 # tokens), twice that for headroom (the CPU per token moves by tens of
@@ -48,12 +48,12 @@ SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets th
 # 100 ms period a burst goes over: metrics scrapes, speed reads, the
 # calibration, garbage collection). The least is 250m, the gateway's limit
 # before this measurement (kept: its parse of a worst-case body,
-# docs/benchmarks.md Hostile bodies, ran at it): 1 to 5 slots keep 250m,
-# 8 slots get 385m, 16 slots 769m.
+# docs/benchmarks.md Hostile bodies, ran at it): 1 to 4 slots keep 250m,
+# 8 slots get 418m, 16 slots 836m.
 GATEWAY_CPU_MILLI = 250
 TOP_TOKENS_PER_SECOND = 36.0
-_CPU_PER_TOKEN = 190e-6
-_CPU_PER_REQUEST = 1.91e-3
+_CPU_PER_TOKEN = 210e-6
+_CPU_PER_REQUEST = 2.06e-3
 _TOKENS_PER_ANSWER = 4
 _CPU_HEADROOM = 2.0
 
