@@ -14,10 +14,19 @@ limit as CFS quota):
    the objects itself, so it can change one thing per point.
 2. Each point is that pod with only the engine's `-t/-tb` changed: the
    operator's (the rules' choice), none (the engine's default: the host's
-   physical cores, 2 here), 8 (the field report's collapse: 8x the limit) and
-   a sweep from 1 to 2x the limit. Every point keeps the rendered `cpu: 1`
-   limit (Guaranteed QoS), the same claim (the weights download once) and the
-   gateway in front; pods run one at a time.
+   physical cores, 2 here; the count it took is read from its log), 8 (the
+   field report's collapse: 8x the limit) and a sweep from 1 to 2x the limit
+   but the operator's own count (the same command). Every point keeps the
+   rendered `cpu: 1` limit (Guaranteed QoS), the same claim (the weights
+   download once) and the gateway in front; pods run one at a time.
+   The points are interleaved and repeated (benchmarks/verdict.py): a warm-up
+   pod of the operator's (it downloads and first touches the weights; not
+   counted), then every point once per round, A B C A B C ...; a point whose
+   decode collapsed (cut at the cap) is not measured again. A point's
+   spread is its per-round medians' lowest and highest; the verdict is the
+   operator's median decode over the best median of the points whose thread
+   count differs from the operator's: ">= 0.95", "inside the spread" (below
+   0.95 but the two points' rounds overlap) or "below".
 3. Each pod is measured through its gateway at the pod IP, after it is Ready
    (the gateway calibrated it first; its calibration is printed too):
    prefill from llama-server's own `timings` (a prompt of N words with a
@@ -26,8 +35,8 @@ limit as CFS quota):
    completion (`ignore_eos`, greedy), capped in time; a capped decode's rate
    is an upper bound (`<`).
 
-    python benchmarks/pods.py           # full: 120-word prompts, 64 tokens, 5 reps
-    python benchmarks/pods.py --quick   # CI: 16-word prompts, 16 tokens, 2 reps, caps of 5 s
+    python benchmarks/pods.py           # full: 120-word prompts, 64 tokens, 5 reps, 3 rounds
+    python benchmarks/pods.py --quick   # CI: 16 words, 16 tokens, 2 reps, 2 rounds, caps of 5 s
     python benchmarks/pods.py --json    # the last line is one JSON object
 
 Needs root, the real node's parts and the images of hack/build-images.sh (run
@@ -56,7 +65,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
-from benchmarks.threads import _without_threads, post_json, prompt, stream_tokens  # noqa: E402
+from benchmarks.threads import (  # noqa: E402
+    _without_threads,
+    post_json,
+    prompt,
+    stream_tokens,
+    threads_in,
+)
+from benchmarks.verdict import Measured, Spread, Verdict, interleaved, verdict  # noqa: E402
 from localmodel.api import parse_local_model  # noqa: E402
 from localmodel.desired import desired_state  # noqa: E402
 from localmodel.engines import llama_server  # noqa: E402
@@ -89,20 +105,22 @@ class Settings:
     request_timeout: float
     slow_seconds: float  # a prefill slower than this is not repeated
     calibrate: bool  # leave the gateway's calibration on (the pod is Ready after it)
+    rounds: int  # every point once per round, interleaved (benchmarks/verdict.py)
 
 
-FULL = Settings(120, 64, 30.0, 5, 300.0, 30.0, True)
-QUICK = Settings(16, 16, 5.0, 2, 120.0, 10.0, False)
+FULL = Settings(120, 64, 30.0, 5, 300.0, 30.0, True, 3)
+QUICK = Settings(16, 16, 5.0, 2, 120.0, 10.0, False, 2)
 
 
 @dataclass
 class Point:
     label: str
     threads: int | None  # -t/-tb; None: the engine's default
-    ready_seconds: float = 0.0
+    ran_with: int | None = None  # the count the engine reported in its log
+    ready_seconds: list[float] = field(default_factory=list)
     calibration: float | None = None
-    prefill: list[float] = field(default_factory=list)
-    decode: list[float] = field(default_factory=list)
+    prefill: list[float] = field(default_factory=list)  # one median per round
+    decode: list[float] = field(default_factory=list)  # one median per round
     cut: bool = False
 
     @property
@@ -112,6 +130,9 @@ class Point:
     @property
     def decode_tps(self) -> float:
         return statistics.median(self.decode) if self.decode else 0.0
+
+    def measured(self) -> Measured:
+        return Measured(self.label, self.ran_with or self.threads, tuple(self.decode), self.cut)
 
 
 def busiest(n: int = 6) -> str:
@@ -195,21 +216,34 @@ def pod_ready(api: Any, name: str) -> dict[str, Any] | None:
 
 
 def measure(ip: str, point: Point, s: Settings, tag: int) -> None:
+    """One round of `point` in its Ready pod at `ip`: the medians of its
+    requests appended to the point's per-round samples."""
     base = f"http://{ip}:{GATEWAY_PORT}"
     with urllib.request.urlopen(f"http://{ip}:{ADMIN_PORT}{SPEED_PATH}", timeout=10) as resp:
         calibration = json.loads(resp.read()).get("calibration") or {}
-    point.calibration = calibration.get("decode_tokens_per_second")
+    point.calibration = calibration.get("decode_tokens_per_second") or point.calibration
     post_json(base + COMPLETIONS, {"prompt": prompt(8, tag), "max_tokens": 1,
                                    "cache_prompt": False}, s.request_timeout)  # warm-up
+    prefill: list[float] = []
+    decode: list[float] = []
     for i in range(s.reps):
         began = time.monotonic()
         doc = post_json(base + COMPLETIONS, {"prompt": prompt(s.prompt_words, tag + i + 1),
                                              "max_tokens": 1, "cache_prompt": False},
                         s.request_timeout)
         t = doc["timings"]
-        point.prefill.append(float(t["prompt_n"]) / (float(t["prompt_ms"]) / 1000))
+        prefill.append(float(t["prompt_n"]) / (float(t["prompt_ms"]) / 1000))
         if time.monotonic() - began > s.slow_seconds:
             break
+    point.prefill.append(statistics.median(prefill))
+    try:
+        measure_decode(ip, point, s, tag, decode)
+    finally:
+        if decode:
+            point.decode.append(statistics.median(decode))
+
+
+def measure_decode(ip: str, point: Point, s: Settings, tag: int, decode: list[float]) -> None:
     for i in range(s.reps):
         body = {"prompt": f"w{tag + 50 + i} Once upon a time", "max_tokens": s.decode_tokens,
                 "stream": True, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
@@ -217,7 +251,7 @@ def measure(ip: str, point: Point, s: Settings, tag: int) -> None:
                           lambda line: b'"finish_reason":null' in line.replace(b" ", b""),
                           lambda line: b"[DONE]" in line, s.decode_cap, s.request_timeout,
                           host=ip)
-        point.decode.append(d.rate)
+        decode.append(d.rate)
         if d.cut:
             point.cut = True
             break
@@ -232,7 +266,10 @@ def run_point(cluster: TestCluster, pod: dict[str, Any], point: Point, s: Settin
     api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", body)
     try:
         ready = wait_for(f"pod {name} Ready", lambda: pod_ready(api, name), 600, interval=0.25)
-        point.ready_seconds = time.monotonic() - began
+        point.ready_seconds.append(time.monotonic() - began)
+        log = api.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log"
+                          f"?container={llama_server.NAME}")[1].get("message", "")
+        point.ran_with = threads_in(str(log).encode()) or point.ran_with
         measure(ready["status"]["podIP"], point, s, 1000 * index)
     finally:
         api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}?gracePeriodSeconds=0")
@@ -276,8 +313,13 @@ def run_points(cluster: TestCluster, models: ModelFileServer, s: Settings) -> di
         print(f"   load average before {loadavg()}; busiest processes:\n{busiest()}")
         points = [Point("operator (rules)", chosen), Point("engine default", None),
                   Point("8 threads", 8)]
-        points += [Point(f"sweep {n}", n) for n in range(1, 2 * CPU + 1)]
-        for index, point in enumerate(points):
+        # The operator's own count is the operator's point: the same command.
+        points += [Point(f"sweep {n}", n) for n in range(1, 2 * CPU + 1) if n != chosen]
+        warmup = Point("warm-up (operator's)", chosen)
+        for index, (round_, point) in enumerate(interleaved(points, s.rounds, warmup)):
+            if round_ > 1 and point.cut:
+                continue  # collapsed: measuring it again only costs the machine's others
+            print(f"   ... round {round_}: {point.label}", file=sys.stderr, flush=True)
             run_point(cluster, pod, point, s, index)
         print(f"   load average after {loadavg()}; busiest processes:\n{busiest()}")
     finally:
@@ -291,7 +333,8 @@ def run(s: Settings, quick: bool) -> dict[str, Any]:
     tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
     cluster = TestCluster(tools=tools, real_node=True)
     print(f"pods.py: {'quick' if quick else 'full'}: prompt {s.prompt_words} words, decode "
-          f"{s.decode_tokens} tokens capped at {s.decode_cap:g} s, {s.reps} reps (median); "
+          f"{s.decode_tokens} tokens capped at {s.decode_cap:g} s, {s.reps} reps (median) "
+          f"in each of {s.rounds} interleaved rounds after a warm-up pod; "
           f"gateway calibration {'on' if s.calibrate else 'off'}")
     began = time.monotonic()
     cluster.start(timeout=300)
@@ -308,36 +351,38 @@ def run(s: Settings, quick: bool) -> dict[str, Any]:
 def report(points: list[Point], chosen: int, seconds: float) -> dict[str, Any]:
     op = points[0]
     print(f"   {'point':<20} {'threads':>8} {'Ready s':>8} {'calib tok/s':>12} "
-          f"{'prefill tok/s':>14} {'decode tok/s':>13} {'op/pt prefill':>14} "
-          f"{'op/pt decode':>13}")
+          f"{'prefill tok/s':>14} {'op/pt prefill':>14} {'op/pt decode':>13}  "
+          f"decode tok/s: median [lowest-highest of the rounds]")
     for p in points:
         bound = "<" if p.cut else ""
-        op_decode = ratio(op.decode_tps, p.decode_tps)
-        print(f"   {p.label:<20} {p.threads if p.threads else 'default':>8} "
-              f"{p.ready_seconds:>8.1f} {fmt(p.calibration):>12} {fmt(p.prefill_tps):>14} "
-              f"{fmt(p.decode_tps, bound):>13} {fmt(ratio(op.prefill_tps, p.prefill_tps)):>14} "
-              f"{fmt(op_decode, '>' if p.cut else ''):>13}"
-              + ("   decode cut at the cap: upper bound" if p.cut else ""))
-    sweep = [p for p in points if p.label.startswith("sweep")]
-    best = max(sweep, key=lambda p: p.decode_tps)
+        ran = p.ran_with or p.threads
+        decode = Spread.of(p.decode).text("{:.2f}") if p.decode else "n/a"
+        print(f"   {p.label:<20} {ran if ran else 'default':>8} "
+              f"{statistics.median(p.ready_seconds) if p.ready_seconds else 0:>8.1f} "
+              f"{fmt(p.calibration):>12} {fmt(p.prefill_tps):>14} "
+              f"{fmt(ratio(op.prefill_tps, p.prefill_tps)):>14} "
+              f"{fmt(ratio(op.decode_tps, p.decode_tps), '>' if p.cut else ''):>13}  "
+              f"{bound}{decode}" + ("   decode cut at the cap: upper bound" if p.cut else ""))
+    judged: Verdict = verdict(op.measured(), [p.measured() for p in points[1:]])
     eight = next(p for p in points if p.threads == 8)
-    vs_best = ratio(op.decode_tps, best.decode_tps)
     vs_eight = ratio(op.decode_tps, eight.decode_tps)
     default = next(p for p in points if p.threads is None)
-    print(f"   operator ({chosen} thread{'s' * (chosen != 1)}) / best of sweep ({best.label}) "
-          f"decode {fmt(vs_best)}; operator / engine default decode "
+    print(f"   {judged.text()}")
+    print(f"   operator ({chosen} thread{'s' * (chosen != 1)}) / engine default decode "
           f"{fmt(ratio(op.decode_tps, default.decode_tps))}; operator / 8 threads decode "
           f"{fmt(vs_eight, '>' if eight.cut else '')} (prefill "
           f"{fmt(ratio(op.prefill_tps, eight.prefill_tps))}); {seconds:.0f} s in all")
     return {
         "cpu": CPU, "operator_threads": chosen,
-        "operator_vs_best_decode": vs_best, "best": best.label,
+        "verdict": judged.kind, "operator_vs_best_decode": judged.ratio, "best": judged.best,
         "operator_vs_default_decode": ratio(op.decode_tps, default.decode_tps),
         "operator_vs_8_decode": vs_eight, "eight_is_lower_bound": eight.cut,
         "operator_vs_8_prefill": ratio(op.prefill_tps, eight.prefill_tps),
-        "points": [{"label": p.label, "threads": p.threads, "ready_s": round(p.ready_seconds, 1),
+        "points": [{"label": p.label, "threads": p.threads, "ran_with": p.ran_with,
+                    "ready_s": [round(r, 1) for r in p.ready_seconds],
                     "calibration_decode": p.calibration, "prefill": p.prefill_tps,
-                    "decode": p.decode_tps, "cut": p.cut} for p in points],
+                    "decode": p.decode_tps, "decode_rounds": p.decode,
+                    "prefill_rounds": p.prefill, "cut": p.cut} for p in points],
         "seconds": round(seconds, 1),
     }
 

@@ -2,7 +2,7 @@
 CPU budget, at the thread count the operator's rules choose versus the engine's
 own default and oversubscribed counts, side by side.
 
-Run: python benchmarks/threads.py [--quick] [--json] [--budgets 1 2] [--reps N]
+Run: python benchmarks/threads.py [--quick] [--json] [--budgets 1 2] [--reps N] [--rounds R]
 Needs: root (to create a cgroup), llama.cpp's llama-server and the Gemma 3 270M
 GGUF (`bash hack/build-engines.sh llama model`; found, started and stopped by
 tests/harness/engines.py), optionally the real Ollama (`bash
@@ -35,7 +35,18 @@ Method
   the client's clock. At oversubscribed counts a token can take many seconds:
   a decode stops at a time cap and then counts the tokens seen in the window
   (marked `<` in the table when fewer than two arrived: an upper bound).
-- Repeats: every number is the median of `--reps` requests.
+- Repeats, interleaved (benchmarks/verdict.py): first the weights file is
+  read once (the page cache) and the operator's point runs once uncounted
+  (the warm-up), then every point once per round for `--rounds` rounds, in
+  the same order each round (A B C A B C ...), each time a fresh engine. A
+  round's number is the median of `--reps` requests; a point's number the
+  median of its rounds, and its spread their lowest and highest. A point
+  whose decode collapsed (cut at the cap) is not measured again. A point with
+  the operator's thread count is the operator's command: it is not measured
+  apart (nor compared).
+- Verdict: the operator's median decode over the best median of the points
+  whose thread count differs from the operator's: ">= 0.95", "inside the
+  spread" (below 0.95 but the two points' rounds overlap) or "below".
 - The machine is shared: the 1-, 5- and 15-minute load averages are printed
   before and after each budget, with the cgroup's throttling counters.
 - On an SMT machine (more logical CPUs than physical cores) a last group runs
@@ -71,6 +82,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
+from benchmarks.verdict import Measured, Spread, Verdict, interleaved, verdict  # noqa: E402
 from tests.harness import engines  # noqa: E402
 from tests.harness.cgroup import (  # noqa: E402
     PERIOD_US,
@@ -320,10 +332,15 @@ def stream_tokens(
 _N_THREADS = re.compile(rb"n_threads\s*=\s*(\d+)")
 
 
-def threads_from_log(log: Path) -> int | None:
-    """The thread count an engine reports (llama.cpp's system_info `n_threads = N`)."""
-    found = _N_THREADS.findall(log.read_bytes())
+def threads_in(text: bytes) -> int | None:
+    """The thread count an engine reports in its log (llama.cpp's system_info
+    `n_threads = N`)."""
+    found = _N_THREADS.findall(text)
     return int(found[-1]) if found else None
+
+
+def threads_from_log(log: Path) -> int | None:
+    return threads_in(log.read_bytes())
 
 
 @dataclass(frozen=True)
@@ -334,6 +351,7 @@ class Settings:
     request_timeout: float  # prefill / first token
     reps: int
     slow_seconds: float  # a prefill slower than this is not repeated
+    rounds: int = 3  # every point once per round, interleaved (benchmarks/verdict.py)
 
 
 WARMUP_WORDS = 8
@@ -479,9 +497,9 @@ class Point:
     label: str
     config: Config
     threads: int | None = None  # as the engine reported it
-    prefill: list[float] = field(default_factory=list)
+    prefill: list[float] = field(default_factory=list)  # one median per round
     prompt_tokens: int = 0
-    decode: list[float] = field(default_factory=list)
+    decode: list[float] = field(default_factory=list)  # one median per round
     cut: bool = False  # decode stopped at the cap: the rate is an upper bound
     same_as: str = ""
     start_seconds: float = 0.0  # start to healthy (Ollama: and `ollama create`)
@@ -493,6 +511,12 @@ class Point:
     @property
     def decode_tps(self) -> float:
         return statistics.median(self.decode) if self.decode else 0.0
+
+    def measured(self) -> Measured:
+        return Measured(self.label, self.threads, tuple(self.decode), self.cut)
+
+    def spread(self) -> str:
+        return Spread.of(self.decode).text("{:.1f}") if self.decode else "n/a"
 
 
 def measure(
@@ -519,19 +543,36 @@ def _measure(
         # Warm-up, not counted: first touches of the weights, the first graph.
         engine.prefill(port, WARMUP_WORDS, tag, s.request_timeout)
         point.threads = threads_from_log(log) or point.config.threads
+        prefill: list[float] = []
         for i in range(s.reps):
             began = time.monotonic()
             rate, n = engine.prefill(port, s.prompt_words, tag + i + 1, s.request_timeout)
-            point.prefill.append(rate)
+            prefill.append(rate)
             point.prompt_tokens = n
             if time.monotonic() - began > s.slow_seconds:
                 break  # collapsed: repeats would only cost time (and the others' CPU)
+        point.prefill.append(statistics.median(prefill))
+        decode: list[float] = []
         for i in range(s.reps):
             d = engine.decode(port, s.decode_tokens, tag + 50 + i, s)
-            point.decode.append(d.rate)
+            decode.append(d.rate)
             if d.cut:
                 point.cut = True
                 break  # collapsed: one long window says it, more would only cost time
+        point.decode.append(statistics.median(decode))
+
+
+def measure_interleaved(
+    engine: EngineBench, budget: CpuBudget, points: dict[str, Point], s: Settings, tag: int,
+    warmup: Point | None = None,
+) -> None:
+    """`points` in rounds (benchmarks/verdict.py), after `warmup` (not kept);
+    a collapsed point, or one that is another's run (`same_as`), is measured once."""
+    order = interleaved(list(points.values()), s.rounds, warmup)
+    for i, (round_, p) in enumerate(order):
+        if p.same_as or (round_ > 1 and p.cut):
+            continue
+        measure(engine, budget, p, s, tag=tag + 1000 * i)
 
 
 # --- one budget --------------------------------------------------------------------
@@ -555,24 +596,36 @@ class BudgetRun:
     seconds: float
 
     @property
-    def sweep(self) -> list[Point]:
-        return [p for k, p in self.points.items() if k.startswith("sweep")]
+    def others(self) -> list[Point]:
+        """The points whose thread count differs from the operator's (each once)."""
+        o = self.points["operator"]
+        return [p for p in self.points.values()
+                if p is not o and not p.same_as and p.threads != o.threads]
 
     @property
-    def best(self) -> Point:
-        return max(self.sweep, key=lambda p: p.decode_tps)
+    def verdict(self) -> Verdict:
+        o = self.points["operator"]
+        return verdict(o.measured(), [p.measured() for p in self.points.values() if p is not o])
+
+    @property
+    def best(self) -> Point | None:
+        label = self.verdict.best
+        return next((p for p in self.points.values() if p.label == label), None)
 
     def summary(self) -> dict[str, Any]:
         o, pts = self.points["operator"], self.points
-        best_prefill = max(self.sweep, key=lambda p: p.prefill_tps)
+        best_prefill = max(self.others, key=lambda p: p.prefill_tps, default=None)
+        judged, best = self.verdict, self.best
         out: dict[str, Any] = {
             "budget_cpus": self.cpus,
             "budget": self.kind,
             "operator_threads": o.threads,
             "default_threads": pts["default"].threads,
-            "best_decode_threads": self.best.threads,
-            "operator_vs_best_decode": ratio(o.decode_tps, self.best.decode_tps),
-            "operator_vs_best_prefill": ratio(o.prefill_tps, best_prefill.prefill_tps),
+            "verdict": judged.kind,
+            "best_decode_threads": best.threads if best else None,
+            "operator_vs_best_decode": judged.ratio,
+            "operator_vs_best_prefill": (
+                ratio(o.prefill_tps, best_prefill.prefill_tps) if best_prefill else None),
             "operator_vs_default_decode": ratio(o.decode_tps, pts["default"].decode_tps),
             "operator_vs_default_prefill": ratio(o.prefill_tps, pts["default"].prefill_tps),
         }
@@ -604,9 +657,9 @@ class BudgetRun:
         out["points"] = {
             k: {
                 "threads": p.threads,
-                "prefill_tps": p.prefill,
+                "prefill_tps": p.prefill,  # one median per round
                 "prompt_tokens": p.prompt_tokens,
-                "decode_tps": p.decode,
+                "decode_tps": p.decode,  # one median per round
                 "decode_cut": p.cut,
                 "start_seconds": round(p.start_seconds, 1),
             }
@@ -639,30 +692,28 @@ def run_budget(
         # 30 s just to load with 8 threads on one CPU); the full run has them.
         over = (2,) if quick else (2, 4, 8)
         wanted += [(f"{k}x", f"{k}x oversubscribed", k * cpus) for k in over]
-        wanted += [(f"sweep{n}", f"sweep {n}", n) for n in range(1, 2 * cpus + 1)]
+        # The operator's own count is the operator's command: not a point apart.
+        wanted += [(f"sweep{n}", f"sweep {n}", n) for n in range(1, 2 * cpus + 1) if n != op]
         points: dict[str, Point] = {}
         by_threads: dict[int, Point] = {}
-        for i, (key, label, threads) in enumerate(wanted):
+        for key, label, threads in wanted:
             if quick and threads is not None and threads in by_threads:
-                # --quick: an identical engine command was already measured.
+                # --quick: an identical engine command is measured once (the
+                # lists are shared: the other's rounds are this one's).
                 src = by_threads[threads]
-                points[key] = Point(
-                    label,
-                    src.config,
-                    src.threads,
-                    src.prefill,
-                    src.prompt_tokens,
-                    src.decode,
-                    src.cut,
-                    same_as=src.label,
-                    start_seconds=src.start_seconds,
-                )
+                points[key] = Point(label, src.config, src.threads, src.prefill, 0, src.decode,
+                                    same_as=src.label)
                 continue
-            p = Point(label, Config(threads, args=base))
-            measure(llama, budget, p, s, tag=1000 * (i + 1) + 100_000 * cpus)
-            points[key] = p
-            if p.threads is not None:
-                by_threads.setdefault(p.threads, p)
+            points[key] = Point(label, Config(threads, args=base))
+            if threads is not None:
+                by_threads.setdefault(threads, points[key])
+        touch(engines.require("model"))
+        warmup = Point("warm-up (operator's)", Config(op, args=base))
+        measure_interleaved(llama, budget, points, s, 100_000 * cpus, warmup)
+        for p in points.values():  # a shared run's facts, once it ran
+            if p.same_as:
+                src = next(q for q in points.values() if q.label == p.same_as)
+                p.threads, p.cut, p.start_seconds = src.threads, src.cut, src.start_seconds
         ollama_points = None
         if ollama is not None:
             rendered = operator_choice(budget, "ollama")
@@ -677,8 +728,7 @@ def run_budget(
                 ),
                 "default": Point("ollama, defaults", Config(None)),
             }
-            for j, p in enumerate(ollama_points.values()):
-                measure(ollama, budget, p, s, tag=50_000 + 1000 * j + 100_000 * cpus)
+            measure_interleaved(ollama, budget, ollama_points, s, 50_000 + 100_000 * cpus)
         after, throttle1 = loadavg(), budget.throttling()
         seconds = time.monotonic() - started
     finally:
@@ -695,6 +745,13 @@ def run_budget(
         {k: v - throttle0.get(k, 0) for k, v in throttle1.items()},
         seconds,
     )
+
+
+def touch(path: Path) -> None:
+    """Read `path` once: the weights in the page cache before the first point."""
+    with path.open("rb") as f:
+        while f.read(1 << 20):
+            pass
 
 
 def _without_threads(args: list[str]) -> tuple[str, ...]:
@@ -742,14 +799,14 @@ def report(run: BudgetRun) -> list[str]:
     )
     head = (
         f"   {'point':<36}{'threads':>8}{'start s':>8}{'prefill tok/s':>15}{'decode tok/s':>14}"
-        f"{'op/pt prefill':>15}{'op/pt decode':>14}"
+        f"{'op/pt prefill':>15}{'op/pt decode':>14}  decode: median [lowest-highest of rounds]"
     )
     lines.append(head)
 
     def row(p: Point, ref: Point) -> str:
         notes = []
         if p is run.best:
-            notes.append("best decode of the sweep")
+            notes.append("best decode of the other thread counts")
         if p.same_as:
             notes.append(f"same run as {p.same_as}")
         if p.cut:
@@ -759,16 +816,17 @@ def report(run: BudgetRun) -> list[str]:
             f"   {p.label:<36}{p.threads!s:>8}{p.start_seconds:>8.1f}{fmt(p.prefill_tps):>15}"
             f"{fmt(p.decode_tps, '<' if p.cut else ''):>14}"
             f"{fmt(ratio(ref.prefill_tps, p.prefill_tps)):>15}"
-            f"{fmt(d_ratio, '>' if p.cut and not ref.cut else ''):>14}"
+            f"{fmt(d_ratio, '>' if p.cut and not ref.cut else ''):>14}  {p.spread()}"
             + (f"   {'; '.join(notes)}" if notes else "")
         )
 
     lines += [row(p, o) for p in run.points.values()]
     s = run.summary()
     eight_bound = "operator_vs_8x_decode" in s["lower_bounds"]
+    lines.append(f"   llama-server: {run.verdict.text()}")
     lines.append(
-        f"   llama-server: operator / best of sweep decode {fmt(s['operator_vs_best_decode'])}"
-        f" (prefill {fmt(s['operator_vs_best_prefill'])}); operator / engine default decode "
+        f"   llama-server: prefill operator / best {fmt(s['operator_vs_best_prefill'])}"
+        f"; operator / engine default decode "
         f"{fmt(s['operator_vs_default_decode'])}; operator / 8x decode "
         f"{fmt(s['operator_vs_8x_decode'], '>' if eight_bound else '')}"
     )
@@ -816,7 +874,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="budget 1 only, short; < 60 s")
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     parser.add_argument("--budgets", type=int, nargs="+", help="CPU budgets (default 1 2)")
-    parser.add_argument("--reps", type=int, help="requests per number (median)")
+    parser.add_argument("--reps", type=int, help="requests per point per round (median)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (quick 2, full 3)")
     parser.add_argument("--no-ollama", action="store_true", help="skip the Ollama columns")
     parser.add_argument("--operator-choice", metavar="ENGINE", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -845,6 +904,7 @@ def main() -> int:
             request_timeout=120,
             reps=args.reps or 2,
             slow_seconds=3.0,
+            rounds=args.rounds or 2,
         )
     else:
         s = Settings(
@@ -854,6 +914,7 @@ def main() -> int:
             request_timeout=600,
             reps=args.reps or 5,
             slow_seconds=30.0,
+            rounds=args.rounds or 3,
         )
     ollama_note = f"no Ollama at {ollama_binary}: bash hack/build-engines.sh ollama"
     if args.no_ollama:
@@ -867,7 +928,8 @@ def main() -> int:
         f"threads.py: host {host} CPUs; llama-server {llama_server}; model {model}; "
         f"ollama {ollama_binary if ollama else 'none'} (from hack/build-engines.sh --print); "
         f"{'quick' if args.quick else 'full'}: prompt {s.prompt_words} words, decode "
-        f"{s.decode_tokens} tokens capped at {s.decode_cap:.0f} s, {s.reps} reps (median)"
+        f"{s.decode_tokens} tokens capped at {s.decode_cap:.0f} s, {s.reps} reps (median) "
+        f"in each of {s.rounds} interleaved rounds"
     )
     runs = []
     try:

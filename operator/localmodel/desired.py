@@ -47,8 +47,8 @@ from localmodel.render import (
     render_objects,
 )
 from localmodel.render.names import (
-    GATEWAY_CPU_MILLI,
     endpoint,
+    gateway_cpu_milli,
     gateway_memory_bytes,
     pod_name,
     pod_selector,
@@ -188,7 +188,7 @@ def demand(
         exclusive=spec.placement.exclusive,
         node_selector=dict(spec.placement.node_selector),
         tolerations=tuple(spec.placement.tolerations),
-        overhead_cpu_milli=GATEWAY_CPU_MILLI if spec.gateway.enabled else 0,
+        overhead_cpu_milli=gateway_cpu_milli(spec.slots) if spec.gateway.enabled else 0,
         avoid=avoid,
     )
 

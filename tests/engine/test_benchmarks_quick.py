@@ -1,7 +1,9 @@
 """The benchmarks' quick modes, as CI runs them, so none can rot unseen.
 
 `benchmarks/gateway.py --quick` (the stand-in upstream, the gateway, nginx as
-the plain-proxy reference), `benchmarks/threads.py --quick` (the real
+the plain-proxy reference), `benchmarks/gateway_sizing.py --quick` (the
+gateway's CPU with every slot streaming at the engine's top speed, the
+stand-in upstream), `benchmarks/threads.py --quick` (the real
 llama-server under a 1-CPU cgroup quota) and `benchmarks/prompt_cache.py
 --quick` (both real engines as rendered, bounded and at their default). What
 is asserted holds on any machine: every column and summary the benchmark promises is printed, with
@@ -69,6 +71,23 @@ def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
     assert re.search(r"ledger memory: \d+ bytes per record", out), out
 
 
+def test_gateway_sizing_quick_reports_the_cpu_per_token_and_request_and_the_rule(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from localmodel.render.names import TOP_TOKENS_PER_SECOND, gateway_cpu_milli
+
+    out = run_main("gateway_sizing", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["rate"] == TOP_TOKENS_PER_SECOND  # the rule's own top speed by default
+    [row] = report["slots"]
+    assert row["slots"] == 4
+    assert row["tokens_per_second"] > 0 and row["cpu_share_long"] > 0, row
+    assert row["cpu_share_short"] > 0, row
+    assert row["limit_milli"] == gateway_cpu_milli(4), row
+    assert re.search(r"^\s+4\s+\d+\s+[\d.]+%\s+[\d.]+%", out, re.M), out
+    assert "load average before" in out and "load average after" in out, out
+
+
 @pytest.mark.engine  # llama-bench, Ollama and the model
 def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,6 +97,15 @@ def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
     for key in ("operator_vs_best_decode", "operator_vs_default_decode"):
         assert isinstance(summary[key], float) and summary[key] > 0, summary
     assert summary["budgets"] and summary["budgets"][0]["points"], summary
+    # Interleaved rounds (benchmarks/verdict.py): one decode median per round,
+    # and a verdict against the other thread counts only.
+    points = summary["budgets"][0]["points"]
+    assert len(points["operator"]["decode_tps"]) == 2, points
+    assert "sweep1" not in points  # the operator's own count: the same command
+    assert summary["verdict"] in ("operator/best >= 0.95", "inside the spread", "below")
+    assert summary["best_decode_threads"] != summary["operator_threads"], summary
+    assert re.search(r"operator / best of the other thread counts \(.+\) decode "
+                     r"\d+\.\d+: .+ \[\d+\.\d+-\d+\.\d+, 2 rounds", out), out
 
 
 @pytest.mark.engine  # llama-server, Ollama and the model

@@ -16,7 +16,7 @@ from localmodel.gateway_contract import (
     READY_PATH,
     gateway_variables,
 )
-from localmodel.render.names import GATEWAY_CPU_MILLI, gateway_memory_bytes
+from localmodel.render.names import gateway_cpu_milli, gateway_memory_bytes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.rules import Tuning
 
@@ -120,7 +120,7 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
             "failureThreshold": 6,
         },
         "resources": resources(
-            f"{GATEWAY_CPU_MILLI}m",
+            f"{gateway_cpu_milli(lm.spec.slots)}m",
             format_bytes(gateway_memory_bytes(lm.spec.slots, lm.spec.gateway.max_queue)),
         ),
         # Pod Security `restricted` whatever the engine's level: a numeric

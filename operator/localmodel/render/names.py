@@ -10,6 +10,7 @@ the weights survive deletion of the model.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from localmodel import API_VERSION, KIND, __version__
@@ -30,7 +31,44 @@ DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
 # The operator's namespace when none is told (the chart's usual release namespace).
 DEFAULT_OPERATOR_NAMESPACE = "localmodel-system"
 SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
+# The gateway's CPU limit, sized from benchmarks/gateway_sizing.py
+# (docs/benchmarks.md, "The gateway's CPU at a pod's top speed"): every slot
+# streaming at the engine's top speed through the gateway, its process's CPU
+# time from /proc. The top speed is the fastest decode on one thread measured
+# here for the smallest model in the catalog (Gemma 3 270M): 35.2 tok/s
+# (Ollama; llama-server 33.0), `benchmarks/threads.py --quick` 2026-12-04
+# (docs/benchmarks.md, The thread rule), rounded up. A faster CPU streams
+# faster but also spends less CPU per token, so the share of a core is about
+# the same. Measured in three runs at 8 and 16 slots (where the rule gives
+# more than the least): at most 206 us of CPU per relayed token and 2.06 ms per
+# request (its parse, admission, ledger record and log line). The rule: every
+# slot at the top speed, answers of no fewer than 4 tokens (a request every 4
+# tokens), twice that for headroom (the CPU per token moves by tens of
+# percent from minute to minute on a VM, and a CFS quota throttles every
+# 100 ms period a burst goes over: metrics scrapes, speed reads, the
+# calibration, garbage collection). The least is 250m, the gateway's limit
+# before this measurement (kept: its parse of a worst-case body,
+# docs/benchmarks.md Hostile bodies, ran at it): 1 to 4 slots keep 250m,
+# 8 slots get 418m, 16 slots 836m.
 GATEWAY_CPU_MILLI = 250
+TOP_TOKENS_PER_SECOND = 36.0
+_CPU_PER_TOKEN = 210e-6
+_CPU_PER_REQUEST = 2.06e-3
+_TOKENS_PER_ANSWER = 4
+_CPU_HEADROOM = 2.0
+
+
+def gateway_cpu_milli(slots: int, tokens_per_second: float = TOP_TOKENS_PER_SECOND) -> int:
+    """The gateway's CPU limit (millicores) for `slots` slots each streaming
+    `tokens_per_second`: the rule above."""
+    if slots < 1 or tokens_per_second <= 0:
+        raise ValueError(f"slots ({slots}) and tokens_per_second ({tokens_per_second}): "
+                         "must be positive")
+    per_token = _CPU_PER_TOKEN + _CPU_PER_REQUEST / _TOKENS_PER_ANSWER
+    need = slots * tokens_per_second * per_token * _CPU_HEADROOM
+    return max(GATEWAY_CPU_MILLI, math.ceil(round(need * 1000, 6)))
+
+
 # The gateway's memory limit, sized from benchmarks/gateway_hostile.py (the
 # worst bodies at the queue's full depth with the rendered settings;
 # docs/benchmarks.md, Hostile bodies). Measured at the default 1 MiB body
