@@ -104,8 +104,9 @@ def as_watched(snap: Snapshot, result: ModelResult, **kw: Any) -> Snapshot:
     """The rendered objects as the watches deliver them (`watched.WATCHED`): only
     what passes a row's label selector, reduced to what its index keeps."""
     rows = {w.name: w for w in watched.WATCHED}
-    by_row: dict[str, list[Raw]] = {"localmodels": list(snap.localmodels),
-                                    "nodes": list(snap.nodes)}
+    by_row: dict[str, list[Raw]] = {
+        "localmodels": [rows["localmodels"].keep(b) for b in snap.localmodels],
+        "nodes": [rows["nodes"].keep(b) for b in snap.nodes]}
     for manifest in result.objects:
         if manifest["kind"] in ("ConfigMap", "Service"):
             manifest = changes_module.with_applied_hash(manifest)
