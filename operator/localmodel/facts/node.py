@@ -189,7 +189,9 @@ def _labels(value: Any, path: str) -> dict[str, str]:
                 f"{path}[{key!r}]",
                 f"{label_value!r} is not a string (label values are strings: quote it)",
             )
-    return dict(labels)
+    # A plain dict is used as it is (the operator's watches keep one per node,
+    # and NodeFacts never changes it): a copy per node was 13 MiB at 10k nodes.
+    return labels if type(labels) is dict else dict(labels)
 
 
 def _taints(value: Any, path: str) -> tuple[Taint, ...]:
