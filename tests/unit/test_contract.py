@@ -24,8 +24,8 @@ import pytest
 from localmodel import API_VERSION, contract, render
 from localmodel.controller import changes as changes_module
 from localmodel.controller import objects, watched
-from localmodel.controller.kept import NotKept
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
+from localmodel.controller.kept import NotKept
 from localmodel.controller.observed import (
     Observed,
     Snapshot,

@@ -175,7 +175,7 @@ def test_kept_strings_are_shared_between_objects() -> None:
 def test_a_value_of_the_wrong_shape_is_kept_for_the_reader_to_report() -> None:
     kept = rows()["nodes"].keep({"kind": "Node", "metadata": {"name": "n"},
                                  "spec": {"taints": "all"}, "status": {}})
-    with pytest.raises(NodeFactsError, match="spec.taints: expected a list of taints"):
+    with pytest.raises(NodeFactsError, match=r"spec\.taints: expected a list of taints"):
         from_node(kept)
 
 
