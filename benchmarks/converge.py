@@ -34,9 +34,9 @@ and Services, two DaemonSet pods per node), generated in this process and
 written as the API would send it, is fed in a fresh process to what the
 operator keeps of each watched object (`watched.WATCHED`) and to the
 operator's pass (`observe` + `policy.plan_pass`, cold, then steady): resident
-memory (VmRSS, VmHWM) after the imports, with the watches' objects, and
-after the passes. Recorded objects, not a kwok cluster of that size (kwok at
-10k nodes does not fit this machine).
+memory (VmRSS, VmHWM) after the imports, with the watches' objects (and
+by kind, as each kind is fed), and after the passes. Recorded objects, not a
+kwok cluster of that size (kwok at 10k nodes does not fit this machine).
 
 The control plane is sized like a real large cluster: the controller manager's
 and the scheduler's API clients get the QPS and burst Kubernetes' own
@@ -529,12 +529,26 @@ def memory_child(path: Path) -> dict[str, Any]:
     rows = {w.name: w for w in WATCHED}
     gc.collect()
     base = _status_mib()
-    stores: dict[str, list[dict[str, Any]]] = {name: [] for name in rows}
+    stores: dict[str, list[Any]] = {name: [] for name in rows}
+    per_kind: dict[str, float] = {}  # the file holds one kind after another
+    last, before = "", base["VmRSS"]
+
+    def kind_done() -> None:
+        nonlocal before
+        if last:
+            gc.collect()
+            now = _status_mib()["VmRSS"]
+            per_kind[last], before = round(now - before, 1), now
+
     with path.open() as f:
         for line in f:
             name, body = json.loads(line)
+            if name != last:
+                kind_done()
+                last = name
             if rows[name].selected(body):
                 stores[name].append(rows[name].keep(body))
+    kind_done()
     snap = Snapshot(**stores)
     gc.collect()
     held = _status_mib()
@@ -560,6 +574,7 @@ def memory_child(path: Path) -> dict[str, Any]:
         "counts": {k: len(v) for k, v in stores.items()},
         "imports_rss_mib": base["VmRSS"],
         "watches_mib": round(held["VmRSS"] - base["VmRSS"], 1),
+        "watches_mib_by_kind": per_kind,
         "after_cold_pass_rss_mib": cold["VmRSS"],
         "pass_state_mib": round(cold["VmRSS"] - held["VmRSS"], 1),
         "after_steady_pass_rss_mib": steady["VmRSS"],
@@ -652,6 +667,8 @@ def main() -> int:
               f"+{mem['watches_mib']} MiB; after a cold pass +{mem['pass_state_mib']} MiB "
               f"({mem['after_cold_pass_rss_mib']} MiB); after a steady pass "
               f"{mem['after_steady_pass_rss_mib']} MiB; peak {mem['peak_rss_mib']} MiB")
+        print("  the watches' objects by kind (resident, as each kind was fed): "
+              + ", ".join(f"{k} +{v} MiB" for k, v in mem["watches_mib_by_kind"].items()))
         print(f"  one pass (observe + plan_pass): cold {mem['cold_pass_cpu_s']} s CPU, "
               f"steady {mem['steady_pass_cpu_s']} s CPU ({mem['steady_writes']} writes)")
     if args.json:

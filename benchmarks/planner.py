@@ -27,10 +27,10 @@ node or per model by the smallest size's: 1.0 means linear growth.
    leaves and joins zone views). The last incremental result is checked equal
    to the plain `desired_state()` of the same inputs.
 3. The operator at the largest size (`--no-operator` leaves it out): the
-   watches' stored objects (Nodes as the API returns them, with NFD labels,
-   conditions, images and managedFields; every pod reduced as
-   `watched.reduced_pod` keeps it: the operator's pods and two DaemonSet pods
-   per node; the LocalModels with a status), the memory they take, and one
+   watches' stored objects (generated as the API returns them: Nodes with NFD
+   labels, conditions, images and managedFields, the operator's pods and two
+   DaemonSet pods per node, the LocalModels with a status; kept as the watches
+   keep them, `watched.SHAPES`), the memory they take, and one
    operator pass (`observe` + `policy.plan_pass`, what the reconciler runs
    between its reads and writes): cold, steady, after a node label change.
 """

@@ -93,7 +93,8 @@ def _section(obj: Any, name: str) -> Mapping[str, Any]:
 def _statuses(status: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     for key in ("initContainerStatuses", "containerStatuses"):
         value = status.get(key)
-        for s in value if isinstance(value, list) else []:
+        # a list, or the tuple a watch keeps (controller/kept.py)
+        for s in value if isinstance(value, (list, tuple)) else []:
             if isinstance(s, Mapping):
                 yield s
 

@@ -211,9 +211,11 @@ def _pod_claim(spec: Mapping[str, Any]) -> str | None:
 def owned_pod(body: Raw) -> OwnedPod | None:
     meta = metadata(body)
     who = _ours(meta)
+    if who is None:  # any other pod: the watch keeps its node's usage only
+        return None
     replica = _replica(meta)
     owner = _controller_uid(meta)
-    if who is None or replica is None or owner is None:
+    if replica is None or owner is None:
         return None
     spec, status = section(body, "spec"), section(body, "status")
     annotations = _str_map(meta.get("annotations"))

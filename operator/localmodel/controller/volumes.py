@@ -3,7 +3,7 @@ evaluated as the scheduler does. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from localmodel.controller.objects import Raw, metadata, section
@@ -24,7 +24,7 @@ def volume(body: Raw) -> Volume:
     required = affinity.get("required") if isinstance(affinity, Mapping) else None
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
     name = str(metadata(body).get("name") or "")
-    if not isinstance(terms, list) or not terms:
+    if isinstance(terms, str) or not isinstance(terms, Sequence) or not terms:
         return Volume(name, None)
     return Volume(name, tuple(t for t in terms if isinstance(t, Mapping)))
 

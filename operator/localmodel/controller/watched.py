@@ -2,24 +2,36 @@
 
 Each row names a field of `observed.Snapshot` and says what kopf watches for
 it (group, version, plural, label selector) and what the in-memory index keeps
-of each object. `handlers` registers one index and one trigger per row and the
-reconciler builds its `Snapshot` from the rows by name, so a resource is added
-or changed here and nowhere else (tests/unit/test_watched.py holds the table
-to the snapshot's fields).
+of each object: only the fields the operator reads (`SHAPES`, kept as
+`kept.Kept`, which refuses a read of any other field). `handlers` registers
+one index and one trigger per row and the reconciler builds its `Snapshot`
+from the rows by name, so a resource is added or changed here and nowhere
+else (tests/unit/test_watched.py holds the table to the snapshot's fields and
+to docs/operator.md's table of what is kept).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from localmodel import GROUP, PLURAL, VERSION
-from localmodel.contract import CONTAINER_GATEWAY, OWNED_SELECTOR, VOLUME_WEIGHTS
-from localmodel.gaps import kept_image_waits
+from localmodel.contract import (
+    ANNOTATION_APPLIED_HASH,
+    ANNOTATION_NODE,
+    ANNOTATION_POD_SPEC_HASH,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REPLICA,
+    MANAGED_BY,
+    OWNED_SELECTOR,
+)
+from localmodel.controller.kept import MAP, SCALAR, WHOLE, Only, Shape, Spec
+from localmodel.gaps import DEFAULT_CLASS_ANNOTATIONS, kept_image_waits
 
 Raw = Mapping[str, Any]
-Keep = Callable[[Raw], dict[str, Any]]
+Keep = Callable[[Raw], Mapping[str, Any]]
 
 
 def _section(body: Raw, name: str) -> Mapping[str, Any]:
@@ -27,51 +39,101 @@ def _section(body: Raw, name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def whole(body: Raw) -> dict[str, Any]:
-    return dict(body)
+# What each kind's readers read (objects.py, volumes.py, facts/node.py,
+# facts/pod.py); `kept.Shape` refuses a read of anything else. The docs'
+# table (docs/operator.md, What the watches keep) is printed from these.
+_OWNER_REFS: Spec = [{"apiVersion": SCALAR, "kind": SCALAR, "uid": SCALAR, "controller": SCALAR}]
+_REQUESTS: Spec = {"cpu": SCALAR, "memory": SCALAR}
+_CONTAINERS: Spec = [{"name": SCALAR, "image": SCALAR, "resources": {"requests": _REQUESTS}}]
+_USAGE_SPEC: dict[str, Spec] = {  # what the scheduler charges a node for a pod (facts/pod.py)
+    "nodeName": SCALAR,
+    "containers": [{"resources": {"requests": _REQUESTS}}],
+    "initContainers": [{"resources": {"requests": _REQUESTS}}],
+    "overhead": _REQUESTS,
+}
+_IMAGE_WAITS: Spec = [{"name": SCALAR, "image": SCALAR,
+                       "state": {"waiting": {"reason": SCALAR, "message": SCALAR}}}]
+_OURS_LABELS = Only(LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA)
+_OWNED_META: dict[str, Spec] = {
+    "name": SCALAR, "namespace": SCALAR, "uid": SCALAR, "labels": _OURS_LABELS,
+    "ownerReferences": _OWNER_REFS, "deletionTimestamp": SCALAR}
+
+SHAPES: dict[str, Shape] = {
+    "localmodels": Shape("LocalModel", {
+        "apiVersion": SCALAR, "kind": SCALAR,
+        "metadata": {"name": SCALAR, "namespace": SCALAR, "uid": SCALAR,
+                     "generation": SCALAR, "resourceVersion": SCALAR},
+        "spec": WHOLE,  # parsed in full (api/): every field is read
+        "status": WHOLE,  # the operator's own, compared with the next one it writes
+    }),
+    "nodes": Shape("Node", {
+        "kind": SCALAR,
+        "metadata": {"name": SCALAR, "uid": SCALAR, "resourceVersion": SCALAR,
+                     "labels": MAP},  # selectors, zones and CPU facts may name any label
+        "spec": {"taints": [{"key": SCALAR, "value": SCALAR, "effect": SCALAR}],
+                 "unschedulable": SCALAR},
+        "status": {"allocatable": _REQUESTS, "capacity": _REQUESTS},
+    }),
+    "pods": Shape("Pod (the operator's)", {
+        "metadata": {**_OWNED_META,
+                     "annotations": Only(ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH)},
+        "spec": {**_USAGE_SPEC, "containers": _CONTAINERS,  # the gateway's image: speed.py
+                 "volumes": [{"name": SCALAR,
+                              "persistentVolumeClaim": {"claimName": SCALAR}}]},
+        "status": {"phase": SCALAR, "podIP": SCALAR,
+                   "conditions": [{"type": SCALAR, "status": SCALAR, "reason": SCALAR,
+                                   "message": SCALAR, "lastTransitionTime": SCALAR}]},
+    }),
+    "other pods": Shape("Pod (any other)", {
+        "metadata": {"name": SCALAR, "namespace": SCALAR, "uid": SCALAR,
+                     "labels": _OURS_LABELS},
+        "spec": _USAGE_SPEC,
+        "status": {"phase": SCALAR},
+    }),
+    "claims": Shape("PersistentVolumeClaim", {
+        "metadata": _OWNED_META, "spec": {"volumeName": SCALAR, "storageClassName": SCALAR}}),
+    "volumes": Shape("PersistentVolume", {
+        "metadata": {"name": SCALAR},
+        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{
+            "matchExpressions": [{"key": SCALAR, "operator": SCALAR, "values": WHOLE}],
+            "matchFields": [{"key": SCALAR, "operator": SCALAR, "values": WHOLE}]}]}}}}),
+    "owned": Shape("ConfigMap, Service, NetworkPolicy", {
+        "metadata": {**_OWNED_META, "annotations": Only(ANNOTATION_APPLIED_HASH)}}),
+    # whether a claim can bind: its class exists, or a default one (localmodel/gaps.py)
+    "storageclasses": Shape("StorageClass", {
+        "metadata": {"name": SCALAR, "annotations": Only(*DEFAULT_CLASS_ANNOTATIONS)}}),
+}
 
 
-def metadata_only(body: Raw) -> dict[str, Any]:
-    return {"metadata": dict(_section(body, "metadata"))}
+def _shape(name: str) -> Keep:
+    shape = SHAPES[name]
+    return lambda body: shape.keep(body)
 
 
-def reduced_pod(body: Raw) -> dict[str, Any]:
-    """What placement, readiness and the changes read of a pod (every pod in the
-    cluster is indexed: memory stays small in big clusters)."""
-    meta, spec, status = (_section(body, n) for n in ("metadata", "spec", "status"))
-
-    def resources(containers: Any) -> list[dict[str, Any]]:
-        # The gateway's image too: whether its speed may be a peer's (controller/speed.py).
-        return [{"resources": c.get("resources") or {},
-                 **({"name": CONTAINER_GATEWAY, "image": c.get("image")}
-                    if c.get("name") == CONTAINER_GATEWAY else {})}
-                for c in containers or []]
-
-    return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",
-                                          "ownerReferences", "deletionTimestamp") if k in meta},
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "containers": resources(spec.get("containers")),
-            "initContainers": resources(spec.get("initContainers")),
-            "overhead": spec.get("overhead"),
-            "volumes": [v for v in spec.get("volumes") or [] if v.get("name") == VOLUME_WEIGHTS],
-        },
-        "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or [],
-                   # where the operator reads a Ready replica's gateway speed
-                   **({"podIP": status["podIP"]} if status.get("podIP") else {}),
-                   # an image the kubelet cannot pull, said in the model's status
-                   **({"containerStatuses": w} if (w := kept_image_waits(status)) else {})},
-    }
+def pod(body: Raw) -> Mapping[str, Any]:
+    """Every pod in the cluster is kept: the operator's with what placement,
+    readiness, rolls and speed reads need; any other with its node's usage only."""
+    labels = _section(_section(body, "metadata"), "labels")
+    ours = labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+    if not ours:
+        return SHAPES["other pods"].keep(body)  # type: ignore[no-any-return]
+    # Of the container statuses, only an image the kubelet cannot pull (said in
+    # the model's status, localmodel/gaps.py), already bounded there.
+    status = _section(body, "status")
+    waits = kept_image_waits(status)
+    kept_status = {k: v for k, v in status.items()
+                   if k not in ("containerStatuses", "initContainerStatuses")}
+    if waits:
+        kept_status["containerStatuses"] = waits
+    return SHAPES["pods"].keep({**body, "status": kept_status})  # type: ignore[no-any-return]
 
 
-def claim(body: Raw) -> dict[str, Any]:
-    return {"metadata": dict(_section(body, "metadata")), "spec": dict(_section(body, "spec"))}
-
-
-def volume(body: Raw) -> dict[str, Any]:
-    return {"metadata": {"name": _section(body, "metadata").get("name")},
-            "spec": {"nodeAffinity": _section(body, "spec").get("nodeAffinity")}}
+def table() -> Iterator[tuple[str, str, str]]:
+    """(kind, field, what is kept) for every field every watch keeps: the docs'
+    table (docs/operator.md, What the watches keep)."""
+    for shape in SHAPES.values():
+        for path, what in shape.fields():
+            yield shape.kind, path, what
 
 
 @dataclass(frozen=True)
@@ -94,15 +156,15 @@ class Watched:
 
 
 WATCHED: tuple[Watched, ...] = (
-    Watched("localmodels", GROUP, VERSION, PLURAL, whole),
-    Watched("nodes", "", "v1", "nodes", whole),
-    Watched("pods", "", "v1", "pods", reduced_pod),
-    Watched("claims", "", "v1", "persistentvolumeclaims", claim, OWNED_SELECTOR),
-    Watched("volumes", "", "v1", "persistentvolumes", volume),
-    Watched("configmaps", "", "v1", "configmaps", metadata_only, OWNED_SELECTOR),
-    Watched("services", "", "v1", "services", metadata_only, OWNED_SELECTOR),
-    Watched("networkpolicies", "networking.k8s.io", "v1", "networkpolicies", metadata_only,
+    Watched("localmodels", GROUP, VERSION, PLURAL, _shape("localmodels")),
+    Watched("nodes", "", "v1", "nodes", _shape("nodes")),
+    Watched("pods", "", "v1", "pods", pod),
+    Watched("claims", "", "v1", "persistentvolumeclaims", _shape("claims"), OWNED_SELECTOR),
+    Watched("volumes", "", "v1", "persistentvolumes", _shape("volumes")),
+    Watched("configmaps", "", "v1", "configmaps", _shape("owned"), OWNED_SELECTOR),
+    Watched("services", "", "v1", "services", _shape("owned"), OWNED_SELECTOR),
+    Watched("networkpolicies", "networking.k8s.io", "v1", "networkpolicies", _shape("owned"),
             OWNED_SELECTOR),
-    # whether a claim can bind: its class exists, or a default one (localmodel/gaps.py)
-    Watched("storageclasses", "storage.k8s.io", "v1", "storageclasses", metadata_only),
+    Watched("storageclasses", "storage.k8s.io", "v1", "storageclasses",
+            _shape("storageclasses")),
 )

@@ -20,6 +20,7 @@ No CPU labels at all means the features are unknown (``cpu_flags=None``,
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -188,7 +189,9 @@ def _labels(value: Any, path: str) -> dict[str, str]:
                 f"{path}[{key!r}]",
                 f"{label_value!r} is not a string (label values are strings: quote it)",
             )
-    return dict(labels)
+    # A plain dict is used as it is (the operator's watches keep one per node,
+    # and NodeFacts never changes it): a copy per node was 13 MiB at 10k nodes.
+    return labels if type(labels) is dict else dict(labels)
 
 
 def _taints(value: Any, path: str) -> tuple[Taint, ...]:
@@ -277,12 +280,24 @@ def _cpu_facts(labels: Mapping[str, str]) -> _CpuFacts:
     )
 
 
+# Nodes of one machine type carry the same flag set: one frozenset serves them
+# all (at 10 000 nodes, one each took about 18 MiB). Bounded: a cluster has few.
+_FLAG_SETS: dict[frozenset[str], frozenset[str]] = {}
+_FLAG_SETS_MAX = 4096
+
+
 def _flags(labels: Mapping[str, str], prefix: str) -> frozenset[str]:
-    return frozenset(
-        key.removeprefix(prefix).upper()
+    flags = frozenset(
+        sys.intern(key.removeprefix(prefix).upper())
         for key, value in labels.items()
         if key.startswith(prefix) and value == "true"
     )
+    shared = _FLAG_SETS.get(flags)
+    if shared is not None:
+        return shared
+    if len(_FLAG_SETS) < _FLAG_SETS_MAX:
+        _FLAG_SETS[flags] = flags
+    return flags
 
 
 def _bool_label(value: str | None) -> bool | None:
