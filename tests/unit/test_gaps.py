@@ -13,7 +13,7 @@ import pytest
 from localmodel.contract import LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA, MANAGED_BY
 from localmodel.controller.observed import Snapshot, observe
 from localmodel.controller.policy import plan_pass
-from localmodel.controller.watched import reduced_pod
+from localmodel.controller.watched import pod as kept_pod
 from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.report import Verdict
 from localmodel.gaps import (
@@ -140,14 +140,16 @@ def test_image_waits_read_what_the_kubelet_writes() -> None:
 
 
 def test_the_watch_keeps_only_the_image_waits() -> None:
-    body = {"metadata": {"name": "p"}, "spec": {}, "status": {
+    ours = {"name": "p", "labels": {LABEL_MANAGED_BY: MANAGED_BY}}
+    body = {"metadata": ours, "spec": {}, "status": {
         "phase": "Pending",
         "containerStatuses": [_waiting("ollama", IMAGE, "ErrImagePull", "denied"),
                               {"name": "gateway", "state": {"running": {}}, "imageID": "x"}]}}
-    kept = reduced_pod(body)["status"]
+    kept = kept_pod(body)["status"]
     assert image_waits(kept) == image_waits(body["status"])
     assert len(kept["containerStatuses"]) == 1
-    assert "containerStatuses" not in reduced_pod({"status": {"phase": "Running"}})["status"]
+    assert "containerStatuses" not in kept_pod({"metadata": ours,
+                                                "status": {"phase": "Running"}})["status"]
 
 
 @pytest.mark.parametrize(("annotations", "default"), [
