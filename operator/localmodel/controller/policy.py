@@ -40,6 +40,7 @@ from localmodel.controller.changes import (
     choose_claim,
     model_changes,
 )
+from localmodel.controller.kept_work import KeptWork
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -118,7 +119,6 @@ def status_settled(why: Refusal) -> bool:
 def event_settled(why: Refusal) -> bool:
     """An Event refused because its namespace is going: nothing to report."""
     return why is Refusal.NAMESPACE_ENDING
-
 
 
 class Wrote(Enum):
@@ -281,7 +281,6 @@ def avoid_stuck(stuck: Iterable[StuckPod], avoid: Avoid, reported: Mapping[str, 
             moved.append((pod, age))
         nodes[pod.node] = now + AVOID_SECONDS
     return StuckVerdict(avoided, told, events, min(recheck) if recheck else None, tuple(moved))
-
 
 
 @dataclass(frozen=True)
@@ -447,13 +446,13 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
               speed_policy: SpeedPolicy | None = None, desired: Desired | None = None,
               tenants: TenantPolicy | None = None, secrets: SecretLabels | None = None,
-              ) -> PassPlan:
+              kept: KeptWork | None = None) -> PassPlan:
     """The pure core of a pass: desired state, then each model's changes and status
     (with each replica's speed, `speeds`: model -> replica -> published numbers).
-    `desired` is the reconciler's long-lived `Desired` (a pass then costs what
-    changed); without it, a fresh one: the same result. `tenants`: the admin's
-    policy (models it refuses get their status only, `admitted`); `secrets`: the
-    labels of the Secrets models name as overflow keys."""
+    `desired` and `kept` are the reconciler's long-lived `Desired` and `KeptWork`
+    (a pass then costs what changed); without them, fresh ones: the same result.
+    `tenants`: the admin's policy (models it refuses get their status only,
+    `admitted`); `secrets`: the labels of the Secrets models name as overflow keys."""
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
     models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now)
@@ -470,20 +469,26 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     )
     work: list[ModelWork] = refused
     targets: list[SpeedTarget] = []
+    kept = kept if kept is not None else KeptWork()
     for result in state.models:
         mo = obs.models[result.model.key]
         if result.problems or result.failure:  # an invalid or failed one: its status only
             work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
             continue
+        published = speeds.get(result.model.key, {})
         try:
-            one, found = _model_work(result, mo, obs, now, speeds.get(result.model.key, {}),
-                                     policy, options.operator_image)
+            one, found = kept.work(
+                result, mo.uid, obs, now, published, policy, options.operator_image,
+                lambda: _model_work(result, mo, obs, now, published, policy,  # noqa: B023
+                                    options.operator_image),
+                lambda worked: worked[0].status)
         except Exception as exc:  # one model's failure is that model's
             failure = failure_text("changes or status", exc)
             one, found = ModelWork(mo, ModelChanges(), failed_status(
                 mo.generation, failure, mo.status, now), failure), []
         work.append(one)
         targets += found
+    kept.keep_only({r.model.key for r in state.models})
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
     # A failed model keeps where it was (its pods are left as they are).
