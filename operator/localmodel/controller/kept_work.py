@@ -20,18 +20,100 @@ equal to one without, over random sequences of events.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
+from localmodel.api import LocalModel, LocalModelStatus
+from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
+from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import Observed
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
+from localmodel.facts import NodeFacts
 from localmodel.render import replica_claim
-from localmodel.speed import Published, SpeedPolicy
-from localmodel.status import took_now
+from localmodel.render.names import pod_name
+from localmodel.speed import PeerKey, Published, SpeedPolicy
+from localmodel.status import took_now, with_progress, with_speed
+from localmodel.tenancy import Refusal, SecretLabels, TenantPolicy, refusals
 
-Worked = tuple[Any, list[SpeedTarget]]  # (the model's ModelWork, its replicas to read)
+
+def rfc3339(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """One model's share of a pass: what to write, and the status to report."""
+
+    model: ModelObject
+    changes: ModelChanges
+    status: LocalModelStatus
+    failure: str = ""  # computing it raised (stage and exception): nothing changes
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    work: list[ModelWork]
+    placed: dict[str, dict[int, str]]  # where this pass puts every replica
+    speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+
+
+def _took_clock(w: ModelWork) -> bool:
+    """Whether the status took the clock: a condition whose status is not the
+    stored one (`status.took_now`, for any model, valid or not)."""
+    if w.model.status is None:
+        return bool(w.status.conditions)
+    previous = {c.type: c.status for c in w.model.status.conditions}
+    return any(previous.get(c.type) != c.status for c in w.status.conditions)
+
+
+def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
+    """The node's CPU model (vendor, family, model id), None unless all are known."""
+    if node is None or not (node.cpu_vendor and node.cpu_family and node.cpu_model_id):
+        return None
+    return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
+
+
+def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
+    """The model's replicas whose gateway the operator can read: Ready pods of
+    this model with a pod IP, on the node they are planned on, with their peer
+    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
+    lm = result.model
+    mo = obs.models.get(lm.key)
+    if mo is None or not lm.spec.gateway.enabled:
+        return []
+    pods = {p.replica: p for p in obs.pods_of(lm.key)
+            if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
+    out = []
+    for r in result.replicas:
+        pod = pods.get(r.replica)
+        if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
+                lm, r.replica):
+            continue
+        peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
+                       cpu_model(obs.nodes.get(r.node)))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
+                               vouched=pod.gateway_image == own_image))
+    return out
+
+
+def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
+                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str
+                ) -> tuple[ModelWork, list[SpeedTarget]]:
+    """One valid model's changes and status (progress and speed added), and its
+    replicas to read."""
+    changes = model_changes(result, mo.uid, obs)
+    status = with_progress(result.status, changes.rolling, result.model, now)
+    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
+                                 for replica, p in published.items()},
+                        policy, result.model, now)
+    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
+
+
+Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
+Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
 
 
 class _Kept(NamedTuple):
@@ -42,34 +124,87 @@ class _Kept(NamedTuple):
     own_image: str
     now: str
     took_now: bool  # whether its status took the clock
-    reads: tuple[Any, ...]  # what it read of `obs` (`reads`)
+    reads: tuple[Any, ...]  # what it read of `obs`, part by part (`_READS`)
     worked: Worked
 
 
+def _nodes(result: ModelResult, obs: Observed) -> tuple[NodeFacts | None, ...]:
+    pods = obs.pods_of(result.model.key)
+    return (*(obs.nodes.get(p.node or "") for p in pods),
+            *(obs.nodes.get(r.node) for r in result.replicas))
+
+
+# What one model's changes, status and speed targets read of an `Observed`, part
+# by part, each with the sections of the `Observed` it depends on: a part whose
+# sections are the very objects of the last check is not read again.
+_READS: tuple[tuple[tuple[str, ...], Callable[[ModelResult, str, Observed], Any]], ...] = (
+    (("models",), lambda r, uid, obs: obs.models.get(r.model.key)),
+    (("pods",), lambda r, uid, obs: obs.pods_of(r.model.key)),
+    (("claims",), lambda r, uid, obs: (
+        obs.claims_of(r.model.key),
+        tuple(obs.claims.get((r.model.metadata.namespace, replica_claim(r.model, p)))
+              for p in r.replicas))),
+    (("objects",), lambda r, uid, obs: (
+        tuple(obs.objects.get((kind, r.model.metadata.namespace, name))
+              for kind, name in r.applied_hashes),
+        obs.objects_owned(r.model.metadata.namespace, uid))),
+    (("pods", "nodes"), lambda r, uid, obs: _nodes(r, obs)),
+)
+
+
 def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
-    """Everything of `obs` one model's changes, status and speed targets read:
-    its pods and claims (by label), the claims and applied objects named by
-    its result, the objects it owns, and the nodes of its pods and replicas."""
-    lm = result.model
-    ns, key = lm.metadata.namespace, lm.key
-    pods = obs.pods_of(key)
-    return (
-        obs.models.get(key),
-        pods,
-        obs.claims_of(key),
-        tuple(obs.claims.get((ns, replica_claim(lm, r))) for r in result.replicas),
-        tuple(obs.objects.get((kind, ns, name)) for kind, name in result.applied_hashes),
-        obs.objects_owned(ns, uid),
-        tuple(obs.nodes.get(p.node or "") for p in pods),
-        tuple(obs.nodes.get(r.node) for r in result.replicas),
-    )
+    """Everything of `obs` one model's share reads: its pods and claims (by
+    label), the claims and applied objects named by its result, the objects it
+    owns, and the nodes of its pods and replicas."""
+    return tuple(read(result, uid, obs) for _, read in _READS)
+
+
+def _same_reads(kept: _Kept, uid: str, obs: Observed) -> bool:
+    before = kept.obs
+    for (sections, read), was in zip(_READS, kept.reads, strict=True):
+        if all(getattr(obs, s) is getattr(before, s) for s in sections):
+            continue
+        if read(kept.result, uid, obs) != was:
+            return False
+    return True
 
 
 @dataclass
 class KeptWork:
-    """The reconciler's memory of each valid model's share of the last passes."""
+    """The reconciler's memory of each model's share of the last passes: the
+    admin policy's verdict, the claims chosen, the changes and status."""
 
     by_model: dict[str, _Kept] = field(default_factory=dict)
+    refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
+        default_factory=dict)
+    chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
+    # The last pass: its inputs, its clock, whether a status took that clock, its plan.
+    last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
+
+    def same_pass(self, inputs: tuple[Any, ...], now: str) -> PassPlan | None:
+        """The last plan when `inputs` are the last pass's (each the same object,
+        or equal) and no status of it took the clock, or the clock is the same."""
+        if self.last is None:
+            return None
+        was, then, clocked, plan = self.last
+        if (now == then or not clocked) and all(
+                a is b or a == b for a, b in zip(was, inputs, strict=True)):
+            return plan
+        return None
+
+    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan) -> PassPlan:
+        """Keep `plan` for a pass with the same inputs (not one a model failed in:
+        that model is worked out again)."""
+        clocked = False
+        for w in plan.work:
+            if w.failure:
+                self.last = None
+                return plan
+            kept = self.by_model.get(w.model.key)
+            clocked = clocked or (kept.took_now if kept is not None and kept.worked[0] is w
+                                  else _took_clock(w))
+        self.last = (inputs, now, clocked, plan)
+        return plan
 
     def work(self, result: ModelResult, uid: str, obs: Observed, now: str,
              published: Mapping[int, Published], policy: SpeedPolicy, own_image: str,
@@ -83,22 +218,52 @@ class KeptWork:
                 and kept.published == published):
             if kept.obs is obs:
                 return kept.worked
-            read = reads(result, uid, obs)
-            if read == kept.reads:
+            if _same_reads(kept, uid, obs):
                 self.by_model[key] = kept._replace(obs=obs)
                 return kept.worked
-        else:
-            read = reads(result, uid, obs)
         self.by_model.pop(key, None)
+        read = reads(result, uid, obs)
         worked = compute()
         self.by_model[key] = _Kept(result, obs, published, policy, own_image, now,
                                    took_now(result.model, status_of(worked)), read, worked)
         return worked
 
+    def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
+                 ) -> tuple[Refusal, ...]:
+        """`tenancy.refusals`, kept while the model, the policy and the Secrets'
+        labels are the same."""
+        kept = self.refused.get(lm.key)
+        if (kept is not None and kept[0] is lm and (kept[1] is tenants or kept[1] == tenants)
+                and kept[2] == secrets):
+            return cast(tuple[Refusal, ...], kept[3])
+        found = refusals(lm, tenants, secrets)
+        self.refused[lm.key] = (lm, tenants, dict(secrets), found)
+        return found
+
+    def chooser(self, obs: Observed) -> Chooser:
+        """`changes.choose_claim` on `obs`, kept while what it reads is the same:
+        the model, its claims and pods, the node's facts and the claims' volumes."""
+        def choose(lm: LocalModel, replica: int, node: str) -> str:
+            key = lm.key
+            claims = obs.claims_of(key)
+            read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
+                    tuple(obs.volumes.get(c.volume or "") for c in claims))
+            kept = self.chosen.get((key, replica, node))
+            if kept is not None and kept[:-1] == read:
+                return cast(str, kept[-1])
+            name = choose_claim(lm, replica, node, obs)
+            self.chosen[(key, replica, node)] = (*read, name)
+            return name
+        return choose
+
     def keep_only(self, keys: set[str]) -> None:
         """Forget the models not in `keys` (gone, invalid, refused or failed)."""
         for key in [k for k in self.by_model if k not in keys]:
             del self.by_model[key]
+        for key in [k for k in self.refused if k not in keys]:
+            del self.refused[key]
+        for chosen in [k for k in self.chosen if k[0] not in keys]:
+            del self.chosen[chosen]
 
 
 @dataclass

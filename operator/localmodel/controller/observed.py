@@ -61,7 +61,7 @@ _VIEWS: dict[str, frozenset[str]] = {
     "_claims_by_model": frozenset({"claims"}),
     "_by_owner": frozenset({"objects"}),
     "_placements": frozenset({"models", "pods"}),
-    "_ready": frozenset({"models", "pods", "nodes"}),
+    "_ready": frozenset({"models", "pods", "node names"}),
     "_stuck": frozenset({"pods"}),
 }
 
@@ -122,7 +122,6 @@ class Observed:
 
 
 Version = tuple[str, str]  # (uid, resourceVersion): one stored version of an object
-Ids = tuple[int, ...]  # the identity of each object of a section, in order
 
 
 @dataclass
@@ -142,9 +141,8 @@ class Parsed:
     models: dict[Version, ModelObject] = field(default_factory=dict)
     nodes: dict[Version, NodeFacts | str] = field(default_factory=dict)  # str: why it is bad
     read: dict[str, dict[int, tuple[Raw, Any]]] = field(default_factory=dict)
-    # section -> (what it read: identities and settings, the objects held, what it made)
-    sections: dict[str, tuple[tuple[Any, ...], tuple[Sequence[Raw], ...], Any]] = field(
-        default_factory=dict)
+    # section -> (what it read: the objects and the settings, what it made)
+    sections: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
     last: Observed | None = None
 
     def each(self, kind: str, bodies: Sequence[Raw], read: Callable[[Raw], T]) -> list[T]:
@@ -163,13 +161,15 @@ class Parsed:
 
     def section(self, name: str, bodies: tuple[Sequence[Raw], ...], settings: tuple[Any, ...],
                 make: Callable[[], S]) -> tuple[S, bool]:
-        """The section `name` of this snapshot, and whether it is the last one."""
-        key = (*(tuple(map(id, b)) for b in bodies), *settings)
+        """The section `name` of this snapshot, and whether it is the last one:
+        the same objects (compared by identity first, then by value), in the
+        same order, with the same settings."""
+        key = (*(list(b) for b in bodies), *settings)
         kept = self.sections.get(name)
         if kept is not None and kept[0] == key:
-            return cast(S, kept[2]), True
+            return cast(S, kept[1]), True
         value = make()
-        self.sections[name] = (key, bodies, value)
+        self.sections[name] = (key, value)
         return value, False
 
 
@@ -218,6 +218,8 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     last = memo.last
     if last is not None and len(same) == len(memo.sections):
         return last
+    if last is not None and ("nodes" in same or last.nodes.keys() == nodes.keys()):
+        same.add("node names")
     obs = Observed(models, nodes, bad, pods, claims, objects, volumes, usage)
     if last is not None:
         for view, reads in _VIEWS.items():
@@ -227,23 +229,25 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     return obs
 
 
+def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject]:
+    version = _version(body)
+    m = memo.models.get(version) if version else None
+    return version, parse_model(body) if m is None else m
+
+
 def _observe_models(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
                     ) -> dict[str, ModelObject]:
     """The LocalModels in the watched namespaces, each stored version parsed once."""
-    out: dict[str, ModelObject] = {}
-    now: dict[Version, ModelObject] = {}
-    for body in bodies:
-        version = _version(body)
-        m = memo.models.get(version) if version else None
-        if m is None:
-            m = parse_model(body)
-        if version:
-            now[version] = m
-        if watched and m.namespace not in watched:
-            continue
-        out[m.key] = m
-    memo.models = now
-    return out
+    readings = memo.each("localmodels", bodies, partial(_model_reading, memo=memo))
+    memo.models = {version: m for version, m in readings if version}
+    return {m.key: m for _, m in readings if not watched or m.namespace in watched}
+
+
+def _node_reading(body: Raw, memo: Parsed) -> tuple[str, Version | None, NodeFacts | str]:
+    version = _version(body)
+    facts = memo.nodes.get(version) if version else None
+    return (str(metadata(body).get("name") or ""), version,
+            _node_facts(body) if facts is None else facts)
 
 
 def _observe_nodes(bodies: Sequence[Raw], memo: Parsed
@@ -251,20 +255,13 @@ def _observe_nodes(bodies: Sequence[Raw], memo: Parsed
     """Every Node's facts (or why it has none), each stored version read once."""
     nodes: dict[str, NodeFacts] = {}
     bad: dict[str, str] = {}
-    now: dict[Version, NodeFacts | str] = {}
-    for body in bodies:
-        name = str(metadata(body).get("name") or "")
-        version = _version(body)
-        facts = memo.nodes.get(version) if version else None
-        if facts is None:
-            facts = _node_facts(body)
-        if version:
-            now[version] = facts
+    readings = memo.each("nodes", bodies, partial(_node_reading, memo=memo))
+    for name, _, facts in readings:
         if isinstance(facts, str):
             bad[name] = facts
-            continue
-        nodes[facts.name] = facts
-    memo.nodes = now
+        else:
+            nodes[facts.name] = facts
+    memo.nodes = {version: facts for _, version, facts in readings if version}
     return nodes, bad
 
 

@@ -36,7 +36,7 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept_work import ConditionTally, KeptWork
+from localmodel.controller.kept_work import ConditionTally, KeptWork, ModelWork, rfc3339
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -51,13 +51,11 @@ from localmodel.controller.policy import (
     Expectations,
     Failures,
     Involved,
-    ModelWork,
     avoid_stuck,
     event_manifest,
     event_settled,
     plan_pass,
     refusal,
-    rfc3339,
     settled,
     status_settled,
 )
@@ -199,8 +197,9 @@ class Reconciler:
         self._desired = Desired()  # what passes worked out, reused while its inputs hold
         self._kept = KeptWork()  # each model's changes and status, the same way
         self._tally = ConditionTally()
-        # model -> its last work, if it needed no write: the same again needs none
-        self._idle: dict[str, ModelWork] = {}
+        self._idle: dict[str, ModelWork] = {}  # model -> its last work, if it wrote nothing
+        self._idle_work: list[ModelWork] | None = None  # a pass's work, if all was idle
+        self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
         # Every write of a pass (objects, statuses, Events) takes one of these
         # first, as many as the client has connections: a request waits here,
         # not in the client's pool, whose time limit would count the wait (at
@@ -295,24 +294,26 @@ class Reconciler:
             extra_events = self._avoid_stuck(obs, now)
             secrets = await self._secret_labels(obs)
             work = self._plan(obs, now_s, secrets)
-        self.metrics.models_by_condition = self._tally.count(
-            {w.model.key: w.status for w in work})
         result = PassResult(models=len(obs.models))
+        if work is self._idle_work and not extra_events:
+            return result  # the last pass's very work, all of which needed no write
+        self.metrics.models_by_condition = self._tally.count({w.model.key: w.status for w in work})
         if len(self._idle) > len(obs.models):
             self._idle = {k: w for k, w in self._idle.items() if k in obs.models}
-        idle = self._idle
-        await asyncio.gather(*(self._model(w, now_s, result, obs,
-                                           extra_events.get(w.model.key, []))
+        idle, self._idle_work = self._idle, None
+        await asyncio.gather(*(self._model(w, now_s, result, obs, extra_events.get(w.model.key, []))
                                for w in work if idle.get(w.model.key) is not w
                                or w.model.key in extra_events))
+        self._idle_work = work if all(idle.get(w.model.key) is w for w in work) else None
         return result
 
     async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
         """The labels of the overflow-key Secrets the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
-        wanted = {k for lm in obs.valid_models()
-                  if (k := needs_secret(lm, self.config.tenants)) is not None}
-        if not wanted:
+        if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
+            self._wanted = (obs.models, {k for lm in obs.valid_models()
+                                         if (k := needs_secret(lm, self.config.tenants))})
+        if not (wanted := self._wanted[1]):
             return {}
         found = await self._secrets.labels(wanted)
         rule = self.config.tenants.overflow_key_secret_label
