@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from localmodel.api import LocalModel, LocalModelStatus
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
@@ -116,16 +116,29 @@ Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to
 Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
 
 
-class _Kept(NamedTuple):
-    result: ModelResult
-    obs: Observed  # the `Observed` it was last found valid for
-    published: Mapping[int, Published]
-    policy: SpeedPolicy
-    own_image: str
-    now: str
-    took_now: bool  # whether its status took the clock
-    reads: tuple[Any, ...]  # what it read of `obs`, part by part (`_READS`)
-    worked: Worked
+class _Kept:
+    """One model's share, what it was worked out from, and the pass that last
+    found it holds (`seen`)."""
+
+    __slots__ = (
+        "now",
+        "own_image",
+        "policy",
+        "published",
+        "reads",
+        "result",
+        "seen",
+        "took_now",
+        "worked",
+    )
+
+    def __init__(self, result: ModelResult, published: Mapping[int, Published],
+                 policy: SpeedPolicy, own_image: str, now: str, took_now: bool,
+                 reads: tuple[Any, ...], worked: Worked, seen: int) -> None:
+        self.result, self.published, self.policy = result, published, policy
+        self.own_image, self.now, self.took_now = own_image, now, took_now
+        self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
+        self.worked, self.seen = worked, seen
 
 
 def _nodes(result: ModelResult, obs: Observed) -> tuple[NodeFacts | None, ...]:
@@ -159,14 +172,9 @@ def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
     return tuple(read(result, uid, obs) for _, read in _READS)
 
 
-def _same_reads(kept: _Kept, uid: str, obs: Observed) -> bool:
-    before = kept.obs
-    for (sections, read), was in zip(_READS, kept.reads, strict=True):
-        if all(getattr(obs, s) is getattr(before, s) for s in sections):
-            continue
-        if read(kept.result, uid, obs) != was:
-            return False
-    return True
+# The sections of an `Observed` the kept work reads; `observe` hands back the
+# same object for a section none of whose objects changed.
+SECTIONS = ("models", "nodes", "pods", "claims", "objects", "volumes")
 
 
 @dataclass
@@ -175,6 +183,10 @@ class KeptWork:
     admin policy's verdict, the claims chosen, the changes and status."""
 
     by_model: dict[str, _Kept] = field(default_factory=dict)
+    passes: int = 0  # `begin` counts them
+    obs: Observed | None = None  # the last pass's
+    changed: frozenset[str] = frozenset(SECTIONS)  # sections this pass's `obs` changed
+    to_read: tuple[tuple[int, Callable[[ModelResult, str, Observed], Any]], ...] = ()
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
@@ -215,18 +227,27 @@ class KeptWork:
         kept = self.by_model.get(key)
         if (kept is not None and kept.result is result and kept.policy == policy
                 and kept.own_image == own_image and (kept.now == now or not kept.took_now)
-                and kept.published == published):
-            if kept.obs is obs:
-                return kept.worked
-            if _same_reads(kept, uid, obs):
-                self.by_model[key] = kept._replace(obs=obs)
-                return kept.worked
+                and kept.published == published and (
+                    # found to hold in the last pass: only what changed since is read
+                    all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
+                    if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
+            kept.seen = self.passes
+            return kept.worked
         self.by_model.pop(key, None)
         read = reads(result, uid, obs)
         worked = compute()
-        self.by_model[key] = _Kept(result, obs, published, policy, own_image, now,
-                                   took_now(result.model, status_of(worked)), read, worked)
+        self.by_model[key] = _Kept(result, published, policy, own_image, now,
+                                   took_now(result.model, status_of(worked)), read, worked,
+                                   self.passes)
         return worked
+
+    def begin(self, obs: Observed) -> None:
+        """A new pass on `obs`: which of its sections are not the last pass's."""
+        before, self.obs, self.passes = self.obs, obs, self.passes + 1
+        self.changed = frozenset(SECTIONS) if before is None else frozenset(
+            s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
+        self.to_read = tuple((i, read) for i, (sections, read) in enumerate(_READS)
+                             if self.changed.intersection(sections))
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:
@@ -243,17 +264,25 @@ class KeptWork:
     def chooser(self, obs: Observed) -> Chooser:
         """`changes.choose_claim` on `obs`, kept while what it reads is the same:
         the model, its claims and pods, the node's facts and the claims' volumes."""
+        quick = not self.changed.intersection(("claims", "pods", "volumes"))
+        nodes_same = "nodes" not in self.changed
+        passes = self.passes
+
         def choose(lm: LocalModel, replica: int, node: str) -> str:
             key = lm.key
+            kept = self.chosen.get((key, replica, node))
+            # found to hold in the last pass, and only the model or the node may differ
+            if (kept is not None and quick and kept[-1] == passes - 1 and kept[0] is lm
+                    and (nodes_same or kept[3] == obs.nodes.get(node))):
+                self.chosen[(key, replica, node)] = (*kept[:-1], passes)
+                return cast(str, kept[-2])
             claims = obs.claims_of(key)
             read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
                     tuple(obs.volumes.get(c.volume or "") for c in claims))
-            kept = self.chosen.get((key, replica, node))
-            if kept is not None and kept[:-1] == read:
-                return cast(str, kept[-1])
-            name = choose_claim(lm, replica, node, obs)
-            self.chosen[(key, replica, node)] = (*read, name)
-            return name
+            if kept is None or kept[:-2] != read:
+                kept = (*read, choose_claim(lm, replica, node, obs), passes)
+            self.chosen[(key, replica, node)] = (*kept[:-1], passes)
+            return cast(str, kept[-2])
         return choose
 
     def keep_only(self, keys: set[str]) -> None:

@@ -388,6 +388,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired)
     if (same := kept.same_pass(inputs, now)) is not None:
         return same  # a quiet pass: what the last one planned, from the very same inputs
+    kept.begin(obs)
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
     models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now, kept.refusals)
