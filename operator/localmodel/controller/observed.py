@@ -135,7 +135,7 @@ class Parsed:
     keeps on each event and leaves the others as they are; the object is held
     here, so its identity is not reused). Each section of the last
     `Observed` with what it was made from: a section whose objects are the
-    same ones is taken as it is. tests/unit/test_observe_incremental.py holds
+    same ones is taken as it is. tests/unit/test_pass_incremental.py holds
     the result equal to a fresh `observe` over random sequences of events."""
 
     models: dict[Version, ModelObject] = field(default_factory=dict)
