@@ -9,10 +9,11 @@ index keeps them (an object replaced on each event, the others left as the
 very same objects), goes through random sequences of events: models added,
 removed, edited and given the status the pass wrote; nodes relabelled, resized,
 cordoned, added and removed; the pass's own creates, applies and deletes
-arriving; pods becoming Ready, Unschedulable or deleted by someone else; a
-model's NetworkPolicy turned off; objects re-listed as equal copies; the clock
-moving or not. At every step the long-lived `Parsed`, `Desired` and `KeptWork`
-give exactly what fresh ones give: the same `Observed` and the same plan."""
+arriving (some of them); pods becoming Ready or Unschedulable, marked for
+deletion, their spec hash edited, or deleted by someone else; applied objects
+edited; claims bound to volumes or deleted; objects re-listed as equal copies;
+the clock moving or not. At every step the long-lived `Parsed`, `Desired` and
+`KeptWork` give exactly what fresh ones give: the same `Observed` and plan."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel.contract import ANNOTATION_NODE
+from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.controller.changes import Apply, Create, Delete
 from localmodel.controller.kept_work import KeptWork, PassPlan
 from localmodel.controller.observed import (
@@ -118,7 +119,7 @@ class World:
 
     def event(self) -> None:
         rnd, store = self.rnd, self.store
-        what = rnd.randrange(11)
+        what = rnd.randrange(14)
         models, nodes, pods = store["localmodels"], store["nodes"], store["pods"]
         if what == 0:
             self.model(f"m{rnd.randint(0, 5)}")  # added, or edited (a new spec)
@@ -153,7 +154,37 @@ class World:
             store[name] = {uid: copy.deepcopy(b) for uid, b in store[name].items()}
         elif what == 9:
             self.now = rnd.choice(TIMES)
-        # 10: nothing happened (a quiet pass)
+        elif what == 10 and pods:  # being deleted, or someone edited its spec hash
+            self.edit("pods", lambda meta: meta.update(deletionTimestamp="2026-01-01T00:00:09Z")
+                      if rnd.random() < 0.5 else meta["annotations"].update(
+                          {ANNOTATION_POD_SPEC_HASH: "edited"}))
+        elif what == 11:  # someone edited an applied object
+            self.edit(rnd.choice(["configmaps", "services", "networkpolicies"]),
+                      lambda meta: meta["annotations"].update({ANNOTATION_APPLIED_HASH: "x"}))
+        elif what == 12 and store["claims"]:  # a claim bound, or deleted by someone
+            if rnd.random() < 0.5:
+                store["claims"].pop(rnd.choice(sorted(store["claims"])))
+            else:
+                self.edit("claims", lambda meta: None, volume=f"pv-{rnd.randint(0, 2)}")
+        # 13: nothing happened (a quiet pass)
+
+    def edit(self, name: str, change: Any, volume: str | None = None) -> None:
+        """One object of `name` replaced by an edited copy."""
+        bucket = self.store[name]
+        if not bucket:
+            return
+        uid = self.rnd.choice(sorted(bucket))
+        body = copy.deepcopy(bucket[uid])
+        body["metadata"].setdefault("annotations", {})
+        change(body["metadata"])
+        if volume is not None:
+            body["spec"]["volumeName"] = volume
+            self.store["volumes"].setdefault(volume, {
+                "metadata": {"name": volume, "uid": volume, "resourceVersion": "1"},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                    "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                          "values": [self.rnd.choice(["n0", "n1"])]}]}]}}}})
+        bucket[uid] = self.stamp(body, uid)
 
 
 def views(obs: Observed) -> tuple[Any, ...]:
