@@ -121,6 +121,7 @@ class _Kept:
     found it holds (`seen`)."""
 
     __slots__ = (
+        "nodes",
         "now",
         "own_image",
         "policy",
@@ -134,11 +135,13 @@ class _Kept:
 
     def __init__(self, result: ModelResult, published: Mapping[int, Published],
                  policy: SpeedPolicy, own_image: str, now: str, took_now: bool,
-                 reads: tuple[Any, ...], worked: Worked, seen: int) -> None:
+                 reads: tuple[Any, ...], worked: Worked, seen: int, nodes: frozenset[str]
+                 ) -> None:
         self.result, self.published, self.policy = result, published, policy
         self.own_image, self.now, self.took_now = own_image, now, took_now
         self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
         self.worked, self.seen = worked, seen
+        self.nodes = nodes  # the nodes of its pods and replicas (the last part it read)
 
 
 def _nodes(result: ModelResult, obs: Observed) -> tuple[NodeFacts | None, ...]:
@@ -187,6 +190,10 @@ class KeptWork:
     obs: Observed | None = None  # the last pass's
     changed: frozenset[str] = frozenset(SECTIONS)  # sections this pass's `obs` changed
     to_read: tuple[tuple[int, Callable[[ModelResult, str, Observed], Any]], ...] = ()
+    # The nodes whose facts are not the last pass's (None: not known, or the
+    # pods changed too: the part that reads nodes is read again instead).
+    nodes_changed: frozenset[str] | None = None
+    claims_again: set[str] | None = None  # models whose claims may be chosen otherwise
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
@@ -230,15 +237,18 @@ class KeptWork:
                 and kept.published == published and (
                     # found to hold in the last pass: only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
+                    and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
                     if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
             kept.seen = self.passes
             return kept.worked
         self.by_model.pop(key, None)
         read = reads(result, uid, obs)
         worked = compute()
+        nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
+                           *(r.node for r in result.replicas)))
         self.by_model[key] = _Kept(result, published, policy, own_image, now,
                                    took_now(result.model, status_of(worked)), read, worked,
-                                   self.passes)
+                                   self.passes, nodes)
         return worked
 
     def begin(self, obs: Observed) -> None:
@@ -246,8 +256,18 @@ class KeptWork:
         before, self.obs, self.passes = self.obs, obs, self.passes + 1
         self.changed = frozenset(SECTIONS) if before is None else frozenset(
             s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
+        self.nodes_changed = None
+        if before is not None and "pods" not in self.changed:
+            old, new = before.nodes, obs.nodes
+            self.nodes_changed = frozenset() if old is new else frozenset(
+                n for n in old.keys() | new.keys() if old.get(n) is not new.get(n))
         self.to_read = tuple((i, read) for i, (sections, read) in enumerate(_READS)
-                             if self.changed.intersection(sections))
+                             if self.changed.intersection(sections)
+                             and (sections != ("pods", "nodes") or self.nodes_changed is None))
+        self.claims_again = None  # (the claims chosen read the model's claims, pods, volumes)
+        if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
+            on = self.nodes_changed or frozenset()
+            self.claims_again = {k for k, _, node in self.chosen if node in on}
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:

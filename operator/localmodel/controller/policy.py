@@ -402,6 +402,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         options=options,
         claims=kept.chooser(obs),
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
+        claims_again=kept.claims_again,
     )
     work: list[ModelWork] = refused
     targets: list[SpeedTarget] = []
