@@ -38,6 +38,15 @@ memory (VmRSS, VmHWM) after the imports, with the watches' objects, and
 after the passes. Recorded objects, not a kwok cluster of that size (kwok at
 10k nodes does not fit this machine).
 
+The operator's pass on the same objects (with `--memory`; another fresh
+process): the watches' indexes as kopf keeps them (uid -> kept object), read by
+`Reconciler.reconcile_once` (what the running operator calls on each trigger:
+snapshot, observe, plan, writes) against a stand-in API server whose status
+writes show in the LocalModels' index as their watch events would. CPU seconds
+of a cold pass, the passes until nothing is left to write, five quiet passes
+(nothing changed), a pass after one node's label change (a node a model runs
+on), and three quiet passes after it.
+
 The control plane is sized like a real large cluster: the controller manager's
 and the scheduler's API clients get the QPS and burst Kubernetes' own
 5,000-node scalability runs set (`LARGE_CLUSTER_RATES` in
