@@ -38,6 +38,15 @@ memory (VmRSS, VmHWM) after the imports, with the watches' objects (and
 by kind, as each kind is fed), and after the passes. Recorded objects, not a
 kwok cluster of that size (kwok at 10k nodes does not fit this machine).
 
+The operator's pass on the same objects (with `--memory`; another fresh
+process): the watches' indexes as kopf keeps them (uid -> kept object), read by
+`Reconciler.reconcile_once` (what the running operator calls on each trigger:
+snapshot, observe, plan, writes) against a stand-in API server whose status
+writes show in the LocalModels' index as their watch events would. CPU seconds
+of a cold pass, the passes until nothing is left to write, five quiet passes
+(nothing changed), a pass after one node's label change (a node a model runs
+on), and three quiet passes after it.
+
 The control plane is sized like a real large cluster: the controller manager's
 and the scheduler's API clients get the QPS and burst Kubernetes' own
 5,000-node scalability runs set (`LARGE_CLUSTER_RATES` in
@@ -610,6 +619,125 @@ def memory_at(n: int) -> dict[str, Any]:
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
+class _Indexes:
+    """The watches' in-memory indexes as kopf keeps them (per watch: uid -> what
+    `watched.WATCHED` keeps), and a stand-in for the API server's writes: a
+    status the reconciler writes shows in the LocalModels' index as its watch
+    event would (a new object, a new resourceVersion); other writes are counted.
+    The reconciler reads the indexes through `sources`, as handlers.py wires them."""
+
+    def __init__(self, path: Path) -> None:
+        from localmodel.controller.watched import WATCHED
+
+        rows = {w.name: w for w in WATCHED}
+        self.stores: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in rows}
+        with path.open() as f:
+            for i, line in enumerate(f):
+                name, body = json.loads(line)
+                if rows[name].selected(body):
+                    uid = str(body["metadata"].get("uid") or i)
+                    self.stores[name][uid] = rows[name].keep(body)
+        self.by_name = {(b["metadata"]["namespace"], b["metadata"]["name"]): uid
+                        for uid, b in self.stores["localmodels"].items()}
+        self.writes = 0
+        self.rv = 10**8
+
+    async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        return manifest
+
+    async def apply(self, manifest: dict[str, Any], subresource: str | None = None
+                    ) -> dict[str, Any]:
+        self.writes += 1
+        if subresource == "status":
+            meta = manifest["metadata"]
+            uid = self.by_name[(meta["namespace"], meta["name"])]
+            old = self.stores["localmodels"][uid]
+            self.rv += 1
+            self.stores["localmodels"][uid] = {
+                **old, "status": manifest["status"],
+                "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
+        return manifest
+
+    async def delete(self, *args: Any, **kwargs: Any) -> None:
+        self.writes += 1
+
+    def relabel_one_node(self, name: str) -> None:
+        """One node's label changed: its watch event replaces the kept object."""
+        uid, body = next((u, b) for u, b in self.stores["nodes"].items()
+                         if b["metadata"]["name"] == name)
+        labels = dict(body["metadata"].get("labels") or {})
+        labels["topology.kubernetes.io/zone"] = labels.get("topology.kubernetes.io/zone",
+                                                           "") + "-b"
+        self.rv += 1
+        self.stores["nodes"][uid] = {**body, "metadata": {
+            **body["metadata"], "labels": labels, "resourceVersion": str(self.rv)}}
+
+
+def pass_child(path: Path) -> dict[str, Any]:
+    """In a fresh process: the reconciler's pass (`Reconciler.reconcile_once`,
+    what the running operator calls on each trigger: snapshot, observe, plan,
+    the writes) on the watched objects of `path` (`_Indexes`): cold, again until
+    no write is left, then quiet passes (nothing changed), and a pass after one
+    node's label change (a node a model runs on); CPU seconds of each."""
+    from benchmarks.planner import OPTIONS
+    from localmodel.contract import LABEL_NAME
+    from localmodel.controller.config import OperatorConfig
+    from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+
+    indexes = _Indexes(path)
+    rec = Reconciler(OperatorConfig(operator_image=OPTIONS.operator_image), indexes,  # type: ignore[arg-type]
+                     OperatorMetrics())
+    for name, store in indexes.stores.items():
+        rec.sources[name] = store.values
+
+    async def one() -> tuple[float, int]:
+        writes, t0 = indexes.writes, time.process_time()
+        await rec.reconcile_once()
+        return time.process_time() - t0, indexes.writes - writes
+
+    async def run() -> dict[str, Any]:
+        cold_s, cold_writes = await one()
+        settle: list[tuple[float, int]] = []
+        while len(settle) < 5 and (not settle or settle[-1][1]):
+            settle.append(await one())
+        quiet = [await one() for _ in range(5)]
+        node = next(b["spec"]["nodeName"] for b in indexes.stores["pods"].values()
+                    if (b["metadata"].get("labels") or {}).get(LABEL_NAME))
+        indexes.relabel_one_node(node)
+        label_s, label_writes = await one()
+        after = [await one() for _ in range(3)]
+        return {"cold_pass_cpu_s": round(cold_s, 2), "cold_writes": cold_writes,
+                "settle_passes": [[round(s, 3), w] for s, w in settle],
+                "quiet_pass_cpu_ms": [round(s * 1000, 1) for s, _ in quiet],
+                "quiet_writes": sum(w for _, w in quiet),
+                "label_pass_cpu_ms": round(label_s * 1000, 1), "label_writes": label_writes,
+                "after_label_quiet_ms": [round(s * 1000, 1) for s, _ in after]}
+
+    return asyncio.run(run())
+
+
+def passes_at(n: int) -> dict[str, Any]:
+    """The reconciler's pass CPU at `n` nodes and n/2 models (`pass_child`)."""
+    from benchmarks.planner import watched_bodies
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "watched.jsonl"
+        _, bodies = watched_bodies(n)
+        with path.open("w") as f:
+            for name, items in bodies.items():
+                for body in items:
+                    f.write(json.dumps([name, body]) + "\n")
+        del bodies
+        done = subprocess.run([sys.executable, __file__, "--pass-child", str(path)],
+                              capture_output=True, text=True, check=False, timeout=7200)
+    if done.returncode != 0:
+        raise SystemExit(f"converge.py --pass-child exited {done.returncode}:\n"
+                         f"{done.stderr[-4000:]}")
+    return {"nodes": n, "models": n // 2,
+            **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def _results(by: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in sorted(by.items())) or "none"
 
@@ -624,6 +752,7 @@ def main() -> int:
     parser.add_argument("--memory", type=int, default=10000, metavar="NODES",
                         help="the operator's memory at NODES nodes, NODES/2 models (0: none)")
     parser.add_argument("--memory-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--pass-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true",
                         help="CI: N = 20, a 10 s idle window, memory at 800 nodes")
     parser.add_argument("--default-rates", action="store_true",
@@ -632,6 +761,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.memory_child is not None:
         print(json.dumps(memory_child(args.memory_child)))
+        return 0
+    if args.pass_child is not None:
+        print(json.dumps(pass_child(args.pass_child)))
         return 0
     if args.quick:
         args.sizes, args.idle, args.memory = [20], 10.0, 800
@@ -671,6 +803,16 @@ def main() -> int:
               + ", ".join(f"{k} +{v} MiB" for k, v in mem["watches_mib_by_kind"].items()))
         print(f"  one pass (observe + plan_pass): cold {mem['cold_pass_cpu_s']} s CPU, "
               f"steady {mem['steady_pass_cpu_s']} s CPU ({mem['steady_writes']} writes)")
+    if args.memory:
+        passes = passes_at(args.memory)
+        out["operator_pass"] = passes
+        print(f"the operator's pass at {passes['nodes']} nodes, {passes['models']} models "
+              "(Reconciler.reconcile_once on the watches' indexes; a status written shows in "
+              f"them): cold {passes['cold_pass_cpu_s']} s CPU ({passes['cold_writes']} "
+              f"writes), settling {passes['settle_passes']} [s, writes]; quiet "
+              f"{passes['quiet_pass_cpu_ms']} ms CPU ({passes['quiet_writes']} writes); after "
+              f"one node's label change {passes['label_pass_cpu_ms']} ms "
+              f"({passes['label_writes']} writes), then quiet {passes['after_label_quiet_ms']} ms")
     if args.json:
         print(json.dumps(out))
     return 0

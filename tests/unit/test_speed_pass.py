@@ -8,8 +8,9 @@ import copy
 from typing import Any
 
 from localmodel.contract import CONTAINER_GATEWAY
+from localmodel.controller.kept_work import cpu_model
 from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.policy import cpu_model, plan_pass
+from localmodel.controller.policy import plan_pass
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy
 from localmodel.status import ConditionType

@@ -205,9 +205,9 @@ def applied_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change
                              f"{kind} {name} differs from the spec"))
     # A NetworkPolicy no longer wanted (turned off) goes; ConfigMaps and
     # Services stay until the model goes (garbage collection).
-    for (kind, namespace, name), have in obs.objects.items():
-        if (kind == "NetworkPolicy" and namespace == ns and have.owner_uid == uid
-                and (kind, name) not in result.applied_hashes):
+    for have in obs.objects_owned(ns, uid):
+        kind, name = have.kind, have.name
+        if kind == "NetworkPolicy" and (kind, name) not in result.applied_hashes:
             out.append(Delete(kind, ns, name, have.uid, f"{kind} {name} is no longer wanted"))
     return out
 

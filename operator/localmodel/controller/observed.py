@@ -10,8 +10,10 @@ says how the operator's own objects are recognised) and `volumes.py`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from localmodel.api import LocalModel
 from localmodel.controller.objects import (
@@ -34,6 +36,9 @@ from localmodel.facts.pod import pod_node, pod_requests
 from localmodel.gaps import StorageClasses, storage_classes
 from localmodel.planner import Usage
 
+T = TypeVar("T")
+S = TypeVar("S")
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -48,6 +53,19 @@ class Snapshot:
     services: Sequence[Raw] = ()
     networkpolicies: Sequence[Raw] = ()
     storageclasses: Sequence[Raw] = ()
+
+
+# The per-snapshot views of an `Observed`, built on first use, and the
+# sections of the snapshot each reads: a pass whose snapshot left those
+# sections as they were takes the last pass's view (`observe`).
+_VIEWS: dict[str, frozenset[str]] = {
+    "_pods_by_model": frozenset({"pods"}),
+    "_claims_by_model": frozenset({"claims"}),
+    "_by_owner": frozenset({"objects"}),
+    "_placements": frozenset({"models", "pods"}),
+    "_ready": frozenset({"models", "pods", "node names"}),
+    "_stuck": frozenset({"pods"}),
+}
 
 
 @dataclass
@@ -67,9 +85,18 @@ class Observed:
         return [m.model for m in self.models.values() if m.model is not None]
 
     # Per-model views, built once per snapshot: a pass looks each model up
-    # several times, and a scan per lookup would make a pass quadratic.
-    _pods_by_model: dict[str, list[OwnedPod]] | None = field(default=None, repr=False)
-    _claims_by_model: dict[str, list[OwnedClaim]] | None = field(default=None, repr=False)
+    # several times, and a scan per lookup would make a pass quadratic. Not
+    # compared: they follow from the fields above.
+    _pods_by_model: dict[str, list[OwnedPod]] | None = field(
+        default=None, repr=False, compare=False)
+    _claims_by_model: dict[str, list[OwnedClaim]] | None = field(
+        default=None, repr=False, compare=False)
+    _by_owner: dict[tuple[str, str], list[OwnedObject]] | None = field(
+        default=None, repr=False, compare=False)
+    _placements: dict[str, list[str | None]] | None = field(
+        default=None, repr=False, compare=False)
+    _ready: dict[str, dict[int, bool]] | None = field(default=None, repr=False, compare=False)
+    _stuck: list[StuckPod] | None = field(default=None, repr=False, compare=False)
 
     def pods_of(self, model: str) -> list[OwnedPod]:
         if self._pods_by_model is None:
@@ -87,18 +114,67 @@ class Observed:
             self._claims_by_model = by
         return self._claims_by_model.get(model, [])
 
+    def objects_owned(self, namespace: str, owner_uid: str) -> list[OwnedObject]:
+        """The ConfigMaps, Services and NetworkPolicies in `namespace` whose
+        controller owner is `owner_uid`, in the order of `objects`."""
+        if self._by_owner is None:
+            by: dict[tuple[str, str], list[OwnedObject]] = {}
+            for obj in self.objects.values():
+                by.setdefault((obj.namespace, obj.owner_uid), []).append(obj)
+            self._by_owner = by
+        return self._by_owner.get((namespace, owner_uid), [])
+
 
 Version = tuple[str, str]  # (uid, resourceVersion): one stored version of an object
 
 
 @dataclass
 class Parsed:
-    """LocalModels and Nodes parsed, by stored version. The reconciler keeps one
-    between passes so each stored version is parsed once, and the same parsed
-    object comes back (the long-lived `Desired` compares models by identity)."""
+    """What `observe` keeps between passes, so a pass costs what changed.
+
+    LocalModels and Nodes parsed, by stored version: each stored version is
+    parsed once and the same parsed object comes back (the long-lived
+    `Desired` compares models by identity). The other objects read, by the
+    identity of the stored object (a watch's index replaces an object it
+    keeps on each event and leaves the others as they are; the object is held
+    here, so its identity is not reused). Each section of the last
+    `Observed` with what it was made from: a section whose objects are the
+    same ones is taken as it is. tests/unit/test_pass_incremental.py holds
+    the result equal to a fresh `observe` over random sequences of events."""
 
     models: dict[Version, ModelObject] = field(default_factory=dict)
     nodes: dict[Version, NodeFacts | str] = field(default_factory=dict)  # str: why it is bad
+    read: dict[str, dict[int, tuple[Raw, Any]]] = field(default_factory=dict)
+    # section -> (what it read: the objects and the settings, what it made)
+    sections: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
+    last: Observed | None = None
+
+    def each(self, kind: str, bodies: Sequence[Raw], read: Callable[[Raw], T]) -> list[T]:
+        """`read` of each object, kept from the last call for the same objects."""
+        before = self.read.get(kind, {})
+        now: dict[int, tuple[Raw, Any]] = {}
+        out: list[T] = []
+        for body in bodies:
+            kept = before.get(id(body))
+            if kept is None or kept[0] is not body:
+                kept = (body, read(body))
+            now[id(body)] = kept
+            out.append(kept[1])
+        self.read[kind] = now
+        return out
+
+    def section(self, name: str, bodies: tuple[Sequence[Raw], ...], settings: tuple[Any, ...],
+                make: Callable[[], S]) -> tuple[S, bool]:
+        """The section `name` of this snapshot, and whether it is the last one:
+        the same objects (compared by identity first, then by value), in the
+        same order, with the same settings."""
+        key = (*(list(b) for b in bodies), *settings)
+        kept = self.sections.get(name)
+        if kept is not None and kept[0] == key:
+            return cast(S, kept[1]), True
+        value = make()
+        self.sections[name] = (key, value)
+        return value, False
 
 
 def _version(body: Raw) -> Version | None:
@@ -117,87 +193,130 @@ def _node_facts(body: Raw) -> NodeFacts | str:
 def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | None = None
             ) -> Observed:
     """Parse a snapshot. Never raises because of one bad object. `parsed`: what
-    earlier passes parsed (updated here to this snapshot's versions)."""
-    watched = set(namespaces)
-    obs = Observed()
-    before = parsed or Parsed()
-    now = Parsed()
-    _observe_models(obs, snap.localmodels, watched, before, now)
-    _observe_nodes(obs, snap.nodes, before, now)
-    if parsed is not None:
-        parsed.models, parsed.nodes = now.models, now.nodes
-    _observe_pods(obs, snap.pods, watched)
-    for body in snap.claims:
-        claim = owned_claim(body)
-        if claim is not None and (not watched or claim.namespace in watched):
-            obs.claims[claim.key] = claim
-    for kind, bodies in (("ConfigMap", snap.configmaps), ("Service", snap.services),
-                         ("NetworkPolicy", snap.networkpolicies)):
-        for body in bodies:
-            obj = owned_object(body, kind)
-            if obj is not None and (not watched or obj.namespace in watched):
-                obs.objects[(kind, obj.namespace, obj.name)] = obj
-    for body in snap.volumes:
-        v = volume(body)
-        obs.volumes[v.name] = v
-    obs.storage_classes = storage_classes(snap.storageclasses)
+    earlier passes read (updated here to this snapshot); without it the same
+    result, read afresh. A snapshot whose objects are all the ones the last
+    call saw gives the last `Observed` back."""
+    watched = frozenset(namespaces)
+    memo = parsed if parsed is not None else Parsed()
+    same: set[str] = set()
+
+    def take(name: str, bodies: tuple[Sequence[Raw], ...], settings: tuple[Any, ...],
+             make: Callable[[], S]) -> S:
+        value, kept = memo.section(name, bodies, settings, make)
+        if kept:
+            same.add(name)
+        return value
+
+    models = take("models", (snap.localmodels,), (watched,),
+                  lambda: _observe_models(snap.localmodels, watched, memo))
+    nodes, bad = take("nodes", (snap.nodes,), (), lambda: _observe_nodes(snap.nodes, memo))
+    valid = frozenset(m.uid for m in models.values() if m.model is not None)
+    pods, usage = take("pods", (snap.pods,), (watched, valid),
+                       lambda: _observe_pods(snap.pods, watched, valid, memo))
+    claims = take("claims", (snap.claims,), (watched,),
+                  lambda: _observe_claims(snap.claims, watched, memo))
+    objects = take("objects", (snap.configmaps, snap.services, snap.networkpolicies),
+                   (watched,), lambda: _observe_objects(snap, watched, memo))
+    volumes = take("volumes", (snap.volumes,), (),
+                   lambda: {v.name: v for v in memo.each("volumes", snap.volumes, volume)})
+    classes = take("storage_classes", (snap.storageclasses,), (),
+                   lambda: storage_classes(snap.storageclasses))
+    last = memo.last
+    if last is not None and len(same) == len(memo.sections):
+        return last
+    if last is not None and ("nodes" in same or last.nodes.keys() == nodes.keys()):
+        same.add("node names")
+    obs = Observed(models, nodes, bad, pods, claims, objects, volumes, usage, classes)
+    if last is not None:
+        for view, reads in _VIEWS.items():
+            if reads <= same:
+                setattr(obs, view, getattr(last, view))
+    memo.last = obs
     return obs
 
 
-def _observe_models(obs: Observed, bodies: Sequence[Raw], watched: set[str], before: Parsed,
-                    now: Parsed) -> None:
+def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject]:
+    version = _version(body)
+    m = memo.models.get(version) if version else None
+    return version, parse_model(body) if m is None else m
+
+
+def _observe_models(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
+                    ) -> dict[str, ModelObject]:
     """The LocalModels in the watched namespaces, each stored version parsed once."""
-    for body in bodies:
-        version = _version(body)
-        m = before.models.get(version) if version else None
-        if m is None:
-            m = parse_model(body)
-        if version:
-            now.models[version] = m
-        if watched and m.namespace not in watched:
-            continue
-        obs.models[m.key] = m
+    readings = memo.each("localmodels", bodies, partial(_model_reading, memo=memo))
+    memo.models = {version: m for version, m in readings if version}
+    return {m.key: m for _, m in readings if not watched or m.namespace in watched}
 
 
-def _observe_nodes(obs: Observed, bodies: Sequence[Raw], before: Parsed, now: Parsed) -> None:
+def _node_reading(body: Raw, memo: Parsed) -> tuple[str, Version | None, NodeFacts | str]:
+    version = _version(body)
+    facts = memo.nodes.get(version) if version else None
+    return (str(metadata(body).get("name") or ""), version,
+            _node_facts(body) if facts is None else facts)
+
+
+def _observe_nodes(bodies: Sequence[Raw], memo: Parsed
+                   ) -> tuple[dict[str, NodeFacts], dict[str, str]]:
     """Every Node's facts (or why it has none), each stored version read once."""
-    for body in bodies:
-        name = str(metadata(body).get("name") or "")
-        version = _version(body)
-        facts = before.nodes.get(version) if version else None
-        if facts is None:
-            facts = _node_facts(body)
-        if version:
-            now.nodes[version] = facts
+    nodes: dict[str, NodeFacts] = {}
+    bad: dict[str, str] = {}
+    readings = memo.each("nodes", bodies, partial(_node_reading, memo=memo))
+    for name, _, facts in readings:
         if isinstance(facts, str):
-            obs.bad_nodes[name] = facts
-            continue
-        obs.nodes[facts.name] = facts
+            bad[name] = facts
+        else:
+            nodes[facts.name] = facts
+    memo.nodes = {version: facts for _, version, facts in readings if version}
+    return nodes, bad
 
 
-def _observe_pods(obs: Observed, bodies: Sequence[Raw], watched: set[str]) -> None:
+def _pod_reading(body: Raw) -> tuple[OwnedPod | None, str | None, tuple[int, int]]:
+    node = pod_node(body)
+    return owned_pod(body), node, pod_requests(body) if node else (0, 0)
+
+
+def _observe_pods(bodies: Sequence[Raw], watched: frozenset[str], valid_uids: frozenset[str],
+                  memo: Parsed) -> tuple[dict[Key, OwnedPod], dict[str, Usage]]:
     """The operator's own pods, and the requests of every other pod per node."""
-    valid_uids = {m.uid for m in obs.models.values() if m.model is not None}
+    pods: dict[Key, OwnedPod] = {}
     usage: dict[str, list[int]] = {}
-    for body in bodies:
-        pod = owned_pod(body)
+    for pod, node, (cpu, memory) in memo.each("pods", bodies, _pod_reading):
         if pod is not None and (not watched or pod.namespace in watched):
-            obs.pods[pod.key] = pod
-        node = pod_node(body)
+            pods[pod.key] = pod
         # Our pods of valid models are the planner's own placements; everything
         # else that runs on a node (other pods, and ours whose model is gone or
         # invalid) is usage the planner must respect.
         if node and (pod is None or pod.owner_uid not in valid_uids):
-            cpu, memory = pod_requests(body)
             total = usage.setdefault(node, [0, 0])
             total[0] += cpu
             total[1] += memory
-    obs.usage = {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())}
+    return pods, {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())}
+
+
+def _observe_claims(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
+                    ) -> dict[Key, OwnedClaim]:
+    return {claim.key: claim for claim in memo.each("claims", bodies, owned_claim)
+            if claim is not None and (not watched or claim.namespace in watched)}
+
+
+def _observe_objects(snap: Snapshot, watched: frozenset[str], memo: Parsed
+                     ) -> dict[tuple[str, str, str], OwnedObject]:
+    out: dict[tuple[str, str, str], OwnedObject] = {}
+    for kind, bodies in (("ConfigMap", snap.configmaps), ("Service", snap.services),
+                         ("NetworkPolicy", snap.networkpolicies)):
+        for obj in memo.each(kind, bodies, partial(owned_object, kind=kind)):
+            if obj is not None and (not watched or obj.namespace in watched):
+                out[(kind, obj.namespace, obj.name)] = obj
+    return out
 
 
 def current_placements(obs: Observed) -> dict[str, list[str | None]]:
     """Where each replica of each valid model is now: its pod's node, else the
-    node its status last recorded (a pod deleted for a roll or lost in a crash)."""
+    node its status last recorded (a pod deleted for a roll or lost in a crash).
+    Built once per `Observed` (not to be changed by the caller)."""
+    if obs._placements is not None:
+        return obs._placements
     out: dict[str, list[str | None]] = {}
     for key, m in obs.models.items():
         if m.model is None:
@@ -211,6 +330,7 @@ def current_placements(obs: Observed) -> dict[str, list[str | None]]:
             if pod.owner_uid == m.uid and 0 <= pod.replica < len(nodes) and pod.node:
                 nodes[pod.replica] = pod.node
         out[key] = nodes
+    obs._placements = out
     return out
 
 
@@ -246,7 +366,9 @@ def _epoch(rfc3339: str) -> float | None:
 
 def unschedulable(obs: Observed) -> list[StuckPod]:
     """Our pods the scheduler has marked Unschedulable, with the node they were
-    placed on and since when."""
+    placed on and since when (once per `Observed`)."""
+    if obs._stuck is not None:
+        return obs._stuck
     out = []
     for pod in obs.pods.values():
         if pod.unschedulable_since is None or pod.terminating or pod.node is None:
@@ -255,10 +377,14 @@ def unschedulable(obs: Observed) -> list[StuckPod]:
         if since is not None:
             out.append(StuckPod(pod.model, pod.replica, pod.name, pod.node, since,
                                 pod.unschedulable_message))
-    return sorted(out, key=lambda s: (s.model, s.replica))
+    obs._stuck = sorted(out, key=lambda s: (s.model, s.replica))
+    return obs._stuck
 
 
 def readiness(obs: Observed) -> dict[str, dict[int, bool]]:
+    """Whether each replica of each valid model is Ready (once per `Observed`)."""
+    if obs._ready is not None:
+        return obs._ready
     out: dict[str, dict[int, bool]] = {}
     for key, m in obs.models.items():
         if m.model is None:
@@ -266,4 +392,5 @@ def readiness(obs: Observed) -> dict[str, dict[int, bool]]:
         # A pod on a node that is gone is not serving, whatever it last reported.
         out[key] = {p.replica: p.ready and p.node in obs.nodes
                     for p in obs.pods_of(key) if p.owner_uid == m.uid}
+    obs._ready = out
     return out

@@ -16,15 +16,14 @@ Each is a table in tests/unit/test_policy.py.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModel, LocalModelStatus
+from localmodel.api import LocalModel
 from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     EVENT_REPORTING_COMPONENT,
@@ -37,11 +36,8 @@ from localmodel.controller.changes import (
     Delete,
     ModelChanges,
     Target,
-    choose_claim,
-    model_changes,
 )
-from localmodel.controller.gaps import gap_of
-from localmodel.controller.objects import ModelObject
+from localmodel.controller.kept_work import KeptWork, ModelWork, PassPlan, model_work
 from localmodel.controller.observed import (
     Observed,
     StuckPod,
@@ -49,16 +45,13 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import ModelResult, failure_text
+from localmodel.desired import failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
-from localmodel.facts import NodeFacts
-from localmodel.gaps import with_gap
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
-from localmodel.render.names import pod_name
-from localmodel.speed import PeerKey, Published, SpeedPolicy
-from localmodel.status import Reason, failed_status, invalid_status, with_progress, with_speed
+from localmodel.speed import Published, SpeedPolicy
+from localmodel.status import Reason, failed_status, invalid_status
 from localmodel.tenancy import SecretLabels, TenantPolicy, refusals
 
 # A write is expected to show in the watches within this long; after that the
@@ -75,10 +68,6 @@ RECHECK_MARGIN_SECONDS = 0.5
 def retry_after(failures: int) -> float:
     """The wait before the next try, after `failures` failed ones in a row."""
     return RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
-
-
-def rfc3339(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # metav1.StatusCause `reason` of the NamespaceLifecycle admission's refusal.
@@ -120,7 +109,6 @@ def status_settled(why: Refusal) -> bool:
 def event_settled(why: Refusal) -> bool:
     """An Event refused because its namespace is going: nothing to report."""
     return why is Refusal.NAMESPACE_ENDING
-
 
 
 class Wrote(Enum):
@@ -285,7 +273,6 @@ def avoid_stuck(stuck: Iterable[StuckPod], avoid: Avoid, reported: Mapping[str, 
     return StuckVerdict(avoided, told, events, min(recheck) if recheck else None, tuple(moved))
 
 
-
 @dataclass(frozen=True)
 class Involved:
     """The LocalModel an Event is about."""
@@ -347,53 +334,6 @@ class Failures:
 Placed = Mapping[str, Mapping[int, str]]  # model -> replica -> node
 
 
-@dataclass(frozen=True)
-class ModelWork:
-    """One model's share of a pass: what to write, and the status to report."""
-
-    model: ModelObject
-    changes: ModelChanges
-    status: LocalModelStatus
-    failure: str = ""  # computing it raised (stage and exception): nothing changes
-
-
-@dataclass(frozen=True)
-class PassPlan:
-    work: list[ModelWork]
-    placed: dict[str, dict[int, str]]  # where this pass puts every replica
-    speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
-
-
-def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
-    """The node's CPU model (vendor, family, model id), None unless all are known."""
-    if node is None or not (node.cpu_vendor and node.cpu_family and node.cpu_model_id):
-        return None
-    return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
-
-
-def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
-    """The model's replicas whose gateway the operator can read: Ready pods of
-    this model with a pod IP, on the node they are planned on, with their peer
-    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
-    lm = result.model
-    mo = obs.models.get(lm.key)
-    if mo is None or not lm.spec.gateway.enabled:
-        return []
-    pods = {p.replica: p for p in obs.pods_of(lm.key)
-            if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
-    out = []
-    for r in result.replicas:
-        pod = pods.get(r.replica)
-        if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
-                lm, r.replica):
-            continue
-        peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
-                       cpu_model(obs.nodes.get(r.node)))
-        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
-                               vouched=pod.gateway_image == own_image))
-    return out
-
-
 def with_memory(current: dict[str, list[str | None]], placed: Placed
                 ) -> dict[str, list[str | None]]:
     """Where replicas are: what the watches show, else where the last pass put
@@ -409,7 +349,8 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
     return out
 
 
-def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str
+def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str,
+             check: Callable[..., Sequence[Any]] = refusals
              ) -> tuple[list[LocalModel], list[ModelWork]]:
     """The models the admin's policy admits, and the status-only work of those it
     refuses (Valid=False, RefusedByPolicy, each rule and field) or failed on."""
@@ -418,7 +359,7 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
     for lm in obs.valid_models():
         mo = obs.models[lm.key]
         try:
-            found = refusals(lm, tenants, secrets)
+            found = check(lm, tenants, secrets)
         except Exception as exc:  # one model's failure is that model's
             failure = failure_text("admin policy", exc)
             refused.append(ModelWork(mo, ModelChanges(), failed_status(
@@ -432,35 +373,25 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
     return ok, refused
 
 
-def _model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
-                published: Mapping[int, Published], policy: SpeedPolicy, options: RenderOptions
-                ) -> tuple[ModelWork, list[SpeedTarget]]:
-    """One valid model's changes and status (progress and speed added), and its
-    replicas to read."""
-    changes = model_changes(result, mo.uid, obs)
-    status = with_progress(result.status, changes.rolling, result.model, now)
-    status = with_gap(status, gap_of(result.model, mo.uid, obs, options.image_pull_secrets),
-                      result.model, now)  # the cluster's own gaps, said up front
-    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
-                                 for replica, p in published.items()},
-                        policy, result.model, now)
-    return ModelWork(mo, changes, status), speed_targets(result, obs, options.operator_image)
-
-
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
               speed_policy: SpeedPolicy | None = None, desired: Desired | None = None,
               tenants: TenantPolicy | None = None, secrets: SecretLabels | None = None,
-              ) -> PassPlan:
+              kept: KeptWork | None = None) -> PassPlan:
     """The pure core of a pass: desired state, then each model's changes and status
     (with each replica's speed, `speeds`: model -> replica -> published numbers).
-    `desired` is the reconciler's long-lived `Desired` (a pass then costs what
-    changed); without it, a fresh one: the same result. `tenants`: the admin's
-    policy (models it refuses get their status only, `admitted`); `secrets`: the
-    labels of the Secrets models name as overflow keys."""
+    `desired` and `kept` are the reconciler's long-lived `Desired` and `KeptWork`
+    (a pass then costs what changed); without them, fresh ones: the same result.
+    `tenants`: the admin's policy (models it refuses get their status only,
+    `admitted`); `secrets`: the labels of the Secrets models name as overflow keys."""
+    kept = kept if kept is not None else KeptWork()
+    inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired)
+    if (same := kept.same_pass(inputs, now)) is not None:
+        return same  # a quiet pass: what the last one planned, from the very same inputs
+    kept.begin(obs)
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
-    models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now)
+    models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now, kept.refusals)
     state = (desired or Desired()).state(
         models,
         list(obs.nodes.values()),
@@ -469,8 +400,9 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         usage=obs.usage,
         ready=readiness(obs),
         options=options,
-        claims=lambda lm, replica, node: choose_claim(lm, replica, node, obs),
+        claims=kept.chooser(obs),
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
+        claims_again=kept.claims_again,
     )
     work: list[ModelWork] = refused
     targets: list[SpeedTarget] = []
@@ -479,18 +411,25 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         if result.problems or result.failure:  # an invalid or failed one: its status only
             work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
             continue
+        published = speeds.get(result.model.key, {})
         try:
-            one, found = _model_work(result, mo, obs, now, speeds.get(result.model.key, {}),
-                                     policy, options)
+            one, found = kept.work(
+                result, mo.uid, obs, now, published, policy,
+                (options.operator_image, options.image_pull_secrets),
+                lambda: model_work(result, mo, obs, now, published, policy,  # noqa: B023
+                                   options.operator_image, options.image_pull_secrets),
+                lambda worked: worked[0].status)
         except Exception as exc:  # one model's failure is that model's
             failure = failure_text("changes or status", exc)
             one, found = ModelWork(mo, ModelChanges(), failed_status(
                 mo.generation, failure, mo.status, now), failure), []
         work.append(one)
         targets += found
+    kept.keep_only({r.model.key for r in state.models})
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
     # A failed model keeps where it was (its pods are left as they are).
-    return PassPlan(work, {r.model.key: ({rep.replica: rep.node for rep in r.replicas}
-                                         if not r.failure else dict(placed.get(r.model.key, {})))
-                           for r in state.models}, tuple(targets))
+    placements = {r.model.key: ({rep.replica: rep.node for rep in r.replicas}
+                                if not r.failure else dict(placed.get(r.model.key, {})))
+                  for r in state.models}
+    return kept.remember(inputs, now, PassPlan(work, placements, tuple(targets)))

@@ -36,6 +36,7 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
+from localmodel.controller.kept_work import ConditionTally, KeptWork, ModelWork, rfc3339
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -50,13 +51,11 @@ from localmodel.controller.policy import (
     Expectations,
     Failures,
     Involved,
-    ModelWork,
     avoid_stuck,
     event_manifest,
     event_settled,
     plan_pass,
     refusal,
-    rfc3339,
     settled,
     status_settled,
 )
@@ -119,15 +118,6 @@ class OperatorMetrics:
 
     def on_write(self, verb: str, kind: str, code: int) -> None:
         self.writes.inc(labels=(verb, kind, str(code)))
-
-
-def condition_counts(statuses: Iterable[LocalModelStatus]) -> dict[tuple[str, ...], float]:
-    counts: dict[tuple[str, ...], float] = {}
-    for status in statuses:
-        for c in status.conditions:
-            k = (c.type, c.status.value)
-            counts[k] = counts.get(k, 0) + 1
-    return counts
 
 
 @contextlib.contextmanager
@@ -207,6 +197,11 @@ class Reconciler:
         metrics.speed_ratios = self.speed.ratios
         self._parsed = Parsed()  # each stored version of a model or node parsed once
         self._desired = Desired()  # what passes worked out, reused while its inputs hold
+        self._kept = KeptWork()  # each model's changes and status, the same way
+        self._tally = ConditionTally()
+        self._idle: dict[str, ModelWork] = {}  # model -> its last work, if it wrote nothing
+        self._idle_work: list[ModelWork] | None = None  # a pass's work, if all was idle
+        self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
         # Every write of a pass (objects, statuses, Events) takes one of these
         # first, as many as the client has connections: a request waits here,
         # not in the client's pool, whose time limit would count the wait (at
@@ -301,19 +296,26 @@ class Reconciler:
             extra_events = self._avoid_stuck(obs, now)
             secrets = await self._secret_labels(obs)
             work = self._plan(obs, now_s, secrets)
-        self.metrics.models_by_condition = condition_counts(w.status for w in work)
         result = PassResult(models=len(obs.models))
-        await asyncio.gather(*(self._model(w, now_s, result, obs,
-                                           extra_events.get(w.model.key, []))
-                               for w in work))
+        if work is self._idle_work and not extra_events:
+            return result  # the last pass's very work, all of which needed no write
+        self.metrics.models_by_condition = self._tally.count({w.model.key: w.status for w in work})
+        if len(self._idle) > len(obs.models):
+            self._idle = {k: w for k, w in self._idle.items() if k in obs.models}
+        idle, self._idle_work = self._idle, None
+        await asyncio.gather(*(self._model(w, now_s, result, obs, extra_events.get(w.model.key, []))
+                               for w in work if idle.get(w.model.key) is not w
+                               or w.model.key in extra_events))
+        self._idle_work = work if all(idle.get(w.model.key) is w for w in work) else None
         return result
 
     async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
         """The labels of the overflow-key Secrets the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
-        wanted = {k for lm in obs.valid_models()
-                  if (k := needs_secret(lm, self.config.tenants)) is not None}
-        if not wanted:
+        if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
+            self._wanted = (obs.models, {k for lm in obs.valid_models()
+                                         if (k := needs_secret(lm, self.config.tenants))})
+        if not (wanted := self._wanted[1]):
             return {}
         found = await self._secrets.labels(wanted)
         rule = self.config.tenants.overflow_key_secret_label
@@ -327,7 +329,7 @@ class Reconciler:
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired,
-                            tenants=self.config.tenants, secrets=secrets)
+                            tenants=self.config.tenants, secrets=secrets, kept=self._kept)
         self._placed = planned.placed
         if self.speed.retarget(planned.speed_targets):
             self.speed_wake()
@@ -363,8 +365,11 @@ class Reconciler:
                                            warning=True)]
         else:
             self._failed_models.pop(key, None)
+        self._idle.pop(key, None)
         try:
-            await self._model_writes(work, now, result, obs, extra)
+            if not (await self._model_writes(work, now, result, obs, extra) or work.failure
+                    or work.changes.changes):
+                self._idle[key] = work
         except Exception as exc:  # (a cancellation is not an Exception: it passes)
             result.failures += 1
             self.metrics.model_failures.inc(labels=("write",))
@@ -376,7 +381,8 @@ class Reconciler:
                     f"{type(exc).__name__}: {str(exc)[:300]}", warning=True), now)
 
     async def _model_writes(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
-                            extra: list[EventSpec]) -> None:
+                            extra: list[EventSpec]) -> bool:
+        """Whether it posted an Event or wrote (or had to write) the status."""
         mo, status = work.model, work.status
         events, failed = await self._write_changes(mo, work.changes, obs, result)
         events = list(extra) + events
@@ -385,15 +391,18 @@ class Reconciler:
             self.trigger_later(retry_in)
         if failure is not None:
             events.append(failure)
-        for event in status_events(mo.status, status) + events:
+        events = status_events(mo.status, status) + events
+        for event in events:
             await self._event(mo, event, now)
-        if status_changed(mo.status, status):
-            body = json.dumps(status_body(status), sort_keys=True)
-            # Written already, and the watch has not shown it yet: not again.
-            if self._written_status.get(mo.key) != (
-                mo.resource_version, body
-            ) and await self._write_status(mo, status):
-                self._written_status[mo.key] = (mo.resource_version, body)
+        if not status_changed(mo.status, status):
+            return bool(events)
+        body = json.dumps(status_body(status), sort_keys=True)
+        # Written already, and the watch has not shown it yet: not again.
+        if self._written_status.get(mo.key) != (
+            mo.resource_version, body
+        ) and await self._write_status(mo, status):
+            self._written_status[mo.key] = (mo.resource_version, body)
+        return True
 
     async def _write_changes(self, mo: ModelObject, changes: ModelChanges, obs: Observed,
                              result: PassResult) -> tuple[list[EventSpec], list[str]]:

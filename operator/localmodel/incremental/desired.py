@@ -11,7 +11,7 @@ sequences of changes (tests/unit/test_incremental_desired.py, test_pass_memo.py)
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple, cast
 
@@ -78,6 +78,7 @@ class _Pass(NamedTuple):
     options: RenderOptions | None
     now: str
     claims: ClaimChooser | None
+    claims_again: Collection[str] | None  # the models `claims` may answer differently
 
 
 # id(tuning) -> (the tuning, held; its settings and decisions as status shows them)
@@ -142,8 +143,11 @@ class Desired:
         options: RenderOptions | None = None,
         claims: ClaimChooser | None = None,
         avoid: Mapping[str, frozenset[str]] | None = None,
+        claims_again: Collection[str] | None = None,
     ) -> DesiredState:
-        """What `desired_state` returns for the same arguments."""
+        """What `desired_state` returns for the same arguments. `claims_again`:
+        the models for which `claims` may choose otherwise than the last call's
+        `claims` did (None: any; each model is then asked again)."""
         # By value, for this pass: specs and nodes that read the same share
         # their preparation and tunings (what a model keeps is kept per model).
         self._evaluations, self._prepared_by_key = Evaluations(), {}
@@ -154,7 +158,7 @@ class Desired:
         again = self._sync(tuple(models), avoid or {})  # None: every model
         the_plan = self.planner.plan(self._now_demands, nodes, current or {}, usage or {})
         plan_same, touched, again = self._planned(the_plan, again)
-        now_pass = _Pass(the_plan, plan_same, touched, ready, options, now, claims)
+        now_pass = _Pass(the_plan, plan_same, touched, ready, options, now, claims, claims_again)
         again = self._read_again(again, now_pass)
         if again is not None:
             again |= self._failed
@@ -191,8 +195,11 @@ class Desired:
     def _read_again(self, again: set[str] | None, now: _Pass) -> set[str] | None:
         """The models whose results read what changed since the last pass: the
         options, whether claims are chosen, readiness, the clock."""
-        if now.options != self._options or bool(now.claims) or self._claims:
+        if now.options != self._options or ((bool(now.claims) or self._claims) and not (
+                now.claims and self._claims and now.claims_again is not None)):
             again = None  # (claims: a function, asked again for every replica)
+        elif now.claims and again is not None:
+            again |= set(now.claims_again or ())
         self._options, self._claims = now.options, now.claims is not None
         ready = now.ready
         if ready != self._ready:  # (None, or a mapping compared in C)

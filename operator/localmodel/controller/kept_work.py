@@ -1,0 +1,351 @@
+"""Each model's share of a pass, kept between passes while what it read holds. Pure.
+
+`policy.plan_pass` works out, per valid model, its changes (`changes.py`), its
+status (progress and speed added) and the replicas whose speed can be read.
+That reads the model's result (from `incremental.Desired`, which hands back
+the same object while the model's inputs hold), the model as stored, what the
+watches show of its own objects (pods, claims, ConfigMaps, Services,
+NetworkPolicies, by label, by owner and by the names the result gives them),
+the nodes its pods and replicas are on, its published speeds and the clock.
+`KeptWork` keeps what was worked out with all of that, and gives it back while
+every piece is the same: the same objects (all frozen; `observe` hands back
+the same ones for objects that did not change), or equal values. The clock
+counts only when the status took it (`status.took_now`: a condition moved).
+
+So a pass after one event works out again only the models that event touched,
+and a quiet pass (the same `Observed`, the same results) none.
+tests/unit/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
+equal to one without, over random sequences of events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from localmodel.api import LocalModel, LocalModelStatus
+from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
+from localmodel.controller.gaps import gap_of
+from localmodel.controller.objects import ModelObject
+from localmodel.controller.observed import Observed
+from localmodel.controller.speed import SpeedTarget
+from localmodel.desired import ModelResult
+from localmodel.facts import NodeFacts
+from localmodel.gaps import with_gap
+from localmodel.render import replica_claim
+from localmodel.render.names import pod_name
+from localmodel.speed import PeerKey, Published, SpeedPolicy
+from localmodel.status import took_now, with_progress, with_speed
+from localmodel.tenancy import Refusal, SecretLabels, TenantPolicy, refusals
+
+
+def rfc3339(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """One model's share of a pass: what to write, and the status to report."""
+
+    model: ModelObject
+    changes: ModelChanges
+    status: LocalModelStatus
+    failure: str = ""  # computing it raised (stage and exception): nothing changes
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    work: list[ModelWork]
+    placed: dict[str, dict[int, str]]  # where this pass puts every replica
+    speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+
+
+def _took_clock(w: ModelWork) -> bool:
+    """Whether the status took the clock: a condition whose status is not the
+    stored one (`status.took_now`, for any model, valid or not)."""
+    if w.model.status is None:
+        return bool(w.status.conditions)
+    previous = {c.type: c.status for c in w.model.status.conditions}
+    return any(previous.get(c.type) != c.status for c in w.status.conditions)
+
+
+def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
+    """The node's CPU model (vendor, family, model id), None unless all are known."""
+    if node is None or not (node.cpu_vendor and node.cpu_family and node.cpu_model_id):
+        return None
+    return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
+
+
+def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
+    """The model's replicas whose gateway the operator can read: Ready pods of
+    this model with a pod IP, on the node they are planned on, with their peer
+    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
+    lm = result.model
+    mo = obs.models.get(lm.key)
+    if mo is None or not lm.spec.gateway.enabled:
+        return []
+    pods = {p.replica: p for p in obs.pods_of(lm.key)
+            if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
+    out = []
+    for r in result.replicas:
+        pod = pods.get(r.replica)
+        if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
+                lm, r.replica):
+            continue
+        peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
+                       cpu_model(obs.nodes.get(r.node)))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
+                               vouched=pod.gateway_image == own_image))
+    return out
+
+
+def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
+                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str,
+                pull_secrets: Sequence[str] = ()) -> tuple[ModelWork, list[SpeedTarget]]:
+    """One valid model's changes and status (progress, the cluster's gaps and
+    speed added), and its replicas to read."""
+    changes = model_changes(result, mo.uid, obs)
+    status = with_progress(result.status, changes.rolling, result.model, now)
+    status = with_gap(status, gap_of(result.model, mo.uid, obs, pull_secrets),
+                      result.model, now)  # the cluster's own gaps, said up front
+    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
+                                 for replica, p in published.items()},
+                        policy, result.model, now)
+    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
+
+
+Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
+Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
+
+
+class _Kept:
+    """One model's share, what it was worked out from, and the pass that last
+    found it holds (`seen`)."""
+
+    __slots__ = (
+        "images",
+        "nodes",
+        "now",
+        "policy",
+        "published",
+        "reads",
+        "result",
+        "seen",
+        "took_now",
+        "worked",
+    )
+
+    def __init__(self, result: ModelResult, published: Mapping[int, Published],
+                 policy: SpeedPolicy, images: tuple[str, tuple[str, ...]], now: str, took_now: bool,
+                 reads: tuple[Any, ...], worked: Worked, seen: int, nodes: frozenset[str]
+                 ) -> None:
+        self.result, self.published, self.policy = result, published, policy
+        self.images, self.now, self.took_now = images, now, took_now
+        self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
+        self.worked, self.seen = worked, seen
+        self.nodes = nodes  # the nodes of its pods and replicas (the last part it read)
+
+
+def _nodes(result: ModelResult, obs: Observed) -> tuple[NodeFacts | None, ...]:
+    pods = obs.pods_of(result.model.key)
+    return (*(obs.nodes.get(p.node or "") for p in pods),
+            *(obs.nodes.get(r.node) for r in result.replicas))
+
+
+# What one model's changes, status and speed targets read of an `Observed`, part
+# by part, each with the sections of the `Observed` it depends on: a part whose
+# sections are the very objects of the last check is not read again.
+_READS: tuple[tuple[tuple[str, ...], Callable[[ModelResult, str, Observed], Any]], ...] = (
+    (("models",), lambda r, uid, obs: obs.models.get(r.model.key)),
+    (("pods",), lambda r, uid, obs: obs.pods_of(r.model.key)),
+    (("claims",), lambda r, uid, obs: (
+        obs.claims_of(r.model.key),
+        tuple(obs.claims.get((r.model.metadata.namespace, replica_claim(r.model, p)))
+              for p in r.replicas))),
+    (("objects",), lambda r, uid, obs: (
+        tuple(obs.objects.get((kind, r.model.metadata.namespace, name))
+              for kind, name in r.applied_hashes),
+        obs.objects_owned(r.model.metadata.namespace, uid))),
+    (("pods", "nodes"), lambda r, uid, obs: _nodes(r, obs)),
+    (("storage_classes",), lambda r, uid, obs: obs.storage_classes),  # its gap (gaps.py)
+)
+
+
+def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
+    """Everything of `obs` one model's share reads: its pods and claims (by
+    label), the claims and applied objects named by its result, the objects it
+    owns, and the nodes of its pods and replicas."""
+    return tuple(read(result, uid, obs) for _, read in _READS)
+
+
+# The sections of an `Observed` the kept work reads; `observe` hands back the
+# same object for a section none of whose objects changed.
+SECTIONS = ("models", "nodes", "pods", "claims", "objects", "volumes", "storage_classes")
+
+
+@dataclass
+class KeptWork:
+    """The reconciler's memory of each model's share of the last passes: the
+    admin policy's verdict, the claims chosen, the changes and status."""
+
+    by_model: dict[str, _Kept] = field(default_factory=dict)
+    passes: int = 0  # `begin` counts them
+    obs: Observed | None = None  # the last pass's
+    changed: frozenset[str] = frozenset(SECTIONS)  # sections this pass's `obs` changed
+    to_read: tuple[tuple[int, Callable[[ModelResult, str, Observed], Any]], ...] = ()
+    # The nodes whose facts are not the last pass's (None: not known, or the
+    # pods changed too: the part that reads nodes is read again instead).
+    nodes_changed: frozenset[str] | None = None
+    claims_again: set[str] | None = None  # models whose claims may be chosen otherwise
+    refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
+        default_factory=dict)
+    chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
+    # The last pass: its inputs, its clock, whether a status took that clock, its plan.
+    last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
+
+    def same_pass(self, inputs: tuple[Any, ...], now: str) -> PassPlan | None:
+        """The last plan when `inputs` are the last pass's (each the same object,
+        or equal) and no status of it took the clock, or the clock is the same."""
+        if self.last is None:
+            return None
+        was, then, clocked, plan = self.last
+        if (now == then or not clocked) and all(
+                a is b or a == b for a, b in zip(was, inputs, strict=True)):
+            return plan
+        return None
+
+    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan) -> PassPlan:
+        """Keep `plan` for a pass with the same inputs (not one a model failed in:
+        that model is worked out again)."""
+        clocked = False
+        for w in plan.work:
+            if w.failure:
+                self.last = None
+                return plan
+            kept = self.by_model.get(w.model.key)
+            clocked = clocked or (kept.took_now if kept is not None and kept.worked[0] is w
+                                  else _took_clock(w))
+        self.last = (inputs, now, clocked, plan)
+        return plan
+
+    def work(self, result: ModelResult, uid: str, obs: Observed, now: str,
+             published: Mapping[int, Published], policy: SpeedPolicy,
+             images: tuple[str, tuple[str, ...]],  # the operator's image, pull secrets
+             compute: Callable[[], Worked], status_of: Callable[[Worked], Any]) -> Worked:
+        """The model's share: kept, or `compute`d (and kept unless it raised).
+        `status_of` gives the status of a share (to know whether it took `now`)."""
+        key = result.model.key
+        kept = self.by_model.get(key)
+        if (kept is not None and kept.result is result and kept.policy == policy
+                and kept.images == images and (kept.now == now or not kept.took_now)
+                and kept.published == published and (
+                    # found to hold in the last pass: only what changed since is read
+                    all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
+                    and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
+                    if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
+            kept.seen = self.passes
+            return kept.worked
+        self.by_model.pop(key, None)
+        read = reads(result, uid, obs)
+        worked = compute()
+        nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
+                           *(r.node for r in result.replicas)))
+        self.by_model[key] = _Kept(result, published, policy, images, now,
+                                   took_now(result.model, status_of(worked)), read, worked,
+                                   self.passes, nodes)
+        return worked
+
+    def begin(self, obs: Observed) -> None:
+        """A new pass on `obs`: which of its sections are not the last pass's."""
+        before, self.obs, self.passes = self.obs, obs, self.passes + 1
+        self.changed = frozenset(SECTIONS) if before is None else frozenset(
+            s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
+        self.nodes_changed = None
+        if before is not None and "pods" not in self.changed:
+            old, new = before.nodes, obs.nodes
+            self.nodes_changed = frozenset() if old is new else frozenset(
+                n for n in old.keys() | new.keys() if old.get(n) is not new.get(n))
+        self.to_read = tuple((i, read) for i, (sections, read) in enumerate(_READS)
+                             if self.changed.intersection(sections)
+                             and (sections != ("pods", "nodes") or self.nodes_changed is None))
+        self.claims_again = None  # (the claims chosen read the model's claims, pods, volumes)
+        if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
+            on = self.nodes_changed or frozenset()
+            self.claims_again = {k for k, _, node in self.chosen if node in on}
+
+    def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
+                 ) -> tuple[Refusal, ...]:
+        """`tenancy.refusals`, kept while the model, the policy and the Secrets'
+        labels are the same."""
+        kept = self.refused.get(lm.key)
+        if (kept is not None and kept[0] is lm and (kept[1] is tenants or kept[1] == tenants)
+                and kept[2] == secrets):
+            return cast(tuple[Refusal, ...], kept[3])
+        found = refusals(lm, tenants, secrets)
+        self.refused[lm.key] = (lm, tenants, dict(secrets), found)
+        return found
+
+    def chooser(self, obs: Observed) -> Chooser:
+        """`changes.choose_claim` on `obs`, kept while what it reads is the same:
+        the model, its claims and pods, the node's facts and the claims' volumes."""
+        quick = not self.changed.intersection(("claims", "pods", "volumes"))
+        nodes_same = "nodes" not in self.changed
+        passes = self.passes
+
+        def choose(lm: LocalModel, replica: int, node: str) -> str:
+            key = lm.key
+            kept = self.chosen.get((key, replica, node))
+            # found to hold in the last pass, and only the model or the node may differ
+            if (kept is not None and quick and kept[-1] == passes - 1 and kept[0] is lm
+                    and (nodes_same or kept[3] == obs.nodes.get(node))):
+                self.chosen[(key, replica, node)] = (*kept[:-1], passes)
+                return cast(str, kept[-2])
+            claims = obs.claims_of(key)
+            read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
+                    tuple(obs.volumes.get(c.volume or "") for c in claims))
+            if kept is None or kept[:-2] != read:
+                kept = (*read, choose_claim(lm, replica, node, obs), passes)
+            self.chosen[(key, replica, node)] = (*kept[:-1], passes)
+            return cast(str, kept[-2])
+        return choose
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Forget the models not in `keys` (gone, invalid, refused or failed)."""
+        for key in [k for k in self.by_model if k not in keys]:
+            del self.by_model[key]
+        for key in [k for k in self.refused if k not in keys]:
+            del self.refused[key]
+        for chosen in [k for k in self.chosen if k[0] not in keys]:
+            del self.chosen[chosen]
+
+
+@dataclass
+class ConditionTally:
+    """LocalModels by condition and status (the operator's gauge), kept up to
+    date with what changed: a status is counted again only when it is another
+    object than the one counted for its model."""
+
+    counted: dict[str, tuple[Any, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    totals: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def count(self, statuses: Mapping[str, Any]) -> dict[tuple[str, ...], float]:
+        """The tally for `statuses` (model -> LocalModelStatus), as a new dict."""
+        before, now = self.counted, {}
+        for key, status in statuses.items():
+            kept = before.pop(key, None)
+            if kept is None or kept[0] is not status:
+                if kept is not None:
+                    self._add(kept[1], -1)
+                kept = (status, tuple((c.type, c.status.value) for c in status.conditions))
+                self._add(kept[1], 1)
+            now[key] = kept
+        for _, pairs in before.values():  # models gone
+            self._add(pairs, -1)
+        self.counted = now
+        return {k: v for k, v in self.totals.items() if v}
+
+    def _add(self, pairs: tuple[tuple[str, str], ...], n: int) -> None:
+        for pair in pairs:
+            self.totals[pair] = self.totals.get(pair, 0) + n

@@ -1,0 +1,243 @@
+"""The operator's pass kept between passes equals the pass worked out afresh.
+
+The reconciler keeps `observe`'s readings (`observed.Parsed`: each section of
+the snapshot and each object's reading, by identity) and each model's share of
+a pass (`kept_work.KeptWork`: changes, status, claims chosen, the admin
+policy's verdict, and the whole last plan for the very same inputs), so a pass
+costs what changed. Here a world of stored objects, kept the way a watch's
+index keeps them (an object replaced on each event, the others left as the
+very same objects), goes through random sequences of events: models added,
+removed, edited and given the status the pass wrote; nodes relabelled, resized,
+cordoned, added and removed; the pass's own creates, applies and deletes
+arriving (some of them); pods becoming Ready or Unschedulable, marked for
+deletion, their spec hash edited, or deleted by someone else; applied objects
+edited; claims bound to volumes or deleted; objects re-listed as equal copies;
+the clock moving or not. At every step the long-lived `Parsed`, `Desired` and
+`KeptWork` give exactly what fresh ones give: the same `Observed` and plan."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
+from localmodel.controller.changes import Apply, Create, Delete
+from localmodel.controller.kept_work import KeptWork, PassPlan
+from localmodel.controller.observed import (
+    Observed,
+    Parsed,
+    Snapshot,
+    current_placements,
+    observe,
+    readiness,
+    unschedulable,
+)
+from localmodel.controller.policy import plan_pass
+from localmodel.incremental import Desired
+from localmodel.render import RenderOptions
+from localmodel.status import status_body
+from tests.builders import MakeLocalModel, MakeNode
+
+SEQUENCES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STEPS = 12
+OPTIONS = RenderOptions(operator_image="localmodel-operator:test", network_policy=True)
+SPECS: list[dict[str, Any]] = [
+    {"model": "qwen3:0.6b", "cpu": 2},
+    {"model": "gemma3:1b", "cpu": 1, "replicas": 2, "placement": {"exclusive": False}},
+    {"model": "qwen3:1.7b", "cpu": 2, "placement": {"nodeSelector": {"pool": "a"}}},
+    {"model": "qwen3:0.6b", "cpu": 1, "gateway": {"enabled": False},
+     "placement": {"exclusive": False}},
+    {"model": "unknown-model:7b", "cpu": 1},  # invalid: memory auto, not in the catalog
+]
+KINDS = {"Pod": "pods", "PersistentVolumeClaim": "claims", "ConfigMap": "configmaps",
+         "Service": "services", "NetworkPolicy": "networkpolicies"}
+TIMES = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:01:00Z"]
+
+
+class World:
+    """Stored objects as the watches' indexes keep them: name -> uid -> object."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+        self.store: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in (
+            "localmodels", "nodes", "pods", "claims", "configmaps", "services",
+            "networkpolicies", "volumes")}
+        self.rv = 0
+        self.now = TIMES[0]
+        for i in range(rnd.randint(2, 4)):
+            self.node(f"n{i}")
+        for i in range(rnd.randint(1, 4)):
+            self.model(f"m{i}")
+
+    def stamp(self, body: dict[str, Any], uid: str) -> dict[str, Any]:
+        self.rv += 1
+        body["metadata"] = {**body["metadata"], "uid": uid, "resourceVersion": str(self.rv)}
+        return body
+
+    def node(self, name: str) -> None:
+        make = MakeNode(name).cpus(self.rnd.choice([4, 8])).memory_gib(16).registered()
+        make = make.cpu_flags({"AVX2"}).labels(pool=self.rnd.choice(["a", "b"]))
+        if self.rnd.random() < 0.2:
+            make = make.unschedulable()
+        self.store["nodes"][f"uid-{name}"] = self.stamp(make.manifest(), f"uid-{name}")
+
+    def model(self, name: str, spec: dict[str, Any] | None = None) -> None:
+        body = (MakeLocalModel(name).namespace("ns").uid(f"uid-{name}").generation(1)
+                .spec(**(spec or self.rnd.choice(SPECS))).manifest())
+        self.store["localmodels"][f"uid-{name}"] = self.stamp(body, f"uid-{name}")
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(**{k: list(v.values()) for k, v in self.store.items()})
+
+    def write(self, plan: PassPlan) -> None:
+        """Some of what the pass wanted arrives in the watches (as the API makes it)."""
+        for w in plan.work:
+            for change in w.changes.changes:
+                if self.rnd.random() < 0.7:
+                    self.made(change)
+            if self.rnd.random() < 0.7 and w.model.uid in self.store["localmodels"]:
+                old = self.store["localmodels"][w.model.uid]
+                self.store["localmodels"][w.model.uid] = self.stamp(
+                    {**old, "status": status_body(w.status)}, w.model.uid)
+
+    def made(self, change: Create | Apply | Delete) -> None:
+        kind, ns, name = change.target
+        bucket = self.store[KINDS[kind]]
+        uid = f"uid-{kind}-{ns}-{name}"
+        if isinstance(change, Delete):
+            bucket.pop(change.uid, None)
+            return
+        body = copy.deepcopy(change.manifest)
+        if kind == "Pod":
+            body["spec"]["nodeName"] = body["metadata"]["annotations"][ANNOTATION_NODE]
+            body["status"] = {"phase": "Pending", "conditions": []}
+        bucket[uid] = self.stamp(body, uid)
+
+    def event(self) -> None:
+        rnd, store = self.rnd, self.store
+        what = rnd.randrange(14)
+        models, nodes, pods = store["localmodels"], store["nodes"], store["pods"]
+        if what == 0:
+            self.model(f"m{rnd.randint(0, 5)}")  # added, or edited (a new spec)
+        elif what == 1 and models:
+            models.pop(rnd.choice(sorted(models)))
+        elif what == 2 and nodes:  # relabelled
+            uid = rnd.choice(sorted(nodes))
+            body = copy.deepcopy(nodes[uid])
+            body["metadata"]["labels"]["pool"] = rnd.choice(["a", "b", "c"])
+            nodes[uid] = self.stamp(body, uid)
+        elif what == 3:
+            self.node(f"n{rnd.randint(0, 5)}")  # added, or resized and cordoned
+        elif what == 4 and nodes:
+            nodes.pop(rnd.choice(sorted(nodes)))
+        elif what == 5 and pods:  # Ready
+            uid = rnd.choice(sorted(pods))
+            body = copy.deepcopy(pods[uid])
+            body["status"] = {"phase": "Running", "podIP": "10.0.0.9",
+                              "conditions": [{"type": "Ready", "status": "True"}]}
+            pods[uid] = self.stamp(body, uid)
+        elif what == 6 and pods:  # Unschedulable
+            uid = rnd.choice(sorted(pods))
+            body = copy.deepcopy(pods[uid])
+            body["status"] = {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "0/3 nodes"}]}
+            pods[uid] = self.stamp(body, uid)
+        elif what == 7 and pods:
+            pods.pop(rnd.choice(sorted(pods)))  # deleted by someone else
+        elif what == 8:  # re-listed: equal copies, new objects
+            name = rnd.choice(sorted(store))
+            store[name] = {uid: copy.deepcopy(b) for uid, b in store[name].items()}
+        elif what == 9:
+            self.now = rnd.choice(TIMES)
+        elif what == 10 and pods:  # being deleted, or someone edited its spec hash
+            self.edit("pods", lambda meta: meta.update(deletionTimestamp="2026-01-01T00:00:09Z")
+                      if rnd.random() < 0.5 else meta["annotations"].update(
+                          {ANNOTATION_POD_SPEC_HASH: "edited"}))
+        elif what == 11:  # someone edited an applied object
+            self.edit(rnd.choice(["configmaps", "services", "networkpolicies"]),
+                      lambda meta: meta["annotations"].update({ANNOTATION_APPLIED_HASH: "x"}))
+        elif what == 12 and store["claims"]:  # a claim bound, or deleted by someone
+            if rnd.random() < 0.5:
+                store["claims"].pop(rnd.choice(sorted(store["claims"])))
+            else:
+                self.edit("claims", lambda meta: None, volume=f"pv-{rnd.randint(0, 2)}")
+        # 13: nothing happened (a quiet pass)
+
+    def edit(self, name: str, change: Any, volume: str | None = None) -> None:
+        """One object of `name` replaced by an edited copy."""
+        bucket = self.store[name]
+        if not bucket:
+            return
+        uid = self.rnd.choice(sorted(bucket))
+        body = copy.deepcopy(bucket[uid])
+        body["metadata"].setdefault("annotations", {})
+        change(body["metadata"])
+        if volume is not None:
+            body["spec"]["volumeName"] = volume
+            self.store["volumes"].setdefault(volume, {
+                "metadata": {"name": volume, "uid": volume, "resourceVersion": "1"},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                    "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                          "values": [self.rnd.choice(["n0", "n1"])]}]}]}}}})
+        bucket[uid] = self.stamp(body, uid)
+
+
+def views(obs: Observed) -> tuple[Any, ...]:
+    """What the pass reads of an `Observed` beyond its fields."""
+    keys = sorted(obs.models)
+    owners = sorted({(o.namespace, o.owner_uid) for o in obs.objects.values()})
+    return (current_placements(obs), readiness(obs), unschedulable(obs),
+            {k: obs.pods_of(k) for k in keys}, {k: obs.claims_of(k) for k in keys},
+            {o: obs.objects_owned(*o) for o in owners})
+
+
+@SEQUENCES
+@given(st.randoms(use_true_random=False))
+def test_a_kept_pass_equals_a_fresh_pass_at_every_step(rnd: random.Random) -> None:
+    world = World(rnd)
+    parsed, desired, kept = Parsed(), Desired(), KeptWork()
+    placed: dict[str, dict[int, str]] = {}
+    fresh_placed: dict[str, dict[int, str]] = {}
+    for step in range(STEPS):
+        snap = world.snapshot()
+        obs = observe(snap, (), parsed)
+        fresh_obs = observe(snap)
+        assert obs == fresh_obs, f"step {step}: observe"
+        assert views(obs) == views(fresh_obs), f"step {step}: the views of observe"
+        plan = plan_pass(obs, world.now, OPTIONS, placed=placed, avoid={}, desired=desired,
+                         kept=kept)
+        fresh = plan_pass(fresh_obs, world.now, OPTIONS, placed=fresh_placed, avoid={})
+        assert plan == fresh, f"step {step}: plan_pass"
+        placed, fresh_placed = plan.placed, fresh.placed
+        world.write(fresh)
+        for _ in range(rnd.randint(0, 2)):
+            world.event()
+
+
+def test_a_quiet_pass_hands_back_the_last_observed_and_plan() -> None:
+    """Nothing changed: the same objects give the same `Observed` and plan back
+    (not worked out again); one node relabelled gives a new `Observed` whose
+    untouched sections are the last one's."""
+    world = World(random.Random(7))
+    parsed, desired, kept = Parsed(), Desired(), KeptWork()
+    obs = observe(world.snapshot(), (), parsed)
+    plan = plan_pass(obs, TIMES[0], OPTIONS, placed={}, avoid={}, desired=desired, kept=kept)
+    plan = plan_pass(obs, TIMES[0], OPTIONS, placed=plan.placed, avoid={}, desired=desired,
+                     kept=kept)  # (the first pass's placements remembered, as the reconciler)
+    again = observe(world.snapshot(), (), parsed)
+    assert again is obs
+    assert plan_pass(again, TIMES[0], OPTIONS, placed=plan.placed, avoid={}, desired=desired,
+                     kept=kept) is plan
+    uid = sorted(world.store["nodes"])[0]
+    body = copy.deepcopy(world.store["nodes"][uid])
+    body["metadata"]["labels"]["pool"] = "c"
+    world.store["nodes"][uid] = world.stamp(body, uid)
+    relabelled = observe(world.snapshot(), (), parsed)
+    assert relabelled is not obs and relabelled.nodes is not obs.nodes
+    assert relabelled.pods is obs.pods and relabelled.models is obs.models
+    assert relabelled == observe(world.snapshot())
