@@ -36,6 +36,7 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
+from localmodel.controller.leader import LOST_REASONS
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -64,7 +65,7 @@ from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
 from localmodel.controller.secrets import SecretLabels
 from localmodel.controller.speed import ReadCounters, SpeedBook
 from localmodel.controller.watched import WATCHED
-from localmodel.controller.writer import Kube, KubeError
+from localmodel.controller.writer import Kube, KubeError, NotLeading
 from localmodel.events import EventReason, EventSpec, status_events
 from localmodel.incremental import Desired
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
@@ -86,6 +87,13 @@ class OperatorMetrics:
         "localmodel_operator_api_writes_total",
         "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
     leader: float = 0.0
+    leases_lost: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_leases_lost_total",
+        "Times this replica stopped leading other than by giving the Lease up, by reason "
+        "(renewal_deadline: no renewal went through in time; taken: another replica "
+        "holds it; task_failed: the Lease's task failed).", ("reason",),
+        # Every series from the start; incremented on the Lease's thread.
+        values={(why,): 0.0 for why in LOST_REASONS}))
     models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
     model_failures: Counter = field(default_factory=lambda: Counter(
         "localmodel_operator_model_failures_total",
@@ -104,6 +112,7 @@ class OperatorMetrics:
             self.writes,
             self.model_failures,
             self.task_restarts,
+            self.leases_lost,
             self.speed_reads.reads,
             self.speed_reads.read_bytes,
             Gauge("localmodel_operator_replica_decode_speed_ratio",
@@ -262,6 +271,11 @@ class Reconciler:
                 log.warning("reconcile pass aborted: leadership lost")
                 self.metrics.passes.inc(labels=("aborted",))
                 continue
+            except NotLeading as exc:  # the writer's fence: the Lease is not held now
+                log.warning("reconcile pass aborted: %s", exc)
+                self.metrics.passes.inc(labels=("aborted",))
+                self.trigger_later(RETRY_SECONDS[0])  # runs once the Lease is held
+                continue
             except Exception:  # one bad pass must never stop the operator
                 log.exception("reconcile pass failed; retrying")
                 self.metrics.passes.inc(labels=("error",))
@@ -363,6 +377,8 @@ class Reconciler:
             self._failed_models.pop(key, None)
         try:
             await self._model_writes(work, now, result, obs, extra)
+        except NotLeading:
+            raise  # the Lease is not held: the pass ends (`run`), no model failed
         except Exception as exc:  # (a cancellation is not an Exception: it passes)
             result.failures += 1
             self.metrics.model_failures.inc(labels=("write",))
