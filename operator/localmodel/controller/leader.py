@@ -270,6 +270,8 @@ class LeaseThread:
         finally:
             self._stop(release=False)
             thread.join(timeout=10)
+        if self._closed:  # released (shutdown): not an end to restart from
+            await asyncio.Event().wait()
 
     async def release(self) -> None:
         """Stop the rounds and give the Lease up (shutdown), within `timeout`."""
