@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localmodel.controller.writer import Kube, KubeError, collection_path, object_path
+from localmodel.metrics import Counter
 
 log = logging.getLogger("localmodel.leader")
 
@@ -55,6 +56,17 @@ LOST_DEADLINE = "renewal_deadline"  # no renewal went through within renew_deadl
 LOST_TAKEN = "taken"  # another replica holds it (it saw the Lease expire)
 LOST_TASK = "task_failed"  # the Lease's task failed (the supervisor restarts it)
 LOST_REASONS = (LOST_DEADLINE, LOST_TAKEN, LOST_TASK)
+
+
+def leases_lost_counter() -> Counter:
+    """localmodel_operator_leases_lost_total, every series from the start (it is
+    incremented on the Lease's thread: no series is added while one renders)."""
+    return Counter(
+        "localmodel_operator_leases_lost_total",
+        "Times this replica stopped leading other than by giving the Lease up, by reason "
+        "(renewal_deadline: no renewal went through in time; taken: another replica "
+        "holds it; task_failed: the Lease's task failed).", ("reason",),
+        values={(why,): 0.0 for why in LOST_REASONS})
 
 
 def _now() -> str:

@@ -73,23 +73,17 @@ async def operate(config: OperatorConfig, creds: Credentials,
     signal handlers are set: the caller owns them)."""
     identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     metrics = OperatorMetrics()
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-    ready = asyncio.Event()
-    leading = asyncio.Event()  # this loop's view of the Lease (the elector's thread sets it)
+    stop = stop or _stop_on_signals()
+    ready, leading = asyncio.Event(), asyncio.Event()  # leading: set from the Lease's thread
     elector = LeaderElector(
         None, config.leader_namespace, config.leader_name, identity,
         lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
-        on_lost=lambda why: metrics.leases_lost.inc(labels=(why,)),
-    )
+        on_lost=lambda why: metrics.leases_lost.inc(labels=(why,)))
 
     # The Lease runs on a thread of its own, with a client of its own
-    # (`leader.LeaseThread`): a renewal waits neither for this loop, which a
-    # pass holds for seconds at a thousand models, nor for a connection behind
-    # a pass's writes. Every write asks the elector first (the fence).
+    # (`leader.LeaseThread`): a renewal waits neither for this loop, which a pass
+    # holds for seconds, nor behind a pass's writes. Every write asks the
+    # elector first (the fence).
     async with Kube(creds, on_write=metrics.on_write, concurrency=config.write_concurrency,
                     identity=identity, fence=elector.holds) as kube:
         reconciler = Reconciler(config, kube, metrics, identity=identity)
@@ -97,9 +91,9 @@ async def operate(config: OperatorConfig, creds: Credentials,
         reconciler.speed_wake = reader.wake.set
         elector.on_change = _leadership(asyncio.get_running_loop(), leading, metrics,
                                         reconciler)
-        lease = LeaseThread(elector, lambda: Kube(
-            creds, on_write=metrics.on_write, concurrency=LEASE_CONNECTIONS,
-            identity=identity))
+        lease = LeaseThread(elector, lambda: Kube(creds, on_write=metrics.on_write,
+                                                  concurrency=LEASE_CONNECTIONS,
+                                                  identity=identity))
         registry = build_registry(reconciler, creds)
         runners = await _serve_endpoints(config, metrics, ready)
         kopf_task, kopf_ready = _start_kopf(config, registry, identity, stop)
@@ -132,6 +126,14 @@ async def operate(config: OperatorConfig, creds: Credentials,
                 await runner.cleanup()
     log.info("localmodel operator stopped")
     return code
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def _leadership(loop: asyncio.AbstractEventLoop, leading: asyncio.Event,

@@ -36,7 +36,7 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.leader import LOST_REASONS
+from localmodel.controller.leader import leases_lost_counter
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -87,13 +87,7 @@ class OperatorMetrics:
         "localmodel_operator_api_writes_total",
         "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
     leader: float = 0.0
-    leases_lost: Counter = field(default_factory=lambda: Counter(
-        "localmodel_operator_leases_lost_total",
-        "Times this replica stopped leading other than by giving the Lease up, by reason "
-        "(renewal_deadline: no renewal went through in time; taken: another replica "
-        "holds it; task_failed: the Lease's task failed).", ("reason",),
-        # Every series from the start; incremented on the Lease's thread.
-        values={(why,): 0.0 for why in LOST_REASONS}))
+    leases_lost: Counter = field(default_factory=leases_lost_counter)
     models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
     model_failures: Counter = field(default_factory=lambda: Counter(
         "localmodel_operator_model_failures_total",
@@ -264,17 +258,13 @@ class Reconciler:
             self._current = asyncio.create_task(self.reconcile_once())
             try:
                 result = await self._current
-            except asyncio.CancelledError:
-                if not self._aborted:
+            except (asyncio.CancelledError, NotLeading) as exc:  # NotLeading: the fence's
+                if isinstance(exc, asyncio.CancelledError) and not self._aborted:
                     raise
                 self._aborted = False
                 log.warning("reconcile pass aborted: leadership lost")
                 self.metrics.passes.inc(labels=("aborted",))
-                continue
-            except NotLeading as exc:  # the writer's fence: the Lease is not held now
-                log.warning("reconcile pass aborted: %s", exc)
-                self.metrics.passes.inc(labels=("aborted",))
-                self.trigger_later(RETRY_SECONDS[0])  # runs once the Lease is held
+                self.trigger_later(RETRY_SECONDS[0])  # it runs once the Lease is held
                 continue
             except Exception:  # one bad pass must never stop the operator
                 log.exception("reconcile pass failed; retrying")
