@@ -286,7 +286,7 @@ class LeaseThread:
             await asyncio.Event().wait()
 
     async def release(self) -> None:
-        """Stop the rounds and give the Lease up (shutdown), within `timeout`."""
+        """Stop the rounds and give the Lease up (shutdown), waiting 10 s at most."""
         self._closed = True
         done = self._done
         if done is None or done.done():
