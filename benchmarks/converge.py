@@ -71,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import http.client
 import json
 import os
 import re
@@ -410,8 +411,10 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
                 try:  # an API server this loaded may take over 10 s to list them
                     items = _get(api, path)
                     pods = _get(api, "/api/v1/namespaces/bench/pods")["items"]
-                except (OSError, ApiError) as exc:
-                    print(f"converge: a look failed ({exc}); looking again", file=sys.stderr)
+                except (OSError, ApiError, http.client.HTTPException) as exc:
+                    # (an API server this loaded may also cut a long list short:
+                    # IncompleteRead, which ended the 1 000 run of 2026-12-04 00:31)
+                    print(f"converge: a look failed ({exc!r}); looking again", file=sys.stderr)
                     time.sleep(poll)
                     continue
                 ready = sum(1 for lm in items["items"] for c in
