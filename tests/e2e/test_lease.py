@@ -25,8 +25,10 @@ import asyncio
 import datetime as dt
 import itertools
 import secrets
+import sys
 import threading
 import time
+import traceback
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -143,7 +145,11 @@ class InProcessOperator:
             self.loop.call_soon_threadsafe(self.stop.set)
         if self.thread is not None:
             self.thread.join(60)
-            assert not self.thread.is_alive(), "the in-process operator did not stop"
+            if self.thread.is_alive():
+                frames = sys._current_frames()
+                stacks = "\n".join(f"--- {t.name}:\n" + "".join(traceback.format_stack(
+                    frames[t.ident])) for t in threading.enumerate() if t.ident in frames)
+                raise AssertionError(f"the in-process operator did not stop:\n{stacks}")
 
 
 @pytest.fixture
