@@ -215,7 +215,14 @@ class LeaderElector:
                 leading = self.holds()
                 lost = LOST_DEADLINE
             self._set(leading, lost)
-            await asyncio.sleep(self.renew_seconds if leading else self.retry_seconds)
+            # The next renewal begins `renew_seconds` after the last one began,
+            # not after it ended: on a slow API server (seconds per request) a
+            # sleep after each round let the fence's deadline pass between
+            # successful renewals (converge at 300 models, load 25).
+            await asyncio.sleep(self._until_next() if leading else self.retry_seconds)
+
+    def _until_next(self) -> float:
+        return max(0.0, self._last_renew + self.renew_seconds - self.clock())
 
     def step_down(self) -> None:
         """Stop acting as the leader at once (this replica's Lease task failed: it
