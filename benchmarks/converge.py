@@ -66,8 +66,10 @@ and from the API server's metrics the mean time of a lease renewal, and its
 What the operator does by itself is reported next to time to Ready: time to
 every pod made (the operator's part; binding is the scheduler's and the volume
 binder's, Ready is kwok's), its CPU seconds (user + system, /proc), the passes
-it ran and their total time (its own metrics), and its resident memory at the
-end (VmRSS, VmHWM).
+it ran and their total time (its own metrics), its resident memory at the
+end (VmRSS, VmHWM), and the leader Leases it lost
+(`localmodel_operator_leases_lost_total`: the Lease renews on a thread of its
+own, so a pass holding the loop must not cost one).
 
 Needs the binaries of hack/build-tools.sh. Reports the machine's load average
 before and after each size: the cluster and the operator share its CPUs.
@@ -78,6 +80,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import http.client
 import json
 import os
 import re
@@ -139,6 +142,12 @@ def _metric(text: str, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _metric_sum(text: str, name: str) -> float:
+    """A metric summed over its labels."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + " ", name + "{")))
 
 
 READS = "localmodel_operator_gateway_reads_total"
@@ -348,6 +357,24 @@ def _get(api: KubeApi, path: str) -> dict[str, Any]:
     return body
 
 
+def _create(api: KubeApi, path: str, body: dict[str, Any], tries: int = 5) -> None:
+    """POST with a minute's patience, again after a timeout (a create of 1 000
+    took over KubeApi's 10 s at load 15 and ended the run of 2026-12-04 00:47);
+    409 after a timed-out try: the first one landed."""
+    for attempt in range(tries):
+        try:
+            status, answer = api.request("POST", path, body, timeout=60)
+        except (OSError, http.client.HTTPException):
+            if attempt == tries - 1:
+                raise
+            continue
+        if status == 409 and attempt > 0:
+            return
+        if status >= 400:
+            raise ApiError("POST", path, status, answer)
+        return
+
+
 def _apiserver_metrics(cluster: TestCluster) -> str:
     status, body = cluster.api().request("GET", "/metrics", timeout=60)
     return str(body.get("message", "")) if status == 200 else ""
@@ -403,7 +430,7 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             # operator and the cluster, not kubectl.
             path = "/apis/localmodel.dev/v1alpha1/namespaces/bench/localmodels"
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda m: api.create(path, m), models(n, "bench")))
+                list(pool.map(lambda m: _create(api, path, m), models(n, "bench")))
             applied = time.monotonic() - t0
             ready = 0
             marks: dict[str, float] = {}
@@ -411,8 +438,10 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
                 try:  # an API server this loaded may take over 10 s to list them
                     items = _get(api, path)
                     pods = _get(api, "/api/v1/namespaces/bench/pods")["items"]
-                except (OSError, ApiError) as exc:
-                    print(f"converge: a look failed ({exc}); looking again", file=sys.stderr)
+                except (OSError, ApiError, http.client.HTTPException) as exc:
+                    # (an API server this loaded may also cut a long list short:
+                    # IncompleteRead, which ended the 1 000 run of 2026-12-04 00:31)
+                    print(f"converge: a look failed ({exc!r}); looking again", file=sys.stderr)
                     time.sleep(poll)
                     continue
                 ready = sum(1 for lm in items["items"] for c in
@@ -503,6 +532,9 @@ def run_size(n: int, timeout: float, idle: float = 60.0, large_rates: bool = Tru
             # Passes cut short because the operator lost its own leader Lease.
             "passes_aborted": _metric(
                 metrics, 'localmodel_operator_passes_total{result="aborted"}'),
+            # Times the operator stopped leading other than by a release (its
+            # Lease renews on a thread of its own, controller/leader.py).
+            "leases_lost": _metric_sum(metrics, "localmodel_operator_leases_lost_total"),
             "pass_seconds_total": round(
                 _metric(metrics, "localmodel_operator_pass_duration_seconds_sum"), 2),
             **health.summary(),
@@ -683,7 +715,8 @@ def pass_child(path: Path) -> dict[str, Any]:
     from benchmarks.planner import OPTIONS
     from localmodel.contract import LABEL_NAME
     from localmodel.controller.config import OperatorConfig
-    from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+    from localmodel.controller.operator_metrics import OperatorMetrics
+    from localmodel.controller.reconcile import Reconciler
 
     indexes = _Indexes(path)
     rec = Reconciler(OperatorConfig(operator_image=OPTIONS.operator_image), indexes,  # type: ignore[arg-type]
@@ -840,6 +873,14 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
           "reconcile passes and their total time (its metrics); op RSS: its resident memory "
           "at the end. reads/writes per model: the operator's API requests (audit log). "
           f"load: 1-minute load average. Client rates: {rows[0]['client_rates']}.")
+    for r in rows:
+        made = r.get("all_pods_created_s")
+        share = (f"every pod made at {made} s of {r['seconds_to_ready']} s to all Ready "
+                 f"({100 * made / r['seconds_to_ready']:.0f}%)" if made and r["ready"] == r["n"]
+                 else f"pods made: {made if made else 'not all'}")
+        print(f"the operator's share at N={r['n']}: {share}; {r['operator_cpu_to_ready_s']} "
+              f"CPU s to Ready; {r['writes_per_model']} writes per model; "
+              f"{r['leases_lost']:.0f} leases lost, {r['passes_aborted']:.0f} passes aborted")
     print("writes by verb and resource (last N): " + ", ".join(
         f"{k}={v}" for k, v in rows[-1]["writes"].items()))
     print("Events by reason (last N): " + ", ".join(
@@ -850,20 +891,20 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     print(f"{'N':>6} {'lease lag max s':>16} {'nodes NotReady max':>19} "
           f"{'tainted max':>12} {'lease PUT mean ms':>18} {'>1 s':>6} "
           f"{'kwok lease errors':>18} {'429s':>6} {'load mean/max':>14} "
-          f"{'passes aborted':>15}")
+          f"{'passes aborted':>15} {'leases lost':>12}")
     for r in rows:
         print(f"{r['n']:>6} {r['lease_lag_max_s']:>16.1f} {r['nodes_not_ready_max']:>19} "
               f"{r['nodes_tainted_max']:>12} {r['lease_put_mean_ms']:>18.1f} "
               f"{r['lease_puts_over_1s']:>6} {r['kwok_lease_failures']:>18} "
               f"{r['apiserver_429']:>6} {r['load1_mean']:>6}/{r['load1_max']:<7} "
-              f"{r['passes_aborted']:>15.0f}")
+              f"{r['passes_aborted']:>15.0f} {r['leases_lost']:>12.0f}")
     print("The test cluster while converging (sampled every 5 s): how far behind the "
           "fake nodes' lease renewals were (kwok renews every 10 s; 50 s without one "
           "makes a node NotReady), nodes NotReady or tainted unreachable/not-ready at "
           "once, the API server's mean time for a lease renewal (PUT) and those over "
           "1 s, kwok's failed renewals, the API server's 429 answers, 1-minute load; "
           "passes aborted: the operator's passes cut short because it lost its own "
-          "leader Lease.")
+          "leader Lease; leases lost: localmodel_operator_leases_lost_total.")
     print(f"{'N':>6} {'speed reads to Ready, by result':>34} {'per model':>10} "
           f"{'bytes/model':>12} {'reads idle':>11} {'idle s':>7}  what a kwok pod IP answers")
     for r in rows:

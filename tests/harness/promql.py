@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from localmodel.controller.reconcile import OperatorMetrics
+from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.metrics import Metric
 

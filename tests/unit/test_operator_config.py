@@ -71,7 +71,8 @@ async def test_trigger_later_fires_again_after_an_earlier_timer_fired() -> None:
     import asyncio
 
     from localmodel.controller.config import OperatorConfig
-    from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+    from localmodel.controller.operator_metrics import OperatorMetrics
+    from localmodel.controller.reconcile import Reconciler
 
     r = Reconciler(OperatorConfig(), None, OperatorMetrics())  # type: ignore[arg-type]
     for _ in range(2):

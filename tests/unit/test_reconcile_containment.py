@@ -20,7 +20,8 @@ from localmodel.contract import LABEL_NAME
 from localmodel.controller import kept_work
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.observed import Snapshot
-from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+from localmodel.controller.operator_metrics import OperatorMetrics
+from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
 

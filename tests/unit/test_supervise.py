@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from typing import Any, cast
 
 import pytest
@@ -106,11 +107,14 @@ def test_a_task_that_ends_is_restarted_too() -> None:
 
 def test_a_lease_task_that_fails_while_leading_steps_down_first() -> None:
     changes: list[bool] = []
+    lost: list[str] = []
 
     async def main() -> None:
-        elector = LeaderElector(cast(Kube, None), "ns", "lease", "me", on_change=changes.append)
+        elector = LeaderElector(cast(Kube, None), "ns", "lease", "me", on_change=changes.append,
+                                on_lost=lost.append)
+        elector._renewed(time.monotonic())
         elector._set(True)
-        assert elector.leading.is_set()
+        assert elector.leading and elector.holds()
 
         async def broken() -> None:
             raise ValueError("a Lease the code did not expect")
@@ -120,12 +124,13 @@ def test_a_lease_task_that_fails_while_leading_steps_down_first() -> None:
             Job("leader", broken, elector.step_down)))
         while not restarts_of(counter, "leader"):
             await asyncio.sleep(0.01)
-        assert not elector.leading.is_set()
+        assert not elector.leading and not elector.holds()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())
     assert changes == [True, False]
+    assert lost == ["task_failed"]  # counted: localmodel_operator_leases_lost_total
 
 
 def test_watch_api_returns_why_once_the_api_server_is_silent_too_long() -> None:

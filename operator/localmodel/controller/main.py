@@ -4,6 +4,7 @@ and the health and metrics endpoints together, then run until stopped."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -11,15 +12,16 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from localmodel.controller.config import ConfigError, OperatorConfig, parse_config
 from localmodel.controller.handlers import build_registry
-from localmodel.controller.leader import LeaderElector
-from localmodel.controller.reconcile import OperatorMetrics, Reconciler
+from localmodel.controller.leader import LeaderElector, LeaseThread
+from localmodel.controller.operator_metrics import OperatorMetrics
+from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.speed import SpeedReader
 from localmodel.controller.supervise import Job, Supervisor, watch_api
 from localmodel.controller.writer import Kube
@@ -66,26 +68,33 @@ async def _serve(app: web.Application, where: tuple[str, int] | None) -> web.App
     return runner
 
 
-async def operate(config: OperatorConfig, creds: Credentials) -> int:
+async def operate(config: OperatorConfig, creds: Credentials,
+                  stop: asyncio.Event | None = None) -> int:
+    """Run until stopped: SIGTERM or SIGINT, or `stop` when given (then no
+    signal handlers are set: the caller owns them)."""
     identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     metrics = OperatorMetrics()
-    stop = asyncio.Event()
-    ready = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop or _stop_on_signals()
+    ready, leading = asyncio.Event(), asyncio.Event()  # leading: set from the Lease's thread
+    elector = LeaderElector(
+        None, config.leader_namespace, config.leader_name, identity,
+        lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
+        on_lost=lambda why: metrics.leases_lost.inc(labels=(why,)))
 
-    # The Lease has a client of its own: renewing it must never wait for a
-    # connection behind a pass's writes (thousands at 1 000 models, each
-    # seconds long on a busy API server), or the leader stops leading.
+    # The Lease runs on a thread of its own, with a client of its own
+    # (`leader.LeaseThread`): a renewal waits neither for this loop, which a pass
+    # holds for seconds, nor behind a pass's writes. Every write asks the
+    # elector first (the fence).
     async with Kube(creds, on_write=metrics.on_write, concurrency=config.write_concurrency,
-                    identity=identity) as kube, \
-            Kube(creds, on_write=metrics.on_write, concurrency=LEASE_CONNECTIONS,
-                 identity=identity) as lease_kube:
+                    identity=identity, fence=elector.holds) as kube:
         reconciler = Reconciler(config, kube, metrics, identity=identity)
         reader = SpeedReader(reconciler.speed, metrics.speed_reads, reconciler.trigger)
         reconciler.speed_wake = reader.wake.set
-        elector = _elector(config, lease_kube, identity, metrics, reconciler)
+        elector.on_change = _leadership(asyncio.get_running_loop(), leading, metrics,
+                                        reconciler)
+        lease = LeaseThread(elector, lambda: Kube(creds, on_write=metrics.on_write,
+                                                  concurrency=LEASE_CONNECTIONS,
+                                                  identity=identity))
         registry = build_registry(reconciler, creds)
         runners = await _serve_endpoints(config, metrics, ready)
         kopf_task, kopf_ready = _start_kopf(config, registry, identity, stop)
@@ -95,9 +104,9 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
             ready.set()
 
         supervisor = Supervisor(metrics.task_restarts)
-        jobs = [Job("leader", elector.run, on_failure=elector.step_down),
-                Job("reconcile", lambda: reconciler.run(elector.leading)),
-                Job("speed", lambda: reader.run(elector.leading))]
+        jobs = [Job("leader", lease.run, on_failure=elector.step_down),
+                Job("reconcile", lambda: reconciler.run(leading)),
+                Job("speed", lambda: reader.run(leading))]
         api_watch = asyncio.create_task(watch_api(lambda: elector.last_answer), name="api")
         tasks = [
             kopf_task,
@@ -111,7 +120,7 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
         code = await _until_fatal([kopf_task, api_watch], stop)
         stop.set()
         reconciler.abort_pass()
-        await elector.release()
+        await lease.release()
         await _stop_tasks(tasks, kopf_task)
         for runner in runners:
             if runner is not None:
@@ -120,22 +129,34 @@ async def operate(config: OperatorConfig, creds: Credentials) -> int:
     return code
 
 
-def _elector(config: OperatorConfig, lease_kube: Kube, identity: str, metrics: OperatorMetrics,
-             reconciler: Reconciler) -> LeaderElector:
-    """The Lease: a pass starts on winning it, and the pass under way stops on losing it."""
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
-    def leadership(leading: bool) -> None:
-        metrics.leader = 1.0 if leading else 0.0
-        if leading:
+
+def _leadership(loop: asyncio.AbstractEventLoop, leading: asyncio.Event,
+                metrics: OperatorMetrics, reconciler: Reconciler) -> Callable[[bool], None]:
+    """The elector's `on_change`, called on the Lease's thread: hands the news to
+    this loop, where a pass starts on winning the Lease and the pass under way
+    stops on losing it."""
+
+    def here(now_leading: bool) -> None:
+        metrics.leader = 1.0 if now_leading else 0.0
+        if now_leading:
+            leading.set()
             reconciler.trigger()
         else:
+            leading.clear()
             reconciler.abort_pass()
 
-    return LeaderElector(
-        lease_kube, config.leader_namespace, config.leader_name, identity,
-        lease_seconds=config.lease_seconds, renew_seconds=config.renew_seconds,
-        on_change=leadership,
-    )
+    def handover(now_leading: bool) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to stop
+            loop.call_soon_threadsafe(here, now_leading)
+
+    return handover
 
 
 async def _serve_endpoints(config: OperatorConfig, metrics: OperatorMetrics,

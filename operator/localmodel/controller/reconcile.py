@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from localmodel import API_VERSION, KIND
@@ -45,6 +45,7 @@ from localmodel.controller.observed import (
     observe,
     unschedulable,
 )
+from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.policy import (
     EXPECT_SECONDS,
     RETRY_SECONDS,
@@ -61,63 +62,16 @@ from localmodel.controller.policy import (
 )
 from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
 from localmodel.controller.secrets import SecretLabels
-from localmodel.controller.speed import ReadCounters, SpeedBook
+from localmodel.controller.speed import SpeedBook
 from localmodel.controller.watched import WATCHED
-from localmodel.controller.writer import Kube, KubeError
+from localmodel.controller.writer import Kube, KubeError, NotLeading
 from localmodel.events import EventReason, EventSpec, status_events
 from localmodel.incremental import Desired
-from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
 from localmodel.render import RenderOptions
 from localmodel.status import status_body, status_changed
 from localmodel.tenancy import needs_secret
 
 log = logging.getLogger("localmodel.reconcile")
-
-
-@dataclass
-class OperatorMetrics:
-    passes: Counter = field(default_factory=lambda: Counter(
-        "localmodel_operator_passes_total", "Reconcile passes by result.", ("result",)))
-    pass_seconds: Histogram = field(default_factory=lambda: Histogram(
-        "localmodel_operator_pass_duration_seconds", "Time one reconcile pass took.",
-        LATENCY_BUCKETS))
-    writes: Counter = field(default_factory=lambda: Counter(
-        "localmodel_operator_api_writes_total",
-        "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
-    leader: float = 0.0
-    models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
-    model_failures: Counter = field(default_factory=lambda: Counter(
-        "localmodel_operator_model_failures_total",
-        "Models a pass failed on (an exception computing or writing that model; the "
-        "pass went on for the others), by stage.", ("stage",)))
-    task_restarts: Counter = field(default_factory=lambda: Counter(
-        "localmodel_operator_task_restarts_total",
-        "Background tasks of the operator restarted after they failed, by task.", ("task",)))
-    speed_reads: ReadCounters = field(default_factory=ReadCounters)
-    speed_ratios: Callable[[], dict[tuple[str, ...], float]] = dict
-
-    def all(self) -> list[Metric]:
-        return [
-            self.passes,
-            self.pass_seconds,
-            self.writes,
-            self.model_failures,
-            self.task_restarts,
-            self.speed_reads.reads,
-            self.speed_reads.read_bytes,
-            Gauge("localmodel_operator_replica_decode_speed_ratio",
-                  "Each replica's decode rate between the operator's last two reads with "
-                  "traffic over its expected rate (below 0.5 for --slow-replica-after: "
-                  "SlowReplica).", lambda: self.speed_ratios(),
-                  ("namespace", "localmodel", "replica", "node")),
-            Gauge("localmodel_operator_models", "LocalModels by condition and status.",
-                  lambda: dict(self.models_by_condition), ("condition", "status")),
-            Gauge("localmodel_operator_leader", "Whether this replica holds the Lease (1 or 0).",
-                  lambda: {(): self.leader}),
-        ]
-
-    def on_write(self, verb: str, kind: str, code: int) -> None:
-        self.writes.inc(labels=(verb, kind, str(code)))
 
 
 @contextlib.contextmanager
@@ -252,12 +206,13 @@ class Reconciler:
             self._current = asyncio.create_task(self.reconcile_once())
             try:
                 result = await self._current
-            except asyncio.CancelledError:
-                if not self._aborted:
+            except (asyncio.CancelledError, NotLeading) as exc:  # NotLeading: the fence's
+                if isinstance(exc, asyncio.CancelledError) and not self._aborted:
                     raise
                 self._aborted = False
                 log.warning("reconcile pass aborted: leadership lost")
                 self.metrics.passes.inc(labels=("aborted",))
+                self.trigger_later(RETRY_SECONDS[0])  # it runs once the Lease is held
                 continue
             except Exception:  # one bad pass must never stop the operator
                 log.exception("reconcile pass failed; retrying")
@@ -370,6 +325,8 @@ class Reconciler:
             if not (await self._model_writes(work, now, result, obs, extra) or work.failure
                     or work.changes.changes):
                 self._idle[key] = work
+        except NotLeading:
+            raise  # the Lease is not held: the pass ends (`run`), no model failed
         except Exception as exc:  # (a cancellation is not an Exception: it passes)
             result.failures += 1
             self.metrics.model_failures.inc(labels=("write",))

@@ -50,6 +50,11 @@ class KubeError(Exception):
             str(c["reason"]) for c in causes or [] if isinstance(c, Mapping) and c.get("reason"))
 
 
+class NotLeading(Exception):
+    """A write the client refused to send: its fence (`Kube(fence=...)`) said
+    this replica does not hold the leader Lease now."""
+
+
 def collection_path(kind: str, namespace: str) -> str:
     prefix, plural = _PATHS[kind]
     return f"{prefix}/namespaces/{quote(namespace)}/{plural}"
@@ -63,11 +68,17 @@ WriteHook = Callable[[str, str, int], None]  # (verb, kind, HTTP status)
 
 
 class Kube:
-    """One aiohttp session; every write is counted through `on_write`."""
+    """One aiohttp session; every write is counted through `on_write`. With a
+    `fence`, every write asks it first, just before it is sent, and is refused
+    (`NotLeading`, nothing sent) when it says no: the leader Lease's
+    `LeaderElector.holds`, which a pass that held the event loop while the
+    Lease was lost would otherwise learn of only once the loop caught up."""
 
     def __init__(self, creds: Credentials, on_write: WriteHook | None = None,
-                 concurrency: int = 16, identity: str = "") -> None:
+                 concurrency: int = 16, identity: str = "",
+                 fence: Callable[[], bool] | None = None) -> None:
         self.creds = creds
+        self.fence = fence
         # The audit log names the user, not the replica: the user agent does.
         self.user_agent = f"{OPERATOR}/{__version__}" + (
             f" ({identity})" if identity else "")
@@ -106,6 +117,9 @@ class Kube:
         accept: str = "application/json",
     ) -> Any:
         assert self._session is not None, "use `async with Kube(...)`"
+        if method != "GET" and self.fence is not None and not self.fence():
+            raise NotLeading(f"{method} {path}: not sent: this replica does not hold "
+                             "the leader Lease")
         headers = {"Accept": accept, "User-Agent": self.user_agent}
         token = self.creds.bearer()
         if token:

@@ -1,0 +1,58 @@
+"""The operator's own metrics (served on its /metrics by `controller/main.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from localmodel.controller.leader import leases_lost_counter
+from localmodel.controller.speed import ReadCounters
+from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
+
+
+@dataclass
+class OperatorMetrics:
+    passes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_passes_total", "Reconcile passes by result.", ("result",)))
+    pass_seconds: Histogram = field(default_factory=lambda: Histogram(
+        "localmodel_operator_pass_duration_seconds", "Time one reconcile pass took.",
+        LATENCY_BUCKETS))
+    writes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_api_writes_total",
+        "API write requests by verb, kind and HTTP status code.", ("verb", "kind", "code")))
+    leader: float = 0.0
+    leases_lost: Counter = field(default_factory=leases_lost_counter)
+    models_by_condition: dict[tuple[str, ...], float] = field(default_factory=dict)
+    model_failures: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_model_failures_total",
+        "Models a pass failed on (an exception computing or writing that model; the "
+        "pass went on for the others), by stage.", ("stage",)))
+    task_restarts: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_task_restarts_total",
+        "Background tasks of the operator restarted after they failed, by task.", ("task",)))
+    speed_reads: ReadCounters = field(default_factory=ReadCounters)
+    speed_ratios: Callable[[], dict[tuple[str, ...], float]] = dict
+
+    def all(self) -> list[Metric]:
+        return [
+            self.passes,
+            self.pass_seconds,
+            self.writes,
+            self.model_failures,
+            self.task_restarts,
+            self.leases_lost,
+            self.speed_reads.reads,
+            self.speed_reads.read_bytes,
+            Gauge("localmodel_operator_replica_decode_speed_ratio",
+                  "Each replica's decode rate between the operator's last two reads with "
+                  "traffic over its expected rate (below 0.5 for --slow-replica-after: "
+                  "SlowReplica).", lambda: self.speed_ratios(),
+                  ("namespace", "localmodel", "replica", "node")),
+            Gauge("localmodel_operator_models", "LocalModels by condition and status.",
+                  lambda: dict(self.models_by_condition), ("condition", "status")),
+            Gauge("localmodel_operator_leader", "Whether this replica holds the Lease (1 or 0).",
+                  lambda: {(): self.leader}),
+        ]
+
+    def on_write(self, verb: str, kind: str, code: int) -> None:
+        self.writes.inc(labels=(verb, kind, str(code)))
