@@ -40,7 +40,7 @@ DEFAULT = "storageclass.kubernetes.io/is-default-class"
 MODEL = MakeLocalModel("m").spec(model="qwen3:0.6b", cpu=1, context=4096,
                                  placement={"exclusive": False},
                                  storage={"retain": False, "size": "5Gi"})
-PULL_MESSAGE = ('failed to pull and unpack image "registry.corp:5000/ollama/ollama:0.34.4": '
+PULL_MESSAGE = ('failed to pull and unpack image "registry.corp:5000/ollama/ollama:0.0.1": '
                 "failed to resolve reference: unexpected status from HEAD request: "
                 "401 Unauthorized")
 

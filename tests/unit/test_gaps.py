@@ -31,9 +31,9 @@ from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason
 from tests.unit.test_changes import NODE, NOW, QWEN
 
-IMAGE = "registry.corp:5000/ollama/ollama:0.34.4"
+IMAGE = "registry.corp:5000/ollama/ollama:0.0.1"
 PULL = ImageWait("ollama", IMAGE, "ErrImagePull",
-                 'failed to pull and unpack image "registry.corp:5000/ollama/ollama:0.34.4": '
+                 'failed to pull and unpack image "registry.corp:5000/ollama/ollama:0.0.1": '
                  "401 Unauthorized")
 BACKOFF = ImageWait("init", "bad//name", "InvalidImageName", 'couldn\'t parse image name')
 LOCAL = StorageClasses(frozenset({"local-disk", "fast"}), ("local-disk",))

@@ -28,13 +28,13 @@ REGISTRY = "registry.corp:5000"
 
 WITH_REGISTRY = [
     # (image, registry, expected)
-    ("docker.io/ollama/ollama:0.34.4", REGISTRY, f"{REGISTRY}/ollama/ollama:0.34.4"),
-    ("ghcr.io/ggml-org/llama.cpp:server-b11316", REGISTRY,
-     f"{REGISTRY}/ggml-org/llama.cpp:server-b11316"),
+    ("docker.io/ollama/ollama:0.0.1", REGISTRY, f"{REGISTRY}/ollama/ollama:0.0.1"),
+    ("ghcr.io/ggml-org/llama.cpp:server-b100", REGISTRY,
+     f"{REGISTRY}/ggml-org/llama.cpp:server-b100"),
     ("ghcr.io/localmodel/localmodel-operator:0.1.0", "mirror.example.com/team",
      "mirror.example.com/team/localmodel/localmodel-operator:0.1.0"),
     # no registry named: docker.io's; one component: under library/
-    ("ollama/ollama:0.34.4", REGISTRY, f"{REGISTRY}/ollama/ollama:0.34.4"),
+    ("ollama/ollama:0.0.1", REGISTRY, f"{REGISTRY}/ollama/ollama:0.0.1"),
     ("busybox", REGISTRY, f"{REGISTRY}/library/busybox"),
     ("busybox:1.36", REGISTRY, f"{REGISTRY}/library/busybox:1.36"),
     # a host with a port, localhost, a digest
@@ -46,7 +46,7 @@ WITH_REGISTRY = [
     (f"{REGISTRY}/ollama/ollama:1", REGISTRY, f"{REGISTRY}/ollama/ollama:1"),
     ("mirror.example.com/team/x:1", "mirror.example.com/team", "mirror.example.com/team/x:1"),
     # no registry setting: as it is
-    ("docker.io/ollama/ollama:0.34.4", "", "docker.io/ollama/ollama:0.34.4"),
+    ("docker.io/ollama/ollama:0.0.1", "", "docker.io/ollama/ollama:0.0.1"),
     ("busybox", "", "busybox"),
 ]
 
