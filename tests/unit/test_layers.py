@@ -101,9 +101,9 @@ LAYERS = (
           ("localmodel.kube", "localmodel.metrics", "localmodel.manifest")),
     Layer("programs",
           "the programs, side by side: the operator, the slot gate, doctor, timeline, the "
-          "node probe",
+          "node probe, the router",
           ("localmodel.controller.**", "localmodel.gateway.**", "localmodel.doctor.**",
-           "localmodel.timeline.**", "localmodel.probe.**"),
+           "localmodel.timeline.**", "localmodel.probe.**", "localmodel.router.**"),
           independent=True),
     Layer("commands", "the `localmodel` command and the kubectl plugin",
           ("localmodel.cli", "localmodel.commands", "localmodel.kubectl")),
