@@ -23,6 +23,9 @@ class RenderOptions:
     # Namespaces whose pods may reach the gateways' admin port under it: the
     # operator's own first (it reads /speed), then e.g. Prometheus's.
     admin_namespaces: tuple[str, ...] = (DEFAULT_OPERATOR_NAMESPACE,)
+    # The namespace of the router's pods (contract.ROUTER_POD_LABELS) the
+    # policy admits to both ports (the operator's --router-namespace); empty: none.
+    router_namespace: str = ""
 
 
 @dataclass(frozen=True)
