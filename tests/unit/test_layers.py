@@ -113,6 +113,12 @@ LAYERS = (
 ALLOWED = {
     ("localmodel.timeline.**", "localmodel.doctor.**"):
         "engine_pods (which pods run an engine; doctor.cluster): wants a home below both",
+    ("localmodel.router.**", "localmodel.gateway.**"):
+        "the router bounds bodies and answers errors as the gateway does (gateway.bounds, "
+        "gateway.wire's error shapes, gateway.ledger's SESSION_HEADER): want a home below both",
+    ("localmodel.router.**", "localmodel.controller.**"):
+        "the router reads /speed as the operator does (controller.speed_answer): wants a "
+        "home below both",
 }
 
 
