@@ -149,7 +149,9 @@ def test_the_models_policies_admit_the_router_pods(tools: Tools) -> None:
     """The operator learns the router's namespace from the chart, and the policy
     it then renders selects the router's pods by labels its pods carry."""
     rendered = render_chart(tools, set_values=(*ON, "networkPolicy.enabled=true"))
-    config = parse_config(operator_args(rendered)[1:], {"POD_NAMESPACE": NAMESPACE})
+    # (the policy file is the ConfigMap's: tests/chart/test_policy_chart.py reads it)
+    flags = [f for f in operator_args(rendered)[1:] if not f.startswith("--policy=")]
+    config = parse_config(flags, {"POD_NAMESPACE": NAMESPACE})
     assert config.router_namespace == NAMESPACE
     labels = router_deployment(rendered)["spec"]["template"]["metadata"]["labels"]
     options = RenderOptions(network_policy=True, router_namespace=config.router_namespace)
