@@ -107,14 +107,14 @@ class Follower(threading.Thread, Generic[T]):
                             str(exc)[:300], pause)
                 self.stopping.wait(pause)
 
-    def _args(self) -> dict[str, Any]:
+    def _selected(self) -> dict[str, Any]:
         return {"label_selector": self.selector} if self.selector else {}
 
     def relist(self) -> str:
         fresh: dict[tuple[str, str], T] = {}
         token, version = "", ""
         while True:
-            resp = self.call(**self._args(), limit=PAGE, _continue=token or None,
+            resp = self.call(**self._selected(), limit=PAGE, _continue=token or None,
                              _preload_content=False,
                              _request_timeout=(CONNECT_SECONDS, 60.0))
             body = json.loads(resp.data)
@@ -131,7 +131,7 @@ class Follower(threading.Thread, Generic[T]):
         return version
 
     def watch(self, version: str) -> None:
-        resp = self.call(**self._args(), watch=True, resource_version=version,
+        resp = self.call(**self._selected(), watch=True, resource_version=version,
                          allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
                          _preload_content=False,
                          _request_timeout=(CONNECT_SECONDS, WATCH_SECONDS + 30.0))
