@@ -126,7 +126,8 @@ def test_the_table_has_each_model_with_its_ready_replicas_by_pod_name() -> None:
 
 
 def test_one_served_name_twice_in_a_namespace_routes_the_first_and_says_so() -> None:
-    models = [ModelEntry("ai", "zz", "qwen3:1.7b", True), ModelEntry("ai", "aa", "qwen3:1.7b", True),
+    models = [ModelEntry("ai", "zz", "qwen3:1.7b", True),
+              ModelEntry("ai", "aa", "qwen3:1.7b", True),
               ModelEntry("web", "other", "qwen3:1.7b", True),  # another namespace: both routed
               ModelEntry("ai", "raw", "raw:1b", False)]  # no gateway: not routed
     slices = [SliceEntry("ai", "zz", (Endpoint("zz-0", "10.0.0.1"),)),
