@@ -406,14 +406,15 @@ class Journey:
                             *(["--previous"] if previous else []))
 
     @contextlib.contextmanager
-    def port_forward(self, target: str, remote: int = SERVICE_PORT) -> Iterator[str]:
-        """`kubectl port-forward TARGET LOCAL:REMOTE` in the model namespace; the base URL."""
+    def port_forward(self, target: str, remote: int = SERVICE_PORT,
+                     namespace: str = MODEL_NAMESPACE) -> Iterator[str]:
+        """`kubectl port-forward TARGET LOCAL:REMOTE` (in the model namespace); the base URL."""
         assert self.cluster.tools is not None
         port = free_port()
         log = self.cluster.workdir / "logs" / f"port-forward-{secrets.token_hex(3)}.log"
         proc = ManagedProcess("kubectl port-forward", [
             str(self.cluster.tools["kubectl"]), "--kubeconfig", str(self.cluster.admin_kubeconfig),
-            "port-forward", "-n", MODEL_NAMESPACE, "--address", "127.0.0.1", target,
+            "port-forward", "-n", namespace, "--address", "127.0.0.1", target,
             f"{port}:{remote}"], log)
         with proc.serving(f"kubectl port-forward {target}", lambda: port_is_listening(port), 30):
             yield f"http://127.0.0.1:{port}"
