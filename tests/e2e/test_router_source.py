@@ -111,6 +111,7 @@ def test_the_source_follows_models_and_their_ready_replicas(
     everywhere = ClusterSource(api_client(str(kubeconfig))).start()
     one = ClusterSource(api_client(str(kubeconfig)), namespaces=(ns,)).start()
     try:
+        assert everywhere.wait_synced(WAIT) and one.wait_synced(WAIT)
         def replicas(ns: str, pod: str) -> tuple[str, str, str]:
             ip = _ip(cluster, ns, pod)
             return (pod, f"http://{ip}:8080", f"http://{ip}:8090")

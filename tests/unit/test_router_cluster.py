@@ -171,3 +171,22 @@ def test_events_change_what_is_kept_and_a_bad_object_only_drops_itself() -> None
         f.event({"type": "ERROR", "object": {"code": 410, "message": "too old"}})
     with pytest.raises(RuntimeError, match="watch error 500"):
         f.event({"type": "ERROR", "object": {"code": 500, "message": "boom"}})
+
+
+def test_the_hook_names_a_bad_kubeconfig_and_bad_namespaces(tmp_path: Any) -> None:
+    import argparse
+
+    from localmodel.router.source import (
+        SourceUnavailable,
+        add_cluster_flags,
+        cluster_source,
+    )
+
+    p = argparse.ArgumentParser()
+    add_cluster_flags(p)
+    missing = tmp_path / "none.yaml"
+    with pytest.raises(SourceUnavailable, match=f"kubeconfig {missing}"):
+        cluster_source(p.parse_args(["--kubeconfig", str(missing)]))
+    assert p.parse_args(["--namespaces", "ai, web,ai"]).namespaces == ("ai", "web")
+    with pytest.raises(SystemExit):
+        p.parse_args(["--namespaces", "Not_A_Namespace"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -231,6 +232,11 @@ class ClusterSource:
     def synced(self) -> bool:
         """Whether every watch has listed once (before that, routes() may miss models)."""
         return all(f.synced.is_set() for f in self.followers)
+
+    def wait_synced(self, seconds: float) -> bool:
+        """Wait up to `seconds` for every watch's first list; whether they all came."""
+        deadline = time.monotonic() + seconds
+        return all(f.synced.wait(max(0.0, deadline - time.monotonic())) for f in self.followers)
 
     def _changed(self) -> None:
         with self._lock:

@@ -11,6 +11,10 @@ import argparse
 from localmodel.router.table import ReplicaSource
 
 MAX_NAMESPACES = 100  # one pair of watches each
+# How long `cluster_source` waits for its first lists, so a new router replica
+# listens (and turns Ready) knowing the models, not answering "not served"
+# meanwhile; past it, it starts anyway and the watches keep trying (logged).
+FIRST_LIST_SECONDS = 30.0
 
 
 class SourceUnavailable(RuntimeError):
@@ -44,10 +48,14 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
 def cluster_source(args: argparse.Namespace) -> ReplicaSource:
     """The replicas the cluster has Ready, kept current by watches it starts."""
     from localmodel.kube import KubeconfigError, api_client
-    from localmodel.router.follow import ClusterSource
+    from localmodel.router.follow import ClusterSource, log
 
     try:
         client = api_client(getattr(args, "kubeconfig", None))
     except KubeconfigError as exc:
         raise SourceUnavailable(f"the cluster's replicas: {exc}") from exc
-    return ClusterSource(client, getattr(args, "namespaces", ()) or ()).start()
+    source = ClusterSource(client, getattr(args, "namespaces", ()) or ()).start()
+    if not source.wait_synced(FIRST_LIST_SECONDS):
+        log.warning("the cluster's models are not listed after %.0f s; serving anyway, "
+                    "the watches keep trying", FIRST_LIST_SECONDS)
+    return source
