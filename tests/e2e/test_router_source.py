@@ -108,8 +108,9 @@ def test_the_source_follows_models_and_their_ready_replicas(
     _pod(cluster, ns, "raw", "raw-0")
     _pod(cluster, other, "gemma", "gemma-0")
 
-    everywhere = ClusterSource(api_client(str(kubeconfig))).start()
-    one = ClusterSource(api_client(str(kubeconfig)), namespaces=(ns,)).start()
+    # Watches the server ends every 2 s: each resumes from the last version it saw.
+    everywhere = ClusterSource(api_client(str(kubeconfig)), watch_seconds=2).start()
+    one = ClusterSource(api_client(str(kubeconfig)), namespaces=(ns,), watch_seconds=2).start()
     try:
         assert everywhere.wait_synced(WAIT) and one.wait_synced(WAIT)
         def replicas(ns: str, pod: str) -> tuple[str, str, str]:
@@ -141,6 +142,15 @@ def test_the_source_follows_models_and_their_ready_replicas(
         cluster.api().delete(f"{crd}/namespaces/{other}/localmodels/gemma")
         wait_until("gemma gone", lambda: shows(everywhere, {f"{ns}/qwen3:1.7b": ["qwen-1"]}),
                    timeout=WAIT)
+        # The server ends every watch after 2 s; each resumes from the last version it
+        # saw (no new list), and what changes after that is still seen.
+        followers = everywhere.followers + one.followers
+        wait_until("every watch to have ended and resumed twice",
+                   lambda: all(f.watches >= 3 for f in followers), timeout=WAIT)
+        _pod(cluster, ns, "qwen", "qwen-2")
+        wait_until("a replica that joined after the resumptions", lambda: shows(
+            one, {f"{ns}/qwen3:1.7b": ["qwen-1", "qwen-2"]}), timeout=WAIT)
+        assert all(f.lists == 1 for f in followers), [(f.what, f.lists) for f in followers]
     finally:
         everywhere.stop()
         one.stop()

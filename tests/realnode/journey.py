@@ -589,8 +589,9 @@ class Journey:
         assert status == 200, body
         clean_reply(calls.answer(body))
 
-    def client_gives_up(self, url: str, pod: Manifest, calls: EngineCalls) -> Leaving:
-        """A client of URL gives up after CLIENT_PATIENCE s on a long generation:
+    def client_gives_up(self, url: str, pod: Manifest, calls: EngineCalls,
+                        patience: float = CLIENT_PATIENCE) -> Leaving:
+        """A client of URL gives up after `patience` s on a long generation:
         when the gateway logged the request cancelled (its caller gone) and
         when the engine container's CPU time stopped growing, in seconds after
         the client gave up."""
@@ -602,7 +603,7 @@ class Journey:
 
         def caller() -> None:
             try:
-                calls.long(url, CLIENT_PATIENCE, request_id)
+                calls.long(url, patience, request_id)
             except BaseException as exc:  # the timeout is what we want
                 errors.append(exc)
             finally:
@@ -617,7 +618,7 @@ class Journey:
         busy = usage() - before
         thread.join(5)
         assert errors, "the generation finished before the client's timeout"
-        # It was generating while the client waited (4 s at one CPU).
+        # It was generating while the client waited (4 s at one CPU by default).
         assert busy > 2.0, f"the engine used only {busy:.2f} CPU s while the client waited"
         # CPU time of the engine container, sampled every 0.1 s.
         samples = [(time.monotonic() - t0, usage())]

@@ -163,7 +163,8 @@ def test_events_change_what_is_kept_and_a_bad_object_only_drops_itself() -> None
     assert f.kept.entries == {}
     f.event({"type": "ADDED", "object": good})
     f.event({"type": "ADDED", "object": {"metadata": "broken"}})  # no key at all: ignored
-    f.event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}})
+    assert f.event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}) == "9"
+    assert f.event({"type": "BOOKMARK", "object": "junk"}) == ""
     assert list(f.kept.entries) == [("ai", "qwen3")]
     f.event({"type": "DELETED", "object": good})
     assert f.kept.entries == {} and len(changes) == 5

@@ -84,24 +84,31 @@ class Follower(threading.Thread, Generic[T]):
 
     def __init__(self, what: str, call: ListCall, keep: Callable[[Raw], T],
                  changed: Callable[[], None], lock: threading.Lock,
-                 selector: str = "") -> None:
+                 selector: str = "", watch_seconds: int = WATCH_SECONDS) -> None:
         super().__init__(name=f"router-watch {what}", daemon=True)
+        self.watch_seconds = watch_seconds
         self.what, self.call, self.keep, self.selector = what, call, keep, selector
         self.changed, self.lock = changed, lock
         self.kept: Kept[T] = Kept({}, set())
         self.synced = threading.Event()  # listed at least once
+        self.lists = self.watches = 0  # requests made (what a test or a log can read)
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        failures = 0
+        failures, version = 0, ""
         while not self.stopping.is_set():
             try:
-                version = self.relist()
-                failures = 0
-                self.watch(version)
+                if not version:
+                    version = self.relist()
+                    failures = 0
+                # A watch the server ended resumes where it was (bookmarks keep
+                # `version` current on a quiet watch); only a failure lists again.
+                version = self.watch(version)
             except WatchGone:
+                version = ""
                 log.info("%s: the watch expired; listing again", self.what)
             except Exception as exc:  # any failure: list again after a pause
+                version = ""
                 pause = PAUSES[min(failures, len(PAUSES) - 1)]
                 failures += 1
                 log.warning("%s: %s: %s; again in %.1f s", self.what, type(exc).__name__,
@@ -114,6 +121,7 @@ class Follower(threading.Thread, Generic[T]):
     def relist(self) -> str:
         fresh: dict[tuple[str, str], T] = {}
         token, version = "", ""
+        self.lists += 1
         while True:
             resp = self.call(**self._selected(), limit=PAGE, _continue=token or None,
                              _preload_content=False,
@@ -131,36 +139,44 @@ class Follower(threading.Thread, Generic[T]):
         self.changed()
         return version
 
-    def watch(self, version: str) -> None:
+    def watch(self, version: str) -> str:
+        """Watch from `version` until the server ends the watch; the last version seen."""
+        self.watches += 1
         resp = self.call(**self._selected(), watch=True, resource_version=version,
-                         allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                         allow_watch_bookmarks=True, timeout_seconds=self.watch_seconds,
                          _preload_content=False,
-                         _request_timeout=(CONNECT_SECONDS, WATCH_SECONDS + 30.0))
+                         _request_timeout=(CONNECT_SECONDS, self.watch_seconds + 30.0))
         try:
             for line in lines(resp.stream(64 * 1024, decode_content=True)):
                 if self.stopping.is_set():
-                    return
-                self.event(json.loads(line))
+                    break
+                version = self.event(json.loads(line)) or version
         finally:
             resp.release_conn()
+        return version
 
-    def event(self, event: Raw) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
+    def event(self, event: Raw) -> str:
+        """Apply one watch event; the resourceVersion it carries ("" if none)."""
+        kind, obj = event.get("type"), event.get("object")
+        obj = obj if isinstance(obj, Mapping) else {}
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise WatchGone()
             raise RuntimeError(f"watch error {obj.get('code')}: {str(obj.get('message'))[:200]}")
+        meta = obj.get("metadata")
+        version = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
         if kind == "BOOKMARK" or kind not in ("ADDED", "MODIFIED", "DELETED"):
-            return
+            return version
         with self.lock:
             if kind == "DELETED":
                 try:
                     self.kept.entries.pop(object_key(obj), None)
                 except Unreadable:
-                    return
+                    return version
             else:
                 self._read(obj, self.kept.entries)
         self.changed()
+        return version
 
     def _read(self, obj: Raw, into: dict[tuple[str, str], T]) -> None:
         """Keep what is read of `obj`; an unreadable one is dropped and logged once."""
@@ -191,7 +207,8 @@ class ClusterSource:
     """The router's ReplicaSource from the cluster: LocalModels and their
     Services' EndpointSlices in `namespaces` (empty: every namespace)."""
 
-    def __init__(self, api_client: Any, namespaces: Sequence[str] = ()) -> None:
+    def __init__(self, api_client: Any, namespaces: Sequence[str] = (),
+                 watch_seconds: int = WATCH_SECONDS) -> None:
         from kubernetes import client
 
         custom, discovery = client.CustomObjectsApi(api_client), client.DiscoveryV1Api(api_client)
@@ -212,9 +229,9 @@ class ClusterSource:
             slices = (scoped(discovery.list_namespaced_endpoint_slice, ns) if ns
                       else scoped(discovery.list_endpoint_slice_for_all_namespaces))
             self.models.append(Follower(f"LocalModels {where}", models, keep_model,
-                                        self._changed, self._lock))
+                                        self._changed, self._lock, "", watch_seconds))
             self.slices.append(Follower(f"EndpointSlices {where}", slices, keep_slice,
-                                        self._changed, self._lock, SELECTOR))
+                                        self._changed, self._lock, SELECTOR, watch_seconds))
 
     @property
     def followers(self) -> list[Follower[Any]]:
