@@ -114,8 +114,8 @@ def test_the_router_answers_both_engines_by_name_and_stops_work_when_the_caller_
             assert raw.headers[ROUTE].startswith("owner"), raw.headers[ROUTE]
             print(f"through the router (openai, llama-server): {answer!r}")
             # The caller leaves: from the gateway's own log line on, idle within a second.
-            # (6 s of patience: the loaded machine, a port-forward and the router in the way)
-            left = journey.client_gives_up(url, pod, LLAMA_SERVER_CALLS, patience=6.0)
+            # (10 s of patience: the loaded machine, a port-forward and the router in the way)
+            left = journey.client_gives_up(url, pod, LLAMA_SERVER_CALLS, patience=10.0)
         journey.timings.add(f"{NAME}: client through the router left -> gateway saw it",
                             left.gateway_at)
         journey.timings.add(f"{NAME}: gateway saw it -> engine idle", left.after_gateway)
