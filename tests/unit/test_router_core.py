@@ -254,7 +254,8 @@ def test_slots_answer() -> None:
 @pytest.mark.parametrize(("raw", "reason"), [
     (b"\xff\xfe", "not JSON"),
     (b"[" * 100_000, "longer than"),
-    (b"[" * 5000 + b"]" * 5000, "not a /slots document"),
+    (b"[" * 5000 + b"]" * 5000, "not JSON"),
+    (b"[[]]", "not a /slots document"),
     (json.dumps({**SLOTS, "total": 0}).encode(), "total is 0"),
     (json.dumps({**SLOTS, "total": 10**400}).encode(), "total is int"),
     (json.dumps({**SLOTS, "busy": -1}).encode(), "busy is -1"),
