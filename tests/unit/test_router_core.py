@@ -263,7 +263,7 @@ def test_slots_answer() -> None:
     (json.dumps({**SLOTS, "queued": 3}).encode(), "queued is not an object"),
     (json.dumps({**SLOTS, "queued": {"foreground": True}}).encode(), "queued.foreground"),
     (b'{"total": NaN}', "not a number"),
-    (b'{"total": 1e999}', "total is float"),
+    (json.dumps({**SLOTS, "total": "x"}).encode().replace(b'"x"', b"1e999"), "total is float"),
 ])
 def test_hostile_slots_answers_are_one_error(raw: bytes, reason: str) -> None:
     with pytest.raises(BadDocument, match=reason.replace("(", r"\(")):
