@@ -170,11 +170,23 @@ class Router:
         decision = self._decide(route, key)
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
-        with self.watch.sending(replica.name):
-            done = await relay(self.session, request, replica.url + request.path, data, extra,
-                               self.config.deadline, openai)
+        try:
+            with self.watch.sending(replica.name):
+                done = await relay(self.session, request, replica.url + request.path, data,
+                                   extra, self.config.deadline, openai)
+        except asyncio.CancelledError:  # the caller left: the relay closed the upstream
+            self._gone(request, route, key, decision, started)
+            raise
         self._after(request, route, key, decision, done, started)
         return done.response
+
+    def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
+              decision: Decision, started: float) -> None:
+        if key is not None:
+            self.metrics.decisions.inc(1, (decision.kind,))
+        self.metrics.requests.inc(1, (request.path, "499"))
+        self._access(request, started, 499, model=route.qualified, replica=decision.replica,
+                     decision=decision if key else None, session=key, error="caller gone")
 
     async def _read(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         try:
