@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -24,7 +24,7 @@ from aiohttp import web
 
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import ROUTE_HEADER, RunningRouter, start_router
-from localmodel.router.session import ranking
+from localmodel.router.session import ranking, session_key
 from localmodel.router.static import static_source
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
@@ -187,7 +187,7 @@ async def test_a_session_stays_with_its_owner_turn_after_turn(
     names = [r.url for r in rigs]
     async with aiohttp.ClientSession() as http:
         for session in ("s-1", "s-2", "s-3", "s-4"):
-            key = "h:" + __import__("localmodel.router.session", fromlist=["x"])._digest(session)
+            key = session_key(session, {})
             owner = ranking(f"static/standin:1b\0{key}", names)[0]
             for turn in range(3):
                 body = {"model": "standin:1b", "stream": False,
