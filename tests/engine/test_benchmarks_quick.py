@@ -60,12 +60,14 @@ def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
     print(out)
     assert os.sched_getaffinity(0) == cpus, "the benchmark left pytest pinned"
     header = next(line for line in out.splitlines() if "direct" in line and "gateway" in line)
-    for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg"):
+    for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg", "router"):
         assert target in header, header
     assert re.search(r"^tokens/s\s+\d+", out, re.M), out
     ab = r"ledger on \(gw-plain\) vs off \(gw-noledger\), at 8: CPU per request [+-]\d+ us"
     assert re.search(ab, out), out
     assert "overflow: configured, 0 overflowed requests" in out, out
+    router = r"router vs nginx, at 8: added p99 ttft [+-]\d+\.\d+ ms, added p99 per token "
+    assert re.search(router, out), out
     assert re.search(r"ledger memory: \d+ bytes per record", out), out
 
 
