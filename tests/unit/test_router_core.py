@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.answers import BadDocument, slots_from, speed_from
 from localmodel.router.decide import ReplicaState, decide, wait_seconds
-from localmodel.router.session import opening, owner, ranking, session_key
+from localmodel.router.session import opening, owner, prompt_tokens, ranking, session_key
 from localmodel.router.static import BadReplicas, parse_replicas
 from localmodel.router.table import (
     Ambiguous,
@@ -230,6 +230,21 @@ def test_the_spill_decision(case: str, states: dict[str, ReplicaState],
         assert d.header == "owner"
 
 
+def test_an_unseen_sessions_prompt_counts_as_its_history() -> None:
+    states = {"o": ReplicaState(3.0, None), "x": ReplicaState(0.0, 100.0)}
+    # 500 prompt tokens the owner would read again when the session comes back: 5 s
+    d = decide(["o", "x"], states, {}, prompt_tokens=500)
+    assert (d.kind, d.reread_s) == ("owner", 5.0)
+    assert decide(["o", "x"], states, {"o": 600}, prompt_tokens=500).reread_s == 6.0
+    assert decide(["o", "x"], states, {}, prompt_tokens=100).kind == "spilled"
+
+
+def test_a_prompts_tokens_are_estimated_from_its_text() -> None:
+    assert prompt_tokens(_chat("a" * 40)) == (len("You are terse.") + 40) // 4
+    assert prompt_tokens({"prompt": "b" * 10, "system": "c" * 10}) == 5
+    assert prompt_tokens({"messages": "x"}) == 0
+
+
 def test_the_cheapest_other_replica_is_chosen() -> None:
     states = {"o": ReplicaState(60.0, 100.0), "x": ReplicaState(20.0, 100.0),
               "y": ReplicaState(0.0, 100.0)}
@@ -279,8 +294,11 @@ def _speed(cal: object, **totals: float) -> bytes:
 @pytest.mark.parametrize(("raw", "want"), [
     (_speed({"prefill_tokens_per_second": 250.0}, requests=4, decode_seconds=6,
             prefill_seconds=2), (250.0, 2.0)),
-    (_speed(None, requests=2, prompt_tokens=300, prefill_seconds=3, decode_seconds=1),
-     (100.0, 2.0)),
+    (_speed(None, requests=2, prompt_tokens=30, prefill_seconds=3, decode_seconds=1),
+     (10.0, 2.0)),
+    # Traffic that has read enough replaces the calibration's short prompt.
+    (_speed({"prefill_tokens_per_second": 250.0}, requests=2, prompt_tokens=300,
+            prefill_seconds=3, decode_seconds=1), (100.0, 2.0)),
     (_speed(None), (None, None)),
 ])
 def test_speed_answer(raw: bytes, want: tuple[float | None, float | None]) -> None:

@@ -11,7 +11,9 @@ And for the session, the tokens each replica holds of it (the last answer's
 prompt accounting there: prompt plus generated tokens).
 
 The re-read cost at another replica is the session's history it does not
-hold, at its prefill speed: (history - held there) / tokens per second. The
+hold, at its prefill speed: (history - held there) / tokens per second; the
+history is what the last answer said, or this request's prompt (estimated
+from its text, `session.prompt_tokens`) when that is longer. The
 turn spills to the replica with the lowest wait + re-read, only when that is
 below the owner's wait; ties stay home. Both estimates are recorded with the
 decision (`Decision.header`, the access log, the metrics).
@@ -81,13 +83,17 @@ def decide(
     order: Sequence[str],
     states: Mapping[str, ReplicaState],
     held: Mapping[str, int],
+    prompt_tokens: int = 0,
 ) -> Decision:
     """`order`: the session's rendezvous ranking (owner first); `states`: what
-    is known of each replica; `held`: the session's tokens each replica holds."""
+    is known of each replica; `held`: the session's tokens each replica holds;
+    `prompt_tokens`: this request's prompt, estimated (a turn spilled from its
+    owner is read there again when the session comes back, so a session the
+    router has not seen yet is not free to move either)."""
     owner = order[0]
     owner_state = states.get(owner)
     owner_wait = owner_state.wait_s if owner_state is not None else None
-    history = max(held.values(), default=0)
+    history = max(max(held.values(), default=0), prompt_tokens)
     best: tuple[float, str, float, float] | None = None  # (cost, name, wait, reread)
     for name in order[1:]:
         state = states.get(name)

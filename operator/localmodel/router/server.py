@@ -36,7 +36,7 @@ from localmodel.router.decide import Decision, decide
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
-from localmodel.router.session import ranking, session_key
+from localmodel.router.session import prompt_tokens, ranking, session_key
 from localmodel.router.table import (
     Ambiguous,
     Found,
@@ -167,7 +167,7 @@ class Router:
             return error_response(503, message, openai=openai)
         key = (session_key(request.headers.get(SESSION_HEADER), body)
                if request.path in SESSION_PATHS else None)
-        decision = self._decide(route, key)
+        decision = self._decide(route, key, prompt_tokens(body))
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
         try:
@@ -231,14 +231,14 @@ class Router:
         body[field] = found.route.name
         return found.route, json.dumps(body).encode()
 
-    def _decide(self, route: ModelRoute, key: str | None) -> Decision:
+    def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
         names = [r.name for r in route.replicas]
         if key is None:  # no session: anywhere, as a Service would
             key = "r:" + secrets.token_hex(8)
         order = ranking(f"{route.qualified}\0{key}", names)
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
-        return decide(order, states, held)
+        return decide(order, states, held, prompt)
 
     def _after(self, request: web.Request, route: ModelRoute, key: str | None,
                decision: Decision, done: Relayed, started: float) -> None:
