@@ -68,6 +68,7 @@ ENGINE_ARGS = ["-c", "4096", "-np", "1", "-t", "1", "--metrics", "--slots", "--n
 WORDS = 40
 MAX_TOKENS = 12
 MODES = ("random", "router", "pinned")
+DEBUG = False
 _TEXT = ("cpu cache prompt token replica session engine thread model answer history "
          "kernel memory queue slot router gateway cluster node pod latency prefill decode "
          "summary question river mountain garden window letter planet music paper")
@@ -160,6 +161,8 @@ async def session(http: aiohttp.ClientSession, mode: str, i: int, turns: int,
             http, url, messages, {"X-LocalModel-Session": name})
         route = headers.get("X-LocalModel-Route", "")
         out.spilled += route.startswith("spilled")
+        if DEBUG:
+            print(mode, i, t, url, headers.get("X-LocalModel-Replica"), route, ttft)
         out.turns.append(Turn(mode, i, t, ttft, headers.get("X-LocalModel-Replica", url),
                               route))
         messages.append({"role": "assistant", "content": answer})
@@ -207,6 +210,10 @@ async def reread_from_ledgers(http: aiohttp.ClientSession, gateways: list[Runnin
             doc = await resp.json()
         entries = doc.get("entries", doc) if isinstance(doc, dict) else doc
         records += [e for e in entries if str(e.get("session", "")).startswith(f"bench-{mode}-")]
+    if DEBUG:
+        for e in sorted(records, key=lambda e: e["arrival"]):
+            print(mode, e["session"], e["prompt_tokens"], e["cached_tokens"],
+                  e["evaluated_tokens"], e["generated_tokens"], e["prefill_s"], e["ttft_s"])
     return reread(records)
 
 
@@ -296,7 +303,10 @@ def main() -> int:
                         help="seconds into each mode the background job arrives")
     parser.add_argument("--quick", action="store_true", help="2 sessions of 3 turns (CI)")
     parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
+    parser.add_argument("--debug", action="store_true", help="print every turn and record")
     args = parser.parse_args()
+    global DEBUG
+    DEBUG = args.debug
     if args.quick:
         args.sessions, args.turns, args.job_at = 2, 3, 2.0
     print(f"router benchmark: {args.sessions} sessions x {args.turns} turns, 2 llama-server "
