@@ -98,3 +98,20 @@ def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
     assert runs[("llama-server", "bounded")]["evictions"] > 0
     assert runs[("llama-server", "default")]["evictions"] == 0
     assert re.search(r"^\| prompt \| llama-server/bounded \|", out, re.M), out
+
+
+@pytest.mark.engine
+@pytest.mark.llama  # two llama-servers and the model; the gateways and the router in-process
+def test_router_benchmark_quick_prints_the_three_routings_side_by_side(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main("router", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    header = next(line for line in out.splitlines() if "random" in line and "pinned" in line)
+    assert header.split() == ["random", "router", "pinned"], header
+    for row in ("ttft p50 s", "ttft p99 s", "re-read prefill s", "turns per minute"):
+        assert re.search(rf"^{row}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), row
+    assert re.search(r"router p50 time to first token / pinned: [\d.]+x", out), out
+    assert re.search(r"re-read seconds, random / router: [\d.]+x", out), out
+    summary = json.loads(out.strip().splitlines()[-1])
+    for mode in ("random", "router", "pinned"):
+        assert summary[f"{mode}_turns"] == 6, summary  # 2 sessions x 3 turns, all completed
