@@ -341,3 +341,23 @@ def test_the_session_book_forgets_the_least_recent() -> None:
     book.record("c", "r1", 40)
     assert (book.held("a"), book.held("b"), book.held("c")) == ({"r1": 10, "r2": 30}, {},
                                                                  {"r1": 40})
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--replicas", "gemma=ftp://a"],
+     "localmodel router: --replicas 'gemma=ftp://a': URL 'ftp://a' is not an http(s) URL"),
+    (["--replicas", "gemma=http://a", "--listen", "nowhere"], "localmodel router: --listen: "),
+    (["--replicas", "gemma=http://a", "--poll-interval", "0"],
+     "localmodel router: --poll-interval: "),
+    # Until router/source.py reads the cluster (the cluster side replaces this case).
+    ([], "localmodel router: reading replicas from the cluster is not available"),
+])
+def test_the_command_refuses_bad_flags_before_serving(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from localmodel.router.cli import run_cli
+
+    assert run_cli(argv) == 2
+    assert capsys.readouterr().err.startswith(said)
