@@ -189,7 +189,7 @@ def test_sessions_spread_over_the_replicas() -> None:
 
 
 @pytest.mark.parametrize(("total", "occupied", "mean", "want"), [
-    (1, 0, None, 0.0), (2, 1, 5.0, 0.0), (1, 1, 4.0, 4.0), (1, 3, 4.0, 12.0), (2, 3, 4.0, 4.0),
+    (1, 0, None, 0.0), (2, 1, 5.0, 0.0), (1, 1, 4.0, 2.0), (1, 3, 4.0, 10.0), (2, 3, 4.0, 3.0),
     (1, 1, None, None),
 ])
 def test_wait_for_a_slot(total: int, occupied: int, mean: float | None,

@@ -4,8 +4,8 @@ more than re-reading the history elsewhere. Pure.
 For each replica the router knows (router/replicas.py):
 - its wait for a slot: requests ahead of this one (what its /slots said, or
   what this router has in flight there, whichever is more) beyond its free
-  slots, times its mean seconds per request (its /speed totals), spread over
-  its slots. Unknown (no answer yet, or a bad one): the owner keeps the turn.
+  slots, times its mean seconds per request (its /speed totals), the running
+  one counted half done, spread over its slots. Unknown (no answer yet, or a bad one): the owner keeps the turn.
 - its prefill speed (/speed: calibration, else the recent window).
 And for the session, the tokens each replica holds of it (the last answer's
 prompt accounting there: prompt plus generated tokens).
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 OWNER = "owner"
+RUNNING_LEFT = 0.5  # of a running request's mean duration, expected still to come
 SPILLED = "spilled"
 
 
@@ -61,13 +62,14 @@ def _s(value: float | None) -> str:
 
 def wait_seconds(total: int, occupied: int, mean_request_s: float | None) -> float | None:
     """Seconds until a slot frees for one more request: none while a slot is
-    free; else the requests ahead (queued, plus the one whose slot ends first)
-    over the slots, each its mean duration."""
+    free; else the queued requests ahead, each its mean duration, plus the
+    rest of the running one whose slot ends first (on average half done: the
+    router does not know when each started), spread over the slots."""
     if occupied < total:
         return 0.0
     if mean_request_s is None:
         return None
-    return (occupied - total + 1) * mean_request_s / total
+    return (occupied - total + RUNNING_LEFT) * mean_request_s / total
 
 
 def reread_seconds(history: int, held: int, prefill_tps: float | None) -> float | None:
