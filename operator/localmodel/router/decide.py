@@ -5,8 +5,10 @@ For each replica the router knows (router/replicas.py):
 - its wait for a slot: requests ahead of this one (what its /slots said, or
   what this router has in flight there, whichever is more) beyond its free
   slots, times its mean seconds per request (its /speed totals), the running
-  one counted half done, spread over its slots. Unknown (no answer yet, or a bad one): the owner keeps the turn.
-- its prefill speed (/speed: calibration, else the recent window).
+  one counted half done, spread over its slots. Unknown (no answer yet, or
+  a bad one): the owner keeps the turn.
+- its prefill speed (/speed: real traffic's once it read enough, else the
+  calibration's).
 And for the session, the tokens each replica holds of it (the last answer's
 prompt accounting there: prompt plus generated tokens).
 

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from localmodel.engines import ollama
 from localmodel.gateway.bounds import TooLarge, check_bounds
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
@@ -48,9 +49,9 @@ from localmodel.router.table import (
 
 ROUTE_HEADER = "X-LocalModel-Route"
 REPLICA_HEADER = "X-LocalModel-Replica"
-INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat", "/api/generate",
-                   "/api/show")
-SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat", "/api/generate")
+SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
+                 ollama.GENERATE_PATH)
+INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
 
 
 class BadRequest(Exception):
@@ -80,7 +81,7 @@ class Router:
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self.handle)
         app.router.add_get("/v1/models", self.handle_models)
-        app.router.add_get("/api/tags", self.handle_tags)
+        app.router.add_get(ollama.TAGS_PATH, self.handle_tags)
         app.router.add_get(HEALTH_PATH, self.handle_health)
         app.router.add_get(READY_PATH, self.handle_health)
         app.on_startup.append(self._on_startup)
@@ -138,7 +139,7 @@ class Router:
         models = [{"name": name, "model": name, "modified_at": "1970-01-01T00:00:00Z",
                    "size": 0, "digest": "", "details": {}}
                   for name in listed_names(self.source.routes())]
-        self.metrics.requests.inc(1, ("/api/tags", "200"))
+        self.metrics.requests.inc(1, (ollama.TAGS_PATH, "200"))
         return json_response(200, {"models": models})
 
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -215,7 +216,7 @@ class Router:
         """The model the body names, and the body to send (its `model` made the
         served name when the caller wrote namespace/name)."""
         table = self.source.routes()
-        field = "model" if path != "/api/show" or "model" in body else "name"
+        field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
         asked = body.get(field)
         if not isinstance(asked, str) or not asked.strip():
             raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
