@@ -106,8 +106,7 @@ def test_router_benchmark_quick_prints_the_three_routings_side_by_side(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main("router", ["--quick", "--json"], monkeypatch, capsys)
     print(out)
-    header = next(line for line in out.splitlines() if line.strip().startswith("random"))
-    assert header.split() == ["random", "router", "pinned"], header
+    assert any(line.split() == ["random", "router", "pinned"] for line in out.splitlines()), out
     for row in ("ttft p50 s", "ttft p99 s", "re-read prefill s", "turns per minute"):
         assert re.search(rf"^{row}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), row
     assert re.search(r"router p50 time to first token / pinned: [\d.]+x", out), out
