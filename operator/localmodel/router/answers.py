@@ -23,6 +23,7 @@ from localmodel.controller.speed_answer import (
 )
 
 MAX_SLOTS = 4096  # a gateway's --slots: far past any CPU's
+TRAFFIC_TOKENS = 256  # prompt tokens read before traffic's prefill rate replaces the calibration's
 __all__ = ["MAX_SLOTS", "BadDocument", "Slots", "Speed", "slots_from", "speed_from"]
 
 
@@ -61,12 +62,16 @@ def slots_from(raw: bytes) -> Slots:
 
 
 def speed_from(raw: bytes, at: float) -> Speed:
-    """GET /speed as `Speed`: prefill rate (calibration, else all traffic's),
+    """GET /speed as `Speed`: prefill rate (all traffic's once it read
+    TRAFFIC_TOKENS, else the calibration's),
     mean engine seconds per request; BadDocument otherwise."""
     reading = reading_from(decode(raw), at, "")
     t = reading.totals
+    # Real traffic's rate once it has read enough (long prompts read slower
+    # per token than the calibration's short one), else the calibration's.
     prefill = reading.calibration.prefill
-    if prefill is None and t.prefill_seconds > 0 and t.prompt_tokens > 0:
+    if t.prefill_seconds > 0 and (t.prompt_tokens >= TRAFFIC_TOKENS
+                                  or (prefill is None and t.prompt_tokens > 0)):
         prefill = t.prompt_tokens / t.prefill_seconds
     if prefill is not None and not 0 < prefill < 1e9:
         prefill = None

@@ -29,11 +29,10 @@ class RouterConfig:
     deadline: float = _GW.deadline  # longest exchange with a replica
     connect_timeout: float = 5.0  # to open a connection to a replica
     max_body_bytes: int = _GW.max_body_bytes
-    max_messages: int = _GW.max_messages
-    max_string_bytes: int = _GW.max_string_bytes
     idle_timeout: float = _GW.idle_timeout  # header and idle timeout of a client's connection
     body_timeout: float = _GW.body_timeout
-    # The gateway's bounds for a parsed body (localmodel.gateway.bounds reads them).
+    # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
+    # localmodel.gateway.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
 
 

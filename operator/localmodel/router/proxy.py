@@ -71,9 +71,9 @@ async def relay(
     """POST `data` to `url` and stream the answer to the caller; `extra`
     headers go on the answer (the routing decision)."""
     tail = Tail()
-    timeout = asyncio.timeout(deadline)
+    at = asyncio.get_running_loop().time() + deadline
     try:
-        async with timeout:
+        async with asyncio.timeout_at(at):
             upstream = await session.post(url, data=data, headers=pass_headers(request.headers))
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         message = f"replica {url} did not answer: {type(exc).__name__}"
@@ -83,7 +83,7 @@ async def relay(
                              headers={**back_headers(upstream.headers), **extra})
     complete = False
     try:
-        async with timeout:
+        async with asyncio.timeout_at(at):
             await out.prepare(request)
             async for chunk in upstream.content.iter_any():
                 tail.add(chunk)

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from localmodel.engines import ollama
 from localmodel.gateway.bounds import TooLarge, check_bounds
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
@@ -36,7 +37,7 @@ from localmodel.router.decide import Decision, decide
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
-from localmodel.router.session import ranking, session_key
+from localmodel.router.session import prompt_tokens, ranking, session_key
 from localmodel.router.table import (
     Ambiguous,
     Found,
@@ -48,9 +49,9 @@ from localmodel.router.table import (
 
 ROUTE_HEADER = "X-LocalModel-Route"
 REPLICA_HEADER = "X-LocalModel-Replica"
-INFERENCE_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat", "/api/generate",
-                   "/api/show")
-SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat", "/api/generate")
+SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
+                 ollama.GENERATE_PATH)
+INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
 
 
 class BadRequest(Exception):
@@ -80,7 +81,7 @@ class Router:
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self.handle)
         app.router.add_get("/v1/models", self.handle_models)
-        app.router.add_get("/api/tags", self.handle_tags)
+        app.router.add_get(ollama.TAGS_PATH, self.handle_tags)
         app.router.add_get(HEALTH_PATH, self.handle_health)
         app.router.add_get(READY_PATH, self.handle_health)
         app.on_startup.append(self._on_startup)
@@ -138,7 +139,7 @@ class Router:
         models = [{"name": name, "model": name, "modified_at": "1970-01-01T00:00:00Z",
                    "size": 0, "digest": "", "details": {}}
                   for name in listed_names(self.source.routes())]
-        self.metrics.requests.inc(1, ("/api/tags", "200"))
+        self.metrics.requests.inc(1, (ollama.TAGS_PATH, "200"))
         return json_response(200, {"models": models})
 
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -167,14 +168,26 @@ class Router:
             return error_response(503, message, openai=openai)
         key = (session_key(request.headers.get(SESSION_HEADER), body)
                if request.path in SESSION_PATHS else None)
-        decision = self._decide(route, key)
+        decision = self._decide(route, key, prompt_tokens(body))
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
-        with self.watch.sending(replica.name):
-            done = await relay(self.session, request, replica.url + request.path, data, extra,
-                               self.config.deadline, openai)
+        try:
+            with self.watch.sending(replica.name):
+                done = await relay(self.session, request, replica.url + request.path, data,
+                                   extra, self.config.deadline, openai)
+        except asyncio.CancelledError:  # the caller left: the relay closed the upstream
+            self._gone(request, route, key, decision, started)
+            raise
         self._after(request, route, key, decision, done, started)
         return done.response
+
+    def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
+              decision: Decision, started: float) -> None:
+        if key is not None:
+            self.metrics.decisions.inc(1, (decision.kind,))
+        self.metrics.requests.inc(1, (request.path, "499"))
+        self._access(request, started, 499, model=route.qualified, replica=decision.replica,
+                     decision=decision if key else None, session=key, error="caller gone")
 
     async def _read(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         try:
@@ -203,7 +216,7 @@ class Router:
         """The model the body names, and the body to send (its `model` made the
         served name when the caller wrote namespace/name)."""
         table = self.source.routes()
-        field = "model" if path != "/api/show" or "model" in body else "name"
+        field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
         asked = body.get(field)
         if not isinstance(asked, str) or not asked.strip():
             raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
@@ -219,14 +232,14 @@ class Router:
         body[field] = found.route.name
         return found.route, json.dumps(body).encode()
 
-    def _decide(self, route: ModelRoute, key: str | None) -> Decision:
+    def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
         names = [r.name for r in route.replicas]
         if key is None:  # no session: anywhere, as a Service would
             key = "r:" + secrets.token_hex(8)
         order = ranking(f"{route.qualified}\0{key}", names)
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
-        return decide(order, states, held)
+        return decide(order, states, held, prompt)
 
     def _after(self, request: web.Request, route: ModelRoute, key: str | None,
                decision: Decision, done: Relayed, started: float) -> None:

@@ -65,6 +65,22 @@ def opening(body: Mapping[str, Any]) -> str | None:
     return None
 
 
+CHARS_PER_TOKEN = 4  # English text in the common tokenizers: an estimate, rounded down
+
+
+def prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The request's prompt in tokens, estimated from its text's length."""
+    chars = 0
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, dict))
+    for key in ("prompt", "system"):
+        value = body.get(key)
+        if isinstance(value, str):
+            chars += len(value)
+    return chars // CHARS_PER_TOKEN
+
+
 def session_key(header: str | None, body: Mapping[str, Any]) -> str | None:
     """The session's key: `h:` and the header's digest, or `f:` and the opening's;
     None when neither exists (the request is then placed by its own digest)."""
