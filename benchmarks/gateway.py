@@ -1,6 +1,9 @@
 """What the slot gate costs: direct to a fast streaming upstream vs through the
 gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
-concurrency 1, 8 and 64, side by side.
+concurrency 1, 8 and 64, side by side. The router (`localmodel router
+--replicas`, docs/router.md) runs beside nginx, in front of the same upstream:
+its added p99 time to first token and per token are compared with nginx's
+(target: within nginx + 1 ms at 8).
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
          [--burst] [--no-overflow] [--no-plain] [--no-ledger-ab] [--concurrency C ...]
@@ -101,6 +104,7 @@ from tests.harness.processes import (  # noqa: E402
 
 PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 NO_LEDGER = "gw-noledger"  # the same without the ledger (--ledger-size 0)
+ROUTER = "router"  # `localmodel router --replicas` in front of the upstream, beside nginx
 TOKENS = 32
 TOKEN_DELAY = 0.004
 CONCURRENCY = (1, 8, 64)
@@ -439,6 +443,8 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
         )
         if NO_LEDGER in ks[0].throughput:
             lines.append(ledger_cost(ks, runs))
+        if ROUTER in ks[0].throughput and "nginx" in ks[0].throughput:
+            lines.append(router_cost(ks, runs))
         if PLAIN in ks[0].throughput:
             # Overflow's cost on the local path, from the A/B in the same runs.
             ttft = [k.added_ttft_p99["gateway"] - k.added_ttft_p99[PLAIN] for k in ks]
@@ -451,6 +457,19 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
                 f"{statistics.median(cpu):.3f}x (medians over {runs} runs)"
             )
     return lines
+
+
+def router_cost(ks: list[Key], runs: int) -> str:
+    """The router's cost at 8 against nginx's, in the same runs: added p99 time
+    to first token, and added p99 total over the tokens (per token)."""
+    ttft = [k.added_ttft_p99[ROUTER] - k.added_ttft_p99["nginx"] for k in ks]
+    per_token = [(k.added_total_p99[ROUTER] - k.added_total_p99["nginx"]) / TOKENS for k in ks]
+    met = sum(t <= 0.001 and p <= 0.001 for t, p in zip(ttft, per_token, strict=True))
+    return (
+        f"router vs nginx, at 8: added p99 ttft {statistics.median(ttft) * 1000:+.2f} ms, "
+        f"added p99 per token {statistics.median(per_token) * 1000:+.3f} ms (medians over "
+        f"{runs} runs); target within nginx + 1 ms met in {met}/{runs} runs"
+    )
 
 
 def ledger_cost(ks: list[Key], runs: int) -> str:
@@ -703,6 +722,17 @@ async def run(
         else:
             master = psutil.Process(nginx[0].pid)
             targets["nginx"] = (nginx[1], [master, *master.children()])
+        # The router (`localmodel router`) in front of the same upstream, as
+        # nginx is: what it adds is its own cost (target: within nginx + 1 ms).
+        router_port = free_port()
+        router = localmodel_process(
+            f"router :{router_port}",
+            ["router", "--listen", f"127.0.0.1:{router_port}", "--admin-listen",
+             f"127.0.0.1:{free_port()}", "--replicas",
+             f"standin:1b=http://127.0.0.1:{up_port}"],
+            Path(os.devnull), env, preexec=_pinned(proxy_cpus))
+        serve(stack, router, router_port)
+        targets[ROUTER] = (router_port, [psutil.Process(router.pid)])
         placement = (
             f"proxy pinned to CPU {sorted(proxy_cpus)}, upstream and load generator to "
             f"CPU {sorted(rest_cpus)}"

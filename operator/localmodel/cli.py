@@ -41,6 +41,11 @@ COMMANDS: dict[str, Command] = {
     "gateway": Command(
         "run the slot gate in front of an engine", "localmodel.gateway.cli", "run_cli"
     ),
+    "router": Command(
+        "one endpoint for every model: route by the model field, keep sessions on their cache",
+        "localmodel.router.cli",
+        "run_cli",
+    ),
     "probe": Command(
         "print this machine's node facts and probe labels; --node NAME labels that Node",
         "localmodel.probe.cli",

@@ -59,5 +59,11 @@ KOPF_ANNOTATIONS_PREFIX = GROUP
 KOPF_DIFFBASE_KEY = "last-handled-configuration"
 KOPF_FINALIZER = PREFIX + "kopf-finalizer"
 
+# The router's pods (`localmodel router`, the chart's router Deployment) carry
+# this label; a model's NetworkPolicy admits pods with it from the router's
+# namespace (the operator's --router-namespace) to the inference and admin ports.
+LABEL_COMPONENT = "app.kubernetes.io/component"
+ROUTER_POD_LABELS = {LABEL_COMPONENT: "router"}
+
 # Labels the operator's watches select its own claims, ConfigMaps and Services by.
 OWNED_SELECTOR = {LABEL_MANAGED_BY: MANAGED_BY}

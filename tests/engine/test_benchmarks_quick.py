@@ -62,12 +62,14 @@ def test_gateway_benchmark_quick_prints_every_target_and_the_ab_summaries(
     print(out)
     assert os.sched_getaffinity(0) == cpus, "the benchmark left pytest pinned"
     header = next(line for line in out.splitlines() if "direct" in line and "gateway" in line)
-    for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg"):
+    for target in ("direct", "gateway", "nginx", "gw-plain", "gw-noledg", "router"):
         assert target in header, header
     assert re.search(r"^tokens/s\s+\d+", out, re.M), out
     ab = r"ledger on \(gw-plain\) vs off \(gw-noledger\), at 8: CPU per request [+-]\d+ us"
     assert re.search(ab, out), out
     assert "overflow: configured, 0 overflowed requests" in out, out
+    router = r"router vs nginx, at 8: added p99 ttft [+-]\d+\.\d+ ms, added p99 per token "
+    assert re.search(router, out), out
     assert re.search(r"ledger memory: \d+ bytes per record", out), out
 
 
@@ -124,3 +126,19 @@ def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
     assert runs[("llama-server", "bounded")]["evictions"] > 0
     assert runs[("llama-server", "default")]["evictions"] == 0
     assert re.search(r"^\| prompt \| llama-server/bounded \|", out, re.M), out
+
+
+@pytest.mark.engine
+@pytest.mark.llama  # two llama-servers and the model; the gateways and the router in-process
+def test_router_benchmark_quick_prints_the_three_routings_side_by_side(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main("router", ["--quick", "--json"], monkeypatch, capsys)
+    print(out)
+    assert any(line.split() == ["random", "router", "pinned"] for line in out.splitlines()), out
+    for row in ("ttft p50 s", "ttft p99 s", "re-read prefill s", "turns per minute"):
+        assert re.search(rf"^{row}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), row
+    assert re.search(r"router p50 time to first token / pinned: [\d.]+x", out), out
+    assert re.search(r"re-read seconds, random / router: [\d.]+x", out), out
+    summary = json.loads(out.strip().splitlines()[-1])
+    for mode in ("random", "router", "pinned"):
+        assert summary[f"{mode}_turns"] == 6, summary  # 2 sessions x 3 turns, all completed

@@ -81,6 +81,18 @@ def is_user_role(manifest: Manifest) -> bool:
     return _component(manifest) == USER_ROLES_COMPONENT
 
 
+ROUTER_COMPONENT = "router"
+
+
+def is_router(manifest: Manifest) -> bool:
+    """One of the router's objects (its ServiceAccount, RBAC, Deployment, Service)."""
+    return _component(manifest) == ROUTER_COMPONENT
+
+
+def router_objects(manifests: list[Manifest]) -> list[Manifest]:
+    return [m for m in manifests if is_router(m)]
+
+
 def optional_config_maps(manifests: list[Manifest]) -> list[Manifest]:
     """The ConfigMaps of optional pieces (the dashboard's): not the policy's, always made."""
     return [m for m in of_kind(manifests, "ConfigMap")
@@ -88,8 +100,10 @@ def optional_config_maps(manifests: list[Manifest]) -> list[Manifest]:
 
 
 def operator_objects(manifests: list[Manifest]) -> list[Manifest]:
-    """What the operator itself runs as and with (not the probe's, not the user roles)."""
-    return [m for m in manifests if not is_probe(m) and not is_user_role(m)]
+    """What the operator itself runs as and with (not the probe's, the user roles, the
+    router's)."""
+    return [m for m in manifests if not is_probe(m) and not is_user_role(m)
+            and not is_router(m)]
 
 
 def user_roles(manifests: list[Manifest]) -> list[Manifest]:

@@ -415,14 +415,15 @@ class Journey:
                             *(["--previous"] if previous else []))
 
     @contextlib.contextmanager
-    def port_forward(self, target: str, remote: int = SERVICE_PORT) -> Iterator[str]:
-        """`kubectl port-forward TARGET LOCAL:REMOTE` in the model namespace; the base URL."""
+    def port_forward(self, target: str, remote: int = SERVICE_PORT,
+                     namespace: str = MODEL_NAMESPACE) -> Iterator[str]:
+        """`kubectl port-forward TARGET LOCAL:REMOTE` (in the model namespace); the base URL."""
         assert self.cluster.tools is not None
         port = free_port()
         log = self.cluster.workdir / "logs" / f"port-forward-{secrets.token_hex(3)}.log"
         proc = ManagedProcess("kubectl port-forward", [
             str(self.cluster.tools["kubectl"]), "--kubeconfig", str(self.cluster.admin_kubeconfig),
-            "port-forward", "-n", MODEL_NAMESPACE, "--address", "127.0.0.1", target,
+            "port-forward", "-n", namespace, "--address", "127.0.0.1", target,
             f"{port}:{remote}"], log)
         with proc.serving(f"kubectl port-forward {target}", lambda: port_is_listening(port), 30):
             yield f"http://127.0.0.1:{port}"
@@ -597,8 +598,9 @@ class Journey:
         assert status == 200, body
         clean_reply(calls.answer(body))
 
-    def client_gives_up(self, url: str, pod: Manifest, calls: EngineCalls) -> Leaving:
-        """A client of URL gives up after CLIENT_PATIENCE s on a long generation:
+    def client_gives_up(self, url: str, pod: Manifest, calls: EngineCalls,
+                        patience: float = CLIENT_PATIENCE) -> Leaving:
+        """A client of URL gives up after `patience` s on a long generation:
         when the gateway logged the request cancelled (its caller gone) and
         when the engine container's CPU time stopped growing, in seconds after
         the client gave up."""
@@ -610,7 +612,7 @@ class Journey:
 
         def caller() -> None:
             try:
-                calls.long(url, CLIENT_PATIENCE, request_id)
+                calls.long(url, patience, request_id)
             except BaseException as exc:  # the timeout is what we want
                 errors.append(exc)
             finally:
@@ -625,7 +627,7 @@ class Journey:
         busy = usage() - before
         thread.join(5)
         assert errors, "the generation finished before the client's timeout"
-        # It was generating while the client waited (4 s at one CPU).
+        # It was generating while the client waited (4 s at one CPU by default).
         assert busy > 2.0, f"the engine used only {busy:.2f} CPU s while the client waited"
         # CPU time of the engine container, sampled every 0.1 s.
         samples = [(time.monotonic() - t0, usage())]

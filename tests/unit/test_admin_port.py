@@ -134,3 +134,52 @@ def test_the_policy_defaults_to_the_models_namespace_and_follows_the_service() -
     [only] = bare["NetworkPolicy/qwen3"]["spec"]["ingress"]  # no gateway: no admin port
     target = bare["Service/qwen3"]["spec"]["ports"][0]["targetPort"]
     assert only["ports"] == [{"port": target, "protocol": "TCP"}]
+
+
+def _peers(rule: dict[str, Any]) -> list[tuple[str, dict[str, str] | None]]:
+    return [(p["namespaceSelector"]["matchLabels"][NAMESPACE_NAME_LABEL],
+             (p.get("podSelector") or {}).get("matchLabels")) for p in rule["from"]]
+
+
+ROUTER = {"app.kubernetes.io/component": "router"}
+
+
+@pytest.mark.parametrize(
+    ("admin", "router_ns", "inference_peers", "admin_peers"),
+    [
+        # no router: the callers and the admin namespaces only (what it was before)
+        (("lm-system",), "", [("ai", None)], [("lm-system", None)]),
+        # the router in the operator's namespace: its pods to inference; admin has the namespace
+        (("lm-system",), "lm-system", [("ai", None), ("lm-system", ROUTER)],
+         [("lm-system", None)]),
+        # the router elsewhere: its pods to both ports
+        (("lm-system",), "routing", [("ai", None), ("routing", ROUTER)],
+         [("lm-system", None), ("routing", ROUTER)]),
+        # no admin namespaces at all: the router still reads /speed
+        ((), "routing", [("ai", None), ("routing", ROUTER)], [("routing", ROUTER)]),
+    ],
+)
+def test_the_policy_admits_the_router_pods_to_both_ports(
+    admin: tuple[str, ...], router_ns: str,
+    inference_peers: list[tuple[str, dict[str, str] | None]],
+    admin_peers: list[tuple[str, dict[str, str] | None]],
+) -> None:
+    options = RenderOptions(network_policy=True, admin_namespaces=admin,
+                            router_namespace=router_ns)
+    rules = objects(QWEN.namespace("ai").obj(), options)["NetworkPolicy/qwen3"]["spec"]["ingress"]
+    assert _peers(rules[0]) == inference_peers
+    assert rules[0]["ports"] == [{"port": PORT_HTTP, "protocol": "TCP"}]
+    if admin_peers:
+        assert _peers(rules[1]) == admin_peers
+        assert rules[1]["ports"] == [{"port": "admin", "protocol": "TCP"}]
+    else:
+        assert len(rules) == 1
+
+
+def test_a_model_without_its_gateway_does_not_admit_the_router() -> None:
+    """No gateway: the router does not route there (router/cluster.py), so its
+    pods get no way to the engine's port."""
+    options = RenderOptions(network_policy=True, router_namespace="routing")
+    model = QWEN.namespace("ai").spec(gateway={"enabled": False}).obj()
+    [rule] = objects(model, options)["NetworkPolicy/qwen3"]["spec"]["ingress"]
+    assert _peers(rule) == [("ai", None)]

@@ -102,9 +102,9 @@ LAYERS = (
           ("localmodel.kube", "localmodel.metrics", "localmodel.manifest")),
     Layer("programs",
           "the programs, side by side: the operator, the slot gate, doctor, timeline, the "
-          "node probe",
+          "node probe, the router",
           ("localmodel.controller.**", "localmodel.gateway.**", "localmodel.doctor.**",
-           "localmodel.timeline.**", "localmodel.probe.**"),
+           "localmodel.timeline.**", "localmodel.probe.**", "localmodel.router.**"),
           independent=True),
     Layer("commands", "the `localmodel` command and the kubectl plugin",
           ("localmodel.cli", "localmodel.commands", "localmodel.kubectl")),
@@ -114,6 +114,12 @@ LAYERS = (
 ALLOWED = {
     ("localmodel.timeline.**", "localmodel.doctor.**"):
         "engine_pods (which pods run an engine; doctor.cluster): wants a home below both",
+    ("localmodel.router.**", "localmodel.gateway.**"):
+        "the router bounds bodies and answers errors as the gateway does (gateway.bounds, "
+        "gateway.wire's error shapes, gateway.ledger's SESSION_HEADER): want a home below both",
+    ("localmodel.router.**", "localmodel.controller.**"):
+        "the router reads /speed as the operator does (controller.speed_answer): wants a "
+        "home below both",
 }
 
 

@@ -136,3 +136,33 @@ under the registry is kept). Called with (list IMAGE REGISTRY). */}}
 {{- range .Values.imagePullSecrets }}{{ $names = append $names .name }}{{ end -}}
 {{- $names | uniq | join "," -}}
 {{- end }}
+
+{{/* The router's name (its ServiceAccount, Deployment, Service and RBAC). */}}
+{{- define "localmodel-operator.routerName" -}}
+{{- printf "%s-router" (include "localmodel-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The router's pods: their own app.kubernetes.io/name (the operator's selector
+does not match them) and the component label a model's NetworkPolicy admits
+(contract.ROUTER_POD_LABELS). */}}
+{{- define "localmodel-operator.routerSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-router" (include "localmodel-operator.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: router
+{{- end }}
+
+{{/* The namespaces the router serves: router.namespaces, else namespaces (empty: all). */}}
+{{- define "localmodel-operator.routerNamespaces" -}}
+{{- join "," (.Values.router.namespaces | default .Values.namespaces) }}
+{{- end }}
+
+{{/* What the router reads, and only reads: the models and their Services'
+EndpointSlices (list, then watch; it never gets one by name). */}}
+{{- define "localmodel-operator.routerRules" -}}
+- apiGroups: ["localmodel.dev"]
+  resources: ["localmodels"]
+  verbs: ["list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+{{- end }}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -60,6 +61,13 @@ def policy_file(flag: str, raw: str) -> TenantPolicy:
         return read_policy(raw)
     except ValueError as e:
         raise ConfigError(flag, str(e)) from None
+
+
+def _namespace_or_none(flag: str, raw: str) -> str:
+    name = raw.strip()
+    if name and (len(name) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)):
+        raise ConfigError(flag, f"{name!r} is not a namespace's name")
+    return name
 
 
 def _true_or_false(flag: str, raw: str) -> bool:
@@ -173,6 +181,11 @@ class OperatorConfig:
         (), "namespaces besides the operator's own whose pods may read the gateways' admin "
         "port (metrics, speed, ledger) under a model's NetworkPolicy, e.g. Prometheus's",
         metavar="NS,...", parse=split_words,
+    )
+    router_namespace: str = setting(
+        "", "namespace of the router's pods (app.kubernetes.io/component=router), admitted "
+        "to the inference and admin ports under a model's NetworkPolicy; empty: no router",
+        shown_default="none", metavar="NS", parse=_namespace_or_none,
     )
     # Speed where it is served (docs/operator.md, Speed): each Ready replica's
     # gateway is read for its speed at most once per interval, and only while

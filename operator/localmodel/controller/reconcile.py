@@ -144,6 +144,7 @@ class Reconciler:
             # The operator's own namespace first: it reads the gateways' /speed.
             admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
                                                   *config.admin_namespaces))),
+            router_namespace=config.router_namespace,
         )
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)

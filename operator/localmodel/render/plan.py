@@ -31,6 +31,9 @@ class RenderOptions:
     image_registry: str = ""
     # Secrets (in each model's namespace) every model pod pulls its images with.
     image_pull_secrets: tuple[str, ...] = ()
+    # The namespace of the router's pods (contract.ROUTER_POD_LABELS) the
+    # policy admits to both ports (the operator's --router-namespace); empty: none.
+    router_namespace: str = ""
 
     def __post_init__(self) -> None:
         # The operator image as the pods run it: under the registry setting.

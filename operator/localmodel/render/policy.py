@@ -2,7 +2,10 @@
 operator's default): the port its Service targets admits only the namespaces
 (and pods) the spec names, the model's own namespace when it names none; the
 gateway's admin port (metrics, speed, ledger) admits only the operator's
-namespace and the others it was told; everything else is refused. Pure.
+namespace and the others it was told; when the operator is told where the
+router runs (--router-namespace), the router's pods there are admitted to both
+(it relays requests to the inference port and reads /speed on the admin port:
+docs/router.md); everything else is refused. Pure.
 
 Peers are chosen by the `kubernetes.io/metadata.name` label, which the API
 server sets on every namespace (and nobody can change), so a tenant cannot
@@ -12,7 +15,13 @@ the policy follows the pods' ports."""
 from __future__ import annotations
 
 from localmodel.api import LocalModel
-from localmodel.contract import LABEL_NAME, PORT_ADMIN, PORT_ENGINE, PORT_HTTP
+from localmodel.contract import (
+    LABEL_NAME,
+    PORT_ADMIN,
+    PORT_ENGINE,
+    PORT_HTTP,
+    ROUTER_POD_LABELS,
+)
 from localmodel.engines.pod import Manifest
 from localmodel.render.names import Meta
 from localmodel.render.plan import RenderOptions
@@ -38,16 +47,21 @@ def render_network_policy(
     gw, name = lm.spec.gateway, lm.metadata.name
     callers = gw.network_policy.namespaces or [lm.metadata.namespace]
     pods = dict(gw.network_policy.pod_labels)
+    # The router routes only to a model's gateway (it reads /speed there).
+    router = ([_namespace(options.router_namespace, ROUTER_POD_LABELS)]
+              if gw.enabled and options.router_namespace else [])
     ingress: list[Manifest] = [
         {
-            "from": [_namespace(ns, pods) for ns in callers],
+            "from": [*(_namespace(ns, pods) for ns in callers), *router],
             "ports": [{"port": PORT_HTTP if gw.enabled else PORT_ENGINE, "protocol": "TCP"}],
         }
     ]
-    if gw.enabled and options.admin_namespaces:
+    if router and options.router_namespace in options.admin_namespaces:
+        router = []  # its whole namespace is admitted already
+    if gw.enabled and (options.admin_namespaces or router):
         ingress.append(
             {
-                "from": [_namespace(ns) for ns in options.admin_namespaces],
+                "from": [*(_namespace(ns) for ns in options.admin_namespaces), *router],
                 "ports": [{"port": PORT_ADMIN, "protocol": "TCP"}],
             }
         )

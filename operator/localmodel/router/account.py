@@ -1,0 +1,110 @@
+"""What a replica holds of a session after a turn, from the answer itself. Pure.
+
+The last answer's prompt accounting says how long the conversation is now on
+the replica that answered: its prompt tokens plus the tokens it generated
+(the engine keeps both in its cache). The router reads it from the tail of
+the answer it relayed, without holding the answer back: OpenAI's `usage`
+(prompt_tokens, completion_tokens; in a stream, the last chunk when the
+caller asked for it), llama-server's `timings` (cache_n + prompt_n +
+predicted_n, in every stream's last chunk), Ollama's prompt_eval_count +
+eval_count (the last line). Only the last `TAIL_BYTES` are kept; an answer
+that says none of them teaches nothing.
+
+`SessionBook` remembers, per session, the tokens each replica holds, for the
+`MAX_SESSIONS` most recently used sessions (soft state: a router that
+restarts, or the other router, starts from nothing, and only the spill
+estimate is poorer for it; the owner does not change).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+TAIL_BYTES = 16 * 1024
+MAX_TOKENS = 10_000_000  # a count past any context: a bad answer, ignored
+MAX_SESSIONS = 10_000
+MAX_REPLICAS_PER_SESSION = 8
+
+
+def _count(doc: Mapping[str, Any], *keys: str) -> int | None:
+    total = 0
+    for key in keys:
+        value = doc.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+            return None
+        total += value
+    return total
+
+
+def tokens_of(doc: Any) -> int | None:
+    """Prompt plus generated tokens, from one answer document or chunk."""
+    if not isinstance(doc, dict):
+        return None
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        found = _count(usage, "prompt_tokens", "completion_tokens")
+        if found is not None:
+            return found
+    timings = doc.get("timings")
+    if isinstance(timings, dict):
+        found = _count(timings, "cache_n", "prompt_n", "predicted_n")
+        if found is not None:
+            return found
+    return _count(doc, "prompt_eval_count", "eval_count")
+
+
+def tokens_from_tail(tail: bytes) -> int | None:
+    """The last accounting found in an answer's tail: a JSON body, SSE
+    `data:` lines or NDJSON lines."""
+    text = tail.decode("utf-8", "replace")
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("data:"):
+            line = line[5:].strip()
+        if not line.startswith("{") or ("count" not in line and "usage" not in line
+                                         and "timings" not in line):
+            continue
+        try:
+            found = tokens_of(json.loads(line))
+        except ValueError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+class Tail:
+    """The last TAIL_BYTES of a relayed answer."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > TAIL_BYTES:
+            del self.data[: len(self.data) - TAIL_BYTES]
+
+
+class SessionBook:
+    def __init__(self, limit: int = MAX_SESSIONS) -> None:
+        self.limit = limit
+        self._held: OrderedDict[str, dict[str, int]] = OrderedDict()
+
+    def held(self, key: str) -> dict[str, int]:
+        return dict(self._held.get(key, {}))
+
+    def record(self, key: str, replica: str, tokens: int) -> None:
+        held = self._held.pop(key, {})
+        held.pop(replica, None)
+        held[replica] = tokens
+        while len(held) > MAX_REPLICAS_PER_SESSION:
+            del held[next(iter(held))]
+        self._held[key] = held
+        while len(self._held) > self.limit:
+            self._held.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._held)

@@ -1,0 +1,50 @@
+"""`localmodel router`: parse the flags, pick the replicas' source (static
+with --replicas, else the cluster's), serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+from localmodel.router.config import RouterConfig, config_from, parser
+from localmodel.router.server import start_router
+from localmodel.router.source import SourceUnavailable, add_cluster_flags, cluster_source
+from localmodel.router.static import BadReplicas, static_source
+from localmodel.router.table import ReplicaSource
+from localmodel.settings import ConfigError
+
+
+async def serve(config: RouterConfig, source: ReplicaSource, mode: str) -> None:
+    running = await start_router(config, source)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    models = ", ".join(r.qualified for r in source.routes()) or "none yet"
+    print(f"localmodel router: listening on {config.listen_host}:{running.port} "
+          f"(admin: {config.admin_host}:{running.admin_port}), {mode} replicas; models: {models}",
+          file=sys.stderr, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+def run_cli(argv: Sequence[str]) -> int:
+    p = parser()
+    add_cluster_flags(p)
+    args = p.parse_args(list(argv))  # --help and unknown flags exit here, as argparse does
+    try:
+        config = config_from(args)
+        source: ReplicaSource
+        if args.replicas:
+            source, mode = static_source(args.replicas), "static"
+        else:
+            source, mode = cluster_source(args), "cluster"
+    except (ConfigError, BadReplicas, SourceUnavailable) as exc:
+        print(f"localmodel router: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config, source, mode))
+    return 0

@@ -1,0 +1,211 @@
+"""The cluster's replicas, as the router routes over them. Pure.
+
+Two watches feed it (router/follow.py runs them):
+
+- **LocalModels**, in the namespaces the router serves: of each, its name,
+  namespace, the name it is served as (`spec.model`: Ollama creates the model
+  under it, llama-server serves it as `--alias`; api/spec.py) and whether it
+  runs the gateway (without one there is no gateway port to route to and no
+  /speed to read: such a model is left out, and the log says so once).
+- **EndpointSlices** of the models' Services: which of a model's pods are
+  Ready, and their IPs. The operator names a model's Service after the
+  LocalModel and labels it as its own (`contract.OWNED_SELECTOR`); the
+  EndpointSlice controller copies a Service's labels onto its slices, so the
+  watch selects exactly the models' slices on the server.
+
+Why EndpointSlices rather than pods: a slice is the readiness the Service
+itself uses (a pod that is Ready and not terminating), in a small object that
+changes only when a replica's readiness or address changes; a pod changes on
+every status write (conditions, container states) and is many times larger.
+Both are selectable by the operator's label; the slice is the cheaper stream.
+
+Only what is read is kept (`ModelEntry`, `SliceEntry`), with bounds on how
+many endpoints a slice keeps (`MAX_ENDPOINTS`); an object that cannot be read
+is refused with the field and the reason (`Unreadable`), never raised past the
+watch. Two LocalModels of one namespace serving the same name: the one whose
+LocalModel name sorts first is routed, the others are reported (`Shadowed`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from localmodel.api.spec import MODEL_PATTERN
+from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
+from localmodel.router.table import ModelRoute, Replica, RouteTable
+
+Raw = Mapping[str, Any]
+
+# The label the EndpointSlice controller sets on every slice it makes (its Service's name).
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MAX_ENDPOINTS = 256  # Ready endpoints kept per slice (the API allows 1000 per slice)
+MAX_NAME = 253  # a DNS subdomain: the longest object name Kubernetes has
+_MODEL = re.compile(MODEL_PATTERN)
+_MAX_MODEL = 200  # spec.model's maxLength (api/spec.py)
+
+
+class Unreadable(ValueError):
+    """An object the router cannot use; the message names the field and the reason."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    namespace: str
+    name: str  # the LocalModel's (and its Service's) name
+    served: str  # spec.model: what a request's `model` field says
+    gateway: bool  # spec.gateway.enabled
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    pod: str  # the pod's name: the replica's name on every router
+    address: str  # its IP
+
+
+@dataclass(frozen=True)
+class SliceEntry:
+    namespace: str
+    service: str
+    endpoints: tuple[Endpoint, ...]  # Ready ones only, at most MAX_ENDPOINTS
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """A LocalModel not routed: another in its namespace serves the same name."""
+
+    namespace: str
+    name: str
+    served: str
+    by: str  # the LocalModel that is routed instead
+
+    @property
+    def message(self) -> str:
+        return (f"LocalModel {self.namespace}/{self.name} serves {self.served!r}, as does "
+                f"{self.namespace}/{self.by}: requests for it go to {self.by}")
+
+
+def _section(body: Raw, name: str, where: str) -> Raw:
+    value = body.get(name, {})
+    if not isinstance(value, Mapping):
+        raise Unreadable(f"{where}{name}: not an object")
+    return value
+
+
+def _name(meta: Raw, field: str, where: str) -> str:
+    value = meta.get(field)
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+        raise Unreadable(f"{where}metadata.{field}: missing, not a string or too long")
+    return value
+
+
+def object_key(body: Raw) -> tuple[str, str]:
+    """(namespace, name) of any namespaced object, or Unreadable."""
+    meta = _section(body, "metadata", "")
+    return _name(meta, "namespace", ""), _name(meta, "name", "")
+
+
+def keep_model(body: Raw) -> ModelEntry:
+    """What the router reads of a LocalModel."""
+    namespace, name = object_key(body)
+    where = f"LocalModel {namespace}/{name}: "
+    spec = _section(body, "spec", where)
+    served = spec.get("model")
+    if not isinstance(served, str) or len(served) > _MAX_MODEL or not _MODEL.match(served):
+        raise Unreadable(f"{where}spec.model: missing or not a model name")
+    enabled = _section(spec, "gateway", where + "spec.").get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise Unreadable(f"{where}spec.gateway.enabled: not true or false")
+    return ModelEntry(namespace, name, served, enabled)
+
+
+def _address(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 64:
+        raise Unreadable(f"{where}: not an IP address")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise Unreadable(f"{where}: {value[:64]!r} is not an IP address") from None
+
+
+def _ready_endpoint(item: Any, where: str) -> Endpoint | None:
+    if not isinstance(item, Mapping):
+        raise Unreadable(f"{where}: not an object")
+    conditions = item.get("conditions") or {}
+    if not isinstance(conditions, Mapping):
+        raise Unreadable(f"{where}.conditions: not an object")
+    # discovery.k8s.io/v1: an unset `ready` is unknown, which consumers take as ready;
+    # a terminating endpoint is never ready.
+    if conditions.get("ready", True) is not True or conditions.get("terminating") is True:
+        return None
+    addresses = item.get("addresses")
+    if not isinstance(addresses, list) or not addresses:
+        raise Unreadable(f"{where}.addresses: missing")
+    address = _address(addresses[0], f"{where}.addresses[0]")
+    ref = item.get("targetRef") or {}
+    if not isinstance(ref, Mapping):
+        raise Unreadable(f"{where}.targetRef: not an object")
+    pod = ref.get("name") if ref.get("kind") == "Pod" else None
+    if pod is not None and (not isinstance(pod, str) or not pod or len(pod) > MAX_NAME):
+        raise Unreadable(f"{where}.targetRef.name: not a pod name")
+    return Endpoint(pod or address, address)
+
+
+def keep_slice(body: Raw) -> SliceEntry:
+    """What the router reads of an EndpointSlice: its Service and its Ready endpoints."""
+    namespace, name = object_key(body)
+    where = f"EndpointSlice {namespace}/{name}"
+    labels = _section(_section(body, "metadata", ""), "labels", where + ": metadata.")
+    service = labels.get(SERVICE_NAME_LABEL)
+    if not isinstance(service, str) or not service or len(service) > MAX_NAME:
+        raise Unreadable(f"{where}: metadata.labels[{SERVICE_NAME_LABEL}]: missing")
+    if body.get("addressType") not in ("IPv4", "IPv6"):
+        return SliceEntry(namespace, service, ())  # FQDN endpoints: no pod to route to
+    items = body.get("endpoints") or []
+    if not isinstance(items, list):
+        raise Unreadable(f"{where}: endpoints: not a list")
+    ready: list[Endpoint] = []
+    for i, item in enumerate(items):
+        endpoint = _ready_endpoint(item, f"{where}: endpoints[{i}]")
+        if endpoint is not None and len(ready) < MAX_ENDPOINTS:
+            ready.append(endpoint)
+    return SliceEntry(namespace, service, tuple(ready))
+
+
+def _url(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
+def replica(endpoint: Endpoint) -> Replica:
+    return Replica(name=endpoint.pod, url=_url(endpoint.address, GATEWAY_PORT),
+                   admin_url=_url(endpoint.address, ADMIN_PORT))
+
+
+def route_table(models: Iterable[ModelEntry],
+                slices: Iterable[SliceEntry]) -> tuple[RouteTable, tuple[Shadowed, ...]]:
+    """Each routed model with its Ready replicas (sorted by pod name, each once),
+    and the LocalModels left out because another serves their name."""
+    ready: dict[tuple[str, str], dict[str, Endpoint]] = {}
+    for s in slices:
+        pods = ready.setdefault((s.namespace, s.service), {})
+        for e in s.endpoints:
+            pods.setdefault(e.pod, e)
+    chosen: dict[tuple[str, str], ModelEntry] = {}
+    shadowed: list[Shadowed] = []
+    for m in sorted(models, key=lambda m: (m.namespace, m.name)):
+        if not m.gateway:
+            continue
+        first = chosen.setdefault((m.namespace, m.served), m)
+        if first is not m:
+            shadowed.append(Shadowed(m.namespace, m.name, m.served, first.name))
+    table = tuple(
+        ModelRoute(namespace=m.namespace, name=m.served,
+                   replicas=tuple(replica(e) for _, e in
+                                  sorted(ready.get((m.namespace, m.name), {}).items())))
+        for (_, _), m in sorted(chosen.items())
+    )
+    return table, tuple(shadowed)

@@ -1,0 +1,33 @@
+"""The router's metrics (GET /metrics on its admin port), Prometheus text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from localmodel.metrics import Counter, Gauge, render
+
+PREFIX = "localmodel_router_"
+
+
+class RouterMetrics:
+    def __init__(self, reads: Counter, sessions: Callable[[], int]) -> None:
+        self.decisions = Counter(PREFIX + "decisions_total",
+                                 "routing decisions of session turns: owner or spilled",
+                                 ("decision",))
+        self.requests = Counter(PREFIX + "requests_total",
+                                "requests answered, by route and status", ("route", "status"))
+        self.upstream_errors = Counter(PREFIX + "upstream_errors_total",
+                                       "exchanges with a replica that failed, by reason",
+                                       ("reason",))
+        self.spilled_reread = Counter(PREFIX + "spilled_reread_seconds_total",
+                                      "estimated re-read seconds the spilled turns cost")
+        self.spilled_owner_wait = Counter(PREFIX + "spilled_owner_wait_seconds_total",
+                                          "estimated seconds the spilled turns would have "
+                                          "waited at their owner")
+        self.sessions = Gauge(PREFIX + "sessions", "sessions whose cached tokens are remembered",
+                              lambda: {(): float(sessions())})
+        self.reads = reads
+
+    def render(self) -> str:
+        return render([self.decisions, self.requests, self.upstream_errors, self.spilled_reread,
+                       self.spilled_owner_wait, self.sessions, self.reads])

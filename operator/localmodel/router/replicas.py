@@ -1,0 +1,123 @@
+"""What the router knows of each replica now: its slots and queue (the
+gateway's /slots on its main port), its speed (/speed on its admin port),
+and the requests this router has in flight there.
+
+`ReplicaWatch.poll` reads every replica of the table once, at most
+`POLL_CONCURRENCY` at a time, each read bounded in time (`READ_TIMEOUT_S`)
+and size (speed_answer.READ_MAX_BYTES; a longer answer is a bad one, never
+parsed cut short). The server runs it every `--poll-interval` seconds. A
+replica that answers badly or not at all is counted
+(localmodel_router_replica_reads_total{what,result}) and its state goes
+unknown, which keeps its sessions home; its old state is not trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import aiohttp
+
+from localmodel.controller.speed_answer import READ_MAX_BYTES
+from localmodel.gateway_contract import SLOTS_PATH, SPEED_PATH
+from localmodel.metrics import Counter
+from localmodel.router.answers import BadDocument, Slots, Speed, slots_from, speed_from
+from localmodel.router.decide import ReplicaState, wait_seconds
+from localmodel.router.table import Replica, RouteTable
+
+READ_TIMEOUT_S = 2.0
+POLL_CONCURRENCY = 16
+
+
+@dataclass
+class Known:
+    slots: Slots | None = None
+    speed: Speed | None = None
+
+
+class ReplicaWatch:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.known: dict[str, Known] = {}
+        self.in_flight: dict[str, int] = {}
+        self.reads = Counter("localmodel_router_replica_reads_total",
+                             "reads of the replicas' /slots and /speed, by result",
+                             ("what", "result"))
+        self._clock = clock
+
+    def state(self, name: str) -> ReplicaState:
+        known = self.known.get(name)
+        mine = self.in_flight.get(name, 0)
+        if known is None or known.slots is None:
+            return ReplicaState(wait_s=None, prefill_tps=None)
+        speed = known.speed or Speed(None, None)
+        occupied = max(known.slots.occupied, mine)
+        return ReplicaState(wait_s=wait_seconds(known.slots.total, occupied, speed.mean_request_s),
+                            prefill_tps=speed.prefill_tps)
+
+    @contextlib.contextmanager
+    def sending(self, name: str) -> Iterator[None]:
+        """Count one request in flight to `name` while the block runs."""
+        self.in_flight[name] = self.in_flight.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            self.in_flight[name] -= 1
+            if not self.in_flight[name]:
+                del self.in_flight[name]
+
+    async def poll(self, session: aiohttp.ClientSession, table: RouteTable) -> None:
+        replicas = {r.name: r for route in table for r in route.replicas}
+        for gone in set(self.known) - set(replicas):
+            del self.known[gone]
+        gate = asyncio.Semaphore(POLL_CONCURRENCY)
+
+        async def one(replica: Replica) -> None:
+            async with gate:
+                await self._read(session, replica)
+
+        await asyncio.gather(*(one(r) for r in replicas.values()))
+
+    async def _read(self, session: aiohttp.ClientSession, replica: Replica) -> None:
+        known = self.known.setdefault(replica.name, Known())
+        raw = await self._get(session, replica.url + SLOTS_PATH, "slots")
+        try:
+            known.slots = None if raw is None else slots_from(raw)
+        except BadDocument:
+            known.slots = None
+            self.reads.inc(1, ("slots", "bad"))
+        else:
+            if raw is not None:
+                self.reads.inc(1, ("slots", "ok"))
+        if replica.admin_url is None:
+            return
+        raw = await self._get(session, replica.admin_url + SPEED_PATH, "speed")
+        try:
+            known.speed = None if raw is None else speed_from(raw, self._clock())
+        except BadDocument:
+            known.speed = None
+            self.reads.inc(1, ("speed", "bad"))
+        else:
+            if raw is not None:
+                self.reads.inc(1, ("speed", "ok"))
+
+    async def _get(self, session: aiohttp.ClientSession, url: str, what: str) -> bytes | None:
+        """The answer's bytes, at most READ_MAX_BYTES + 1 (decode refuses more); None
+        when there is no 200 answer in time."""
+        try:
+            async with asyncio.timeout(READ_TIMEOUT_S), session.get(url) as resp:
+                if resp.status != 200:
+                    self.reads.inc(1, (what, f"status_{resp.status // 100}xx"))
+                    return None
+                raw = bytearray()
+                while len(raw) <= READ_MAX_BYTES:
+                    chunk = await resp.content.read(READ_MAX_BYTES + 1 - len(raw))
+                    if not chunk:
+                        break
+                    raw += chunk
+                return bytes(raw)
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+            self.reads.inc(1, (what, "unreachable"))
+            return None

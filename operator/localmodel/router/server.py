@@ -1,0 +1,335 @@
+"""The router's aiohttp glue: one endpoint for both APIs, the routing
+decision per request, the replicas' state read in the background, metrics on
+an admin port. `start_router` serves on the given ports (0: any free one).
+
+A request's way (`Router.handle`): its body read within --max-body-bytes and
+the body timeout, parsed, bounded like the gateway bounds it
+(localmodel.gateway.bounds); its `model` field looked up (router/table.py:
+`namespace/name`, or a bare name one namespace serves); its session's owner
+and the decision (router/session.py, router/decide.py); then relayed
+(router/proxy.py). The decision goes back in `X-LocalModel-Route`, in the
+access log (one JSON line per request) and in the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from localmodel.engines import ollama
+from localmodel.gateway.bounds import TooLarge, check_bounds
+from localmodel.gateway.ledger import SESSION_HEADER
+from localmodel.gateway.wire import error_response, json_response
+from localmodel.gateway_contract import HEALTH_PATH, METRICS_PATH, READY_PATH
+from localmodel.router.account import SessionBook, tokens_from_tail
+from localmodel.router.config import RouterConfig
+from localmodel.router.decide import Decision, decide
+from localmodel.router.metrics import RouterMetrics
+from localmodel.router.proxy import Relayed, relay
+from localmodel.router.replicas import ReplicaWatch
+from localmodel.router.session import prompt_tokens, ranking, session_key
+from localmodel.router.table import (
+    Ambiguous,
+    Found,
+    ModelRoute,
+    ReplicaSource,
+    listed_names,
+    lookup,
+)
+
+ROUTE_HEADER = "X-LocalModel-Route"
+REPLICA_HEADER = "X-LocalModel-Replica"
+SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
+                 ollama.GENERATE_PATH)
+INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Router:
+    def __init__(self, config: RouterConfig, source: ReplicaSource,
+                 log: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.source = source
+        self.log = log or _stdout_line
+        self.watch = ReplicaWatch(clock)
+        self.book = SessionBook()
+        self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book))
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    # ---- apps and lifecycle --------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        for path in INFERENCE_PATHS:
+            app.router.add_post(path, self.handle)
+        app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_get(ollama.TAGS_PATH, self.handle_tags)
+        app.router.add_get(HEALTH_PATH, self.handle_health)
+        app.router.add_get(READY_PATH, self.handle_health)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    def admin_app(self) -> web.Application:
+        app = web.Application(client_max_size=1024)
+        app.router.add_get(METRICS_PATH, self.handle_metrics)
+        app.router.add_get(HEALTH_PATH, self.handle_health)
+        return app
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "the router's app is not started"
+        return self._session
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout),
+            auto_decompress=False,
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+        )
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        if self._session is not None:
+            await self._session.close()
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except Exception as exc:  # a source's failure must not end the polling
+                _stderr_line(f"localmodel router: reading the replicas failed: {exc!r}")
+            await asyncio.sleep(self.config.poll_interval)
+
+    async def poll(self) -> None:
+        """Read every replica's /slots and /speed once (tests call it to not wait)."""
+        await self.watch.poll(self.session, self.source.routes())
+
+    # ---- listing and status ---------------------------------------------------
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "localmodel"}
+                for name in listed_names(self.source.routes())]
+        self.metrics.requests.inc(1, ("/v1/models", "200"))
+        return json_response(200, {"object": "list", "data": data})
+
+    async def handle_tags(self, request: web.Request) -> web.Response:
+        models = [{"name": name, "model": name, "modified_at": "1970-01-01T00:00:00Z",
+                   "size": 0, "digest": "", "details": {}}
+                  for name in listed_names(self.source.routes())]
+        self.metrics.requests.inc(1, (ollama.TAGS_PATH, "200"))
+        return json_response(200, {"models": models})
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return json_response(200, {"status": "ok"})
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render().encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    # ---- one request ------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        openai = request.path.startswith("/v1/")
+        started = self._clock()
+        try:
+            raw, body = await self._read(request)
+            route, data = self._route_of(body, raw, request.path)
+        except BadRequest as exc:
+            self.metrics.requests.inc(1, (request.path, str(exc.status)))
+            self._access(request, started, exc.status, error=str(exc))
+            return error_response(exc.status, str(exc), openai=openai)
+        if not route.replicas:
+            message = f"model {route.qualified} has no Ready replica"
+            self.metrics.requests.inc(1, (request.path, "503"))
+            self._access(request, started, 503, model=route.qualified, error=message)
+            return error_response(503, message, openai=openai)
+        key = (session_key(request.headers.get(SESSION_HEADER), body)
+               if request.path in SESSION_PATHS else None)
+        decision = self._decide(route, key, prompt_tokens(body))
+        replica = next(r for r in route.replicas if r.name == decision.replica)
+        extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
+        try:
+            with self.watch.sending(replica.name):
+                done = await relay(self.session, request, replica.url + request.path, data,
+                                   extra, self.config.deadline, openai)
+        except asyncio.CancelledError:  # the caller left: the relay closed the upstream
+            self._gone(request, route, key, decision, started)
+            raise
+        self._after(request, route, key, decision, done, started)
+        return done.response
+
+    def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
+              decision: Decision, started: float) -> None:
+        if key is not None:
+            self.metrics.decisions.inc(1, (decision.kind,))
+        self.metrics.requests.inc(1, (request.path, "499"))
+        self._access(request, started, 499, model=route.qualified, replica=decision.replica,
+                     decision=decision if key else None, session=key, error="caller gone")
+
+    async def _read(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(413, f"the body is over the limit of {self.config.max_body_bytes} "
+                                  "bytes (--max-body-bytes)") from None
+        except TimeoutError:
+            raise BadRequest(408, f"the body did not arrive within "
+                                  f"{self.config.body_timeout:g}s") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise BadRequest(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest(400, "the body is not a JSON object")
+        try:
+            check_bounds(body, self.config.bounds)
+        except TooLarge as exc:
+            raise BadRequest(413, str(exc)) from None
+        return raw, body
+
+    def _route_of(self, body: dict[str, Any], raw: bytes,
+                  path: str) -> tuple[ModelRoute, bytes]:
+        """The model the body names, and the body to send (its `model` made the
+        served name when the caller wrote namespace/name)."""
+        table = self.source.routes()
+        field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
+        asked = body.get(field)
+        if not isinstance(asked, str) or not asked.strip():
+            raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
+                                  f"several models and {field} picks one: "
+                                  f"{', '.join(listed_names(table)) or 'none'}")
+        found = lookup(table, asked)
+        if isinstance(found, Ambiguous):
+            raise BadRequest(400, found.message)
+        if not isinstance(found, Found):
+            raise BadRequest(404, found.message)
+        if asked == found.route.name:
+            return found.route, raw
+        body[field] = found.route.name
+        return found.route, json.dumps(body).encode()
+
+    def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
+        names = [r.name for r in route.replicas]
+        if key is None:  # no session: anywhere, as a Service would
+            key = "r:" + secrets.token_hex(8)
+        order = ranking(f"{route.qualified}\0{key}", names)
+        states = {name: self.watch.state(name) for name in names}
+        held = self.book.held(f"{route.qualified}\0{key}")
+        return decide(order, states, held, prompt)
+
+    def _after(self, request: web.Request, route: ModelRoute, key: str | None,
+               decision: Decision, done: Relayed, started: float) -> None:
+        if key is not None:
+            self.metrics.decisions.inc(1, (decision.kind,))
+            if decision.kind != "owner":
+                self.metrics.spilled_reread.inc(decision.reread_s or 0.0)
+                self.metrics.spilled_owner_wait.inc(decision.owner_wait_s or 0.0)
+            tokens = tokens_from_tail(bytes(done.tail.data)) if done.complete else None
+            if tokens is not None:
+                self.book.record(f"{route.qualified}\0{key}", decision.replica, tokens)
+        if done.error:
+            self.metrics.upstream_errors.inc(1, (done.error,))
+        self.metrics.requests.inc(1, (request.path, str(done.status)))
+        self._access(request, started, done.status, model=route.qualified,
+                     replica=decision.replica, decision=decision if key else None,
+                     session=key, error=done.error)
+
+    def _access(self, request: web.Request, started: float, status: int, *,
+                model: str = "", replica: str = "", decision: Decision | None = None,
+                session: str | None = None, error: str = "") -> None:
+        doc: dict[str, Any] = {"time": round(time.time(), 3), "path": request.path,
+                               "status": status, "duration_s": round(self._clock() - started, 4)}
+        if model:
+            doc["model"] = model
+        if replica:
+            doc["replica"] = replica
+        if session:
+            doc["session"] = session
+        if decision is not None:
+            doc.update(decision=decision.kind, owner=decision.owner,
+                       owner_wait_s=_r(decision.owner_wait_s), reread_s=_r(decision.reread_s))
+        if error:
+            doc["error"] = error[:200]
+        self.log(json.dumps(doc, separators=(",", ":")))
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _stdout_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunningRouter:
+    router: Router
+    runner: web.AppRunner
+    admin_runner: web.AppRunner
+    host: str
+    port: int
+    admin_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+    async def stop(self) -> None:
+        await self.admin_runner.cleanup()
+        await self.runner.cleanup()
+
+
+async def start_router(config: RouterConfig, source: ReplicaSource,
+                       log: Callable[[str], None] | None = None) -> RunningRouter:
+    """Start serving; port 0 picks a free port (tests)."""
+    router = Router(config, source, log)
+    runner = web.AppRunner(router.app(), handler_cancellation=True,
+                           keepalive_timeout=config.idle_timeout, access_log=None,
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
+    port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
+    host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    admin = web.AppRunner(router.admin_app(), access_log=None, shutdown_timeout=1.0)
+    await admin.setup()
+    try:
+        await web.TCPSite(admin, config.admin_host, config.admin_port).start()
+    except OSError:
+        await admin.cleanup()
+        await runner.cleanup()
+        raise
+    admin_port = int(admin.addresses[0][1]) if admin.addresses else config.admin_port
+    return RunningRouter(router, runner, admin, host, port, admin_port)
