@@ -352,12 +352,16 @@ def test_the_session_book_forgets_the_least_recent() -> None:
     (["--replicas", "gemma=http://a", "--listen", "nowhere"], "localmodel router: --listen: "),
     (["--replicas", "gemma=http://a", "--poll-interval", "0"],
      "localmodel router: --poll-interval: "),
-    # Until router/source.py reads the cluster (the cluster side replaces this case).
-    ([], "localmodel router: reading replicas from the cluster is not available"),
+    # No --replicas: the cluster's, and outside a pod with no kubeconfig there is none.
+    ([], "localmodel router: the cluster's replicas: in-cluster configuration"),
 ])
 def test_the_command_refuses_bad_flags_before_serving(
-        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from localmodel.router.cli import run_cli
+
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
 
     assert run_cli(argv) == 2
     assert capsys.readouterr().err.startswith(said)
