@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, Toleration, parse_local_model
 from localmodel.controller.changes import with_applied_hash
+from localmodel.controller.kept import plain
 from localmodel.controller.observed import Parsed, Snapshot, observe
 from localmodel.controller.policy import plan_pass
 from localmodel.controller.reconcile import gc_paused
@@ -473,7 +474,7 @@ def operator_section(n: int, runs: int) -> dict[str, Any]:
     steady, steady_writes = best_of(runs, lambda: one_pass(snap))
     on = state.plan.placements[0].node
     i = next(k for k, b in enumerate(snap.nodes) if b["metadata"]["name"] == on)
-    moved = json.loads(json.dumps(snap.nodes[i]))
+    moved = plain(snap.nodes[i])
     zone = moved["metadata"]["labels"]["topology.kubernetes.io/zone"]
     moved["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone + "-b"
     moved["metadata"]["resourceVersion"] += "-b"

@@ -132,6 +132,7 @@ def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
 @pytest.mark.llama  # two llama-servers and the model; the gateways and the router in-process
 def test_router_benchmark_quick_prints_the_three_routings_side_by_side(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`benchmarks/router.py --quick`: random, router and pinned side by side."""
     out = run_main("router", ["--quick", "--json"], monkeypatch, capsys)
     print(out)
     assert any(line.split() == ["random", "router", "pinned"] for line in out.splitlines()), out

@@ -17,6 +17,7 @@ from typing import Any
 
 from localmodel.contract import ANNOTATION_NODE
 from localmodel.controller.config import OperatorConfig
+from localmodel.controller.kept import plain
 from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.watched import WATCHED
@@ -78,14 +79,6 @@ def reconciler(store: Store) -> Reconciler:
     for name, kept in store.stores.items():
         rec.sources[name] = kept.values  # (as handlers.py: the index's objects, each pass)
     return rec
-
-
-def plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 def model(name: str, replicas: int = 1) -> dict[str, Any]:

@@ -239,3 +239,13 @@ class OnlyMap(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"OnlyMap({self._data!r})"
+
+
+def plain(value: Any) -> Any:
+    """A kept object as plain JSON again (dicts and lists): for a copy to edit
+    or to print; the operator itself never needs one."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
