@@ -118,14 +118,17 @@ def test_without_namespaces_one_cluster_role_and_no_secrets(tools: Tools) -> Non
     assert not any(r == "secrets" for _, r, _ in granted)
 
 
-def test_with_namespaces_each_is_bound_and_the_cluster_role_only_reads_nodes_and_volumes(
+def test_with_namespaces_each_is_bound_and_the_cluster_role_only_reads_cluster_objects(
     tools: Tools,
 ) -> None:
     everywhere = rules(operator_role(render_chart(tools, release="lm", namespace="models")))
     rendered = render_chart(tools, release="lm", namespace="models",
                             set_values=("namespaces={ai,batch}",))
     cluster = rules(operator_role(rendered))
-    assert cluster == {("", r, v) for r in ("nodes", "persistentvolumes")
+    # Nodes, PersistentVolumes and StorageClasses (whether a claim can bind:
+    # localmodel/gaps.py) are cluster-scoped: read cluster-wide, never written.
+    assert cluster == {(g, r, v) for g, r in (("", "nodes"), ("", "persistentvolumes"),
+                                              ("storage.k8s.io", "storageclasses"))
                        for v in ("list", "watch")}
     roles = model_roles(rendered)
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ai", "batch"]
