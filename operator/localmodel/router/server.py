@@ -106,6 +106,9 @@ class Router:
             timeout=aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout),
             auto_decompress=False,
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            # No cookies: one caller's answer must never set what another caller sends
+            # (and no jar to consult on every request).
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         self._poller = asyncio.create_task(self._poll_forever())
 
