@@ -35,6 +35,15 @@ def test_four_sessions_on_two_replicas_two_each_whatever_the_hash() -> None:
     assert owners.loads(MODEL) == {"a": 2, "b": 2}
 
 
+def test_the_order_is_the_owner_then_the_rest_of_the_ranking() -> None:
+    owners = Owners()
+    names = ["a", "b", "c"]
+    for i in range(6):
+        order = owners.order(MODEL, f"s{i}", names, 0.0)
+        rest = [n for n in ranking(f"{MODEL}\0s{i}", names) if n != order[0]]
+        assert order == [owners.owner(MODEL, f"s{i}", names, 0.0), *rest]
+
+
 def test_place_takes_the_first_in_order_under_the_limit() -> None:
     assert place(["x", "y", "z"], {"x": 2, "y": 1}, 2) == "y"
     assert place(["x", "y", "z"], {"x": 2, "y": 1}, 2, allowed={"z"}) == "z"

@@ -88,6 +88,12 @@ class Owners:
     def owner(self, model: str, session: str, replicas: Sequence[str], now: float) -> str:
         """The session's owner among `replicas` (non-empty), placing it if it
         has none there yet; `now` is a monotonic clock's seconds."""
+        return self.order(model, session, replicas, now)[0]
+
+    def order(self, model: str, session: str, replicas: Sequence[str],
+              now: float) -> list[str]:
+        """The session's owner (as `owner`), then the other replicas in its
+        rendezvous ranking: where a spill looks, best first."""
         self._expire(now)
         members = self._shared(model, replicas)
         key = f"{model}\0{session}"
@@ -109,7 +115,7 @@ class Owners:
         self._count(entry, +1)
         while len(self._entries) > self.limit:
             self._count(self._entries.popitem(last=False)[1], -1)
-        return chosen
+        return [chosen, *(n for n in order if n != chosen)]
 
     def loads(self, model: str) -> dict[str, int]:
         """Sessions owned per replica of `model` (replicas with none left out)."""

@@ -244,9 +244,7 @@ class Router:
         if key is None:  # no session: anywhere, as a Service would
             order = ranking("r:" + secrets.token_hex(8), names)
         else:
-            home = self.owners.owner(route.qualified, key, names, self._clock())
-            order = [home, *(n for n in ranking(f"{route.qualified}\0{key}", names)
-                             if n != home)]
+            order = self.owners.order(route.qualified, key, names, self._clock())
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
         return decide(order, states, held, prompt)
