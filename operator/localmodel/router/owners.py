@@ -27,10 +27,10 @@ its cap after sessions elsewhere end (nothing moves for that); a new session
 never lands on a replica at its cap.
 
 Two routers agree on every session placed at the first replica of its
-ranking, which is every session while no replica is at its cap (each router
-counts the sessions it has seen itself, without talking). A session one
-router placed further down its ranking may be placed differently by the
-other; each router keeps its own choice.
+ranking: every session whose first choice was under its cap when it started
+(each router counts the sessions it has seen itself, without talking). A
+session one router placed further down its ranking may be placed
+differently by the other; each router keeps its own choice.
 """
 
 from __future__ import annotations
