@@ -262,6 +262,7 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     async with aiohttp.ClientSession() as http, http.get(router.admin_url + "/metrics") as resp:
         text = await resp.text()
     assert 'localmodel_router_decisions_total{decision="spilled"} 1' in text
+    assert "localmodel_router_owned_sessions 1" in text  # one session, however it was routed
 
 
 # ---- hostile replicas ---------------------------------------------------------------------

@@ -71,7 +71,8 @@ class Router:
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
         self.owners = Owners()
-        self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book))
+        self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
+                                     lambda: len(self.owners))
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._poller: asyncio.Task[None] | None = None
