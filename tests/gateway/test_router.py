@@ -23,8 +23,9 @@ import pytest
 from aiohttp import web
 
 from localmodel.router.config import RouterConfig
+from localmodel.router.owners import Owners
 from localmodel.router.server import ROUTE_HEADER, RunningRouter, start_router
-from localmodel.router.session import ranking, session_key
+from localmodel.router.session import session_key
 from localmodel.router.static import static_source
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
@@ -185,10 +186,14 @@ async def test_a_session_stays_with_its_owner_turn_after_turn(
     router, _ = await make_router(["standin:1b=" + ",".join(_replica(r) for r in rigs)])
     await router.router.poll()
     names = [r.url for r in rigs]
+    # The owners the router must pick: the same sessions arriving in the same
+    # order at a table of its own (rendezvous with bounded loads, router/owners.py).
+    expected = Owners()
     async with aiohttp.ClientSession() as http:
         for session in ("s-1", "s-2", "s-3", "s-4"):
             key = session_key(session, {})
-            owner = ranking(f"static/standin:1b\0{key}", names)[0]
+            assert key is not None
+            owner = expected.owner("static/standin:1b", key, names, 0.0)
             for turn in range(3):
                 body = {"model": "standin:1b", "stream": False,
                         "messages": [{"role": "user", "content": f"turn {turn}"}]}
@@ -215,7 +220,9 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     rigs = await _replicas_of_one_model(make_rig, 2, tokens=40, token_delay=0.05)
     router, log = await make_router(["standin:1b=" + ",".join(_replica(r) for r in rigs)])
     by_url = {r.url: r for r in rigs}
-    turn = {"model": "standin:1b", "stream": False, "options": {"num_predict": 2},
+    # Answers of 30 tokens at 0.05 s: a request takes about 1.5 s, so a queue of one
+    # behind a running answer is a wait past the spill margin (2x the cost elsewhere + 1 s).
+    turn = {"model": "standin:1b", "stream": False, "options": {"num_predict": 30},
             "messages": [{"role": "user", "content": "hello there " * 20}]}
     headers = {"X-LocalModel-Session": "spill-me"}
     async with aiohttp.ClientSession() as http:
@@ -228,7 +235,8 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
             pass
         # The owner's one slot is taken by a long answer, and one more waits.
         busy = [await RawClient.send(int(owner.rsplit(":", 1)[1]), "/api/generate",
-                                     {"prompt": "long", "stream": False}) for _ in range(2)]
+                                     {"prompt": "long", "stream": False,
+                                      "options": {"num_predict": 200}}) for _ in range(2)]
         await wait_until(lambda: by_url[owner].gateway.gateway.board.snapshot().busy == 1
                          and by_url[owner].gateway.gateway.board.snapshot().queued == 1,
                          timeout=10)
@@ -242,7 +250,8 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     assert route.startswith("spilled; owner_wait_s="), route
     fields = dict(part.split("=") for part in route.split("; ")[1:])
     owner_wait, reread = float(fields["owner_wait_s"]), float(fields["reread_s"])
-    assert owner_wait > reread  # the reason it spilled, both estimated
+    other_wait = float(fields["wait_s"])
+    assert owner_wait > 2 * (other_wait + reread) + 1  # the reason it spilled, all estimated
     doc = json.loads(log[-1])
     assert (doc["decision"], doc["owner"], doc["replica"]) == ("spilled", owner, other)
     assert doc["owner_wait_s"] == pytest.approx(owner_wait, abs=1e-3)
@@ -253,6 +262,7 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     async with aiohttp.ClientSession() as http, http.get(router.admin_url + "/metrics") as resp:
         text = await resp.text()
     assert 'localmodel_router_decisions_total{decision="spilled"} 1' in text
+    assert "localmodel_router_owned_sessions 1" in text  # one session, however it was routed
 
 
 # ---- hostile replicas ---------------------------------------------------------------------

@@ -207,8 +207,20 @@ IDLE = ReplicaState(wait_s=0.0, prefill_tps=100.0)
      ("x", "spilled", 30.0, 10.0)),
     ("owner busy, dear re-read", {"o": ReplicaState(5.0, 100.0), "x": IDLE}, {"o": 1000},
      ("o", "owner", 5.0, 10.0)),
-    ("other holds part", {"o": ReplicaState(5.0, 100.0), "x": IDLE}, {"o": 1000, "x": 800},
-     ("x", "spilled", 5.0, 2.0)),
+    ("other holds part", {"o": ReplicaState(6.0, 100.0), "x": IDLE}, {"o": 1000, "x": 800},
+     ("x", "spilled", 6.0, 2.0)),
+    # A spill must win by a clear margin: more than twice the cost elsewhere, plus 1 s.
+    ("owner's wait just over the re-read", {"o": ReplicaState(15.0, 100.0), "x": IDLE},
+     {"o": 1000}, ("o", "owner", 15.0, 10.0)),
+    ("owner's wait twice the re-read", {"o": ReplicaState(20.0, 100.0), "x": IDLE},
+     {"o": 1000}, ("o", "owner", 20.0, 10.0)),
+    ("owner's wait twice the re-read and 1 s", {"o": ReplicaState(21.0, 100.0), "x": IDLE},
+     {"o": 1000}, ("o", "owner", 21.0, 10.0)),
+    ("owner's wait past the margin", {"o": ReplicaState(21.5, 100.0), "x": IDLE},
+     {"o": 1000}, ("x", "spilled", 21.5, 10.0)),
+    ("the other's wait counts as cost", {"o": ReplicaState(20.0, 100.0),
+                                         "x": ReplicaState(10.0, 100.0)},
+     {"o": 1000, "x": 1000}, ("o", "owner", 20.0, 0.0)),
     ("other busy too", {"o": ReplicaState(30.0, 100.0), "x": ReplicaState(25.0, 100.0)},
      {"o": 1000}, ("o", "owner", 30.0, 10.0)),
     ("owner unknown", {"x": IDLE}, {"o": 1000}, ("o", "owner", None, 10.0)),
@@ -216,6 +228,9 @@ IDLE = ReplicaState(wait_s=0.0, prefill_tps=100.0)
      {"o": 1000}, ("o", "owner", 30.0, None)),
     ("new session, owner busy", {"o": ReplicaState(3.0, None), "x": ReplicaState(0.0, None)},
      {}, ("x", "spilled", 3.0, 0.0)),
+    ("new session, owner nearly free", {"o": ReplicaState(1.0, None),
+                                        "x": ReplicaState(0.0, None)},
+     {}, ("o", "owner", 1.0, 0.0)),
     ("equal costs stay home", {"o": ReplicaState(10.0, 100.0), "x": IDLE}, {"o": 1000},
      ("o", "owner", 10.0, 10.0)),
 ])
@@ -236,7 +251,10 @@ def test_an_unseen_sessions_prompt_counts_as_its_history() -> None:
     d = decide(["o", "x"], states, {}, prompt_tokens=500)
     assert (d.kind, d.reread_s) == ("owner", 5.0)
     assert decide(["o", "x"], states, {"o": 600}, prompt_tokens=500).reread_s == 6.0
-    assert decide(["o", "x"], states, {}, prompt_tokens=100).kind == "spilled"
+    assert decide(["o", "x"], states, {}, prompt_tokens=100).kind == "owner"  # 3 !> 2*1+1
+    assert decide(["o", "x"], states, {}, prompt_tokens=50).kind == "spilled"
+    # The margin is the caller's to set: without it, any longer wait spills.
+    assert decide(["o", "x"], states, {}, 100, factor=1.0, margin_s=0.0).kind == "spilled"
 
 
 def test_a_prompts_tokens_are_estimated_from_its_text() -> None:

@@ -1,5 +1,5 @@
 """Where one turn of a session goes: its owner, unless waiting there costs
-more than re-reading the history elsewhere. Pure.
+clearly more than re-reading the history elsewhere. Pure.
 
 For each replica the router knows (router/replicas.py):
 - its wait for a slot: requests ahead of this one (what its /slots said, or
@@ -16,9 +16,14 @@ The re-read cost at another replica is the session's history it does not
 hold, at its prefill speed: (history - held there) / tokens per second; the
 history is what the last answer said, or this request's prompt (estimated
 from its text, `session.prompt_tokens`) when that is longer. The
-turn spills to the replica with the lowest wait + re-read, only when that is
-below the owner's wait; ties stay home. Both estimates are recorded with the
-decision (`Decision.header`, the access log, the metrics).
+turn spills to the replica with the lowest wait + re-read only when the
+owner's wait exceeds that by a clear margin: more than `SPILL_FACTOR` times
+it plus `SPILL_MARGIN_S`. A spill is paid for twice (the history read
+elsewhere now, and the turns the owner then lacks read there when the
+session comes back), and both estimates are rough (a mean request's
+seconds, the running one guessed half done), so a near thing stays home.
+Both estimates are recorded with the decision (`Decision.header`, the
+access log, the metrics).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from dataclasses import dataclass
 OWNER = "owner"
 RUNNING_LEFT = 0.5  # of a running request's mean duration, expected still to come
 SPILLED = "spilled"
+SPILL_FACTOR = 2.0  # the owner's wait must exceed twice the other's wait + re-read...
+SPILL_MARGIN_S = 1.0  # ...plus this, for a turn to leave its owner
 
 
 @dataclass(frozen=True)
@@ -88,12 +95,16 @@ def decide(
     states: Mapping[str, ReplicaState],
     held: Mapping[str, int],
     prompt_tokens: int = 0,
+    factor: float = SPILL_FACTOR,
+    margin_s: float = SPILL_MARGIN_S,
 ) -> Decision:
     """`order`: the session's rendezvous ranking (owner first); `states`: what
     is known of each replica; `held`: the session's tokens each replica holds;
     `prompt_tokens`: this request's prompt, estimated (a turn spilled from its
     owner is read there again when the session comes back, so a session the
-    router has not seen yet is not free to move either)."""
+    router has not seen yet is not free to move either); `factor` and
+    `margin_s`: how much longer the owner's wait must be than the cost
+    elsewhere (module docstring)."""
     owner = order[0]
     owner_state = states.get(owner)
     owner_wait = owner_state.wait_s if owner_state is not None else None
@@ -109,7 +120,7 @@ def decide(
         cost = state.wait_s + reread
         if best is None or cost < best[0]:
             best = (cost, name, state.wait_s, reread)
-    if owner_wait is None or best is None or not owner_wait > best[0]:
+    if owner_wait is None or best is None or not owner_wait > factor * best[0] + margin_s:
         return Decision(owner, owner, owner_wait,
                         None if best is None else best[3], None if best is None else best[2])
     return Decision(best[1], owner, owner_wait, best[3], best[2])

@@ -10,7 +10,8 @@ PREFIX = "localmodel_router_"
 
 
 class RouterMetrics:
-    def __init__(self, reads: Counter, sessions: Callable[[], int]) -> None:
+    def __init__(self, reads: Counter, sessions: Callable[[], int],
+                 owned: Callable[[], int] = lambda: 0) -> None:
         self.decisions = Counter(PREFIX + "decisions_total",
                                  "routing decisions of session turns: owner or spilled",
                                  ("decision",))
@@ -26,8 +27,11 @@ class RouterMetrics:
                                           "waited at their owner")
         self.sessions = Gauge(PREFIX + "sessions", "sessions whose cached tokens are remembered",
                               lambda: {(): float(sessions())})
+        self.owned = Gauge(PREFIX + "owned_sessions",
+                           "live sessions with a remembered owner (bounded loads)",
+                           lambda: {(): float(owned())})
         self.reads = reads
 
     def render(self) -> str:
         return render([self.decisions, self.requests, self.upstream_errors, self.spilled_reread,
-                       self.spilled_owner_wait, self.sessions, self.reads])
+                       self.spilled_owner_wait, self.sessions, self.owned, self.reads])

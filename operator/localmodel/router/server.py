@@ -6,7 +6,7 @@ A request's way (`Router.handle`): its body read within --max-body-bytes and
 the body timeout, parsed, bounded like the gateway bounds it
 (localmodel.gateway.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
-and the decision (router/session.py, router/decide.py); then relayed
+and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
 (router/proxy.py). The decision goes back in `X-LocalModel-Route`, in the
 access log (one JSON line per request) and in the metrics.
 """
@@ -35,6 +35,7 @@ from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import Decision, decide
 from localmodel.router.metrics import RouterMetrics
+from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import prompt_tokens, ranking, session_key
@@ -69,7 +70,9 @@ class Router:
         self.log = log or _stdout_line
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
-        self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book))
+        self.owners = Owners()
+        self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
+                                     lambda: len(self.owners))
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -104,6 +107,9 @@ class Router:
             timeout=aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout),
             auto_decompress=False,
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            # No cookies: one caller's answer must never set what another caller sends
+            # (and no jar to consult on every request).
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         self._poller = asyncio.create_task(self._poll_forever())
 
@@ -233,10 +239,13 @@ class Router:
         return found.route, json.dumps(body).encode()
 
     def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
+        """The session's owner (router/owners.py: bounded loads, remembered),
+        then its rendezvous ranking as the other candidates."""
         names = [r.name for r in route.replicas]
         if key is None:  # no session: anywhere, as a Service would
-            key = "r:" + secrets.token_hex(8)
-        order = ranking(f"{route.qualified}\0{key}", names)
+            order = ranking("r:" + secrets.token_hex(8), names)
+        else:
+            order = self.owners.order(route.qualified, key, names, self._clock())
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
         return decide(order, states, held, prompt)
