@@ -117,6 +117,7 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
 
 
 Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
+Admitted = tuple[list[LocalModel], list[ModelWork]]  # `policy.admitted`: admitted, refused
 Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
 
 
@@ -202,6 +203,9 @@ class KeptWork:
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
+    # The last `admitted`: the models section, policy, Secrets' labels, those
+    # admitted, those refused.
+    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
     last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
 
@@ -274,6 +278,22 @@ class KeptWork:
         if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
             on = self.nodes_changed or frozenset()
             self.claims_again = {k for k, _, node in self.chosen if node in on}
+
+    def admitted(self, obs: Observed, tenants: TenantPolicy, secrets: SecretLabels,
+                 admit: Callable[[Sequence[LocalModel] | None], Admitted]) -> Admitted:
+        """`policy.admitted` (`admit`: of these models, None: of all), kept while
+        the models, the policy and the Secrets' labels are the same: then only the
+        models it refused are asked again (their status may take the clock)."""
+        last = self.admits
+        if (last is not None and last[0] is obs.models and (last[1] is tenants or last[1] == tenants)
+                and last[2] == secrets):
+            ok, refused = admit(last[4])
+            if not ok:  # (`refusals` is pure: a refused model stays refused)
+                return last[3], refused
+        ok, refused = admit(None)
+        self.admits = (obs.models, tenants, dict(secrets), ok,
+                       tuple(w.model.model for w in refused if w.model.model is not None))
+        return ok, refused
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:

@@ -350,13 +350,15 @@ def with_memory(current: dict[str, list[str | None]], placed: Placed
 
 
 def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str,
-             check: Callable[..., Sequence[Any]] = refusals
+             check: Callable[..., Sequence[Any]] = refusals,
+             models: Iterable[LocalModel] | None = None,
              ) -> tuple[list[LocalModel], list[ModelWork]]:
-    """The models the admin's policy admits, and the status-only work of those it
-    refuses (Valid=False, RefusedByPolicy, each rule and field) or failed on."""
+    """The models (`models`, else every valid one) the admin's policy admits, and
+    the status-only work of those it refuses (Valid=False, RefusedByPolicy, each
+    rule and field) or failed on."""
     ok: list[LocalModel] = []
     refused: list[ModelWork] = []
-    for lm in obs.valid_models():
+    for lm in obs.valid_models() if models is None else models:
         mo = obs.models[lm.key]
         try:
             found = check(lm, tenants, secrets)
@@ -391,7 +393,9 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     kept.begin(obs)
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
-    models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now, kept.refusals)
+    tenants, secrets = tenants or TenantPolicy(), secrets or {}
+    models, refused = kept.admitted(obs, tenants, secrets, lambda some: admitted(
+        obs, tenants, secrets, now, kept.refusals, some))  # noqa: B023
     state = (desired or Desired()).state(
         models,
         list(obs.nodes.values()),
