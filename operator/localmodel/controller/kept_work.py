@@ -203,6 +203,7 @@ class KeptWork:
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
+    placements: dict[str, tuple[ModelResult, dict[int, str]]] = field(default_factory=dict)
     # The last `admitted`: the models section, policy, Secrets' labels, those
     # admitted, those refused.
     admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
@@ -234,32 +235,46 @@ class KeptWork:
         self.last = (inputs, now, clocked, plan)
         return plan
 
-    def work(self, result: ModelResult, uid: str, obs: Observed, now: str,
+    def held(self, result: ModelResult, uid: str, obs: Observed, now: str,
              published: Mapping[int, Published], policy: SpeedPolicy,
              images: tuple[str, tuple[str, ...]],  # the operator's image, pull secrets
-             compute: Callable[[], Worked], status_of: Callable[[Worked], Any]) -> Worked:
-        """The model's share: kept, or `compute`d (and kept unless it raised).
-        `status_of` gives the status of a share (to know whether it took `now`)."""
+             ) -> Worked | None:
+        """The model's kept share while all it read holds; else None (and it is
+        forgotten: `keep` what is worked out instead)."""
         key = result.model.key
         kept = self.by_model.get(key)
-        if (kept is not None and kept.result is result and kept.policy == policy
-                and kept.images == images and (kept.now == now or not kept.took_now)
-                and kept.published == published and (
+        if (kept is not None and kept.result is result
+                and (kept.policy is policy or kept.policy == policy)
+                and (kept.images is images or kept.images == images)
+                and (kept.now == now or not kept.took_now) and kept.published == published and (
                     # found to hold in the last pass: only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
                     and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
                     if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
             kept.seen = self.passes
             return kept.worked
-        self.by_model.pop(key, None)
-        read = reads(result, uid, obs)
-        worked = compute()
+        if kept is not None:
+            del self.by_model[key]
+        return None
+
+    def keep(self, result: ModelResult, uid: str, obs: Observed, now: str,
+             published: Mapping[int, Published], policy: SpeedPolicy,
+             images: tuple[str, tuple[str, ...]], worked: Worked) -> None:
+        """Keep the share `worked` out of `result` and what it read of `obs`."""
+        key = result.model.key
         nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
                            *(r.node for r in result.replicas)))
         self.by_model[key] = _Kept(result, published, policy, images, now,
-                                   took_now(result.model, status_of(worked)), read, worked,
-                                   self.passes, nodes)
-        return worked
+                                   took_now(result.model, worked[0].status),
+                                   reads(result, uid, obs), worked, self.passes, nodes)
+
+    def placement(self, result: ModelResult) -> dict[int, str]:
+        """Where `result` puts each replica (the same dict for the same result)."""
+        key = result.model.key
+        got = self.placements.get(key)
+        if got is None or got[0] is not result:
+            got = self.placements[key] = (result, {r.replica: r.node for r in result.replicas})
+        return got[1]
 
     def begin(self, obs: Observed) -> None:
         """A new pass on `obs`: which of its sections are not the last pass's."""
@@ -285,8 +300,8 @@ class KeptWork:
         the models, the policy and the Secrets' labels are the same: then only the
         models it refused are asked again (their status may take the clock)."""
         last = self.admits
-        if (last is not None and last[0] is obs.models and (last[1] is tenants or last[1] == tenants)
-                and last[2] == secrets):
+        if (last is not None and last[0] is obs.models
+                and (last[1] is tenants or last[1] == tenants) and last[2] == secrets):
             ok, refused = admit(last[4])
             if not ok:  # (`refusals` is pure: a refused model stays refused)
                 return last[3], refused
@@ -337,6 +352,8 @@ class KeptWork:
             del self.by_model[key]
         for key in [k for k in self.refused if k not in keys]:
             del self.refused[key]
+        for key in [k for k in self.placements if k not in keys]:
+            del self.placements[key]
         for chosen in [k for k in self.chosen if k[0] not in keys]:
             del self.chosen[chosen]
 
