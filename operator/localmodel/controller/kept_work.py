@@ -118,6 +118,7 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
 
 Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
 Admitted = tuple[list[LocalModel], list[ModelWork]]  # `policy.admitted`: admitted, refused
+Current = Mapping[str, Sequence[str | None]]  # model -> replica's node (None: not placed)
 Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
 
 
@@ -204,6 +205,8 @@ class KeptWork:
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
     placements: dict[str, tuple[ModelResult, dict[int, str]]] = field(default_factory=dict)
+    # The last `current`: its placements, the last placements it filled in from, its answer.
+    memory: tuple[Any, dict[str, Any], Mapping[str, Sequence[str | None]]] | None = None
     # The last `admitted`: the models section, policy, Secrets' labels, those
     # admitted, those refused.
     admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
@@ -268,6 +271,19 @@ class KeptWork:
                                    took_now(result.model, worked[0].status),
                                    reads(result, uid, obs), worked, self.passes, nodes)
 
+    def current(self, current: Current, placed: Mapping[str, Mapping[int, str]],
+                fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
+        """`policy.with_memory` (`fill`), the same object again while `current` is
+        the same and the last placements of its unplaced replicas' models are too."""
+        last = self.memory
+        if last is not None and last[0] is current and all(
+                (was := placed.get(k)) is then or was == then for k, then in last[1].items()):
+            return last[2]
+        out = fill(current, placed)
+        self.memory = (current, {k: placed.get(k) for k, nodes in current.items()
+                                 if None in nodes}, out)
+        return out
+
     def placement(self, result: ModelResult) -> dict[int, str]:
         """Where `result` puts each replica (the same dict for the same result)."""
         key = result.model.key
@@ -284,7 +300,9 @@ class KeptWork:
         self.nodes_changed = None
         if before is not None and "pods" not in self.changed:
             old, new = before.nodes, obs.nodes
-            self.nodes_changed = frozenset() if old is new else frozenset(
+            since = obs.nodes_since  # (`observe` read a few nodes again: those)
+            self.nodes_changed = frozenset() if old is new else since[1] if (
+                since is not None and since[0] is old) else frozenset(
                 n for n in old.keys() | new.keys() if old.get(n) is not new.get(n))
         self.to_read = tuple((i, read) for i, (sections, read) in enumerate(_READS)
                              if self.changed.intersection(sections)

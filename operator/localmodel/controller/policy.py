@@ -334,18 +334,18 @@ class Failures:
 Placed = Mapping[str, Mapping[int, str]]  # model -> replica -> node
 
 
-def with_memory(current: dict[str, list[str | None]], placed: Placed
-                ) -> dict[str, list[str | None]]:
+def with_memory(current: Mapping[str, Sequence[str | None]], placed: Placed
+                ) -> dict[str, tuple[str | None, ...]]:
     """Where replicas are: what the watches show, else where the last pass put
     them (its pods and status may not have reached the watches yet; without
     this, a pass right after a big one would plan those models afresh and
-    move them)."""
-    out = {key: list(nodes) for key, nodes in current.items()}
-    for key, nodes in out.items():
-        remembered = placed.get(key, {})
-        for replica, node in enumerate(nodes):
-            if node is None and replica in remembered:
-                nodes[replica] = remembered[replica]
+    move them). Tuples: the planner compares them with its own in C."""
+    out: dict[str, tuple[str | None, ...]] = {}
+    for key, nodes in current.items():
+        remembered = placed.get(key) if None in nodes else None
+        out[key] = tuple(nodes) if not remembered else tuple(
+            remembered.get(replica) if node is None else node
+            for replica, node in enumerate(nodes))
     return out
 
 
@@ -434,7 +434,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         models,
         list(obs.nodes.values()),
         now=now,
-        current=with_memory(current_placements(obs), placed),
+        current=kept.current(current_placements(obs), placed, with_memory),
         usage=obs.usage,
         ready=readiness(obs),
         options=options,
