@@ -193,8 +193,7 @@ class Planner:
         return result
 
     def _take_demands(self, given: tuple[ModelDemand, ...]) -> bool:
-        """Take this call's demands, in the planner's order; whether they are
-        the last call's."""
+        """Take this call's demands, in the planner's order; whether they are the last's."""
         if given == self._given:
             self._given = given  # (equal copies: compared by identity from now on)
             return True
