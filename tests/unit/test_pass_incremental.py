@@ -12,7 +12,8 @@ cordoned, added and removed; the pass's own creates, applies and deletes
 arriving (some of them); pods becoming Ready or Unschedulable, marked for
 deletion, their spec hash edited, or deleted by someone else; applied objects
 edited; claims bound to volumes or deleted; objects re-listed as equal copies;
-the clock moving or not. At every step the long-lived `Parsed`, `Desired` and
+the clock moving or not; the admin's policy refusing some models or none. At
+every step the long-lived `Parsed`, `Desired` and
 `KeptWork` give exactly what fresh ones give: the same `Observed` and plan."""
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from localmodel.controller.policy import plan_pass
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.status import status_body
+from localmodel.tenancy import TenantPolicy
 from tests.builders import MakeLocalModel, MakeNode
 
 SEQUENCES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -68,6 +70,8 @@ class World:
             "networkpolicies", "volumes")}
         self.rv = 0
         self.now = TIMES[0]
+        # The admin's policy: none, or one that refuses exclusive models outside "other".
+        self.tenants = TenantPolicy()
         for i in range(rnd.randint(2, 4)):
             self.node(f"n{i}")
         for i in range(rnd.randint(1, 4)):
@@ -119,7 +123,7 @@ class World:
 
     def event(self) -> None:
         rnd, store = self.rnd, self.store
-        what = rnd.randrange(14)
+        what = rnd.randrange(15)
         models, nodes, pods = store["localmodels"], store["nodes"], store["pods"]
         if what == 0:
             self.model(f"m{rnd.randint(0, 5)}")  # added, or edited (a new spec)
@@ -166,6 +170,8 @@ class World:
                 store["claims"].pop(rnd.choice(sorted(store["claims"])))
             else:
                 self.edit("claims", lambda meta: None, volume=f"pv-{rnd.randint(0, 2)}")
+        elif what == 14:  # the admin's policy changed (or was set again, an equal copy)
+            self.tenants = TenantPolicy(exclusive_namespaces=rnd.choice([("ns",), ("other",)]))
         # 13: nothing happened (a quiet pass)
 
     def edit(self, name: str, change: Any, volume: str | None = None) -> None:
@@ -210,8 +216,9 @@ def test_a_kept_pass_equals_a_fresh_pass_at_every_step(rnd: random.Random) -> No
         assert obs == fresh_obs, f"step {step}: observe"
         assert views(obs) == views(fresh_obs), f"step {step}: the views of observe"
         plan = plan_pass(obs, world.now, OPTIONS, placed=placed, avoid={}, desired=desired,
-                         kept=kept)
-        fresh = plan_pass(fresh_obs, world.now, OPTIONS, placed=fresh_placed, avoid={})
+                         kept=kept, tenants=world.tenants)
+        fresh = plan_pass(fresh_obs, world.now, OPTIONS, placed=fresh_placed, avoid={},
+                          tenants=world.tenants)
         assert plan == fresh, f"step {step}: plan_pass"
         placed, fresh_placed = plan.placed, fresh.placed
         world.write(fresh)
@@ -241,3 +248,29 @@ def test_a_quiet_pass_hands_back_the_last_observed_and_plan() -> None:
     assert relabelled is not obs and relabelled.nodes is not obs.nodes
     assert relabelled.pods is obs.pods and relabelled.models is obs.models
     assert relabelled == observe(world.snapshot())
+    # only that node's object was read again, and the `Observed` says which changed
+    assert relabelled.nodes_since == (obs.nodes, frozenset({body["metadata"]["name"]}))
+
+
+def test_the_admin_policy_verdicts_are_kept_only_while_models_and_policy_hold() -> None:
+    """The admitted models are kept while the models, the policy and the
+    Secrets' labels are the very same (only the refused ones asked again): over
+    the same `Observed`, a policy changed, set again as an equal copy, or the
+    clock moved gives what a fresh pass gives."""
+    world = World(random.Random(3))
+    for i in range(4):
+        world.model(f"m{i}", SPECS[i % 2])  # exclusive ones and shared ones
+    parsed, desired, kept = Parsed(), Desired(), KeptWork()
+    obs = observe(world.snapshot(), (), parsed)
+    placed: dict[str, dict[int, str]] = {}
+    refusing = TenantPolicy(exclusive_namespaces=("other",))  # exclusive models in "ns"
+    policies = [TenantPolicy(), refusing, refusing, TenantPolicy(exclusive_namespaces=("other",)),
+                TenantPolicy(exclusive_namespaces=("ns",)), refusing, TenantPolicy()]
+    for step, tenants in enumerate(policies):
+        now = TIMES[step % 2]
+        plan = plan_pass(obs, now, OPTIONS, placed=placed, avoid={}, desired=desired, kept=kept,
+                         tenants=tenants)
+        assert plan == plan_pass(obs, now, OPTIONS, placed=placed, avoid={},
+                                 tenants=tenants), f"step {step}"
+        assert (len(plan.placed) < len(obs.models)) == (tenants == refusing), f"step {step}"
+        placed = plan.placed

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,3 +136,36 @@ def test_a_settled_operator_writes_nothing_and_writes_back_what_someone_changed(
     asyncio.run(rec.reconcile_once())
     assert store.writes[made:].count(("create", "Pod")) == 1
     settled(store, rec)
+
+
+class LaggingStore(Store):
+    """The status writes are taken but the watch has not shown them yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses: list[str] = []  # each status written, as JSON
+
+    async def apply(self, manifest: Mapping[str, Any], subresource: str | None = None
+                    ) -> dict[str, Any]:
+        if subresource == "status":
+            self.statuses.append(json.dumps(manifest["status"], sort_keys=True))
+            return dict(manifest)
+        return await super().apply(manifest, subresource)
+
+
+def test_a_status_written_is_not_written_again_until_the_watch_shows_another() -> None:
+    """The reconciler remembers each status it wrote (by the stored version it
+    saw and a digest of the body): while the watch still shows that version,
+    the same status is not written again; once the stored object is another
+    version (someone changed it), the status is written again."""
+    store = LaggingStore()
+    store.put("nodes", MakeNode("n0").cpu_flags({"AVX2"}).registered().manifest())
+    store.put("localmodels", model("a"))
+    rec = reconciler(store)
+    for _ in range(5):
+        asyncio.run(rec.reconcile_once())
+    assert store.statuses and len(set(store.statuses)) == len(store.statuses), store.statuses
+    written = len(store.statuses)
+    store.put("localmodels", store.model("a"))  # a new version, the status still not shown
+    asyncio.run(rec.reconcile_once())
+    assert len(store.statuses) == written + 1 and store.statuses[-1] == store.statuses[-2]

@@ -4,7 +4,9 @@ metadata the operator reads, the spec (`localmodel.api.spec`) and the status
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +53,14 @@ class LocalModel(ApiModel):
     spec: LocalModelSpec
     status: LocalModelStatus | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """"namespace/name", worked out once per object (passes read it for every
+        model, several times): `model_copy` is the only way to another metadata."""
         return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+                   ) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("key", None)  # the copy's own metadata: its key again
+        return copied

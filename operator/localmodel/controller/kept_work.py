@@ -117,6 +117,8 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
 
 
 Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
+Admitted = tuple[list[LocalModel], list[ModelWork]]  # `policy.admitted`: admitted, refused
+Current = Mapping[str, Sequence[str | None]]  # model -> replica's node (None: not placed)
 Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
 
 
@@ -202,6 +204,12 @@ class KeptWork:
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
+    placements: dict[str, tuple[ModelResult, dict[int, str]]] = field(default_factory=dict)
+    # The last `current`: its placements, the last placements it filled in from, its answer.
+    memory: tuple[Any, dict[str, Any], Mapping[str, Sequence[str | None]]] | None = None
+    # The last `admitted`: the models section, policy, Secrets' labels, those
+    # admitted, those refused.
+    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
     last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
 
@@ -230,32 +238,59 @@ class KeptWork:
         self.last = (inputs, now, clocked, plan)
         return plan
 
-    def work(self, result: ModelResult, uid: str, obs: Observed, now: str,
+    def held(self, result: ModelResult, uid: str, obs: Observed, now: str,
              published: Mapping[int, Published], policy: SpeedPolicy,
              images: tuple[str, tuple[str, ...]],  # the operator's image, pull secrets
-             compute: Callable[[], Worked], status_of: Callable[[Worked], Any]) -> Worked:
-        """The model's share: kept, or `compute`d (and kept unless it raised).
-        `status_of` gives the status of a share (to know whether it took `now`)."""
+             ) -> Worked | None:
+        """The model's kept share while all it read holds; else None (and it is
+        forgotten: `keep` what is worked out instead)."""
         key = result.model.key
         kept = self.by_model.get(key)
-        if (kept is not None and kept.result is result and kept.policy == policy
-                and kept.images == images and (kept.now == now or not kept.took_now)
-                and kept.published == published and (
+        if (kept is not None and kept.result is result
+                and (kept.policy is policy or kept.policy == policy)
+                and (kept.images is images or kept.images == images)
+                and (kept.now == now or not kept.took_now) and kept.published == published and (
                     # found to hold in the last pass: only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
                     and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
                     if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
             kept.seen = self.passes
             return kept.worked
-        self.by_model.pop(key, None)
-        read = reads(result, uid, obs)
-        worked = compute()
+        if kept is not None:
+            del self.by_model[key]
+        return None
+
+    def keep(self, result: ModelResult, uid: str, obs: Observed, now: str,
+             published: Mapping[int, Published], policy: SpeedPolicy,
+             images: tuple[str, tuple[str, ...]], worked: Worked) -> None:
+        """Keep the share `worked` out of `result` and what it read of `obs`."""
+        key = result.model.key
         nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
                            *(r.node for r in result.replicas)))
         self.by_model[key] = _Kept(result, published, policy, images, now,
-                                   took_now(result.model, status_of(worked)), read, worked,
-                                   self.passes, nodes)
-        return worked
+                                   took_now(result.model, worked[0].status),
+                                   reads(result, uid, obs), worked, self.passes, nodes)
+
+    def current(self, current: Current, placed: Mapping[str, Mapping[int, str]],
+                fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
+        """`policy.with_memory` (`fill`), the same object again while `current` is
+        the same and the last placements of its unplaced replicas' models are too."""
+        last = self.memory
+        if last is not None and last[0] is current and all(
+                (was := placed.get(k)) is then or was == then for k, then in last[1].items()):
+            return last[2]
+        out = fill(current, placed)
+        self.memory = (current, {k: placed.get(k) for k, nodes in current.items()
+                                 if None in nodes}, out)
+        return out
+
+    def placement(self, result: ModelResult) -> dict[int, str]:
+        """Where `result` puts each replica (the same dict for the same result)."""
+        key = result.model.key
+        got = self.placements.get(key)
+        if got is None or got[0] is not result:
+            got = self.placements[key] = (result, {r.replica: r.node for r in result.replicas})
+        return got[1]
 
     def begin(self, obs: Observed) -> None:
         """A new pass on `obs`: which of its sections are not the last pass's."""
@@ -265,7 +300,9 @@ class KeptWork:
         self.nodes_changed = None
         if before is not None and "pods" not in self.changed:
             old, new = before.nodes, obs.nodes
-            self.nodes_changed = frozenset() if old is new else frozenset(
+            since = obs.nodes_since  # (`observe` read a few nodes again: those)
+            self.nodes_changed = frozenset() if old is new else since[1] if (
+                since is not None and since[0] is old) else frozenset(
                 n for n in old.keys() | new.keys() if old.get(n) is not new.get(n))
         self.to_read = tuple((i, read) for i, (sections, read) in enumerate(_READS)
                              if self.changed.intersection(sections)
@@ -274,6 +311,22 @@ class KeptWork:
         if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
             on = self.nodes_changed or frozenset()
             self.claims_again = {k for k, _, node in self.chosen if node in on}
+
+    def admitted(self, obs: Observed, tenants: TenantPolicy, secrets: SecretLabels,
+                 admit: Callable[[Sequence[LocalModel] | None], Admitted]) -> Admitted:
+        """`policy.admitted` (`admit`: of these models, None: of all), kept while
+        the models, the policy and the Secrets' labels are the same: then only the
+        models it refused are asked again (their status may take the clock)."""
+        last = self.admits
+        if (last is not None and last[0] is obs.models
+                and (last[1] is tenants or last[1] == tenants) and last[2] == secrets):
+            ok, refused = admit(last[4])
+            if not ok:  # (`refusals` is pure: a refused model stays refused)
+                return last[3], refused
+        ok, refused = admit(None)
+        self.admits = (obs.models, tenants, dict(secrets), ok,
+                       tuple(w.model.model for w in refused if w.model.model is not None))
+        return ok, refused
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:
@@ -317,6 +370,8 @@ class KeptWork:
             del self.by_model[key]
         for key in [k for k in self.refused if k not in keys]:
             del self.refused[key]
+        for key in [k for k in self.placements if k not in keys]:
+            del self.placements[key]
         for chosen in [k for k in self.chosen if k[0] not in keys]:
             del self.chosen[chosen]
 

@@ -11,7 +11,7 @@ with these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,10 +49,10 @@ class ModelObject:
     error: str  # empty when `model` parsed
     status: LocalModelStatus | None  # what is stored (None if absent or unreadable)
     resource_version: str = ""
+    key: str = field(init=False, repr=False, compare=False)  # "namespace/name"
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress
+from operator import is_not
 from typing import Any, TypeVar, cast
 
 from localmodel.api import LocalModel
@@ -97,6 +99,10 @@ class Observed:
         default=None, repr=False, compare=False)
     _ready: dict[str, dict[int, bool]] | None = field(default=None, repr=False, compare=False)
     _stuck: list[StuckPod] | None = field(default=None, repr=False, compare=False)
+    # (the nodes of an earlier `Observed`, the names whose facts differ from
+    # them): what `observe` found replacing a few nodes' objects, if it did.
+    nodes_since: tuple[dict[str, NodeFacts], frozenset[str]] | None = field(
+        default=None, repr=False, compare=False)
 
     def pods_of(self, model: str) -> list[OwnedPod]:
         if self._pods_by_model is None:
@@ -148,6 +154,9 @@ class Parsed:
     # section -> (what it read: the objects and the settings, what it made)
     sections: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
     last: Observed | None = None
+    # (nodes before, nodes after, the names that changed) of the last reading of
+    # a few nodes' new objects (`_nodes_again`)
+    nodes_since: tuple[Any, Any, frozenset[str]] | None = None
 
     def each(self, kind: str, bodies: Sequence[Raw], read: Callable[[Raw], T]) -> list[T]:
         """`read` of each object, kept from the last call for the same objects."""
@@ -227,6 +236,9 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     if last is not None and ("nodes" in same or last.nodes.keys() == nodes.keys()):
         same.add("node names")
     obs = Observed(models, nodes, bad, pods, claims, objects, volumes, usage, classes)
+    if last is not None and memo.nodes_since is not None and memo.nodes_since[1] is nodes:
+        obs.nodes_since = (last.nodes, memo.nodes_since[2]) if memo.nodes_since[0] is (
+            last.nodes) else None
     if last is not None:
         for view, reads in _VIEWS.items():
             if reads <= same:
@@ -256,9 +268,52 @@ def _node_reading(body: Raw, memo: Parsed) -> tuple[str, Version | None, NodeFac
             _node_facts(body) if facts is None else facts)
 
 
+def _nodes_again(bodies: Sequence[Raw], memo: Parsed
+                 ) -> tuple[dict[str, NodeFacts], dict[str, str]] | None:
+    """The last nodes section with the few objects that are not the same ones
+    read again (a watch's index replaced them in place); None unless that is
+    all that changed, each under the same name, still good or still bad."""
+    kept = memo.sections.get("nodes")
+    if kept is None or len(kept[0][0]) != len(bodies):
+        return None
+    before: list[Raw] = kept[0][0]
+    old_nodes, old_bad = kept[1]
+    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
+    read = memo.read.get("nodes", {})
+    if len(moved) > 64 or len(old_nodes) + len(old_bad) != len(bodies):  # (no name twice)
+        return None
+    again = []
+    for i in moved:
+        old = read.get(id(before[i]))
+        if old is None or old[0] is not before[i]:
+            return None
+        name, version, facts = reading = _node_reading(bodies[i], memo)
+        if (name, isinstance(facts, str)) != (old[1][0], isinstance(old[1][2], str)) or any(
+                not isinstance(f, str) and f.name != name for f in (facts, old[1][2])):
+            return None
+        again.append((before[i], bodies[i], old[1][1], reading))
+    nodes, bad = dict(old_nodes), dict(old_bad)
+    for was, body, old_version, (name, version, facts) in again:
+        del read[id(was)]
+        read[id(body)] = (body, (name, version, facts))
+        memo.nodes.pop(old_version, None)
+        if version:
+            memo.nodes[version] = facts
+        if isinstance(facts, str):
+            bad[name] = facts
+        else:
+            nodes[name] = facts
+    memo.nodes_since = (old_nodes, nodes, frozenset(
+        name for _, _, _, (name, _, facts) in again if old_nodes.get(name) is not facts))
+    return nodes, bad
+
+
 def _observe_nodes(bodies: Sequence[Raw], memo: Parsed
                    ) -> tuple[dict[str, NodeFacts], dict[str, str]]:
     """Every Node's facts (or why it has none), each stored version read once."""
+    memo.nodes_since = None
+    if (quick := _nodes_again(bodies, memo)) is not None:
+        return quick
     nodes: dict[str, NodeFacts] = {}
     bad: dict[str, str] = {}
     readings = memo.each("nodes", bodies, partial(_node_reading, memo=memo))

@@ -45,7 +45,7 @@ from localmodel.controller.observed import (
     readiness,
 )
 from localmodel.controller.speed import SpeedTarget
-from localmodel.desired import failure_text
+from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
 from localmodel.incremental import Desired
@@ -334,29 +334,31 @@ class Failures:
 Placed = Mapping[str, Mapping[int, str]]  # model -> replica -> node
 
 
-def with_memory(current: dict[str, list[str | None]], placed: Placed
-                ) -> dict[str, list[str | None]]:
+def with_memory(current: Mapping[str, Sequence[str | None]], placed: Placed
+                ) -> dict[str, tuple[str | None, ...]]:
     """Where replicas are: what the watches show, else where the last pass put
     them (its pods and status may not have reached the watches yet; without
     this, a pass right after a big one would plan those models afresh and
-    move them)."""
-    out = {key: list(nodes) for key, nodes in current.items()}
-    for key, nodes in out.items():
-        remembered = placed.get(key, {})
-        for replica, node in enumerate(nodes):
-            if node is None and replica in remembered:
-                nodes[replica] = remembered[replica]
+    move them). Tuples: the planner compares them with its own in C."""
+    out: dict[str, tuple[str | None, ...]] = {}
+    for key, nodes in current.items():
+        remembered = placed.get(key) if None in nodes else None
+        out[key] = tuple(nodes) if not remembered else tuple(
+            remembered.get(replica) if node is None else node
+            for replica, node in enumerate(nodes))
     return out
 
 
 def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: str,
-             check: Callable[..., Sequence[Any]] = refusals
+             check: Callable[..., Sequence[Any]] = refusals,
+             models: Iterable[LocalModel] | None = None,
              ) -> tuple[list[LocalModel], list[ModelWork]]:
-    """The models the admin's policy admits, and the status-only work of those it
-    refuses (Valid=False, RefusedByPolicy, each rule and field) or failed on."""
+    """The models (`models`, else every valid one) the admin's policy admits, and
+    the status-only work of those it refuses (Valid=False, RefusedByPolicy, each
+    rule and field) or failed on."""
     ok: list[LocalModel] = []
     refused: list[ModelWork] = []
-    for lm in obs.valid_models():
+    for lm in obs.valid_models() if models is None else models:
         mo = obs.models[lm.key]
         try:
             found = check(lm, tenants, secrets)
@@ -371,6 +373,40 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
         refused.append(ModelWork(mo, ModelChanges(), invalid_status(mo.generation, format_errors(
             [r.error() for r in found]), mo.status, now, Reason.REFUSED_BY_POLICY)))
     return ok, refused
+
+
+def _models_work(results: Sequence[ModelResult], work: list[ModelWork], obs: Observed,
+                 now: str, options: RenderOptions,
+                 speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
+                 kept: KeptWork) -> tuple[list[ModelWork], list[SpeedTarget]]:
+    """Each valid model's share (`work` extended): kept while what it read holds
+    (`KeptWork.held`), else worked out (`model_work`) and kept."""
+    targets: list[SpeedTarget] = []
+    images = (options.operator_image, options.image_pull_secrets)
+    models, held = obs.models, kept.held
+    none: Mapping[int, Published] = {}
+    for result in results:
+        key = result.model.key
+        mo = models[key]
+        if result.problems or result.failure:  # an invalid or failed one: its status only
+            work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
+            continue
+        published = speeds.get(key, none)
+        try:
+            worked = held(result, mo.uid, obs, now, published, policy, images)
+            if worked is None:
+                worked = model_work(result, mo, obs, now, published, policy, *images)
+                kept.keep(result, mo.uid, obs, now, published, policy, images, worked)
+        except Exception as exc:  # one model's failure is that model's (not kept)
+            kept.by_model.pop(key, None)
+            failure = failure_text("changes or status", exc)
+            work.append(ModelWork(mo, ModelChanges(), failed_status(
+                mo.generation, failure, mo.status, now), failure))
+            continue
+        work.append(worked[0])
+        if worked[1]:
+            targets += worked[1]
+    return work, targets
 
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
@@ -391,12 +427,14 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     kept.begin(obs)
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
-    models, refused = admitted(obs, tenants or TenantPolicy(), secrets or {}, now, kept.refusals)
+    tenants, secrets = tenants or TenantPolicy(), secrets or {}
+    models, refused = kept.admitted(obs, tenants, secrets, lambda some: admitted(
+        obs, tenants, secrets, now, kept.refusals, some))
     state = (desired or Desired()).state(
         models,
         list(obs.nodes.values()),
         now=now,
-        current=with_memory(current_placements(obs), placed),
+        current=kept.current(current_placements(obs), placed, with_memory),
         usage=obs.usage,
         ready=readiness(obs),
         options=options,
@@ -404,32 +442,12 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
         claims_again=kept.claims_again,
     )
-    work: list[ModelWork] = refused
-    targets: list[SpeedTarget] = []
-    for result in state.models:
-        mo = obs.models[result.model.key]
-        if result.problems or result.failure:  # an invalid or failed one: its status only
-            work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
-            continue
-        published = speeds.get(result.model.key, {})
-        try:
-            one, found = kept.work(
-                result, mo.uid, obs, now, published, policy,
-                (options.operator_image, options.image_pull_secrets),
-                lambda: model_work(result, mo, obs, now, published, policy,  # noqa: B023
-                                   options.operator_image, options.image_pull_secrets),
-                lambda worked: worked[0].status)
-        except Exception as exc:  # one model's failure is that model's
-            failure = failure_text("changes or status", exc)
-            one, found = ModelWork(mo, ModelChanges(), failed_status(
-                mo.generation, failure, mo.status, now), failure), []
-        work.append(one)
-        targets += found
+    work, targets = _models_work(state.models, refused, obs, now, options, speeds, policy, kept)
     kept.keep_only({r.model.key for r in state.models})
     work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
              for mo in obs.models.values() if mo.model is None]
     # A failed model keeps where it was (its pods are left as they are).
-    placements = {r.model.key: ({rep.replica: rep.node for rep in r.replicas}
-                                if not r.failure else dict(placed.get(r.model.key, {})))
+    placements = {r.model.key: (kept.placement(r) if not r.failure
+                                else dict(placed.get(r.model.key, {})))
                   for r in state.models}
     return kept.remember(inputs, now, PassPlan(work, placements, tuple(targets)))

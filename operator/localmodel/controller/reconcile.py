@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import time
@@ -132,7 +133,7 @@ class Reconciler:
         self.avoid: dict[str, dict[str, float]] = {}
         self._reported_stuck: dict[str, str] = {}  # pod -> message already reported
         self._expected = Expectations()  # writes the watches have not shown yet
-        self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body)
+        self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body's)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
         self._failed_models: dict[str, str] = {}  # model -> the failure its Event told
         self._render_options = RenderOptions(
@@ -354,7 +355,8 @@ class Reconciler:
             await self._event(mo, event, now)
         if not status_changed(mo.status, status):
             return bool(events)
-        body = json.dumps(status_body(status), sort_keys=True)
+        # (a digest of the body, not the body: one per model is kept)
+        body = hashlib.sha256(json.dumps(status_body(status), sort_keys=True).encode()).hexdigest()
         # Written already, and the watch has not shown it yet: not again.
         if self._written_status.get(mo.key) != (
             mo.resource_version, body

@@ -193,9 +193,9 @@ class Planner:
         return result
 
     def _take_demands(self, given: tuple[ModelDemand, ...]) -> bool:
-        """Take this call's demands, in the planner's order; whether they are
-        the last call's."""
+        """Take this call's demands, in the planner's order; whether they are the last's."""
         if given == self._given:
+            self._given = given  # (equal copies: compared by identity from now on)
             return True
         order = sorted(given, key=_order)
         if len({d.key for d in order}) != len(order):
