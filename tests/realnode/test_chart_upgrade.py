@@ -71,12 +71,14 @@ def previous(journey: Journey) -> Iterator[None]:
     values = json.loads(helm(journey, "get", "values", RELEASE, "-o", "json"))
     own = list(values.get("extraArgs") or [])
     # Nor does 0.1.0's ClusterRole grant what this image watches since (each
-    # model's NetworkPolicy): granted beside it while 0.1.0 runs.
+    # model's NetworkPolicy, the StorageClasses): granted beside it while 0.1.0 runs.
     api = journey.cluster.api()
     api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
         "metadata": {"name": NEWER_IMAGE_RBAC},
         "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-                   "verbs": ["list", "watch", "create", "patch", "delete"]}]})
+                   "verbs": ["list", "watch", "create", "patch", "delete"]},
+                  {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
+                   "verbs": ["list", "watch"]}]})
     api.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
         "metadata": {"name": NEWER_IMAGE_RBAC},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
