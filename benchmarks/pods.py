@@ -159,18 +159,39 @@ def local_model(url: str, sha256: str, node: str) -> dict[str, Any]:
     }
 
 
-def rendered(cluster: TestCluster, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]],
-                                                                      dict[str, Any], list[str]]:
+def rendered(cluster: TestCluster, manifest: dict[str, Any],
+             timeout: float = 120.0) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
     """The operator's objects for the model on the real node: (claims, pod, the
-    decisions' one-line story)."""
+    decisions' one-line story). The node is read again until the planner places
+    the model on it (a node that has just come up may still carry a taint or
+    lack the allocatable the model asks for), for up to `timeout` seconds;
+    then the planner's reason ends the run."""
     assert cluster.real_node is not None
-    node = cluster.api().get(f"/api/v1/nodes/{cluster.real_node.name}")
     lm = parse_local_model(manifest)
-    state = desired_state([lm], [from_node(node)], now="2026-12-01T00:00:00Z",
-                          options=RenderOptions(operator_image=cluster.real_node.images.operator,
-                                                 # the harness's model server: plain http
-                                                 allow_http_downloads=True))
-    result = state.models[0]
+    options = RenderOptions(operator_image=cluster.real_node.images.operator,
+                            # the harness's model server: plain http
+                            allow_http_downloads=True)
+    said: list[str] = []
+
+    def placed() -> Any:
+        assert cluster.real_node is not None
+        node = cluster.api().get(f"/api/v1/nodes/{cluster.real_node.name}")
+        result = desired_state([lm], [from_node(node)], now="2026-12-01T00:00:00Z",
+                               options=options).models[0]
+        if result.replicas and not result.unplaced and not result.problems:
+            return result
+        why = "; ".join([str(p) for p in result.problems]
+                        + [f"{u.reason}: {u.message}" for u in result.unplaced]) or "no replica"
+        if not said or said[-1] != why:
+            print(f"   not placed on {node['metadata']['name']} yet: {why}", flush=True)
+            said.append(why)
+        return None
+
+    try:
+        result = wait_for("the model placed on the real node", placed, timeout, interval=2.0)
+    except AssertionError as e:
+        raise SystemExit(f"pods.py: the planner did not place the model on the real node "
+                         f"within {timeout:.0f} s: {said[-1] if said else e}") from e
     objects = [copy.deepcopy(o) for o in result.objects]
     for o in objects:  # no LocalModel object exists: nothing owns them
         o["metadata"].pop("ownerReferences", None)
