@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec, LocalModelStatus
+from localmodel.api.parse import DECISIONS
 from localmodel.catalog import ModelShape, lookup
 from localmodel.contract import LABEL_REPLICA
 from localmodel.errors import FieldError, format_errors
@@ -200,8 +201,8 @@ def tuning_view(t: Tuning) -> tuple[dict[str, str], list[DecisionStatus]]:
         | {f"modelfile.{k}": v for k, v in sorted(t.modelfile.items())}
         | ({"args": shlex.join(t.args)} if t.args else {})
     )
-    decisions = [
-        DecisionStatus(rule=d.rule, effect=d.effect, reason=d.reason, source=d.source)
+    decisions = [  # the very objects stored statuses hold (`api.parse.DECISIONS`)
+        DECISIONS.of({"rule": d.rule, "effect": d.effect, "reason": d.reason, "source": d.source})
         for d in t.decisions
     ]
     return settings, decisions

@@ -27,6 +27,7 @@ from localmodel.api import (
     PlacementStatus,
     SpeedStatus,
 )
+from localmodel.api.parse import CONDITIONS
 from localmodel.facts.quantity import format_bytes
 from localmodel.speed import Published, SpeedPolicy, ratio_of
 
@@ -121,7 +122,7 @@ _STATUS_OF = {None: ConditionStatus.UNKNOWN, True: ConditionStatus.TRUE,
               False: ConditionStatus.FALSE}
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # (the same arguments again: no key to work out)
 def _condition(
     type_: str,
     status: ConditionStatus,
@@ -130,17 +131,15 @@ def _condition(
     reason: str,
     message: str,
 ) -> Condition:
-    """One `Condition` per distinct value (a model is frozen, so statuses may
-    share one): a pass makes thousands that read the same ("spec accepted", the
-    Ready count), and each made anew is validated anew."""
-    return Condition(
-        type=type_,
-        status=status,
-        observed_generation=generation,
-        last_transition_time=since,
-        reason=reason,
-        message=message,
-    )
+    """One `Condition` per distinct value while in use (`api.parse.CONDITIONS`;
+    a model is frozen, so statuses may share one): a pass makes thousands that
+    read the same ("spec accepted", the Ready count), each made anew would be
+    validated anew, and a settled model's stored status holds the same one."""
+    raw: dict[str, Any] = {"type": type_, "status": status.value}
+    if generation is not None:  # as a written status has it (`status_body`: no nulls)
+        raw["observedGeneration"] = generation
+    raw |= {"lastTransitionTime": since, "reason": reason, "message": message}
+    return CONDITIONS.of(raw)
 
 
 def took_now(lm: LocalModel, status: LocalModelStatus) -> bool:
@@ -177,7 +176,7 @@ def build_status(
         observed_generation=lm.metadata.generation,
         conditions=_with_health(conditions, lm.metadata.generation, lm.status, now),
         placements=[
-            PlacementStatus(
+            _as_stored(lm.status, PlacementStatus(
                 replica=r.replica,
                 node=r.node,
                 pod=r.pod,
@@ -187,7 +186,7 @@ def build_status(
                 settings=dict(r.settings),
                 decisions=list(r.decisions),
                 reason=_stable_reason(lm, r),
-            )
+            ))
             for r in replicas
         ],
         replicas=len(replicas),
@@ -197,6 +196,16 @@ def build_status(
         nodes=",".join(r.node for r in replicas),
         endpoint=endpoint if not invalid else "",
     )
+
+
+def _as_stored(stored: LocalModelStatus | None, placement: PlacementStatus) -> PlacementStatus:
+    """The stored status's own placement when it says the same (a settled
+    model's status and the stored one then hold one object, not two)."""
+    if stored is not None:
+        for p in stored.placements:
+            if p.replica == placement.replica and p == placement:
+                return p
+    return placement
 
 
 def _invalid_conditions(lm: LocalModel, invalid: str, now: str) -> list[Condition]:
@@ -281,10 +290,8 @@ def invalid_status(lm_meta_generation: int | None, message: str, previous: Local
         old = {c.type: c for c in (previous.conditions if previous else [])}.get(type_.value)
         since = (old.last_transition_time
                  if old and old.status == ConditionStatus.FALSE else now)
-        return Condition(
-            type=type_.value, status=ConditionStatus.FALSE, observed_generation=lm_meta_generation,
-            last_transition_time=since, reason=reason.value, message=msg,
-        )
+        return _condition(type_.value, ConditionStatus.FALSE, lm_meta_generation, since,
+                          reason.value, msg)
 
     status = LocalModelStatus(
         observed_generation=lm_meta_generation,
@@ -309,14 +316,12 @@ def failed_status(generation: int | None, failure: str, previous: LocalModelStat
     old = {c.type: c for c in (previous.conditions if previous else [])}
     was = old.get(ConditionType.READY.value)
     same = was is not None and was.status == ConditionStatus.FALSE
-    ready = Condition(
-        type=ConditionType.READY.value, status=ConditionStatus.FALSE,
-        observed_generation=generation,
-        last_transition_time=was.last_transition_time if same and was else now,
-        reason=Reason.RECONCILE_FAILED.value,
-        message=f"the operator failed on this model ({failure[:600]}); its objects are "
-                "left as they are, the other models are not affected, and it is worked "
-                "out again on the next passes",
+    ready = _condition(
+        ConditionType.READY.value, ConditionStatus.FALSE, generation,
+        was.last_transition_time if same and was else now, Reason.RECONCILE_FAILED.value,
+        f"the operator failed on this model ({failure[:600]}); its objects are left as "
+        "they are, the other models are not affected, and it is worked out again on the "
+        "next passes",
     )
     kept = [c for c in (previous.conditions if previous else [])
             if c.type != ConditionType.READY.value]
@@ -386,9 +391,7 @@ def _true(type_: ConditionType, reason: str, message: str, generation: int | Non
     """A True condition whose lastTransitionTime holds while it stays True."""
     old = {c.type: c for c in (previous.conditions if previous else [])}.get(type_.value)
     since = old.last_transition_time if old and old.status == ConditionStatus.TRUE else now
-    return Condition(type=type_.value, status=ConditionStatus.TRUE,
-                     observed_generation=generation, last_transition_time=since,
-                     reason=reason, message=message)
+    return _condition(type_.value, ConditionStatus.TRUE, generation, since, reason, message)
 
 
 def _tps(value: float | None) -> float | None:
@@ -458,4 +461,4 @@ def status_body(status: LocalModelStatus) -> dict[str, Any]:
 
 def status_changed(old: LocalModelStatus | None, new: LocalModelStatus) -> bool:
     """Whether a status write is needed: never when nothing changed (quiet at rest)."""
-    return old is None or status_body(old) != status_body(new)
+    return old is not new and (old is None or status_body(old) != status_body(new))

@@ -169,3 +169,25 @@ def test_a_status_written_is_not_written_again_until_the_watch_shows_another() -
     store.put("localmodels", store.model("a"))  # a new version, the status still not shown
     asyncio.run(rec.reconcile_once())
     assert len(store.statuses) == written + 1 and store.statuses[-1] == store.statuses[-2]
+
+
+def test_a_settled_models_work_holds_its_stored_status_not_a_copy() -> None:
+    """Memory at 5 000 models (issue 33): once the stored status says what the
+    operator works out, the pass keeps the stored objects, not equal copies."""
+    from localmodel.controller.observed import Parsed, observe
+    from localmodel.controller.policy import plan_pass
+    from localmodel.incremental import Desired
+    from localmodel.status import status_changed
+
+    store = Store()
+    store.put("nodes", MakeNode("n0").cpu_flags({"AVX2"}).registered().manifest())
+    store.put("localmodels", model("a"))
+    rec = reconciler(store)
+    settled(store, rec)
+    obs = observe(rec.snapshot(), (), Parsed())
+    plan = plan_pass(obs, "2026-01-01T00:00:00Z", rec._render_options, placed={}, avoid={},
+                     desired=Desired())
+    [work] = plan.work
+    assert work.model.status is not None and work.status is work.model.status
+    assert not status_changed(work.model.status, work.status)
+    assert work.model.model is not None and work.model.model.status is work.model.status

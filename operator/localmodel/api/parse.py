@@ -15,10 +15,31 @@ from typing import Any
 from pydantic import ValidationError
 
 from localmodel.api.localmodel import LocalModel
-from localmodel.api.spec import PATTERN_WORDS
+from localmodel.api.shared import Shared
+from localmodel.api.spec import (
+    GGUF,
+    PATTERN_WORDS,
+    EngineSpec,
+    Gateway,
+    ModelInfo,
+    Placement,
+    Storage,
+)
+from localmodel.api.status import Condition, DecisionStatus, LocalModelStatus
 from localmodel.errors import FieldError, InvalidObject, join_path
 
-__all__ = ["from_validation_error", "object_name", "parse_local_model"]
+__all__ = ["CONDITIONS", "DECISIONS", "from_validation_error", "object_name",
+           "parse_local_model", "parse_status"]
+
+# Parts that repeat across models, each validated once while in use
+# (`shared.py`); none reads its parent or a validation context.
+_SPEC_PARTS: dict[str, Shared[Any]] = {
+    "engine": Shared(EngineSpec), "placement": Shared(Placement), "storage": Shared(Storage),
+    "gateway": Shared(Gateway), "gguf": Shared(GGUF), "modelInfo": Shared(ModelInfo)}
+# A status's conditions and rule texts: the same in many models, and the same
+# objects in a model's stored status and the one the operator works out for it.
+CONDITIONS: Shared[Condition] = Shared(Condition)
+DECISIONS: Shared[DecisionStatus] = Shared(DecisionStatus)
 
 
 # pydantic names union branches and validator wrappers in `loc`; a user never wrote them.
@@ -103,7 +124,7 @@ def _meta_without_nulls(meta: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _without_nulls(body: Mapping[str, Any]) -> Mapping[str, Any]:
+def _without_nulls(body: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in body.items() if v is not None}
     if isinstance(out.get("spec"), Mapping):
         out["spec"] = _drop_nulls(out["spec"])
@@ -112,12 +133,13 @@ def _without_nulls(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
-def parse_local_model(body: object) -> LocalModel:
+def parse_local_model(body: object, status: LocalModelStatus | None = None) -> LocalModel:
     """A LocalModel from a manifest or an API server object, or InvalidObject.
 
     Accepts whatever YAML or JSON decoding produced; raises `InvalidObject`
     (never a TypeError, RecursionError or pydantic error) listing every field
     that is wrong, and the semantic checks that need the whole spec.
+    `status`: one already parsed (`parse_status`), held as it is.
     """
     name = object_name(body)
     if not isinstance(body, Mapping):
@@ -127,8 +149,16 @@ def parse_local_model(body: object) -> LocalModel:
             kind="LocalModel",
             name=name,
         )
+    data = _without_nulls(body)
+    spec = data.get("spec")
+    if isinstance(spec, dict):
+        for field, parts in _SPEC_PARTS.items():
+            if field in spec:
+                spec[field] = parts.part(spec[field])
+    if status is not None:
+        data["status"] = status
     try:
-        return LocalModel.model_validate(_without_nulls(body))
+        return LocalModel.model_validate(data)
     except ValidationError as e:
         raise InvalidObject(from_validation_error(e), kind="LocalModel", name=name) from None
     except FieldError as e:  # a rule that ran outside pydantic's wrapping
@@ -137,3 +167,26 @@ def parse_local_model(body: object) -> LocalModel:
         raise InvalidObject(
             [FieldError("", "nested too deeply")], kind="LocalModel", name=name
         ) from None
+
+
+def parse_status(raw: Mapping[str, Any]) -> LocalModelStatus:
+    """A stored status, tolerantly (fields others wrote are ignored); raises
+    `ValidationError`. Its conditions and each placement's decisions are the
+    shared ones (`CONDITIONS`, `DECISIONS`)."""
+    data = dict(raw)
+    conditions = data.get("conditions")
+    if isinstance(conditions, list | tuple):
+        data["conditions"] = [CONDITIONS.part(c) for c in conditions]
+    placements = data.get("placements")
+    if isinstance(placements, list | tuple):
+        data["placements"] = [_with_shared_decisions(p) for p in placements]
+    return LocalModelStatus.model_validate(data)
+
+
+def _with_shared_decisions(placement: object) -> object:
+    if not isinstance(placement, Mapping):
+        return placement
+    decisions = placement.get("decisions")
+    if not isinstance(decisions, list | tuple):
+        return placement
+    return {**placement, "decisions": [DECISIONS.part(d) for d in decisions]}

@@ -113,6 +113,8 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
     status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
                                  for replica, p in published.items()},
                         policy, result.model, now)
+    if status == mo.status:  # settled: the stored status itself, not a second copy of it
+        status = mo.status
     return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, LocalModelStatus, parse_local_model
+from localmodel.api.parse import parse_status
 from localmodel.contract import (
     ANNOTATION_APPLIED_HASH,
     ANNOTATION_NODE,
@@ -165,17 +166,15 @@ def parse_model(body: Raw) -> ModelObject:
     raw_status = body.get("status")
     if isinstance(raw_status, Mapping) and raw_status:
         try:
-            status = LocalModelStatus.model_validate(raw_status)
+            status = parse_status(raw_status)
         except ValidationError:
             status = None
     without_status = {k: v for k, v in body.items() if k != "status"}
     try:
-        model = parse_local_model(without_status)
+        model = parse_local_model(without_status, status)
     except InvalidObject as exc:
         return ModelObject(namespace, name, uid, generation, None, format_errors(exc.errors),
                            status, rv)
-    if status is not None:
-        model = model.model_copy(update={"status": status})
     return ModelObject(namespace, name, uid, generation, model, "", status, rv)
 
 
