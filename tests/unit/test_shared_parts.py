@@ -114,3 +114,13 @@ def test_frozen_tells_json_scalars_apart_and_ignores_key_order() -> None:
     for bad in ({1: "int key"}, {"a": object()}, {"a": {"b": set()}}):
         with pytest.raises(ValueError):
             frozen(bad)
+
+
+def test_parts_left_out_are_one_default_object() -> None:
+    a, b = MODEL.named("a").obj(), MODEL.named("b").obj()  # no gateway, storage, ...
+    assert a.spec.gateway is b.spec.gateway and a.spec.gateway == Gateway()
+    assert a.spec.storage is b.spec.storage and a.spec.placement is b.spec.placement
+    assert a.spec.engine is b.spec.engine
+    written = MODEL.named("c").spec(gateway={"maxQueue": 3}).obj()
+    assert written.spec.gateway.network_policy is a.spec.gateway.network_policy
+    assert "gateway" not in a.spec.model_fields_set  # still a default, not written

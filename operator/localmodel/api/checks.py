@@ -346,6 +346,24 @@ class ApiModel(BaseModel):
     )
 
 
+_M = TypeVar("_M")
+
+
+def one_default(cls: Callable[[], _M]) -> Callable[[], _M]:
+    """A `default_factory` that gives every object leaving the part out one
+    instance (API models are frozen): at 5 000 models, each its own default
+    `Gateway`, `Storage`, `Placement` and `EngineSpec` held memory for nothing
+    (docs/benchmarks.md, issue 33)."""
+    made: list[_M] = []
+
+    def default() -> _M:
+        if not made:
+            made.append(cls())
+        return made[0]
+
+    return default
+
+
 @dataclass(frozen=True)
 class CrossFieldRule:
     """One validation rule, enforced by the API server (CEL) and by Python alike."""

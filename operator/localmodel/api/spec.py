@@ -26,6 +26,7 @@ from localmodel.api.checks import (
     Number,
     QuantityRange,
     enforce,
+    one_default,
 )
 from localmodel.api.engine import (
     DEFAULT,
@@ -385,7 +386,8 @@ class Gateway(ApiModel):
     )
     auth: GatewayAuth | None = Field(None, description="API keys; absent: none asked.")
     network_policy: NetworkPolicySpec = Field(
-        default_factory=NetworkPolicySpec, description="Who may reach the model's pods."
+        default_factory=one_default(NetworkPolicySpec),
+        description="Who may reach the model's pods.",
     )
 
     @model_validator(mode="after")
@@ -414,7 +416,9 @@ class LocalModelSpec(ApiModel):
         min_length=1,
         max_length=200,
     )
-    engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine.")
+    engine: EngineSpec = Field(
+        default_factory=one_default(EngineSpec), description="Inference engine."
+    )
     gguf: GGUF | None = Field(
         None,
         description="The model's GGUF file, downloaded once onto the weights volume and "
@@ -472,9 +476,13 @@ class LocalModelSpec(ApiModel):
         None,
         description="Size and architecture, for models the built-in catalog does not know.",
     )
-    placement: Placement = Field(default_factory=Placement, description="Placement policy.")
-    storage: Storage = Field(default_factory=Storage, description="Weights volume.")
-    gateway: Gateway = Field(default_factory=Gateway, description="Slot gate sidecar.")
+    placement: Placement = Field(
+        default_factory=one_default(Placement), description="Placement policy."
+    )
+    storage: Storage = Field(default_factory=one_default(Storage), description="Weights volume.")
+    gateway: Gateway = Field(
+        default_factory=one_default(Gateway), description="Slot gate sidecar."
+    )
     env: list[EnvVar] = Field(
         default_factory=list,
         description="Extra engine environment. Variables the operator manages are rejected.",
