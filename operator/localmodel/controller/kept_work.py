@@ -21,8 +21,10 @@ equal to one without, over random sequences of events.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_not
 from typing import Any, cast
 
 from localmodel.api import LocalModel, LocalModelStatus
@@ -60,6 +62,12 @@ class PassPlan:
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
     speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+    # What the reconciler need not look at again: this plan's number, and (the
+    # number of the plan it follows, each model whose work is not that plan's
+    # very object); None: any model's may differ. (Not compared: a fresh pass
+    # gives the same work without them.)
+    serial: int = field(default=0, compare=False)
+    since: tuple[int, dict[str, ModelWork]] | None = field(default=None, compare=False)
 
 
 def _took_clock(w: ModelWork) -> bool:
@@ -123,8 +131,7 @@ Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one
 
 
 class _Kept:
-    """One model's share, what it was worked out from, and the pass that last
-    found it holds (`seen`)."""
+    """One model's share and what it was worked out from."""
 
     __slots__ = (
         "images",
@@ -134,19 +141,17 @@ class _Kept:
         "published",
         "reads",
         "result",
-        "seen",
         "took_now",
         "worked",
     )
 
     def __init__(self, result: ModelResult, published: Mapping[int, Published],
                  policy: SpeedPolicy, images: tuple[str, tuple[str, ...]], now: str, took_now: bool,
-                 reads: tuple[Any, ...], worked: Worked, seen: int, nodes: frozenset[str]
-                 ) -> None:
+                 reads: tuple[Any, ...], worked: Worked, nodes: frozenset[str]) -> None:
         self.result, self.published, self.policy = result, published, policy
         self.images, self.now, self.took_now = images, now, took_now
         self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
-        self.worked, self.seen = worked, seen
+        self.worked = worked
         self.nodes = nodes  # the nodes of its pods and replicas (the last part it read)
 
 
@@ -185,6 +190,30 @@ def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
 # The sections of an `Observed` the kept work reads; `observe` hands back the
 # same object for a section none of whose objects changed.
 SECTIONS = ("models", "nodes", "pods", "claims", "objects", "volumes", "storage_classes")
+# The sections whose changes a pass finds the models of by name (`KeptWork.begin`:
+# the models changed, the nodes changed and the models that read them): while
+# only these changed, a pass looks only at those models (`KeptWork.shares`).
+BY_NAME = frozenset(("models", "nodes"))
+Images = tuple[str, tuple[str, ...]]  # the operator's image, the pull secrets
+
+
+@dataclass
+class Shares:
+    """Each valid model's share of a pass, in the order of the pass's results
+    (`policy.plan_pass`), where it puts each model's replicas, and what all of
+    it was worked out with. The next pass copies the lists and works out again
+    only the positions `KeptWork.shares` names."""
+
+    results: tuple[ModelResult, ...]
+    at: dict[str, int]  # model -> its position
+    work: list[ModelWork | None]  # (None: not worked out yet)
+    targets: list[Sequence[SpeedTarget]]
+    placed: dict[str, dict[int, str]]
+    unkept: set[int]  # positions whose share is not kept (invalid, failed): every pass
+    now: str
+    speeds: Mapping[str, Mapping[int, Published]]
+    policy: SpeedPolicy
+    images: Images
 
 
 @dataclass
@@ -194,6 +223,15 @@ class KeptWork:
 
     by_model: dict[str, _Kept] = field(default_factory=dict)
     passes: int = 0  # `begin` counts them
+    # The last pass that ended (`remember`): every kept share held in it.
+    held_at: int = -1
+    by_node: dict[str, set[str]] = field(default_factory=dict)  # node -> models whose share read it
+    took: set[str] = field(default_factory=set)  # models whose kept share took the clock
+    # The models whose stored object is not the last pass's (None: not known,
+    # or models came or went).
+    models_changed: frozenset[str] | None = None
+    shares: Shares | None = None  # the last pass's
+    serial: int = 0  # the last plan's number (`PassPlan.serial`)
     obs: Observed | None = None  # the last pass's
     changed: frozenset[str] = frozenset(SECTIONS)  # sections this pass's `obs` changed
     to_read: tuple[tuple[int, Callable[[ModelResult, str, Observed], Any]], ...] = ()
@@ -224,18 +262,17 @@ class KeptWork:
             return plan
         return None
 
-    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan) -> PassPlan:
+    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan, shares: Shares,
+                 unkept: Sequence[ModelWork]) -> PassPlan:
         """Keep `plan` for a pass with the same inputs (not one a model failed in:
-        that model is worked out again)."""
-        clocked = False
-        for w in plan.work:
-            if w.failure:
-                self.last = None
-                return plan
-            kept = self.by_model.get(w.model.key)
-            clocked = clocked or (kept.took_now if kept is not None and kept.worked[0] is w
-                                  else _took_clock(w))
-        self.last = (inputs, now, clocked, plan)
+        that model is worked out again), and its `shares` for the next pass.
+        `unkept`: the work in `plan` that is no kept share's (the others' clock
+        is `took`)."""
+        self.shares, self.held_at, self.serial = shares, self.passes, plan.serial
+        self.last = None
+        if not any(w.failure for w in unkept):
+            clocked = bool(self.took) or any(_took_clock(w) for w in unkept)
+            self.last = (inputs, now, clocked, plan)
         return plan
 
     def held(self, result: ModelResult, uid: str, obs: Observed, now: str,
@@ -250,14 +287,12 @@ class KeptWork:
                 and (kept.policy is policy or kept.policy == policy)
                 and (kept.images is images or kept.images == images)
                 and (kept.now == now or not kept.took_now) and kept.published == published and (
-                    # found to hold in the last pass: only what changed since is read
+                    # held in the last pass (all kept shares did): only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
                     and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
-                    if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
-            kept.seen = self.passes
+                    if self.held_at == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
             return kept.worked
-        if kept is not None:
-            del self.by_model[key]
+        self.forget(key)
         return None
 
     def keep(self, result: ModelResult, uid: str, obs: Observed, now: str,
@@ -267,9 +302,71 @@ class KeptWork:
         key = result.model.key
         nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
                            *(r.node for r in result.replicas)))
-        self.by_model[key] = _Kept(result, published, policy, images, now,
-                                   took_now(result.model, worked[0].status),
-                                   reads(result, uid, obs), worked, self.passes, nodes)
+        self.forget(key)
+        kept = self.by_model[key] = _Kept(result, published, policy, images, now,
+                                          took_now(result.model, worked[0].status),
+                                          reads(result, uid, obs), worked, nodes)
+        for node in nodes:
+            self.by_node.setdefault(node, set()).add(key)
+        if kept.took_now:
+            self.took.add(key)
+
+    def forget(self, key: str) -> None:
+        """Forget the model's kept share (and where the index finds it)."""
+        kept = self.by_model.pop(key, None)
+        if kept is None:
+            return
+        for node in kept.nodes:
+            on = self.by_node.get(node)
+            if on is not None:
+                on.discard(key)
+                if not on:
+                    del self.by_node[node]
+        self.took.discard(key)
+
+    def shares_again(self, results: tuple[ModelResult, ...], now: str,
+                     speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
+                     images: Images) -> tuple[Shares, Sequence[int], Shares | None]:
+        """This pass's shares to fill in, the positions of `results` to work out
+        (again), and the last pass's shares they are copied from (None: none,
+        every position is to be worked out). Copied while the results are the
+        same models in the same order and only sections found by name changed:
+        then only the models whose result is another object, whose stored object
+        changed, whose kept share read a node that changed (`by_node`) or took
+        the clock that moved (`took`), whose speeds changed, and those not kept."""
+        last = self.shares
+        todo = None if last is None else self._again(last, results, now, speeds, policy, images)
+        if last is None or todo is None:
+            n = len(results)
+            return Shares(results, {r.model.key: i for i, r in enumerate(results)}, [None] * n,
+                          [()] * n, {}, set(), now, speeds, policy, images), range(n), None
+        return Shares(results, last.at, list(last.work), list(last.targets), dict(last.placed),
+                      set(last.unkept), now, speeds, policy, images), todo, last
+
+    def _again(self, last: Shares, results: tuple[ModelResult, ...], now: str,
+               speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
+               images: Images) -> list[int] | None:
+        if (self.held_at != self.passes - 1 or self.nodes_changed is None
+                or self.models_changed is None or not self.changed <= BY_NAME
+                or len(results) != len(last.results)
+                or not (last.policy is policy or last.policy == policy)
+                or not (last.images is images or last.images == images)):
+            return None
+        was = last.results
+        todo = set(compress(range(len(results)), map(is_not, results, was)))
+        if any(results[i].model.key != was[i].model.key for i in todo):
+            return None  # (models came and went: the positions moved)
+        keys = set(self.models_changed)
+        for node in self.nodes_changed:
+            keys |= self.by_node.get(node, set())
+        if now != last.now:
+            keys |= self.took
+        if speeds is not last.speeds and speeds != last.speeds:
+            keys |= {k for k in speeds.keys() | last.speeds.keys()
+                     if speeds.get(k) != last.speeds.get(k)}
+        at = last.at
+        todo.update(at[k] for k in keys if k in at)
+        return sorted(todo | last.unkept)
 
     def current(self, current: Current, placed: Mapping[str, Mapping[int, str]],
                 fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
@@ -297,6 +394,13 @@ class KeptWork:
         before, self.obs, self.passes = self.obs, obs, self.passes + 1
         self.changed = frozenset(SECTIONS) if before is None else frozenset(
             s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
+        self.models_changed = None
+        if before is not None:
+            was, models = before.models, obs.models
+            keys = list(models) if was is not models else []
+            if was is models or keys == list(was):  # (the same models, in the same order)
+                self.models_changed = frozenset(compress(
+                    keys, map(is_not, map(was.__getitem__, keys), models.values())))
         self.nodes_changed = None
         if before is not None and "pods" not in self.changed:
             old, new = before.nodes, obs.nodes
@@ -364,10 +468,10 @@ class KeptWork:
             return cast(str, kept[-2])
         return choose
 
-    def keep_only(self, keys: set[str]) -> None:
+    def keep_only(self, keys: Collection[str]) -> None:
         """Forget the models not in `keys` (gone, invalid, refused or failed)."""
         for key in [k for k in self.by_model if k not in keys]:
-            del self.by_model[key]
+            self.forget(key)
         for key in [k for k in self.refused if k not in keys]:
             del self.refused[key]
         for key in [k for k in self.placements if k not in keys]:
@@ -399,6 +503,19 @@ class ConditionTally:
         for _, pairs in before.values():  # models gone
             self._add(pairs, -1)
         self.counted = now
+        return {k: v for k, v in self.totals.items() if v}
+
+    def recount(self, statuses: Mapping[str, Any]) -> dict[tuple[str, ...], float]:
+        """The tally after the statuses of these models changed (no model gone)."""
+        counted = self.counted
+        for key, status in statuses.items():
+            kept = counted.get(key)
+            if kept is None or kept[0] is not status:
+                if kept is not None:
+                    self._add(kept[1], -1)
+                kept = counted[key] = (
+                    status, tuple((c.type, c.status.value) for c in status.conditions))
+                self._add(kept[1], 1)
         return {k: v for k, v in self.totals.items() if v}
 
     def _add(self, pairs: tuple[tuple[str, str], ...], n: int) -> None:
