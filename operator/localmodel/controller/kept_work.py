@@ -31,7 +31,7 @@ from localmodel.api import LocalModel, LocalModelStatus
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
 from localmodel.controller.gaps import gap_of
 from localmodel.controller.objects import ModelObject
-from localmodel.controller.observed import Observed
+from localmodel.controller.observed import Observed, changed_keys
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
@@ -243,11 +243,16 @@ class KeptWork:
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
     placements: dict[str, tuple[ModelResult, dict[int, str]]] = field(default_factory=dict)
-    # The last `current`: its placements, the last placements it filled in from, its answer.
-    memory: tuple[Any, dict[str, Any], Mapping[str, Sequence[str | None]]] | None = None
+    # The last `current`: its placements, the last placements it filled in from,
+    # its answer, and the pass.
+    memory: tuple[Any, dict[str, Any], Current, int] | None = None
     # The last `admitted`: the models section, policy, Secrets' labels, those
-    # admitted, those refused.
-    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
+    # admitted, those refused, and each admitted model's position.
+    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...],
+                  dict[str, int]] | None = None
+    admits_before: bool = False  # whether `admits` was of the last pass's models
+    # model -> (claim chosen for replica, node) keys, by node (`chooser`)
+    chosen_on: dict[str, set[str]] = field(default_factory=dict)
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
     last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
 
@@ -371,15 +376,33 @@ class KeptWork:
     def current(self, current: Current, placed: Mapping[str, Mapping[int, str]],
                 fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
         """`policy.with_memory` (`fill`), the same object again while `current` is
-        the same and the last placements of its unplaced replicas' models are too."""
+        the same and the last placements of its unplaced replicas' models are too;
+        with only the changed models' entries filled in again while the pods are
+        the same and a few models changed (the same valid ones)."""
         last = self.memory
-        if last is not None and last[0] is current and all(
+        if last is not None and all(
                 (was := placed.get(k)) is then or was == then for k, then in last[1].items()):
-            return last[2]
-        out = fill(current, placed)
+            if last[0] is current:
+                return last[2]
+            changed = self.models_changed
+            if (changed is not None and last[3] == self.passes - 1 and "pods" not in self.changed
+                    and len(current) == len(last[0])
+                    and all(k in last[0] for k in changed if k in current)):
+                # The pods are the same, the same valid models: only the
+                # changed models' entries can differ.
+                part = {k: current[k] for k in changed if k in current}
+                out, unplaced = {**last[2], **fill(part, placed)}, dict(last[1])
+                for k, nodes in part.items():
+                    if None in nodes:
+                        unplaced[k] = placed.get(k)
+                    else:
+                        unplaced.pop(k, None)
+                self.memory = (current, unplaced, out, self.passes)
+                return out
+        filled = fill(current, placed)
         self.memory = (current, {k: placed.get(k) for k, nodes in current.items()
-                                 if None in nodes}, out)
-        return out
+                                 if None in nodes}, filled, self.passes)
+        return filled
 
     def placement(self, result: ModelResult) -> dict[int, str]:
         """Where `result` puts each replica (the same dict for the same result)."""
@@ -395,12 +418,11 @@ class KeptWork:
         self.changed = frozenset(SECTIONS) if before is None else frozenset(
             s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
         self.models_changed = None
+        self.admits_before = (before is not None and self.admits is not None
+                              and self.admits[0] is before.models)
         if before is not None:
-            was, models = before.models, obs.models
-            keys = list(models) if was is not models else []
-            if was is models or keys == list(was):  # (the same models, in the same order)
-                self.models_changed = frozenset(compress(
-                    keys, map(is_not, map(was.__getitem__, keys), models.values())))
+            self.models_changed = frozenset() if before.models is obs.models else changed_keys(
+                before.models, obs.models)
         self.nodes_changed = None
         if before is not None and "pods" not in self.changed:
             old, new = before.nodes, obs.nodes
@@ -413,8 +435,8 @@ class KeptWork:
                              and (sections != ("pods", "nodes") or self.nodes_changed is None))
         self.claims_again = None  # (the claims chosen read the model's claims, pods, volumes)
         if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
-            on = self.nodes_changed or frozenset()
-            self.claims_again = {k for k, _, node in self.chosen if node in on}
+            self.claims_again = set().union(*(self.chosen_on.get(node, ())
+                                              for node in self.nodes_changed or ()))
 
     def admitted(self, obs: Observed, tenants: TenantPolicy, secrets: SecretLabels,
                  admit: Callable[[Sequence[LocalModel] | None], Admitted]) -> Admitted:
@@ -422,15 +444,48 @@ class KeptWork:
         the models, the policy and the Secrets' labels are the same: then only the
         models it refused are asked again (their status may take the clock)."""
         last = self.admits
-        if (last is not None and last[0] is obs.models
-                and (last[1] is tenants or last[1] == tenants) and last[2] == secrets):
-            ok, refused = admit(last[4])
-            if not ok:  # (`refusals` is pure: a refused model stays refused)
-                return last[3], refused
+        if (last is not None and (last[1] is tenants or last[1] == tenants)
+                and last[2] == secrets):
+            if last[0] is obs.models:
+                ok, refused = admit(last[4])
+                if not ok:  # (`refusals` is pure: a refused model stays refused)
+                    return last[3], refused
+            elif (kept := self._admitted_again(obs, last, admit)) is not None:
+                return kept
         ok, refused = admit(None)
         self.admits = (obs.models, tenants, dict(secrets), ok,
-                       tuple(w.model.model for w in refused if w.model.model is not None))
+                       tuple(w.model.model for w in refused if w.model.model is not None),
+                       {lm.key: i for i, lm in enumerate(ok)})
         return ok, refused
+
+    def _admitted_again(self, obs: Observed, last: Any,
+                        admit: Callable[[Sequence[LocalModel] | None], Admitted]
+                        ) -> Admitted | None:
+        """`admitted` when a few models changed since the last pass's (the same
+        ones in the same order): each changed model asked again, the refused
+        ones too; None unless each changed one admitted before is admitted
+        again, and none changed was refused (else all are asked: the order of
+        the lists follows the models')."""
+        if not self.admits_before or self.models_changed is None:
+            return None
+        position: dict[str, int] = last[5]
+        refused_before = {lm.key for lm in last[4]}
+        again: list[LocalModel] = []
+        for key in self.models_changed:
+            lm = obs.models[key].model
+            if key in refused_before or (lm is None) != (key not in position):
+                return None  # (refused before, or valid before and not now, or the reverse)
+            if lm is not None:
+                again.append(lm)
+        ok, refused = admit([*again, *last[4]])
+        if any(w.model.key in position for w in refused) or any(
+                lm.key not in position for lm in ok):
+            return None  # (one admitted before refused now, or the reverse)
+        admitted = list(last[3])
+        for lm in ok:
+            admitted[position[lm.key]] = lm
+        self.admits = (obs.models, last[1], last[2], admitted, last[4], position)
+        return admitted, refused
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:
@@ -462,6 +517,8 @@ class KeptWork:
             claims = obs.claims_of(key)
             read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
                     tuple(obs.volumes.get(c.volume or "") for c in claims))
+            if kept is None:
+                self.chosen_on.setdefault(node, set()).add(key)
             if kept is None or kept[:-2] != read:
                 kept = (*read, choose_claim(lm, replica, node, obs), passes)
             self.chosen[(key, replica, node)] = (*kept[:-1], passes)
@@ -478,6 +535,11 @@ class KeptWork:
             del self.placements[key]
         for chosen in [k for k in self.chosen if k[0] not in keys]:
             del self.chosen[chosen]
+            on = self.chosen_on.get(chosen[2])
+            if on is not None:
+                on.discard(chosen[0])
+                if not on:
+                    del self.chosen_on[chosen[2]]
 
 
 @dataclass

@@ -49,6 +49,7 @@ from localmodel.controller.observed import (
     Observed,
     Parsed,
     Snapshot,
+    changed_keys,
     observe,
     unschedulable,
 )
@@ -168,6 +169,7 @@ class Reconciler:
         self._serial: int | None = None
         self._busy: dict[str, ModelWork] = {}
         self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
+        self._needs: dict[str, tuple[str, str]] = {}  # model -> the Secret it names
         # Every write of a pass (objects, statuses, Events) takes one of these
         # first, as many as the client has connections: a request waits here,
         # not in the client's pool, whose time limit would count the wait (at
@@ -292,8 +294,18 @@ class Reconciler:
         """The labels of the overflow-key Secrets the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
         if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
-            self._wanted = (obs.models, {k for lm in obs.valid_models()
-                                         if (k := needs_secret(lm, self.config.tenants))})
+            tenants, needs = self.config.tenants, self._needs
+            changed = (None if not isinstance(self._wanted[0], dict)
+                       else changed_keys(self._wanted[0], obs.models))
+            if changed is None:
+                needs.clear()
+            for m in (obs.models.values() if changed is None else map(obs.models.get, changed)):
+                if m is not None and m.model is not None and (
+                        k := needs_secret(m.model, tenants)):
+                    needs[m.key] = k
+                elif changed is not None and m is not None:
+                    needs.pop(m.key, None)
+            self._wanted = (obs.models, set(needs.values()))
         if not (wanted := self._wanted[1]):
             return {}
         found = await self._secrets.labels(wanted)
