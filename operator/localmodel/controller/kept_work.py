@@ -251,6 +251,7 @@ class KeptWork:
     admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...],
                   dict[str, int]] | None = None
     admits_before: bool = False  # whether `admits` was of the last pass's models
+    unparsed: tuple[dict[str, ModelObject], list[ModelObject]] | None = None  # (`invalid`)
     # model -> (claim chosen for replica, node) keys, by node (`chooser`)
     chosen_on: dict[str, set[str]] = field(default_factory=dict)
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
@@ -377,20 +378,23 @@ class KeptWork:
                 fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
         """`policy.with_memory` (`fill`), the same object again while `current` is
         the same and the last placements of its unplaced replicas' models are too;
-        with only the changed models' entries filled in again while the pods are
-        the same and a few models changed (the same valid ones)."""
+        with only the changed models' entries (and those whose last placements
+        changed) filled in again while the pods are the same and a few models
+        changed (the same valid ones)."""
         last = self.memory
-        if last is not None and all(
-                (was := placed.get(k)) is then or was == then for k, then in last[1].items()):
-            if last[0] is current:
+        if last is not None:
+            moved = [k for k, then in last[1].items()  # (its unplaced replicas' last nodes)
+                     if not ((was := placed.get(k)) is then or was == then)]
+            if last[0] is current and not moved:
+                self.memory = (*last[:3], self.passes)
                 return last[2]
             changed = self.models_changed
             if (changed is not None and last[3] == self.passes - 1 and "pods" not in self.changed
                     and len(current) == len(last[0])
                     and all(k in last[0] for k in changed if k in current)):
                 # The pods are the same, the same valid models: only the
-                # changed models' entries can differ.
-                part = {k: current[k] for k in changed if k in current}
+                # changed models' entries, and those `moved`, can differ.
+                part = {k: current[k] for k in (*changed, *moved) if k in current}
                 out, unplaced = {**last[2], **fill(part, placed)}, dict(last[1])
                 for k, nodes in part.items():
                     if None in nodes:
@@ -437,6 +441,12 @@ class KeptWork:
         if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
             self.claims_again = set().union(*(self.chosen_on.get(node, ())
                                               for node in self.nodes_changed or ()))
+
+    def invalid(self, obs: Observed) -> list[ModelObject]:
+        """The models that did not parse (once per models section)."""
+        if self.unparsed is None or self.unparsed[0] is not obs.models:
+            self.unparsed = (obs.models, [mo for mo in obs.models.values() if mo.model is None])
+        return self.unparsed[1]
 
     def admitted(self, obs: Observed, tenants: TenantPolicy, secrets: SecretLabels,
                  admit: Callable[[Sequence[LocalModel] | None], Admitted]) -> Admitted:

@@ -293,9 +293,49 @@ def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject
     return version, parse_model(body) if m is None else m
 
 
+def _models_again(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
+                  ) -> dict[str, ModelObject] | None:
+    """The last models section with the few objects that are not the same ones
+    read again (a watch's index replaced them in place: a status written, an
+    edit); None unless that is all that changed, each under the same name."""
+    kept = memo.sections.get("models")
+    if kept is None or len(kept[0][0]) != len(bodies) or kept[0][1] != watched:
+        return None
+    before: list[Raw] = kept[0][0]
+    old_models: dict[str, ModelObject] = kept[1]
+    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
+    read = memo.read.get("localmodels", {})
+    if len(moved) > 64:
+        return None
+    again = []
+    for i in moved:
+        old = read.get(id(before[i]))
+        if old is None or old[0] is not before[i]:
+            return None
+        old_version, was = old[1]
+        version, m = _model_reading(bodies[i], memo)
+        shown = not watched or m.namespace in watched
+        if m.key != was.key or (shown and old_models.get(m.key) is not was):
+            return None  # (another name, or not the object the section holds)
+        again.append((before[i], bodies[i], old_version, version, m, shown))
+    models = dict(old_models)
+    for was_body, body, old_version, version, m, shown in again:
+        del read[id(was_body)]
+        read[id(body)] = (body, (version, m))
+        if old_version:
+            memo.models.pop(old_version, None)
+        if version:
+            memo.models[version] = m
+        if shown:
+            models[m.key] = m
+    return models
+
+
 def _observe_models(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
                     ) -> dict[str, ModelObject]:
     """The LocalModels in the watched namespaces, each stored version parsed once."""
+    if (quick := _models_again(bodies, watched, memo)) is not None:
+        return quick
     readings = memo.each("localmodels", bodies, partial(_model_reading, memo=memo))
     memo.models = {version: m for version, m in readings if version}
     return {m.key: m for _, m in readings if not watched or m.namespace in watched}

@@ -457,7 +457,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         kept.keep_only(shares.at.keys())
     invalid = [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status,
                                                             now))
-               for mo in obs.models.values() if mo.model is None]
+               for mo in kept.invalid(obs)]
     done = cast(list[ModelWork], shares.work)  # (every position worked out)
     unkept = [*refused, *(done[i] for i in shares.unkept), *invalid]
     since = None

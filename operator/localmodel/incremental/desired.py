@@ -13,6 +13,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
+from itertools import repeat
+from operator import is_
 from typing import NamedTuple, cast
 
 from localmodel.api import DecisionStatus, LocalModel, LocalModelSpec
@@ -170,7 +172,7 @@ class Desired:
         for i in positions:
             results[i] = self._model_result(keys[i], now_pass, results[i] is not None)
         out = tuple(results)
-        assert None not in out
+        assert not any(map(is_, out, repeat(None)))  # (`None in out` calls each result's __eq__)
         self._complete = True
         return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
 
