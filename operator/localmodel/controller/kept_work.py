@@ -190,6 +190,34 @@ def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
 # The sections of an `Observed` the kept work reads; `observe` hands back the
 # same object for a section none of whose objects changed.
 SECTIONS = ("models", "nodes", "pods", "claims", "objects", "volumes", "storage_classes")
+# node -> models: a tuple while a few (most nodes run one or two models; a
+# set costs four times the memory of a small tuple: megabytes at 10 000
+# nodes), a set beyond.
+ByNode = dict[str, tuple[str, ...] | set[str]]
+_FEW = 8
+
+
+def _index(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if there is None:
+        by[node] = (key,)
+    elif isinstance(there, set):
+        there.add(key)
+    elif key not in there:
+        by[node] = (*there, key) if len(there) < _FEW else {*there, key}
+
+
+def _unindex(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if isinstance(there, set):
+        there.discard(key)
+    elif there is not None and key in there:
+        there = tuple(k for k in there if k != key)
+        by[node] = there
+    if not there and there is not None:
+        del by[node]
+
+
 # The sections whose changes a pass finds the models of by name (`KeptWork.begin`:
 # the models changed, the nodes changed and the models that read them): while
 # only these changed, a pass looks only at those models (`KeptWork.shares`).
@@ -225,7 +253,7 @@ class KeptWork:
     passes: int = 0  # `begin` counts them
     # The last pass that ended (`remember`): every kept share held in it.
     held_at: int = -1
-    by_node: dict[str, set[str]] = field(default_factory=dict)  # node -> models whose share read it
+    by_node: ByNode = field(default_factory=dict)  # node -> models whose share read it
     took: set[str] = field(default_factory=set)  # models whose kept share took the clock
     # The models whose stored object is not the last pass's (None: not known,
     # or models came or went).
@@ -253,7 +281,7 @@ class KeptWork:
     admits_before: bool = False  # whether `admits` was of the last pass's models
     unparsed: tuple[dict[str, ModelObject], list[ModelObject]] | None = None  # (`invalid`)
     # model -> (claim chosen for replica, node) keys, by node (`chooser`)
-    chosen_on: dict[str, set[str]] = field(default_factory=dict)
+    chosen_on: ByNode = field(default_factory=dict)
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
     last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
 
@@ -313,7 +341,7 @@ class KeptWork:
                                           took_now(result.model, worked[0].status),
                                           reads(result, uid, obs), worked, nodes)
         for node in nodes:
-            self.by_node.setdefault(node, set()).add(key)
+            _index(self.by_node, node, key)
         if kept.took_now:
             self.took.add(key)
 
@@ -323,11 +351,7 @@ class KeptWork:
         if kept is None:
             return
         for node in kept.nodes:
-            on = self.by_node.get(node)
-            if on is not None:
-                on.discard(key)
-                if not on:
-                    del self.by_node[node]
+            _unindex(self.by_node, node, key)
         self.took.discard(key)
 
     def shares_again(self, results: tuple[ModelResult, ...], now: str,
@@ -364,7 +388,7 @@ class KeptWork:
             return None  # (models came and went: the positions moved)
         keys = set(self.models_changed)
         for node in self.nodes_changed:
-            keys |= self.by_node.get(node, set())
+            keys.update(self.by_node.get(node, ()))
         if now != last.now:
             keys |= self.took
         if speeds is not last.speeds and speeds != last.speeds:
@@ -528,7 +552,7 @@ class KeptWork:
             read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
                     tuple(obs.volumes.get(c.volume or "") for c in claims))
             if kept is None:
-                self.chosen_on.setdefault(node, set()).add(key)
+                _index(self.chosen_on, node, key)
             if kept is None or kept[:-2] != read:
                 kept = (*read, choose_claim(lm, replica, node, obs), passes)
             self.chosen[(key, replica, node)] = (*kept[:-1], passes)
@@ -545,11 +569,7 @@ class KeptWork:
             del self.placements[key]
         for chosen in [k for k in self.chosen if k[0] not in keys]:
             del self.chosen[chosen]
-            on = self.chosen_on.get(chosen[2])
-            if on is not None:
-                on.discard(chosen[0])
-                if not on:
-                    del self.chosen_on[chosen[2]]
+            _unindex(self.chosen_on, chosen[2], chosen[0])
 
 
 @dataclass

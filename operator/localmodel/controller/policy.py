@@ -455,6 +455,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
                                       placed)
     if last is None:
         kept.keep_only(shares.at.keys())
+        kept.took = set(kept.took)  # (a set keeps its largest table: a cold pass's 5 000)
     invalid = [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status,
                                                             now))
                for mo in kept.invalid(obs)]
