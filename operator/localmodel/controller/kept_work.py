@@ -13,7 +13,14 @@ the same ones for objects that did not change), or equal values. The clock
 counts only when the status took it (`status.took_now`: a condition moved).
 
 So a pass after one event works out again only the models that event touched,
-and a quiet pass (the same `Observed`, the same results) none.
+and a quiet pass (the same `Observed`, the same results) none. While only the
+models and nodes sections changed (a label, a status written), a pass does not
+even go over the models: it copies the last pass's shares (`Shares`) and
+looks only at the models `KeptWork.shares_again` names, found by name: those
+whose result or stored object changed, whose kept share read a node that
+changed (`by_node`), whose status took a clock that moved, whose speeds
+changed; the plan names the work that is not the last plan's
+(`PassPlan.since`) for the reconciler.
 tests/unit/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
 equal to one without, over random sequences of events.
 """
