@@ -274,3 +274,82 @@ def test_the_admin_policy_verdicts_are_kept_only_while_models_and_policy_hold() 
                                  tenants=tenants), f"step {step}"
         assert (len(plan.placed) < len(obs.models)) == (tenants == refusing), f"step {step}"
         placed = plan.placed
+
+
+def settled_world(seed: int) -> tuple[World, Parsed, Desired, KeptWork, PassPlan]:
+    """Valid models only, no policy: passes until the pass writes nothing new
+    (what it wants has all arrived in the watches)."""
+    world = World(random.Random(seed))
+    world.store["localmodels"].clear()
+    for i in range(5):
+        world.model(f"m{i}", SPECS[i % 4])
+    parsed, desired, kept = Parsed(), Desired(), KeptWork()
+    plan = plan_pass(observe(world.snapshot(), (), parsed), world.now, OPTIONS, placed={},
+                     avoid={}, desired=desired, kept=kept)
+    for _ in range(6):
+        for w in plan.work:
+            for change in w.changes.changes:
+                world.made(change)
+            old = world.store["localmodels"][w.model.uid]
+            world.store["localmodels"][w.model.uid] = world.stamp(
+                {**old, "status": status_body(w.status)}, w.model.uid)
+        plan = plan_pass(observe(world.snapshot(), (), parsed), world.now, OPTIONS,
+                         placed=plan.placed, avoid={}, desired=desired, kept=kept)
+    return world, parsed, desired, kept, plan
+
+
+def relabelled(world: World, name: str, **labels: str) -> None:
+    uid = f"uid-{name}"
+    body = copy.deepcopy(world.store["nodes"][uid])
+    body["metadata"]["labels"].update(labels)
+    world.store["nodes"][uid] = world.stamp(body, uid)
+
+
+def test_a_label_pass_works_out_again_only_the_models_on_that_node() -> None:
+    """One node relabelled: the pass equals a fresh one, names the work that
+    is not the last plan's (`PassPlan.since`), and that is only the work of
+    the models whose pods or replicas are on that node (the others' work is
+    the very same object); a node no model is on and no model selects: none."""
+    for seed in range(6):
+        world, parsed, desired, kept, plan = settled_world(seed)
+        for name in sorted(n["metadata"]["name"] for n in world.store["nodes"].values()):
+            # (settled: each model's pods are where the plan puts its replicas)
+            on = {key for key, nodes in plan.placed.items() if name in nodes.values()}
+            relabelled(world, name, zone=f"z-{world.rv}")
+            obs = observe(world.snapshot(), (), parsed)
+            assert obs.nodes_since is not None and obs.nodes_since[1] == {name}
+            again = plan_pass(obs, world.now, OPTIONS, placed=plan.placed, avoid={},
+                              desired=desired, kept=kept)
+            assert again == plan_pass(observe(world.snapshot()), world.now, OPTIONS,
+                                      placed=plan.placed, avoid={}), (seed, name)
+            assert again.since is not None and again.since[0] == plan.serial
+            before = {w.model.key: w for w in plan.work}
+            assert set(again.since[1]) <= on, (seed, name, set(again.since[1]), on)
+            for w in again.work:
+                assert (w is before[w.model.key]) is (w.model.key not in again.since[1])
+            plan = again
+
+
+@SEQUENCES
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from("abcdefghij"),
+                          st.sampled_from(["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8",
+                                           "m9", "m10"])), max_size=80))
+def test_the_node_index_holds_what_was_added_and_not_removed(
+        ops: list[tuple[bool, str, str]]) -> None:
+    """`kept_work._index` / `_unindex` (a tuple while a few models, a set
+    beyond) hold the same as a dict of sets."""
+    from localmodel.controller.kept_work import _index, _unindex
+
+    by: dict[str, Any] = {}
+    want: dict[str, set[str]] = {}
+    for add, node, key in ops:
+        if add:
+            _index(by, node, key)
+            want.setdefault(node, set()).add(key)
+        else:
+            _unindex(by, node, key)
+            want.get(node, set()).discard(key)
+            if not want.get(node, True):
+                del want[node]
+        assert {n: set(keys) for n, keys in by.items()} == want
+        assert all(len(set(keys)) == len(keys) for keys in by.values())

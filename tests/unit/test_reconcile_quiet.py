@@ -191,3 +191,34 @@ def test_a_settled_models_work_holds_its_stored_status_not_a_copy() -> None:
     assert work.model.status is not None and work.status is work.model.status
     assert not status_changed(work.model.status, work.status)
     assert work.model.model is not None and work.model.model.status is work.model.status
+
+
+def test_a_label_change_that_moves_a_model_is_written_in_that_pass() -> None:
+    """A settled reconciler goes through only the work that is not the last
+    plan's (`PassPlan.since`): a node relabelled so that a model's nodeSelector
+    no longer matches it gets that model moved in the label's own pass (its pod
+    there deleted, its status placing it on a node that matches)."""
+    store = Store()
+    for i in range(3):
+        store.put("nodes", MakeNode(f"n{i}").cpu_flags({"AVX2"}).labels(pool="a")
+                  .registered().manifest())
+    picky = model("picky")
+    picky["spec"]["placement"]["nodeSelector"] = {"pool": "a"}
+    store.put("localmodels", picky)
+    store.put("localmodels", model("other"))
+    rec = reconciler(store)
+    settled(store, rec)
+    asyncio.run(rec.reconcile_once())  # quiet
+    made = len(store.writes)
+    pod = next(p for p in store.stores["pods"].values()
+               if p["metadata"]["name"].startswith("picky-"))
+    node = pod["spec"]["nodeName"]
+    uid = next(u for u, n in store.stores["nodes"].items() if n["metadata"]["name"] == node)
+    relabel = copy.deepcopy(plain(store.stores["nodes"][uid]))
+    relabel["metadata"]["labels"]["pool"] = "b"
+    store.put("nodes", relabel)
+    asyncio.run(rec.reconcile_once())
+    # (its pod there deleted first; the new one once the watch shows it gone)
+    assert ("delete", "Pod") in store.writes[made:]
+    assert ("apply", "LocalModel/status") in store.writes[made:]
+    assert store.model("picky")["status"]["placements"][0]["node"] != node

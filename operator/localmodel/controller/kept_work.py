@@ -13,7 +13,14 @@ the same ones for objects that did not change), or equal values. The clock
 counts only when the status took it (`status.took_now`: a condition moved).
 
 So a pass after one event works out again only the models that event touched,
-and a quiet pass (the same `Observed`, the same results) none.
+and a quiet pass (the same `Observed`, the same results) none. While only the
+models and nodes sections changed (a label, a status written), a pass does not
+even go over the models: it copies the last pass's shares (`Shares`) and
+looks only at the models `KeptWork.shares_again` names, found by name: those
+whose result or stored object changed, whose kept share read a node that
+changed (`by_node`), whose status took a clock that moved, whose speeds
+changed; the plan names the work that is not the last plan's
+(`PassPlan.since`) for the reconciler.
 tests/unit/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
 equal to one without, over random sequences of events.
 """
@@ -21,15 +28,17 @@ equal to one without, over random sequences of events.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_not
 from typing import Any, cast
 
 from localmodel.api import LocalModel, LocalModelStatus
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
 from localmodel.controller.gaps import gap_of
 from localmodel.controller.objects import ModelObject
-from localmodel.controller.observed import Observed
+from localmodel.controller.observed import Observed, changed_keys
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
@@ -60,6 +69,12 @@ class PassPlan:
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
     speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+    # What the reconciler need not look at again: this plan's number, and (the
+    # number of the plan it follows, each model whose work is not that plan's
+    # very object); None: any model's may differ. (Not compared: a fresh pass
+    # gives the same work without them.)
+    serial: int = field(default=0, compare=False)
+    since: tuple[int, dict[str, ModelWork]] | None = field(default=None, compare=False)
 
 
 def _took_clock(w: ModelWork) -> bool:
@@ -125,8 +140,7 @@ Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one
 
 
 class _Kept:
-    """One model's share, what it was worked out from, and the pass that last
-    found it holds (`seen`)."""
+    """One model's share and what it was worked out from."""
 
     __slots__ = (
         "images",
@@ -136,19 +150,17 @@ class _Kept:
         "published",
         "reads",
         "result",
-        "seen",
         "took_now",
         "worked",
     )
 
     def __init__(self, result: ModelResult, published: Mapping[int, Published],
                  policy: SpeedPolicy, images: tuple[str, tuple[str, ...]], now: str, took_now: bool,
-                 reads: tuple[Any, ...], worked: Worked, seen: int, nodes: frozenset[str]
-                 ) -> None:
+                 reads: tuple[Any, ...], worked: Worked, nodes: frozenset[str]) -> None:
         self.result, self.published, self.policy = result, published, policy
         self.images, self.now, self.took_now = images, now, took_now
         self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
-        self.worked, self.seen = worked, seen
+        self.worked = worked
         self.nodes = nodes  # the nodes of its pods and replicas (the last part it read)
 
 
@@ -187,6 +199,58 @@ def reads(result: ModelResult, uid: str, obs: Observed) -> tuple[Any, ...]:
 # The sections of an `Observed` the kept work reads; `observe` hands back the
 # same object for a section none of whose objects changed.
 SECTIONS = ("models", "nodes", "pods", "claims", "objects", "volumes", "storage_classes")
+# node -> models: a tuple while a few (most nodes run one or two models; a
+# set costs four times the memory of a small tuple: megabytes at 10 000
+# nodes), a set beyond.
+ByNode = dict[str, tuple[str, ...] | set[str]]
+_FEW = 8
+
+
+def _index(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if there is None:
+        by[node] = (key,)
+    elif isinstance(there, set):
+        there.add(key)
+    elif key not in there:
+        by[node] = (*there, key) if len(there) < _FEW else {*there, key}
+
+
+def _unindex(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if isinstance(there, set):
+        there.discard(key)
+    elif there is not None and key in there:
+        there = tuple(k for k in there if k != key)
+        by[node] = there
+    if not there and there is not None:
+        del by[node]
+
+
+# The sections whose changes a pass finds the models of by name (`KeptWork.begin`:
+# the models changed, the nodes changed and the models that read them): while
+# only these changed, a pass looks only at those models (`KeptWork.shares`).
+BY_NAME = frozenset(("models", "nodes"))
+Images = tuple[str, tuple[str, ...]]  # the operator's image, the pull secrets
+
+
+@dataclass
+class Shares:
+    """Each valid model's share of a pass, in the order of the pass's results
+    (`policy.plan_pass`), where it puts each model's replicas, and what all of
+    it was worked out with. The next pass copies the lists and works out again
+    only the positions `KeptWork.shares` names."""
+
+    results: tuple[ModelResult, ...]
+    at: dict[str, int]  # model -> its position
+    work: list[ModelWork | None]  # (None: not worked out yet)
+    targets: list[Sequence[SpeedTarget]]
+    placed: dict[str, dict[int, str]]
+    unkept: set[int]  # positions whose share is not kept (invalid, failed): every pass
+    now: str
+    speeds: Mapping[str, Mapping[int, Published]]
+    policy: SpeedPolicy
+    images: Images
 
 
 @dataclass
@@ -196,6 +260,15 @@ class KeptWork:
 
     by_model: dict[str, _Kept] = field(default_factory=dict)
     passes: int = 0  # `begin` counts them
+    # The last pass that ended (`remember`): every kept share held in it.
+    held_at: int = -1
+    by_node: ByNode = field(default_factory=dict)  # node -> models whose share read it
+    took: set[str] = field(default_factory=set)  # models whose kept share took the clock
+    # The models whose stored object is not the last pass's (None: not known,
+    # or models came or went).
+    models_changed: frozenset[str] | None = None
+    shares: Shares | None = None  # the last pass's
+    serial: int = 0  # the last plan's number (`PassPlan.serial`)
     obs: Observed | None = None  # the last pass's
     changed: frozenset[str] = frozenset(SECTIONS)  # sections this pass's `obs` changed
     to_read: tuple[tuple[int, Callable[[ModelResult, str, Observed], Any]], ...] = ()
@@ -207,11 +280,17 @@ class KeptWork:
         default_factory=dict)
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)
     placements: dict[str, tuple[ModelResult, dict[int, str]]] = field(default_factory=dict)
-    # The last `current`: its placements, the last placements it filled in from, its answer.
-    memory: tuple[Any, dict[str, Any], Mapping[str, Sequence[str | None]]] | None = None
+    # The last `current`: its placements, the last placements it filled in from,
+    # its answer, and the pass.
+    memory: tuple[Any, dict[str, Any], Current, int] | None = None
     # The last `admitted`: the models section, policy, Secrets' labels, those
-    # admitted, those refused.
-    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...]] | None = None
+    # admitted, those refused, and each admitted model's position.
+    admits: tuple[Any, Any, dict[Any, Any], list[LocalModel], tuple[LocalModel, ...],
+                  dict[str, int]] | None = None
+    admits_before: bool = False  # whether `admits` was of the last pass's models
+    unparsed: tuple[dict[str, ModelObject], list[ModelObject]] | None = None  # (`invalid`)
+    # model -> (claim chosen for replica, node) keys, by node (`chooser`)
+    chosen_on: ByNode = field(default_factory=dict)
     # The last pass: its inputs, its clock, whether a status took that clock, its plan.
     last: tuple[tuple[Any, ...], str, bool, PassPlan] | None = None
 
@@ -226,18 +305,17 @@ class KeptWork:
             return plan
         return None
 
-    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan) -> PassPlan:
+    def remember(self, inputs: tuple[Any, ...], now: str, plan: PassPlan, shares: Shares,
+                 unkept: Sequence[ModelWork]) -> PassPlan:
         """Keep `plan` for a pass with the same inputs (not one a model failed in:
-        that model is worked out again)."""
-        clocked = False
-        for w in plan.work:
-            if w.failure:
-                self.last = None
-                return plan
-            kept = self.by_model.get(w.model.key)
-            clocked = clocked or (kept.took_now if kept is not None and kept.worked[0] is w
-                                  else _took_clock(w))
-        self.last = (inputs, now, clocked, plan)
+        that model is worked out again), and its `shares` for the next pass.
+        `unkept`: the work in `plan` that is no kept share's (the others' clock
+        is `took`)."""
+        self.shares, self.held_at, self.serial = shares, self.passes, plan.serial
+        self.last = None
+        if not any(w.failure for w in unkept):
+            clocked = bool(self.took) or any(_took_clock(w) for w in unkept)
+            self.last = (inputs, now, clocked, plan)
         return plan
 
     def held(self, result: ModelResult, uid: str, obs: Observed, now: str,
@@ -252,14 +330,12 @@ class KeptWork:
                 and (kept.policy is policy or kept.policy == policy)
                 and (kept.images is images or kept.images == images)
                 and (kept.now == now or not kept.took_now) and kept.published == published and (
-                    # found to hold in the last pass: only what changed since is read
+                    # held in the last pass (all kept shares did): only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
                     and (self.nodes_changed is None or self.nodes_changed.isdisjoint(kept.nodes))
-                    if kept.seen == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
-            kept.seen = self.passes
+                    if self.held_at == self.passes - 1 else reads(result, uid, obs) == kept.reads)):
             return kept.worked
-        if kept is not None:
-            del self.by_model[key]
+        self.forget(key)
         return None
 
     def keep(self, result: ModelResult, uid: str, obs: Observed, now: str,
@@ -269,22 +345,101 @@ class KeptWork:
         key = result.model.key
         nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
                            *(r.node for r in result.replicas)))
-        self.by_model[key] = _Kept(result, published, policy, images, now,
-                                   took_now(result.model, worked[0].status),
-                                   reads(result, uid, obs), worked, self.passes, nodes)
+        self.forget(key)
+        kept = self.by_model[key] = _Kept(result, published, policy, images, now,
+                                          took_now(result.model, worked[0].status),
+                                          reads(result, uid, obs), worked, nodes)
+        for node in nodes:
+            _index(self.by_node, node, key)
+        if kept.took_now:
+            self.took.add(key)
+
+    def forget(self, key: str) -> None:
+        """Forget the model's kept share (and where the index finds it)."""
+        kept = self.by_model.pop(key, None)
+        if kept is None:
+            return
+        for node in kept.nodes:
+            _unindex(self.by_node, node, key)
+        self.took.discard(key)
+
+    def shares_again(self, results: tuple[ModelResult, ...], now: str,
+                     speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
+                     images: Images) -> tuple[Shares, Sequence[int], Shares | None]:
+        """This pass's shares to fill in, the positions of `results` to work out
+        (again), and the last pass's shares they are copied from (None: none,
+        every position is to be worked out). Copied while the results are the
+        same models in the same order and only sections found by name changed:
+        then only the models whose result is another object, whose stored object
+        changed, whose kept share read a node that changed (`by_node`) or took
+        the clock that moved (`took`), whose speeds changed, and those not kept."""
+        last = self.shares
+        todo = None if last is None else self._again(last, results, now, speeds, policy, images)
+        if last is None or todo is None:
+            n = len(results)
+            return Shares(results, {r.model.key: i for i, r in enumerate(results)}, [None] * n,
+                          [()] * n, {}, set(), now, speeds, policy, images), range(n), None
+        return Shares(results, last.at, list(last.work), list(last.targets), dict(last.placed),
+                      set(last.unkept), now, speeds, policy, images), todo, last
+
+    def _again(self, last: Shares, results: tuple[ModelResult, ...], now: str,
+               speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
+               images: Images) -> list[int] | None:
+        if (self.held_at != self.passes - 1 or self.nodes_changed is None
+                or self.models_changed is None or not self.changed <= BY_NAME
+                or len(results) != len(last.results)
+                or not (last.policy is policy or last.policy == policy)
+                or not (last.images is images or last.images == images)):
+            return None
+        was = last.results
+        todo = set(compress(range(len(results)), map(is_not, results, was)))
+        if any(results[i].model.key != was[i].model.key for i in todo):
+            return None  # (models came and went: the positions moved)
+        keys = set(self.models_changed)
+        for node in self.nodes_changed:
+            keys.update(self.by_node.get(node, ()))
+        if now != last.now:
+            keys |= self.took
+        if speeds is not last.speeds and speeds != last.speeds:
+            keys |= {k for k in speeds.keys() | last.speeds.keys()
+                     if speeds.get(k) != last.speeds.get(k)}
+        at = last.at
+        todo.update(at[k] for k in keys if k in at)
+        return sorted(todo | last.unkept)
 
     def current(self, current: Current, placed: Mapping[str, Mapping[int, str]],
                 fill: Callable[[Current, Mapping[str, Mapping[int, str]]], Current]) -> Current:
         """`policy.with_memory` (`fill`), the same object again while `current` is
-        the same and the last placements of its unplaced replicas' models are too."""
+        the same and the last placements of its unplaced replicas' models are too;
+        with only the changed models' entries (and those whose last placements
+        changed) filled in again while the pods are the same and a few models
+        changed (the same valid ones)."""
         last = self.memory
-        if last is not None and last[0] is current and all(
-                (was := placed.get(k)) is then or was == then for k, then in last[1].items()):
-            return last[2]
-        out = fill(current, placed)
+        if last is not None:
+            moved = [k for k, then in last[1].items()  # (its unplaced replicas' last nodes)
+                     if not ((was := placed.get(k)) is then or was == then)]
+            if last[0] is current and not moved:
+                self.memory = (*last[:3], self.passes)
+                return last[2]
+            changed = self.models_changed
+            if (changed is not None and last[3] == self.passes - 1 and "pods" not in self.changed
+                    and len(current) == len(last[0])
+                    and all(k in last[0] for k in changed if k in current)):
+                # The pods are the same, the same valid models: only the
+                # changed models' entries, and those `moved`, can differ.
+                part = {k: current[k] for k in (*changed, *moved) if k in current}
+                out, unplaced = {**last[2], **fill(part, placed)}, dict(last[1])
+                for k, nodes in part.items():
+                    if None in nodes:
+                        unplaced[k] = placed.get(k)
+                    else:
+                        unplaced.pop(k, None)
+                self.memory = (current, unplaced, out, self.passes)
+                return out
+        filled = fill(current, placed)
         self.memory = (current, {k: placed.get(k) for k, nodes in current.items()
-                                 if None in nodes}, out)
-        return out
+                                 if None in nodes}, filled, self.passes)
+        return filled
 
     def placement(self, result: ModelResult) -> dict[int, str]:
         """Where `result` puts each replica (the same dict for the same result)."""
@@ -299,6 +454,12 @@ class KeptWork:
         before, self.obs, self.passes = self.obs, obs, self.passes + 1
         self.changed = frozenset(SECTIONS) if before is None else frozenset(
             s for s in SECTIONS if getattr(obs, s) is not getattr(before, s))
+        self.models_changed = None
+        self.admits_before = (before is not None and self.admits is not None
+                              and self.admits[0] is before.models)
+        if before is not None:
+            self.models_changed = frozenset() if before.models is obs.models else changed_keys(
+                before.models, obs.models)
         self.nodes_changed = None
         if before is not None and "pods" not in self.changed:
             old, new = before.nodes, obs.nodes
@@ -311,8 +472,14 @@ class KeptWork:
                              and (sections != ("pods", "nodes") or self.nodes_changed is None))
         self.claims_again = None  # (the claims chosen read the model's claims, pods, volumes)
         if before is not None and not self.changed.intersection(("claims", "pods", "volumes")):
-            on = self.nodes_changed or frozenset()
-            self.claims_again = {k for k, _, node in self.chosen if node in on}
+            self.claims_again = set().union(*(self.chosen_on.get(node, ())
+                                              for node in self.nodes_changed or ()))
+
+    def invalid(self, obs: Observed) -> list[ModelObject]:
+        """The models that did not parse (once per models section)."""
+        if self.unparsed is None or self.unparsed[0] is not obs.models:
+            self.unparsed = (obs.models, [mo for mo in obs.models.values() if mo.model is None])
+        return self.unparsed[1]
 
     def admitted(self, obs: Observed, tenants: TenantPolicy, secrets: SecretLabels,
                  admit: Callable[[Sequence[LocalModel] | None], Admitted]) -> Admitted:
@@ -320,15 +487,48 @@ class KeptWork:
         the models, the policy and the Secrets' labels are the same: then only the
         models it refused are asked again (their status may take the clock)."""
         last = self.admits
-        if (last is not None and last[0] is obs.models
-                and (last[1] is tenants or last[1] == tenants) and last[2] == secrets):
-            ok, refused = admit(last[4])
-            if not ok:  # (`refusals` is pure: a refused model stays refused)
-                return last[3], refused
+        if (last is not None and (last[1] is tenants or last[1] == tenants)
+                and last[2] == secrets):
+            if last[0] is obs.models:
+                ok, refused = admit(last[4])
+                if not ok:  # (`refusals` is pure: a refused model stays refused)
+                    return last[3], refused
+            elif (kept := self._admitted_again(obs, last, admit)) is not None:
+                return kept
         ok, refused = admit(None)
         self.admits = (obs.models, tenants, dict(secrets), ok,
-                       tuple(w.model.model for w in refused if w.model.model is not None))
+                       tuple(w.model.model for w in refused if w.model.model is not None),
+                       {lm.key: i for i, lm in enumerate(ok)})
         return ok, refused
+
+    def _admitted_again(self, obs: Observed, last: Any,
+                        admit: Callable[[Sequence[LocalModel] | None], Admitted]
+                        ) -> Admitted | None:
+        """`admitted` when a few models changed since the last pass's (the same
+        ones in the same order): each changed model asked again, the refused
+        ones too; None unless each changed one admitted before is admitted
+        again, and none changed was refused (else all are asked: the order of
+        the lists follows the models')."""
+        if not self.admits_before or self.models_changed is None:
+            return None
+        position: dict[str, int] = last[5]
+        refused_before = {lm.key for lm in last[4]}
+        again: list[LocalModel] = []
+        for key in self.models_changed:
+            lm = obs.models[key].model
+            if key in refused_before or (lm is None) != (key not in position):
+                return None  # (refused before, or valid before and not now, or the reverse)
+            if lm is not None:
+                again.append(lm)
+        ok, refused = admit([*again, *last[4]])
+        if any(w.model.key in position for w in refused) or any(
+                lm.key not in position for lm in ok):
+            return None  # (one admitted before refused now, or the reverse)
+        admitted = list(last[3])
+        for lm in ok:
+            admitted[position[lm.key]] = lm
+        self.admits = (obs.models, last[1], last[2], admitted, last[4], position)
+        return admitted, refused
 
     def refusals(self, lm: LocalModel, tenants: TenantPolicy, secrets: SecretLabels
                  ) -> tuple[Refusal, ...]:
@@ -360,22 +560,25 @@ class KeptWork:
             claims = obs.claims_of(key)
             read = (lm, claims, obs.pods_of(key), obs.nodes.get(node),
                     tuple(obs.volumes.get(c.volume or "") for c in claims))
+            if kept is None:
+                _index(self.chosen_on, node, key)
             if kept is None or kept[:-2] != read:
                 kept = (*read, choose_claim(lm, replica, node, obs), passes)
             self.chosen[(key, replica, node)] = (*kept[:-1], passes)
             return cast(str, kept[-2])
         return choose
 
-    def keep_only(self, keys: set[str]) -> None:
+    def keep_only(self, keys: Collection[str]) -> None:
         """Forget the models not in `keys` (gone, invalid, refused or failed)."""
         for key in [k for k in self.by_model if k not in keys]:
-            del self.by_model[key]
+            self.forget(key)
         for key in [k for k in self.refused if k not in keys]:
             del self.refused[key]
         for key in [k for k in self.placements if k not in keys]:
             del self.placements[key]
         for chosen in [k for k in self.chosen if k[0] not in keys]:
             del self.chosen[chosen]
+            _unindex(self.chosen_on, chosen[2], chosen[0])
 
 
 @dataclass
@@ -401,6 +604,19 @@ class ConditionTally:
         for _, pairs in before.values():  # models gone
             self._add(pairs, -1)
         self.counted = now
+        return {k: v for k, v in self.totals.items() if v}
+
+    def recount(self, statuses: Mapping[str, Any]) -> dict[tuple[str, ...], float]:
+        """The tally after the statuses of these models changed (no model gone)."""
+        counted = self.counted
+        for key, status in statuses.items():
+            kept = counted.get(key)
+            if kept is None or kept[0] is not status:
+                if kept is not None:
+                    self._add(kept[1], -1)
+                kept = counted[key] = (
+                    status, tuple((c.type, c.status.value) for c in status.conditions))
+                self._add(kept[1], 1)
         return {k: v for k, v in self.totals.items() if v}
 
     def _add(self, pairs: tuple[tuple[str, str], ...], n: int) -> None:

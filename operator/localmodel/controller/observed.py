@@ -157,6 +157,8 @@ class Parsed:
     # (nodes before, nodes after, the names that changed) of the last reading of
     # a few nodes' new objects (`_nodes_again`)
     nodes_since: tuple[Any, Any, frozenset[str]] | None = None
+    # (the models, their valid uids, whether those are the last models' very set)
+    valid: tuple[dict[str, ModelObject], frozenset[str], bool] | None = None
 
     def each(self, kind: str, bodies: Sequence[Raw], read: Callable[[Raw], T]) -> list[T]:
         """`read` of each object, kept from the last call for the same objects."""
@@ -219,7 +221,9 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     models = take("models", (snap.localmodels,), (watched,),
                   lambda: _observe_models(snap.localmodels, watched, memo))
     nodes, bad = take("nodes", (snap.nodes,), (), lambda: _observe_nodes(snap.nodes, memo))
-    valid = frozenset(m.uid for m in models.values() if m.model is not None)
+    last = memo.last
+    since = None if last is None or last.models is models else changed_keys(last.models, models)
+    valid = _valid_uids(models, memo, None if last is None else last.models, since)
     pods, usage = take("pods", (snap.pods,), (watched, valid),
                        lambda: _observe_pods(snap.pods, watched, valid, memo))
     claims = take("claims", (snap.claims,), (watched,),
@@ -230,7 +234,6 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
                    lambda: {v.name: v for v in memo.each("volumes", snap.volumes, volume)})
     classes = take("storage_classes", (snap.storageclasses,), (),
                    lambda: storage_classes(snap.storageclasses))
-    last = memo.last
     if last is not None and len(same) == len(memo.sections):
         return last
     if last is not None and ("nodes" in same or last.nodes.keys() == nodes.keys()):
@@ -239,12 +242,49 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     if last is not None and memo.nodes_since is not None and memo.nodes_since[1] is nodes:
         obs.nodes_since = (last.nodes, memo.nodes_since[2]) if memo.nodes_since[0] is (
             last.nodes) else None
+    if since is not None and memo.valid is not None and memo.valid[2]:
+        # The same valid models (a few new objects): the per-model views of
+        # the others are the last ones. (`since` is not kept with `obs`: it
+        # would hold the last models, and freeing them all falls to a later pass.)
+        same.add("valid models")
     if last is not None:
         for view, reads in _VIEWS.items():
             if reads <= same:
                 setattr(obs, view, getattr(last, view))
+            elif (view in _PER_MODEL and reads <= same | {"models"} and "valid models" in same
+                  and (kept := getattr(last, view)) is not None and since is not None):
+                setattr(obs, view, _patched(_PER_MODEL[view], obs, kept, since))
     memo.last = obs
     return obs
+
+
+def changed_keys(was: dict[str, ModelObject], now: dict[str, ModelObject]
+                 ) -> frozenset[str] | None:
+    """The models whose object is not the same one, when the keys are the same
+    ones in the same order (else None)."""
+    keys = list(now)
+    if keys != list(was):
+        return None
+    return frozenset(compress(keys, map(is_not, map(was.__getitem__, keys), now.values())))
+
+
+def _valid_uids(models: dict[str, ModelObject], memo: Parsed,
+                last: dict[str, ModelObject] | None, since: frozenset[str] | None
+                ) -> frozenset[str]:
+    """The uids of the valid models: the last set (the same object) while the
+    models `since` names (those changed since the `last` ones) kept their uid
+    and validity (`memo.valid[2]` then says so)."""
+    kept = memo.valid
+    if kept is not None and kept[0] is models:
+        return kept[1]
+    if kept is not None and last is not None and kept[0] is last and since is not None and all(
+            (was := last[k]).uid == (m := models[k]).uid
+            and (was.model is None) == (m.model is None) for k in since):
+        memo.valid = (models, kept[1], True)
+        return kept[1]
+    valid = frozenset(m.uid for m in models.values() if m.model is not None)
+    memo.valid = (models, valid, False)
+    return valid
 
 
 def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject]:
@@ -253,9 +293,49 @@ def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject
     return version, parse_model(body) if m is None else m
 
 
+def _models_again(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
+                  ) -> dict[str, ModelObject] | None:
+    """The last models section with the few objects that are not the same ones
+    read again (a watch's index replaced them in place: a status written, an
+    edit); None unless that is all that changed, each under the same name."""
+    kept = memo.sections.get("models")
+    if kept is None or len(kept[0][0]) != len(bodies) or kept[0][1] != watched:
+        return None
+    before: list[Raw] = kept[0][0]
+    old_models: dict[str, ModelObject] = kept[1]
+    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
+    read = memo.read.get("localmodels", {})
+    if len(moved) > 64:
+        return None
+    again = []
+    for i in moved:
+        old = read.get(id(before[i]))
+        if old is None or old[0] is not before[i]:
+            return None
+        old_version, was = old[1]
+        version, m = _model_reading(bodies[i], memo)
+        shown = not watched or m.namespace in watched
+        if m.key != was.key or (shown and old_models.get(m.key) is not was):
+            return None  # (another name, or not the object the section holds)
+        again.append((before[i], bodies[i], old_version, version, m, shown))
+    models = dict(old_models)
+    for was_body, body, old_version, version, m, shown in again:
+        del read[id(was_body)]
+        read[id(body)] = (body, (version, m))
+        if old_version:
+            memo.models.pop(old_version, None)
+        if version:
+            memo.models[version] = m
+        if shown:
+            models[m.key] = m
+    return models
+
+
 def _observe_models(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
                     ) -> dict[str, ModelObject]:
     """The LocalModels in the watched namespaces, each stored version parsed once."""
+    if (quick := _models_again(bodies, watched, memo)) is not None:
+        return quick
     readings = memo.each("localmodels", bodies, partial(_model_reading, memo=memo))
     memo.models = {version: m for version, m in readings if version}
     return {m.key: m for _, m in readings if not watched or m.namespace in watched}
@@ -370,23 +450,23 @@ def current_placements(obs: Observed) -> dict[str, list[str | None]]:
     """Where each replica of each valid model is now: its pod's node, else the
     node its status last recorded (a pod deleted for a roll or lost in a crash).
     Built once per `Observed` (not to be changed by the caller)."""
-    if obs._placements is not None:
-        return obs._placements
-    out: dict[str, list[str | None]] = {}
-    for key, m in obs.models.items():
-        if m.model is None:
-            continue
-        nodes: list[str | None] = [None] * m.model.spec.replicas
-        if m.status is not None:
-            for p in m.status.placements:
-                if 0 <= p.replica < len(nodes):
-                    nodes[p.replica] = p.node
-        for pod in obs.pods_of(key):
-            if pod.owner_uid == m.uid and 0 <= pod.replica < len(nodes) and pod.node:
-                nodes[pod.replica] = pod.node
-        out[key] = nodes
-    obs._placements = out
-    return out
+    if obs._placements is None:
+        obs._placements = {key: _placed_now(obs, key, m) for key, m in obs.models.items()
+                           if m.model is not None}
+    return obs._placements
+
+
+def _placed_now(obs: Observed, key: str, m: ModelObject) -> list[str | None]:
+    assert m.model is not None
+    nodes: list[str | None] = [None] * m.model.spec.replicas
+    if m.status is not None:
+        for p in m.status.placements:
+            if 0 <= p.replica < len(nodes):
+                nodes[p.replica] = p.node
+    for pod in obs.pods_of(key):
+        if pod.owner_uid == m.uid and 0 <= pod.replica < len(nodes) and pod.node:
+            nodes[pod.replica] = pod.node
+    return nodes
 
 
 # Scheduler messages that say the pod cannot run on *any* node (its claim has
@@ -438,14 +518,31 @@ def unschedulable(obs: Observed) -> list[StuckPod]:
 
 def readiness(obs: Observed) -> dict[str, dict[int, bool]]:
     """Whether each replica of each valid model is Ready (once per `Observed`)."""
-    if obs._ready is not None:
-        return obs._ready
-    out: dict[str, dict[int, bool]] = {}
-    for key, m in obs.models.items():
-        if m.model is None:
-            continue
-        # A pod on a node that is gone is not serving, whatever it last reported.
-        out[key] = {p.replica: p.ready and p.node in obs.nodes
-                    for p in obs.pods_of(key) if p.owner_uid == m.uid}
-    obs._ready = out
+    if obs._ready is None:
+        obs._ready = {key: _ready_now(obs, key, m) for key, m in obs.models.items()
+                      if m.model is not None}
+    return obs._ready
+
+
+def _ready_now(obs: Observed, key: str, m: ModelObject) -> dict[int, bool]:
+    # A pod on a node that is gone is not serving, whatever it last reported.
+    return {p.replica: p.ready and p.node in obs.nodes
+            for p in obs.pods_of(key) if p.owner_uid == m.uid}
+
+
+# The views built model by model: with the same valid models, a few of them
+# new objects, the last view with those models' entries made again.
+_PER_MODEL: dict[str, Callable[[Observed, str, ModelObject], Any]] = {
+    "_placements": _placed_now,
+    "_ready": _ready_now,
+}
+
+
+def _patched(one: Callable[[Observed, str, ModelObject], T], obs: Observed,
+             kept: dict[str, T], keys: Iterable[str]) -> dict[str, T]:
+    out = dict(kept)
+    for key in keys:
+        m = obs.models[key]
+        if m.model is not None:  # (the same valid models: its entry is there)
+            out[key] = one(obs, key, m)
     return out

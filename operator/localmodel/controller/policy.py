@@ -20,7 +20,8 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from itertools import chain
+from typing import Any, cast
 
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel
@@ -37,14 +38,13 @@ from localmodel.controller.changes import (
     ModelChanges,
     Target,
 )
-from localmodel.controller.kept_work import KeptWork, ModelWork, PassPlan, model_work
+from localmodel.controller.kept_work import KeptWork, ModelWork, PassPlan, Shares, model_work
 from localmodel.controller.observed import (
     Observed,
     StuckPod,
     current_placements,
     readiness,
 )
-from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec
@@ -375,21 +375,30 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
     return ok, refused
 
 
-def _models_work(results: Sequence[ModelResult], work: list[ModelWork], obs: Observed,
-                 now: str, options: RenderOptions,
-                 speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
-                 kept: KeptWork) -> tuple[list[ModelWork], list[SpeedTarget]]:
-    """Each valid model's share (`work` extended): kept while what it read holds
-    (`KeptWork.held`), else worked out (`model_work`) and kept."""
-    targets: list[SpeedTarget] = []
+def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
+                 options: RenderOptions, speeds: Mapping[str, Mapping[int, Published]],
+                 policy: SpeedPolicy, kept: KeptWork, placed: Placed,
+                 ) -> tuple[Shares, Sequence[int], Shares | None]:
+    """Each valid model's share, and where it puts its replicas: the last pass's
+    shares with the positions `KeptWork.shares_again` names worked out again
+    (each kept while what it read holds, `KeptWork.held`, else worked out with
+    `model_work` and kept); those positions, and the last pass's shares (None:
+    all worked out)."""
     images = (options.operator_image, options.image_pull_secrets)
-    models, held = obs.models, kept.held
+    shares, todo, last = kept.shares_again(results, now, speeds, policy, images)
+    models, held, placement = obs.models, kept.held, kept.placement
+    work, targets, placements, unkept = shares.work, shares.targets, shares.placed, shares.unkept
     none: Mapping[int, Published] = {}
-    for result in results:
+    for i in todo:
+        result = results[i]
         key = result.model.key
         mo = models[key]
+        # A failed model keeps where it was (its pods are left as they are).
+        placements[key] = dict(placed.get(key, {})) if result.failure else placement(result)
         if result.problems or result.failure:  # an invalid or failed one: its status only
-            work.append(ModelWork(mo, ModelChanges(), result.status, result.failure))
+            kept.forget(key)
+            unkept.add(i)
+            work[i], targets[i] = ModelWork(mo, ModelChanges(), result.status, result.failure), ()
             continue
         published = speeds.get(key, none)
         try:
@@ -398,15 +407,15 @@ def _models_work(results: Sequence[ModelResult], work: list[ModelWork], obs: Obs
                 worked = model_work(result, mo, obs, now, published, policy, *images)
                 kept.keep(result, mo.uid, obs, now, published, policy, images, worked)
         except Exception as exc:  # one model's failure is that model's (not kept)
-            kept.by_model.pop(key, None)
+            kept.forget(key)
+            unkept.add(i)
             failure = failure_text("changes or status", exc)
-            work.append(ModelWork(mo, ModelChanges(), failed_status(
-                mo.generation, failure, mo.status, now), failure))
+            work[i], targets[i] = ModelWork(mo, ModelChanges(), failed_status(
+                mo.generation, failure, mo.status, now), failure), ()
             continue
-        work.append(worked[0])
-        if worked[1]:
-            targets += worked[1]
-    return work, targets
+        unkept.discard(i)
+        work[i], targets[i] = worked
+    return shares, todo, last
 
 
 def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed,
@@ -442,12 +451,20 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
         claims_again=kept.claims_again,
     )
-    work, targets = _models_work(state.models, refused, obs, now, options, speeds, policy, kept)
-    kept.keep_only({r.model.key for r in state.models})
-    work += [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status, now))
-             for mo in obs.models.values() if mo.model is None]
-    # A failed model keeps where it was (its pods are left as they are).
-    placements = {r.model.key: (kept.placement(r) if not r.failure
-                                else dict(placed.get(r.model.key, {})))
-                  for r in state.models}
-    return kept.remember(inputs, now, PassPlan(work, placements, tuple(targets)))
+    shares, todo, last = _models_work(state.models, obs, now, options, speeds, policy, kept,
+                                      placed)
+    if last is None:
+        kept.keep_only(shares.at.keys())
+        kept.took = set(kept.took)  # (a set keeps its largest table: a cold pass's 5 000)
+    invalid = [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status,
+                                                            now))
+               for mo in kept.invalid(obs)]
+    done = cast(list[ModelWork], shares.work)  # (every position worked out)
+    unkept = [*refused, *(done[i] for i in shares.unkept), *invalid]
+    since = None
+    if last is not None:  # the work that is not the last plan's very object
+        since = (kept.serial, {w.model.key: w for w in (*refused, *invalid)})
+        since[1].update((done[i].model.key, done[i]) for i in todo if done[i] is not last.work[i])
+    plan = PassPlan([*refused, *done, *invalid], shares.placed,
+                    tuple(chain.from_iterable(shares.targets)), kept.serial + 1, since)
+    return kept.remember(inputs, now, plan, shares, unkept)

@@ -37,12 +37,19 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept_work import ConditionTally, KeptWork, ModelWork, rfc3339
+from localmodel.controller.kept_work import (
+    ConditionTally,
+    KeptWork,
+    ModelWork,
+    PassPlan,
+    rfc3339,
+)
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
     Parsed,
     Snapshot,
+    changed_keys,
     observe,
     unschedulable,
 )
@@ -156,8 +163,13 @@ class Reconciler:
         self._kept = KeptWork()  # each model's changes and status, the same way
         self._tally = ConditionTally()
         self._idle: dict[str, ModelWork] = {}  # model -> its last work, if it wrote nothing
-        self._idle_work: list[ModelWork] | None = None  # a pass's work, if all was idle
+        # The number of the last plan whose work was all gone through, and that
+        # work's models that were not idle (`PassPlan.since`: the next plan's
+        # other models have the same, idle work).
+        self._serial: int | None = None
+        self._busy: dict[str, ModelWork] = {}
         self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
+        self._needs: dict[str, tuple[str, str]] = {}  # model -> the Secret it names
         # Every write of a pass (objects, statuses, Events) takes one of these
         # first, as many as the client has connections: a request waits here,
         # not in the client's pool, whose time limit would count the wait (at
@@ -252,26 +264,48 @@ class Reconciler:
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
             secrets = await self._secret_labels(obs)
-            work = self._plan(obs, now_s, secrets)
+            planned = self._plan(obs, now_s, secrets)
         result = PassResult(models=len(obs.models))
-        if work is self._idle_work and not extra_events:
-            return result  # the last pass's very work, all of which needed no write
-        self.metrics.models_by_condition = self._tally.count({w.model.key: w.status for w in work})
+        since = planned.since
+        new = ({} if planned.serial == self._serial else since[1]
+               if since is not None and since[0] == self._serial else None)
+        if new is not None and not extra_events:  # only `new` differs from the work gone through
+            if not new and not self._busy:
+                return result  # the very work gone through, all of which needed no write
+            work = {**self._busy, **new}
+            if new:
+                self.metrics.models_by_condition = self._tally.recount(
+                    {k: w.status for k, w in new.items()})
+        else:
+            work = {w.model.key: w for w in planned.work}
+            self.metrics.models_by_condition = self._tally.count(
+                {k: w.status for k, w in work.items()})
         if len(self._idle) > len(obs.models):
             self._idle = {k: w for k, w in self._idle.items() if k in obs.models}
-        idle, self._idle_work = self._idle, None
-        await asyncio.gather(*(self._model(w, now_s, result, obs, extra_events.get(w.model.key, []))
-                               for w in work if idle.get(w.model.key) is not w
-                               or w.model.key in extra_events))
-        self._idle_work = work if all(idle.get(w.model.key) is w for w in work) else None
+        idle = self._idle
+        await asyncio.gather(*(self._model(w, now_s, result, obs, extra_events.get(k, []))
+                               for k, w in work.items() if idle.get(k) is not w
+                               or k in extra_events))
+        self._busy = {k: w for k, w in work.items() if idle.get(k) is not w}
+        self._serial = planned.serial
         return result
 
     async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
         """The labels of the overflow-key Secrets the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
         if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
-            self._wanted = (obs.models, {k for lm in obs.valid_models()
-                                         if (k := needs_secret(lm, self.config.tenants))})
+            tenants, needs = self.config.tenants, self._needs
+            changed = (None if not isinstance(self._wanted[0], dict)
+                       else changed_keys(self._wanted[0], obs.models))
+            if changed is None:
+                needs.clear()
+            for m in (obs.models.values() if changed is None else map(obs.models.get, changed)):
+                if m is not None and m.model is not None and (
+                        k := needs_secret(m.model, tenants)):
+                    needs[m.key] = k
+                elif changed is not None and m is not None:
+                    needs.pop(m.key, None)
+            self._wanted = (obs.models, set(needs.values()))
         if not (wanted := self._wanted[1]):
             return {}
         found = await self._secrets.labels(wanted)
@@ -281,7 +315,7 @@ class Reconciler:
         return found
 
     def _plan(self, obs: Observed, now: str,
-              secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> list[ModelWork]:
+              secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> PassPlan:
         planned = plan_pass(obs, now, self._render_options,
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
@@ -290,7 +324,7 @@ class Reconciler:
         self._placed = planned.placed
         if self.speed.retarget(planned.speed_targets):
             self.speed_wake()
-        return planned.work
+        return planned
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
         """Apply `policy.avoid_stuck`: the nodes to avoid, the Events, a recheck."""
