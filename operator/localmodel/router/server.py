@@ -47,6 +47,7 @@ from localmodel.router.table import (
     listed_names,
     lookup,
 )
+from localmodel.router.upstream import Pool
 
 ROUTE_HEADER = "X-LocalModel-Route"
 REPLICA_HEADER = "X-LocalModel-Replica"
@@ -74,7 +75,8 @@ class Router:
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners))
         self._clock = clock
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
+        self.pool = Pool(config.connect_timeout)  # for the requests relayed
         self._poller: asyncio.Task[None] | None = None
 
     # ---- apps and lifecycle --------------------------------------------------
@@ -120,6 +122,7 @@ class Router:
                 await self._poller
         if self._session is not None:
             await self._session.close()
+        self.pool.close()
 
     async def _poll_forever(self) -> None:
         while True:
@@ -179,8 +182,8 @@ class Router:
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
         try:
             with self.watch.sending(replica.name):
-                done = await relay(self.session, request, replica.url + request.path, data,
-                                   extra, self.config.deadline, openai)
+                done = await relay(self.pool, request, replica.url, data, extra,
+                                   self.config.deadline, openai)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
