@@ -276,3 +276,67 @@ async def test_a_replica_that_does_not_answer_is_a_502_in_the_apis_shape(
             assert "did not answer" in (await resp.json())["error"]["message"]
     await wait_until(lambda: len(log) == 1)
     assert router.router.metrics.upstream_errors.value(("connect",)) == 1
+
+
+async def _replica_that_closes(after: int) -> tuple[asyncio.Server, str, list[int]]:
+    """A replica on a bare socket that answers the first `after` POSTs of
+    each connection and closes the connection, unanswered, at the next; the
+    list counts the POSTs each connection read (the router's reads of
+    /slots, on connections of their own, are refused and not counted)."""
+    per_connection: list[int] = []
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n"
+              b'{"done":true}')
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = -1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head.startswith(b"POST "):
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    return
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                if index < 0:
+                    per_connection.append(0)
+                    index = len(per_connection) - 1
+                per_connection[index] += 1
+                if per_connection[index] > after:
+                    return
+                writer.write(answer)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            return
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(one, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", per_connection
+
+
+async def test_a_kept_connection_closed_unanswered_is_tried_once_more_on_a_new_one(
+        router_for: Serve) -> None:
+    server, url, per_connection = await _replica_that_closes(after=1)
+    async with server:
+        router, log = await router_for(url)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):
+                async with http.post(router.url + "/api/chat", json=TURN) as resp:
+                    assert (resp.status, await resp.read()) == (200, b'{"done":true}')
+    # The second request went out on the kept connection, found it closed
+    # unanswered, and was answered on a new one.
+    assert per_connection == [2, 1]
+    assert [json.loads(line)["status"] for line in log] == [200, 200]
+
+
+async def test_a_new_connection_closed_unanswered_is_a_502_not_a_retry(
+        router_for: Serve) -> None:
+    server, url, per_connection = await _replica_that_closes(after=0)
+    async with server:
+        router, _ = await router_for(url)
+        async with aiohttp.ClientSession() as http, http.post(
+                router.url + "/api/chat", json=TURN) as resp:
+            assert resp.status == 502
+    assert per_connection == [1]
+    assert router.router.metrics.upstream_errors.value(("connect",)) == 1

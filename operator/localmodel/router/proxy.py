@@ -139,7 +139,7 @@ async def _exchange(pool: Pool, address: Address, message: bytes) -> tuple[Conne
     kept one was closed by the replica before it answered anything (its idle
     timeout raced our request: the request was not read)."""
     for attempt in (1, 2):
-        conn = await pool.connect(address)
+        conn = await (pool.connect(address) if attempt == 1 else pool.open(address))
         conn.send(message)
         try:
             return conn, await conn.head()
