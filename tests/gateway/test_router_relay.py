@@ -88,13 +88,14 @@ async def _raw_replica(answer: bytes, close: bool = True) -> tuple[asyncio.Serve
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
-async def test_each_line_reaches_the_caller_while_the_replica_still_holds_the_rest(
+async def test_the_head_and_each_line_reach_the_caller_while_the_replica_holds_the_rest(
         router_for: Serve, replica_app: Replica) -> None:
-    go_on = asyncio.Event()
+    head_read, go_on = asyncio.Event(), asyncio.Event()
 
     async def generate(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
+        await head_read.wait()  # the caller has the head before any data is sent
         await response.write(b'{"response":"first","done":false}\n')
         await go_on.wait()  # the rest only once the caller has read the first line
         await response.write(b'{"response":"","done":true,"prompt_eval_count":4,'
@@ -106,6 +107,10 @@ async def test_each_line_reaches_the_caller_while_the_replica_still_holds_the_re
     router, log = await router_for(await replica_app(app))
     client = await RawClient.send(router.port, "/api/generate", {**TURN, "prompt": "x"})
     try:
+        async with asyncio.timeout(5):
+            head = await client.reader.readuntil(b"\r\n\r\n")
+        head_read.set()
+        assert head.startswith(b"HTTP/1.1 200") and b"X-LocalModel-Route: owner" in head
         async with asyncio.timeout(5):
             while b"first" not in await client.reader.readline():
                 pass

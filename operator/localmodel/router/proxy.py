@@ -78,10 +78,17 @@ class PassedResponse(web.StreamResponse):
     """A response whose body aiohttp writes as it is given: the replica's own
     framing (chunks or a length) passes through, and `CallerSink` frames what
     needs it. `_length_check` is aiohttp's own switch for this (its
-    WebSocketResponse turns it off); tests/gateway/test_router.py fails
-    loudly if aiohttp ever frames the body a second time."""
+    WebSocketResponse turns it off); tests/gateway/test_router_relay.py
+    compares the bytes a caller reads, so it fails loudly if aiohttp ever
+    frames the body a second time.
+
+    Its head waits for the first body write, as the gateway's RelayResponse
+    does (`_send_headers_immediately`, aiohttp 3.9+): what the replica sent
+    with its own head goes with the caller's head in one write, and
+    `relay` writes the head at once when nothing came with it."""
 
     _length_check = False
+    _send_headers_immediately = False
 
 
 RAW, CHUNK, PLAIN = "raw", "chunk", "plain"
@@ -92,26 +99,39 @@ class CallerSink:
     bytes goes to the caller's socket at once (RAW: as they came; CHUNK:
     made a chunk, for an answer that ends with its connection; PLAIN: the
     data alone, for an HTTP/1.0 caller, whose connection then ends the
-    answer), and the data's last bytes go to the tail."""
+    answer), and the data's last bytes go to the tail. Until `first` is
+    taken, the bytes are kept instead, to leave with the caller's head."""
 
     def __init__(self, transport: asyncio.Transport, tail: Tail, mode: str) -> None:
         self.transport = transport
         self.tail = tail
         self.mode = mode
         self.high = transport.get_write_buffer_limits()[1]
+        self._first: bytearray | None = bytearray()
+
+    def take_first(self) -> bytes:
+        """What came with the replica's head; from now on bytes go out at once."""
+        first, self._first = self._first, None
+        return bytes(first or b"")
 
     def data(self, chunk: bytes) -> None:
         self.tail.add(chunk)
         if self.mode == PLAIN:
-            self.transport.write(chunk)
+            self._out(chunk)
 
     def write(self, raw: bytes) -> bool:
         if self.mode == RAW:
-            self.transport.write(raw)
+            self._out(raw)
         elif self.mode == CHUNK:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(raw), raw))
+            self._out(b"%x\r\n%b\r\n" % (len(raw), raw))
         return not self.transport.is_closing() and \
             self.transport.get_write_buffer_size() <= self.high
+
+    def _out(self, data: bytes) -> None:
+        if self._first is None:
+            self.transport.write(data)
+        else:
+            self._first += data
 
 
 def _caller_framing(head: Head, http11: bool) -> tuple[str, dict[str, str]]:
@@ -179,19 +199,24 @@ async def relay(
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
                          headers={**back_headers(head.headers), **extra, **framing})
-    if mode == PLAIN or (head.framing == EMPTY and not head.keep_alive):
+    if mode == PLAIN:
         out.force_close()
     complete = False
     try:
         async with asyncio.timeout_at(at):
             writer = await out.prepare(request)
             assert writer is not None and request.transport is not None
-            conn.attach(CallerSink(request.transport, tail, mode))
+            sink = CallerSink(request.transport, tail, mode)
+            conn.attach(sink)
+            # The caller's head now, with what came with the replica's.
+            await out.write(sink.take_first())
             while True:
                 await conn.wait()
                 if conn.done:
                     break
-                await writer.drain()  # the caller's socket was full
+                await writer.drain()  # the caller's socket was full, or is closing
+                if request.transport is None or request.transport.is_closing():
+                    raise ConnectionResetError("the caller's connection is closing")
                 conn.resume()
             await out.write_eof(b"0\r\n\r\n" if mode == CHUNK else b"")
         complete = True
