@@ -7,8 +7,9 @@ the body timeout, parsed, bounded like the gateway bounds it
 (localmodel.gateway.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
 and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
-(router/proxy.py). The decision goes back in `X-LocalModel-Route`, in the
-access log (one JSON line per request) and in the metrics.
+(router/proxy.py, over router/upstream.py's kept connections). The decision
+goes back in `X-LocalModel-Route`, in the access log (one JSON line per
+request) and in the metrics.
 """
 
 from __future__ import annotations
