@@ -3,11 +3,13 @@ gateway vs through nginx (Debian's, as a plain reverse-proxy reference), at
 concurrency 1, 8 and 64, side by side. The router (`localmodel router
 --replicas`, docs/router.md) runs beside nginx, in front of the same upstream:
 its added p99 time to first token and per token are compared with nginx's
-(target: within nginx + 1 ms at 8).
+(target: within nginx + 1 ms at 8). `--router-base DIR` adds the router of
+another checkout (`rt-base`, e.g. `git archive` of the commit before a
+change), measured in the same rounds, for a before/after.
 
 Run: python benchmarks/gateway.py [--runs N] [--rounds R] [--scale X] [--no-pin]
          [--burst] [--no-overflow] [--no-plain] [--no-ledger-ab] [--concurrency C ...]
-         [--gateway-arg=--event-loop=asyncio] [--quick]
+         [--gateway-arg=--event-loop=asyncio] [--router-base DIR] [--quick]
 Needs: nginx on PATH (apt-get install nginx-light); skipped with a note if absent.
 
 The upstream is the Ollama stand-in (tests/gateway/ollama_standin.py, not
@@ -105,6 +107,7 @@ from tests.harness.processes import (  # noqa: E402
 PLAIN = "gw-plain"  # the gateway without overflow: the A/B target
 NO_LEDGER = "gw-noledger"  # the same without the ledger (--ledger-size 0)
 ROUTER = "router"  # `localmodel router --replicas` in front of the upstream, beside nginx
+ROUTER_BASE = "rt-base"  # the same from another checkout (--router-base): a before/after
 TOKENS = 32
 TOKEN_DELAY = 0.004
 CONCURRENCY = (1, 8, 64)
@@ -445,6 +448,8 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
             lines.append(ledger_cost(ks, runs))
         if ROUTER in ks[0].throughput and "nginx" in ks[0].throughput:
             lines.append(router_cost(ks, runs))
+            if ROUTER_BASE in ks[0].throughput:
+                lines.append(router_cost(ks, runs, ROUTER_BASE))
         if PLAIN in ks[0].throughput:
             # Overflow's cost on the local path, from the A/B in the same runs.
             ttft = [k.added_ttft_p99["gateway"] - k.added_ttft_p99[PLAIN] for k in ks]
@@ -459,16 +464,19 @@ def spread(keys: dict[int, list[Key]]) -> list[str]:
     return lines
 
 
-def router_cost(ks: list[Key], runs: int) -> str:
+def router_cost(ks: list[Key], runs: int, name: str = ROUTER) -> str:
     """The router's cost at 8 against nginx's, in the same runs: added p99 time
     to first token, and added p99 total over the tokens (per token)."""
-    ttft = [k.added_ttft_p99[ROUTER] - k.added_ttft_p99["nginx"] for k in ks]
-    per_token = [(k.added_total_p99[ROUTER] - k.added_total_p99["nginx"]) / TOKENS for k in ks]
+    ttft = [k.added_ttft_p99[name] - k.added_ttft_p99["nginx"] for k in ks]
+    per_token = [(k.added_total_p99[name] - k.added_total_p99["nginx"]) / TOKENS for k in ks]
     met = sum(t <= 0.001 and p <= 0.001 for t, p in zip(ttft, per_token, strict=True))
+    each = ", ".join(f"{t * 1000:+.2f}/{p * 1000:+.3f}" for t, p in zip(ttft, per_token,
+                                                                       strict=True))
     return (
-        f"router vs nginx, at 8: added p99 ttft {statistics.median(ttft) * 1000:+.2f} ms, "
+        f"{name} vs nginx, at 8: added p99 ttft {statistics.median(ttft) * 1000:+.2f} ms, "
         f"added p99 per token {statistics.median(per_token) * 1000:+.3f} ms (medians over "
-        f"{runs} runs); target within nginx + 1 ms met in {met}/{runs} runs"
+        f"{runs} runs); target within nginx + 1 ms met in {met}/{runs} runs "
+        f"(each run, ttft/per token ms: {each})"
     )
 
 
@@ -619,6 +627,7 @@ async def run(
     overflow: bool,
     plain: bool,
     ledger_ab: bool,
+    router_base: Path | None = None,
 ) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -733,6 +742,21 @@ async def run(
             Path(os.devnull), env, preexec=_pinned(proxy_cpus))
         serve(stack, router, router_port)
         targets[ROUTER] = (router_port, [psutil.Process(router.pid)])
+        if router_base is not None:
+            # The router of another checkout (say, a worktree of the branch
+            # before a change), in the same rounds: a before/after free of the
+            # machine's drift between runs.
+            base_port = free_port()
+            base_env = {**env, "PYTHONPATH": os.pathsep.join(
+                [str(router_base / "operator"), env["PYTHONPATH"]])}
+            base = pinned_process(
+                f"router from {router_base}",
+                [sys.executable, "-m", "localmodel.cli", "router", "--listen",
+                 f"127.0.0.1:{base_port}", "--admin-listen", f"127.0.0.1:{free_port()}",
+                 "--replicas", f"standin:1b=http://127.0.0.1:{up_port}"],
+                proxy_cpus, base_env, tmp / "router-base.err")
+            serve(stack, base, base_port)
+            targets[ROUTER_BASE] = (base_port, [psutil.Process(base.pid)])
         placement = (
             f"proxy pinned to CPU {sorted(proxy_cpus)}, upstream and load generator to "
             f"CPU {sorted(rest_cpus)}"
@@ -820,6 +844,13 @@ def main() -> int:
         help="leave out the gw-noledger target (the gateway without its ledger, the A/B)",
     )
     parser.add_argument(
+        "--router-base",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"also measure the router of the checkout DIR ({ROUTER_BASE}), in the same rounds",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="one short run at concurrency 8 (a smoke test)"
     )
     args = parser.parse_args()
@@ -841,6 +872,7 @@ def main() -> int:
             not args.no_overflow,
             not args.no_plain,
             not args.no_ledger_ab,
+            args.router_base.resolve() if args.router_base else None,
         )
     ):
         print(line)

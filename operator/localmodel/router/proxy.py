@@ -1,13 +1,14 @@
-"""One request relayed to one replica's gateway, the answer streamed back
-chunk by chunk as it arrives (nothing is held back but the last
-`account.TAIL_BYTES`, copied to read the answer's accounting).
+"""One request relayed to one replica's gateway, the answer passed back
+byte for byte as it arrives (router/upstream.py: the replica's own framing
+goes to the caller unchanged; nothing is held back but a copy of the last
+`account.TAIL_BYTES` of data, to read the answer's accounting).
 
 Cancellation: the router serves with aiohttp's handler cancellation on, so a
 caller who leaves cancels the handler at once, while it waits for the
 replica's first byte or in the middle of a stream; every early end closes the
-upstream response (`ClientResponse.close`, which closes its connection), and
-the replica's gateway sees its caller gone at once and stops its engine
-(docs/gateway.md, Cancellation). The whole exchange is bounded by --deadline.
+connection to the replica, and the replica's gateway sees its caller gone at
+once and stops its engine (docs/gateway.md, Cancellation). The whole exchange
+is bounded by --deadline.
 
 Headers: the caller's Authorization and every `X-LocalModel-*` header, with
 X-Priority, X-Request-Timeout and X-Request-Id, pass through unchanged. The
@@ -21,14 +22,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 
 from localmodel.gateway.wire import error_response
 from localmodel.router.account import Tail
+from localmodel.router.upstream import (
+    CHUNKED,
+    EMPTY,
+    LENGTH,
+    Address,
+    Connection,
+    Head,
+    Pool,
+    UpstreamError,
+)
 
 PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-request-timeout",
                 "x-request-id", "user-agent")
@@ -45,9 +55,94 @@ def pass_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def back_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() in BACK_HEADERS
+def back_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k: v for k, v in headers if k.lower() in BACK_HEADERS
             or k.lower().startswith(PREFIX)}
+
+
+def request_bytes(address: Address, path: str, headers: Mapping[str, str],
+                  data: bytes) -> bytes:
+    """The POST to the replica, head and body, as one write. A header that
+    could split the head (a CR, LF or NUL in it) is left out; aiohttp's
+    parser refuses such a header before the router sees it anyway."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: {address.authority}",
+             f"Content-Length: {len(data)}"]
+    for name, value in pass_headers(headers).items():
+        if not any(c in name or c in value for c in "\r\n\0"):
+            lines.append(f"{name}: {value}")
+    lines += ("", "")
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape") + data
+
+
+class PassedResponse(web.StreamResponse):
+    """A response whose body aiohttp writes as it is given: the replica's own
+    framing (chunks or a length) passes through, and `CallerSink` frames what
+    needs it. `_length_check` is aiohttp's own switch for this (its
+    WebSocketResponse turns it off); tests/gateway/test_router_relay.py
+    compares the bytes a caller reads, so it fails loudly if aiohttp ever
+    frames the body a second time.
+
+    Its head waits for the first body write, as the gateway's RelayResponse
+    does (`_send_headers_immediately`, aiohttp 3.9+): what the replica sent
+    with its own head goes with the caller's head in one write, and
+    `relay` writes the head at once when nothing came with it."""
+
+    _length_check = False
+    _send_headers_immediately = False
+
+
+RAW, CHUNK, PLAIN = "raw", "chunk", "plain"
+
+
+class CallerSink:
+    """The caller's side of `Connection.attach`: each run of the replica's
+    bytes goes to the caller's socket at once (RAW: as they came; CHUNK:
+    made a chunk, for an answer that ends with its connection; PLAIN: the
+    data alone, for an HTTP/1.0 caller, whose connection then ends the
+    answer), and the data's last bytes go to the tail. Until `first` is
+    taken, the bytes are kept instead, to leave with the caller's head."""
+
+    def __init__(self, transport: asyncio.Transport, tail: Tail, mode: str) -> None:
+        self.transport = transport
+        self.tail = tail
+        self.mode = mode
+        self.high = transport.get_write_buffer_limits()[1]
+        self._first: bytearray | None = bytearray()
+
+    def take_first(self) -> bytes:
+        """What came with the replica's head; from now on bytes go out at once."""
+        first, self._first = self._first, None
+        return bytes(first or b"")
+
+    def data(self, chunk: bytes) -> None:
+        self.tail.add(chunk)
+        if self.mode == PLAIN:
+            self._out(chunk)
+
+    def write(self, raw: bytes) -> bool:
+        if self.mode == RAW:
+            self._out(raw)
+        elif self.mode == CHUNK:
+            self._out(b"%x\r\n%b\r\n" % (len(raw), raw))
+        return not self.transport.is_closing() and \
+            self.transport.get_write_buffer_size() <= self.high
+
+    def _out(self, data: bytes) -> None:
+        if self._first is None:
+            self.transport.write(data)
+        else:
+            self._first += data
+
+
+def _caller_framing(head: Head, http11: bool) -> tuple[str, dict[str, str]]:
+    """How the body goes to the caller, and the header that says so."""
+    if head.framing == LENGTH:
+        return RAW, {"Content-Length": str(head.length)}
+    if head.framing == EMPTY:
+        return RAW, {"Content-Length": "0"}
+    if not http11:
+        return PLAIN, {}
+    return (RAW if head.framing == CHUNKED else CHUNK), {"Transfer-Encoding": "chunked"}
 
 
 @dataclass
@@ -59,8 +154,27 @@ class Relayed:
     error: str = ""  # why not, when the router knows
 
 
+async def _exchange(pool: Pool, address: Address, message: bytes) -> tuple[Connection, Head]:
+    """Send and read the answer's head; once more on a new connection if a
+    kept one was closed by the replica before it answered anything (its idle
+    timeout raced our request: the request was not read)."""
+    for attempt in (1, 2):
+        conn = await (pool.connect(address) if attempt == 1 else pool.open(address))
+        conn.send(message)
+        try:
+            return conn, await conn.head()
+        except UpstreamError:
+            conn.close()
+            if attempt == 2 or not conn.reused or conn.answered:
+                raise
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
+
+
 async def relay(
-    session: aiohttp.ClientSession,
+    pool: Pool,
     request: web.Request,
     url: str,
     data: bytes,
@@ -68,39 +182,56 @@ async def relay(
     deadline: float,
     openai: bool,
 ) -> Relayed:
-    """POST `data` to `url` and stream the answer to the caller; `extra`
-    headers go on the answer (the routing decision)."""
+    """POST `data` to `url` + the request's path and pass the answer to the
+    caller; `extra` headers go on the answer (the routing decision)."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
+    address = pool.address(url)
+    message = request_bytes(address, request.path, request.headers, data)
     try:
         async with asyncio.timeout_at(at):
-            upstream = await session.post(url, data=data, headers=pass_headers(request.headers))
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        message = f"replica {url} did not answer: {type(exc).__name__}"
-        return Relayed(error_response(502, message, dict(extra), openai=openai), 502, tail,
+            conn, head = await _exchange(pool, address, message)
+    except (UpstreamError, TimeoutError) as exc:
+        why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
+        message_ = f"replica {url}{request.path} did not answer: {why}"
+        return Relayed(error_response(502, message_, dict(extra), openai=openai), 502, tail,
                        False, "connect")
-    out = web.StreamResponse(status=upstream.status,
-                             headers={**back_headers(upstream.headers), **extra})
+    mode, framing = _caller_framing(head, request.version >= (1, 1))
+    out = PassedResponse(status=head.status,
+                         headers={**back_headers(head.headers), **extra, **framing})
+    if mode == PLAIN:
+        out.force_close()
     complete = False
     try:
         async with asyncio.timeout_at(at):
-            await out.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                tail.add(chunk)
-                await out.write(chunk)
-            await out.write_eof()
+            writer = await out.prepare(request)
+            assert writer is not None and request.transport is not None
+            sink = CallerSink(request.transport, tail, mode)
+            conn.attach(sink)
+            # The caller's head now, with what came with the replica's.
+            await out.write(sink.take_first())
+            while True:
+                await conn.wait()
+                if conn.done:
+                    break
+                await writer.drain()  # the caller's socket was full, or is closing
+                if request.transport is None or request.transport.is_closing():
+                    raise ConnectionResetError("the caller's connection is closing")
+                conn.resume()
+            await out.write_eof(b"0\r\n\r\n" if mode == CHUNK else b"")
         complete = True
-        return Relayed(out, upstream.status, tail, True)
+        return Relayed(out, head.status, tail, True)
     except TimeoutError:
-        return _broken(request, out, upstream.status, tail, "deadline")
-    except (aiohttp.ClientError, OSError) as exc:
-        # The replica broke its answer, or the caller's connection broke.
-        return _broken(request, out, upstream.status, tail, type(exc).__name__)
+        return _broken(request, out, head.status, tail, "deadline")
+    except UpstreamError as exc:  # the replica broke its answer
+        return _broken(request, out, head.status, tail, exc.reason)
+    except OSError:  # the caller's connection broke
+        return _broken(request, out, head.status, tail, "caller")
     finally:
         if complete:
-            upstream.release()
+            pool.release(conn)
         else:
-            upstream.close()  # the gateway sees its caller gone now
+            conn.close()  # the gateway sees its caller gone now
 
 
 def _broken(request: web.Request, out: web.StreamResponse, status: int, tail: Tail,

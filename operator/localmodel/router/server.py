@@ -7,8 +7,9 @@ the body timeout, parsed, bounded like the gateway bounds it
 (localmodel.gateway.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
 and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
-(router/proxy.py). The decision goes back in `X-LocalModel-Route`, in the
-access log (one JSON line per request) and in the metrics.
+(router/proxy.py, over router/upstream.py's kept connections). The decision
+goes back in `X-LocalModel-Route`, in the access log (one JSON line per
+request) and in the metrics.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from localmodel.router.table import (
     listed_names,
     lookup,
 )
+from localmodel.router.upstream import Pool
 
 ROUTE_HEADER = "X-LocalModel-Route"
 REPLICA_HEADER = "X-LocalModel-Replica"
@@ -74,7 +76,8 @@ class Router:
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners))
         self._clock = clock
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
+        self.pool = Pool(config.connect_timeout)  # for the requests relayed
         self._poller: asyncio.Task[None] | None = None
 
     # ---- apps and lifecycle --------------------------------------------------
@@ -120,6 +123,7 @@ class Router:
                 await self._poller
         if self._session is not None:
             await self._session.close()
+        self.pool.close()
 
     async def _poll_forever(self) -> None:
         while True:
@@ -179,8 +183,8 @@ class Router:
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
         try:
             with self.watch.sending(replica.name):
-                done = await relay(self.session, request, replica.url + request.path, data,
-                                   extra, self.config.deadline, openai)
+                done = await relay(self.pool, request, replica.url, data, extra,
+                                   self.config.deadline, openai)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
