@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.controller.changes import Apply, Create, Delete
-from localmodel.controller.kept_work import KeptWork, PassPlan
+from localmodel.controller.kept_work import KeptWork
 from localmodel.controller.observed import (
     Observed,
     Parsed,
@@ -37,6 +37,7 @@ from localmodel.controller.observed import (
     readiness,
     unschedulable,
 )
+from localmodel.controller.pass_work import PassPlan
 from localmodel.controller.policy import plan_pass
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
@@ -336,9 +337,10 @@ def test_a_label_pass_works_out_again_only_the_models_on_that_node() -> None:
                                            "m9", "m10"])), max_size=80))
 def test_the_node_index_holds_what_was_added_and_not_removed(
         ops: list[tuple[bool, str, str]]) -> None:
-    """`kept_work._index` / `_unindex` (a tuple while a few models, a set
+    """`pass_work.index_node` / `unindex_node` (a tuple while a few models, a set
     beyond) hold the same as a dict of sets."""
-    from localmodel.controller.kept_work import _index, _unindex
+    from localmodel.controller.pass_work import index_node as _index
+    from localmodel.controller.pass_work import unindex_node as _unindex
 
     by: dict[str, Any] = {}
     want: dict[str, set[str]] = {}

@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from localmodel.contract import CONTAINER_GATEWAY
-from localmodel.controller.kept_work import cpu_model
 from localmodel.controller.observed import Snapshot, observe
+from localmodel.controller.pass_work import cpu_model
 from localmodel.controller.policy import plan_pass
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy

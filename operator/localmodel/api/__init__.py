@@ -25,8 +25,6 @@ from localmodel.api.spec import (
     Placement,
     SecretKeyRef,
     Storage,
-    Toleration,
-    TolerationOperator,
 )
 from localmodel.api.status import (
     Condition,
@@ -36,6 +34,7 @@ from localmodel.api.status import (
     PlacementStatus,
     SpeedStatus,
 )
+from localmodel.api.toleration import Toleration, TolerationOperator
 
 __all__ = [
     "DEFAULT_IMAGES",

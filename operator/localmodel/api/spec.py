@@ -22,7 +22,6 @@ from localmodel.api.checks import (
     ApiModel,
     Boolean,
     Integer,
-    NameFormat,
     Number,
     QuantityRange,
     enforce,
@@ -43,8 +42,8 @@ from localmodel.api.rules import (
     GGUF_URL_FILE_PATTERN,
     MAX_CPU,
     SPEC_RULES,
-    TOLERATION_RULES,
 )
+from localmodel.api.toleration import Toleration
 from localmodel.images import with_registry
 
 # Sizes: one declaration each, enforced by Python and (as CEL) by the API server. Zero is
@@ -55,13 +54,6 @@ WEIGHTS_SIZE = QuantityRange("1Mi", "64Ti", example="4.7Gi")
 # The engine's host-memory prompt cache: zero turns it off.
 PROMPT_CACHE = QuantityRange("0", "1Ti", keyword="auto", example="256Mi")
 # A toleration key is a label key, or empty (with Exists: every taint).
-TOLERATION_KEY = NameFormat(
-    QUALIFIED_NAME.title,
-    QUALIFIED_NAME.regex,
-    QUALIFIED_NAME.max_length,
-    prefix_max=QUALIFIED_NAME.prefix_max,
-    allow_empty=True,
-)
 # An Ollama keep_alive: a Go duration ("5m", "-1m", "24h") or a number of seconds ("-1").
 KEEP_ALIVE_PATTERN = r"^-?([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^-?[0-9]+$"
 # Ollama model reference: [registry/][namespace/]name[:tag]
@@ -179,43 +171,6 @@ class GGUF(ApiModel):
     @model_validator(mode="after")
     def _rules(self) -> GGUF:
         return enforce(GGUF_RULES, self)
-
-
-
-class TolerationOperator(StrEnum):
-    EQUAL = "Equal"
-    EXISTS = "Exists"
-
-
-class TaintEffect(StrEnum):
-    NO_SCHEDULE = "NoSchedule"
-    PREFER_NO_SCHEDULE = "PreferNoSchedule"
-    NO_EXECUTE = "NoExecute"
-
-
-class Toleration(ApiModel):
-    """A Kubernetes toleration, copied to the model's pods."""
-
-    key: Annotated[str, TOLERATION_KEY] | None = Field(
-        None, description="Taint key (a label key); empty with Exists matches all."
-    )
-    operator: TolerationOperator = Field(
-        TolerationOperator.EQUAL, description="`Equal` or `Exists`."
-    )
-    value: Annotated[str, LABEL_VALUE] | None = Field(
-        None, description="Taint value for `Equal` (a label value)."
-    )
-    effect: TaintEffect | None = Field(None, description="Effect to match; empty matches all.")
-    toleration_seconds: Integer | None = Field(
-        None,
-        description="For NoExecute only: how long the pod stays bound after the taint.",
-        ge=0,
-        le=10**9,
-    )
-
-    @model_validator(mode="after")
-    def _rules(self) -> Toleration:
-        return enforce(TOLERATION_RULES, self)
 
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress
 from operator import is_not
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from localmodel.api import LocalModel
 from localmodel.controller.objects import (
@@ -31,6 +31,8 @@ from localmodel.controller.objects import (
     owned_pod,
     parse_model,
 )
+from localmodel.controller.parsed import Parsed as Parsed  # (re-exported: observe takes one)
+from localmodel.controller.parsed import Version, version_of
 from localmodel.controller.volumes import Volume, volume
 from localmodel.facts import NodeFacts
 from localmodel.facts.node import NodeFactsError, from_node
@@ -131,69 +133,6 @@ class Observed:
         return self._by_owner.get((namespace, owner_uid), [])
 
 
-Version = tuple[str, str]  # (uid, resourceVersion): one stored version of an object
-
-
-@dataclass
-class Parsed:
-    """What `observe` keeps between passes, so a pass costs what changed.
-
-    LocalModels and Nodes parsed, by stored version: each stored version is
-    parsed once and the same parsed object comes back (the long-lived
-    `Desired` compares models by identity). The other objects read, by the
-    identity of the stored object (a watch's index replaces an object it
-    keeps on each event and leaves the others as they are; the object is held
-    here, so its identity is not reused). Each section of the last
-    `Observed` with what it was made from: a section whose objects are the
-    same ones is taken as it is. tests/unit/test_pass_incremental.py holds
-    the result equal to a fresh `observe` over random sequences of events."""
-
-    models: dict[Version, ModelObject] = field(default_factory=dict)
-    nodes: dict[Version, NodeFacts | str] = field(default_factory=dict)  # str: why it is bad
-    read: dict[str, dict[int, tuple[Raw, Any]]] = field(default_factory=dict)
-    # section -> (what it read: the objects and the settings, what it made)
-    sections: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
-    last: Observed | None = None
-    # (nodes before, nodes after, the names that changed) of the last reading of
-    # a few nodes' new objects (`_nodes_again`)
-    nodes_since: tuple[Any, Any, frozenset[str]] | None = None
-    # (the models, their valid uids, whether those are the last models' very set)
-    valid: tuple[dict[str, ModelObject], frozenset[str], bool] | None = None
-
-    def each(self, kind: str, bodies: Sequence[Raw], read: Callable[[Raw], T]) -> list[T]:
-        """`read` of each object, kept from the last call for the same objects."""
-        before = self.read.get(kind, {})
-        now: dict[int, tuple[Raw, Any]] = {}
-        out: list[T] = []
-        for body in bodies:
-            kept = before.get(id(body))
-            if kept is None or kept[0] is not body:
-                kept = (body, read(body))
-            now[id(body)] = kept
-            out.append(kept[1])
-        self.read[kind] = now
-        return out
-
-    def section(self, name: str, bodies: tuple[Sequence[Raw], ...], settings: tuple[Any, ...],
-                make: Callable[[], S]) -> tuple[S, bool]:
-        """The section `name` of this snapshot, and whether it is the last one:
-        the same objects (compared by identity first, then by value), in the
-        same order, with the same settings."""
-        key = (*(list(b) for b in bodies), *settings)
-        kept = self.sections.get(name)
-        if kept is not None and kept[0] == key:
-            return cast(S, kept[1]), True
-        value = make()
-        self.sections[name] = (key, value)
-        return value, False
-
-
-def _version(body: Raw) -> Version | None:
-    meta = metadata(body)
-    uid, rv = meta.get("uid"), meta.get("resourceVersion")
-    return (str(uid), str(rv)) if uid and rv else None
-
-
 def _node_facts(body: Raw) -> NodeFacts | str:
     try:
         return from_node(body)
@@ -288,7 +227,7 @@ def _valid_uids(models: dict[str, ModelObject], memo: Parsed,
 
 
 def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject]:
-    version = _version(body)
+    version = version_of(body)
     m = memo.models.get(version) if version else None
     return version, parse_model(body) if m is None else m
 
@@ -342,7 +281,7 @@ def _observe_models(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
 
 
 def _node_reading(body: Raw, memo: Parsed) -> tuple[str, Version | None, NodeFacts | str]:
-    version = _version(body)
+    version = version_of(body)
     facts = memo.nodes.get(version) if version else None
     return (str(metadata(body).get("name") or ""), version,
             _node_facts(body) if facts is None else facts)

@@ -38,13 +38,14 @@ from localmodel.controller.changes import (
     ModelChanges,
     Target,
 )
-from localmodel.controller.kept_work import KeptWork, ModelWork, PassPlan, Shares, model_work
+from localmodel.controller.kept_work import KeptWork, Shares, model_work
 from localmodel.controller.observed import (
     Observed,
     StuckPod,
     current_placements,
     readiness,
 )
+from localmodel.controller.pass_work import ModelWork, PassPlan
 from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.events import EventReason, EventSpec

@@ -37,13 +37,7 @@ from localmodel.controller.changes import (
     mounted,
 )
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept_work import (
-    ConditionTally,
-    KeptWork,
-    ModelWork,
-    PassPlan,
-    rfc3339,
-)
+from localmodel.controller.kept_work import KeptWork
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import (
     Observed,
@@ -54,6 +48,7 @@ from localmodel.controller.observed import (
     unschedulable,
 )
 from localmodel.controller.operator_metrics import OperatorMetrics
+from localmodel.controller.pass_work import ConditionTally, ModelWork, PassPlan, rfc3339
 from localmodel.controller.policy import (
     EXPECT_SECONDS,
     RETRY_SECONDS,
@@ -112,6 +107,21 @@ def _is_pod_create(change: Change) -> bool:
     return isinstance(change, Create) and change.manifest.get("kind") == "Pod"
 
 
+def render_options(config: OperatorConfig) -> RenderOptions:
+    """What the operator's settings give every render."""
+    return RenderOptions(
+        operator_image=config.operator_image,
+        allow_http_downloads=config.allow_http_downloads,
+        network_policy=config.network_policy,
+        image_registry=config.image_registry,
+        image_pull_secrets=config.image_pull_secrets,
+        # The operator's own namespace first: it reads the gateways' /speed.
+        admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
+                                              *config.admin_namespaces))),
+        router_namespace=config.router_namespace,
+    )
+
+
 class Reconciler:
     def __init__(
         self,
@@ -143,17 +153,7 @@ class Reconciler:
         self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body's)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
         self._failed_models: dict[str, str] = {}  # model -> the failure its Event told
-        self._render_options = RenderOptions(
-            operator_image=config.operator_image,
-            allow_http_downloads=config.allow_http_downloads,
-            network_policy=config.network_policy,
-            image_registry=config.image_registry,
-            image_pull_secrets=config.image_pull_secrets,
-            # The operator's own namespace first: it reads the gateways' /speed.
-            admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
-                                                  *config.admin_namespaces))),
-            router_namespace=config.router_namespace,
-        )
+        self._render_options = render_options(config)
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)
         self.speed_wake: Callable[[], None] = lambda: None  # a replica to read appeared
