@@ -2,7 +2,8 @@
 replicas behind their real gateways, one multi-turn workload routed three
 ways in one run.
 
-Run: python benchmarks/router.py [--quick] [--sessions N] [--turns T] [--rounds R] [--json]
+Run: python benchmarks/router.py [--quick] [--sessions N] [--turns T] [--words W]
+       [--think S] [--rounds R] [--json]
 Needs: the real llama-server and the Gemma 3 270M GGUF (`bash
 hack/build-engines.sh`; started and stopped by tests/harness/engines.py).
 
@@ -15,19 +16,30 @@ Method
   process, static replicas with their admin ports).
 - The workload: `--sessions` conversations run at once, each `--turns` turns
   one after another (a system prompt, then per turn a user message of about
-  WORDS words; the answer, `MAX_TOKENS` tokens, joins the history). One
-  session is compacted half-way: its history is replaced by a short summary
-  (a rewrite, which every routing pays alike). Half-way too a background job
-  (`X-Priority: background`, a long prompt) arrives at the first replica.
+  `--words` words; the answer, `MAX_TOKENS` tokens, joins the history). Between
+  two turns the user reads and types: a pause drawn (seeded, the same in every
+  mode) between a tenth of `--think` seconds and `--think` seconds. Without it
+  every session fires its next turn the moment its answer ends, two sessions
+  sharing a one-slot replica collide on about half their turns, and the time
+  to first token is two clusters (waited or not) whose median flips between
+  them from run to run. One session is compacted half-way: its history is
+  replaced by a short summary (a rewrite, which every routing pays alike).
+  Half-way too a background job (`X-Priority: background`, a long prompt)
+  arrives at the first replica; refused with 429 while no slot is free, it
+  retries every half second as jobs do, so it runs in every mode.
 - Routed three ways, one after another on the same replicas, each with its
   own texts (a mode prefix in every system prompt, so no mode reuses
   another's cache): `random` (each turn to a replica at random, seeded: what a
   Service does), `router` (through the router, each session named by
   `X-LocalModel-Session`), `pinned` (session i always to replica i mod 2,
-  by hand: the ideal). With `--rounds R` the three run R times, every other
-  round in reverse order (random, router, pinned, pinned, router, random...),
-  each round with texts of its own, and the turns are pooled: a machine whose
-  load drifts during the run then weighs on every mode alike.
+  by hand: the ideal). With `--rounds R` (default 2; 1 with `--quick`) the
+  three run R times, every other round in reverse order (random, router,
+  pinned, pinned, router, random...), each round with texts of its own, and
+  the turns are pooled: a machine whose load drifts during the run then
+  weighs on every mode alike.
+- The defaults (4 sessions x 6 turns of 160 words, pauses up to 8 s, 2
+  rounds) and `--quick` (2 sessions x 3 turns of 40 words, pauses up to 1 s,
+  1 round: CI checks the columns, not the targets) are docs/benchmarks.md's.
 - Measured per turn: time to first token (streamed, to the first content
   chunk). From the gateways' ledgers (GET /ledger): per turn, the prompt
   tokens the engine evaluated beyond what the turn added (its prompt minus the
@@ -68,8 +80,11 @@ from tests.harness import engines  # noqa: E402
 from tests.harness.engines import MODEL_TAG, LlamaServer  # noqa: E402
 
 ENGINE_ARGS = ["-c", "4096", "-np", "1", "-t", "1", "--metrics", "--slots", "--no-warmup"]
-WORDS = 40
+WORDS = 160  # a user turn: a question with some pasted context (about 210 tokens)
+THINK_S = 8.0  # the most a user pauses between two turns (reading, typing)
 MAX_TOKENS = 12
+JOB_RETRY_S = 0.5  # the background job's pause after a 429
+JOB_TRIES = 600
 MODES = ("random", "router", "pinned")
 DEBUG = False
 _TEXT = ("cpu cache prompt token replica session engine thread model answer history "
@@ -95,6 +110,7 @@ class ModeResult:
     reread_s: float = 0.0
     reread_tokens: int = 0
     spilled: int = 0
+    job_tries: int = 0
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -148,9 +164,20 @@ async def one_turn(http: aiohttp.ClientSession, url: str, messages: list[dict[st
         return first, "".join(parts), dict(resp.headers)
 
 
-async def session(http: aiohttp.ClientSession, mode: str, tag: str, i: int, turns: int,
+@dataclass(frozen=True)
+class Workload:
+    sessions: int
+    turns: int
+    words: int = WORDS
+    think_s: float = THINK_S
+    job_at: float = 20.0
+
+
+async def session(http: aiohttp.ClientSession, mode: str, tag: str, i: int, work: Workload,
                   target: Any, out: ModeResult, compact: bool) -> None:
     rng = random.Random(f"{mode}-{i}")
+    pauses = random.Random(f"think-{i}")  # the same user pauses alike in every mode
+    turns = work.turns
     messages = [{"role": "system", "content": f"[{tag} run] You are assistant {i}. "
                  f"Answer briefly. Topic: {words(rng, 30)}"}]
     name = f"bench-{tag}-{i}"
@@ -158,7 +185,9 @@ async def session(http: aiohttp.ClientSession, mode: str, tag: str, i: int, turn
         if compact and t == turns // 2:
             messages = [messages[0], {"role": "assistant",
                                       "content": f"Summary so far: {words(rng, 25)}"}]
-        messages.append({"role": "user", "content": words(rng, WORDS)})
+        if t and work.think_s > 0:
+            await asyncio.sleep(pauses.uniform(work.think_s / 10, work.think_s))
+        messages.append({"role": "user", "content": words(rng, work.words)})
         url = target(i, t)
         ttft, answer, headers = await one_turn(
             http, url, messages, {"X-LocalModel-Session": name})
@@ -171,17 +200,25 @@ async def session(http: aiohttp.ClientSession, mode: str, tag: str, i: int, turn
         messages.append({"role": "assistant", "content": answer})
 
 
-async def background_job(http: aiohttp.ClientSession, url: str, delay: float) -> None:
+async def background_job(http: aiohttp.ClientSession, url: str, delay: float) -> int:
+    """The job's tries until a slot took it (429 while none is free)."""
     await asyncio.sleep(delay)
     body = {"model": MODEL_TAG, "max_tokens": 48, "stream": False,
             "messages": [{"role": "user", "content": words(random.Random(7), 200)}]}
-    async with http.post(url + "/v1/chat/completions", json=body,
-                         headers={"X-Priority": "background"}) as resp:
-        await resp.read()  # 429 when no slot is free: the job retries later, as jobs do
+    for tries in range(1, JOB_TRIES + 1):
+        async with http.post(url + "/v1/chat/completions", json=body,
+                             headers={"X-Priority": "background"}) as resp:
+            await resp.read()
+            if resp.status != 429:
+                if resp.status != 200:
+                    raise SystemExit(f"the background job failed: {resp.status}")
+                return tries
+        await asyncio.sleep(JOB_RETRY_S)
+    raise SystemExit(f"the background job found no free slot in {JOB_TRIES} tries")
 
 
 async def run_mode(mode: str, gateways: list[RunningGateway], router: RunningRouter,
-                   sessions: int, turns: int, job_at: float, tag: str) -> ModeResult:
+                   work: Workload, tag: str) -> ModeResult:
     """One round of one mode; `tag` makes its texts and session names its own."""
     out = ModeResult()
     rng = random.Random(mode)
@@ -196,10 +233,11 @@ async def run_mode(mode: str, gateways: list[RunningGateway], router: RunningRou
 
     started = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as http:
-        await asyncio.gather(
-            background_job(http, urls[0], job_at),
-            *(session(http, mode, tag, i, turns, target, out, compact=(i == 0))
-              for i in range(sessions)))
+        tries, *_ = await asyncio.gather(
+            background_job(http, urls[0], work.job_at),
+            *(session(http, mode, tag, i, work, target, out, compact=(i == 0))
+              for i in range(work.sessions)))
+        out.job_tries = tries or 0
         out.wall = time.monotonic() - started
         out.reread_tokens, out.reread_s = await reread_from_ledgers(http, gateways, tag)
     return out
@@ -292,8 +330,7 @@ def merged(into: ModeResult, one: ModeResult) -> None:
     into.spilled += one.spilled
 
 
-async def run(sessions: int, turns: int, job_at: float,
-              rounds: int = 1) -> tuple[list[str], dict[str, Any]]:
+async def run(work: Workload, rounds: int = 1) -> tuple[list[str], dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="router-bench-") as tmp, \
             two_engines(Path(tmp)) as engs:
         gateways = await start_gateways(engs)
@@ -306,11 +343,11 @@ async def run(sessions: int, turns: int, job_at: float,
             results = {mode: ModeResult() for mode in MODES}
             for r in range(rounds):  # every other round backwards: the machine's drift cancels
                 for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                    one = await run_mode(mode, gateways, router, sessions, turns, job_at,
-                                         f"{mode}-r{r}")
+                    one = await run_mode(mode, gateways, router, work, f"{mode}-r{r}")
                     merged(results[mode], one)
                     print(f"round {r + 1}, {mode}: {len(one.turns)} turns in {one.wall:.0f} s, "
-                          f"re-read {one.reread_s:.1f} s, {one.spilled} spilled", flush=True)
+                          f"re-read {one.reread_s:.1f} s, {one.spilled} spilled, "
+                          f"background job ran at try {one.job_tries}", flush=True)
         finally:
             await router.stop()
             for gw in gateways:
@@ -322,11 +359,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="the router against random and pinned routing")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--words", type=int, default=None,
+                        help=f"words in each user message (default {WORDS}; --quick: 40)")
+    parser.add_argument("--think", type=float, default=None,
+                        help="the most seconds a user pauses between turns; 0: none "
+                             f"(default {THINK_S:g}; --quick: 1)")
     parser.add_argument("--job-at", type=float, default=20.0,
                         help="seconds into each mode the background job arrives")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=int, default=None,
                         help="run the modes this many times, every other round in reverse "
-                             "order, and pool the turns (default %(default)s)")
+                             "order, and pool the turns (default 2; --quick: 1)")
     parser.add_argument("--quick", action="store_true", help="2 sessions of 3 turns (CI)")
     parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
     parser.add_argument("--debug", action="store_true", help="print every turn and record")
@@ -335,12 +377,22 @@ def main() -> int:
     DEBUG = args.debug
     if args.quick:
         args.sessions, args.turns, args.job_at = 2, 3, 2.0
-    print(f"router benchmark: {args.sessions} sessions x {args.turns} turns, 2 llama-server "
-          f"replicas (1 thread, 1 slot each), modes {', '.join(MODES)}, {args.rounds} "
-          "round(s)", flush=True)
-    if args.rounds < 1:
-        parser.error(f"--rounds: {args.rounds} is not a positive number")
-    lines, summary = asyncio.run(run(args.sessions, args.turns, args.job_at, args.rounds))
+    quick = {"rounds": 1, "words": 40, "think": 1.0}
+    full = {"rounds": 2, "words": WORDS, "think": THINK_S}
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:  # a value given on the command line stays
+            setattr(args, name, value)
+    for name in ("sessions", "turns", "words", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: {getattr(args, name)} is not a positive number")
+    if args.think < 0:
+        parser.error(f"--think: {args.think} is negative")
+    print(f"router benchmark: {args.sessions} sessions x {args.turns} turns of "
+          f"{args.words} words, pauses up to {args.think:g} s, 2 llama-server replicas "
+          f"(1 thread, 1 slot each), modes {', '.join(MODES)}, {args.rounds} round(s)",
+          flush=True)
+    work = Workload(args.sessions, args.turns, args.words, args.think, args.job_at)
+    lines, summary = asyncio.run(run(work, args.rounds))
     print("\n".join(lines))
     if args.json:
         print(json.dumps(summary))

@@ -25,7 +25,7 @@ from aiohttp import web
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import ROUTE_HEADER, RunningRouter, start_router
-from localmodel.router.session import session_key
+from localmodel.router.session import ranking, session_key
 from localmodel.router.static import static_source
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
@@ -263,6 +263,53 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
         text = await resp.text()
     assert 'localmodel_router_decisions_total{decision="spilled"} 1' in text
     assert "localmodel_router_owned_sessions 1" in text  # one session, however it was routed
+    # Only the owner was told it owns the session: a spill tells nothing.
+    key = session_key("spill-me", {})
+    assert by_url[owner].gateway.gateway.pipeline.owned.listed() == [key]
+    assert by_url[other].gateway.gateway.pipeline.owned.listed() == []
+
+
+async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways(
+        make_rig: RigFactory, make_router: RouterFactory) -> None:
+    """Router A places two sessions that rank the same replica first: the
+    second goes down its ranking (the cap). Router B meets that session first:
+    on its own it would place it first in the ranking; from the gateways'
+    /slots it finds A's choice."""
+    rigs = await _replicas_of_one_model(make_rig, 2, tokens=3)
+    replicas = ["standin:1b=" + ",".join(_replica(r) for r in rigs)]
+    names = [r.url for r in rigs]
+    first = session_key("pair-0", {})
+    assert first is not None
+
+    def top_of(session: str) -> str:  # as router/owners.py ranks a session of this model
+        return ranking(f"static/standin:1b\0{session_key(session, {})}", names)[0]
+
+    top = top_of("pair-0")
+    pair = ["pair-0", next(f"pair-{i}" for i in range(1, 500) if top_of(f"pair-{i}") == top)]
+    a, _ = await make_router(replicas)
+    b, _ = await make_router(replicas)
+    await a.router.poll()
+
+    async def turn(router: RunningRouter, session: str) -> str:
+        body = {"model": "standin:1b", "stream": False,
+                "messages": [{"role": "user", "content": "hi"}]}
+        async with aiohttp.ClientSession() as http, http.post(
+                router.url + "/api/chat", json=body,
+                headers={"X-LocalModel-Session": session}) as resp:
+            assert resp.status == 200 and resp.headers[ROUTE_HEADER] == "owner"
+            return resp.headers["X-LocalModel-Replica"]
+
+    placed = [await turn(a, s) for s in pair]
+    assert placed[0] == top and placed[1] != top  # the second went down its ranking
+    by_url = {r.url: r for r in rigs}
+    assert by_url[top].gateway.gateway.pipeline.owned.listed() == [first]
+    assert by_url[placed[1]].gateway.gateway.pipeline.owned.listed() == [
+        session_key(pair[1], {})]
+    await b.router.poll()
+    assert await turn(b, pair[1]) == placed[1]  # from the gateways' lists
+    assert await turn(b, pair[0]) == placed[0]
+    # What B would have done on its own: its first choice.
+    assert Owners().owner("static/standin:1b", session_key(pair[1], {}) or "", names, 0.0) == top
 
 
 # ---- hostile replicas ---------------------------------------------------------------------

@@ -180,4 +180,5 @@ def test_slots_document() -> None:
         "queue_limit": 4,
         "threads": 4,
         "context": 8192,
+        "owned_sessions": [],
     }

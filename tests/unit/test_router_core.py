@@ -6,13 +6,16 @@ answer's tail."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localmodel.gateway.owned import owned_key
+from localmodel.gateway_contract import SESSION_KEY_PATTERN
 from localmodel.router.account import SessionBook, tokens_from_tail
-from localmodel.router.answers import BadDocument, slots_from, speed_from
+from localmodel.router.answers import MAX_OWNED, BadDocument, slots_from, speed_from
 from localmodel.router.decide import ReplicaState, decide, wait_seconds
 from localmodel.router.session import opening, owner, prompt_tokens, ranking, session_key
 from localmodel.router.static import BadReplicas, parse_replicas
@@ -281,7 +284,39 @@ SLOTS = {"model": "m", "engine": "llama-server", "total": 2, "busy": 2, "free": 
 
 def test_slots_answer() -> None:
     s = slots_from(json.dumps(SLOTS).encode())
-    assert (s.total, s.occupied) == (2, 5)
+    assert (s.total, s.occupied, s.owned) == (2, 5, frozenset())  # an older gateway: none
+    keys = ["h:" + "0" * 24, "f:0123456789abcdef01234567"]
+    s = slots_from(json.dumps({**SLOTS, "owned_sessions": keys}).encode())
+    assert s.owned == frozenset(keys)
+
+
+KEY = "h:" + "a" * 24
+
+
+@pytest.mark.parametrize(("owned", "reason"), [
+    ("h:" + "a" * 24, "not a list"),
+    ({"h": 1}, "not a list"),
+    ([KEY] * (MAX_OWNED + 1), "not a list of at most"),
+    ([KEY, 7], "not a session key"),
+    ([KEY, "H:" + "A" * 24], "not a session key"),
+    (["h:" + "a" * 23], "not a session key"),
+    (["h:" + "a" * 24 + "\n"], "not a session key"),
+    (["x:" + "a" * 24], "not a session key"),
+    (["h:" + "a" * 2000], "not a session key"),
+])
+def test_hostile_owned_sessions_are_one_error(owned: object, reason: str) -> None:
+    with pytest.raises(BadDocument, match=reason):
+        slots_from(json.dumps({**SLOTS, "owned_sessions": owned}).encode())
+
+
+def test_every_session_key_is_one_a_gateway_lists() -> None:
+    """The router's keys (router/session.py) and the pattern the gateway and
+    the router check them with (gateway_contract.py) are one format."""
+    for header, body in (("s-1", {}), (" x " * 200, {}), (None, {"prompt": "hello"}),
+                         (None, {"messages": [{"role": "user", "content": "q"}]})):
+        key = session_key(header, body)
+        assert key is not None and re.fullmatch(SESSION_KEY_PATTERN, key), key
+        assert owned_key(key) == key
 
 
 @pytest.mark.parametrize(("raw", "reason"), [

@@ -169,3 +169,48 @@ def test_models_are_balanced_separately() -> None:
 def test_no_replica_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one replica"):
         Owners().owner(MODEL, "s", [], 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_replicas=st.integers(2, 4), n_sessions=st.integers(1, 12), data=st.data())
+def test_a_second_router_takes_the_owners_the_gateways_list(
+        n_replicas: int, n_sessions: int, data: st.DataObject) -> None:
+    """Router A places sessions in one order; router B meets them in another.
+    With what the gateways list (each session at the replica A sent it to as
+    owner), B's owners are A's, those A placed down their ranking included."""
+    replicas = [f"r{i}" for i in range(n_replicas)]
+    sessions = [f"s{i}" for i in range(n_sessions)]
+    a, b = Owners(), Owners()
+    placed = {s: a.owner(MODEL, s, replicas, 0.0) for s in sessions}
+    later = data.draw(st.permutations(sessions))
+    for s in later:
+        assert b.owner(MODEL, s, replicas, 1.0, listed=[placed[s]]) == placed[s]
+    assert b.loads(MODEL) == a.loads(MODEL)
+
+
+def test_without_the_gateways_lists_two_routers_can_disagree() -> None:
+    """Two sessions that rank one replica first: whichever a router meets
+    first takes it, the other goes down its ranking (the cap)."""
+    replicas = ["r0", "r1"]
+
+    def top(s: str) -> str:
+        return ranking(f"{MODEL}\0{s}", replicas)[0]
+
+    pair = ["s0", next(f"s{i}" for i in range(1, 500) if top(f"s{i}") == top("s0"))]
+    a, b = Owners(), Owners()
+    seen_a = {s: a.owner(MODEL, s, replicas, 0.0) for s in pair}
+    seen_b = {s: b.owner(MODEL, s, replicas, 0.0) for s in reversed(pair)}
+    assert seen_a != seen_b
+    # Listed where A put them, B agrees (the property above, in one example).
+    c = Owners()
+    assert {s: c.owner(MODEL, s, replicas, 0.0, listed=[seen_a[s]])
+            for s in reversed(pair)} == seen_a
+
+
+def test_a_session_this_router_owns_keeps_its_owner_whatever_is_listed() -> None:
+    """The lists only place a session this router has no owner for: another
+    replica listing it (a stale list, another router's choice) moves nothing."""
+    owners = Owners()
+    mine = owners.owner(MODEL, "s", ["r0", "r1"], 0.0)
+    other = "r1" if mine == "r0" else "r0"
+    assert owners.owner(MODEL, "s", ["r0", "r1"], 1.0, listed=[other]) == mine

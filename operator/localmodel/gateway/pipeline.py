@@ -37,6 +37,7 @@ from localmodel.gateway.ledger import (
 )
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
+from localmodel.gateway.owned import OwnedSessions, owned_key
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
@@ -44,7 +45,7 @@ from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_de
 from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract import OWNED_SESSION_HEADER, GatewayConfig
 from localmodel.printable import printable
 
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -95,6 +96,8 @@ class Pipeline:
         self.ledger = ledger
         # Sessions' last prompts, for the rewrite check: with the ledger only.
         self.sessions = Sessions() if ledger is not None else None
+        # The sessions routers sent here as their owner (listed in /slots).
+        self.owned = OwnedSessions(clock=clock)
         self._wall = wall
         self.queue = queue
         self.relay = relay
@@ -149,6 +152,7 @@ class Pipeline:
         request[REQUEST_ID] = rec.request_id
         headers = request.headers
         rec.caller, rec.session = identify(headers.get(CALLER_HEADER), headers.get(SESSION_HEADER))
+        rec.owned = owned_key(headers.get(OWNED_SESSION_HEADER))
         rec.arrival = self._wall()
         return rec
 
@@ -171,6 +175,8 @@ class Pipeline:
         self.metrics.record(rec)
         if self.ledger is not None:
             self.ledger.add(ledger_entry(rec))
+        if rec.status == 200:
+            self.owned.touch(rec.owned)
         if self.sessions is not None and rec.rewrite is not None and rec.session is not None:
             total = rec.timing.prompt_total if rec.timing is not None else None
             self.sessions.read((rec.caller, rec.session), rec.turn, total)

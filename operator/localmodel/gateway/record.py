@@ -83,6 +83,7 @@ class RequestRecord:
     caller: str = ANONYMOUS
     key: KeyEntry | None = None  # the API key it came with (keys on)
     session: str | None = None
+    owned: str | None = None  # a router's owned-session key (gateway/owned.py)
     arrival: float = 0.0  # wall clock, for the ledger's `since`
     caller_gone_at: float | None = None  # when the gateway saw the caller leave
     behind: dict[Holder, float] | None = None  # whom it waited behind, seconds each

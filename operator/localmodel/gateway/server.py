@@ -180,7 +180,8 @@ class SlotGate:
     async def handle_slots(self, request: web.Request) -> web.Response:
         c = self.config
         return json_response(
-            200, slots_document(self.board.snapshot(), c.model, c.engine, c.threads, c.context)
+            200, slots_document(self.board.snapshot(), c.model, c.engine, c.threads, c.context,
+                                self.pipeline.owned.listed())
         )
 
     async def handle_speed(self, request: web.Request) -> web.Response:

@@ -179,9 +179,11 @@ def retry_after_seconds(mean_busy_seconds: float, queued: int, total_slots: int)
 
 
 def slots_document(
-    snap: SlotSnapshot, model: str, engine: str, threads: int | None, context: int | None
+    snap: SlotSnapshot, model: str, engine: str, threads: int | None, context: int | None,
+    owned: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The body of GET /slots."""
+    """The body of GET /slots; `owned`: the sessions routers sent here as
+    their owner, most recent first (gateway/owned.py)."""
     return {
         "model": model,
         "engine": engine,
@@ -195,4 +197,5 @@ def slots_document(
         "queue_limit": snap.queue_limit,
         "threads": threads,
         "context": context,
+        "owned_sessions": owned or [],
     }

@@ -11,8 +11,9 @@ owner (router/decide.py); it never raises past the reader.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from localmodel.controller.speed_answer import (
@@ -21,16 +22,24 @@ from localmodel.controller.speed_answer import (
     decode,
     reading_from,
 )
+from localmodel.gateway_contract import SESSION_KEY_PATTERN
+
+MAX_OWNED = 1024  # owned_sessions entries: a gateway lists 512; more is a bad answer
+_KEY = re.compile(SESSION_KEY_PATTERN)
 
 MAX_SLOTS = 4096  # a gateway's --slots: far past any CPU's
 TRAFFIC_TOKENS = 256  # prompt tokens read before traffic's prefill rate replaces the calibration's
-__all__ = ["MAX_SLOTS", "BadDocument", "Slots", "Speed", "slots_from", "speed_from"]
+__all__ = ["MAX_OWNED", "MAX_SLOTS", "BadDocument", "Slots", "Speed", "slots_from",
+           "speed_from"]
 
 
 @dataclass(frozen=True)
 class Slots:
     total: int
     occupied: int  # busy + queued (both priorities)
+    # The sessions routers sent here as their owner (gateway/owned.py); a
+    # gateway from before the list answers without it: none.
+    owned: frozenset[str] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,18 @@ def slots_from(raw: bytes) -> Slots:
     busy = _whole(doc.get("busy"), "busy", 0, MAX_SLOTS)
     waiting = sum(_whole(queued.get(k), f"queued.{k}", 0, MAX_COUNT)
                   for k in ("foreground", "background"))
-    return Slots(total=total, occupied=busy + waiting)
+    return Slots(total=total, occupied=busy + waiting, owned=_owned(doc.get("owned_sessions")))
+
+
+def _owned(value: Any) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or len(value) > MAX_OWNED:
+        raise BadDocument(f"owned_sessions is not a list of at most {MAX_OWNED} session keys")
+    for key in value:
+        if not isinstance(key, str) or len(key) > 64 or not _KEY.fullmatch(key):
+            raise BadDocument("owned_sessions holds something that is not a session key")
+    return frozenset(value)
 
 
 def speed_from(raw: bytes, at: float) -> Speed:

@@ -26,18 +26,25 @@ owner while it is under its cap; nothing else moves. A replica may be over
 its cap after sessions elsewhere end (nothing moves for that); a new session
 never lands on a replica at its cap.
 
-Two routers agree on every session placed at the first replica of its
-ranking: every session whose first choice was under its cap when it started
-(each router counts the sessions it has seen itself, without talking). A
-session one router placed further down its ranking may be placed
-differently by the other; each router keeps its own choice.
+Two routers agree without talking to each other. Each counts the sessions
+it has seen itself, so on their own they would agree only on sessions placed
+at the first replica of their ranking; a session one router placed further
+down (its first choice at the cap) could be placed differently by the other,
+and its turns would then alternate between two replicas, each re-reading
+what the other added. So a router tells the owner, on every turn it sends
+there, that it owns the session (`X-LocalModel-Owned-Session`); the gateway
+lists the sessions it was told so in /slots (gateway/owned.py); and a router
+meeting a session it has no owner for takes, before placing it, the replica
+that lists it (the first in the session's ranking, should two). Only a turn
+arriving at the second router before the first's turn was answered and its
+/slots read (one poll interval) is placed on its own.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from localmodel.router.session import ranking
@@ -85,13 +92,16 @@ class Owners:
         self._loads: dict[str, dict[str, int]] = {}  # model -> replica -> sessions owned
         self._members: dict[str, frozenset[str]] = {}  # one shared set per model
 
-    def owner(self, model: str, session: str, replicas: Sequence[str], now: float) -> str:
+    def owner(self, model: str, session: str, replicas: Sequence[str], now: float,
+              listed: Collection[str] = ()) -> str:
         """The session's owner among `replicas` (non-empty), placing it if it
-        has none there yet; `now` is a monotonic clock's seconds."""
-        return self.order(model, session, replicas, now)[0]
+        has none there yet; `now` is a monotonic clock's seconds; `listed`:
+        the replicas whose /slots list the session as owned (another router
+        placed it there)."""
+        return self.order(model, session, replicas, now, listed)[0]
 
     def order(self, model: str, session: str, replicas: Sequence[str],
-              now: float) -> list[str]:
+              now: float, listed: Collection[str] = ()) -> list[str]:
         """The session's owner (as `owner`), then the other replicas in its
         rendezvous ranking: where a spill looks, best first."""
         self._expire(now)
@@ -109,7 +119,8 @@ class Owners:
             ahead = order[: order.index(entry.replica)]
             chosen = place(ahead, loads, limit, joined) or entry.replica
         else:
-            chosen = place(order, loads, limit) or order[0]
+            held = [n for n in order if n in listed]
+            chosen = held[0] if held else place(order, loads, limit) or order[0]
         entry = _Entry(model, chosen, members, now)
         self._entries[key] = entry
         self._count(entry, +1)

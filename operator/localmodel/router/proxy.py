@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from localmodel.gateway.wire import error_response
+from localmodel.gateway_contract import OWNED_SESSION_HEADER
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -46,11 +47,15 @@ BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after")
 PREFIX = "x-localmodel-"
 
 
-def pass_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """What goes on to the replica: the kept headers, and identity encoding
-    (the router reads the answer's tail)."""
-    out = {k: v for k, v in headers.items() if k.lower() in PASS_HEADERS
-           or k.lower().startswith(PREFIX)}
+def pass_headers(headers: Mapping[str, str],
+                 told: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What goes on to the replica: the kept headers but the router's own
+    (`told`; a caller's copy of one is dropped, whatever its case), `told`,
+    and identity encoding (the router reads the answer's tail)."""
+    own = {OWNED_SESSION_HEADER.lower()}
+    out = {k: v for k, v in headers.items() if k.lower() not in own
+           and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
+    out.update(told or {})
     out["Accept-Encoding"] = "identity"
     return out
 
@@ -61,13 +66,13 @@ def back_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def request_bytes(address: Address, path: str, headers: Mapping[str, str],
-                  data: bytes) -> bytes:
+                  data: bytes, told: Mapping[str, str] | None = None) -> bytes:
     """The POST to the replica, head and body, as one write. A header that
     could split the head (a CR, LF or NUL in it) is left out; aiohttp's
     parser refuses such a header before the router sees it anyway."""
     lines = [f"POST {path} HTTP/1.1", f"Host: {address.authority}",
              f"Content-Length: {len(data)}"]
-    for name, value in pass_headers(headers).items():
+    for name, value in pass_headers(headers, told).items():
         if not any(c in name or c in value for c in "\r\n\0"):
             lines.append(f"{name}: {value}")
     lines += ("", "")
@@ -181,13 +186,15 @@ async def relay(
     extra: Mapping[str, str],
     deadline: float,
     openai: bool,
+    told: Mapping[str, str] | None = None,
 ) -> Relayed:
     """POST `data` to `url` + the request's path and pass the answer to the
-    caller; `extra` headers go on the answer (the routing decision)."""
+    caller; `extra` headers go on the answer (the routing decision), `told`
+    ones to the replica (what the router tells its gateway)."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
-    message = request_bytes(address, request.path, request.headers, data)
+    message = request_bytes(address, request.path, request.headers, data, told)
     try:
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -56,6 +56,16 @@ class ReplicaWatch:
         occupied = max(known.slots.occupied, mine)
         return ReplicaState(wait_s=wait_seconds(known.slots.total, occupied, speed.mean_request_s),
                             prefill_tps=speed.prefill_tps)
+
+    def owning(self, names: Iterable[str], key: str) -> list[str]:
+        """Those of `names` whose last /slots listed `key` among the sessions
+        routers sent them as owner (gateway/owned.py)."""
+        out = []
+        for name in names:
+            known = self.known.get(name)
+            if known is not None and known.slots is not None and key in known.slots.owned:
+                out.append(name)
+        return out
 
     @contextlib.contextmanager
     def sending(self, name: str) -> Iterator[None]:

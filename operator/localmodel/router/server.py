@@ -31,10 +31,15 @@ from localmodel.engines import ollama
 from localmodel.gateway.bounds import TooLarge, check_bounds
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
-from localmodel.gateway_contract import HEALTH_PATH, METRICS_PATH, READY_PATH
+from localmodel.gateway_contract import (
+    HEALTH_PATH,
+    METRICS_PATH,
+    OWNED_SESSION_HEADER,
+    READY_PATH,
+)
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
-from localmodel.router.decide import Decision, decide
+from localmodel.router.decide import OWNER, Decision, decide
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
@@ -181,10 +186,13 @@ class Router:
         decision = self._decide(route, key, prompt_tokens(body))
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
+        # The owner learns it owns the session (a spilled turn says nothing):
+        # its /slots then tells every router (router/owners.py).
+        told = {OWNED_SESSION_HEADER: key} if key is not None and decision.kind == OWNER else {}
         try:
             with self.watch.sending(replica.name):
                 done = await relay(self.pool, request, replica.url, data, extra,
-                                   self.config.deadline, openai)
+                                   self.config.deadline, openai, told)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
@@ -249,7 +257,8 @@ class Router:
         if key is None:  # no session: anywhere, as a Service would
             order = ranking("r:" + secrets.token_hex(8), names)
         else:
-            order = self.owners.order(route.qualified, key, names, self._clock())
+            order = self.owners.order(route.qualified, key, names, self._clock(),
+                                      self.watch.owning(names, key))
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
         return decide(order, states, held, prompt)
