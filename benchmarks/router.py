@@ -27,16 +27,19 @@ Method
   Half-way too a background job (`X-Priority: background`, a long prompt)
   arrives at the first replica; refused with 429 while no slot is free, it
   retries every half second as jobs do, so it runs in every mode.
-- Routed three ways, one after another on the same replicas, each with its
-  own texts (a mode prefix in every system prompt, so no mode reuses
-  another's cache): `random` (each turn to a replica at random, seeded: what a
-  Service does), `router` (through the router, each session named by
-  `X-LocalModel-Session`), `pinned` (session i always to replica i mod 2,
-  by hand: the ideal). With `--rounds R` (default 2; 1 with `--quick`) the
-  three run R times, every other round in reverse order (random, router,
-  pinned, pinned, router, random...), each round with texts of its own, and
-  the turns are pooled: a machine whose load drifts during the run then
-  weighs on every mode alike.
+- Routed three ways, one after another on the same replicas, with the same
+  texts and pauses in a round (a paired comparison; a mode tag at the start
+  of every system prompt keeps each mode's cache its own): `random` (each
+  turn to a replica at random, seeded: what a Service does), `router`
+  (through the router, each session named by `X-LocalModel-Session`),
+  `pinned` (each session always on one replica, by hand: the ideal; the
+  sessions dealt out evenly in an order drawn per round, so which sessions
+  share a replica changes from round to round as it does for the router,
+  whose hashing sees new names each round). With `--rounds R` (default 2; 1
+  with `--quick`) the three run R times, every other round in reverse order
+  (random, router, pinned, pinned, router, random...), each round with texts
+  of its own, and the turns are pooled: a machine whose load drifts during
+  the run then weighs on every mode alike.
 - The defaults (4 sessions x 6 turns of 160 words, pauses up to 8 s, 2
   rounds) and `--quick` (2 sessions x 3 turns of 40 words, pauses up to 1 s,
   1 round: CI checks the columns, not the targets) are docs/benchmarks.md's.
@@ -173,10 +176,13 @@ class Workload:
     job_at: float = 20.0
 
 
-async def session(http: aiohttp.ClientSession, mode: str, tag: str, i: int, work: Workload,
-                  target: Any, out: ModeResult, compact: bool) -> None:
-    rng = random.Random(f"{mode}-{i}")
-    pauses = random.Random(f"think-{i}")  # the same user pauses alike in every mode
+async def session(http: aiohttp.ClientSession, mode: str, round_no: int, i: int,
+                  work: Workload, target: Any, out: ModeResult, compact: bool) -> None:
+    # The same texts and pauses in every mode of a round (a paired comparison);
+    # the tag in the system prompt keeps each mode's cache its own.
+    tag = f"{mode}-r{round_no}"
+    rng = random.Random(f"text-r{round_no}-{i}")
+    pauses = random.Random(f"think-r{round_no}-{i}")
     turns = work.turns
     messages = [{"role": "system", "content": f"[{tag} run] You are assistant {i}. "
                  f"Answer briefly. Topic: {words(rng, 30)}"}]
@@ -217,29 +223,43 @@ async def background_job(http: aiohttp.ClientSession, url: str, delay: float) ->
     raise SystemExit(f"the background job found no free slot in {JOB_TRIES} tries")
 
 
+def pinning(sessions: int, replicas: int, round_no: int) -> list[int]:
+    """Each session's replica when pinned by hand: dealt out evenly, in an
+    order drawn per round (which sessions share a replica changes from round
+    to round, as the router's hashing changes it with the round's names)."""
+    order = list(range(sessions))
+    random.Random(f"pinned-r{round_no}").shuffle(order)
+    where = [0] * sessions
+    for position, i in enumerate(order):
+        where[i] = position % replicas
+    return where
+
+
 async def run_mode(mode: str, gateways: list[RunningGateway], router: RunningRouter,
-                   work: Workload, tag: str) -> ModeResult:
-    """One round of one mode; `tag` makes its texts and session names its own."""
+                   work: Workload, round_no: int) -> ModeResult:
+    """One round of one mode, its texts, names and cache its own."""
     out = ModeResult()
-    rng = random.Random(mode)
+    rng = random.Random(f"{mode}-r{round_no}")
     urls = [g.url for g in gateways]
+    pinned = pinning(work.sessions, len(urls), round_no)
 
     def target(i: int, t: int) -> str:
         if mode == "random":
             return rng.choice(urls)
         if mode == "pinned":
-            return urls[i % len(urls)]
+            return urls[pinned[i]]
         return router.url
 
     started = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as http:
         tries, *_ = await asyncio.gather(
             background_job(http, urls[0], work.job_at),
-            *(session(http, mode, tag, i, work, target, out, compact=(i == 0))
+            *(session(http, mode, round_no, i, work, target, out, compact=(i == 0))
               for i in range(work.sessions)))
         out.job_tries = tries or 0
         out.wall = time.monotonic() - started
-        out.reread_tokens, out.reread_s = await reread_from_ledgers(http, gateways, tag)
+        out.reread_tokens, out.reread_s = await reread_from_ledgers(
+            http, gateways, f"{mode}-r{round_no}")
     return out
 
 
@@ -343,7 +363,7 @@ async def run(work: Workload, rounds: int = 1) -> tuple[list[str], dict[str, Any
             results = {mode: ModeResult() for mode in MODES}
             for r in range(rounds):  # every other round backwards: the machine's drift cancels
                 for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                    one = await run_mode(mode, gateways, router, work, f"{mode}-r{r}")
+                    one = await run_mode(mode, gateways, router, work, r)
                     merged(results[mode], one)
                     print(f"round {r + 1}, {mode}: {len(one.turns)} turns in {one.wall:.0f} s, "
                           f"re-read {one.reread_s:.1f} s, {one.spilled} spilled, "
