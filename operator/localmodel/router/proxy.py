@@ -188,9 +188,8 @@ async def relay(
     openai: bool,
     told: Mapping[str, str] | None = None,
 ) -> Relayed:
-    """POST `data` to `url` + the request's path and pass the answer to the
-    caller; `extra` headers go on the answer (the routing decision), `told`
-    ones to the replica (what the router tells its gateway)."""
+    """POST `data` to `url` + the request's path and pass the answer on;
+    `extra` headers go on the answer, `told` ones to the replica."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
