@@ -57,6 +57,11 @@ SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them
 # recent first), so a router that has not seen a session finds its owner
 # (gateway/owned.py, router/owners.py).
 OWNED_SESSION_HEADER = "X-LocalModel-Owned-Session"
+# The router's decision for a turn, on the answer to the caller and on the
+# request to the replica, whose gateway keeps it in the ledger (`routed`):
+# `owner`, or `spilled; owner_wait_s=..; reread_s=..; wait_s=..`.
+ROUTE_HEADER = "X-LocalModel-Route"
+MAX_ROUTED = 160  # characters of it a ledger record keeps
 SESSION_KEY_PATTERN = r"[hf]:[0-9a-f]{24}"
 OWNED_SESSIONS_LISTED = 512  # keys /slots lists at most (about 15 KiB)
 # On the admin port only:
@@ -112,6 +117,7 @@ class LedgerEntry:
     rewrite: bool | None  # None: no session to compare with
     reread_tokens: int | None
     reread_seconds: float | None
+    routed: str | None = None  # the router's decision (ROUTE_HEADER); None: not routed
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +151,7 @@ class LedgerEntry:
             "rewrite": self.rewrite,
             "reread_tokens": self.reread_tokens,
             "reread_s": _r(self.reread_seconds),
+            "routed": self.routed,
         }
 
 

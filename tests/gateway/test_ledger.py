@@ -451,7 +451,7 @@ def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records(
     import tracemalloc
 
     from localmodel.gateway.ledger import MAX_ID
-    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE
+    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE, MAX_ROUTED
     from localmodel.render.names import GATEWAY_MEMORY_BYTES
 
     n = 2000
@@ -472,6 +472,7 @@ def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records(
                 cached_tokens=500 + i, evaluated_tokens=500 + i, prefill_seconds=i + 0.6,
                 generated_tokens=100 + i, decode_seconds=i + 0.7, rewrite=True,
                 reread_tokens=400 + i, reread_seconds=i + 0.8,
+                routed=f"{i:04d}" + "x" * (MAX_ROUTED - 4),
             )
         )
     per_record = (tracemalloc.get_traced_memory()[0] - before) / n

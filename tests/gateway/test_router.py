@@ -22,9 +22,10 @@ import openai
 import pytest
 from aiohttp import web
 
+from localmodel.gateway_contract import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
-from localmodel.router.server import ROUTE_HEADER, RunningRouter, start_router
+from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.session import ranking, session_key
 from localmodel.router.static import static_source
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
@@ -267,6 +268,15 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     key = session_key("spill-me", {})
     assert by_url[owner].gateway.gateway.pipeline.owned.listed() == [key]
     assert by_url[other].gateway.gateway.pipeline.owned.listed() == []
+    # Each replica's ledger keeps the decision it was sent, estimates and all.
+    routed = {}
+    async with aiohttp.ClientSession() as http:
+        for url, rig in by_url.items():
+            async with http.get(rig.admin_url + "/ledger") as resp:
+                routed[url] = [e["routed"] for e in (await resp.json())["entries"]
+                               if e["session"] == "spill-me"]
+    assert routed[owner] == ["owner"]
+    assert routed[other] == [route]
 
 
 async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways(

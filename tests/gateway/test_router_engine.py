@@ -15,8 +15,9 @@ import aiohttp
 import openai
 import pytest
 
+from localmodel.gateway_contract import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
-from localmodel.router.server import ROUTE_HEADER, RunningRouter, start_router
+from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source
 from tests.gateway.harness import GatewayFactory, RawClient, wait_until
 from tests.gateway.llama import decode_total, wait_engine

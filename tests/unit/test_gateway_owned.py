@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from localmodel.gateway.owned import OwnedSessions, owned_key
-from localmodel.gateway_contract import OWNED_SESSION_HEADER
+from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
 from localmodel.router.proxy import pass_headers
 
 A, B, C = ("h:" + c * 24 for c in "abc")
@@ -69,13 +69,17 @@ def test_an_idle_session_is_forgotten() -> None:
     assert owned.listed() == []
 
 
-def test_the_router_tells_the_owner_and_drops_a_callers_claim() -> None:
-    """A caller's X-LocalModel-Owned-Session (any case) never reaches a
-    replica through the router: only the router's own, on a turn to the owner."""
-    for name in (OWNED_SESSION_HEADER, OWNED_SESSION_HEADER.lower(), OWNED_SESSION_HEADER.upper()):
-        caller = {name: B, "X-LocalModel-Session": "s-1", "Content-Type": "application/json"}
-        spilled = pass_headers(caller)
-        assert not any(k.lower() == OWNED_SESSION_HEADER.lower() for k in spilled)
-        assert spilled["X-LocalModel-Session"] == "s-1"
-        owner = pass_headers(caller, {OWNED_SESSION_HEADER: A})
-        assert [v for k, v in owner.items() if k.lower() == OWNED_SESSION_HEADER.lower()] == [A]
+@pytest.mark.parametrize(("header", "value"), [
+    (OWNED_SESSION_HEADER, A),
+    (ROUTE_HEADER, "spilled; owner_wait_s=9.000; reread_s=0.100; wait_s=0.000"),
+])
+def test_the_router_says_its_own_and_drops_a_callers_claim(header: str, value: str) -> None:
+    """A caller's X-LocalModel-Owned-Session or X-LocalModel-Route (any case)
+    never reaches a replica through the router: only the router's own."""
+    for name in (header, header.lower(), header.upper()):
+        caller = {name: "forged", "X-LocalModel-Session": "s-1", "Content-Type": "application/json"}
+        without = pass_headers(caller)
+        assert not any(k.lower() == header.lower() for k in without)
+        assert without["X-LocalModel-Session"] == "s-1"
+        told = pass_headers(caller, {header: value})
+        assert [v for k, v in told.items() if k.lower() == header.lower()] == [value]

@@ -45,7 +45,12 @@ from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_de
 from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, GatewayConfig
+from localmodel.gateway_contract import (
+    MAX_ROUTED,
+    OWNED_SESSION_HEADER,
+    ROUTE_HEADER,
+    GatewayConfig,
+)
 from localmodel.printable import printable
 
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -153,6 +158,7 @@ class Pipeline:
         headers = request.headers
         rec.caller, rec.session = identify(headers.get(CALLER_HEADER), headers.get(SESSION_HEADER))
         rec.owned = owned_key(headers.get(OWNED_SESSION_HEADER))
+        rec.routed = printable(headers.get(ROUTE_HEADER) or "", MAX_ROUTED) or None
         rec.arrival = self._wall()
         return rec
 

@@ -84,6 +84,7 @@ class RequestRecord:
     key: KeyEntry | None = None  # the API key it came with (keys on)
     session: str | None = None
     owned: str | None = None  # a router's owned-session key (gateway/owned.py)
+    routed: str | None = None  # the router's decision for it (gateway_contract.ROUTE_HEADER)
     arrival: float = 0.0  # wall clock, for the ledger's `since`
     caller_gone_at: float | None = None  # when the gateway saw the caller leave
     behind: dict[Holder, float] | None = None  # whom it waited behind, seconds each
@@ -181,6 +182,7 @@ def ledger_entry(rec: RequestRecord) -> LedgerEntry:
         rewrite=rec.rewrite,
         reread_tokens=reread_tokens,
         reread_seconds=reread_seconds,
+        routed=rec.routed,
     )
 
 
@@ -217,6 +219,8 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
     fields["caller"] = rec.caller
     if rec.session is not None:
         fields["session"] = rec.session
+    if rec.routed is not None:
+        fields["routed"] = rec.routed
     if timing.prompt_cached is not None:
         fields["cached_tokens"] = timing.prompt_cached
     if timing.prompt_evaluated is not None:

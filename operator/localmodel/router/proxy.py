@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import OWNED_SESSION_HEADER
+from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -52,7 +52,7 @@ def pass_headers(headers: Mapping[str, str],
     """What goes on to the replica: the kept headers but the router's own
     (`told`; a caller's copy of one is dropped, whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
-    own = {OWNED_SESSION_HEADER.lower()}
+    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower()}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})

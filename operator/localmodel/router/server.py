@@ -36,6 +36,7 @@ from localmodel.gateway_contract import (
     METRICS_PATH,
     OWNED_SESSION_HEADER,
     READY_PATH,
+    ROUTE_HEADER,
 )
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
@@ -55,7 +56,6 @@ from localmodel.router.table import (
 )
 from localmodel.router.upstream import Pool
 
-ROUTE_HEADER = "X-LocalModel-Route"
 REPLICA_HEADER = "X-LocalModel-Replica"
 SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
                  ollama.GENERATE_PATH)
@@ -186,9 +186,11 @@ class Router:
         decision = self._decide(route, key, prompt_tokens(body))
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
-        # The owner learns it owns the session (a spilled turn says nothing):
-        # its /slots then tells every router (router/owners.py).
-        told = {OWNED_SESSION_HEADER: key} if key is not None and decision.kind == OWNER else {}
+        # The replica's ledger keeps the decision; the owner learns it owns the
+        # session (a spilled turn does not): its /slots then tells every router.
+        told = {} if key is None else {ROUTE_HEADER: decision.header}
+        if key is not None and decision.kind == OWNER:
+            told[OWNED_SESSION_HEADER] = key
         try:
             with self.watch.sending(replica.name):
                 done = await relay(self.pool, request, replica.url, data, extra,
