@@ -11,7 +11,6 @@ owner (router/decide.py); it never raises past the reader.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +21,9 @@ from localmodel.controller.speed_answer import (
     decode,
     reading_from,
 )
-from localmodel.gateway_contract import SESSION_KEY_PATTERN
+from localmodel.gateway.owned import owned_key
 
 MAX_OWNED = 1024  # owned_sessions entries: a gateway lists 512; more is a bad answer
-_KEY = re.compile(SESSION_KEY_PATTERN)
 
 MAX_SLOTS = 4096  # a gateway's --slots: far past any CPU's
 TRAFFIC_TOKENS = 256  # prompt tokens read before traffic's prefill rate replaces the calibration's
@@ -76,7 +74,7 @@ def _owned(value: Any) -> frozenset[str]:
     if not isinstance(value, list) or len(value) > MAX_OWNED:
         raise BadDocument(f"owned_sessions is not a list of at most {MAX_OWNED} session keys")
     for key in value:
-        if not isinstance(key, str) or len(key) > 64 or not _KEY.fullmatch(key):
+        if not isinstance(key, str) or owned_key(key) is None:
             raise BadDocument("owned_sessions holds something that is not a session key")
     return frozenset(value)
 
