@@ -16,7 +16,8 @@
 # types and the unit tier, which need none of them, run; on a cold machine that
 # hides the unit tier inside the builds. The other tiers run in three parts,
 # each as soon as what it needs is built (tests/harness/prereqs.py): those that
-# need only the tools, then the `llama` tests, then the rest.
+# need only the tools, and beside them the `llama` tests (real node included:
+# every image but Ollama's), then the rest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,18 +55,23 @@ stream() {
 }
 
 # finish NAME: wait for build stream NAME; show what it did (all of its log if
-# it failed, only the build scripts' own lines if it did not).
+# it failed, only the build scripts' own lines if it did not). Asked again, it
+# answers as it did the first time.
+declare -A finished=()
 finish() {
   local i name="$1" t0=$SECONDS
+  if [[ -n "${finished[$name]:-}" ]]; then return "${finished[$name]}"; fi
   i=$(stream "$name") || return 1
   echo "test.sh: waiting for the $name build" >&2
   if wait "${pids[$i]}"; then
     grep -E '^build-[a-z]+: ' "$logs/$name.log" >&2
     echo "test.sh: the $name build is done (waited $((SECONDS - t0)) s)" >&2
+    finished[$name]=0
     return 0
   fi
   echo "test.sh: the $name build FAILED; its log ($logs/$name.log):" >&2
   cat "$logs/$name.log" >&2
+  finished[$name]=1
   return 1
 }
 
@@ -92,10 +98,11 @@ start tools "bash hack/build-tools.sh"
 # 137 of its 148 s alone; it gets the tail of the engines' chain off the
 # critical path); the engines stream then builds only the engine images.
 start images "bash hack/build-images.sh --no-engines"
-# llama-server and the model first: the tests that need only those (marked
-# `llama`) run while Ollama and the engine images build.
-start engines "bash hack/build-engines.sh llama model && touch '$logs/llama.ready' \
-  && bash hack/build-engines.sh ollama && bash hack/build-images.sh"
+# llama-server, the model and llama-server's image first: the tests that need
+# only those and the images above (marked `llama`) run while Ollama and its
+# image build. (The llama-server image waits for the images stream's lock.)
+start engines "bash hack/build-engines.sh llama model && bash hack/build-images.sh llama-server \
+  && touch '$logs/llama.ready' && bash hack/build-engines.sh ollama && bash hack/build-images.sh"
 
 failed=()
 ruff check operator tests benchmarks || failed+=(ruff)
@@ -104,15 +111,26 @@ mypy || failed+=(mypy)
 python -m pytest --durations=15 tests/unit || failed+=("unit tier")
 # Three runs, each as soon as what it needs is built (tests/harness/prereqs.py
 # fails a test that reaches for a build its run does not wait for): the tiers
-# that need only the tools; the `llama` tests; the other `engine` and
+# that need only the tools; beside them, the `llama` tests (the first run
+# mostly waits on its clusters, and the real-node tests that need no Ollama
+# run here instead of after the Ollama build); then the other `engine` and
 # `realnode` tests.
 if finish tools; then
-  LOCALMODEL_ENGINES_BUILDING=all python -m pytest --durations=25 --ignore=tests/unit \
-    -m "not (engine or realnode or llama)" || failed+=("the tiers without engines")
-  if ready engines "$logs/llama.ready"; then
+  set -m
+  (LOCALMODEL_ENGINES_BUILDING=all python -m pytest --durations=25 --ignore=tests/unit \
+    -m "not (engine or realnode or llama)") >"$logs/no-engines.log" 2>&1 &
+  pids+=($!)
+  names+=("no-engines tests")
+  set +m
+  echo "test.sh: the tiers without engines run in the background (log: $logs/no-engines.log)" >&2
+  if ready engines "$logs/llama.ready" && finish images; then
     LOCALMODEL_ENGINES_BUILDING=ollama python -m pytest --durations=25 --ignore=tests/unit \
       -m "llama" || failed+=("the llama-server tests")
   fi
+  echo "test.sh: waiting for the tiers without engines" >&2
+  wait "${pids[-1]}" || failed+=("the tiers without engines")
+  echo "test.sh: the tiers without engines ran beside; their output:" >&2
+  cat "$logs/no-engines.log"
   if finish images && finish engines; then
     python -m pytest --durations=25 --ignore=tests/unit \
       -m "(engine or realnode) and not llama" || failed+=("the tiers with every engine")

@@ -27,7 +27,8 @@ from tests.harness.kubeapi import KubeApi
 from tests.harness.processes import pid_runs, terminate_pid, wait_for
 from tests.harness.tools import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 
 def harness(state: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -698,7 +698,7 @@ class TestCluster:
         self.registry.start(timeout)
         assert self.registry.process is not None
         self.processes.append(self.registry.process)  # stops after the node
-        pushed = self.registry.push()
+        pushed = self.registry.push(images.names)
         # The API server's kubelet client may use the kubelet API (logs, exec...).
         self.apply([{
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness.prereqs import require_images
+from tests.harness.prereqs import given_images
 from tests.harness.tools import print_output
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,9 +43,10 @@ def parse_print_output(text: str) -> list[Image]:
 
 
 def list_images(*names: str) -> list[Image]:
-    """The images `hack/build-images.sh --print [NAME...]` lists (builds nothing)."""
-    require_images()
-    return parse_print_output(print_output(BUILD_SCRIPT, args=names, timeout=120))
+    """The images `hack/build-images.sh --print [NAME...]` lists (builds nothing);
+    with no names, every one this run may use (tests/harness/prereqs.py)."""
+    given = given_images(names)
+    return parse_print_output(print_output(BUILD_SCRIPT, args=given, timeout=120))
 
 
 @dataclass(frozen=True)

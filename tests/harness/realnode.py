@@ -49,6 +49,7 @@ import yaml
 
 from tests.harness.images import Image, list_images
 from tests.harness.pki import CertificateAuthority, CertPair
+from tests.harness.prereqs import given_images
 from tests.harness.processes import (
     ManagedProcess,
     StartupError,
@@ -140,12 +141,16 @@ class NodeImages:
     """What the node pulls (every image hack/build-images.sh builds, pushed to the
     test registry), and those it needs by role: the pod sandbox's, the operator's
     (the chart's) and the local-path provisioner's helper. Upstream references
-    from `built()`; `in_registry` names them where the registry has them."""
+    from `built()`; `in_registry` names them where the registry has them.
+    `names`: the hack/build-images.sh names to push (empty: every image); a run
+    that does not wait for the Ollama build gives the node every image but
+    Ollama's (tests/harness/prereqs.py)."""
 
     all: tuple[Image, ...]
     sandbox: str
     operator: str
     helper: str = ""
+    names: tuple[str, ...] = ()
 
     def in_registry(self, pushed: dict[str, str]) -> NodeImages:
         """The same images by their references in the registry (`pushed`:
@@ -154,12 +159,12 @@ class NodeImages:
         if missing:
             raise RealNodeError(f"not pushed to the test registry: {', '.join(missing)}")
         return NodeImages(self.all, pushed[self.sandbox], pushed[self.operator],
-                          pushed.get(self.helper, ""))
+                          pushed.get(self.helper, ""), self.names)
 
     @classmethod
     def built(cls) -> NodeImages:
-        """The images `hack/build-images.sh --print` lists; RealNodeError if one is
-        not built yet."""
+        """The images `hack/build-images.sh --print` lists (those this run may
+        use); RealNodeError if one is not built yet."""
         images = tuple(list_images())
         missing = [f"{i.reference} ({i.archive})" for i in images if not i.archive.is_file()]
         if missing:
@@ -168,7 +173,8 @@ class NodeImages:
         [pause] = list_images("pause")
         [operator] = list_images("operator")
         [helper] = list_images("helper")
-        return cls(images, pause.reference, operator.reference, helper.reference)
+        return cls(images, pause.reference, operator.reference, helper.reference,
+                   given_images())
 
 
 def node_ip() -> str:

@@ -1,6 +1,7 @@
 """tests/harness/prereqs.py and hack/test.sh's three runs: a run that does not
-wait for a build fails a test that reaches for what it builds, and the runs'
-marker expressions give every test exactly one run."""
+wait for a build fails a test that reaches for what it builds (the real node
+of the `llama` run is given every image but Ollama's), and the runs' marker
+expressions give every test exactly one run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import tomllib
 import pytest
 
 from tests.harness import engines, images
-from tests.harness.prereqs import BUILDING, ENGINES_BUILDING, LLAMA_PARTS, EnginesBuildingError
+from tests.harness.prereqs import (
+    BUILDING,
+    ENGINES_BUILDING,
+    IMAGE_NAMES,
+    LLAMA_IMAGES,
+    LLAMA_PARTS,
+    EnginesBuildingError,
+    given_images,
+)
 from tests.harness.tools import REPO_ROOT
 
 SCRIPT = (REPO_ROOT / "hack" / "test.sh").read_text()
@@ -40,8 +49,32 @@ def test_while_ollama_builds_only_llama_servers_parts_are_given(
     for name in ("ollama", "ollama-lib", "llama.cpp-source"):
         with pytest.raises(EnginesBuildingError, match="llama` marker off"):
             engines.path(name)
-    with pytest.raises(EnginesBuildingError, match="llama` marker off"):
-        images.list_images()
+    # The real node gets every image but Ollama's: the llama-server tests run there too.
+    assert given_images() == ("operator", "llama-server", "pause", "helper")
+    listed = [i.reference for i in images.list_images()]
+    everything = {i.reference for i in _listed_without_building(monkeypatch)}
+    [ollama_image] = everything - set(listed)
+    assert ollama_image.startswith("docker.io/ollama/ollama:"), ollama_image
+    assert [i.reference for i in images.list_images("llama-server")] == [
+        r for r in listed if r.startswith("ghcr.io/ggml-org/llama.cpp:")]
+    for names in (("ollama",), ("operator", "ollama")):
+        with pytest.raises(EnginesBuildingError, match=r"ollama image.*llama` marker off"):
+            images.list_images(*names)
+        with pytest.raises(EnginesBuildingError, match="ollama image"):
+            given_images(names)
+
+
+def _listed_without_building(monkeypatch: pytest.MonkeyPatch) -> list[images.Image]:
+    with monkeypatch.context() as m:
+        m.delenv(ENGINES_BUILDING)
+        return images.list_images()
+
+
+def test_the_image_names_are_build_images_sh_names_in_its_order() -> None:
+    script = (REPO_ROOT / "hack" / "build-images.sh").read_text()
+    [names] = re.findall(r"^NAMES=\(([^)]*)\)$", script, re.M)
+    assert tuple(names.split()) == IMAGE_NAMES
+    assert set(IMAGE_NAMES) - LLAMA_IMAGES == {"ollama"}
 
 
 @pytest.mark.engine  # the images' listing reads what the engine builds made

@@ -33,6 +33,7 @@ from tests.harness.chart import RELEASE as CHART_RELEASE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG, template_markers
 from tests.harness.models import ModelFileServer
 from tests.harness.nodes import local_volume_name
+from tests.harness.prereqs import given_images
 from tests.harness.processes import ManagedProcess, free_port, port_is_listening, wait_for
 
 MODEL_NAMESPACE = "journey"
@@ -301,7 +302,10 @@ class Journey:
     # ---- LocalModels ----------------------------------------------------------
 
     def local_model(self, name: str, engine: str, context: int = 1024) -> Manifest:
-        """A LocalModel for the cached GGUF on `engine`, one CPU, on the real node."""
+        """A LocalModel for the cached GGUF on `engine`, one CPU, on the real node
+        (EnginesBuildingError at once for an engine whose image the run does not
+        wait for: tests/harness/prereqs.py)."""
+        given_images((engine,))  # hack/build-images.sh names each engine's image by the engine
         return (
             MakeLocalModel(name, MODEL_NAMESPACE).model("gemma3:270m").engine(engine)
             .gguf(self.model_file_url(), self.sha256).cpu(1).context(context)

@@ -27,7 +27,8 @@ from tests.harness.processes import wait_for
 from tests.harness.tools import REPO_ROOT
 from tests.realnode.journey import Deployed, Journey, Sample, condition
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained weights
 PREVIOUS = REPO_ROOT / "tests" / "fixtures" / "charts" / "localmodel-operator-0.1.0.tgz"

@@ -40,7 +40,8 @@ from tests.realnode.conftest import VOLUMES, VOLUMES_DIR
 from tests.realnode.hostile_speed_server import ANSWERS
 from tests.realnode.journey import Journey, Manifest, condition, http_json, local_volumes
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 HOSTILE_NS, OTHER_NS = "tenant-a", "tenant-b"
 HOSTILE, OTHER = "liar", "bystander"

@@ -30,7 +30,8 @@ from localmodel.gateway_contract import GATEWAY_PORT, GatewayConfig, env_name
 from localmodel.render.names import gateway_memory_bytes
 from tests.realnode.journey import Deployed, Journey, clean_reply, container_cgroup
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained weights
 HOSTILE_SECONDS = 45.0

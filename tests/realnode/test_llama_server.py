@@ -21,7 +21,8 @@ from tests.realnode.journey import (
     clean_reply,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAME = "gemma-llama"
 ENGINE = llama_server.NAME

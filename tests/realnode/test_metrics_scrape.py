@@ -20,7 +20,8 @@ from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, NAMESPACE, render_
 from tests.harness.promql import alert_rules, dashboard_queries, metric_names, scraped_names
 from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAME = "gemma-chart"  # test_chart_upgrade.py's model too: the same retained weights
 OPERATOR_METRICS_PORT = OperatorConfig.metrics_listen[1]

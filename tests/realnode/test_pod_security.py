@@ -29,7 +29,8 @@ from tests.realnode.journey import (
     http_json,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAMESPACE = "journey-restricted"
 NAME = "gemma-restricted"

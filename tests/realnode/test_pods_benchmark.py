@@ -17,7 +17,8 @@ from benchmarks.pods import QUICK, run_points
 from benchmarks.verdict import BELOW, INSIDE, MET
 from tests.realnode.journey import Journey
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 
 def test_pods_benchmark_quick_mode_measures_every_point_and_the_collapse(

@@ -31,7 +31,8 @@ from tests.harness.plugin import install_plugin, run_kubectl, shown_seconds
 from tests.harness.processes import wait_until
 from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 NAME = "gemma-chart"  # test_metrics_scrape.py's model too: the same retained weights
 
