@@ -226,6 +226,25 @@ def _valid_uids(models: dict[str, ModelObject], memo: Parsed,
     return valid
 
 
+MAX_REPLACED = 64  # more objects replaced since the last pass: read the section anew
+
+
+def _replaced(before: list[Raw], bodies: Sequence[Raw], read: dict[int, tuple[Raw, Any]]
+              ) -> list[tuple[int, Any]] | None:
+    """Where `bodies` holds another object than `before` (replaced in place), with
+    what was read of the one replaced; None past MAX_REPLACED or if it was not read."""
+    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
+    if len(moved) > MAX_REPLACED:
+        return None
+    found = []
+    for i in moved:
+        old = read.get(id(before[i]))
+        if old is None or old[0] is not before[i]:
+            return None
+        found.append((i, old[1]))
+    return found
+
+
 def _model_reading(body: Raw, memo: Parsed) -> tuple[Version | None, ModelObject]:
     version = version_of(body)
     m = memo.models.get(version) if version else None
@@ -242,16 +261,11 @@ def _models_again(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed
         return None
     before: list[Raw] = kept[0][0]
     old_models: dict[str, ModelObject] = kept[1]
-    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
     read = memo.read.get("localmodels", {})
-    if len(moved) > 64:
+    if (replaced := _replaced(before, bodies, read)) is None:
         return None
     again = []
-    for i in moved:
-        old = read.get(id(before[i]))
-        if old is None or old[0] is not before[i]:
-            return None
-        old_version, was = old[1]
+    for i, (old_version, was) in replaced:
         version, m = _model_reading(bodies[i], memo)
         shown = not watched or m.namespace in watched
         if m.key != was.key or (shown and old_models.get(m.key) is not was):
@@ -297,20 +311,18 @@ def _nodes_again(bodies: Sequence[Raw], memo: Parsed
         return None
     before: list[Raw] = kept[0][0]
     old_nodes, old_bad = kept[1]
-    moved = list(compress(range(len(bodies)), map(is_not, before, bodies)))
+    if len(old_nodes) + len(old_bad) != len(bodies):  # (no name twice)
+        return None
     read = memo.read.get("nodes", {})
-    if len(moved) > 64 or len(old_nodes) + len(old_bad) != len(bodies):  # (no name twice)
+    if (replaced := _replaced(before, bodies, read)) is None:
         return None
     again = []
-    for i in moved:
-        old = read.get(id(before[i]))
-        if old is None or old[0] is not before[i]:
-            return None
+    for i, (old_name, old_version, old_facts) in replaced:
         name, version, facts = reading = _node_reading(bodies[i], memo)
-        if (name, isinstance(facts, str)) != (old[1][0], isinstance(old[1][2], str)) or any(
-                not isinstance(f, str) and f.name != name for f in (facts, old[1][2])):
+        if (name, isinstance(facts, str)) != (old_name, isinstance(old_facts, str)) or any(
+                not isinstance(f, str) and f.name != name for f in (facts, old_facts)):
             return None
-        again.append((before[i], bodies[i], old[1][1], reading))
+        again.append((before[i], bodies[i], old_version, reading))
     nodes, bad = dict(old_nodes), dict(old_bad)
     for was, body, old_version, (name, version, facts) in again:
         del read[id(was)]
