@@ -219,7 +219,7 @@ def _render_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="SECRETS.yaml",
         help="Secrets (`kubectl get secret -o yaml`; only their labels are read) for "
-        "the policy's overflowKeySecretLabel. Repeatable.",
+        "the policy's secretLabel. Repeatable.",
     )
     return parser
 

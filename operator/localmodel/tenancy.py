@@ -1,15 +1,17 @@
 """The cluster admin's policy over tenants, and the check of a model against it. Pure.
 
 A tenant who may create LocalModels in their namespace chooses images, an
-overflow host, a Secret to send there, tolerations and whether to hold nodes
-alone. The admin's `TenantPolicy` (the chart's `policy` values, mounted as a
-file the operator and `localmodel render --policy` read) bounds each of those
-choices; `refusals(model, policy, secrets)` names every rule a model breaks,
-each with the field it refuses. A refused model is `Valid=False`
+overflow host, the Secrets the model's pods read (`SECRET_REFS`: the overflow
+key, the API keys file), tolerations and whether to hold nodes alone. The
+admin's `TenantPolicy` (the chart's `policy` values, mounted as a file the
+operator and `localmodel render --policy` read) bounds each of those choices;
+`refusals(model, policy, secrets)` names every rule a model breaks, each with
+the field it refuses. A refused model is `Valid=False`
 (`RefusedByPolicy`) and nothing is created for it (controller/policy.py).
 
 Each rule is one entry of `RULES` and one field of `TenantPolicy` (named as
-the chart's value is: `policy.<name>`); `FIELDS` says how its value is read.
+the chart's value is: `policy.<name>`; `controlPlaneTaints` is the list
+`allowControlPlane` judges by); `FIELDS` says how its value is read.
 Adding a rule is one field, one `FIELDS` entry and one check function. The
 defaults keep what a single-team install did before the policy existed,
 except control-plane tolerations (docs/security.md says why for each).
@@ -24,12 +26,26 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, LocalModelSpec, SecretKeyRef
 from localmodel.errors import FieldError
 
 ANY = "*"
-# Taint keys of control-plane nodes: kubeadm's, and the one before it (up to 1.24).
-CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# Taint keys of nodes that run the cluster itself, the default of
+# `policy.controlPlaneTaints` (a toleration of one is `allowControlPlane`'s):
+CONTROL_PLANE_TAINTS = (
+    # kubeadm's control-plane taint (since 1.20; kubeadm's "Control plane
+    # node isolation"), and the one before it (kubeadm up to 1.24).
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+    # RKE1 (Rancher Kubernetes Engine): its controlplane and etcd roles taint
+    # their nodes with these keys (RKE docs, "Node roles" / role taints).
+    "node-role.kubernetes.io/controlplane",
+    "node-role.kubernetes.io/etcd",
+    # The convention for nodes kept for critical add-ons (GKE, AKS and EKS
+    # system node pools; the rescheduler's taint): only pods that tolerate it
+    # run there, and a model is not one.
+    "CriticalAddonsOnly",
+)
 DOCKER_HUB = "docker.io"
 MAX_ENTRIES = 256  # per list: a policy is a short list an admin writes
 
@@ -61,8 +77,9 @@ class TenantPolicy:
 
     image_registries: tuple[str, ...] = (ANY,)
     overflow_hosts: tuple[str, ...] = (ANY,)
-    overflow_key_secret_label: LabelRule | None = None
+    secret_label: LabelRule | None = None
     allow_control_plane: bool = False
+    control_plane_taints: tuple[str, ...] = CONTROL_PLANE_TAINTS
     exclusive_namespaces: tuple[str, ...] = (ANY,)
     # Not read from the policy file: the operator's --image-registry, under
     # which a model that names no engine image runs the pinned one. The policy
@@ -98,6 +115,16 @@ def _entries(check: re.Pattern[str], words: str) -> Read:
     return read
 
 
+def _taint_keys(name: str, raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or len(raw) > MAX_ENTRIES:
+        raise FieldError(name, f"must be a list of at most {MAX_ENTRIES} taint keys")
+    for i, item in enumerate(raw):
+        if not isinstance(item, str) or len(item) > 316 or not _LABEL_KEY.match(item):
+            raise FieldError(f"{name}[{i}]", f"{item!r} is not a taint key ([prefix/]name, "
+                             "as node-role.kubernetes.io/control-plane)")
+    return tuple(raw)
+
+
 def _boolean(name: str, raw: Any) -> bool:
     if not isinstance(raw, bool):
         raise FieldError(name, "must be true or false")
@@ -121,10 +148,13 @@ FIELDS: dict[str, tuple[str, Read]] = {
         _REGISTRY, "a registry host[:port], optionally with a path prefix (ghcr.io/org)")),
     "overflowHosts": ("overflow_hosts", _entries(
         _HOST, "a host name[:port], or *.domain for its subdomains")),
-    "overflowKeySecretLabel": ("overflow_key_secret_label", _label),
+    "secretLabel": ("secret_label", _label),
     "allowControlPlane": ("allow_control_plane", _boolean),
+    "controlPlaneTaints": ("control_plane_taints", _taint_keys),
     "exclusiveNamespaces": ("exclusive_namespaces", _entries(_NAMESPACE, "a namespace name")),
 }
+# A setting's older name -> its name (read as it; both given must agree).
+OLDER_NAMES = {"overflowKeySecretLabel": "secretLabel"}
 assert {f for f, _ in FIELDS.values()} | {"image_registry"} == {
     f.name for f in fields(TenantPolicy)}
 
@@ -138,16 +168,25 @@ def parse_policy(raw: Any) -> TenantPolicy:
         raise PolicyError([FieldError("", "the policy must be a mapping")])
     errors: list[FieldError] = []
     values: dict[str, Any] = {}
-    for name, value in raw.items():
+    for given, value in raw.items():
+        name = OLDER_NAMES.get(given, given)
         if name not in FIELDS:
-            errors.append(FieldError(str(name), f"unknown policy setting (known: "
-                                                f"{', '.join(FIELDS)})"))
+            errors.append(FieldError(str(given), f"unknown policy setting (known: "
+                                                 f"{', '.join(FIELDS)})"))
             continue
         attr, read = FIELDS[name]
         try:
-            values[attr] = read(name, value)
+            got = read(given, value)
         except FieldError as e:
             errors.append(e)
+            continue
+        if attr in values:  # (a setting and its older name, OLDER_NAMES)
+            if None not in (got, values[attr]) and got != values[attr]:
+                errors.append(FieldError(str(given), f"the older name of {name}, which says "
+                                         "otherwise: give one of them"))
+                continue
+            got = values[attr] if got is None else got
+        values[attr] = got
     if errors:
         raise PolicyError(errors)
     return TenantPolicy(**values)
@@ -238,23 +277,45 @@ def _overflow_hosts(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> It
                       f"(allowed: {_shown(policy.overflow_hosts)})")
 
 
-def _overflow_key(lm: LocalModel, policy: TenantPolicy, secrets: SecretLabels
-                  ) -> Iterator[Refusal]:
-    rule = policy.overflow_key_secret_label
-    overflow = lm.spec.gateway.overflow
-    if rule is None or not lm.spec.gateway.enabled or overflow is None:
+# Every Secret a LocalModel can name, by the field that names it, and how to
+# find it in a spec (None: not named, or nothing reads it): the one list
+# `policy.secretLabel` checks and the operator reads labels for. A new
+# SecretKeyRef in the API fails tests/unit/test_tenancy_secrets.py until it is
+# listed here. (Both are the gateway's: the API refuses them with it off.)
+def _keys_file(spec: LocalModelSpec) -> SecretKeyRef | None:
+    return spec.gateway.auth.keys_secret_ref if spec.gateway.auth is not None else None
+
+
+def _overflow_key(spec: LocalModelSpec) -> SecretKeyRef | None:
+    overflow = spec.gateway.overflow
+    return overflow.api_key_secret_ref if overflow is not None else None
+
+
+SECRET_REFS: tuple[tuple[str, Callable[[LocalModelSpec], SecretKeyRef | None]], ...] = (
+    ("spec.gateway.auth.keysSecretRef", _keys_file),
+    ("spec.gateway.overflow.apiKeySecretRef", _overflow_key),
+)
+
+
+def named_secrets(lm: LocalModel) -> tuple[tuple[str, str], ...]:
+    """(field, Secret name) of each Secret `lm` names that its pods read."""
+    return tuple((field, ref.name) for field, find in SECRET_REFS
+                 if (ref := find(lm.spec)) is not None)
+
+
+def _secrets(lm: LocalModel, policy: TenantPolicy, secrets: SecretLabels) -> Iterator[Refusal]:
+    rule = policy.secret_label
+    if rule is None:
         return
-    ref = overflow.api_key_secret_ref
-    if ref is None:
-        return
-    labels = secrets.get((lm.metadata.namespace, ref.name))
-    field = "spec.gateway.overflow.apiKeySecretRef.name"
-    if labels is None:
-        yield Refusal("overflowKeySecretLabel", field, f"Secret {ref.name} was not found, so "
-                      f"its label {rule} cannot be checked")
-    elif not rule.holds(labels):
-        yield Refusal("overflowKeySecretLabel", field, f"Secret {ref.name} does not carry the "
-                      f"label {rule} that marks a Secret as an overflow key")
+    for path, name in named_secrets(lm):
+        labels = secrets.get((lm.metadata.namespace, name))
+        field = f"{path}.name"
+        if labels is None:
+            yield Refusal("secretLabel", field, f"Secret {name} was not found (or may not be "
+                          f"read), so its label {rule} cannot be checked")
+        elif not rule.holds(labels):
+            yield Refusal("secretLabel", field, f"Secret {name} does not carry the label "
+                          f"{rule} that marks a Secret a LocalModel may name")
 
 
 def _control_plane(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterator[Refusal]:
@@ -263,8 +324,8 @@ def _control_plane(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Ite
     for i, t in enumerate(lm.spec.placement.tolerations):
         if t.operator.value == "Exists" and not t.key:
             what = "tolerates every taint (operator Exists without a key)"
-        elif t.key in CONTROL_PLANE_TAINTS:
-            what = f"tolerates {t.key}"
+        elif t.key in policy.control_plane_taints:
+            what = f"tolerates {t.key} (a control-plane taint: policy.controlPlaneTaints)"
         else:
             continue
         yield Refusal("allowControlPlane", f"spec.placement.tolerations[{i}]",
@@ -282,21 +343,18 @@ def _exclusive(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> Iterato
 
 
 Rule = Callable[[LocalModel, TenantPolicy, SecretLabels], Iterator[Refusal]]
-RULES: tuple[Rule, ...] = (_registries, _overflow_hosts, _overflow_key, _control_plane,
-                           _exclusive)
+RULES: tuple[Rule, ...] = (_registries, _overflow_hosts, _secrets, _control_plane, _exclusive)
 
 
 def refusals(lm: LocalModel, policy: TenantPolicy, secrets: SecretLabels | None = None
              ) -> tuple[Refusal, ...]:
     """Every rule of `policy` that `lm` breaks (none: the model is admitted).
-    `secrets`: the labels of the Secrets models name as overflow keys."""
+    `secrets`: the labels of the Secrets models name (`needs_secrets`)."""
     return tuple(r for rule in RULES for r in rule(lm, policy, secrets or {}))
 
 
-def needs_secret(lm: LocalModel, policy: TenantPolicy) -> tuple[str, str] | None:
-    """The Secret whose labels the policy must see for `lm`, if any."""
-    overflow = lm.spec.gateway.overflow
-    if (policy.overflow_key_secret_label is None or not lm.spec.gateway.enabled
-            or overflow is None or overflow.api_key_secret_ref is None):
-        return None
-    return (lm.metadata.namespace, overflow.api_key_secret_ref.name)
+def needs_secrets(lm: LocalModel, policy: TenantPolicy) -> tuple[tuple[str, str], ...]:
+    """The Secrets (namespace, name) whose labels the policy must see for `lm`."""
+    if policy.secret_label is None:
+        return ()
+    return tuple(dict.fromkeys((lm.metadata.namespace, name) for _, name in named_secrets(lm)))

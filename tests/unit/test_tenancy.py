@@ -24,7 +24,7 @@ from localmodel.tenancy import (
     TenantPolicy,
     host_allowed,
     image_location,
-    needs_secret,
+    needs_secrets,
     parse_policy,
     refusals,
     registry_allowed,
@@ -39,7 +39,7 @@ LABEL = "localmodel.dev/overflow-key=true"
 STRICT = TenantPolicy(
     image_registries=("docker.io/ollama", "registry.internal:5000"),
     overflow_hosts=("api.openai.com",),
-    overflow_key_secret_label=LabelRule("localmodel.dev/overflow-key", "true"),
+    secret_label=LabelRule("localmodel.dev/overflow-key", "true"),
     allow_control_plane=False,
     exclusive_namespaces=("platform",),
 )
@@ -66,7 +66,7 @@ RULE_CASES = [
                                                             "url": "https://evil.example/v1"}}},
      LABELLED, ("overflowHosts", "spec.gateway.overflow.url")),
     ("overflow key Secret without the label", {}, {("team-a", "openai"): {"app": "x"}},
-     ("overflowKeySecretLabel", "spec.gateway.overflow.apiKeySecretRef.name")),
+     ("secretLabel", "spec.gateway.overflow.apiKeySecretRef.name")),
     ("tolerating every taint",
      {"placement": {"exclusive": False, "tolerations": [{"operator": "Exists"}]}},
      LABELLED, ("allowControlPlane", "spec.placement.tolerations[0]")),
@@ -76,7 +76,8 @@ RULE_CASES = [
 
 
 def test_the_table_covers_every_rule() -> None:
-    assert len({case[3][0] for case in RULE_CASES}) == len(RULES) == len(FIELDS)
+    # (controlPlaneTaints is no rule of its own: the list allowControlPlane judges by)
+    assert len({case[3][0] for case in RULE_CASES}) == len(RULES) == len(FIELDS) - 1
 
 
 def test_the_base_model_is_admitted() -> None:
@@ -124,20 +125,20 @@ def test_control_plane_tolerations(toleration: dict[str, str], refused: bool) ->
 
 def test_the_overflow_key_rule_needs_the_secret_found_and_its_value() -> None:
     lm = model()
-    assert needs_secret(lm, STRICT) == ("team-a", "openai")
-    assert needs_secret(lm, TenantPolicy()) is None
+    assert needs_secrets(lm, STRICT) == (("team-a", "openai"),)
+    assert needs_secrets(lm, TenantPolicy()) == ()
     [missing] = refusals(lm, STRICT, {})
     assert "not found" in missing.reason
     [wrong] = refusals(lm, STRICT, {("team-a", "openai"): {"localmodel.dev/overflow-key": "no"}})
-    assert wrong.rule == "overflowKeySecretLabel"
+    assert wrong.rule == "secretLabel"
     # The same name in another namespace is another Secret.
     assert refusals(lm, STRICT, {("team-b", "openai"): {"localmodel.dev/overflow-key": "true"}})
-    any_value = TenantPolicy(overflow_key_secret_label=LabelRule("localmodel.dev/overflow-key"))
+    any_value = TenantPolicy(secret_label=LabelRule("localmodel.dev/overflow-key"))
     blank = {("team-a", "openai"): {"localmodel.dev/overflow-key": ""}}
     assert refusals(lm, any_value, blank) == ()
     no_key = model(gateway={"overflow": {k: v for k, v in OVERFLOW.items()
                                          if k != "apiKeySecretRef"}})
-    assert needs_secret(no_key, STRICT) is None and refusals(no_key, STRICT, {}) == ()
+    assert needs_secrets(no_key, STRICT) == () and refusals(no_key, STRICT, {}) == ()
 
 
 def test_exclusive_is_allowed_in_a_listed_namespace_and_shared_anywhere() -> None:
@@ -209,12 +210,12 @@ def test_host_allowed(url: str, allowed: tuple[str, ...], ok: bool) -> None:
 def test_a_policy_reads_every_setting() -> None:
     got = parse_policy({"imageRegistries": ["docker.io/ollama", "registry.internal:5000"],
                         "overflowHosts": ["api.openai.com"],
-                        "overflowKeySecretLabel": LABEL,
+                        "secretLabel": LABEL,
                         "allowControlPlane": False,
                         "exclusiveNamespaces": ["platform"]})
     assert got == STRICT
     assert parse_policy(None) == parse_policy({}) == TenantPolicy()
-    assert parse_policy({"overflowKeySecretLabel": ""}).overflow_key_secret_label is None
+    assert parse_policy({"secretLabel": ""}).secret_label is None
 
 
 @pytest.mark.parametrize(("raw", "field"), [
@@ -224,7 +225,8 @@ def test_a_policy_reads_every_setting() -> None:
     ({"imageRegistries": ["ghcr.io"] * 300}, "imageRegistries"),
     ({"overflowHosts": ["https://api.openai.com"]}, "overflowHosts[0]"),
     ({"overflowHosts": [1]}, "overflowHosts[0]"),
-    ({"overflowKeySecretLabel": "bad key=x"}, "overflowKeySecretLabel"),
+    ({"secretLabel": "bad key=x"}, "secretLabel"),
+    ({"secretLabel": ["a"]}, "secretLabel"),
     ({"overflowKeySecretLabel": ["a"]}, "overflowKeySecretLabel"),
     ({"allowControlPlane": "yes"}, "allowControlPlane"),
     ({"exclusiveNamespaces": ["Team_A"]}, "exclusiveNamespaces[0]"),

@@ -429,7 +429,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     `desired` and `kept` are the reconciler's long-lived `Desired` and `KeptWork`
     (a pass then costs what changed); without them, fresh ones: the same result.
     `tenants`: the admin's policy (models it refuses get their status only,
-    `admitted`); `secrets`: the labels of the Secrets models name as overflow keys."""
+    `admitted`); `secrets`: the labels of the Secrets models name (`tenancy.needs_secrets`)."""
     kept = kept if kept is not None else KeptWork()
     inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired)
     if (same := kept.same_pass(inputs, now)) is not None:

@@ -72,7 +72,7 @@ from localmodel.events import EventReason, EventSpec, status_events
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.status import status_body, status_changed
-from localmodel.tenancy import needs_secret
+from localmodel.tenancy import needs_secrets
 
 log = logging.getLogger("localmodel.reconcile")
 
@@ -169,13 +169,13 @@ class Reconciler:
         self._serial: int | None = None
         self._busy: dict[str, ModelWork] = {}
         self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
-        self._needs: dict[str, tuple[str, str]] = {}  # model -> the Secret it names
+        self._needs: dict[str, tuple[tuple[str, str], ...]] = {}  # model -> Secrets it names
         # Every write of a pass (objects, statuses, Events) takes one of these
         # first, as many as the client has connections: a request waits here,
         # not in the client's pool, whose time limit would count the wait (at
         # 1 000 models, writes timed out queued behind each other).
         self._writing = asyncio.Semaphore(config.write_concurrency)
-        self._secrets = SecretLabels(kube)  # overflow-key Secrets' labels, for the policy
+        self._secrets = SecretLabels(kube)  # named Secrets' labels, for the policy
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -291,7 +291,7 @@ class Reconciler:
         return result
 
     async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
-        """The labels of the overflow-key Secrets the admin's policy must see;
+        """The labels of the Secrets models name that the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
         if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
             tenants, needs = self.config.tenants, self._needs
@@ -301,15 +301,15 @@ class Reconciler:
                 needs.clear()
             for m in (obs.models.values() if changed is None else map(obs.models.get, changed)):
                 if m is not None and m.model is not None and (
-                        k := needs_secret(m.model, tenants)):
+                        k := needs_secrets(m.model, tenants)):
                     needs[m.key] = k
                 elif changed is not None and m is not None:
                     needs.pop(m.key, None)
-            self._wanted = (obs.models, set(needs.values()))
+            self._wanted = (obs.models, {k for ks in needs.values() for k in ks})
         if not (wanted := self._wanted[1]):
             return {}
         found = await self._secrets.labels(wanted)
-        rule = self.config.tenants.overflow_key_secret_label
+        rule = self.config.tenants.secret_label
         if any(k not in found or (rule and not rule.holds(found[k])) for k in wanted):
             self.trigger_later(SECRET_MAX_AGE)
         return found

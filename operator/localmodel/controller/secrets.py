@@ -1,7 +1,8 @@
-"""The labels of the Secrets models name as overflow keys, for the admin's policy.
+"""The labels of the Secrets models name (the overflow key, the API keys file:
+tenancy.SECRET_REFS), for the admin's policy.
 
-Only when the policy asks for a label on overflow-key Secrets
-(`policy.overflowKeySecretLabel`), and only the Secrets LocalModels name: each
+Only when the policy asks for a label on them (`policy.secretLabel`), and only
+the Secrets LocalModels name: each
 is read by GET as metadata only (`PartialObjectMetadata`: the Secret's data
 never reaches the operator), at most once per `MAX_AGE_SECONDS`. Secrets are
 not watched: a watch would list every Secret's data in the watched namespaces.
