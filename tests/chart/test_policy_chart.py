@@ -60,15 +60,17 @@ def test_every_policy_value_reaches_the_operator(tools: Tools, tmp_path: Path) -
     rendered = render_chart(tools, set_values=(
         "policy.imageRegistries={docker.io/ollama,registry.internal:5000}",
         "policy.overflowHosts={api.openai.com,*.corp.example}",
-        "policy.overflowKeySecretLabel=localmodel.dev/overflow-key=true",
+        "policy.secretLabel=localmodel.dev/overflow-key=true",
         "policy.allowControlPlane=true",
+        "policy.controlPlaneTaints={example.com/infra}",
         "policy.exclusiveNamespaces={platform}",
     ))
     assert policy_of(rendered, tmp_path) == TenantPolicy(
         image_registries=("docker.io/ollama", "registry.internal:5000"),
         overflow_hosts=("api.openai.com", "*.corp.example"),
-        overflow_key_secret_label=LabelRule("localmodel.dev/overflow-key", "true"),
+        secret_label=LabelRule("localmodel.dev/overflow-key", "true"),
         allow_control_plane=True,
+        control_plane_taints=("example.com/infra",),
         exclusive_namespaces=("platform",),
     )
 
@@ -146,13 +148,14 @@ def test_with_namespaces_each_is_bound_and_the_cluster_role_only_reads_cluster_o
 
 
 @pytest.mark.parametrize("namespaces", [(), ("ai", "batch")])
+@pytest.mark.parametrize("setting", ["secretLabel", "overflowKeySecretLabel"])
 def test_the_secret_label_policy_adds_get_secrets_and_nothing_more(
-    tools: Tools, namespaces: tuple[str, ...]
+    tools: Tools, namespaces: tuple[str, ...], setting: str
 ) -> None:
     extra = (f"namespaces={{{','.join(namespaces)}}}",) if namespaces else ()
     before = render_chart(tools, set_values=extra)
     after = render_chart(tools, set_values=(
-        *extra, "policy.overflowKeySecretLabel=localmodel.dev/overflow-key"))
+        *extra, f"policy.{setting}=localmodel.dev/overflow-key"))
     holders: list[tuple[Manifest, Manifest]] = (
         list(zip(model_roles(before), model_roles(after), strict=True)) if namespaces
         else [(operator_role(before), operator_role(after))])
@@ -164,6 +167,6 @@ def test_the_secret_label_policy_adds_get_secrets_and_nothing_more(
 
 def test_helm_lint_strict_with_namespaces_and_a_policy(tools: Tools) -> None:
     result = helm(tools, "lint", "--strict", str(CHART_DIR), "--set", "namespaces={ai,batch}",
-                  "--set", "policy.overflowKeySecretLabel=localmodel.dev/overflow-key=true",
+                  "--set", "policy.secretLabel=localmodel.dev/overflow-key=true",
                   "--set", "policy.imageRegistries={ghcr.io}")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -85,9 +85,9 @@ app.kubernetes.io/component: node-probe
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-{{- if .Values.policy.overflowKeySecretLabel }}
-# policy.overflowKeySecretLabel: the labels of the Secret a LocalModel names as
-# its overflow key, read by GET as metadata only (never listed or watched).
+{{- if or .Values.policy.secretLabel .Values.policy.overflowKeySecretLabel }}
+# policy.secretLabel: the labels of the Secrets a LocalModel names (its keys
+# file, its overflow key), read by GET as metadata only (never listed or watched).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

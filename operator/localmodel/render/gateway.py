@@ -74,6 +74,17 @@ def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
 
 KEYS_DIR = "/etc/localmodel/keys"  # the keys Secret, mounted whole: kubelet updates it in place
 KEYS_FILE = f"{KEYS_DIR}/keys.json"
+# The keys file's mode: readable by every user, because what keeps it from
+# the rest of the pod is the mount, not the mode: only the gateway container
+# mounts it, and the gateway's one user (NONROOT_UID) is not the file's owner
+# (root) nor, without an fsGroup, in its group (root's). 0440 left the gateway
+# of an Ollama pod unable to read it (Permission denied, exit 2). An fsGroup
+# on Ollama's pods was the other way, and a worse one: the kubelet would
+# re-group the weights volume (root's store; its files' change time, which the
+# checksum record is bound to) and add the gateway's group to root's
+# containers. In llama-server's pods every container is NONROOT_UID anyway.
+# The file holds each key's SHA-256, not the key (docs/security.md).
+KEYS_MODE = 0o444
 
 
 def gateway_volumes(lm: LocalModel) -> list[Manifest]:
@@ -90,7 +101,7 @@ def gateway_volumes(lm: LocalModel) -> list[Manifest]:
             "secret": {
                 "secretName": ref.name,
                 "items": [{"key": ref.key, "path": KEYS_FILE.rsplit("/", 1)[1]}],
-                "defaultMode": 0o440,
+                "defaultMode": KEYS_MODE,
             },
         }
     ]
