@@ -46,12 +46,13 @@ POLICY_VALUES = (
     "probe.enabled=false",
     "policy.imageRegistries={docker.io/ollama,ghcr.io/ggml-org}",
     "policy.overflowHosts={api.openai.com}",
-    f"policy.overflowKeySecretLabel={LABEL_KEY}=true",
+    f"policy.secretLabel={LABEL_KEY}=true",
     "policy.allowControlPlane=false",
     f"policy.exclusiveNamespaces={{{PLATFORM}}}",
 )
 OVERFLOW = {"url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
             "apiKeySecretRef": {"name": "openai", "key": "token"}}
+KEYS_FILE = {"keysSecretRef": {"name": "tenant-keys", "key": "token"}}
 # A model the policy admits in TENANT: every rule's case below changes one field.
 GOOD = MakeLocalModel("good", TENANT).spec(
     model="qwen3:0.6b", cpu=2, context=4096, placement={"exclusive": False},
@@ -143,17 +144,24 @@ def secret(name: str, labels: dict[str, str]) -> dict[str, Any]:
 # ---- one test per rule -------------------------------------------------------------
 
 RULES = [
-    # (the rule, a model breaking it and nothing else, the field it names)
+    # (the rule, a model breaking it and nothing else, the field it names);
+    # secretLabel: once per field naming a Secret (tenancy.SECRET_REFS)
     ("imageRegistries", GOOD.named("reg").spec(
         engine={"name": "ollama", "image": "quay.io/someone/ollama:v1"}),
      "spec.engine.image"),
     ("overflowHosts", GOOD.named("host").spec(gateway={"overflow": {
         "url": "https://api.openai.com@collector.example/v1", "model": "gpt-4o-mini"}}),
      "spec.gateway.overflow.url"),
-    ("overflowKeySecretLabel", GOOD.named("key").spec(gateway={"overflow": OVERFLOW}),
+    ("secretLabel", GOOD.named("key").spec(gateway={"overflow": OVERFLOW}),
      "spec.gateway.overflow.apiKeySecretRef.name"),
+    ("secretLabel", GOOD.named("keys").spec(gateway={"auth": KEYS_FILE}),
+     "spec.gateway.auth.keysSecretRef.name"),
     ("allowControlPlane", GOOD.named("cp").spec(placement={
         "exclusive": False, "tolerations": [{"operator": "Exists"}]}),
+     "spec.placement.tolerations[0]"),
+    ("allowControlPlane", GOOD.named("etcd").spec(placement={  # RKE1's etcd role
+        "exclusive": False, "tolerations": [{"key": "node-role.kubernetes.io/etcd",
+                                             "operator": "Exists"}]}),
      "spec.placement.tolerations[0]"),
     ("exclusiveNamespaces", GOOD.named("excl").spec(placement={"exclusive": True}),
      "spec.placement.exclusive"),
@@ -161,14 +169,16 @@ RULES = [
 
 
 @pytest.mark.parametrize(("model", "rule", "field"), [(m, r, f) for r, m, f in RULES],
-                         ids=[r[0] for r in RULES])
+                         ids=[f"{r}-{m.name}" for r, m, _ in RULES])
 def test_a_model_breaking_a_rule_is_refused_naming_it_and_nothing_is_made(
     cluster: TestCluster, operator: OperatorProcess, policy_file: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], model: MakeLocalModel, rule: str, field: str,
 ) -> None:
     name = model.name
-    if rule == "overflowKeySecretLabel":  # the Secret exists, without the label
-        apply(cluster, secret("openai", {"app": "chat"}))
+    named = model.obj().spec.gateway
+    secret_name = ("openai" if named.overflow else "tenant-keys" if named.auth else "")
+    if rule == "secretLabel":  # the Secret exists, without the label
+        apply(cluster, secret(secret_name, {"app": "chat"}))
     apply(cluster, model.manifest())
     lm = wait_condition(cluster, TENANT, name, "Valid", "False", timeout=90)
     valid = valid_condition(lm)
@@ -187,9 +197,9 @@ def test_a_model_breaking_a_rule_is_refused_naming_it_and_nothing_is_made(
     manifest = tmp_path / "model.yaml"
     manifest.write_text(yaml.safe_dump(model.manifest()))
     args = ["-f", str(manifest), "--policy", str(policy_file)]
-    if rule == "overflowKeySecretLabel":
+    if rule == "secretLabel":
         stored = tmp_path / "secrets.yaml"
-        stored.write_text(cluster.kubectl("get", "secret", "openai", "-n", TENANT,
+        stored.write_text(cluster.kubectl("get", "secret", secret_name, "-n", TENANT,
                                           "-o", "yaml").stdout)
         args += ["--secrets", str(stored)]
     capsys.readouterr()
@@ -198,7 +208,7 @@ def test_a_model_breaking_a_rule_is_refused_naming_it_and_nothing_is_made(
     assert f"LocalModel {TENANT}/{name}: {valid['message']}" in err
 
 
-def test_a_compliant_model_runs_and_a_labelled_secret_admits_its_overflow(
+def test_a_compliant_model_runs_and_a_labelled_secret_admits_its_overflow_and_keys(
     cluster: TestCluster, operator: OperatorProcess
 ) -> None:
     apply(cluster, GOOD.manifest(),
@@ -217,6 +227,12 @@ def test_a_compliant_model_runs_and_a_labelled_secret_admits_its_overflow(
     wait_until("the keyed model's pod", lambda: any(
         m.startswith("pods/") for m in made_for(cluster, TENANT, "keyed")), timeout=60)
     assert any(e["reason"] == "SpecValid" for e in events_of(cluster, TENANT, "keyed"))
+    # The same for a keys file: the one rule covers every Secret a model names.
+    apply(cluster, secret("tenant-keys", {}))
+    apply(cluster, GOOD.named("keyed-file").spec(gateway={"auth": KEYS_FILE}).manifest())
+    wait_condition(cluster, TENANT, "keyed-file", "Valid", "False", timeout=90)
+    apply(cluster, secret("tenant-keys", {LABEL_KEY: "true"}))
+    wait_condition(cluster, TENANT, "keyed-file", "Valid", "True", timeout=120)
 
 
 # ---- the per-namespace binding -----------------------------------------------------
