@@ -2,10 +2,12 @@
 tolerates (localmodel/tenancy.py), as tables: every Secret reference the API
 can make is under `policy.secretLabel` (found by walking the API models, so a
 new one cannot be forgotten), each refused by its own field; the control-plane
-taints are a policy list whose default is the known keys."""
+taints are a policy list whose default is the known keys. The pass reads the
+labels of each named Secret (the API server a stand-in, in-process)."""
 
 from __future__ import annotations
 
+import asyncio
 import types
 import typing
 from collections.abc import Iterator
@@ -15,6 +17,12 @@ import pytest
 from pydantic import BaseModel
 
 from localmodel.api import LocalModel, LocalModelSpec, SecretKeyRef
+from localmodel.controller.config import OperatorConfig
+from localmodel.controller.observed import Snapshot
+from localmodel.controller.operator_metrics import OperatorMetrics
+from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.watched import WATCHED
+from localmodel.controller.writer import KubeError
 from localmodel.tenancy import (
     CONTROL_PLANE_TAINTS,
     SECRET_REFS,
@@ -25,7 +33,7 @@ from localmodel.tenancy import (
     parse_policy,
     refusals,
 )
-from tests.builders import MakeLocalModel
+from tests.builders import MakeLocalModel, MakeNode
 
 RULE = LabelRule("localmodel.dev/tenant-secret", "true")
 POLICY = TenantPolicy(secret_label=RULE)
@@ -204,3 +212,72 @@ def test_a_bad_control_plane_taint_list_names_the_field(raw: dict[str, Any],
     with pytest.raises(PolicyError) as e:
         parse_policy(raw)
     assert [err.field_path for err in e.value.errors] == [field]
+
+
+# ---- the pass reads the labels of every Secret a model names -------------------------
+
+class SecretsApi:
+    """Stand-in for controller.writer.Kube, in-process: answers GETs of Secrets
+    (metadata only) from `labels`, 404 for any other, and records what the
+    reconciler asks for and writes."""
+
+    def __init__(self, labels: dict[str, dict[str, str]]) -> None:
+        self.labels = labels
+        self.asked: list[tuple[str, str]] = []  # (path, accept)
+        self.created: list[dict[str, Any]] = []
+        self.statuses: dict[str, dict[str, Any]] = {}
+
+    async def get(self, path: str, accept: str = "application/json") -> Any:
+        self.asked.append((path, accept))
+        name = path.rsplit("/", 1)[1]
+        if name not in self.labels:
+            raise KubeError("GET", path, 404, {"reason": "NotFound"})
+        return {"kind": "PartialObjectMetadata", "metadata": {
+            "name": name, "labels": self.labels[name]}}
+
+    async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.created.append(manifest)
+        return dict(manifest)
+
+    async def apply(self, manifest: dict[str, Any], subresource: str | None = None
+                    ) -> dict[str, Any]:
+        if subresource == "status":
+            self.statuses[manifest["metadata"]["name"]] = manifest["status"]
+        return dict(manifest)
+
+    async def delete(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def run_pass(api: SecretsApi, *models: MakeLocalModel) -> None:
+    nodes = [MakeNode(f"n{i}").cpu_flags({"AVX2"}).registered().manifest() for i in range(2)]
+    rec = Reconciler(OperatorConfig(tenants=POLICY), api,  # type: ignore[arg-type]
+                     OperatorMetrics())
+    snap = Snapshot(localmodels=[m.manifest() for m in models], nodes=nodes)
+    for w in WATCHED:
+        items = list(getattr(snap, w.name))
+        rec.sources[w.name] = lambda items=items: items  # type: ignore[misc]
+    asyncio.run(rec.reconcile_once())
+
+
+def test_a_pass_reads_the_keys_files_labels_and_refuses_an_unlabelled_one() -> None:
+    keys = BASE.named("keys").uid("uid-keys").generation(1).spec(
+        placement={"exclusive": False},
+        gateway={"auth": {"keysSecretRef": {"name": "team-keys", "key": "keys.json"}}})
+    api = SecretsApi({"team-keys": {"app": "chat"}})
+    run_pass(api, keys)
+    assert api.asked == [("/api/v1/namespaces/team-a/secrets/team-keys",
+                          api.asked[0][1])]
+    assert "PartialObjectMetadata" in api.asked[0][1]  # (its data never read)
+    valid = next(c for c in api.statuses["keys"]["conditions"] if c["type"] == "Valid")
+    assert (valid["status"], valid["reason"]) == ("False", "RefusedByPolicy")
+    assert valid["message"].startswith("spec.gateway.auth.keysSecretRef.name: refused by "
+                                       "the admin policy (policy.secretLabel): Secret "
+                                       "team-keys does not carry the label "
+                                       f"{RULE}")
+    assert not [m for m in api.created if m["kind"] == "Pod"]
+    assert [m["reason"] for m in api.created if m["kind"] == "Event"] == ["RefusedByPolicy"]
+    # Labelled: the same model is admitted and placed.
+    labelled = SecretsApi({"team-keys": {RULE.key: "true"}})
+    run_pass(labelled, keys)
+    assert [m for m in labelled.created if m["kind"] == "Pod"]
