@@ -41,9 +41,10 @@ CONTROL_PLANE_TAINTS = (
     # their nodes with these keys (RKE docs, "Node roles" / role taints).
     "node-role.kubernetes.io/controlplane",
     "node-role.kubernetes.io/etcd",
-    # The convention for nodes kept for critical add-ons (GKE, AKS and EKS
-    # system node pools; the rescheduler's taint): only pods that tolerate it
-    # run there, and a model is not one.
+    # The convention for nodes kept for critical add-ons, first the
+    # Kubernetes rescheduler's taint, now AKS's recommended taint for system
+    # node pools (CriticalAddonsOnly=true:NoSchedule) and EKS Auto Mode's
+    # system pool's: only pods that tolerate it run there; a model is not one.
     "CriticalAddonsOnly",
 )
 DOCKER_HUB = "docker.io"
@@ -278,7 +279,7 @@ def _overflow_hosts(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> It
 
 
 # Every Secret a LocalModel can name, by the field that names it, and how to
-# find it in a spec (None: not named, or nothing reads it): the one list
+# find it in a spec (None: not named): the one list
 # `policy.secretLabel` checks and the operator reads labels for. A new
 # SecretKeyRef in the API fails tests/unit/test_tenancy_secrets.py until it is
 # listed here. (Both are the gateway's: the API refuses them with it off.)
@@ -298,7 +299,7 @@ SECRET_REFS: tuple[tuple[str, Callable[[LocalModelSpec], SecretKeyRef | None]], 
 
 
 def named_secrets(lm: LocalModel) -> tuple[tuple[str, str], ...]:
-    """(field, Secret name) of each Secret `lm` names that its pods read."""
+    """(field, Secret name) of each Secret `lm` names."""
     return tuple((field, ref.name) for field, find in SECRET_REFS
                  if (ref := find(lm.spec)) is not None)
 
