@@ -67,6 +67,9 @@ class Reason(StrEnum):
     STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
     NO_DEFAULT_STORAGE_CLASS = "NoDefaultStorageClass"
     UNSCHEDULABLE = "Unschedulable"
+    # Ready=False: a container of a replica keeps failing (any cause: its
+    # reason, restarts and last message, localmodel/gaps.py).
+    CONTAINER_FAILING = "ContainerFailing"
     ROLLING = "RollingUpdate"
     UP_TO_DATE = "UpToDate"
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
