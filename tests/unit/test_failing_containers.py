@@ -20,7 +20,7 @@ from localmodel.events import EventReason, status_events
 from localmodel.gaps import FAILURE_LIMIT, ContainerFailure, failing_containers, image_waits
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason, status_body
-from tests.builders import container_status, with_container_statuses
+from tests.builders import GEMMA_SHA256, GEMMA_URL, container_status, with_container_statuses
 from tests.unit.test_changes import NOW, QWEN, converged
 
 DENIED = "Permission denied: '/etc/localmodel/keys/keys.json'"
@@ -205,3 +205,16 @@ def test_doctor_says_a_failing_container() -> None:
     [said] = [f for f in cluster_findings(ClusterView(nodes=[], pods=[], models=[stored]))[1]
               if f.check == "gaps"]
     assert "CrashLoopBackOff" in said.message
+
+
+@pytest.mark.parametrize("engine", ["ollama", "llama-server"])
+def test_every_container_keeps_the_end_of_its_log_when_it_fails(engine: str) -> None:
+    """What the status says of a failing container is what the kubelet kept:
+    with nothing written to the termination message, the end of its log."""
+    gguf = {"url": GEMMA_URL, "sha256": GEMMA_SHA256}
+    snap, _ = converged(1, engine={"name": engine}, gguf=gguf)
+    [pod] = snap.pods
+    spec = pod["spec"]
+    every = [*spec.get("initContainers", []), *spec["containers"]]
+    assert len(every) >= 2 and CONTAINER_GATEWAY in {c["name"] for c in every}
+    assert {c.get("terminationMessagePolicy") for c in every} == {"FallbackToLogsOnError"}
