@@ -51,10 +51,12 @@ MESSAGE_LIMIT = 300  # characters kept of a kubelet's or scheduler's message
 # ContainerCreating, PodInitializing); the image reasons are `_image_gap`'s.
 _MAKING = frozenset({"ContainerCreating", "PodInitializing"})
 FAILURE_LIMIT = 200  # characters kept of a failing container's own last message
+READ = 2 * FAILURE_LIMIT  # characters read of any string of a container status (and kept)
 MAX_FAILURES = 8  # failing containers kept of one pod
 # A restart count is said as the bucket it reached, so a crash loop rewrites
 # the status (and posts an Event) a few times in its life, not at each restart.
 RESTART_BUCKETS = (1, 3, 10, 30, 100, 1000)
+_CUT_NOTE = re.compile(r"\.\.\.\(\d+ chars in all\)$")  # printable's
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
 SHOWN = 3  # replicas (or classes) named in one message; the rest counted
 
@@ -150,12 +152,17 @@ def _sidecars(spec: Mapping[str, Any]) -> frozenset[str]:
                      if isinstance(c, Mapping) and c.get("restartPolicy") == "Always")
 
 
-def clean(message: Any, limit: int = FAILURE_LIMIT) -> str:
+def _one_line(message: Any, limit: int = FAILURE_LIMIT) -> str:
     """A container's own words (the tenant chooses its image: hostile) as one
     bounded line: ANSI escape sequences dropped, runs of whitespace and line
-    breaks one space, any other control character shown as an escape."""
-    text = _ANSI.sub("", str(message or "")[: 8 * limit])
-    return printable(" ".join(text.split()), limit)
+    breaks one space, any other control character shown as an escape, "..."
+    where it was cut (no count: the watch keeps READ characters of it)."""
+    raw = str(message or "")
+    shown = printable(" ".join(_ANSI.sub("", raw[:READ]).split()), limit)
+    cut = _CUT_NOTE.search(shown)
+    if cut is not None:
+        return shown[:cut.start()] + "..."
+    return shown + ("..." if len(raw) > READ else "")
 
 
 def _failed(terminated: Mapping[str, Any]) -> bool:
@@ -165,12 +172,12 @@ def _failed(terminated: Mapping[str, Any]) -> bool:
 
 
 def _termination(terminated: Mapping[str, Any]) -> str:
-    """"exit 2 (Error): <its message>", raw: `clean` bounds and cleans it whole."""
+    """"exit 2 (Error): <its message>", raw: `_one_line` bounds and cleans it whole."""
     code, reason = terminated.get("exitCode"), terminated.get("reason")
     said = f"exit {code}" if isinstance(code, int) else "ended"
     said += f" ({str(reason)[:63]})" if reason else ""
     message = terminated.get("message")
-    return said + (f": {str(message)[: 8 * FAILURE_LIMIT]}" if message else "")
+    return said + (f": {str(message)[:READ]}" if message else "")
 
 
 def _bucket(count: Any) -> int:
@@ -195,13 +202,14 @@ def _failure(s: Mapping[str, Any], kind: str) -> ContainerFailure | None:
         # it is still one: the status does not flip at each restart.
         reason = "CrashLoopBackOff"
     elif ended is not None:
-        reason = clean(ended.get("reason"), 63) or "Error"
+        reason = _one_line(ended.get("reason"), 63) or "Error"
     else:
         return None
     # its last termination, else the kubelet's own words (a
     # CreateContainerConfigError's missing Secret), FAILURE_LIMIT characters
-    last = clean(_termination(ended) if ended is not None else waiting.get("message"))
-    return ContainerFailure(clean(s.get("name"), 63), kind, clean(reason, 63), restarts, last)
+    last = _one_line(_termination(ended) if ended is not None else waiting.get("message"))
+    return ContainerFailure(_one_line(s.get("name"), 63), kind, _one_line(reason, 63),
+                            restarts, last)
 
 
 def failing_containers(spec: Mapping[str, Any], status: Mapping[str, Any]
@@ -224,8 +232,8 @@ def failing_containers(spec: Mapping[str, Any], status: Mapping[str, Any]
 
 
 def _cut(value: Any) -> Any:
-    """A string as much of it as `clean` ever reads; anything else as it is."""
-    return value[: 8 * FAILURE_LIMIT] if isinstance(value, str) else value
+    """A string as much of it as `_one_line` ever reads; anything else as it is."""
+    return value[:READ] if isinstance(value, str) else value
 
 
 def _kept_status(s: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,13 @@ from localmodel.controller.watched import pod as kept_pod
 from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.report import Verdict
 from localmodel.events import EventReason, status_events
-from localmodel.gaps import FAILURE_LIMIT, ContainerFailure, failing_containers, image_waits
+from localmodel.gaps import (
+    FAILURE_LIMIT,
+    ContainerFailure,
+    failing_containers,
+    image_waits,
+    kept_container_statuses,
+)
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason, status_body
 from tests.builders import GEMMA_SHA256, GEMMA_URL, container_status, with_container_statuses
@@ -95,10 +101,12 @@ def test_a_containers_own_message_is_one_bounded_clean_line(message: str) -> Non
         message[:300], waiting=("CrashLoopBackOff", message), last=(1, message, message),
         restarts=3)]}
     [f] = failing_containers({}, status)
+    assert failing_containers({}, kept_container_statuses(status)) == (f,)  # the watch's form
     for text in (f.container, f.reason, f.last):
         assert all(ch.isprintable() for ch in text), text
         assert "\x1b" not in text and "\n" not in text and "\r" not in text
-    assert len(f.last) <= FAILURE_LIMIT + len("...(1000000 chars in all)")
+    assert len(f.last) <= FAILURE_LIMIT + len("...")
+    assert "chars in all" not in f.last  # (no count: the watch keeps only the start)
     assert len(f.container) <= 63 + 30 and len(f.reason) <= 63 + 30
     if "red" in message:
         assert "red" in f.last and "[31m" not in f.last and "title" not in f.last
