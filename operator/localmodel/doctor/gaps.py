@@ -13,11 +13,8 @@ from localmodel.contract import LABEL_NAME, LABEL_REPLICA
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.gaps import Gap, PodState, failing_containers, image_waits, model_gap
 from localmodel.printable import printable
-from localmodel.status import Reason
+from localmodel.status import GAP_REASONS
 
-GAP_REASONS = frozenset({Reason.IMAGE_PULL_FAILED, Reason.STORAGE_CLASS_NOT_FOUND,
-                         Reason.NO_DEFAULT_STORAGE_CLASS, Reason.UNSCHEDULABLE,
-                         Reason.CONTAINER_FAILING})
 FIX = "change what the message names (docs/operator.md, The cluster's gaps)"
 
 
