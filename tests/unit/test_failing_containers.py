@@ -6,11 +6,13 @@ the edge from the pods the watch keeps, without a status write per restart."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY
+from localmodel.controller.kept import plain
 from localmodel.controller.observed import Snapshot, observe
 from localmodel.controller.policy import plan_pass
 from localmodel.controller.watched import pod as kept_pod
@@ -26,8 +28,16 @@ from localmodel.gaps import (
 )
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason, status_body
-from tests.builders import GEMMA_SHA256, GEMMA_URL, container_status, with_container_statuses
+from tests.builders import (
+    GEMMA_SHA256,
+    GEMMA_URL,
+    MakeNode,
+    container_status,
+    with_container_statuses,
+)
 from tests.unit.test_changes import NOW, QWEN, converged
+from tests.unit.test_reconcile_quiet import Store, reconciler, settled
+from tests.unit.test_reconcile_quiet import model as quiet_model
 
 DENIED = "Permission denied: '/etc/localmodel/keys/keys.json'"
 CRASHED = (2, "Error", DENIED)
@@ -228,3 +238,37 @@ def test_every_container_keeps_the_end_of_its_log_when_it_fails(engine: str) -> 
     every = [*spec.get("initContainers", []), *spec["containers"]]
     assert len(every) >= 2 and CONTAINER_GATEWAY in {c["name"] for c in every}
     assert {c.get("terminationMessagePolicy") for c in every} == {"FallbackToLogsOnError"}
+
+
+def test_the_reconciler_writes_a_crash_loop_once_per_restart_bucket() -> None:
+    """Through the reconciler and the watches (test_reconcile_quiet's stand-in
+    API server): a settled model whose gateway starts crash-looping gets one
+    status write and one ContainerFailing Event; each restart after that (a
+    pod watch event, the kubelet's back-off message changing) writes nothing
+    until the count reaches the next bucket; a recovery is written once."""
+    store = Store()
+    store.put("nodes", MakeNode("n0").cpu_flags({"AVX2"}).registered().manifest())
+    store.put("localmodels", quiet_model("a"))
+    rec = reconciler(store)
+    settled(store, rec)
+    [kept] = store.stores["pods"].values()
+    healthy = plain(kept)
+
+    def restarts(n: int) -> list[tuple[str, str]]:
+        made = len(store.writes)
+        store.put("pods", {**with_container_statuses(healthy, [container_status(
+            CONTAINER_GATEWAY, waiting=("CrashLoopBackOff", f"back-off {n}0s restarting"),
+            last=CRASHED, restarts=n)]), "kind": "Pod"})
+        asyncio.run(rec.reconcile_once())
+        return store.writes[made:]
+
+    assert restarts(3) == [("create", "Event"), ("apply", "LocalModel/status")]
+    assert "ContainerFailing" in str(store.model("a")["status"]["conditions"])
+    for n in range(4, 10):
+        assert restarts(n) == [], n
+    assert restarts(10) == [("create", "Event"), ("apply", "LocalModel/status")]
+    made = len(store.writes)
+    store.put("pods", {**healthy, "kind": "Pod"})
+    asyncio.run(rec.reconcile_once())
+    assert ("apply", "LocalModel/status") in store.writes[made:]
+    assert "ContainerFailing" not in str(store.model("a")["status"]["conditions"])
