@@ -381,11 +381,34 @@ def with_gap(status: LocalModelStatus, gap: Gap | None, lm: LocalModel, now: str
     if gap is None or ready is None or ready.status.value != "False" or (
             ready.reason not in _REPLACED):
         return status
-    cond = condition(ConditionType.READY, False, gap.reason,
-                     f"{ready.message}; {gap.message}", lm, now)
+    message = _as_stored(f"{ready.message}; {gap.message}", gap.reason, lm.status)
+    cond = condition(ConditionType.READY, False, gap.reason, message, lm, now)
     conditions = [cond if c is ready else c for c in status.conditions]
     return with_health(status.model_copy(update={"conditions": conditions}),
                        lm.metadata.generation, lm.status, now)
 
 
 _REPLACED = (Reason.REPLICAS_NOT_READY.value,)  # (never an invalid spec's, a failure's)
+# A failing container's own words after its termination ("..., last exit 2
+# (Error): <words>"): their digits are masked when a message is compared with
+# the stored one (`_as_stored`).
+_OWN_WORDS = re.compile(r"(, last [^;:]*: )([^;]*)")
+
+
+def _settled(message: str) -> str:
+    return _OWN_WORDS.sub(lambda m: m.group(1) + re.sub(r"\d", "#", m.group(2)), message)
+
+
+def _as_stored(message: str, reason: str, stored: LocalModelStatus | None) -> str:
+    """The stored Ready message when it says the same failure but for the
+    digits of a container's own words: a log's timestamps, counters and
+    durations change at every restart (the kubelet keeps the end of the log,
+    render/pods.py), which must not write the status or post an Event each time.
+    Restart buckets, exit codes, reasons, containers and any other word still
+    change it."""
+    if reason != Reason.CONTAINER_FAILING or stored is None:
+        return message
+    was = next((c for c in stored.conditions if c.type == ConditionType.READY.value), None)
+    if was is not None and was.reason == reason and _settled(was.message) == _settled(message):
+        return was.message
+    return message

@@ -272,3 +272,32 @@ def test_the_reconciler_writes_a_crash_loop_once_per_restart_bucket() -> None:
     asyncio.run(rec.reconcile_once())
     assert ("apply", "LocalModel/status") in store.writes[made:]
     assert "ContainerFailing" not in str(store.model("a")["status"]["conditions"])
+
+
+def test_a_log_whose_numbers_change_at_each_restart_writes_nothing_new() -> None:
+    """With the end of its log as its message, a crash-looping engine says
+    other timestamps at each restart: the stored message stays (no write, no
+    Event); other words, another exit code or the next restart bucket are
+    written."""
+    def ollama(at: str, said: str = "error loading model") -> str:
+        return f"time=2026-12-06T17:{at}.123Z level=ERROR source=server.go:61 msg=\"{said}\""
+
+    def status_after(stored: Any, restarts: int, message: str, code: int = 2) -> Any:
+        snap, _ = converged(1)
+        pods = [with_container_statuses(p, [container_status(
+            "ollama", waiting=("CrashLoopBackOff", ""), last=(code, "Error", message),
+            restarts=restarts)]) for p in snap.pods]
+        model = QWEN.manifest() if stored is None else {**QWEN.manifest(),
+                                                       "status": status_body(stored)}
+        snap = Snapshot(**{**snap.__dict__, "localmodels": [model], "pods": pods})
+        return _status(snap)
+
+    first = status_after(None, 3, ollama("00:01"))
+    ready = {c.type: c for c in first.conditions}[ConditionType.READY.value]
+    assert "17:00:01.123Z" in ready.message and "error loading model" in ready.message
+    assert status_body(status_after(first, 4, ollama("05:09"))) == status_body(first)
+    for changed in (status_after(first, 4, ollama("05:09", "out of memory")),
+                    status_after(first, 4, ollama("00:01"), code=1),
+                    status_after(first, 10, ollama("00:01"))):
+        assert status_body(changed) != status_body(first)
+        assert len(status_events(first, changed)) == 1
