@@ -57,7 +57,9 @@ MAX_FAILURES = 8  # failing containers kept of one pod
 # the status (and posts an Event) a few times in its life, not at each restart.
 RESTART_BUCKETS = (1, 3, 10, 30, 100, 1000)
 _CUT_NOTE = re.compile(r"\.\.\.\(\d+ chars in all\)$")  # printable's
-_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
+# ANSI/ECMA-48 escape sequences: CSI (colours, cursor), OSC (a terminal's
+# title), and the two- and three-character ones (ESC c resets a terminal).
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[ -/]*[0-~])")
 SHOWN = 3  # replicas (or classes) named in one message; the rest counted
 
 
@@ -171,13 +173,25 @@ def _failed(terminated: Mapping[str, Any]) -> bool:
                                  or (isinstance(code, int) and code != 0))
 
 
-def _termination(terminated: Mapping[str, Any]) -> str:
-    """"exit 2 (Error): <its message>", raw: `_one_line` bounds and cleans it whole."""
+def _tail(message: Any) -> str:
+    """The end of a container's termination message (the end of its log, with
+    `FallbackToLogsOnError`: the error is last) as one line, cleaned as
+    `_one_line` does, its last FAILURE_LIMIT characters, "..." where cut."""
+    raw = str(message or "")
+    text = " ".join(_ANSI.sub("", raw[-READ:]).split())
+    shown = printable(text, 10 * READ)  # (escaped whole: READ characters at most)
+    if len(shown) > FAILURE_LIMIT:
+        return "..." + shown[-FAILURE_LIMIT:]
+    return ("..." if len(raw) > READ else "") + shown
+
+
+def _last_words(terminated: Mapping[str, Any]) -> str:
+    """"exit 2 (Error): <the end of its message>"."""
     code, reason = terminated.get("exitCode"), terminated.get("reason")
     said = f"exit {code}" if isinstance(code, int) else "ended"
-    said += f" ({str(reason)[:63]})" if reason else ""
-    message = terminated.get("message")
-    return said + (f": {str(message)[:READ]}" if message else "")
+    said += f" ({_one_line(reason, 63)})" if reason else ""
+    words = _tail(terminated.get("message"))
+    return said + (f": {words}" if words else "")
 
 
 def _bucket(count: Any) -> int:
@@ -207,7 +221,7 @@ def _failure(s: Mapping[str, Any], kind: str) -> ContainerFailure | None:
         return None
     # its last termination, else the kubelet's own words (a
     # CreateContainerConfigError's missing Secret), FAILURE_LIMIT characters
-    last = _one_line(_termination(ended) if ended is not None else waiting.get("message"))
+    last = _last_words(ended) if ended is not None else _one_line(waiting.get("message"))
     return ContainerFailure(_one_line(s.get("name"), 63), kind, _one_line(reason, 63),
                             restarts, last)
 
@@ -231,9 +245,13 @@ def failing_containers(spec: Mapping[str, Any], status: Mapping[str, Any]
     return tuple(out)
 
 
-def _cut(value: Any) -> Any:
-    """A string as much of it as `_one_line` ever reads; anything else as it is."""
-    return value[:READ] if isinstance(value, str) else value
+def _cut(value: Any, tail: bool = False) -> Any:
+    """A string as much of it as `_one_line` (`_tail`: its end) ever reads,
+    and one more character (they mark a cut longer than that); anything else
+    as it is."""
+    if not isinstance(value, str) or len(value) <= READ + 1:
+        return value
+    return value[-(READ + 1):] if tail else value[:READ + 1]
 
 
 def _kept_status(s: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,7 +260,8 @@ def _kept_status(s: Mapping[str, Any]) -> dict[str, Any]:
     before = _section(last_state, "terminated")
 
     def ended(t: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: _cut(t.get(k)) for k in ("exitCode", "reason", "message") if k in t}
+        return {k: _cut(t.get(k), tail=k == "message")
+                for k in ("exitCode", "reason", "message") if k in t}
 
     kept: dict[str, Any] = {"name": _cut(s.get("name")), "image": _cut(s.get("image")),
                             "restartCount": s.get("restartCount"), "state": {}}

@@ -96,7 +96,9 @@ def test_what_a_failing_container_says(spec: dict[str, Any], inits: list[dict[st
 
 HOSTILE = [
     ("huge", "x" * 1_000_000),
-    ("ANSI escapes", "\x1b[2J\x1b[31mred\x1b[0m \x1b]0;title\x07 \x1bc" * 20),
+    ("huge, its end said", "early line\n" * 100_000 + "fatal: the end"),
+    ("escapes past the bound", "\x1b[0m" * 1000 + "tail"),
+    ("ANSI escapes", "\x1b[2J\x1b[31mred\x1b[0m \x1b]0;title\x07 \x1bc\x1b(B" * 5),
     ("lines", "Traceback (most recent call last):\n  File \"x\"\r\nError: no\n\n"),
     ("binary", "\x00\x01\x7f\x9b\ud800\ufffe\u202e\u2028end"),
 ]
@@ -115,11 +117,13 @@ def test_a_containers_own_message_is_one_bounded_clean_line(message: str) -> Non
     for text in (f.container, f.reason, f.last):
         assert all(ch.isprintable() for ch in text), text
         assert "\x1b" not in text and "\n" not in text and "\r" not in text
-    assert len(f.last) <= FAILURE_LIMIT + len("...")
+    assert len(f.last) <= len("exit 1 ()") + 63 + len(": ...") * 2 + FAILURE_LIMIT
     assert "chars in all" not in f.last  # (no count: the watch keeps only the start)
     assert len(f.container) <= 63 + 30 and len(f.reason) <= 63 + 30
     if "red" in message:
         assert "red" in f.last and "[31m" not in f.last and "title" not in f.last
+    if message.endswith("fatal: the end"):  # the end of a log is where its error is
+        assert f.last.endswith("early line fatal: the end") and f.last.startswith("exit 1 (")
     if "Traceback" in message:
         assert "Traceback (most recent call last): File \"x\" Error: no" in f.last
 
