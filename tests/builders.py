@@ -265,3 +265,34 @@ class MakeNode:
 def by_kind_name(objects: Iterable[Manifest]) -> dict[str, Manifest]:
     """Rendered objects by `Kind/name`."""
     return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+
+
+def container_status(name: str, *, waiting: tuple[str, str] | None = None,
+                     terminated: tuple[int, str, str] | None = None,
+                     last: tuple[int, str, str] | None = None, restarts: int = 0,
+                     image: str = "img:1") -> Manifest:
+    """One entry of a pod's `status.containerStatuses` as the kubelet writes it:
+    `waiting` (reason, message); `terminated` now and `last` (lastState) as
+    (exitCode, reason, message); no state given: running."""
+    def ended(t: tuple[int, str, str]) -> Manifest:
+        return {"exitCode": t[0], "reason": t[1], "message": t[2]}
+
+    state: Manifest = {"running": {"startedAt": "2026-12-01T00:00:00Z"}}
+    if waiting is not None:
+        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+    elif terminated is not None:
+        state = {"terminated": ended(terminated)}
+    body: Manifest = {"name": name, "image": image, "ready": False, "restartCount": restarts,
+                      "state": state}
+    if last is not None:
+        body["lastState"] = {"terminated": ended(last)}
+    return body
+
+
+def with_container_statuses(pod: Manifest, containers: Iterable[Manifest] = (),
+                            inits: Iterable[Manifest] = ()) -> Manifest:
+    """A stored pod (not Ready) whose kubelet reports these container statuses."""
+    body = {**pod, "status": {**pod.get("status", {}), "containerStatuses": list(containers),
+                              "initContainerStatuses": list(inits)}}
+    body["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    return body

@@ -18,7 +18,7 @@ from localmodel.api import (
     LocalModelStatus,
     PlacementStatus,
 )
-from localmodel.status import ConditionType
+from localmodel.status import ConditionType, Reason
 
 
 class EventReason(StrEnum):
@@ -40,6 +40,7 @@ class EventReason(StrEnum):
     SLOW_REPLICA = "SlowReplica"
     SPEED_RECOVERED = "SpeedRecovered"
     RECONCILE_FAILED = "ReconcileFailed"  # computing or writing this model raised
+    CONTAINER_FAILING = "ContainerFailing"  # Ready=False: a container keeps failing (gaps.py)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[E
         events.append(EventSpec(EventReason.VALID, "the spec is valid again"))
     events += _placement_events(old, new)
     events += _speed_events(old, new)
+    events += _failing_events(old, new)
     old_placed = _condition_of(old, ConditionType.PLACED)
     new_placed = _condition_of(new, ConditionType.PLACED)
     if new_placed and new_placed.status == ConditionStatus.FALSE and (
@@ -135,6 +137,18 @@ def _speed_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[E
         events.append(EventSpec(EventReason.SPEED_RECOVERED,
                                 "every replica decodes at its expected speed again"))
     return events
+
+
+def _failing_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """A container that keeps failing, once per thing said: its Ready message
+    changes only when the container, its reason, its restart bucket or its last
+    message does (localmodel/gaps.py)."""
+    failing = Reason.CONTAINER_FAILING.value
+    was, now = _condition_of(old, ConditionType.READY), _condition_of(new, ConditionType.READY)
+    if now is None or now.reason != failing or (
+            was is not None and was.reason == failing and was.message == now.message):
+        return []
+    return [EventSpec(EventReason.CONTAINER_FAILING, now.message, warning=True)]
 
 
 def _condition_of(status: LocalModelStatus | None, type_: ConditionType) -> Condition | None:

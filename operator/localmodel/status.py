@@ -67,6 +67,9 @@ class Reason(StrEnum):
     STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
     NO_DEFAULT_STORAGE_CLASS = "NoDefaultStorageClass"
     UNSCHEDULABLE = "Unschedulable"
+    # Ready=False: a container of a replica keeps failing (any cause: its
+    # reason, restarts and last message, localmodel/gaps.py).
+    CONTAINER_FAILING = "ContainerFailing"
     ROLLING = "RollingUpdate"
     UP_TO_DATE = "UpToDate"
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
@@ -74,6 +77,13 @@ class Reason(StrEnum):
     # The operator failed computing or writing this model (an exception: a bug,
     # or input nothing else refused); the other models go on (controller/policy.py).
     RECONCILE_FAILED = "ReconcileFailed"
+
+
+# Ready=False reasons that say what is wrong in the cluster (localmodel/gaps.py):
+# the kstatus pair says them before a roll's progress, which cannot end first.
+GAP_REASONS = frozenset({Reason.IMAGE_PULL_FAILED, Reason.STORAGE_CLASS_NOT_FOUND,
+                         Reason.NO_DEFAULT_STORAGE_CLASS, Reason.UNSCHEDULABLE,
+                         Reason.CONTAINER_FAILING})
 
 
 @dataclass(frozen=True)
@@ -352,8 +362,10 @@ def with_health(status: LocalModelStatus, generation: int | None,
 
     Stalled=True, with the blocking condition's reason and message, when the spec
     is invalid (Valid=False) or a replica has no node (Placed=False). Otherwise
-    Reconciling=True while a roll is under way (Progressing=True) or replicas are
-    not Ready (Ready=False). Neither is present at rest, so kstatus falls through
+    Reconciling=True with Ready's reason and message when Ready=False says a
+    gap (GAP_REASONS: a container that keeps failing, an image that cannot be
+    pulled...), else while a roll is under way (Progressing=True), else while
+    replicas are not Ready (Ready=False). Neither is present at rest, so kstatus falls through
     to the Ready condition: Current when Ready=True (docs/gitops.md).
     """
     conditions = _with_health(status.conditions, generation, previous, now)
@@ -373,8 +385,12 @@ def _with_health(conditions: list[Condition], generation: int | None,
     progressing = by_type.get(ConditionType.PROGRESSING.value)
     health: list[Condition] = []
     blocked = false(ConditionType.VALID) or false(ConditionType.PLACED)
+    gap = false(ConditionType.READY)
     if blocked is not None:
         health.append(_true(ConditionType.STALLED, blocked.reason, blocked.message,
+                            generation, previous, now))
+    elif gap is not None and gap.reason in GAP_REASONS:
+        health.append(_true(ConditionType.RECONCILING, gap.reason, gap.message,
                             generation, previous, now))
     elif progressing is not None and progressing.status == ConditionStatus.TRUE:
         health.append(_true(ConditionType.RECONCILING, progressing.reason, progressing.message,

@@ -20,6 +20,7 @@ import hashlib
 import http.server
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -248,6 +249,27 @@ def test_a_file_changed_after_its_record_is_hashed_again_and_downloaded_again(
     assert server.requests == ["/m/gemma.gguf", "/m/gemma.gguf"]
 
 
+def test_the_record_trusts_whoever_writes_the_volume(volume: Layout, server: Server) -> None:
+    """What docs/security.md says the record trusts: a writer of the volume
+    who replaces the file and writes a record of it (a stand-in for a hostile
+    writer: it `stat`s the file as the step does) has it believed, with no hash
+    and no download. Re-hashing at start was not chosen (the cost is in the
+    docs): such a writer could swap the file after any check anyway."""
+    g = spec(server.url)
+    assert volume.run(g).returncode == 0
+    path, mark = volume.file(g), volume.mark(g)
+    path.write_bytes(b"GGUF not the weights")
+    st = path.stat()
+    stamp = (f"{st.st_size} {st.st_ino} {st.st_dev} {st.st_mtime_ns // 10**9}."
+             f"{st.st_mtime_ns % 10**9:09d} {st.st_ctime_ns // 10**9}.{st.st_ctime_ns % 10**9:09d}")
+    mark.write_text(f"{SHA} {stamp}\n")
+    out = volume.run(g)
+    assert out.returncode == 0, out.stderr
+    assert "unchanged since" in out.stdout  # believed: the record is the volume's writers'
+    assert path.read_bytes() == b"GGUF not the weights"
+    assert server.requests == ["/m/gemma.gguf"]
+
+
 def test_a_file_already_there_is_checked_once_not_downloaded(
     volume: Layout, server: Server
 ) -> None:
@@ -381,6 +403,57 @@ def test_a_body_that_never_stalls_ends_at_the_overall_bound(
     assert volume.files() == []
     assert took < 30, took
     print(f"drip: failed after {took:.1f} s: {out.stderr.strip()}")
+
+
+@pytest.fixture
+def header_drip() -> Iterator[str]:
+    """A stand-in for a hostile weights server: a raw socket that answers each
+    connection with its status line and headers one byte every 0.3 s (each
+    within the stall bound) and never ends them. Its base URL (plain http)."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+
+    def drip(conn: socket.socket) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n" + b"X-Slow: " + b"a" * 10_000
+        with conn:
+            for byte in head:
+                if stop.wait(0.3):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:  # the client went away: what the deadline is for
+                    return
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_headers_that_drip_end_at_the_overall_bound(volume: Layout, header_drip: str) -> None:
+    """The overall deadline covers connecting and the headers, not only the
+    body: Python's step (a watchdog) and curl's (`timeout` around curl) end
+    with the deadline named, the part file gone. The outer bound (Layout.run's
+    60 s) only keeps a broken step from hanging the tests."""
+    out = volume.run(spec(header_drip), allow_http=True)
+    assert out.returncode != 0
+    said = ("took longer than 6 s (the overall deadline" if volume.engine == "ollama"
+            else f"124: took longer than {OVERALL} s")
+    assert said in out.stderr, out.stderr
+    assert volume.files() == []
 
 
 def test_quotes_in_names_stay_data(volume: Layout, server: Server, tmp_path: Path) -> None:

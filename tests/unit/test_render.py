@@ -203,18 +203,20 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # prompt-cache term (issue 30), and when model pods were
 # hardened (issue 30: no ServiceAccount token, seccomp, no capabilities, the
 # engine's weights mount read-only; docs/security.md), and when the gateway
-# gained its admin port (8090: /metrics, /speed, /ledger; issue 30). Rendered
+# gained its admin port (8090: /metrics, /speed, /ledger; issue 30), and when
+# every container got `terminationMessagePolicy: FallbackToLogsOnError` (a
+# failing container's last words reach the model's status; issue 42). Rendered
 # with the operator image of 0.1.0 (PINNED_OPERATOR_IMAGE), so a new version's
 # image tag (which does roll every pod, on purpose) does not move the pins.
 PINNED_OPERATOR_IMAGE = "ghcr.io/localmodel/localmodel-operator:0.1.0"
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "d682561fd871e899"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "dc068a64310e3279"),
+    ("default", {"cpu": 4}, None, "3c125ad64552f388"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "f0cd814ae58867af"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "3b9f724e99e4f02f",
+        "f2fa988bd7554a1f",
     ),
     (
         "env, placement, storage",
@@ -227,7 +229,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "a2cb47f0add84ae5",
+        "be2215fcbfefa5dd",
     ),
 ]
 

@@ -16,7 +16,7 @@ def gap_of(lm: LocalModel, uid: str, obs: Observed, pull_secrets: Sequence[str])
     pods = [
         PodState(p.replica, p.name, p.ready, p.image_waits,
                  p.unschedulable_message if (p.unschedulable_since or p.unschedulable_message)
-                 else None)
+                 else None, p.failing)
         for p in obs.pods_of(lm.key) if p.owner_uid == uid and not p.terminating
     ]
     claims = [ClaimState(c.name, c.storage_class, c.volume is not None)

@@ -32,7 +32,7 @@ from localmodel.contract import (
 )
 from localmodel.errors import InvalidObject, format_errors
 from localmodel.facts.pod import pod_node
-from localmodel.gaps import ImageWait, image_waits
+from localmodel.gaps import ContainerFailure, ImageWait, failing_containers, image_waits
 
 Raw = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -76,6 +76,8 @@ class OwnedPod:
     gateway_image: str | None = None  # the image its gateway container runs
     # containers waiting on an image the kubelet cannot pull (localmodel/gaps.py)
     image_waits: tuple[ImageWait, ...] = ()
+    # containers that keep failing, bounded and cleaned (localmodel/gaps.py)
+    failing: tuple[ContainerFailure, ...] = ()
 
     @property
     def key(self) -> Key:
@@ -236,6 +238,7 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         ip=str(status["podIP"]) if status.get("podIP") else None,
         gateway_image=_gateway_image(spec),
         image_waits=image_waits(status),
+        failing=failing_containers(spec, status),
     )
 
 

@@ -28,7 +28,7 @@ from localmodel.contract import (
     OWNED_SELECTOR,
 )
 from localmodel.controller.kept import MAP, SCALAR, WHOLE, Only, Shape, Spec
-from localmodel.gaps import DEFAULT_CLASS_ANNOTATIONS, kept_image_waits
+from localmodel.gaps import DEFAULT_CLASS_ANNOTATIONS, kept_container_statuses
 
 Raw = Mapping[str, Any]
 Keep = Callable[[Raw], Mapping[str, Any]]
@@ -51,8 +51,12 @@ _USAGE_SPEC: dict[str, Spec] = {  # what the scheduler charges a node for a pod 
     "initContainers": [{"resources": {"requests": _REQUESTS}}],
     "overhead": _REQUESTS,
 }
-_IMAGE_WAITS: Spec = [{"name": SCALAR, "image": SCALAR,
-                       "state": {"waiting": {"reason": SCALAR, "message": SCALAR}}}]
+_ENDED: Spec = {"exitCode": SCALAR, "reason": SCALAR, "message": SCALAR}
+# image waits and failing containers only, cut (pod() below; localmodel/gaps.py)
+_CONTAINER_STATUSES: Spec = [{
+    "name": SCALAR, "image": SCALAR, "restartCount": SCALAR,
+    "state": {"waiting": {"reason": SCALAR, "message": SCALAR}, "terminated": _ENDED},
+    "lastState": {"terminated": _ENDED}}]
 _OURS_LABELS = Only(LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA)
 _OWNED_META: dict[str, Spec] = {
     "name": SCALAR, "namespace": SCALAR, "uid": SCALAR, "labels": _OURS_LABELS,
@@ -78,13 +82,16 @@ SHAPES: dict[str, Shape] = {
         "metadata": {**_OWNED_META,
                      "annotations": Only(ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH)},
         "spec": {**_USAGE_SPEC, "containers": _CONTAINERS,  # the gateway's image: speed.py
+                 # (a native sidecar is an init container that restarts: gaps.py)
+                 "initContainers": [{"name": SCALAR, "restartPolicy": SCALAR,
+                                     "resources": {"requests": _REQUESTS}}],
                  "volumes": [{"name": SCALAR,
                               "persistentVolumeClaim": {"claimName": SCALAR}}]},
         "status": {"phase": SCALAR, "podIP": SCALAR,
                    "conditions": [{"type": SCALAR, "status": SCALAR, "reason": SCALAR,
                                    "message": SCALAR, "lastTransitionTime": SCALAR}],
-                   # image waits only (pod() below)
-                   "containerStatuses": _IMAGE_WAITS, "initContainerStatuses": _IMAGE_WAITS},
+                   "containerStatuses": _CONTAINER_STATUSES,
+                   "initContainerStatuses": _CONTAINER_STATUSES},
     }),
     "other pods": Shape("Pod (any other)", {
         "metadata": {"name": SCALAR, "namespace": SCALAR, "uid": SCALAR,
@@ -119,16 +126,15 @@ def pod(body: Raw) -> Mapping[str, Any]:
     ours = labels.get(LABEL_MANAGED_BY) == MANAGED_BY
     if not ours:
         return SHAPES["other pods"].keep(body)  # type: ignore[no-any-return]
-    # Of the container statuses, only an image the kubelet cannot pull (said in
-    # the model's status, localmodel/gaps.py), already bounded there.
+    # Of the container statuses, only an image the kubelet cannot pull and a
+    # container that keeps failing (said in the model's status,
+    # localmodel/gaps.py), their strings cut there.
     if "status" not in body:
         return SHAPES["pods"].keep(body)  # type: ignore[no-any-return]
     status = _section(body, "status")
-    waits = kept_image_waits(status)
     kept_status = {k: v for k, v in status.items()
                    if k not in ("containerStatuses", "initContainerStatuses")}
-    if waits:
-        kept_status["containerStatuses"] = waits
+    kept_status |= kept_container_statuses(status)
     return SHAPES["pods"].keep({**body, "status": kept_status})  # type: ignore[no-any-return]
 
 

@@ -1,8 +1,8 @@
 """doctor says the cluster's gaps as the operator does (localmodel/gaps.py):
-each model's pods, read here, for an image the kubelet cannot pull or a pod the
-scheduler left Unschedulable (so doctor says it with no operator running),
-else what the model's status says (a claim's StorageClass: doctor does not read
-claims or classes). Pure."""
+each model's pods, read here, for an image the kubelet cannot pull, a container
+that keeps failing or a pod the scheduler left Unschedulable (so doctor says it
+with no operator running), else what the model's status says (a claim's
+StorageClass: doctor does not read claims or classes). Pure."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ from typing import Any
 
 from localmodel.contract import LABEL_NAME, LABEL_REPLICA
 from localmodel.doctor.report import Finding, Verdict
-from localmodel.gaps import Gap, PodState, image_waits, model_gap
+from localmodel.gaps import Gap, PodState, failing_containers, image_waits, model_gap
 from localmodel.printable import printable
-from localmodel.status import Reason
+from localmodel.status import GAP_REASONS
 
-GAP_REASONS = frozenset({Reason.IMAGE_PULL_FAILED, Reason.STORAGE_CLASS_NOT_FOUND,
-                         Reason.NO_DEFAULT_STORAGE_CLASS, Reason.UNSCHEDULABLE})
 FIX = "change what the message names (docs/operator.md, The cluster's gaps)"
 
 
@@ -39,7 +37,8 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
                   and c.get("reason") == "Unschedulable"), None)
     replica = str(_map(meta, "labels").get(LABEL_REPLICA, ""))
     return PodState(int(replica) if replica.isdigit() else 0, str(meta.get("name") or ""),
-                    ready, image_waits(status), stuck)
+                    ready, image_waits(status), stuck,
+                    failing_containers(_map(pod, "spec"), status))
 
 
 def _stored(model: Mapping[str, Any]) -> Gap | None:

@@ -9,7 +9,9 @@ mkdir -p "$(dirname "$file")" "$(dirname "$part")" "$(dirname "$mark")"
 # What the record vouches for: the checksum, and the file as it was when it
 # was checked (size, inode, device, modification and change times). Any write
 # to the file changes its change time, which no process without the clock
-# can set back: a file changed since is hashed again.
+# can set back: a file changed since is hashed again. A writer of the volume
+# can write the record too: it vouches as far as they are trusted
+# (docs/security.md, What the checksum record trusts).
 stamp() {{ stat -c '%s %i %d %.9Y %.9Z' "$1"; }}
 if [ -f "$file" ] && [ "$(cat "$mark" 2>/dev/null)" = "$want $(stamp "$file")" ]; then
   echo "localmodel: $file already on the volume (sha256 recorded, file unchanged since): no download"

@@ -35,8 +35,9 @@ OPERATOR_SHELL = "/bin/sh"
 # The operator image's downloader (Ollama's image has neither curl nor wget:
 # an Ubuntu base with ca-certificates), with Python's standard library.
 # Transient failures (no connection, a stall, 5xx, 408, 429) are retried from
-# the start of the file, within the overall time; any other HTTP error fails
-# at once.
+# the start of the file, within the overall time, which a watchdog thread
+# holds (connecting and headers included, as `timeout` does for curl); any
+# other HTTP error fails at once.
 PYTHON_DOWNLOAD = script_text("localmodel.engines", "fetch.py.txt")
 if "'" in PYTHON_DOWNLOAD:  # it goes into the shell script in single quotes
     raise ValueError("fetch.py.txt must hold no single quote")
@@ -123,6 +124,8 @@ def gguf_script(gguf: GGUF, file: str, part: str, mark: str, fetch: str,
     when it was checked, so a restart does not hash gigabytes again while a
     file changed since is hashed again (and downloaded again when it no
     longer matches); a file put on the volume by other means is hashed once.
+    The record is a file on the volume: it trusts whoever can write the
+    volume (docs/security.md).
     The download lands in ``part`` and is renamed only once its size and
     checksum are right, so a failed or wrong download never removes a good
     file.

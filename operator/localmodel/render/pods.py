@@ -31,7 +31,15 @@ def build_containers(
     containers = [server]
     if lm.spec.gateway.enabled:
         containers.append(build_gateway_container(lm, r, options))
-    return inits, containers
+    return [_says_why(c) for c in inits], [_says_why(c) for c in containers]
+
+
+def _says_why(container: Manifest) -> Manifest:
+    """A container whose failure says why: with nothing written to its
+    termination message, the kubelet keeps the end of its log (at most 2 KiB
+    or 80 lines) as `lastState.terminated.message`, which the model's status
+    says, cut and cleaned (localmodel/gaps.py: ContainerFailing)."""
+    return {**container, "terminationMessagePolicy": "FallbackToLogsOnError"}
 
 
 @dataclass(frozen=True)
