@@ -45,8 +45,8 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MAX_ENDPOINTS = 256  # Ready endpoints kept per slice (the API allows 1000 per slice)
 MAX_NAME = 253  # a DNS subdomain: the longest object name Kubernetes has
 _MODEL = re.compile(MODEL_PATTERN)
-_MAX_MODEL = 200
-_UID = re.compile(r"[-0-9a-zA-Z]{0,64}")  # a Kubernetes uid (a UUID's text), or none  # spec.model's maxLength (api/spec.py)
+_MAX_MODEL = 200  # spec.model's maxLength (api/spec.py)
+_UID = re.compile(r"[-0-9a-zA-Z]{0,64}")  # a Kubernetes uid (a UUID's text), or none
 
 
 class Unreadable(ValueError):

@@ -36,5 +36,6 @@ class RouterMetrics:
         self.reads = reads
 
     def render(self) -> str:
-        return render([self.decisions, self.replica_turns, self.requests, self.upstream_errors, self.spilled_reread,
-                       self.spilled_owner_wait, self.sessions, self.owned, self.reads])
+        return render([self.decisions, self.replica_turns, self.requests, self.upstream_errors,
+                       self.spilled_reread, self.spilled_owner_wait, self.sessions, self.owned,
+                       self.reads])
