@@ -186,3 +186,21 @@ def test_no_qualified_name_reaches_another_namespaces_model(
         head, slash, rest = name.partition("/")
         if isinstance(found, Found) and slash and re.fullmatch(NAMESPACE_PATTERN, head):
             assert (found.route.namespace, found.route.name) == (head, rest)
+
+
+def test_the_cluster_source_says_once_that_a_model_is_reached_only_qualified(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from kubernetes import client
+
+    from localmodel.router.follow import ClusterSource
+
+    source = ClusterSource(client.ApiClient(), namespaces=("team-b",))  # never started
+    source.models[0].kept.entries[("team-b", "chat")] = ModelEntry(
+        "team-b", "chat", "team-a/chat", True)
+    with caplog.at_level("WARNING", logger="localmodel.router.cluster"):
+        for _ in range(3):
+            source._changed()
+            assert [r.qualified for r in source.routes()] == ["team-b/team-a/chat"]
+    said = [r.getMessage() for r in caplog.records if "reaches it only" in r.getMessage()]
+    assert said == ["model team-b/team-a/chat: its served name 'team-a/chat' reads as "
+                    "namespace/name, so the router reaches it only as 'team-b/team-a/chat'"]
