@@ -50,9 +50,9 @@ class ReplicaWatch:
                              ("namespace", "pod", "what", "result"))
         self._clock = clock
 
-    def state(self, name: str) -> ReplicaState:
-        known = self.known.get(name)
-        mine = self.in_flight.get(name, 0)
+    def state(self, rid: str) -> ReplicaState:
+        known = self.known.get(rid)
+        mine = self.in_flight.get(rid, 0)
         if known is None or known.slots is None:
             return ReplicaState(wait_s=None, prefill_tps=None)
         speed = known.speed or Speed(None, None)
@@ -60,26 +60,28 @@ class ReplicaWatch:
         return ReplicaState(wait_s=wait_seconds(known.slots.total, occupied, speed.mean_request_s),
                             prefill_tps=speed.prefill_tps)
 
-    def owning(self, names: Iterable[str], key: str) -> list[str]:
-        """Those of `names` whose last /slots listed `key` among the sessions
-        routers sent them as owner (gateway/owned.py)."""
+    def owning(self, ids: Iterable[str], key: str) -> list[str]:
+        """Those of the replicas `ids` (the session's own model's) whose last
+        /slots listed `key` among the sessions routers sent them as owner
+        (gateway/owned.py); no other replica's list is read."""
         out = []
-        for name in names:
-            known = self.known.get(name)
+        for rid in ids:
+            known = self.known.get(rid)
             if known is not None and known.slots is not None and key in known.slots.owned:
-                out.append(name)
+                out.append(rid)
         return out
 
     @contextlib.contextmanager
-    def sending(self, name: str) -> Iterator[None]:
-        """Count one request in flight to `name` while the block runs."""
-        self.in_flight[name] = self.in_flight.get(name, 0) + 1
+    def sending(self, rid: str) -> Iterator[None]:
+        """Count one request in flight to the replica `rid` (its `Replica.id`)
+        while the block runs."""
+        self.in_flight[rid] = self.in_flight.get(rid, 0) + 1
         try:
             yield
         finally:
-            self.in_flight[name] -= 1
-            if not self.in_flight[name]:
-                del self.in_flight[name]
+            self.in_flight[rid] -= 1
+            if not self.in_flight[rid]:
+                del self.in_flight[rid]
 
     async def poll(self, session: aiohttp.ClientSession, table: RouteTable) -> None:
         replicas = {r.id: r for route in table for r in route.replicas}

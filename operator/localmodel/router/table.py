@@ -4,6 +4,14 @@ A `ReplicaSource` answers `routes()` with the current table; the static one
 (router/static.py, `--replicas`) and the cluster's (router/source.py) are the
 two sources. The router asks again whenever it routes, so a source that
 follows the cluster is read fresh each time (it should answer from memory).
+
+Names (docs/router.md, How the model field chooses): a requested name whose
+text before the first slash could be a namespace's (an RFC 1123 label) is
+`namespace/name` and means that namespace's model or none, whatever another
+namespace serves; a bare name finds the one model serving exactly it. A
+served name that itself reads as `namespace/name` (`library/qwen3`, or
+`team-a/chat` served in team-b) is reached only qualified
+(`team-b/team-a/chat`), so no namespace's model can capture another's name.
 """
 
 from __future__ import annotations
