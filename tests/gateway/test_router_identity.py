@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from localmodel.gateway_contract import ROUTE_HEADER
+from localmodel.gateway_contract.headers import REPLICA_HEADER, ROUTE_HEADER, SESSION_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router
@@ -28,7 +28,6 @@ from tests.gateway.ollama_standin import StandinOllama
 CONFIG = RouterConfig(listen_host="127.0.0.1", listen_port=0, admin_host="127.0.0.1",
                       admin_port=0, poll_interval=3600.0)  # the test polls by hand
 SESSIONS = [f"team-a-session-{i}" for i in range(8)]
-REPLICA_HEADER, SESSION_HEADER = "X-LocalModel-Replica", "X-LocalModel-Session"
 
 
 class HostileReplica:
