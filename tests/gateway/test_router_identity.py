@@ -4,10 +4,14 @@ Team-b's is hostile: a stand-in web app on loopback (no real gateway answers
 so), standing in for a gateway image the tenant chose, that reports itself
 busy and lists team-a's session keys as its own in /slots. Team-a's replicas
 are REAL gateways in front of the Ollama stand-in. Nothing team-b's replica
-says may move team-a's sessions, and team-a's requests never reach it."""
+says may move team-a's sessions, and team-a's requests never reach it.
+And the static router's start says which models are reached only by their
+qualified name (router/table.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
@@ -16,11 +20,12 @@ import pytest
 from aiohttp import web
 
 from localmodel.gateway_contract.headers import REPLICA_HEADER, ROUTE_HEADER, SESSION_HEADER
+from localmodel.router.cli import serve
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.session import session_key
-from localmodel.router.static import StaticSource
+from localmodel.router.static import StaticSource, static_source
 from localmodel.router.table import ModelRoute, Replica
 from tests.gateway.harness import RigFactory
 from tests.gateway.ollama_standin import StandinOllama
@@ -136,3 +141,27 @@ async def test_a_hostile_namespaces_pod_of_the_same_name_cannot_move_the_others_
         assert {d["replica"] for d in docs if d.get("model") == "team-a/chat"} == set(ids)
     finally:
         await router.stop()
+
+
+async def test_the_static_router_says_at_start_which_models_are_reached_only_qualified(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    source = static_source(["team-a/chat=http://127.0.0.1:9",
+                            "team-b/team-a/chat=http://127.0.0.1:9",
+                            "hf.co/u/r:q4=http://127.0.0.1:9"])
+    task = asyncio.create_task(serve(CONFIG, source, "static"))
+    err = ""
+    try:
+        for _ in range(1000):  # up to 10 s for the start's lines
+            err += capsys.readouterr().err
+            if "listening on" in err:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert "listening on" in err
+    said = [line for line in err.splitlines() if "reaches it only" in line]
+    assert said == ["localmodel router: model team-b/team-a/chat: its served name 'team-a/chat' "
+                    "reads as namespace/name, so the router reaches it only as "
+                    "'team-b/team-a/chat'"]
