@@ -186,7 +186,7 @@ async def test_a_session_stays_with_its_owner_turn_after_turn(
     rigs = await _replicas_of_one_model(make_rig, 3, tokens=3)
     router, _ = await make_router(["standin:1b=" + ",".join(_replica(r) for r in rigs)])
     await router.router.poll()
-    names = [r.url for r in rigs]
+    names = ["static/" + r.url for r in rigs]  # each replica's id: namespace/URL
     # The owners the router must pick: the same sessions arriving in the same
     # order at a table of its own (rendezvous with bounded loads, router/owners.py).
     expected = Owners()
@@ -220,7 +220,7 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
         make_rig: RigFactory, make_router: RouterFactory) -> None:
     rigs = await _replicas_of_one_model(make_rig, 2, tokens=40, token_delay=0.05)
     router, log = await make_router(["standin:1b=" + ",".join(_replica(r) for r in rigs)])
-    by_url = {r.url: r for r in rigs}
+    by_url = {"static/" + r.url: r for r in rigs}  # by the replica's id
     # Answers of 30 tokens at 0.05 s: a request takes about 1.5 s, so a queue of one
     # behind a running answer is a wait past the spill margin (2x the cost elsewhere + 1 s).
     turn = {"model": "standin:1b", "stream": False, "options": {"num_predict": 30},
@@ -232,7 +232,8 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
             assert resp.headers[ROUTE_HEADER] == "owner"
         other = next(u for u in by_url if u != owner)
         # Each replica has served once (its /speed now knows its times).
-        async with http.post(other + "/api/chat", json={**turn, "model": "standin:1b"}):
+        async with http.post(by_url[other].url + "/api/chat",
+                             json={**turn, "model": "standin:1b"}):
             pass
         # The owner's one slot is taken by a long answer, and one more waits.
         busy = [await RawClient.send(int(owner.rsplit(":", 1)[1]), "/api/generate",
@@ -287,7 +288,7 @@ async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways
     /slots it finds A's choice."""
     rigs = await _replicas_of_one_model(make_rig, 2, tokens=3)
     replicas = ["standin:1b=" + ",".join(_replica(r) for r in rigs)]
-    names = [r.url for r in rigs]
+    names = ["static/" + r.url for r in rigs]
     first = session_key("pair-0", {})
     assert first is not None
 
@@ -311,7 +312,7 @@ async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways
 
     placed = [await turn(a, s) for s in pair]
     assert placed[0] == top and placed[1] != top  # the second went down its ranking
-    by_url = {r.url: r for r in rigs}
+    by_url = {"static/" + r.url: r for r in rigs}
     assert by_url[top].gateway.gateway.pipeline.owned.listed() == [first]
     assert by_url[placed[1]].gateway.gateway.pipeline.owned.listed() == [
         session_key(pair[1], {})]
@@ -365,15 +366,18 @@ async def test_hostile_slots_and_speed_answers_leave_the_state_unknown(
         await router.router.poll()
         watch = router.router.watch
         for url in urls:
-            state = watch.state(url)
+            state = watch.state("static/" + url)
             assert (state.wait_s, state.prefill_tps) == (None, None), url
         # Each poll (the one at start, perhaps, and this one) reads the good replica once.
-        polls = watch.reads.value(("slots", "ok"))
+        def reads(what: str, result: str) -> float:  # over every replica
+            return sum(v for k, v in watch.reads.values.items() if k[2:] == (what, result))
+
+        polls = watch.reads.value(("static", good.url, "slots", "ok"))
         assert polls >= 1
-        assert watch.reads.value(("slots", "bad")) == 5 * polls
-        assert watch.reads.value(("speed", "bad")) == 5 * polls
-        assert watch.reads.value(("slots", "status_5xx")) == polls
-        assert watch.state(good.url).wait_s == 0.0
+        assert reads("slots", "bad") == 5 * polls
+        assert reads("speed", "bad") == 5 * polls
+        assert reads("slots", "status_5xx") == polls
+        assert watch.state("static/" + good.url).wait_s == 0.0
         client = ollama.AsyncClient(host=router.url)
         answer = await client.chat(model="standin:1b", messages=[{"role": "user", "content": "x"}])
         assert answer.done

@@ -110,7 +110,7 @@ def test_the_router_answers_both_engines_by_name_and_stops_work_when_the_caller_
                 model=MODEL_TAG, messages=[{"role": "user", "content": PROMPT}],
                 max_tokens=16, temperature=0)
             answer = clean_reply(raw.parse().choices[0].message.content)
-            assert raw.headers[REPLICA] == pod["metadata"]["name"]
+            assert raw.headers[REPLICA] == _replica_id(pod)
             assert raw.headers[ROUTE].startswith("owner"), raw.headers[ROUTE]
             print(f"through the router (openai, llama-server): {answer!r}")
             # The caller leaves: from the gateway's own log line on, idle within a second.
@@ -121,7 +121,7 @@ def test_the_router_answers_both_engines_by_name_and_stops_work_when_the_caller_
         journey.timings.add(f"{NAME}: gateway saw it -> engine idle", left.after_gateway)
         assert left.after_gateway <= 1.0, (
             f"the engine worked {left.after_gateway:.1f} s after the gateway saw its caller go")
-        _killed_router_fails_only_its_stream(journey, pod["metadata"]["name"])
+        _killed_router_fails_only_its_stream(journey, pod)
 
     # Then an Ollama model, by the same name, through the same Service.
     with (journey.deployed(NAME, ollama_engine.NAME),
@@ -155,7 +155,14 @@ def _stream_until_killed(url: str, session: str, request_id: str,
     return headers, text, ended
 
 
-def _killed_router_fails_only_its_stream(journey: Journey, owner: str) -> None:
+def _replica_id(pod: dict[str, Any]) -> str:
+    """How the router names a replica (router/table.py `Replica.id`)."""
+    meta = pod["metadata"]
+    return f"{meta['namespace']}/{meta['name']}@{meta['uid']}"
+
+
+def _killed_router_fails_only_its_stream(journey: Journey, pod: dict[str, Any]) -> None:
+    owner, owner_id = pod["metadata"]["name"], _replica_id(pod)
     first, second = router_pods(journey)
     session = f"s-{secrets.token_hex(4)}"
     request_id = f"killed-{secrets.token_hex(4)}"
@@ -167,7 +174,7 @@ def _killed_router_fails_only_its_stream(journey: Journey, owner: str) -> None:
 
     with journey.port_forward(f"pod/{first}", 8080, CHART_NAMESPACE) as url:
         headers, text, ended = _stream_until_killed(url, session, request_id, kill)
-    assert headers[REPLICA.lower()] == owner and headers[ROUTE.lower()].startswith("owner")
+    assert headers[REPLICA.lower()] == owner_id and headers[ROUTE.lower()].startswith("owner")
     assert ended is not None, f"the stream survived its router's death: {text[-200:]!r}"
     # The gateway saw its caller (the killed router) go, and stopped the engine's work.
     record = journey.gateway_record(owner, request_id, timeout=30)
@@ -182,7 +189,7 @@ def _killed_router_fails_only_its_stream(journey: Journey, owner: str) -> None:
                 {"role": "assistant", "content": text or "1"},
                 {"role": "user", "content": PROMPT}])
         clean_reply(raw.parse().choices[0].message.content)
-    assert raw.headers[REPLICA] == owner, raw.headers
+    assert raw.headers[REPLICA] == owner_id, raw.headers
     assert raw.headers[ROUTE].startswith("owner"), raw.headers[ROUTE]
     print(f"router {first} killed after {len(text)} characters ({type(ended).__name__}); "
           f"the next turn through {second}: {raw.headers[ROUTE]} on {owner}")

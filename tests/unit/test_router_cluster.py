@@ -119,9 +119,9 @@ def test_the_table_has_each_model_with_its_ready_replicas_by_pod_name() -> None:
         ("ai", "idle:1b"), ("ai", "qwen3:1.7b"), ("web", "gemma3:270m")]
     assert table[0].replicas == ()  # no Ready replica yet: listed, nothing to route to
     assert table[1].replicas == (
-        Replica("qwen3-0", "http://10.0.0.7:8080", "http://10.0.0.7:8090"),
-        Replica("qwen3-1", "http://10.0.0.8:8080", "http://10.0.0.8:8090"))
-    assert table[2].replicas == (Replica("gemma-0", "http://[fd00::5]:8080",
+        Replica("ai", "qwen3-0", "http://10.0.0.7:8080", "http://10.0.0.7:8090"),
+        Replica("ai", "qwen3-1", "http://10.0.0.8:8080", "http://10.0.0.8:8090"))
+    assert table[2].replicas == (Replica("web", "gemma-0", "http://[fd00::5]:8080",
                                          "http://[fd00::5]:8090"),)
 
 

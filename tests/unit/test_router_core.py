@@ -30,7 +30,7 @@ from localmodel.router.table import (
 
 
 def _route(namespace: str, name: str, *urls: str) -> ModelRoute:
-    return ModelRoute(namespace, name, tuple(Replica(u, u, None) for u in urls))
+    return ModelRoute(namespace, name, tuple(Replica(namespace, u, u, None) for u in urls))
 
 
 TABLE = (_route("a", "gemma3:270m", "http://a1:8080"), _route("b", "gemma3:270m", "http://b1"),
@@ -72,10 +72,10 @@ def test_static_replicas_with_and_without_admin_urls() -> None:
     table = parse_replicas(["gemma=http://10.0.0.7:8080|http://10.0.0.7:8090,http://h:1/",
                             "team/qwen=https://q"])
     assert table == (
-        ModelRoute("static", "gemma", (Replica("http://10.0.0.7:8080", "http://10.0.0.7:8080",
-                                               "http://10.0.0.7:8090"),
-                                       Replica("http://h:1", "http://h:1", None))),
-        ModelRoute("team", "qwen", (Replica("https://q", "https://q", None),)),
+        ModelRoute("static", "gemma", (Replica("static", "http://10.0.0.7:8080",
+                                               "http://10.0.0.7:8080", "http://10.0.0.7:8090"),
+                                       Replica("static", "http://h:1", "http://h:1", None))),
+        ModelRoute("team", "qwen", (Replica("team", "https://q", "https://q", None),)),
     )
 
 
@@ -89,7 +89,8 @@ def test_static_replicas_with_and_without_admin_urls() -> None:
     (["gemma=http://a:99999"], "has a bad port"),
     (["gemma=http://a|nope"], "admin URL 'nope' is not an http(s) URL"),
     (["gemma=http://a,http://a"], "a replica URL is given twice"),
-    (["/gemma=http://a"], "namespace/name with both parts"),
+    (["/gemma=http://a"], "'/gemma' is not a model name"),
+    (["team/=http://a"], "'team/' is not a model name"),
     (["gemma=http://a", "static/gemma=http://b"], "model static/gemma is given more than once"),
 ])
 def test_bad_static_replicas_name_the_flag_the_value_and_the_reason(

@@ -12,7 +12,7 @@ from localmodel.router.config import RouterConfig, config_from, parser
 from localmodel.router.server import start_router
 from localmodel.router.source import SourceUnavailable, add_cluster_flags, cluster_source
 from localmodel.router.static import BadReplicas, static_source
-from localmodel.router.table import ReplicaSource
+from localmodel.router.table import ReplicaSource, qualified_only_notes
 from localmodel.settings import ConfigError
 
 
@@ -23,6 +23,9 @@ async def serve(config: RouterConfig, source: ReplicaSource, mode: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     models = ", ".join(r.qualified for r in source.routes()) or "none yet"
+    if mode == "static":  # the cluster source logs these as its table changes
+        for note in qualified_only_notes(source.routes()):
+            print(f"localmodel router: {note}", file=sys.stderr, flush=True)
     print(f"localmodel router: listening on {config.listen_host}:{running.port} "
           f"(admin: {config.admin_host}:{running.admin_port}), {mode} replicas; models: {models}",
           file=sys.stderr, flush=True)

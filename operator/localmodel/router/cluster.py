@@ -46,6 +46,7 @@ MAX_ENDPOINTS = 256  # Ready endpoints kept per slice (the API allows 1000 per s
 MAX_NAME = 253  # a DNS subdomain: the longest object name Kubernetes has
 _MODEL = re.compile(MODEL_PATTERN)
 _MAX_MODEL = 200  # spec.model's maxLength (api/spec.py)
+_UID = re.compile(r"[-0-9a-zA-Z]{0,64}")  # a Kubernetes uid (a UUID's text), or none
 
 
 class Unreadable(ValueError):
@@ -62,8 +63,9 @@ class ModelEntry:
 
 @dataclass(frozen=True)
 class Endpoint:
-    pod: str  # the pod's name: the replica's name on every router
+    pod: str  # the pod's name: with its namespace (and uid), the replica's identity
     address: str  # its IP
+    uid: str = ""  # the pod's uid (targetRef.uid), when the slice says it
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,10 @@ def _ready_endpoint(item: Any, where: str) -> Endpoint | None:
     pod = ref.get("name") if ref.get("kind") == "Pod" else None
     if pod is not None and (not isinstance(pod, str) or not pod or len(pod) > MAX_NAME):
         raise Unreadable(f"{where}.targetRef.name: not a pod name")
-    return Endpoint(pod or address, address)
+    uid = ref.get("uid", "") if pod is not None else ""
+    if not isinstance(uid, str) or not _UID.fullmatch(uid):
+        raise Unreadable(f"{where}.targetRef.uid: not a uid")
+    return Endpoint(pod or address, address, uid)
 
 
 def keep_slice(body: Raw) -> SliceEntry:
@@ -180,9 +185,10 @@ def _url(address: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def replica(endpoint: Endpoint) -> Replica:
-    return Replica(name=endpoint.pod, url=_url(endpoint.address, GATEWAY_PORT),
-                   admin_url=_url(endpoint.address, ADMIN_PORT))
+def replica(namespace: str, endpoint: Endpoint) -> Replica:
+    return Replica(namespace=namespace, name=endpoint.pod,
+                   url=_url(endpoint.address, GATEWAY_PORT),
+                   admin_url=_url(endpoint.address, ADMIN_PORT), uid=endpoint.uid)
 
 
 def route_table(models: Iterable[ModelEntry],
@@ -204,7 +210,7 @@ def route_table(models: Iterable[ModelEntry],
             shadowed.append(Shadowed(m.namespace, m.name, m.served, first.name))
     table = tuple(
         ModelRoute(namespace=m.namespace, name=m.served,
-                   replicas=tuple(replica(e) for _, e in
+                   replicas=tuple(replica(m.namespace, e) for _, e in
                                   sorted(ready.get((m.namespace, m.name), {}).items())))
         for (_, _), m in sorted(chosen.items())
     )

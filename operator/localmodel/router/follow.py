@@ -37,7 +37,7 @@ from localmodel.router.cluster import (
     object_key,
     route_table,
 )
-from localmodel.router.table import RouteTable
+from localmodel.router.table import RouteTable, qualified_only_notes
 
 log = logging.getLogger("localmodel.router.cluster")
 
@@ -274,7 +274,7 @@ class ClusterSource:
         notes = {s.message for s in shadowed} | {
             f"LocalModel {m.namespace}/{m.name} runs without its gateway "
             "(spec.gateway.enabled: false): the router does not route to it"
-            for m in models if not m.gateway}
+            for m in models if not m.gateway} | set(qualified_only_notes(table))
         for note in sorted(notes - self._notes):
             log.warning("%s", note)
         self._notes = frozenset(notes)

@@ -15,6 +15,9 @@ class RouterMetrics:
         self.decisions = Counter(PREFIX + "decisions_total",
                                  "routing decisions of session turns: owner or spilled",
                                  ("decision",))
+        self.replica_turns = Counter(PREFIX + "replica_turns_total",
+                                     "session turns sent to each replica (namespace and pod), "
+                                     "by decision", ("namespace", "pod", "decision"))
         self.requests = Counter(PREFIX + "requests_total",
                                 "requests answered, by route and status", ("route", "status"))
         self.upstream_errors = Counter(PREFIX + "upstream_errors_total",
@@ -33,5 +36,6 @@ class RouterMetrics:
         self.reads = reads
 
     def render(self) -> str:
-        return render([self.decisions, self.requests, self.upstream_errors, self.spilled_reread,
-                       self.spilled_owner_wait, self.sessions, self.owned, self.reads])
+        return render([self.decisions, self.replica_turns, self.requests, self.upstream_errors,
+                       self.spilled_reread, self.spilled_owner_wait, self.sessions, self.owned,
+                       self.reads])

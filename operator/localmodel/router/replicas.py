@@ -7,8 +7,11 @@ and the requests this router has in flight there.
 and size (speed_answer.READ_MAX_BYTES; a longer answer is a bad one, never
 parsed cut short). The server runs it every `--poll-interval` seconds. A
 replica that answers badly or not at all is counted
-(localmodel_router_replica_reads_total{what,result}) and its state goes
-unknown, which keeps its sessions home; its old state is not trusted.
+(localmodel_router_replica_reads_total{namespace,pod,what,result}) and its
+state goes unknown, which keeps its sessions home; its old state is not
+trusted. Everything here is keyed by the replica's identity (`Replica.id`:
+namespace/pod), so what one replica answers sets only its own state, and
+`owning` is asked only about the replicas of the session's own model.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ class ReplicaWatch:
         self.in_flight: dict[str, int] = {}
         self.reads = Counter("localmodel_router_replica_reads_total",
                              "reads of the replicas' /slots and /speed, by result",
-                             ("what", "result"))
+                             ("namespace", "pod", "what", "result"))
         self._clock = clock
 
-    def state(self, name: str) -> ReplicaState:
-        known = self.known.get(name)
-        mine = self.in_flight.get(name, 0)
+    def state(self, rid: str) -> ReplicaState:
+        known = self.known.get(rid)
+        mine = self.in_flight.get(rid, 0)
         if known is None or known.slots is None:
             return ReplicaState(wait_s=None, prefill_tps=None)
         speed = known.speed or Speed(None, None)
@@ -57,29 +60,31 @@ class ReplicaWatch:
         return ReplicaState(wait_s=wait_seconds(known.slots.total, occupied, speed.mean_request_s),
                             prefill_tps=speed.prefill_tps)
 
-    def owning(self, names: Iterable[str], key: str) -> list[str]:
-        """Those of `names` whose last /slots listed `key` among the sessions
-        routers sent them as owner (gateway/owned.py)."""
+    def owning(self, ids: Iterable[str], key: str) -> list[str]:
+        """Those of the replicas `ids` (the session's own model's) whose last
+        /slots listed `key` among the sessions routers sent them as owner
+        (gateway/owned.py); no other replica's list is read."""
         out = []
-        for name in names:
-            known = self.known.get(name)
+        for rid in ids:
+            known = self.known.get(rid)
             if known is not None and known.slots is not None and key in known.slots.owned:
-                out.append(name)
+                out.append(rid)
         return out
 
     @contextlib.contextmanager
-    def sending(self, name: str) -> Iterator[None]:
-        """Count one request in flight to `name` while the block runs."""
-        self.in_flight[name] = self.in_flight.get(name, 0) + 1
+    def sending(self, rid: str) -> Iterator[None]:
+        """Count one request in flight to the replica `rid` (its `Replica.id`)
+        while the block runs."""
+        self.in_flight[rid] = self.in_flight.get(rid, 0) + 1
         try:
             yield
         finally:
-            self.in_flight[name] -= 1
-            if not self.in_flight[name]:
-                del self.in_flight[name]
+            self.in_flight[rid] -= 1
+            if not self.in_flight[rid]:
+                del self.in_flight[rid]
 
     async def poll(self, session: aiohttp.ClientSession, table: RouteTable) -> None:
-        replicas = {r.name: r for route in table for r in route.replicas}
+        replicas = {r.id: r for route in table for r in route.replicas}
         for gone in set(self.known) - set(replicas):
             del self.known[gone]
         gate = asyncio.Semaphore(POLL_CONCURRENCY)
@@ -91,35 +96,37 @@ class ReplicaWatch:
         await asyncio.gather(*(one(r) for r in replicas.values()))
 
     async def _read(self, session: aiohttp.ClientSession, replica: Replica) -> None:
-        known = self.known.setdefault(replica.name, Known())
-        raw = await self._get(session, replica.url + SLOTS_PATH, "slots")
+        known = self.known.setdefault(replica.id, Known())
+        who = (replica.namespace, replica.name)
+        raw = await self._get(session, replica.url + SLOTS_PATH, who, "slots")
         try:
             known.slots = None if raw is None else slots_from(raw)
         except BadDocument:
             known.slots = None
-            self.reads.inc(1, ("slots", "bad"))
+            self.reads.inc(1, (*who, "slots", "bad"))
         else:
             if raw is not None:
-                self.reads.inc(1, ("slots", "ok"))
+                self.reads.inc(1, (*who, "slots", "ok"))
         if replica.admin_url is None:
             return
-        raw = await self._get(session, replica.admin_url + SPEED_PATH, "speed")
+        raw = await self._get(session, replica.admin_url + SPEED_PATH, who, "speed")
         try:
             known.speed = None if raw is None else speed_from(raw, self._clock())
         except BadDocument:
             known.speed = None
-            self.reads.inc(1, ("speed", "bad"))
+            self.reads.inc(1, (*who, "speed", "bad"))
         else:
             if raw is not None:
-                self.reads.inc(1, ("speed", "ok"))
+                self.reads.inc(1, (*who, "speed", "ok"))
 
-    async def _get(self, session: aiohttp.ClientSession, url: str, what: str) -> bytes | None:
+    async def _get(self, session: aiohttp.ClientSession, url: str, who: tuple[str, str],
+                   what: str) -> bytes | None:
         """The answer's bytes, at most READ_MAX_BYTES + 1 (decode refuses more); None
         when there is no 200 answer in time."""
         try:
             async with asyncio.timeout(READ_TIMEOUT_S), session.get(url) as resp:
                 if resp.status != 200:
-                    self.reads.inc(1, (what, f"status_{resp.status // 100}xx"))
+                    self.reads.inc(1, (*who, what, f"status_{resp.status // 100}xx"))
                     return None
                 raw = bytearray()
                 while len(raw) <= READ_MAX_BYTES:
@@ -129,5 +136,5 @@ class ReplicaWatch:
                     raw += chunk
                 return bytes(raw)
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-            self.reads.inc(1, (what, "unreachable"))
+            self.reads.inc(1, (*who, what, "unreachable"))
             return None

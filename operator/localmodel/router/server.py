@@ -186,15 +186,17 @@ class Router:
         key = (session_key(request.headers.get(SESSION_HEADER), body)
                if request.path in SESSION_PATHS else None)
         decision = self._decide(route, key, prompt_tokens(body))
-        replica = next(r for r in route.replicas if r.name == decision.replica)
-        extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
+        replica = next(r for r in route.replicas if r.id == decision.replica)
+        extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
         # The replica's ledger keeps the decision; the owner learns it owns the
         # session (a spilled turn does not): its /slots then tells every router.
         told = {} if key is None else {ROUTE_HEADER: decision.header}
         if key is not None and decision.kind == OWNER:
             told[OWNED_SESSION_HEADER] = key
+        if key is not None:
+            self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
         try:
-            with self.watch.sending(replica.name):
+            with self.watch.sending(replica.id):
                 done = await relay(self.pool, request, replica.url, data, extra,
                                    self.config.deadline, openai, told)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
@@ -257,7 +259,7 @@ class Router:
     def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
         """The session's owner (router/owners.py: bounded loads, remembered),
         then its rendezvous ranking as the other candidates."""
-        names = [r.name for r in route.replicas]
+        names = [r.id for r in route.replicas]  # namespace/pod: never another namespace's
         if key is None:  # no session: anywhere, as a Service would
             order = ranking("r:" + secrets.token_hex(8), names)
         else:

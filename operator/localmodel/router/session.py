@@ -10,10 +10,11 @@ same key. Two conversations that open identically share a key; so do their
 caches' prefixes, which is what the key is for.
 
 The owner is chosen by rendezvous (highest random weight) hashing: each
-replica's weight for a key is a hash of (key, replica name); the heaviest
-owns it. Every router computes the same owner from the same names without
-talking, a replica that joins takes only the keys it now outweighs, and one
-that leaves gives up only its own (tests/unit/test_router_session.py).
+replica's weight for a key is a hash of (key, replica id: namespace/pod,
+router/table.py); the heaviest owns it. Every router computes the same owner
+from the same ids without talking, a replica that joins takes only the keys
+it now outweighs, and one that leaves gives up only its own
+(tests/unit/test_router_session.py).
 """
 
 from __future__ import annotations

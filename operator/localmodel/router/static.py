@@ -4,29 +4,37 @@ Each value names one model and its replicas' gateways:
 
     --replicas gemma3:270m=http://10.0.0.7:8080|http://10.0.0.7:8090,http://10.0.0.8:8080
 
-- MODEL is the served name (what a request's `model` field says); written
-  `namespace/name` it sets the namespace too (default `static`), so two
-  namespaces serving one name can be tried locally.
+- MODEL is the served name (what a request's `model` field says), read as
+  the router reads a request's `model` (router/table.py): when its text before
+  the first slash is a namespace's name it is `namespace/name` and sets the
+  namespace too (`team-a/chat`; `team-b/library/qwen3` serves `library/qwen3`
+  in team-b), else it is the served name in the namespace `static`
+  (`gemma3:270m`, `hf.co/user/repo:tag`). So two namespaces serving one name
+  can be tried locally, and `--replicas team-b/team-a/chat=...` is team-b's
+  model, reached only as `team-b/team-a/chat`.
 - Each URL is a replica's gateway (its inference port), optionally followed by
   `|ADMIN_URL`, its admin port (where /speed is read). Without it the router
   still reads /slots on the main port but knows no prefill speed there, so it
   never spills a session onto or off that replica by cost.
 - The flag repeats, once per model; one model given twice is an error.
 
-A replica's name is its URL: the same on every router given the same flags,
-which is what rendezvous hashing needs.
+A replica's name is its URL, and its identity `namespace/URL`: the same on
+every router given the same flags, which is what rendezvous hashing needs.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from localmodel.router.table import ModelRoute, Replica, RouteTable
+from localmodel.api.spec import MODEL_PATTERN
+from localmodel.router.table import ModelRoute, Replica, RouteTable, split_qualified
 
 FLAG = "--replicas"
 DEFAULT_NAMESPACE = "static"
+_MODEL = re.compile(MODEL_PATTERN)
 MAX_REPLICAS = 256  # per model: the flag is an operator's, not a stranger's, but bounded
 
 
@@ -56,11 +64,10 @@ def parse_value(value: str) -> ModelRoute:
     model = model.strip()
     if not eq or not model:
         raise BadReplicas(value, "expected MODEL=URL[,URL...]")
-    namespace, slash, name = model.partition("/")
-    if not slash:
-        namespace, name = DEFAULT_NAMESPACE, model
-    if not namespace or not name:
-        raise BadReplicas(value, f"model {model!r}: namespace/name with both parts")
+    namespace, name = split_qualified(model) or (DEFAULT_NAMESPACE, model)
+    if not _MODEL.match(name) or name.endswith("/"):
+        raise BadReplicas(value, f"model {model!r}: {name!r} is not a model name (letters, "
+                                 "digits, '.', '_', '-' and '/', then an optional ':tag')")
     items = [u.strip() for u in urls.split(",")]
     if not any(items) or not all(items):
         raise BadReplicas(value, "an empty replica URL")
@@ -71,7 +78,7 @@ def parse_value(value: str) -> ModelRoute:
         main, bar, admin = item.partition("|")
         url = _url(value, main.strip(), "URL")
         admin_url = _url(value, admin.strip(), "admin URL") if bar else None
-        replicas.append(Replica(name=url, url=url, admin_url=admin_url))
+        replicas.append(Replica(namespace=namespace, name=url, url=url, admin_url=admin_url))
     if len({r.name for r in replicas}) != len(replicas):
         raise BadReplicas(value, "a replica URL is given twice")
     return ModelRoute(namespace=namespace, name=name, replicas=tuple(replicas))

@@ -4,19 +4,43 @@ A `ReplicaSource` answers `routes()` with the current table; the static one
 (router/static.py, `--replicas`) and the cluster's (router/source.py) are the
 two sources. The router asks again whenever it routes, so a source that
 follows the cluster is read fresh each time (it should answer from memory).
+
+Names (docs/router.md, How the model field chooses): a requested name whose
+text before the first slash could be a namespace's (an RFC 1123 label) is
+`namespace/name` and means that namespace's model or none, whatever another
+namespace serves; a bare name finds the one model serving exactly it. A
+served name that itself reads as `namespace/name` (`library/qwen3`, or
+`team-a/chat` served in team-b) is reached only qualified
+(`team-b/team-a/chat`), so no namespace's model can capture another's name.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
+
+# A namespace's name: an RFC 1123 label (Kubernetes' rule for namespaces).
+NAMESPACE_PATTERN = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_NAMESPACE = re.compile(NAMESPACE_PATTERN)
 
 
 @dataclass(frozen=True)
 class Replica:
-    name: str  # stable across the router's replicas: the pod's name, or the URL (static)
+    namespace: str  # its model's namespace
+    name: str  # the pod's name, or the URL (static)
     url: str  # the replica's gateway, e.g. http://10.0.0.7:8080
     admin_url: str | None  # its admin port (/speed), e.g. http://10.0.0.7:8090; None: unknown
+    uid: str = ""  # the pod's uid (cluster): a pod made again under its name is a new replica
+
+    @property
+    def id(self) -> str:
+        """The replica's one identity, the same on every router: `namespace/pod`
+        (`@uid` after it when known). Everything the router keeps or decides per
+        replica (owners, loads, rankings, what /slots and /speed said, in-flight
+        counts, held tokens, logs, X-LocalModel-Replica) is keyed by it, so two
+        namespaces' pods of one name are two replicas."""
+        return f"{self.namespace}/{self.name}" + (f"@{self.uid}" if self.uid else "")
 
 
 @dataclass(frozen=True)
@@ -68,27 +92,56 @@ class Ambiguous:
 Lookup = Found | NotFound | Ambiguous
 
 
+def split_qualified(asked: str) -> tuple[str, str] | None:
+    """(namespace, name) when `asked` starts with a namespace's name and a
+    slash: such a name always means that namespace's model, nothing else; None
+    for a bare name (no slash, or a first segment no namespace can have, as
+    `hf.co/...`)."""
+    namespace, slash, name = asked.partition("/")
+    if slash and name and _NAMESPACE.fullmatch(namespace):
+        return namespace, name
+    return None
+
+
+def qualified_only(route: ModelRoute) -> bool:
+    """Whether the served name itself reads as `namespace/name` (`team-a/chat`,
+    `library/qwen3`): then only `<its namespace>/<served name>` reaches it."""
+    return split_qualified(route.name) is not None
+
+
+def qualified_only_notes(table: RouteTable) -> tuple[str, ...]:
+    """One line per model reached only by its qualified name (logged once)."""
+    return tuple(f"model {r.qualified}: its served name {r.name!r} reads as namespace/name, "
+                 f"so the router reaches it only as {r.qualified!r}"
+                 for r in table if qualified_only(r))
+
+
 def listed_names(table: RouteTable) -> tuple[str, ...]:
-    """The names the listing routes show: a bare name where it is unique, else
-    `namespace/name` for each model that shares it."""
+    """The names the listing routes show, each one `lookup` finds: a bare name
+    where one namespace serves it and it cannot be read as `namespace/name`,
+    else `namespace/name`."""
     counts: dict[str, int] = {}
     for route in table:
         counts[route.name] = counts.get(route.name, 0) + 1
-    return tuple(sorted(r.name if counts[r.name] == 1 else r.qualified for r in table))
+    return tuple(sorted(r.name if counts[r.name] == 1 and not qualified_only(r)
+                        else r.qualified for r in table))
 
 
 def lookup(table: RouteTable, asked: str) -> Lookup:
-    """The model a request's `model` field names: `namespace/name` always, a
-    bare name when one namespace serves it. A served name may itself hold a
-    slash (Ollama's `library/x`): an exact served name wins over the split."""
+    """The model a request's `model` field names. A name whose text before the
+    first slash is a namespace's name is `namespace/name` and nothing else:
+    that namespace's model serving `name`, or not found (never another
+    namespace's model, whatever it serves). Any other name is bare: the model
+    serving exactly it, when one namespace does."""
+    qualified = split_qualified(asked)
+    if qualified is not None:
+        for route in table:
+            if (route.namespace, route.name) == qualified:
+                return Found(route)
+        return NotFound(asked, listed_names(table))
     exact = tuple(r for r in table if r.name == asked)
     if len(exact) == 1:
         return Found(exact[0])
     if len(exact) > 1:
         return Ambiguous(asked, tuple(sorted(r.qualified for r in exact)))
-    namespace, slash, name = asked.partition("/")
-    if slash:
-        for route in table:
-            if route.namespace == namespace and route.name == name:
-                return Found(route)
     return NotFound(asked, listed_names(table))
