@@ -42,12 +42,17 @@ from localmodel.gateway.speed import SpeedRecord, speed_document
 from localmodel.gateway.wire import Upstreams, json_response
 from localmodel.gateway_contract import (
     HEALTH_PATH,
+    KEY_CHECK_PATH,
+    KEY_NONCE_HEADER,
+    KEY_PROOF_HEADER,
     LEDGER_PATH,
     METRICS_PATH,
     READY_PATH,
     SLOTS_PATH,
     SPEED_PATH,
     GatewayConfig,
+    parse_key_check,
+    proof_matches,
 )
 
 SERVED_BY_HEADER = "X-LocalModel-Served-By"
@@ -129,6 +134,7 @@ class SlotGate:
             for method in route.methods:
                 app.router.add_route(method, route.path, self._route_handler(route))
         app.router.add_get(SLOTS_PATH, self.handle_slots)
+        app.router.add_get(KEY_CHECK_PATH, self.handle_key_check)
         app.router.add_get(HEALTH_PATH, self.handle_healthz)
         app.router.add_get(READY_PATH, self.readiness.handle_readyz)
         app.on_response_prepare.append(_tag_response)
@@ -192,6 +198,24 @@ class SlotGate:
 
     async def handle_healthz(self, request: web.Request) -> web.Response:
         return json_response(200, {"status": "ok"})
+
+    async def handle_key_check(self, request: web.Request) -> web.Response:
+        """The router's question before it lists this model to a caller: does
+        one of the keys give this proof for this nonce (gateway_contract,
+        `key_proof`)? 204 yes (and always with keys off), 401 no. No engine
+        work, no place, no ledger record."""
+        if self.keys is None:
+            return web.Response(status=204)
+        check = parse_key_check(request.headers.get(KEY_NONCE_HEADER),
+                                request.headers.get(KEY_PROOF_HEADER))
+        if check is None:
+            return json_response(400, {"error": f"{KEY_NONCE_HEADER} (32 hex digits) and "
+                                                f"{KEY_PROOF_HEADER} (64 hex digits) are required"})
+        nonce, proof = check
+        if proof_matches((e.digest for e in self.keys.ring.entries), nonce, proof):
+            return web.Response(status=204)
+        return json_response(401, {"error": "no key of this gateway gives that proof"},
+                             {"WWW-Authenticate": 'Bearer realm="localmodel"'})
 
     async def handle_ledger(self, request: web.Request) -> web.Response:
         """The ledger's records, oldest first; filters `since`, `caller`, `priority`."""

@@ -8,6 +8,7 @@ follows the cluster is read fresh each time (it should answer from memory).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +25,7 @@ class ModelRoute:
     namespace: str
     name: str  # the served model name: what a request's `model` field says
     replicas: tuple[Replica, ...]  # Ready replicas only
+    keyed: bool = False  # its gateway asks for API keys: listed only to keys it accepts
 
     @property
     def qualified(self) -> str:
@@ -46,7 +48,7 @@ class Found:
 @dataclass(frozen=True)
 class NotFound:
     asked: str
-    known: tuple[str, ...]  # every model's name as a request may spell it
+    known: tuple[str, ...]  # every open model's name as a request may spell it
 
     @property
     def message(self) -> str:
@@ -57,24 +59,31 @@ class NotFound:
 @dataclass(frozen=True)
 class Ambiguous:
     asked: str
-    choices: tuple[str, ...]  # namespace/name of each model serving the bare name
+    choices: tuple[str, ...]  # namespace/name of each open model serving the bare name
 
     @property
     def message(self) -> str:
-        return (f"model {self.asked!r} is served in more than one namespace; "
-                f"name one of: {', '.join(self.choices)}")
+        choices = f"one of: {', '.join(self.choices)}" if self.choices else "it namespace/name"
+        return f"model {self.asked!r} is served in more than one namespace; name {choices}"
 
 
 Lookup = Found | NotFound | Ambiguous
 
 
-def listed_names(table: RouteTable) -> tuple[str, ...]:
+def listed_names(table: RouteTable, shown: Collection[str] | None = None) -> tuple[str, ...]:
     """The names the listing routes show: a bare name where it is unique, else
-    `namespace/name` for each model that shares it."""
+    `namespace/name` for each model that shares it; only the models `shown`
+    names (qualified) when it is given (router/keyed.py: who sees a keyed model)."""
     counts: dict[str, int] = {}
     for route in table:
         counts[route.name] = counts.get(route.name, 0) + 1
-    return tuple(sorted(r.name if counts[r.name] == 1 else r.qualified for r in table))
+    return tuple(sorted(r.name if counts[r.name] == 1 else r.qualified for r in table
+                        if shown is None or r.qualified in shown))
+
+
+def open_models(table: RouteTable) -> frozenset[str]:
+    """The models that ask for no key (qualified): the only ones an error may name."""
+    return frozenset(r.qualified for r in table if not r.keyed)
 
 
 def lookup(table: RouteTable, asked: str) -> Lookup:
@@ -85,10 +94,10 @@ def lookup(table: RouteTable, asked: str) -> Lookup:
     if len(exact) == 1:
         return Found(exact[0])
     if len(exact) > 1:
-        return Ambiguous(asked, tuple(sorted(r.qualified for r in exact)))
+        return Ambiguous(asked, tuple(sorted(r.qualified for r in exact if not r.keyed)))
     namespace, slash, name = asked.partition("/")
     if slash:
         for route in table:
             if route.namespace == namespace and route.name == name:
                 return Found(route)
-    return NotFound(asked, listed_names(table))
+    return NotFound(asked, listed_names(table, open_models(table)))
