@@ -85,7 +85,9 @@ class Answers:
 def to_check(table: RouteTable, known: Callable[[str], bool | None],
              limit: int = MAX_CHECKS) -> tuple[tuple[str, ...], tuple[ModelRoute, ...]]:
     """The keyed models already known to accept the key (qualified names), and
-    those still to ask (with a Ready replica, at most `limit`)."""
+    those still to ask (with a Ready replica, at most `limit`). `known` says
+    True, False, or None: not known (a model that did not answer lately is
+    known as False for everyone: see `Answers`, NO_ANSWER)."""
     accepted: list[str] = []
     ask: list[ModelRoute] = []
     for route in table:
@@ -99,6 +101,12 @@ def to_check(table: RouteTable, known: Callable[[str], bool | None],
     return tuple(accepted), tuple(ask)
 
 
+# The cache's "who" for a model whose replicas gave no answer: it is not asked
+# again, for any caller, for TTL_SECONDS (a hanging gateway costs the router's
+# checks once per TTL, not once per listing).
+NO_ANSWER = b""
+
+
 class KeyChecks:
     """Asks keyed models' gateways about a caller's key; see the module's text."""
 
@@ -106,7 +114,8 @@ class KeyChecks:
         self.answers = Answers(clock)
         self._salt = secrets.token_bytes(32)  # the cache's keys say nothing outside this process
         self._gate = asyncio.Semaphore(CONCURRENCY)
-        self.asked = 0  # checks sent (tests, metrics)
+        self.asked = 0  # checks sent
+        self.checking = 0  # checks in flight now
 
     def shown(self, table: RouteTable) -> frozenset[str]:
         """The models listed to every caller: those that ask for no key."""
@@ -120,7 +129,8 @@ class KeyChecks:
         if token is None or len(shown) == len(table):
             return shown
         who = hmac.new(self._salt, token.encode("utf-8", "replace"), hashlib.sha256).digest()
-        accepted, ask = to_check(table, lambda model: self.answers.get(who, model))
+        accepted, ask = to_check(table, lambda model: False if self.answers.get(
+            NO_ANSWER, model) is not None else self.answers.get(who, model))
         if ask:
             digest = hashlib.sha256(token.encode("utf-8", "replace")).digest()
             tasks = [asyncio.create_task(self._check(http, route, who, digest)) for route in ask]
@@ -137,11 +147,16 @@ class KeyChecks:
                      digest: bytes) -> bool:
         """Ask up to REPLICAS_ASKED of the model's replicas; True only on a 204."""
         async with self._gate:
-            for replica in route.replicas[:REPLICAS_ASKED]:
-                answer = await self._ask(http, replica.url, digest)
-                if answer is not None:
-                    self.answers.put(who, route.qualified, answer)
-                    return answer
+            self.checking += 1
+            try:
+                for replica in route.replicas[:REPLICAS_ASKED]:
+                    answer = await self._ask(http, replica.url, digest)
+                    if answer is not None:
+                        self.answers.put(who, route.qualified, answer)
+                        return answer
+            finally:
+                self.checking -= 1
+        self.answers.put(NO_ANSWER, route.qualified, False)
         return False
 
     async def _ask(self, http: aiohttp.ClientSession, url: str, digest: bytes) -> bool | None:
