@@ -239,6 +239,10 @@ async def test_a_replica_that_cannot_answer_leaves_its_model_out(
     assert await _openai_ids(router.url, A_KEY) == []
     assert await _ollama_names(router.url, A_KEY) == []
     assert sink.seen == []
+    # Each model was asked once (no answer: not asked again within the TTL), and counted.
+    status, metrics = await _raw_get(router.admin_url + "/metrics")
+    assert status == 200
+    assert 'localmodel_router_key_checks_total{answer="none"} 6' in metrics.decode()
 
 
 class HangingReplica:

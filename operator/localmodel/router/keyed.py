@@ -41,6 +41,8 @@ from localmodel.gateway_contract import (
     bearer,
     key_proof,
 )
+from localmodel.metrics import Counter
+from localmodel.router.metrics import PREFIX
 from localmodel.router.table import ModelRoute, RouteTable
 
 TTL_SECONDS = 10.0  # how long a gateway's answer about a key stands
@@ -114,8 +116,10 @@ class KeyChecks:
         self.answers = Answers(clock)
         self._salt = secrets.token_bytes(32)  # the cache's keys say nothing outside this process
         self._gate = asyncio.Semaphore(CONCURRENCY)
-        self.asked = 0  # checks sent
         self.checking = 0  # checks in flight now
+        self.answered = Counter(PREFIX + "key_checks_total",
+                                "keyed models' gateways asked about a caller's key, by answer: "
+                                "accepted, refused, none (no answer: left out)", ("answer",))
 
     def shown(self, table: RouteTable) -> frozenset[str]:
         """The models listed to every caller: those that ask for no key."""
@@ -134,10 +138,12 @@ class KeyChecks:
         if ask:
             digest = hashlib.sha256(token.encode("utf-8", "replace")).digest()
             tasks = [asyncio.create_task(self._check(http, route, who, digest)) for route in ask]
-            done, pending = await asyncio.wait(tasks, timeout=LISTING_SECONDS)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            try:
+                done, _ = await asyncio.wait(tasks, timeout=LISTING_SECONDS)
+            finally:  # past the time, or the caller left: no check outlives its listing
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             accepted += tuple(r.qualified for r, t in zip(ask, tasks, strict=True)
                               if t in done and not t.cancelled() and t.exception() is None
                               and t.result())
@@ -162,12 +168,13 @@ class KeyChecks:
     async def _ask(self, http: aiohttp.ClientSession, url: str, digest: bytes) -> bool | None:
         nonce = secrets.token_hex(16)
         headers = {KEY_NONCE_HEADER: nonce, KEY_PROOF_HEADER: key_proof(digest, nonce)}
-        self.asked += 1
         try:
             async with http.get(url + KEY_CHECK_PATH, headers=headers, allow_redirects=False,
                                 timeout=aiohttp.ClientTimeout(total=CHECK_SECONDS)) as resp:
                 status = resp.status  # the body is never read
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        return {204: True, 401: False}.get(status)
+            status = 0
+        answer = {204: True, 401: False}.get(status)
+        self.answered.inc(1, ({True: "accepted", False: "refused", None: "none"}[answer],))
+        return answer
 

@@ -80,12 +80,12 @@ class Router:
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
         self.owners = Owners()
+        self.keys = KeyChecks(clock)  # who sees a keyed model listed
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
-                                     lambda: len(self.owners))
+                                     lambda: len(self.owners), self.keys.answered)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed
-        self.keys = KeyChecks(clock)  # who sees a keyed model listed
         self._poller: asyncio.Task[None] | None = None
 
     # ---- apps and lifecycle --------------------------------------------------
