@@ -43,7 +43,7 @@ from localmodel.gateway_contract import (
 )
 from localmodel.metrics import Counter
 from localmodel.router.metrics import PREFIX
-from localmodel.router.table import ModelRoute, RouteTable
+from localmodel.router.table import ModelRoute, RouteTable, open_models
 
 TTL_SECONDS = 10.0  # how long a gateway's answer about a key stands
 MAX_CACHED = 4096  # (key, model) answers kept
@@ -121,14 +121,10 @@ class KeyChecks:
                                 "keyed models' gateways asked about a caller's key, by answer: "
                                 "accepted, refused, none (no answer: left out)", ("answer",))
 
-    def shown(self, table: RouteTable) -> frozenset[str]:
-        """The models listed to every caller: those that ask for no key."""
-        return frozenset(r.qualified for r in table if not r.keyed)
-
     async def visible(self, http: aiohttp.ClientSession, table: RouteTable,
                       authorization: str | None) -> frozenset[str]:
         """The qualified names of the models this caller may see listed."""
-        shown = self.shown(table)
+        shown = open_models(table)  # listed to every caller
         token = bearer(authorization)
         if token is None or len(shown) == len(table):
             return shown
