@@ -32,7 +32,7 @@ class RouterConfig:
     idle_timeout: float = _GW.idle_timeout  # header and idle timeout of a client's connection
     body_timeout: float = _GW.body_timeout
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
-    # localmodel.gateway.bounds).
+    # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
 
 
