@@ -29,7 +29,7 @@ from aiohttp import web
 
 from localmodel.engines.ollama import SHOW_PATH
 from localmodel.gateway.keys import digest_of
-from localmodel.gateway_contract import KEY_CHECK_PATH, KEY_NONCE_HEADER, KEY_PROOF_HEADER
+from localmodel.gateway_contract.keys import KEY_CHECK_PATH, KEY_NONCE_HEADER, KEY_PROOF_HEADER
 from localmodel.router import keyed
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router

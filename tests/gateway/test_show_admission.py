@@ -22,7 +22,7 @@ import pytest
 
 from localmodel.engines.ollama import SHOW_PATH
 from localmodel.gateway.keys import digest_of
-from localmodel.gateway_contract import (
+from localmodel.gateway_contract.keys import (
     KEY_CHECK_PATH,
     KEY_NONCE_HEADER,
     KEY_PROOF_HEADER,

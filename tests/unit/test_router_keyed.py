@@ -12,7 +12,7 @@ import secrets
 
 import pytest
 
-from localmodel.gateway_contract import bearer, key_proof, parse_key_check, proof_matches
+from localmodel.gateway_contract.keys import bearer, key_proof, parse_key_check, proof_matches
 from localmodel.router.cluster import ModelEntry, Unreadable, keep_model, route_table
 from localmodel.router.keyed import Answers, to_check
 from localmodel.router.static import BadReplicas, parse_replicas

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.gateway.slots import Priority
-from localmodel.gateway_contract import bearer
+from localmodel.gateway_contract.keys import bearer
 
 MAX_FILE_BYTES = 1024 * 1024  # ~5,000 keys; more is refused
 MAX_KEYS = 1000  # entries; every request compares against each, in constant time

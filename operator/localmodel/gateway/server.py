@@ -42,19 +42,21 @@ from localmodel.gateway.speed import SpeedRecord, speed_document
 from localmodel.gateway.wire import Upstreams
 from localmodel.gateway_contract import (
     HEALTH_PATH,
-    KEY_CHECK_PATH,
-    KEY_NONCE_HEADER,
-    KEY_PROOF_HEADER,
     LEDGER_PATH,
     METRICS_PATH,
     READY_PATH,
     SLOTS_PATH,
     SPEED_PATH,
     GatewayConfig,
+)
+from localmodel.gateway_contract.headers import SERVED_BY_HEADER
+from localmodel.gateway_contract.keys import (
+    KEY_CHECK_PATH,
+    KEY_NONCE_HEADER,
+    KEY_PROOF_HEADER,
     parse_key_check,
     proof_matches,
 )
-from localmodel.gateway_contract.headers import SERVED_BY_HEADER
 from localmodel.gateway_contract.replies import json_response
 
 KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
@@ -202,7 +204,7 @@ class SlotGate:
 
     async def handle_key_check(self, request: web.Request) -> web.Response:
         """The router's question before it lists this model to a caller: does
-        one of the keys give this proof for this nonce (gateway_contract,
+        one of the keys give this proof for this nonce (gateway_contract/keys.py,
         `key_proof`)? 204 yes (and always with keys off), 401 no. No engine
         work, no place, no ledger record."""
         if self.keys is None:

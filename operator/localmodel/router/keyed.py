@@ -6,9 +6,9 @@ LocalModel has `spec.gateway.auth`; static: `;keys` after its URLs) is listed
 only to a caller whose key its gateway accepts. The router holds no keys and
 reads no Secret: it asks one Ready replica's gateway (GET KEY_CHECK_PATH on the
 inference port, no engine work) whether a key of its file gives a proof of the
-caller's key for a fresh nonce (gateway_contract, `key_proof`). The key itself
-never leaves the router, so a gateway whose image a tenant chose learns
-nothing it could call with.
+caller's key for a fresh nonce (gateway_contract/keys.py, `key_proof`). The
+key itself never leaves the router, so a gateway whose image a tenant chose
+learns nothing it could call with.
 
 Fail closed: a caller without a bearer key sees no keyed model (and nothing is
 asked); a check that fails, times out, answers anything but 204 or 401, or is
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from localmodel.gateway_contract import (
+from localmodel.gateway_contract.keys import (
     KEY_CHECK_PATH,
     KEY_NONCE_HEADER,
     KEY_PROOF_HEADER,
