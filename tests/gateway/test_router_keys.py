@@ -27,7 +27,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from localmodel.engines.ollama import SHOW_PATH
+from localmodel.engines.ollama import SHOW_PATH, TAGS_PATH
 from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract.keys import KEY_CHECK_PATH, KEY_NONCE_HEADER, KEY_PROOF_HEADER
 from localmodel.router import keyed
@@ -116,7 +116,7 @@ async def test_without_a_key_the_listings_name_no_keyed_model_nor_count_one(
     a, b, o = await _teams(make_rig, tmp_path)
     router = await make_router(_table(a, b, o))
     assert await _ollama_names(router.url, None) == ["open:1b"]
-    for path in ("/v1/models", "/api/tags"):
+    for path in ("/v1/models", TAGS_PATH):
         status, body = await _raw_get(router.url + path)
         assert status == 200
         assert b"alpha" not in body and b"beta" not in body and b"team-" not in body

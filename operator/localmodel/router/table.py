@@ -63,7 +63,7 @@ class Ambiguous:
 
     @property
     def message(self) -> str:
-        choices = f"one of: {', '.join(self.choices)}" if self.choices else "it namespace/name"
+        choices = f"one of: {', '.join(self.choices)}" if self.choices else "it as namespace/name"
         return f"model {self.asked!r} is served in more than one namespace; name {choices}"
 
 
