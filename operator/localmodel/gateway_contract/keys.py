@@ -12,7 +12,6 @@ nowhere else: not a credential, and not the same twice for one key.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from collections.abc import Iterable
@@ -39,7 +38,7 @@ def bearer(authorization: str | None) -> str | None:
 
 def key_proof(key_digest: bytes, nonce: str) -> str:
     """The proof a key's SHA-256 gives for a nonce (hex)."""
-    return hmac.new(key_digest, nonce.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(key_digest, nonce.encode(), "sha256").hex()
 
 
 def parse_key_check(nonce: str | None, proof: str | None) -> tuple[str, bytes] | None:
@@ -54,7 +53,7 @@ def proof_matches(key_digests: Iterable[bytes], nonce: str, proof: bytes) -> boo
     """Whether one of the keys (their SHA-256s) gives `proof` for `nonce`. Every
     digest is tried, each compared in constant time."""
     found = False
+    message = nonce.encode()
     for digest in key_digests:
-        mine = hmac.new(digest, nonce.encode(), hashlib.sha256).digest()
-        found = hmac.compare_digest(mine, proof) or found
+        found = hmac.compare_digest(hmac.digest(digest, message, "sha256"), proof) or found
     return found
