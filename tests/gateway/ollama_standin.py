@@ -247,7 +247,10 @@ class StandinOllama:
 
     async def show(self, request: web.Request) -> web.Response:
         body = await request.json()
-        return web.json_response({"modelfile": f"FROM {body.get('model')}", "details": {}})
+        if self.keep_records:
+            self.requests.append((ollama.SHOW_PATH, body))
+        return web.json_response({"modelfile": f"FROM {body.get('model')}", "details": {},
+                                  "model_info": {}})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.gateway.slots import Priority
+from localmodel.gateway_contract.keys import bearer
 
 MAX_FILE_BYTES = 1024 * 1024  # ~5,000 keys; more is refused
 MAX_KEYS = 1000  # entries; every request compares against each, in constant time
-MAX_TOKEN = 512  # characters of a bearer token looked at; longer is simply wrong
 CALLER = re.compile(r"[A-Za-z0-9._:@/+=-]{1,64}")  # what clean_name keeps unchanged
 DIGEST = re.compile(r"[0-9a-f]{64}")
 _ENTRY_FIELDS = frozenset(
@@ -104,16 +104,6 @@ class KeyRing:
             if hmac.compare_digest(presented, entry.digest):
                 found = entry
         return found
-
-
-def bearer(authorization: str | None) -> str | None:
-    if authorization is None or len(authorization) > MAX_TOKEN + 16:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 def _int(value: Any, where: str, minimum: int) -> int:

@@ -38,7 +38,13 @@ from localmodel.gateway.owned import OwnedSessions
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
-from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
+from localmodel.gateway.rewrite import (
+    BadRequest,
+    Prepared,
+    metadata_model,
+    prepare,
+    request_deadline,
+)
 from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway_contract import GatewayConfig
@@ -196,8 +202,8 @@ class Pipeline:
         if self.keys is not None:
             self._authenticate(request, rec)
         deadline = self._deadline(request, rec)
-        if route.uses_slot:
-            self._admit(rec, slot)
+        if route.reads_body:
+            self._admit(route, rec, slot)  # metadata (/api/show) keeps its place to the end
         raw, prepared = await self._read(request, route, rec, deadline)
         if route.uses_slot:
             overflowed = await self._take_slot(route, raw, rec, deadline, slot)
@@ -245,14 +251,16 @@ class Pipeline:
             raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
         return _Deadline(seconds, asyncio.get_running_loop().time() + seconds)
 
-    def _admit(self, rec: RequestRecord, slot: _Slot) -> None:
+    def _admit(self, route: Route, rec: RequestRecord, slot: _Slot) -> None:
         """Count the request against the queue before its body is read: a full
         queue (or, for background, no slot) refuses it now. With an overflow
-        endpoint a full queue still reads the body: the overflow may take it."""
+        endpoint a full queue still reads a slot route's body: the overflow may
+        take it (never a metadata body)."""
         admission = self.queue.reserve(Priority(rec.priority))
         if admission is Admission.QUEUED:
             slot.reserved = True
-        elif admission is Admission.REJECTED_BUSY or self.overflow is None:
+        elif (admission is Admission.REJECTED_BUSY or self.overflow is None
+              or not route.uses_slot):
             raise self._refuse(rec, admission)
 
     async def _read(
@@ -291,7 +299,13 @@ class Pipeline:
 
     def _prepare(self, route: Route, raw: bytes, rec: RequestRecord) -> Prepared:
         if route.kind is Kind.PASSTHROUGH:
-            prepared = Prepared(body=raw, caller_streams=False, model="")
+            try:
+                model = metadata_model(raw, self.config) if route.reads_body else ""
+            except BadRequest as exc:
+                raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
+            except TooLarge as exc:
+                raise self._answer(rec, Outcome.TOO_LARGE, 413, str(exc)) from None
+            prepared = Prepared(body=raw, caller_streams=False, model=model)
         else:
             sessions = self.sessions if rec.session is not None else None
             try:

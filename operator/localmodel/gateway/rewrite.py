@@ -215,6 +215,16 @@ def encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
+def metadata_model(raw: bytes, config: GatewayConfig) -> str:
+    """A metadata body (POST /api/show) checked as every body is (a JSON
+    object within the bounds; BadRequest, TooLarge) and sent on unchanged: the
+    model it asks about (Ollama's older clients say `name`), or ""."""
+    body = parse_json_object(raw)
+    check_bounds(body, config)
+    model = body.get("model") or body.get("name")
+    return model if isinstance(model, str) else ""
+
+
 def prepare(
     route: Route, raw: bytes, config: GatewayConfig, *, want_prompt: bool = False
 ) -> Prepared:

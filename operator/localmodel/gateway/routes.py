@@ -28,6 +28,12 @@ class Route:
         return self.kind is not Kind.PASSTHROUGH
 
     @property
+    def reads_body(self) -> bool:
+        """A POST's body is admitted like work (a place held before it is
+        read, the bounds once parsed), metadata (/api/show) included."""
+        return "POST" in self.methods
+
+    @property
     def streams(self) -> bool:
         """Generation: always streamed upstream, assembled for non-streaming callers."""
         return self.kind in (Kind.GENERATE, Kind.CHAT, Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION)

@@ -50,6 +50,13 @@ from localmodel.gateway_contract import (
     GatewayConfig,
 )
 from localmodel.gateway_contract.headers import SERVED_BY_HEADER
+from localmodel.gateway_contract.keys import (
+    KEY_CHECK_PATH,
+    KEY_NONCE_HEADER,
+    KEY_PROOF_HEADER,
+    parse_key_check,
+    proof_matches,
+)
 from localmodel.gateway_contract.replies import json_response
 
 KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
@@ -130,6 +137,7 @@ class SlotGate:
             for method in route.methods:
                 app.router.add_route(method, route.path, self._route_handler(route))
         app.router.add_get(SLOTS_PATH, self.handle_slots)
+        app.router.add_get(KEY_CHECK_PATH, self.handle_key_check)
         app.router.add_get(HEALTH_PATH, self.handle_healthz)
         app.router.add_get(READY_PATH, self.readiness.handle_readyz)
         app.on_response_prepare.append(_tag_response)
@@ -193,6 +201,24 @@ class SlotGate:
 
     async def handle_healthz(self, request: web.Request) -> web.Response:
         return json_response(200, {"status": "ok"})
+
+    async def handle_key_check(self, request: web.Request) -> web.Response:
+        """The router's question before it lists this model to a caller: does
+        one of the keys give this proof for this nonce (gateway_contract/keys.py,
+        `key_proof`)? 204 yes (and always with keys off), 401 no. No engine
+        work, no place, no ledger record."""
+        if self.keys is None:
+            return web.Response(status=204)
+        check = parse_key_check(request.headers.get(KEY_NONCE_HEADER),
+                                request.headers.get(KEY_PROOF_HEADER))
+        if check is None:
+            return json_response(400, {"error": f"{KEY_NONCE_HEADER} (32 hex digits) and "
+                                                f"{KEY_PROOF_HEADER} (64 hex digits) are required"})
+        nonce, proof = check
+        if proof_matches((e.digest for e in self.keys.ring.entries), nonce, proof):
+            return web.Response(status=204)
+        return json_response(401, {"error": "no key of this gateway gives that proof"},
+                             {"WWW-Authenticate": 'Bearer realm="localmodel"'})
 
     async def handle_ledger(self, request: web.Request) -> web.Response:
         """The ledger's records, oldest first; filters `since`, `caller`, `priority`."""

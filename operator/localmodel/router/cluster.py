@@ -4,9 +4,11 @@ Two watches feed it (router/follow.py runs them):
 
 - **LocalModels**, in the namespaces the router serves: of each, its name,
   namespace, the name it is served as (`spec.model`: Ollama creates the model
-  under it, llama-server serves it as `--alias`; api/spec.py) and whether it
+  under it, llama-server serves it as `--alias`; api/spec.py), whether it
   runs the gateway (without one there is no gateway port to route to and no
-  /speed to read: such a model is left out, and the log says so once).
+  /speed to read: such a model is left out, and the log says so once) and
+  whether its gateway asks for API keys (`spec.gateway.auth` set: listed only
+  to callers its gateway accepts, router/keyed.py).
 - **EndpointSlices** of the models' Services: which of a model's pods are
   Ready, and their IPs. The operator names a model's Service after the
   LocalModel and labels it as its own (`contract.OWNED_SELECTOR`); the
@@ -59,6 +61,7 @@ class ModelEntry:
     name: str  # the LocalModel's (and its Service's) name
     served: str  # spec.model: what a request's `model` field says
     gateway: bool  # spec.gateway.enabled
+    keyed: bool = False  # spec.gateway.auth is set: its gateway asks for API keys
 
 
 @dataclass(frozen=True)
@@ -118,10 +121,15 @@ def keep_model(body: Raw) -> ModelEntry:
     served = spec.get("model")
     if not isinstance(served, str) or len(served) > _MAX_MODEL or not _MODEL.match(served):
         raise Unreadable(f"{where}spec.model: missing or not a model name")
-    enabled = _section(spec, "gateway", where + "spec.").get("enabled", True)
+    gateway = _section(spec, "gateway", where + "spec.")
+    enabled = gateway.get("enabled", True)
     if not isinstance(enabled, bool):
         raise Unreadable(f"{where}spec.gateway.enabled: not true or false")
-    return ModelEntry(namespace, name, served, enabled)
+    # Only whether keys are asked: the Secret's name is not the router's to know.
+    auth = gateway.get("auth")
+    if auth is not None and not isinstance(auth, Mapping):
+        raise Unreadable(f"{where}spec.gateway.auth: not an object")
+    return ModelEntry(namespace, name, served, enabled, keyed=auth is not None)
 
 
 def _address(value: Any, where: str) -> str:
@@ -211,7 +219,8 @@ def route_table(models: Iterable[ModelEntry],
     table = tuple(
         ModelRoute(namespace=m.namespace, name=m.served,
                    replicas=tuple(replica(m.namespace, e) for _, e in
-                                  sorted(ready.get((m.namespace, m.name), {}).items())))
+                                  sorted(ready.get((m.namespace, m.name), {}).items())),
+                   keyed=m.keyed)
         for (_, _), m in sorted(chosen.items())
     )
     return table, tuple(shadowed)

@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
                         f"{ADMIN_PORT}; any free port with --listen port 0)")
     p.add_argument("--replicas", action="append", default=[], metavar="MODEL=URL[,URL...]",
                    help="a model and its replicas' gateways, URL|ADMIN_URL to give the admin "
-                        "port too; repeatable (static mode: the cluster is not read)")
+                        "port too, ;keys at the end when they ask for API keys (listed only "
+                        "to keys they accept); repeatable (static mode: the cluster is not read)")
     p.add_argument("--poll-interval", default="1", metavar="S",
                    help="seconds between reads of the replicas' /slots and /speed "
                         "(default %(default)s)")

@@ -11,7 +11,8 @@ PREFIX = "localmodel_router_"
 
 class RouterMetrics:
     def __init__(self, reads: Counter, sessions: Callable[[], int],
-                 owned: Callable[[], int] = lambda: 0) -> None:
+                 owned: Callable[[], int] = lambda: 0,
+                 key_checks: Counter | None = None) -> None:
         self.decisions = Counter(PREFIX + "decisions_total",
                                  "routing decisions of session turns: owner or spilled",
                                  ("decision",))
@@ -34,8 +35,10 @@ class RouterMetrics:
                            "live sessions with a remembered owner (bounded loads)",
                            lambda: {(): float(owned())})
         self.reads = reads
+        self.key_checks = key_checks  # router/keyed.py's, by answer
 
     def render(self) -> str:
+        extra = [] if self.key_checks is None else [self.key_checks]
         return render([self.decisions, self.replica_turns, self.requests, self.upstream_errors,
                        self.spilled_reread, self.spilled_owner_wait, self.sessions, self.owned,
-                       self.reads])
+                       self.reads, *extra])

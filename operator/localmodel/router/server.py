@@ -44,6 +44,7 @@ from localmodel.gateway_contract.replies import error_response, json_response
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
+from localmodel.router.keyed import KeyChecks
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
@@ -56,6 +57,7 @@ from localmodel.router.table import (
     ReplicaSource,
     listed_names,
     lookup,
+    open_models,
 )
 from localmodel.router.upstream import Pool
 
@@ -80,8 +82,9 @@ class Router:
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
         self.owners = Owners()
+        self.keys = KeyChecks(clock)  # who sees a keyed model listed
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
-                                     lambda: len(self.owners))
+                                     lambda: len(self.owners), self.keys.answered)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed
@@ -146,16 +149,23 @@ class Router:
 
     # ---- listing and status ---------------------------------------------------
 
+    async def _listed(self, request: web.Request) -> tuple[str, ...]:
+        """The names this caller may see: open models, and keyed ones whose
+        gateway accepts its key (router/keyed.py)."""
+        table = self.source.routes()
+        shown = await self.keys.visible(self.session, table, request.headers.get("Authorization"))
+        return listed_names(table, shown)
+
     async def handle_models(self, request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "localmodel"}
-                for name in listed_names(self.source.routes())]
+                for name in await self._listed(request)]
         self.metrics.requests.inc(1, ("/v1/models", "200"))
         return json_response(200, {"object": "list", "data": data})
 
     async def handle_tags(self, request: web.Request) -> web.Response:
         models = [{"name": name, "model": name, "modified_at": "1970-01-01T00:00:00Z",
                    "size": 0, "digest": "", "details": {}}
-                  for name in listed_names(self.source.routes())]
+                  for name in await self._listed(request)]
         self.metrics.requests.inc(1, (ollama.TAGS_PATH, "200"))
         return json_response(200, {"models": models})
 
@@ -243,9 +253,9 @@ class Router:
         field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
         asked = body.get(field)
         if not isinstance(asked, str) or not asked.strip():
+            named = ", ".join(listed_names(table, open_models(table))) or "none"
             raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
-                                  f"several models and {field} picks one: "
-                                  f"{', '.join(listed_names(table)) or 'none'}")
+                                  f"several models and {field} picks one: {named}")
         found = lookup(table, asked)
         if isinstance(found, Ambiguous):
             raise BadRequest(400, found.message)

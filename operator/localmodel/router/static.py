@@ -16,6 +16,9 @@ Each value names one model and its replicas' gateways:
   `|ADMIN_URL`, its admin port (where /speed is read). Without it the router
   still reads /slots on the main port but knows no prefill speed there, so it
   never spills a session onto or off that replica by cost.
+- `;keys` after the URLs says the model's gateways ask for API keys: the
+  router lists it only to callers whose key its gateway accepts
+  (router/keyed.py); without it the model is listed to everyone.
 - The flag repeats, once per model; one model given twice is an error.
 
 A replica's name is its URL, and its identity `namespace/URL`: the same on
@@ -35,6 +38,7 @@ from localmodel.router.table import ModelRoute, Replica, RouteTable, split_quali
 FLAG = "--replicas"
 DEFAULT_NAMESPACE = "static"
 _MODEL = re.compile(MODEL_PATTERN)
+KEYS_MARK = "keys"  # `MODEL=URL,...;keys`: the model's gateways ask for API keys
 MAX_REPLICAS = 256  # per model: the flag is an operator's, not a stranger's, but bounded
 
 
@@ -61,6 +65,9 @@ def _url(value: str, raw: str, what: str) -> str:
 def parse_value(value: str) -> ModelRoute:
     """One --replicas value as a model's route."""
     model, eq, urls = value.partition("=")
+    urls, semicolon, marks = urls.partition(";")
+    if semicolon and marks.strip() != KEYS_MARK:
+        raise BadReplicas(value, f"after ';' only {KEYS_MARK!r} may follow the URLs")
     model = model.strip()
     if not eq or not model:
         raise BadReplicas(value, "expected MODEL=URL[,URL...]")
@@ -81,7 +88,8 @@ def parse_value(value: str) -> ModelRoute:
         replicas.append(Replica(namespace=namespace, name=url, url=url, admin_url=admin_url))
     if len({r.name for r in replicas}) != len(replicas):
         raise BadReplicas(value, "a replica URL is given twice")
-    return ModelRoute(namespace=namespace, name=name, replicas=tuple(replicas))
+    return ModelRoute(namespace=namespace, name=name, replicas=tuple(replicas),
+                      keyed=bool(semicolon))
 
 
 def parse_replicas(values: Sequence[str]) -> RouteTable:

@@ -17,6 +17,7 @@ served name that itself reads as `namespace/name` (`library/qwen3`, or
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +49,7 @@ class ModelRoute:
     namespace: str
     name: str  # the served model name: what a request's `model` field says
     replicas: tuple[Replica, ...]  # Ready replicas only
+    keyed: bool = False  # its gateway asks for API keys: listed only to keys it accepts
 
     @property
     def qualified(self) -> str:
@@ -70,7 +72,7 @@ class Found:
 @dataclass(frozen=True)
 class NotFound:
     asked: str
-    known: tuple[str, ...]  # every model's name as a request may spell it
+    known: tuple[str, ...]  # every open model's name as a request may spell it
 
     @property
     def message(self) -> str:
@@ -81,12 +83,12 @@ class NotFound:
 @dataclass(frozen=True)
 class Ambiguous:
     asked: str
-    choices: tuple[str, ...]  # namespace/name of each model serving the bare name
+    choices: tuple[str, ...]  # namespace/name of each open model serving the bare name
 
     @property
     def message(self) -> str:
-        return (f"model {self.asked!r} is served in more than one namespace; "
-                f"name one of: {', '.join(self.choices)}")
+        choices = f"one of: {', '.join(self.choices)}" if self.choices else "it as namespace/name"
+        return f"model {self.asked!r} is served in more than one namespace; name {choices}"
 
 
 Lookup = Found | NotFound | Ambiguous
@@ -116,15 +118,22 @@ def qualified_only_notes(table: RouteTable) -> tuple[str, ...]:
                  for r in table if qualified_only(r))
 
 
-def listed_names(table: RouteTable) -> tuple[str, ...]:
+def listed_names(table: RouteTable, shown: Collection[str] | None = None) -> tuple[str, ...]:
     """The names the listing routes show, each one `lookup` finds: a bare name
     where one namespace serves it and it cannot be read as `namespace/name`,
-    else `namespace/name`."""
+    else `namespace/name`; only the models `shown` names (qualified) when it is
+    given (router/keyed.py: who sees a keyed model)."""
     counts: dict[str, int] = {}
     for route in table:
         counts[route.name] = counts.get(route.name, 0) + 1
     return tuple(sorted(r.name if counts[r.name] == 1 and not qualified_only(r)
-                        else r.qualified for r in table))
+                        else r.qualified for r in table
+                        if shown is None or r.qualified in shown))
+
+
+def open_models(table: RouteTable) -> frozenset[str]:
+    """The models that ask for no key (qualified): the only ones an error may name."""
+    return frozenset(r.qualified for r in table if not r.keyed)
 
 
 def lookup(table: RouteTable, asked: str) -> Lookup:
@@ -138,10 +147,10 @@ def lookup(table: RouteTable, asked: str) -> Lookup:
         for route in table:
             if (route.namespace, route.name) == qualified:
                 return Found(route)
-        return NotFound(asked, listed_names(table))
+        return NotFound(asked, listed_names(table, open_models(table)))
     exact = tuple(r for r in table if r.name == asked)
     if len(exact) == 1:
         return Found(exact[0])
     if len(exact) > 1:
-        return Ambiguous(asked, tuple(sorted(r.qualified for r in exact)))
-    return NotFound(asked, listed_names(table))
+        return Ambiguous(asked, tuple(sorted(r.qualified for r in exact if not r.keyed)))
+    return NotFound(asked, listed_names(table, open_models(table)))
