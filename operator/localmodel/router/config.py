@@ -17,6 +17,10 @@ from localmodel.settings import ConfigError, listen, positive_seconds
 _GW = GatewayConfig()
 ROUTER_PORT = 8080
 ADMIN_PORT = 8090
+# Requests in progress at once (router/admission.py). Each holds at most one
+# body of --max-body-bytes while it lasts: with the parse and the reads, 64 of
+# them at the 1 MiB default fit the chart's limit (router_memory_bytes).
+PLACES = 64
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class RouterConfig:
     max_body_bytes: int = _GW.max_body_bytes
     idle_timeout: float = _GW.idle_timeout  # header and idle timeout of a client's connection
     body_timeout: float = _GW.body_timeout
+    places: int = PLACES  # requests in progress at once; 503 past them, the body unread
+    body_reads: int = _GW.body_reads  # request bodies read and parsed at once
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
     # localmodel.gateway.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
@@ -56,6 +62,12 @@ def parser() -> argparse.ArgumentParser:
                    help="longest exchange with a replica (default %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=_GW.max_body_bytes, metavar="N",
                    help="request body limit, 413 above it (default %(default)s)")
+    p.add_argument("--places", type=int, default=PLACES, metavar="N",
+                   help="requests in progress at once; past them 503 with Retry-After, "
+                        "the body unread (default %(default)s)")
+    p.add_argument("--body-reads", type=int, default=_GW.body_reads, metavar="N",
+                   help="request bodies read and parsed at once, others wait their turn "
+                        "(default %(default)s)")
     return p
 
 
@@ -68,9 +80,12 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
         admin_host, admin_port = host, (ADMIN_PORT if port else 0)
     if args.max_body_bytes < 1:
         raise ConfigError("max-body-bytes", f"{args.max_body_bytes} is not a positive number")
+    for flag, value in (("places", args.places), ("body-reads", args.body_reads)):
+        if value < 1:
+            raise ConfigError(flag, f"{value} is not a positive number")
     return RouterConfig(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         poll_interval=positive_seconds("poll-interval", args.poll_interval),
         deadline=positive_seconds("deadline", args.deadline),
-        max_body_bytes=args.max_body_bytes,
+        max_body_bytes=args.max_body_bytes, places=args.places, body_reads=args.body_reads,
     )

@@ -11,7 +11,8 @@ PREFIX = "localmodel_router_"
 
 class RouterMetrics:
     def __init__(self, reads: Counter, sessions: Callable[[], int],
-                 owned: Callable[[], int] = lambda: 0) -> None:
+                 owned: Callable[[], int] = lambda: 0,
+                 admission: Callable[[], dict[str, int]] = dict) -> None:
         self.decisions = Counter(PREFIX + "decisions_total",
                                  "routing decisions of session turns: owner or spilled",
                                  ("decision",))
@@ -31,7 +32,13 @@ class RouterMetrics:
                            "live sessions with a remembered owner (bounded loads)",
                            lambda: {(): float(owned())})
         self.reads = reads
+        self.admission = Gauge(PREFIX + "admission",
+                               "places held by requests in progress (--places), bodies being "
+                               "read and parsed (--body-reads), and bodies waiting their turn",
+                               lambda: {(k,): float(v) for k, v in admission().items()},
+                               ("what",))
 
     def render(self) -> str:
         return render([self.decisions, self.requests, self.upstream_errors, self.spilled_reread,
-                       self.spilled_owner_wait, self.sessions, self.owned, self.reads])
+                       self.spilled_owner_wait, self.sessions, self.owned, self.reads,
+                       self.admission])

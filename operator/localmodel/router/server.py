@@ -28,7 +28,6 @@ import aiohttp
 from aiohttp import web
 
 from localmodel.engines import ollama
-from localmodel.gateway.bounds import TooLarge, check_bounds
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
 from localmodel.gateway_contract import (
@@ -38,6 +37,7 @@ from localmodel.gateway_contract import (
     READY_PATH,
     ROUTE_HEADER,
 )
+from localmodel.router.admission import RETRY_AFTER_S, BodyReads, Places
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
@@ -45,27 +45,13 @@ from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
-from localmodel.router.session import prompt_tokens, ranking, session_key
-from localmodel.router.table import (
-    Ambiguous,
-    Found,
-    ModelRoute,
-    ReplicaSource,
-    listed_names,
-    lookup,
-)
+from localmodel.router.session import ranking
+from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
 from localmodel.router.upstream import Pool
+from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
 
 REPLICA_HEADER = "X-LocalModel-Replica"
-SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
-                 ollama.GENERATE_PATH)
 INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Router:
@@ -79,7 +65,9 @@ class Router:
         self.book = SessionBook()
         self.owners = Owners()
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
-                                     lambda: len(self.owners))
+                                     lambda: len(self.owners), self._admission)
+        self.places = Places(config.places)
+        self.reads = BodyReads(config.body_reads)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed
@@ -142,6 +130,10 @@ class Router:
         """Read every replica's /slots and /speed once (tests call it to not wait)."""
         await self.watch.poll(self.session, self.source.routes())
 
+    def _admission(self) -> dict[str, int]:
+        return {"places_held": self.places.held, "body_reads": self.reads.reading,
+                "body_reads_waiting": self.reads.waiting}
+
     # ---- listing and status ---------------------------------------------------
 
     async def handle_models(self, request: web.Request) -> web.Response:
@@ -169,21 +161,29 @@ class Router:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         openai = request.path.startswith("/v1/")
         started = self._clock()
+        if not self.places.take():  # refused before any of its body is read
+            message = (f"the router is at its limit of {self.places.limit} requests in "
+                       "progress (--places)")
+            return self._refused(request, started, 503, message, openai,
+                                 {"Retry-After": str(RETRY_AFTER_S)})
         try:
-            raw, body = await self._read(request)
-            route, data = self._route_of(body, raw, request.path)
+            return await self._admitted(request, started, openai)
+        finally:
+            self.places.give()
+
+    async def _admitted(self, request: web.Request, started: float,
+                        openai: bool) -> web.StreamResponse:
+        try:
+            want = await self._read(request)
         except BadRequest as exc:
-            self.metrics.requests.inc(1, (request.path, str(exc.status)))
-            self._access(request, started, exc.status, error=str(exc))
-            return error_response(exc.status, str(exc), openai=openai)
+            return self._refused(request, started, exc.status, str(exc), openai)
+        route, key = want.route, want.key
         if not route.replicas:
             message = f"model {route.qualified} has no Ready replica"
             self.metrics.requests.inc(1, (request.path, "503"))
             self._access(request, started, 503, model=route.qualified, error=message)
             return error_response(503, message, openai=openai)
-        key = (session_key(request.headers.get(SESSION_HEADER), body)
-               if request.path in SESSION_PATHS else None)
-        decision = self._decide(route, key, prompt_tokens(body))
+        decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
         # The replica's ledger keeps the decision; the owner learns it owns the
@@ -193,13 +193,22 @@ class Router:
             told[OWNED_SESSION_HEADER] = key
         try:
             with self.watch.sending(replica.name):
-                done = await relay(self.pool, request, replica.url, data, extra,
+                done = await relay(self.pool, request, replica.url, want.data, extra,
                                    self.config.deadline, openai, told)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
         self._after(request, route, key, decision, done, started)
         return done.response
+
+    def _refused(self, request: web.Request, started: float, status: int, message: str,
+                 openai: bool, headers: dict[str, str] | None = None) -> web.Response:
+        self.metrics.requests.inc(1, (request.path, str(status)))
+        self._access(request, started, status, error=message)
+        response = error_response(status, message, headers, openai=openai)
+        if status in (413, 503):  # a body may be left unread: the connection goes with it
+            response.force_close()
+        return response
 
     def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
               decision: Decision, started: float) -> None:
@@ -209,48 +218,25 @@ class Router:
         self._access(request, started, 499, model=route.qualified, replica=decision.replica,
                      decision=decision if key else None, session=key, error="caller gone")
 
-    async def _read(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        try:
-            async with asyncio.timeout(self.config.body_timeout):
-                raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BadRequest(413, f"the body is over the limit of {self.config.max_body_bytes} "
-                                  "bytes (--max-body-bytes)") from None
-        except TimeoutError:
-            raise BadRequest(408, f"the body did not arrive within "
-                                  f"{self.config.body_timeout:g}s") from None
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise BadRequest(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise BadRequest(400, "the body is not a JSON object")
-        try:
-            check_bounds(body, self.config.bounds)
-        except TooLarge as exc:
-            raise BadRequest(413, str(exc)) from None
-        return raw, body
-
-    def _route_of(self, body: dict[str, Any], raw: bytes,
-                  path: str) -> tuple[ModelRoute, bytes]:
-        """The model the body names, and the body to send (its `model` made the
-        served name when the caller wrote namespace/name)."""
-        table = self.source.routes()
-        field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
-        asked = body.get(field)
-        if not isinstance(asked, str) or not asked.strip():
-            raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
-                                  f"several models and {field} picks one: "
-                                  f"{', '.join(listed_names(table)) or 'none'}")
-        found = lookup(table, asked)
-        if isinstance(found, Ambiguous):
-            raise BadRequest(400, found.message)
-        if not isinstance(found, Found):
-            raise BadRequest(404, found.message)
-        if asked == found.route.name:
-            return found.route, raw
-        body[field] = found.route.name
-        return found.route, json.dumps(body).encode()
+    async def _read(self, request: web.Request) -> Wanted:
+        """The body, read and parsed with at most --body-reads others; only
+        what routing needs is kept (router/wanted.py)."""
+        limit = self.config.max_body_bytes
+        too_large = BadRequest(413, f"the body is over the limit of {limit} bytes "
+                                    "(--max-body-bytes)")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        async with self.reads.turn():
+            try:
+                async with asyncio.timeout(self.config.body_timeout):
+                    raw = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise too_large from None
+            except TimeoutError:
+                raise BadRequest(408, f"the body did not arrive within "
+                                      f"{self.config.body_timeout:g}s") from None
+            return wanted(raw, request.path, request.headers.get(SESSION_HEADER),
+                          self.source.routes(), self.config.bounds)
 
     def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
         """The session's owner (router/owners.py: bounded loads, remembered),

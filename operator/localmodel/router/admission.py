@@ -1,0 +1,62 @@
+"""Admission before work at the router: a request holds one of --places
+places before its body is read (none free: 503 with Retry-After, its body
+left unread), and at most --body-reads bodies are read and parsed at once.
+
+What a request costs the router is bounded by these two numbers: a place
+holds at most one body of --max-body-bytes (its bytes, and their copy sent
+to the replica) for as long as the request lasts; a read holds up to twice
+that while it arrives, and the parse, which runs on the event loop one at a
+time, up to ~25 times it, gone before the request is relayed
+(router/wanted.py keeps only what routing needs). The chart's memory limit
+is sized from these (router/config.py, router_memory_bytes;
+docs/benchmarks.md, Hostile bodies at the router).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+RETRY_AFTER_S = 1  # a place frees as soon as any request ends
+
+
+class Places:
+    """The requests in progress, at most `limit` (the check and the count are
+    one step on the event loop: no await between them)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self) -> bool:
+        if self.held >= self.limit:
+            return False
+        self.held += 1
+        return True
+
+    def give(self) -> None:
+        self.held -= 1
+
+
+class BodyReads:
+    """Bodies read and parsed at once, at most `limit`; the others wait their turn."""
+
+    def __init__(self, limit: int) -> None:
+        self._gate = asyncio.Semaphore(limit)
+        self.reading = 0
+        self.waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        self.waiting += 1
+        try:
+            await self._gate.acquire()
+        finally:
+            self.waiting -= 1
+        self.reading += 1
+        try:
+            yield
+        finally:
+            self.reading -= 1
+            self._gate.release()
