@@ -62,6 +62,9 @@ OWNED_SESSION_HEADER = "X-LocalModel-Owned-Session"
 # `owner`, or `spilled; owner_wait_s=..; reread_s=..; wait_s=..`.
 ROUTE_HEADER = "X-LocalModel-Route"
 MAX_ROUTED = 160  # characters of it a ledger record keeps
+# Where the gateway served a request (`local` or `overflow`), on its answer;
+# the router passes it on (and no other X-LocalModel-* header of a replica's).
+SERVED_BY_HEADER = "X-LocalModel-Served-By"
 SESSION_KEY_PATTERN = r"[hf]:[0-9a-f]{24}"
 OWNED_SESSIONS_LISTED = 512  # keys /slots lists at most (about 15 KiB)
 # On the admin port only:

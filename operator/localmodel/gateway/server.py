@@ -46,11 +46,11 @@ from localmodel.gateway_contract import (
     METRICS_PATH,
     READY_PATH,
     SLOTS_PATH,
+    SERVED_BY_HEADER,
     SPEED_PATH,
     GatewayConfig,
 )
 
-SERVED_BY_HEADER = "X-LocalModel-Served-By"
 KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
 
 

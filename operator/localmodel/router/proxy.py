@@ -15,7 +15,8 @@ X-Priority, X-Request-Timeout and X-Request-Id, pass through unchanged. The
 gateway is the one place that checks keys (it holds the keys file and
 reloads it) and that knows its queue, priorities and sessions; checking them
 here too would be a second copy of each rule that could drift. The answer's
-X-Request-Id, X-LocalModel-* and content headers come back.
+X-Request-Id, X-LocalModel-Served-By and content headers come back; the
+replica's other X-LocalModel-* headers do not (the router adds its own).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER, SERVED_BY_HEADER
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -43,7 +44,8 @@ from localmodel.router.upstream import (
 
 PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-request-timeout",
                 "x-request-id", "user-agent")
-BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after")
+BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after",
+                SERVED_BY_HEADER.lower())
 PREFIX = "x-localmodel-"
 
 
@@ -61,8 +63,11 @@ def pass_headers(headers: Mapping[str, str],
 
 
 def back_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {k: v for k, v in headers if k.lower() in BACK_HEADERS
-            or k.lower().startswith(PREFIX)}
+    """What of the replica's answer head goes on to the caller. Of the
+    project's own headers only those a gateway answers with: the router's
+    (X-LocalModel-Route, X-LocalModel-Replica) are its own to say, and any
+    other a replica sends in that namespace is dropped."""
+    return {k: v for k, v in headers if k.lower() in BACK_HEADERS}
 
 
 def request_bytes(address: Address, path: str, headers: Mapping[str, str],

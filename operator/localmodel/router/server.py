@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import sys
 import time
@@ -26,10 +27,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from localmodel.engines import ollama
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
+from localmodel.printable import printable
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     METRICS_PATH,
@@ -133,6 +136,14 @@ class Router:
     def _admission(self) -> dict[str, int]:
         return {"places_held": self.places.held, "body_reads": self.reads.reading,
                 "body_reads_waiting": self.reads.waiting}
+
+    def http_log(self) -> logging.Logger:
+        """aiohttp's logger for the main port: what it refuses before any
+        handler runs (a malformed request line or header: 400) gets the
+        router's access-log line and is counted, not a traceback."""
+        logger = logging.Logger("localmodel.router.http", logging.DEBUG)
+        logger.addHandler(_Refusals(self))
+        return logger
 
     # ---- listing and status ---------------------------------------------------
 
@@ -287,6 +298,29 @@ class Router:
         self.log(json.dumps(doc, separators=(",", ":")))
 
 
+class _Refusals(logging.Handler):
+    """aiohttp's records of the requests it answered itself (a malformed
+    request: its HttpProcessingError's status), as access-log lines with path
+    `-` (the request line may be what was malformed); anything else it logs,
+    one line on stderr."""
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(logging.DEBUG)
+        self.router = router
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            status = exc.code or 400
+            why = f"malformed request: {printable(str(exc.message).splitlines()[0], 120)}"
+            self.router.metrics.requests.inc(1, ("-", str(status)))
+            doc = {"time": round(time.time(), 3), "path": "-", "status": status, "error": why}
+            self.router.log(json.dumps(doc, separators=(",", ":")))
+        elif record.levelno >= logging.WARNING:
+            detail = f": {exc!r}" if exc is not None else ""
+            _stderr_line(printable(f"localmodel router: {record.getMessage()}{detail}", 1024))
+
+
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -328,7 +362,7 @@ async def start_router(config: RouterConfig, source: ReplicaSource,
     router = Router(config, source, log)
     runner = web.AppRunner(router.app(), handler_cancellation=True,
                            keepalive_timeout=config.idle_timeout, access_log=None,
-                           shutdown_timeout=1.0)
+                           shutdown_timeout=1.0, logger=router.http_log())
     await runner.setup()
     await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
     port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
