@@ -154,8 +154,8 @@ async def test_the_parsed_body_is_gone_while_the_request_is_relayed(
     marker = "zz-marker-of-this-body-only"
     # Built as text, so the test itself holds no parsed copy: a dict holding a
     # list is one the garbage collector tracks, so gc.get_objects() finds it.
-    raw = ('{"model": "%s", "messages": [{"role": "user", "content": "x"}], "%s": [1]}'
-           % (model, marker)).encode()
+    raw = (b'{"model": "' + model.encode() + b'", "messages": [{"role": "user", '
+           b'"content": "x"}], "' + marker.encode() + b'": [1]}')
     client = await RawClient.send(router.port, "/api/chat", raw)
     await wait_until(lambda: len(replica.bodies) == 1, timeout=30)
     assert marker.encode() in replica.bodies[0]  # relayed, with the field the router ignores

@@ -32,7 +32,6 @@ from aiohttp.http_exceptions import HttpProcessingError
 from localmodel.engines import ollama
 from localmodel.gateway.ledger import SESSION_HEADER
 from localmodel.gateway.wire import error_response, json_response
-from localmodel.printable import printable
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     METRICS_PATH,
@@ -40,8 +39,9 @@ from localmodel.gateway_contract import (
     READY_PATH,
     ROUTE_HEADER,
 )
-from localmodel.router.admission import RETRY_AFTER_S, BodyReads, Places
+from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
+from localmodel.router.admission import RETRY_AFTER_S, BodyReads, Places
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
 from localmodel.router.metrics import RouterMetrics
@@ -52,6 +52,7 @@ from localmodel.router.session import ranking
 from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
 from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
+from localmodel.settings import PortTaken
 
 REPLICA_HEADER = "X-LocalModel-Replica"
 INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
@@ -364,16 +365,20 @@ async def start_router(config: RouterConfig, source: ReplicaSource,
                            keepalive_timeout=config.idle_timeout, access_log=None,
                            shutdown_timeout=1.0, logger=router.http_log())
     await runner.setup()
-    await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
+    try:
+        await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortTaken("listen", config.listen_host, config.listen_port, exc) from None
     port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
     host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     admin = web.AppRunner(router.admin_app(), access_log=None, shutdown_timeout=1.0)
     await admin.setup()
     try:
         await web.TCPSite(admin, config.admin_host, config.admin_port).start()
-    except OSError:
+    except OSError as exc:
         await admin.cleanup()
         await runner.cleanup()
-        raise
+        raise PortTaken("admin-listen", config.admin_host, config.admin_port, exc) from None
     admin_port = int(admin.addresses[0][1]) if admin.addresses else config.admin_port
     return RunningRouter(router, runner, admin, host, port, admin_port)
