@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from localmodel.router.admission import SMALL_BODY
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source
@@ -126,7 +127,9 @@ async def test_bodies_past_body_reads_wait_their_turn_then_are_relayed(
         held_router: Serve) -> None:
     router, _, replica = await held_router(places=8, body_reads=1)
     replica.go.set()
-    whole = json.dumps(TURN).encode()
+    # Over SMALL_BODY: a body announced smaller is read without a turn.
+    large = {**TURN, "messages": [{"role": "user", "content": "x" * (SMALL_BODY + 1)}]}
+    whole = json.dumps(large).encode()
     slow = await _head_only(router.port, len(whole), whole[:5])  # holds the one read
     await wait_until(lambda: router.router.reads.reading == 1, timeout=30)
     quick = await RawClient.send(router.port, "/api/chat", whole)
@@ -140,6 +143,20 @@ async def test_bodies_past_body_reads_wait_their_turn_then_are_relayed(
         client.close()
     assert replica.bodies == [whole, whole]
     assert router.router.reads.reading == 0 and router.router.reads.waiting == 0
+
+
+async def test_a_small_body_is_read_while_large_ones_hold_every_read(
+        held_router: Serve) -> None:
+    router, _, replica = await held_router(places=8, body_reads=1)
+    replica.go.set()
+    slow = await _head_only(router.port, SMALL_BODY + 1, b"{")  # holds the one read
+    await wait_until(lambda: router.router.reads.reading == 1, timeout=30)
+    chat = await RawClient.send(router.port, "/api/chat", TURN)
+    async with asyncio.timeout(30):
+        assert (await chat.response())[0] == 200
+    assert router.router.reads.reading == 1  # the large body still holds its turn
+    chat.close()
+    slow.close()
 
 
 def _dicts_with(key: str) -> int:

@@ -7,7 +7,9 @@ holds at most one body of --max-body-bytes (its bytes, and their copy sent
 to the replica) for as long as the request lasts; a read holds up to twice
 that while it arrives, and the parse, which runs on the event loop one at a
 time, up to ~25 times it, gone before the request is relayed
-(router/wanted.py keeps only what routing needs). The chart's memory limit
+(router/wanted.py keeps only what routing needs). A body announced small
+(SMALL_BODY) is read without a turn: a normal chat never waits behind large
+ones, and the places bound what small ones hold. The chart's memory limit
 is sized from these (router/config.py, router_memory_bytes;
 docs/benchmarks.md, Hostile bodies at the router).
 """
@@ -19,6 +21,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 RETRY_AFTER_S = 1  # a place frees as soon as any request ends
+# A body announced at most this long is read without waiting for a turn: a
+# chat's turn is this small, and never waits behind large bodies; every
+# place holding one costs at most twice this (64 places: 8 MiB).
+SMALL_BODY = 64 * 1024
 
 
 class Places:
@@ -48,7 +54,12 @@ class BodyReads:
         self.waiting = 0
 
     @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
+    async def turn(self, announced: int | None) -> AsyncIterator[None]:
+        """A turn to read a body of `announced` bytes (None: chunked, unknown):
+        at once for a small one, else when one of `limit` is free."""
+        if announced is not None and announced <= SMALL_BODY:
+            yield
+            return
         self.waiting += 1
         try:
             await self._gate.acquire()

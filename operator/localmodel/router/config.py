@@ -42,6 +42,30 @@ class RouterConfig:
     bounds: GatewayConfig = field(default=_GW, repr=False)
 
 
+# The router's memory limit (the chart's router.resources), sized from
+# benchmarks/router_hostile.py (docs/benchmarks.md, Hostile bodies at the
+# router) the way render/names.py sizes the gateway's: at rest, the parse of
+# one worst body (parses run one at a time, on the event loop), each read in
+# progress (its bytes arriving and read), and each place holding the worst
+# valid body (its bytes and the request's copy sent to the replica), and half
+# again for what a run does not hold (fragmentation, sessions remembered).
+ROUTER_MEMORY_BYTES = 256 * 1024**2
+_AT_REST = 48 * 1024**2
+_PARSE_TIMES_BODY = 30
+_READ_TIMES_BODY = 2
+_PLACE_TIMES_BODY = 2.5
+
+
+def router_memory_bytes(places: int = PLACES, body_reads: int = _GW.body_reads,
+                        max_body_bytes: int = _GW.max_body_bytes) -> int:
+    """The router's memory limit for its places, body reads and body limit, whole MiB."""
+    body = max_body_bytes
+    need = (_AT_REST + _PARSE_TIMES_BODY * body + _READ_TIMES_BODY * body * body_reads
+            + _PLACE_TIMES_BODY * body * places)
+    mib = -(-int(need * 1.5) // 1024**2)
+    return max(ROUTER_MEMORY_BYTES, mib * 1024**2)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="localmodel router",

@@ -238,7 +238,7 @@ class Router:
                                     "(--max-body-bytes)")
         if request.content_length is not None and request.content_length > limit:
             raise too_large
-        async with self.reads.turn():
+        async with self.reads.turn(request.content_length):
             try:
                 async with asyncio.timeout(self.config.body_timeout):
                     raw = await request.read()
