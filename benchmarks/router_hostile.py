@@ -3,13 +3,14 @@ it has (--places) is held by a client sending the worst bodies, and a normal
 chat's answers meanwhile.
 
 Run: python benchmarks/router_hostile.py [--seconds S] [--places N] [--body-reads N]
-     [--max-body-bytes N] [--kinds KIND ...] [--quick] [--json]
+     [--max-body-bytes N] [--kinds KIND ...] [--over N] [--quick] [--json]
 
 The router runs as `localmodel router` in its own process with its defaults
 (or the flags given), in static mode in front of one replica: the Ollama
 stand-in (tests/gateway/ollama_standin.py, not Ollama) in another process,
-answering each turn in 16 tokens 20 ms apart (about a third of a second), so
-a relayed request holds its place that long. For `--seconds`, places - 1
+answering each turn in 16 tokens 20 ms apart (about a third of a second;
+`--answer-seconds`), so a relayed request holds its place, with its bytes,
+that long. For `--seconds`, places - 1
 hostile clients each send, one after another, the worst bodies just within
 the body limit, alternating the Ollama and the OpenAI chat routes:
 
@@ -23,9 +24,10 @@ the body limit, alternating the Ollama and the OpenAI chat routes:
 - nesting: `[[[[...]]]]` as deep as the body allows: 400, not a JSON object;
 - oversize: headers announcing 8 MiB (and its first 64 KiB sent): 413 by its
   Content-Length, never read, naming --max-body-bytes;
-- over: the structure body from OVER_CLIENTS clients more than the places:
-  503 naming --places whenever every place is held (counted as `over:503`),
-  else relayed.
+- over (with `--over N`): the structure body from N clients past the
+  places, so that every place is held at times: any kind, the normal chat's
+  included, may then get 503 naming --places (counted as `over:503` for
+  theirs, as it must be for the others').
 
 Meanwhile one normal caller chats back to back on /api/chat (the hostile
 clients hold every place but one). Reported: each kind's answers, the normal
@@ -65,9 +67,8 @@ from tests.harness.processes import (  # noqa: E402
 )
 
 DEFAULTS = RouterConfig()
-KINDS = ("structure", "messages", "string", "nesting", "oversize", "over")
+KINDS = ("structure", "messages", "string", "nesting", "oversize")
 RIGHT = "as it must be"
-OVER_CLIENTS = 4  # clients past the places
 
 
 def hostile_bodies(limit: int, string_limit: int) -> dict[str, tuple[bytes, int, str]]:
@@ -127,18 +128,15 @@ async def normal_caller(host: str, port: int, until: float, latencies: list[floa
 
 
 async def load(host: str, port: int, seconds: float, clients: int,
-               kinds: dict[str, tuple[bytes, int, str]], over: bool) -> dict[str, Any]:
+               kinds: dict[str, tuple[bytes, int, str]], over: int) -> dict[str, Any]:
     answers: Counter[str] = Counter()
     statuses: Counter[int] = Counter()
     latencies: list[float] = []
     until = time.monotonic() + seconds
     names = sorted(kinds)
-    extra = []
-    if over:
-        over_kinds = {"over": (kinds["structure"][0], 503, "--places")} \
-            if "structure" in kinds else {}
-        extra = [hostile_client(host, port, over_kinds, ["over"], 0, until, answers)
-                 for _ in range(OVER_CLIENTS)] if over_kinds else []
+    over_kinds = {"over": (kinds["structure"][0], 0, "")} if "structure" in kinds else {}
+    extra = [hostile_client(host, port, over_kinds, ["over"], 0, until, answers)
+             for _ in range(over if over_kinds else 0)]
     await asyncio.gather(
         normal_caller(host, port, until, latencies, statuses),
         *(hostile_client(host, port, kinds, names, i, until, answers) for i in range(clients)),
@@ -156,7 +154,7 @@ async def load(host: str, port: int, seconds: float, clients: int,
 
 
 def run(seconds: float, places: int, body_reads: int, body_limit: int,
-        only: list[str] | None) -> dict[str, Any]:
+        only: list[str] | None, over: int, answer_s: float = 0.32) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "operator"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with tempfile.TemporaryDirectory(prefix="router-hostile-") as tmpdir, \
@@ -166,7 +164,7 @@ def run(seconds: float, places: int, body_reads: int, body_limit: int,
         standin = ManagedProcess(
             "the Ollama stand-in",
             [sys.executable, "-m", "tests.gateway.ollama_standin", "--port", str(up),
-             "--tokens", "16", "--token-delay", "0.02"],
+             "--tokens", "16", "--token-delay", f"{answer_s / 16:g}"],
             tmp / "standin.log", env=env, cwd=ROOT,
         )
         stack.enter_context(standin.serving("the stand-in", lambda: port_is_listening(up), 20))
@@ -186,8 +184,7 @@ def run(seconds: float, places: int, body_reads: int, body_limit: int,
         rest = memory_kib(router.pid)
         kinds = hostile_bodies(body_limit, DEFAULTS.bounds.max_string_bytes)
         kinds = {k: v for k, v in kinds.items() if not only or k in only}
-        report = asyncio.run(load("127.0.0.1", port, seconds, places - 1, kinds,
-                                  not only or "over" in only))
+        report = asyncio.run(load("127.0.0.1", port, seconds, places - 1, kinds, over))
         peak = memory_kib(router.pid)
         report["router_alive"] = router.running()
     return {
@@ -196,6 +193,8 @@ def run(seconds: float, places: int, body_reads: int, body_limit: int,
         "body_reads": body_reads,
         "max_body_bytes": body_limit,
         "hostile_clients": places - 1,
+        "over_clients": over,
+        "answer_s": answer_s,
         "rss_at_rest_mib": round(rest["VmRSS"] / 1024, 1),
         "rss_peak_mib": round(peak["VmHWM"] / 1024, 1),
         "chart_limit_mib": router_memory_bytes(places, body_reads, body_limit) / 1024**2,
@@ -210,15 +209,20 @@ def main() -> int:
     parser.add_argument("--body-reads", type=int, default=DEFAULTS.body_reads)
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS.max_body_bytes)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, help="only these kinds")
+    parser.add_argument("--over", type=int, default=0,
+                        help="clients past the places, sending the structure body")
+    parser.add_argument("--answer-seconds", type=float, default=0.32,
+                        help="how long the stand-in takes to answer a turn (16 tokens)")
     parser.add_argument("--quick", action="store_true", help="3 seconds (a smoke test)")
     parser.add_argument("--json", action="store_true", help="end with the report as JSON")
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
-    report = run(seconds, args.places, args.body_reads, args.max_body_bytes, args.kinds)
+    report = run(seconds, args.places, args.body_reads, args.max_body_bytes, args.kinds,
+                 args.over, args.answer_seconds)
     report["quick"] = args.quick
     print(f"router under hostile bodies for {seconds:g}s: {report['hostile_clients']} hostile "
-          f"clients (every place of {report['places']} but one), {OVER_CLIENTS} more over the "
-          "places, "
+          f"clients (every place of {report['places']} but one), {report['over_clients']} more "
+          "past the places, "
           f"and one normal caller; --body-reads {report['body_reads']}")
     for kind, count in report["hostile"].items():
         print(f"  hostile {kind}: {count}")

@@ -19,7 +19,7 @@ ROUTER_PORT = 8080
 ADMIN_PORT = 8090
 # Requests in progress at once (router/admission.py). Each holds at most one
 # body of --max-body-bytes while it lasts: with the parse and the reads, 64 of
-# them at the 1 MiB default fit the chart's limit (router_memory_bytes).
+# them at the 1 MiB default fit the chart's 256 MiB (router_memory_bytes).
 PLACES = 64
 
 
@@ -44,16 +44,21 @@ class RouterConfig:
 
 # The router's memory limit (the chart's router.resources), sized from
 # benchmarks/router_hostile.py (docs/benchmarks.md, Hostile bodies at the
-# router) the way render/names.py sizes the gateway's: at rest, the parse of
-# one worst body (parses run one at a time, on the event loop), each read in
-# progress (its bytes arriving and read), and each place holding the worst
-# valid body (its bytes and the request's copy sent to the replica), and half
-# again for what a run does not hold (fragmentation, sessions remembered).
+# router) the way render/names.py sizes the gateway's. Measured at the 1 MiB
+# default body limit with 64 places: about 40 MiB at rest; the parse of one
+# worst body about 26 times the limit (parses run one at a time, on the event
+# loop); each read in progress up to twice it; each place holding a valid
+# body about once it (its bytes; the request sent to the replica is made for
+# the send, not kept): every place held for 10 s by a 1 MiB body of empty
+# objects peaked at 137 MiB. Hence 48 MiB + 30 x the limit + 2 x the limit a
+# read + 1.25 x the limit a place, and half again for what a run does not
+# hold (fragmentation, the sessions remembered), at least 256 MiB: the
+# defaults need 249 MiB.
 ROUTER_MEMORY_BYTES = 256 * 1024**2
 _AT_REST = 48 * 1024**2
 _PARSE_TIMES_BODY = 30
 _READ_TIMES_BODY = 2
-_PLACE_TIMES_BODY = 2.5
+_PLACE_TIMES_BODY = 1.25
 
 
 def router_memory_bytes(places: int = PLACES, body_reads: int = _GW.body_reads,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -164,13 +164,16 @@ class Relayed:
     error: str = ""  # why not, when the router knows
 
 
-async def _exchange(pool: Pool, address: Address, message: bytes) -> tuple[Connection, Head]:
+async def _exchange(pool: Pool, address: Address,
+                    message: Callable[[], bytes]) -> tuple[Connection, Head]:
     """Send and read the answer's head; once more on a new connection if a
     kept one was closed by the replica before it answered anything (its idle
-    timeout raced our request: the request was not read)."""
+    timeout raced our request: the request was not read). The request's
+    bytes are made for each send and not kept: a place waiting for its
+    answer holds the body once (the caller's bytes), not a second copy."""
     for attempt in (1, 2):
         conn = await (pool.connect(address) if attempt == 1 else pool.open(address))
-        conn.send(message)
+        conn.send(message())
         try:
             return conn, await conn.head()
         except UpstreamError:
@@ -198,14 +201,16 @@ async def relay(
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
-    message = request_bytes(address, request.path, request.headers, data, told)
+    def message() -> bytes:
+        return request_bytes(address, request.path, request.headers, data, told)
+
     try:
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)
     except (UpstreamError, TimeoutError) as exc:
         why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
-        message_ = f"replica {url}{request.path} did not answer: {why}"
-        return Relayed(error_response(502, message_, dict(extra), openai=openai), 502, tail,
+        said = f"replica {url}{request.path} did not answer: {why}"
+        return Relayed(error_response(502, said, dict(extra), openai=openai), 502, tail,
                        False, "connect")
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
