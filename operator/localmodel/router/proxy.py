@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -201,17 +202,15 @@ async def relay(
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
-    def message() -> bytes:
-        return request_bytes(address, request.path, request.headers, data, told)
-
+    message = functools.partial(request_bytes, address, request.path, request.headers, data, told)
     try:
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)
     except (UpstreamError, TimeoutError) as exc:
         why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
         said = f"replica {url}{request.path} did not answer: {why}"
-        return Relayed(error_response(502, said, dict(extra), openai=openai), 502, tail,
-                       False, "connect")
+        return Relayed(error_response(502, said, dict(extra), openai=openai), 502, tail, False,
+                       "connect")
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
                          headers={**back_headers(head.headers), **extra, **framing})
