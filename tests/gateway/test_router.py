@@ -22,7 +22,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from localmodel.gateway_contract import ROUTE_HEADER
+from localmodel.gateway_contract.headers import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from localmodel.controller.speed_answer import READ_MAX_BYTES
+from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source

@@ -5,8 +5,8 @@ routers talking to each other (docs/router.md, Sessions stay with their cache).
 A router sends `X-LocalModel-Owned-Session: KEY` on a turn it sends to the
 session's owner (never on a spilled turn); the gateway keeps the keys of the
 turns it answered, most recent first, at most `MAX_KEPT`, each forgotten
-`IDLE_S` after its last turn (the router forgets an idle session as long
-after). A value that is not a session key (gateway_contract's
+`SESSION_IDLE_S` after its last turn (the router forgets an idle session as long
+after). A value that is not a session key (gateway_contract/headers.py's
 SESSION_KEY_PATTERN) is ignored: the header crosses a trust boundary, and
 what it can do is bounded to steering a session the sender can name (a
 digest) to this replica. Pure but for the clock.
@@ -14,27 +14,17 @@ digest) to this replica. Pure but for the clock.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from localmodel.gateway_contract import OWNED_SESSIONS_LISTED, SESSION_KEY_PATTERN
+from localmodel.gateway_contract.headers import OWNED_SESSIONS_LISTED, SESSION_IDLE_S
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
-IDLE_S = 1800.0  # as the router's owners table (router/owners.py IDLE_S)
-_KEY = re.compile(SESSION_KEY_PATTERN)
-
-
-def owned_key(value: str | None) -> str | None:
-    """The header's value when it is a session key, else None."""
-    if value is None or len(value) > 64 or not _KEY.fullmatch(value):
-        return None
-    return value
 
 
 class OwnedSessions:
-    def __init__(self, limit: int = MAX_KEPT, idle_s: float = IDLE_S,
+    def __init__(self, limit: int = MAX_KEPT, idle_s: float = SESSION_IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.idle_s = idle_s
@@ -52,7 +42,7 @@ class OwnedSessions:
             self._seen.popitem(last=False)
 
     def listed(self, most: int = OWNED_SESSIONS_LISTED) -> list[str]:
-        """The keys answered within IDLE_S, most recent first, at most `most`."""
+        """The keys answered within SESSION_IDLE_S, most recent first, at most `most`."""
         now = self._clock()
         while self._seen:
             key, seen = next(iter(self._seen.items()))

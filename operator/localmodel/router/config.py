@@ -38,7 +38,7 @@ class RouterConfig:
     places: int = PLACES  # requests in progress at once; 503 past them, the body unread
     body_reads: int = _GW.body_reads  # request bodies read and parsed at once
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
-    # localmodel.gateway.bounds).
+    # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
 
 

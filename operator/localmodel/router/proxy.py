@@ -29,8 +29,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER, SERVED_BY_HEADER
+from localmodel.gateway_contract.headers import (
+    OWNED_SESSION_HEADER,
+    ROUTE_HEADER,
+    SERVED_BY_HEADER,
+)
+from localmodel.gateway_contract.replies import error_response
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from localmodel.controller.speed_answer import READ_MAX_BYTES
 from localmodel.gateway_contract import SLOTS_PATH, SPEED_PATH
+from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
 from localmodel.metrics import Counter
 from localmodel.router.answers import BadDocument, Slots, Speed, slots_from, speed_from
 from localmodel.router.decide import ReplicaState, wait_seconds

@@ -4,7 +4,7 @@ an admin port. `start_router` serves on the given ports (0: any free one).
 
 A request's way (`Router.handle`): its body read within --max-body-bytes and
 the body timeout, parsed, bounded like the gateway bounds it
-(localmodel.gateway.bounds); its `model` field looked up (router/table.py:
+(localmodel.gateway_contract.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
 and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
 (router/proxy.py, over router/upstream.py's kept connections). The decision
@@ -30,15 +30,18 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from localmodel.engines import ollama
-from localmodel.gateway.ledger import SESSION_HEADER
-from localmodel.gateway.wire import error_response, json_response
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     METRICS_PATH,
-    OWNED_SESSION_HEADER,
     READY_PATH,
-    ROUTE_HEADER,
 )
+from localmodel.gateway_contract.headers import (
+    OWNED_SESSION_HEADER,
+    REPLICA_HEADER,
+    ROUTE_HEADER,
+    SESSION_HEADER,
+)
+from localmodel.gateway_contract.replies import error_response, json_response
 from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.admission import RETRY_AFTER_S, BodyReads, Places
@@ -54,7 +57,6 @@ from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
 from localmodel.settings import PortTaken
 
-REPLICA_HEADER = "X-LocalModel-Replica"
 INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
 
 

@@ -1,7 +1,7 @@
 """What the router needs of a request's body, and nothing more. Pure.
 
 The body is parsed once, bounded like the gateway bounds it
-(localmodel.gateway.bounds), and only what routing needs is kept: the route
+(localmodel.gateway_contract.bounds), and only what routing needs is kept: the route
 its `model` names, the session's key, an estimate of the prompt's tokens, and
 the bytes to relay (the caller's own, or with `model` made the served name
 when the caller wrote namespace/name). The parsed body is not returned: it
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.engines import ollama
-from localmodel.gateway.bounds import TooLarge, check_bounds
+from localmodel.gateway_contract.bounds import TooLarge, check_bounds
 from localmodel.gateway_contract import GatewayConfig
 from localmodel.router.session import prompt_tokens, session_key
 from localmodel.router.table import Ambiguous, Found, ModelRoute, RouteTable, listed_names, lookup
