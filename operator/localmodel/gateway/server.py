@@ -45,7 +45,6 @@ from localmodel.gateway_contract import (
     LEDGER_PATH,
     METRICS_PATH,
     READY_PATH,
-    SERVED_BY_HEADER,
     SLOTS_PATH,
     SPEED_PATH,
     GatewayConfig,

@@ -1,6 +1,7 @@
 """Admission before work at the router: a request holds one of --places
 places before its body is read (none free: 503 with Retry-After, its body
-left unread), and at most --body-reads bodies are read and parsed at once.
+left unread), and at most --body-reads bodies are read and parsed at once
+(gateway_contract/reads.py, `BodyReads`, the gateway's own).
 
 What a request costs the router is bounded by these two numbers: a place
 holds at most one body of --max-body-bytes (its bytes, and their copy sent
@@ -15,10 +16,6 @@ docs/benchmarks.md, Hostile bodies at the router).
 """
 
 from __future__ import annotations
-
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 RETRY_AFTER_S = 1  # a place frees as soon as any request ends
 # A body announced at most this long is read without waiting for a turn: a
@@ -43,31 +40,3 @@ class Places:
 
     def give(self) -> None:
         self.held -= 1
-
-
-class BodyReads:
-    """Bodies read and parsed at once, at most `limit`; the others wait their turn."""
-
-    def __init__(self, limit: int) -> None:
-        self._gate = asyncio.Semaphore(limit)
-        self.reading = 0
-        self.waiting = 0
-
-    @contextlib.asynccontextmanager
-    async def turn(self, announced: int | None) -> AsyncIterator[None]:
-        """A turn to read a body of `announced` bytes (None: chunked, unknown):
-        at once for a small one, else when one of `limit` is free."""
-        if announced is not None and announced <= SMALL_BODY:
-            yield
-            return
-        self.waiting += 1
-        try:
-            await self._gate.acquire()
-        finally:
-            self.waiting -= 1
-        self.reading += 1
-        try:
-            yield
-        finally:
-            self.reading -= 1
-            self._gate.release()

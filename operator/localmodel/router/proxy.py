@@ -34,6 +34,7 @@ from localmodel.gateway_contract.headers import (
     ROUTE_HEADER,
     SERVED_BY_HEADER,
 )
+from localmodel.gateway_contract.headers import PREFIX as HEADER_PREFIX
 from localmodel.gateway_contract.replies import error_response
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
@@ -51,7 +52,7 @@ PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-requ
                 "x-request-id", "user-agent")
 BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after",
                 SERVED_BY_HEADER.lower())
-PREFIX = "x-localmodel-"
+PREFIX = HEADER_PREFIX.lower()
 
 
 def pass_headers(headers: Mapping[str, str],

@@ -2,14 +2,17 @@
 decision per request, the replicas' state read in the background, metrics on
 an admin port. `start_router` serves on the given ports (0: any free one).
 
-A request's way (`Router.handle`): its body read within --max-body-bytes and
-the body timeout, parsed, bounded like the gateway bounds it
-(localmodel.gateway_contract.bounds); its `model` field looked up (router/table.py:
-`namespace/name`, or a bare name one namespace serves); its session's owner
-and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
-(router/proxy.py, over router/upstream.py's kept connections). The decision
-goes back in `X-LocalModel-Route`, in the access log (one JSON line per
-request) and in the metrics.
+A request's way (`Router.handle`): a place of --places held before anything
+else (none free: 503 unread; router/admission.py); its body read within
+--max-body-bytes and the body timeout, a few at a time (--body-reads,
+gateway_contract/reads.py), parsed and bounded like the gateway bounds it
+(gateway_contract/bounds.py), only what routing needs kept (router/wanted.py:
+its `model` field looked up in router/table.py, `namespace/name` or a bare
+name one namespace serves, and its session's key); its session's owner and
+the decision (router/session.py, router/owners.py, router/decide.py); then
+relayed (router/proxy.py, over router/upstream.py's kept connections). The
+decision goes back in `X-LocalModel-Route`, in the access log (one JSON line
+per request, a malformed request's included) and in the metrics.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ from localmodel.gateway_contract.headers import (
     ROUTE_HEADER,
     SESSION_HEADER,
 )
+from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response, json_response
 from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
-from localmodel.router.admission import RETRY_AFTER_S, BodyReads, Places
+from localmodel.router.admission import RETRY_AFTER_S, SMALL_BODY, Places
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
 from localmodel.router.metrics import RouterMetrics
@@ -73,7 +77,7 @@ class Router:
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners), self._admission)
         self.places = Places(config.places)
-        self.reads = BodyReads(config.body_reads)
+        self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.engines import ollama
-from localmodel.gateway_contract.bounds import TooLarge, check_bounds
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.bounds import TooLarge, check_bounds
 from localmodel.router.session import prompt_tokens, session_key
 from localmodel.router.table import Ambiguous, Found, ModelRoute, RouteTable, listed_names, lookup
 
