@@ -3,22 +3,20 @@ address, and exits 2 (localmodel.settings.PortTaken): the router's --listen
 and --admin-listen, the gateway's, and the operator's --metrics-listen and
 --health-listen (`localmodel run`). The probe listens on nothing.
 
-Each program runs as a subprocess (`python -m localmodel.cli`); the test
-holds the port with a listening socket of its own.
+Each program runs as a subprocess (`localmodel_process`: `python -m
+localmodel.cli`); the test holds the port with a listening socket of its own.
 """
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.processes import free_port, localmodel_process
+
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
@@ -31,22 +29,23 @@ current-context: x
 @pytest.fixture
 def held() -> Iterator[int]:
     """A port on 127.0.0.1 that this test listens on."""
+    port = free_port()
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         sock.listen()
-        yield sock.getsockname()[1]
+        yield port
 
 
-def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
-    return subprocess.run([sys.executable, "-m", "localmodel.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=tmp_path, check=False)
-
-
-def _free() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _run(args: list[str], tmp_path: Path) -> tuple[int, str]:
+    """The program's exit code and what it wrote on stderr."""
+    proc = localmodel_process(args[0], args, tmp_path / "out.log",
+                              err_path=tmp_path / "err.log")
+    proc.start()
+    try:
+        code = proc.wait(120)
+    finally:
+        proc.stop()
+    return code, (tmp_path / "err.log").read_text(errors="replace")
 
 
 CASES = {
@@ -73,9 +72,9 @@ def test_a_taken_port_is_one_line_naming_its_flag_and_exit_2(
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
     where = f"127.0.0.1:{held}"
-    done = _run([a.format(held=where, kubeconfig=kubeconfig, free=_free()) for a in args],
-                tmp_path)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert len(lines) == 1 and f"{flag}: cannot listen on {where}" in lines[0], done.stderr
+    code, stderr = _run([a.format(held=where, kubeconfig=kubeconfig, free=free_port())
+                         for a in args], tmp_path)
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    assert len(lines) == 1 and f"{flag}: cannot listen on {where}" in lines[0], stderr
