@@ -181,3 +181,15 @@ async def test_the_parsed_body_is_gone_while_the_request_is_relayed(
     async with asyncio.timeout(30):
         assert (await client.response())[0] == 200
     client.close()
+
+
+async def test_a_body_announced_over_the_limit_gets_413_unread(held_router: Serve) -> None:
+    router, log, replica = await held_router()
+    # None of it is sent: a router that read it would wait --body-timeout
+    # (120 s) and answer 408.
+    client = await _head_only(router.port, 8 * 1024 * 1024)
+    async with asyncio.timeout(60):
+        status, _, body = await client.response()
+    client.close()
+    assert status == 413 and "--max-body-bytes" in json.loads(body)["error"]
+    assert json.loads(log[-1])["status"] == 413 and replica.bodies == []
