@@ -28,6 +28,15 @@ class ConfigError(ValueError):
         self.flag = flag
 
 
+class PortTaken(ConfigError):
+    """A program cannot listen where a flag says (the port is taken, the
+    address is not this machine's): said in one line naming the flag and the
+    address, and the program exits 2, as for any flag's bad value."""
+
+    def __init__(self, flag: str, host: str, port: int, exc: OSError) -> None:
+        super().__init__(flag, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
 @dataclass(frozen=True)
 class _Spec:
     help: str

@@ -64,10 +64,26 @@ def test_a_body_not_yet_ended_is_not_done() -> None:
     b"\r\n",  # no size
     b"1" * 5000,  # a size line without end
     b"11111111111111111\r\n",  # a size past any body
+    b"ffffffffffffffff\r\n",  # sixteen digits, but past MAX_CHUNK
+    b"5;a\rb\r\nhello\r\n",  # a bare CR in the extensions
+    b"5;a\x00b\r\nhello\r\n",  # a NUL in the extensions
+    b"0\r\nNoColon\r\n\r\n",  # a trailer line without a colon
+    b"0\r\nBad Name: 1\r\n\r\n",  # a trailer name that is not a token
+    b"0\r\nX-A: a\rb\r\n\r\n",  # a bare CR in a trailer's value
 ])
 def test_a_broken_chunked_body_is_refused_not_guessed(raw: bytes) -> None:
     with pytest.raises(BadFraming):
         ChunkedBody().feed(raw, lambda _: None)
+
+
+def test_the_bytes_of_a_line_not_yet_complete_are_pending_until_it_ends() -> None:
+    body = ChunkedBody()
+    assert body.feed(b"5\r\nhello\r\n3;ext=", lambda _: None) == 16
+    assert body.pending == len(b"3;ext=")
+    body.feed(b"v", lambda _: None)
+    assert body.pending == len(b"3;ext=v")
+    body.feed(b"\r\nabc", lambda _: None)
+    assert body.pending == 0
 
 
 @pytest.mark.parametrize(("head", "framing", "length", "keep_alive"), [

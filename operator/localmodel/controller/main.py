@@ -27,6 +27,7 @@ from localmodel.controller.supervise import Job, Supervisor, watch_api
 from localmodel.controller.writer import Kube
 from localmodel.kube import Credentials, KubeconfigError, credentials
 from localmodel.metrics import render
+from localmodel.settings import PortTaken
 
 log = logging.getLogger("localmodel.run")
 # Connections of the Lease's own client (a GET and a PUT per renewal, one at a time).
@@ -59,12 +60,17 @@ def setup_logging(config: OperatorConfig) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-async def _serve(app: web.Application, where: tuple[str, int] | None) -> web.AppRunner | None:
+async def _serve(app: web.Application, where: tuple[str, int] | None,
+                 flag: str) -> web.AppRunner | None:
     if where is None:
         return None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, where[0], where[1]).start()
+    try:
+        await web.TCPSite(runner, where[0], where[1]).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortTaken(flag, where[0], where[1], exc) from None
     return runner
 
 
@@ -179,8 +185,13 @@ async def _serve_endpoints(config: OperatorConfig, metrics: OperatorMetrics,
     health_app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz)])
     metrics_app = web.Application()
     metrics_app.add_routes([web.get("/metrics", metrics_page)])
-    return [await _serve(health_app, config.health_listen),
-            await _serve(metrics_app, config.metrics_listen)]
+    health = await _serve(health_app, config.health_listen, "health-listen")
+    try:
+        return [health, await _serve(metrics_app, config.metrics_listen, "metrics-listen")]
+    except PortTaken:
+        if health is not None:
+            await health.cleanup()
+        raise
 
 
 def _start_kopf(config: OperatorConfig, registry: Any, identity: str, stop: asyncio.Event
@@ -249,4 +260,8 @@ def run_main(argv: Sequence[str]) -> int:
     except KubeconfigError as exc:
         print(f"localmodel run: {exc}", file=sys.stderr)
         return 1
-    return asyncio.run(operate(config, creds))
+    try:
+        return asyncio.run(operate(config, creds))
+    except PortTaken as exc:
+        print(f"localmodel run: {exc}", file=sys.stderr)
+        return 2

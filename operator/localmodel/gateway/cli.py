@@ -14,6 +14,7 @@ from localmodel.gateway.config import USAGE, ConfigError, parse_config
 from localmodel.gateway.keys import BadKeys, KeysFile
 from localmodel.gateway.server import start_gateway
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.settings import PortTaken
 
 
 async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:
@@ -81,11 +82,7 @@ def run_cli(argv: Sequence[str]) -> int:
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(serve(config, loop_name))
-    except OSError as exc:
-        print(
-            f"localmodel gateway: cannot listen on --listen "
-            f"{config.listen_host}:{config.listen_port}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
+    except PortTaken as exc:
+        print(f"localmodel gateway: {exc}", file=sys.stderr)
+        return 2
     return 0

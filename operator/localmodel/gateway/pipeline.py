@@ -58,6 +58,7 @@ from localmodel.gateway_contract.headers import (
     SESSION_HEADER,
     owned_key,
 )
+from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response
 from localmodel.printable import printable
 
@@ -122,7 +123,7 @@ class Pipeline:
         self.unexpected_errors = 0
         self.closing = False  # the gateway is shutting down
         # Bodies read and parsed at once: what they cost adds up (see --body-reads).
-        self._reads = asyncio.Semaphore(config.body_reads)
+        self._reads = BodyReads(config.body_reads)
 
     async def handle(self, request: web.Request, route: Route) -> web.StreamResponse:
         rec = self._record(request, route)

@@ -58,6 +58,7 @@ from localmodel.gateway_contract.keys import (
     proof_matches,
 )
 from localmodel.gateway_contract.replies import json_response
+from localmodel.settings import PortTaken
 
 KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
 
@@ -291,7 +292,11 @@ async def start_gateway(
     )
     await runner.setup()
     site = web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortTaken("listen", config.listen_host, config.listen_port, exc) from None
     # The bound socket tells the port when 0 was asked.
     port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
     host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
@@ -301,9 +306,9 @@ async def start_gateway(
     admin_host, admin_port = config.admin_address
     try:
         await web.TCPSite(admin, admin_host, admin_port).start()
-    except OSError:
+    except OSError as exc:
         await admin.cleanup()
         await runner.cleanup()
-        raise
+        raise PortTaken("admin-listen", admin_host, admin_port, exc) from None
     admin_port = int(admin.addresses[0][1]) if admin.addresses else admin_port
     return RunningGateway(gateway, runner, host, port, admin, admin_port)

@@ -18,7 +18,8 @@ SERVED_BY_HEADER = "X-LocalModel-Served-By"
 # Which replica the router sent a turn to, on the answer to the caller.
 REPLICA_HEADER = "X-LocalModel-Replica"
 # Every header of the project starts so: the router drops a replica's own
-# before adding its own, so a caller reads only the router's.
+# (all but SERVED_BY_HEADER) before adding its own, so a caller reads only
+# the router's.
 PREFIX = "X-LocalModel-"
 # A caller's name for its conversation: the router keys the session on it
 # (router/session.py) and the gateway's ledger records it; both keep the

@@ -13,7 +13,7 @@ from localmodel.router.server import start_router
 from localmodel.router.source import SourceUnavailable, add_cluster_flags, cluster_source
 from localmodel.router.static import BadReplicas, static_source
 from localmodel.router.table import ReplicaSource, qualified_only_notes
-from localmodel.settings import ConfigError
+from localmodel.settings import ConfigError, PortTaken
 
 
 async def serve(config: RouterConfig, source: ReplicaSource, mode: str) -> None:
@@ -49,5 +49,9 @@ def run_cli(argv: Sequence[str]) -> int:
     except (ConfigError, BadReplicas, SourceUnavailable) as exc:
         print(f"localmodel router: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(config, source, mode))
+    try:
+        asyncio.run(serve(config, source, mode))
+    except PortTaken as exc:
+        print(f"localmodel router: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -17,6 +17,10 @@ from localmodel.settings import ConfigError, listen, positive_seconds
 _GW = GatewayConfig()
 ROUTER_PORT = 8080
 ADMIN_PORT = 8090
+# Requests in progress at once (router/admission.py). Each holds at most one
+# body of --max-body-bytes while it lasts: with the parse and the reads, 64 of
+# them at the 1 MiB default fit the chart's 256 MiB (router_memory_bytes).
+PLACES = 64
 
 
 @dataclass(frozen=True)
@@ -31,9 +35,40 @@ class RouterConfig:
     max_body_bytes: int = _GW.max_body_bytes
     idle_timeout: float = _GW.idle_timeout  # header and idle timeout of a client's connection
     body_timeout: float = _GW.body_timeout
+    places: int = PLACES  # requests in progress at once; 503 past them, the body unread
+    body_reads: int = _GW.body_reads  # request bodies read and parsed at once
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
     # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
+
+
+# The router's memory limit (the chart's router.resources), sized from
+# benchmarks/router_hostile.py (docs/benchmarks.md, Hostile bodies at the
+# router) the way render/names.py sizes the gateway's. Measured at the 1 MiB
+# default body limit with 64 places: about 40 MiB at rest; the parse of one
+# worst body about 26 times the limit (parses run one at a time, on the event
+# loop); each read in progress up to twice it; each place holding a valid
+# body about once it (its bytes; the request sent to the replica is made for
+# the send, not kept): every place held for 10 s by a 1 MiB body of empty
+# objects peaked at 137 MiB. Hence 48 MiB + 30 x the limit + 2 x the limit a
+# read + 1.25 x the limit a place, and half again for what a run does not
+# hold (fragmentation, the sessions remembered), at least 256 MiB: the
+# defaults need 249 MiB.
+ROUTER_MEMORY_BYTES = 256 * 1024**2
+_AT_REST = 48 * 1024**2
+_PARSE_TIMES_BODY = 30
+_READ_TIMES_BODY = 2
+_PLACE_TIMES_BODY = 1.25
+
+
+def router_memory_bytes(places: int = PLACES, body_reads: int = _GW.body_reads,
+                        max_body_bytes: int = _GW.max_body_bytes) -> int:
+    """The router's memory limit for its places, body reads and body limit, whole MiB."""
+    body = max_body_bytes
+    need = (_AT_REST + _PARSE_TIMES_BODY * body + _READ_TIMES_BODY * body * body_reads
+            + _PLACE_TIMES_BODY * body * places)
+    mib = -(-int(need * 1.5) // 1024**2)
+    return max(ROUTER_MEMORY_BYTES, mib * 1024**2)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
                    help="longest exchange with a replica (default %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=_GW.max_body_bytes, metavar="N",
                    help="request body limit, 413 above it (default %(default)s)")
+    p.add_argument("--places", type=int, default=PLACES, metavar="N",
+                   help="requests in progress at once; past them 503 with Retry-After, "
+                        "the body unread (default %(default)s)")
+    p.add_argument("--body-reads", type=int, default=_GW.body_reads, metavar="N",
+                   help="request bodies read and parsed at once, others wait their turn "
+                        "(default %(default)s)")
     return p
 
 
@@ -69,9 +110,12 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
         admin_host, admin_port = host, (ADMIN_PORT if port else 0)
     if args.max_body_bytes < 1:
         raise ConfigError("max-body-bytes", f"{args.max_body_bytes} is not a positive number")
+    for flag, value in (("places", args.places), ("body-reads", args.body_reads)):
+        if value < 1:
+            raise ConfigError(flag, f"{value} is not a positive number")
     return RouterConfig(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         poll_interval=positive_seconds("poll-interval", args.poll_interval),
         deadline=positive_seconds("deadline", args.deadline),
-        max_body_bytes=args.max_body_bytes,
+        max_body_bytes=args.max_body_bytes, places=args.places, body_reads=args.body_reads,
     )

@@ -12,7 +12,8 @@ PREFIX = "localmodel_router_"
 class RouterMetrics:
     def __init__(self, reads: Counter, sessions: Callable[[], int],
                  owned: Callable[[], int] = lambda: 0,
-                 key_checks: Counter | None = None) -> None:
+                 key_checks: Counter | None = None,
+                 admission: Callable[[], dict[str, int]] = dict) -> None:
         self.decisions = Counter(PREFIX + "decisions_total",
                                  "routing decisions of session turns: owner or spilled",
                                  ("decision",))
@@ -36,9 +37,14 @@ class RouterMetrics:
                            lambda: {(): float(owned())})
         self.reads = reads
         self.key_checks = key_checks  # router/keyed.py's, by answer
+        self.admission = Gauge(PREFIX + "admission",
+                               "places held by requests in progress (--places), bodies being "
+                               "read and parsed (--body-reads), and bodies waiting their turn",
+                               lambda: {(k,): float(v) for k, v in admission().items()},
+                               ("what",))
 
     def render(self) -> str:
         extra = [] if self.key_checks is None else [self.key_checks]
         return render([self.decisions, self.replica_turns, self.requests, self.upstream_errors,
                        self.spilled_reread, self.spilled_owner_wait, self.sessions, self.owned,
-                       self.reads, *extra])
+                       self.reads, self.admission, *extra])

@@ -15,19 +15,26 @@ X-Priority, X-Request-Timeout and X-Request-Id, pass through unchanged. The
 gateway is the one place that checks keys (it holds the keys file and
 reloads it) and that knows its queue, priorities and sessions; checking them
 here too would be a second copy of each rule that could drift. The answer's
-X-Request-Id, X-LocalModel-* and content headers come back.
+X-Request-Id, X-LocalModel-Served-By and content headers come back; the
+replica's other X-LocalModel-* headers do not (the router adds its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.gateway_contract.headers import (
+    OWNED_SESSION_HEADER,
+    ROUTE_HEADER,
+    SERVED_BY_HEADER,
+)
+from localmodel.gateway_contract.headers import PREFIX as HEADER_PREFIX
 from localmodel.gateway_contract.replies import error_response
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
@@ -43,8 +50,9 @@ from localmodel.router.upstream import (
 
 PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-request-timeout",
                 "x-request-id", "user-agent")
-BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after")
-PREFIX = "x-localmodel-"
+BACK_HEADERS = ("content-type", "x-request-id", "cache-control", "retry-after",
+                SERVED_BY_HEADER.lower())
+PREFIX = HEADER_PREFIX.lower()
 
 
 def pass_headers(headers: Mapping[str, str],
@@ -61,8 +69,11 @@ def pass_headers(headers: Mapping[str, str],
 
 
 def back_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {k: v for k, v in headers if k.lower() in BACK_HEADERS
-            or k.lower().startswith(PREFIX)}
+    """What of the replica's answer head goes on to the caller. Of the
+    project's own headers only those a gateway answers with: the router's
+    (X-LocalModel-Route, X-LocalModel-Replica) are its own to say, and any
+    other a replica sends in that namespace is dropped."""
+    return {k: v for k, v in headers if k.lower() in BACK_HEADERS}
 
 
 def request_bytes(address: Address, path: str, headers: Mapping[str, str],
@@ -159,13 +170,16 @@ class Relayed:
     error: str = ""  # why not, when the router knows
 
 
-async def _exchange(pool: Pool, address: Address, message: bytes) -> tuple[Connection, Head]:
+async def _exchange(pool: Pool, address: Address,
+                    message: Callable[[], bytes]) -> tuple[Connection, Head]:
     """Send and read the answer's head; once more on a new connection if a
     kept one was closed by the replica before it answered anything (its idle
-    timeout raced our request: the request was not read)."""
+    timeout raced our request: the request was not read). The request's
+    bytes are made for each send and not kept: a place waiting for its
+    answer holds the body once (the caller's bytes), not a second copy."""
     for attempt in (1, 2):
         conn = await (pool.connect(address) if attempt == 1 else pool.open(address))
-        conn.send(message)
+        conn.send(message())
         try:
             return conn, await conn.head()
         except UpstreamError:
@@ -193,15 +207,15 @@ async def relay(
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
-    message = request_bytes(address, request.path, request.headers, data, told)
+    message = functools.partial(request_bytes, address, request.path, request.headers, data, told)
     try:
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)
     except (UpstreamError, TimeoutError) as exc:
         why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
-        message_ = f"replica {url}{request.path} did not answer: {why}"
-        return Relayed(error_response(502, message_, dict(extra), openai=openai), 502, tail,
-                       False, "connect")
+        said = f"replica {url}{request.path} did not answer: {why}"
+        return Relayed(error_response(502, said, dict(extra), openai=openai), 502, tail, False,
+                       "connect")
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
                          headers={**back_headers(head.headers), **extra, **framing})

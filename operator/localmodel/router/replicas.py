@@ -4,8 +4,11 @@ and the requests this router has in flight there.
 
 `ReplicaWatch.poll` reads every replica of the table once, at most
 `POLL_CONCURRENCY` at a time, each read bounded in time (`READ_TIMEOUT_S`)
-and size (speed_answer.READ_MAX_BYTES; a longer answer is a bad one, never
-parsed cut short). The server runs it every `--poll-interval` seconds. A
+and size (speed_answer.READ_MAX_BYTES; a longer answer, or one announcing a
+longer length, is a bad one, never parsed cut short), a redirect never
+followed (the router's pods are admitted by every model's NetworkPolicy: a
+replica must not point its reads elsewhere), as the operator reads /speed
+(controller/speed.py). The server runs it every `--poll-interval` seconds. A
 replica that answers badly or not at all is counted
 (localmodel_router_replica_reads_total{namespace,pod,what,result}) and its
 state goes unknown, which keeps its sessions home; its old state is not
@@ -124,9 +127,13 @@ class ReplicaWatch:
         """The answer's bytes, at most READ_MAX_BYTES + 1 (decode refuses more); None
         when there is no 200 answer in time."""
         try:
-            async with asyncio.timeout(READ_TIMEOUT_S), session.get(url) as resp:
+            async with asyncio.timeout(READ_TIMEOUT_S), \
+                    session.get(url, allow_redirects=False) as resp:
                 if resp.status != 200:
                     self.reads.inc(1, (*who, what, f"status_{resp.status // 100}xx"))
+                    return None
+                if resp.content_length is not None and resp.content_length > READ_MAX_BYTES:
+                    self.reads.inc(1, (*who, what, "bad"))
                     return None
                 raw = bytearray()
                 while len(raw) <= READ_MAX_BYTES:

@@ -2,14 +2,17 @@
 decision per request, the replicas' state read in the background, metrics on
 an admin port. `start_router` serves on the given ports (0: any free one).
 
-A request's way (`Router.handle`): its body read within --max-body-bytes and
-the body timeout, parsed, bounded like the gateway bounds it
-(localmodel.gateway_contract.bounds); its `model` field looked up (router/table.py:
-`namespace/name`, or a bare name one namespace serves); its session's owner
-and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
-(router/proxy.py, over router/upstream.py's kept connections). The decision
-goes back in `X-LocalModel-Route`, in the access log (one JSON line per
-request) and in the metrics.
+A request's way (`Router.handle`): a place of --places held before anything
+else (none free: 503 unread; router/admission.py); its body read within
+--max-body-bytes and the body timeout, a few at a time (--body-reads,
+gateway_contract/reads.py), parsed and bounded like the gateway bounds it
+(gateway_contract/bounds.py), only what routing needs kept (router/wanted.py:
+its `model` field looked up in router/table.py, `namespace/name` or a bare
+name one namespace serves, and its session's key); its session's owner and
+the decision (router/session.py, router/owners.py, router/decide.py); then
+relayed (router/proxy.py, over router/upstream.py's kept connections). The
+decision goes back in `X-LocalModel-Route`, in the access log (one JSON line
+per request, a malformed request's included) and in the metrics.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import sys
 import time
@@ -26,6 +30,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from localmodel.engines import ollama
 from localmodel.gateway_contract import (
@@ -33,15 +38,17 @@ from localmodel.gateway_contract import (
     METRICS_PATH,
     READY_PATH,
 )
-from localmodel.gateway_contract.bounds import TooLarge, check_bounds
 from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
     REPLICA_HEADER,
     ROUTE_HEADER,
     SESSION_HEADER,
 )
+from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response, json_response
+from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
+from localmodel.router.admission import RETRY_AFTER_S, SMALL_BODY, Places
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
 from localmodel.router.keyed import KeyChecks
@@ -49,27 +56,13 @@ from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
-from localmodel.router.session import prompt_tokens, ranking, session_key
-from localmodel.router.table import (
-    Ambiguous,
-    Found,
-    ModelRoute,
-    ReplicaSource,
-    listed_names,
-    lookup,
-    open_models,
-)
+from localmodel.router.session import ranking
+from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
 from localmodel.router.upstream import Pool
+from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
+from localmodel.settings import PortTaken
 
-SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
-                 ollama.GENERATE_PATH)
 INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Router:
@@ -84,7 +77,10 @@ class Router:
         self.owners = Owners()
         self.keys = KeyChecks(clock)  # who sees a keyed model listed
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
-                                     lambda: len(self.owners), self.keys.answered)
+                                     lambda: len(self.owners), self.keys.answered,
+                                     self._admission)
+        self.places = Places(config.places)
+        self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed
@@ -147,6 +143,18 @@ class Router:
         """Read every replica's /slots and /speed once (tests call it to not wait)."""
         await self.watch.poll(self.session, self.source.routes())
 
+    def _admission(self) -> dict[str, int]:
+        return {"places_held": self.places.held, "body_reads": self.reads.reading,
+                "body_reads_waiting": self.reads.waiting}
+
+    def http_log(self) -> logging.Logger:
+        """aiohttp's logger for the main port: what it refuses before any
+        handler runs (a malformed request line or header: 400) gets the
+        router's access-log line and is counted, not a traceback."""
+        logger = logging.Logger("localmodel.router.http", logging.DEBUG)
+        logger.addHandler(_Refusals(self))
+        return logger
+
     # ---- listing and status ---------------------------------------------------
 
     async def _listed(self, request: web.Request) -> tuple[str, ...]:
@@ -181,21 +189,29 @@ class Router:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         openai = request.path.startswith("/v1/")
         started = self._clock()
+        if not self.places.take():  # refused before any of its body is read
+            message = (f"the router is at its limit of {self.places.limit} requests in "
+                       "progress (--places)")
+            return self._refused(request, started, 503, message, openai,
+                                 {"Retry-After": str(RETRY_AFTER_S)})
         try:
-            raw, body = await self._read(request)
-            route, data = self._route_of(body, raw, request.path)
+            return await self._admitted(request, started, openai)
+        finally:
+            self.places.give()
+
+    async def _admitted(self, request: web.Request, started: float,
+                        openai: bool) -> web.StreamResponse:
+        try:
+            want = await self._read(request)
         except BadRequest as exc:
-            self.metrics.requests.inc(1, (request.path, str(exc.status)))
-            self._access(request, started, exc.status, error=str(exc))
-            return error_response(exc.status, str(exc), openai=openai)
+            return self._refused(request, started, exc.status, str(exc), openai)
+        route, key = want.route, want.key
         if not route.replicas:
             message = f"model {route.qualified} has no Ready replica"
             self.metrics.requests.inc(1, (request.path, "503"))
             self._access(request, started, 503, model=route.qualified, error=message)
             return error_response(503, message, openai=openai)
-        key = (session_key(request.headers.get(SESSION_HEADER), body)
-               if request.path in SESSION_PATHS else None)
-        decision = self._decide(route, key, prompt_tokens(body))
+        decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
         # The replica's ledger keeps the decision; the owner learns it owns the
@@ -207,13 +223,22 @@ class Router:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
         try:
             with self.watch.sending(replica.id):
-                done = await relay(self.pool, request, replica.url, data, extra,
+                done = await relay(self.pool, request, replica.url, want.data, extra,
                                    self.config.deadline, openai, told)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
         self._after(request, route, key, decision, done, started)
         return done.response
+
+    def _refused(self, request: web.Request, started: float, status: int, message: str,
+                 openai: bool, headers: dict[str, str] | None = None) -> web.Response:
+        self.metrics.requests.inc(1, (request.path, str(status)))
+        self._access(request, started, status, error=message)
+        response = error_response(status, message, headers, openai=openai)
+        if status in (413, 503):  # a body may be left unread: the connection goes with it
+            response.force_close()
+        return response
 
     def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
               decision: Decision, started: float) -> None:
@@ -223,48 +248,25 @@ class Router:
         self._access(request, started, 499, model=route.qualified, replica=decision.replica,
                      decision=decision if key else None, session=key, error="caller gone")
 
-    async def _read(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        try:
-            async with asyncio.timeout(self.config.body_timeout):
-                raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BadRequest(413, f"the body is over the limit of {self.config.max_body_bytes} "
-                                  "bytes (--max-body-bytes)") from None
-        except TimeoutError:
-            raise BadRequest(408, f"the body did not arrive within "
-                                  f"{self.config.body_timeout:g}s") from None
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise BadRequest(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise BadRequest(400, "the body is not a JSON object")
-        try:
-            check_bounds(body, self.config.bounds)
-        except TooLarge as exc:
-            raise BadRequest(413, str(exc)) from None
-        return raw, body
-
-    def _route_of(self, body: dict[str, Any], raw: bytes,
-                  path: str) -> tuple[ModelRoute, bytes]:
-        """The model the body names, and the body to send (its `model` made the
-        served name when the caller wrote namespace/name)."""
-        table = self.source.routes()
-        field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
-        asked = body.get(field)
-        if not isinstance(asked, str) or not asked.strip():
-            named = ", ".join(listed_names(table, open_models(table))) or "none"
-            raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "
-                                  f"several models and {field} picks one: {named}")
-        found = lookup(table, asked)
-        if isinstance(found, Ambiguous):
-            raise BadRequest(400, found.message)
-        if not isinstance(found, Found):
-            raise BadRequest(404, found.message)
-        if asked == found.route.name:
-            return found.route, raw
-        body[field] = found.route.name
-        return found.route, json.dumps(body).encode()
+    async def _read(self, request: web.Request) -> Wanted:
+        """The body, read and parsed with at most --body-reads others; only
+        what routing needs is kept (router/wanted.py)."""
+        limit = self.config.max_body_bytes
+        too_large = BadRequest(413, f"the body is over the limit of {limit} bytes "
+                                    "(--max-body-bytes)")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        async with self.reads.turn(request.content_length):
+            try:
+                async with asyncio.timeout(self.config.body_timeout):
+                    raw = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise too_large from None
+            except TimeoutError:
+                raise BadRequest(408, f"the body did not arrive within "
+                                      f"{self.config.body_timeout:g}s") from None
+            return wanted(raw, request.path, request.headers.get(SESSION_HEADER),
+                          self.source.routes(), self.config.bounds)
 
     def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
         """The session's owner (router/owners.py: bounded loads, remembered),
@@ -315,6 +317,29 @@ class Router:
         self.log(json.dumps(doc, separators=(",", ":")))
 
 
+class _Refusals(logging.Handler):
+    """aiohttp's records of the requests it answered itself (a malformed
+    request: its HttpProcessingError's status), as access-log lines with path
+    `-` (the request line may be what was malformed); anything else it logs,
+    one line on stderr."""
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(logging.DEBUG)
+        self.router = router
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            status = exc.code or 400
+            why = f"malformed request: {printable(str(exc.message).splitlines()[0], 120)}"
+            self.router.metrics.requests.inc(1, ("-", str(status)))
+            doc = {"time": round(time.time(), 3), "path": "-", "status": status, "error": why}
+            self.router.log(json.dumps(doc, separators=(",", ":")))
+        elif record.levelno >= logging.WARNING:
+            detail = f": {exc!r}" if exc is not None else ""
+            _stderr_line(printable(f"localmodel router: {record.getMessage()}{detail}", 1024))
+
+
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -356,18 +381,22 @@ async def start_router(config: RouterConfig, source: ReplicaSource,
     router = Router(config, source, log)
     runner = web.AppRunner(router.app(), handler_cancellation=True,
                            keepalive_timeout=config.idle_timeout, access_log=None,
-                           shutdown_timeout=1.0)
+                           shutdown_timeout=1.0, logger=router.http_log())
     await runner.setup()
-    await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
+    try:
+        await web.TCPSite(runner, config.listen_host, config.listen_port, backlog=1024).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortTaken("listen", config.listen_host, config.listen_port, exc) from None
     port = int(runner.addresses[0][1]) if runner.addresses else config.listen_port
     host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     admin = web.AppRunner(router.admin_app(), access_log=None, shutdown_timeout=1.0)
     await admin.setup()
     try:
         await web.TCPSite(admin, config.admin_host, config.admin_port).start()
-    except OSError:
+    except OSError as exc:
         await admin.cleanup()
         await runner.cleanup()
-        raise
+        raise PortTaken("admin-listen", config.admin_host, config.admin_port, exc) from None
     admin_port = int(admin.addresses[0][1]) if admin.addresses else config.admin_port
     return RunningRouter(router, runner, admin, host, port, admin_port)

@@ -41,10 +41,14 @@ IDLE_PER_REPLICA = 64  # idle connections kept per replica; more are closed
 CHUNKED, LENGTH, CLOSE, EMPTY = "chunked", "length", "close", "empty"
 
 
+FRAMING = "framing"
+
+
 class UpstreamError(Exception):
     """The exchange with the replica failed; `reason` is the metrics label:
-    `connect` (no answer's head: refused, closed, bad head) or `stream` (the
-    answer broke after its head)."""
+    `connect` (no answer's head: refused, closed, bad head), `stream` (the
+    answer broke after its head) or `framing` (its chunked body broke the
+    rules: the caller's answer is cut before the bad bytes)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -143,6 +147,7 @@ class Connection(asyncio.Protocol):
         self._framing = EMPTY
         self._left = 0  # LENGTH: body bytes still to come
         self._chunked: ChunkedBody | None = None
+        self._held = b""  # the bytes of a chunk line not yet complete
         self._keep_alive = False
         self._wake: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
@@ -254,6 +259,7 @@ class Connection(asyncio.Protocol):
         self.answered = False
         self._sink = None
         self._chunked = None
+        self._held = b""
         self.done = False
         self.paused = False
         self._wake = None
@@ -283,11 +289,7 @@ class Connection(asyncio.Protocol):
         assert sink is not None
         try:
             if self._chunked is not None:
-                used = self._chunked.feed(data, sink.data)
-                if self._chunked.done:
-                    self.done = True
-                    self._keep_alive = self._keep_alive and used == len(data)
-                    data = data[:used]
+                data = self._checked(self._chunked, data, sink)
             elif self._framing == LENGTH:
                 if len(data) >= self._left:
                     self._keep_alive = self._keep_alive and len(data) == self._left
@@ -298,7 +300,7 @@ class Connection(asyncio.Protocol):
             else:
                 sink.data(data)
         except BadFraming as exc:
-            self._fail(UpstreamError("stream", f"the replica's chunked body broke: {exc}"))
+            self._fail(UpstreamError(FRAMING, f"the replica's chunked body broke: {exc}"))
             return
         if data and not sink.write(data) and not self.done:
             self.paused = True
@@ -306,6 +308,19 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
         if self.done or self.paused:
             self._wakeup()
+
+    def _checked(self, chunked: ChunkedBody, data: bytes, sink: Sink) -> bytes:
+        """The bytes of `data` (after those held back) that may go on: all but
+        a line not yet complete, which waits to be checked whole."""
+        held, self._held = self._held, b""
+        used = chunked.feed(data, sink.data)
+        if chunked.done:
+            self.done = True
+            self._keep_alive = self._keep_alive and used == len(data)
+        out = held + data[:used] if held else data[:used]
+        if chunked.pending:
+            out, self._held = out[:-chunked.pending], out[-chunked.pending:]
+        return out
 
     def _finish(self) -> None:
         if self._error is not None:
