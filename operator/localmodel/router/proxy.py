@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from localmodel.gateway.wire import error_response
 from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.router_mark import MARK_HEADER
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -52,7 +53,7 @@ def pass_headers(headers: Mapping[str, str],
     """What goes on to the replica: the kept headers but the router's own
     (`told`; a caller's copy of one is dropped, whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
-    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower()}
+    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower()}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})
@@ -187,9 +188,11 @@ async def relay(
     deadline: float,
     openai: bool,
     told: Mapping[str, str] | None = None,
+    answered: Callable[[int], None] | None = None,
 ) -> Relayed:
     """POST `data` to `url` + the request's path and pass the answer on;
-    `extra` headers go on the answer, `told` ones to the replica."""
+    `extra` headers go on the answer, `told` ones to the replica;
+    `answered` is given the replica's status as soon as its head arrives."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
@@ -202,6 +205,8 @@ async def relay(
         message_ = f"replica {url}{request.path} did not answer: {why}"
         return Relayed(error_response(502, message_, dict(extra), openai=openai), 502, tail,
                        False, "connect")
+    if answered is not None:
+        answered(head.status)
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
                          headers={**back_headers(head.headers), **extra, **framing})

@@ -78,21 +78,27 @@ class ReplicaWatch:
             if not self.in_flight[name]:
                 del self.in_flight[name]
 
-    async def poll(self, session: aiohttp.ClientSession, table: RouteTable) -> None:
+    async def poll(self, session: aiohttp.ClientSession, table: RouteTable,
+                   mark: Callable[[str, str], dict[str, str]] | None = None) -> None:
+        """Read every replica once; `mark(namespace, pod)`: the headers of a
+        /slots read (the router's signed mark, router_mark.py)."""
         replicas = {r.name: r for route in table for r in route.replicas}
+        where = {r.name: route.namespace for route in table for r in route.replicas}
         for gone in set(self.known) - set(replicas):
             del self.known[gone]
         gate = asyncio.Semaphore(POLL_CONCURRENCY)
 
         async def one(replica: Replica) -> None:
             async with gate:
-                await self._read(session, replica)
+                headers = {} if mark is None else mark(where[replica.name], replica.name)
+                await self._read(session, replica, headers)
 
         await asyncio.gather(*(one(r) for r in replicas.values()))
 
-    async def _read(self, session: aiohttp.ClientSession, replica: Replica) -> None:
+    async def _read(self, session: aiohttp.ClientSession, replica: Replica,
+                    headers: dict[str, str]) -> None:
         known = self.known.setdefault(replica.name, Known())
-        raw = await self._get(session, replica.url + SLOTS_PATH, "slots")
+        raw = await self._get(session, replica.url + SLOTS_PATH, "slots", headers)
         try:
             known.slots = None if raw is None else slots_from(raw)
         except BadDocument:
@@ -113,11 +119,12 @@ class ReplicaWatch:
             if raw is not None:
                 self.reads.inc(1, ("speed", "ok"))
 
-    async def _get(self, session: aiohttp.ClientSession, url: str, what: str) -> bytes | None:
+    async def _get(self, session: aiohttp.ClientSession, url: str, what: str,
+                   headers: dict[str, str] | None = None) -> bytes | None:
         """The answer's bytes, at most READ_MAX_BYTES + 1 (decode refuses more); None
         when there is no 200 answer in time."""
         try:
-            async with asyncio.timeout(READ_TIMEOUT_S), session.get(url) as resp:
+            async with asyncio.timeout(READ_TIMEOUT_S), session.get(url, headers=headers) as resp:
                 if resp.status != 200:
                     self.reads.inc(1, (what, f"status_{resp.status // 100}xx"))
                     return None

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.engines import ollama
 from localmodel.gateway.bounds import TooLarge, check_bounds
@@ -46,6 +47,7 @@ from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import prompt_tokens, ranking, session_key
+from localmodel.router.signing import session_salt
 from localmodel.router.table import (
     Ambiguous,
     Found,
@@ -55,6 +57,7 @@ from localmodel.router.table import (
     lookup,
 )
 from localmodel.router.upstream import Pool
+from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, sign
 
 REPLICA_HEADER = "X-LocalModel-Replica"
 SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
@@ -78,6 +81,10 @@ class Router:
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
         self.owners = Owners()
+        # Marks only this router's key makes (router_mark.py); without
+        # --signing-key, one of its own that no gateway knows (cli.py says so).
+        self.signing_key = config.signing_key or Ed25519PrivateKey.generate()
+        self.salt = session_salt(self.signing_key)
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners))
         self._clock = clock
@@ -140,7 +147,11 @@ class Router:
 
     async def poll(self) -> None:
         """Read every replica's /slots and /speed once (tests call it to not wait)."""
-        await self.watch.poll(self.session, self.source.routes())
+        await self.watch.poll(self.session, self.source.routes(), self._slots_mark)
+
+    def _slots_mark(self, namespace: str, pod: str) -> dict[str, str]:
+        """The header that lets the replica's /slots list its session keys."""
+        return {MARK_HEADER: sign(self.signing_key, SLOTS, namespace, pod, "", time.time())}
 
     # ---- listing and status ---------------------------------------------------
 
@@ -181,20 +192,29 @@ class Router:
             self.metrics.requests.inc(1, (request.path, "503"))
             self._access(request, started, 503, model=route.qualified, error=message)
             return error_response(503, message, openai=openai)
-        key = (session_key(request.headers.get(SESSION_HEADER), body)
+        key = (session_key(request.headers.get(SESSION_HEADER), body, self.salt)
                if request.path in SESSION_PATHS else None)
         decision = self._decide(route, key, prompt_tokens(body))
         replica = next(r for r in route.replicas if r.name == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.name}
         # The replica's ledger keeps the decision; the owner learns it owns the
-        # session (a spilled turn does not): its /slots then tells every router.
+        # session (a spilled turn does not), signed for it alone: its /slots
+        # then tells every router.
         told = {} if key is None else {ROUTE_HEADER: decision.header}
         if key is not None and decision.kind == OWNER:
             told[OWNED_SESSION_HEADER] = key
+            told[MARK_HEADER] = sign(self.signing_key, OWNED, route.namespace, replica.name,
+                                     key, time.time())
+
+        def answered(status: int) -> None:  # the owner is kept once a replica took the turn
+            if key is not None and 200 <= status < 300:
+                self.owners.keep(route.qualified, key, decision.owner,
+                                 [r.name for r in route.replicas], self._clock())
+
         try:
             with self.watch.sending(replica.name):
                 done = await relay(self.pool, request, replica.url, data, extra,
-                                   self.config.deadline, openai, told)
+                                   self.config.deadline, openai, told, answered)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
@@ -259,8 +279,8 @@ class Router:
         if key is None:  # no session: anywhere, as a Service would
             order = ranking("r:" + secrets.token_hex(8), names)
         else:
-            order = self.owners.order(route.qualified, key, names, self._clock(),
-                                      self.watch.owning(names, key))
+            order = self.owners.choose(route.qualified, key, names, self._clock(),
+                                       self.watch.owning(names, key))
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
         return decide(order, states, held, prompt)
