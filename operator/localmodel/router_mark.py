@@ -22,6 +22,9 @@ replica is worthless at any other; the time bounds its replay to
 gateway's nodes included). Within the window a mark can be replayed only to
 the same replica, for the same session, with the same purpose: it tells
 that replica again what the router already told it.
+
+The private key's form, shared by the operator (which makes it and writes
+it into the router's Secret) and the router (which reads it): PEM, PKCS#8.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    load_pem_private_key,
 )
 
 from localmodel.settings import ConfigError
@@ -55,6 +64,23 @@ def _b64(raw: bytes) -> str:
 def _message(purpose: str, namespace: str, pod: str, session: str, seconds: int) -> bytes:
     return json.dumps([_VERSION, purpose, namespace, pod, session, seconds],
                       separators=(",", ":")).encode()
+
+
+def key_from_pem(flag: str, pem: bytes) -> Ed25519PrivateKey:
+    """The Ed25519 private key a PEM holds; ConfigError naming `flag` otherwise."""
+    try:
+        key = load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise ConfigError(flag, f"not a PEM private key without a password ({reason})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(flag, f"a {type(key).__name__.lstrip('_')}, not an Ed25519 key")
+    return key
+
+
+def pem_of(key: Ed25519PrivateKey) -> bytes:
+    """The key as the Secret and `--signing-key` hold it."""
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
 def public_key_text(key: Ed25519PrivateKey) -> str:

@@ -61,7 +61,8 @@ LAYERS = (
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
           "quantities, strings made printable, and each engine's facts (data the API reads)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
-           "localmodel.gateway_contract", "localmodel.facts.quantity", "localmodel.printable",
+           "localmodel.gateway_contract", "localmodel.router_mark", "localmodel.facts.quantity",
+           "localmodel.printable",
            "localmodel.images",
            "localmodel.engines", "localmodel.engines.*")),
     Layer("api",

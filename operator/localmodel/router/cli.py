@@ -54,9 +54,10 @@ def run_cli(argv: Sequence[str]) -> int:
         print(f"localmodel router: {exc}", file=sys.stderr)
         return 2
     if config.signing_key is None:
-        config = replace(config, signing_key=Ed25519PrivateKey.generate())
+        made = Ed25519PrivateKey.generate()
+        config = replace(config, signing_key=made)
         print("localmodel router: no --signing-key: signing with a key made now; gateways "
               "accept its marks (owned sessions, /slots' session keys) only given "
-              f"--router-key {public_key_text(config.signing_key)}", file=sys.stderr, flush=True)
+              f"--router-key {public_key_text(made)}", file=sys.stderr, flush=True)
     asyncio.run(serve(config, source, mode))
     return 0

@@ -29,7 +29,6 @@ from aiohttp import web
 
 from localmodel.gateway.wire import error_response
 from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
-from localmodel.router_mark import MARK_HEADER
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -41,6 +40,7 @@ from localmodel.router.upstream import (
     Pool,
     UpstreamError,
 )
+from localmodel.router_mark import MARK_HEADER
 
 PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-request-timeout",
                 "x-request-id", "user-agent")
@@ -190,9 +190,8 @@ async def relay(
     told: Mapping[str, str] | None = None,
     answered: Callable[[int], None] | None = None,
 ) -> Relayed:
-    """POST `data` to `url` + the request's path and pass the answer on;
-    `extra` headers go on the answer, `told` ones to the replica;
-    `answered` is given the replica's status as soon as its head arrives."""
+    """POST `data` to `url` + the request's path and pass the answer on; `extra` headers
+    go on the answer, `told` ones to the replica; `answered` gets the replica's status."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
@@ -201,10 +200,7 @@ async def relay(
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)
     except (UpstreamError, TimeoutError) as exc:
-        why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
-        message_ = f"replica {url}{request.path} did not answer: {why}"
-        return Relayed(error_response(502, message_, dict(extra), openai=openai), 502, tail,
-                       False, "connect")
+        return _unanswered(exc, f"{url}{request.path}", extra, openai, tail)
     if answered is not None:
         answered(head.status)
     mode, framing = _caller_framing(head, request.version >= (1, 1))
@@ -243,6 +239,13 @@ async def relay(
             pool.release(conn)
         else:
             conn.close()  # the gateway sees its caller gone now
+
+
+def _unanswered(exc: Exception, where: str, extra: Mapping[str, str], openai: bool,
+                tail: Tail) -> Relayed:
+    why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
+    return Relayed(error_response(502, f"replica {where} did not answer: {why}", dict(extra),
+                                  openai=openai), 502, tail, False, "connect")
 
 
 def _broken(request: web.Request, out: web.StreamResponse, status: int, tail: Tail,

@@ -1,8 +1,9 @@
 """The router's signing key (`--signing-key`), and the salt of its session
 keys. Pure but for `read_signing_key`.
 
-The key is an Ed25519 private key, PEM (PKCS#8), as the operator writes it
-into the router's Secret (controller/signing.py). Every router replica mounts
+The key is an Ed25519 private key, PEM (PKCS#8, router_mark.py's
+`pem_of`), as the operator writes it into the router's Secret
+(controller/signing.py). Every router replica mounts
 the same Secret, so they sign alike and derive the same salt: the session
 keys they compute agree, and gateways accept every one's marks.
 
@@ -20,35 +21,13 @@ import hmac
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    load_pem_private_key,
-)
 
+from localmodel.router_mark import key_from_pem
 from localmodel.settings import ConfigError
 
 FLAG = "signing-key"
 _SALT_LABEL = b"localmodel-router session-key salt/1"
 MAX_KEY_FILE = 4096  # bytes: an Ed25519 PEM is 119
-
-
-def key_from_pem(flag: str, pem: bytes) -> Ed25519PrivateKey:
-    """The Ed25519 private key a PEM holds; ConfigError naming `flag` otherwise."""
-    try:
-        key = load_pem_private_key(pem, password=None)
-    except (ValueError, TypeError) as exc:
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ConfigError(flag, f"not a PEM private key without a password ({reason})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError(flag, f"a {type(key).__name__.lstrip('_')}, not an Ed25519 key")
-    return key
-
-
-def pem_of(key: Ed25519PrivateKey) -> bytes:
-    """The key as the Secret and `--signing-key` hold it."""
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
 def read_signing_key(path: str) -> Ed25519PrivateKey:
