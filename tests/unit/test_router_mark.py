@@ -72,7 +72,7 @@ def test_a_mark_of_another_key_or_no_key_is_refused() -> None:
 @pytest.mark.parametrize("value", [
     None, "", ".", "abc", "1800000000", "1800000000.", "x1800000000." + MARK.split(".")[1],
     "1800000001." + MARK.split(".")[1],  # the time moved: the signature no longer holds
-    MARK + "A", MARK[:-2], "1800000000.!!!!", "１８００００００００." + MARK.split(".")[1],
+    MARK + "A", MARK[:-2], "1800000000.!!!!", "\uff11" * 10 + "." + MARK.split(".")[1],  # fullwidth digits
     "9" * 400 + "." + MARK.split(".")[1],
 ])
 def test_a_malformed_mark_is_refused_never_an_error(value: str | None) -> None:
@@ -104,11 +104,11 @@ def test_the_signing_key_is_read_back_from_its_pem_file(tmp_path: Path) -> None:
 def test_a_signing_key_that_is_not_ed25519_or_not_there_names_the_flag(tmp_path: Path) -> None:
     other = rsa.generate_private_key(public_exponent=65537, key_size=1024).private_bytes(
         Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    with pytest.raises(ConfigError, match="signing-key.*not an Ed25519 key"):
+    with pytest.raises(ConfigError, match=r"signing-key.*not an Ed25519 key"):
         key_from_pem("signing-key", other)
-    with pytest.raises(ConfigError, match="signing-key.*not a PEM private key"):
+    with pytest.raises(ConfigError, match=r"signing-key.*not a PEM private key"):
         key_from_pem("signing-key", b"hello")
-    with pytest.raises(ConfigError, match="signing-key.*missing.pem"):
+    with pytest.raises(ConfigError, match=r"signing-key.*missing\.pem"):
         read_signing_key(str(tmp_path / "missing.pem"))
 
 
