@@ -72,7 +72,8 @@ def test_a_mark_of_another_key_or_no_key_is_refused() -> None:
 @pytest.mark.parametrize("value", [
     None, "", ".", "abc", "1800000000", "1800000000.", "x1800000000." + MARK.split(".")[1],
     "1800000001." + MARK.split(".")[1],  # the time moved: the signature no longer holds
-    MARK + "A", MARK[:-2], "1800000000.!!!!", "\uff11" * 10 + "." + MARK.split(".")[1],  # fullwidth digits
+    MARK + "A", MARK[:-2], "1800000000.!!!!",
+    "\uff11" * 10 + "." + MARK.split(".")[1],  # fullwidth digits
     "9" * 400 + "." + MARK.split(".")[1],
 ])
 def test_a_malformed_mark_is_refused_never_an_error(value: str | None) -> None:
