@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.contract import LABEL_COMPONENT
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.render import RenderOptions
 from localmodel.router_mark import key_from_pem, pem_of, public_key_text
@@ -56,9 +57,9 @@ def signing_secret(namespace: str, name: str, pem: bytes) -> dict[str, Any]:
     """The Secret holding the router's private key."""
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        # Not OWNED_SELECTOR's label: no model owns it, nothing may collect it.
         "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "localmodel-operator",
-                                "app.kubernetes.io/component": "router"}},
+                     "labels": {LABEL_COMPONENT: "router"}},
         "data": {KEY_FIELD: base64.b64encode(pem).decode("ascii")},
     }
 
