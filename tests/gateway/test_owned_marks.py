@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.engines import ollama
 from localmodel.gateway_contract import OWNED_SESSION_HEADER, SLOTS_PATH
 from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, public_key_text, sign
 from tests.gateway.harness import Rig, RigFactory
@@ -100,7 +101,7 @@ async def test_the_routers_mark_on_a_listing_or_a_refused_turn_owns_nothing(
             assert resp.status == 200
         async with http.post(rig.url + "/api/chat", data=b"{not json", headers=_owned()) as resp:
             assert resp.status == 400
-        async with http.post(rig.url + "/api/show", json={"model": "standin:1b"},
+        async with http.post(rig.url + ollama.SHOW_PATH, json={"model": "standin:1b"},
                              headers=_owned()) as resp:
             assert resp.status < 500
         assert (await _listed(http, rig, _slots_mark()))["owned_sessions"] == []
