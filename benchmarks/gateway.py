@@ -542,7 +542,7 @@ def ledger_work(requests: int = 20_000) -> str:
     ten messages in a session."""
     from localmodel.gateway.ledger import Ledger, Sessions, WaitBook, identify, prompt_of
     from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry
-    from localmodel.gateway.stream import EngineTiming
+    from localmodel.gateway_contract.timing import EngineTiming
 
     messages = [{"role": "user", "content": f"message {i} " * 20} for i in range(10)]
     body = {"model": "m", "messages": messages}

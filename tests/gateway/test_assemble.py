@@ -13,14 +13,12 @@ from localmodel.gateway.assemble import OllamaAssembler, OpenAIAssembler, Stream
 from localmodel.gateway.routes import Kind
 from localmodel.gateway.stream import (
     DONE,
-    EngineTiming,
     LineSplitter,
     StreamError,
     decode_event,
     sse_data,
-    timing_from_ollama,
-    timing_from_openai,
 )
+from localmodel.gateway_contract.timing import EngineTiming, timing_from_ollama, timing_from_openai
 
 FINAL = {
     "model": "m",

@@ -1,4 +1,4 @@
-"""What a parsed body may hold (gateway/bounds.py), as tables: the message
+"""What a parsed body may hold (gateway_contract/bounds.py), as tables: the message
 count and the longest string, measured in UTF-8 bytes, wherever it sits (a
 key, a value, deep in a list), found without recursion. The HTTP answers are
 test_admission.py's."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from localmodel.gateway.bounds import TooLarge, check_bounds, longest_string_over
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.bounds import TooLarge, check_bounds, longest_string_over
 
 CONFIG = replace(GatewayConfig(), max_messages=2, max_string_bytes=8)
 

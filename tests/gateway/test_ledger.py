@@ -451,7 +451,8 @@ def test_the_default_ring_fits_the_gateways_memory_even_with_worst_case_records(
     import tracemalloc
 
     from localmodel.gateway.ledger import MAX_ID
-    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE, MAX_ROUTED
+    from localmodel.gateway_contract import DEFAULT_LEDGER_SIZE
+    from localmodel.gateway_contract.headers import MAX_ROUTED
     from localmodel.render.names import GATEWAY_MEMORY_BYTES
 
     n = 2000

@@ -1,6 +1,6 @@
 """Ownership only from the router, at a REAL gateway (in-process) in front of
 the Ollama STAND-IN: the gateway keeps an owned session only with the
-router's signed mark made for this replica (router_mark.py), only on a
+router's signed mark made for this replica (gateway_contract/marks.py), only on a
 generation turn it served, and /slots lists session keys only to a read the
 router signed. The callers here are stand-ins for hostile callers: they
 send the owned-session header bare, with a mark of their own key, or with a
@@ -15,8 +15,9 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.engines import ollama
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, SLOTS_PATH
-from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, public_key_text, sign
+from localmodel.gateway_contract import SLOTS_PATH
+from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, public_key_text, sign
 from tests.gateway.harness import Rig, RigFactory
 
 ROUTER = Ed25519PrivateKey.generate()

@@ -24,7 +24,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.gateway.owned import RouterMarks
-from localmodel.gateway_contract import ROUTE_HEADER
+from localmodel.gateway_contract.headers import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router

@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from localmodel.gateway_contract import ROUTE_HEADER
+from localmodel.gateway_contract.headers import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source

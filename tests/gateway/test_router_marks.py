@@ -1,4 +1,4 @@
-"""The router's side of ownership (router/server.py, router_mark.py): it
+"""The router's side of ownership (router/server.py, gateway_contract/marks.py): it
 keeps a session's owner only once the replica accepted the turn, signs the
 owned-session mark and its /slots reads for that one replica, and never
 passes a caller's mark on. The replica here is an aiohttp server on
@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.gateway_contract import OWNED_SESSION_HEADER
+from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, verify
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source
-from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, verify
 
 KEY = Ed25519PrivateKey.generate()
 SLOTS_DOC = {"total": 1, "busy": 0, "queued": {"foreground": 0, "background": 0},

@@ -26,9 +26,9 @@ from localmodel.controller.signing import (
     signing_secret_plan,
 )
 from localmodel.controller.writer import Kube
+from localmodel.gateway_contract.marks import key_from_pem, pem_of, public_key_text
 from localmodel.kube import Credentials
 from localmodel.render import RenderOptions
-from localmodel.router_mark import key_from_pem, pem_of, public_key_text
 from localmodel.settings import ConfigError
 
 KEY = Ed25519PrivateKey.generate()

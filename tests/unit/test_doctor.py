@@ -22,7 +22,7 @@ from localmodel.facts.node import from_node_list
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.record import Outcome, RequestRecord
 from localmodel.gateway.slots import SlotSnapshot
-from localmodel.gateway.stream import EngineTiming
+from localmodel.gateway_contract.timing import EngineTiming
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
 from tests.harness.nodes import load_fixture, node_manifest
 

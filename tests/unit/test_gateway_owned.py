@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from localmodel.gateway.owned import OwnedSessions, owned_key
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.gateway.owned import OwnedSessions
+from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER, ROUTE_HEADER, owned_key
 from localmodel.router.proxy import pass_headers
 
 A, B, C = ("h:" + c * 24 for c in "abc")

@@ -61,8 +61,8 @@ LAYERS = (
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
           "quantities, strings made printable, and each engine's facts (data the API reads)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
-           "localmodel.gateway_contract", "localmodel.router_mark", "localmodel.facts.quantity",
-           "localmodel.printable",
+           "localmodel.gateway_contract", "localmodel.gateway_contract.*",
+           "localmodel.facts.quantity", "localmodel.printable",
            "localmodel.images",
            "localmodel.engines", "localmodel.engines.*")),
     Layer("api",
@@ -90,9 +90,10 @@ LAYERS = (
           ("localmodel.planner.**",)),
     Layer("outputs",
           "what a pass writes: the manifests (render), the status and its Events, the speed "
-          "verdicts the status carries",
+          "verdicts the status carries and the reader of a replica's /speed answer that yields "
+          "them (gateway_contract.speed_answer, which the operator and the router share)",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed", "localmodel.gaps")),
+           "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",
@@ -115,12 +116,6 @@ LAYERS = (
 ALLOWED = {
     ("localmodel.timeline.**", "localmodel.doctor.**"):
         "engine_pods (which pods run an engine; doctor.cluster): wants a home below both",
-    ("localmodel.router.**", "localmodel.gateway.**"):
-        "the router bounds bodies and answers errors as the gateway does (gateway.bounds, "
-        "gateway.wire's error shapes, gateway.ledger's SESSION_HEADER): want a home below both",
-    ("localmodel.router.**", "localmodel.controller.**"):
-        "the router reads /speed as the operator does (controller.speed_answer): wants a "
-        "home below both",
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.record import Outcome, RequestRecord, log_fields, log_line
 from localmodel.gateway.slots import SlotSnapshot, slots_document
-from localmodel.gateway.stream import EngineTiming
+from localmodel.gateway_contract.timing import EngineTiming
 from localmodel.metrics import Counter, Gauge, Histogram, render
 
 SAMPLE = re.compile(

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from localmodel.desired import desired_state
 from localmodel.gateway.config import parse_config
 from localmodel.gateway_contract import env_name
+from localmodel.gateway_contract.marks import public_key_text
 from localmodel.render import RenderOptions
-from localmodel.router_mark import public_key_text
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
 KEY = public_key_text(Ed25519PrivateKey.generate())

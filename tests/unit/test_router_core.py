@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localmodel.gateway.owned import owned_key
-from localmodel.gateway_contract import SESSION_KEY_PATTERN
+from localmodel.gateway_contract.headers import SESSION_KEY_PATTERN, owned_key
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.answers import MAX_OWNED, BadDocument, slots_from, speed_from
 from localmodel.router.decide import ReplicaState, decide, wait_seconds
@@ -311,7 +310,7 @@ def test_hostile_owned_sessions_are_one_error(owned: object, reason: str) -> Non
 
 def test_every_session_key_is_one_a_gateway_lists() -> None:
     """The router's keys (router/session.py) and the pattern the gateway and
-    the router check them with (gateway_contract.py) are one format."""
+    the router check them with (gateway_contract/headers.py) are one format."""
     for header, body in (("s-1", {}), (" x " * 200, {}), (None, {"prompt": "hello"}),
                          (None, {"messages": [{"role": "user", "content": "q"}]})):
         key = session_key(header, body)

@@ -1,4 +1,4 @@
-"""The router's signed marks (router_mark.py) and its salted session keys
+"""The router's signed marks (gateway_contract/marks.py) and its salted session keys
 (router/signing.py, router/session.py): a gateway accepts a mark only from
 the router's key, made for itself, for that session and purpose, and fresh;
 a listed session key confirms no guessed prompt without the key."""
@@ -17,10 +17,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
-from localmodel.gateway_contract import SESSION_KEY_PATTERN
-from localmodel.router.session import session_key
-from localmodel.router.signing import read_signing_key, session_salt
-from localmodel.router_mark import (
+from localmodel.gateway_contract.headers import SESSION_KEY_PATTERN
+from localmodel.gateway_contract.marks import (
     MARK_WINDOW_S,
     OWNED,
     SLOTS,
@@ -32,6 +30,8 @@ from localmodel.router_mark import (
     sign,
     verify,
 )
+from localmodel.router.session import session_key
+from localmodel.router.signing import read_signing_key, session_salt
 from localmodel.settings import ConfigError
 
 ROUTER = Ed25519PrivateKey.generate()

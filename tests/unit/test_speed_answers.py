@@ -1,4 +1,4 @@
-"""A replica's /speed answer is the tenant's (controller/speed_answer.py): every
+"""A replica's /speed answer is the tenant's (gateway_contract/speed_answer.py): every
 hostile answer is a `BadDocument`, never another exception, and whatever the
 parser accepts cannot make the speed verdicts or the status fail (issue 30)."""
 
@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 
 from localmodel.api.status import SpeedStatus
 from localmodel.controller.speed import SpeedBook, SpeedTarget
-from localmodel.controller.speed_answer import (
+from localmodel.gateway.speed import Calibration, SpeedRecord, speed_document
+from localmodel.gateway_contract.speed_answer import (
     MAX_COUNT,
     READ_MAX_BYTES,
     BadDocument,
     reading_from,
     reading_from_answer,
 )
-from localmodel.gateway.speed import Calibration, SpeedRecord, speed_document
 from localmodel.speed import MAX_RATE, PeerKey, Rates, Reading, SpeedPolicy, Totals
 from localmodel.status import speed_status
 from tests.fuzz import EXAMPLES

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from localmodel.controller.speed import SpeedBook, SpeedTarget
-from localmodel.controller.speed_answer import BadDocument, reading_from
+from localmodel.gateway_contract.speed_answer import BadDocument, reading_from
 from localmodel.speed import SOURCE_OWN, SOURCE_PEERS, PeerKey, SpeedPolicy
 
 XEON = ("GenuineIntel", "6", "143")

@@ -28,7 +28,7 @@ from localmodel.controller.speed import (
     SpeedReader,
     SpeedTarget,
 )
-from localmodel.controller.speed_answer import READ_MAX_BYTES
+from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
 from localmodel.speed import PeerKey, SpeedPolicy
 from tests.unit.test_speed_answers import GOOD, HOSTILE
 

@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.contract import LABEL_COMPONENT
 from localmodel.controller.writer import Kube, KubeError
+from localmodel.gateway_contract.marks import key_from_pem, pem_of, public_key_text
 from localmodel.render import RenderOptions
-from localmodel.router_mark import key_from_pem, pem_of, public_key_text
 from localmodel.settings import ConfigError
 
 if TYPE_CHECKING:

@@ -60,12 +60,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from localmodel.controller.speed_answer import (
+from localmodel.gateway_contract import ADMIN_PORT, SPEED_PATH
+from localmodel.gateway_contract.speed_answer import (
     READ_MAX_BYTES,
     BadDocument,
     reading_from_answer,
 )
-from localmodel.gateway_contract import ADMIN_PORT, SPEED_PATH
 from localmodel.metrics import Counter
 from localmodel.speed import (
     Expected,

@@ -16,16 +16,14 @@ from typing import Any
 from localmodel.gateway.routes import Kind
 from localmodel.gateway.stream import (
     DONE,
-    EngineTiming,
     LineSplitter,
     StreamError,
     decode_event,
     decode_ndjson,
     error_message,
     sse_data,
-    timing_from_ollama,
-    timing_from_openai,
 )
+from localmodel.gateway_contract.timing import EngineTiming, timing_from_ollama, timing_from_openai
 
 
 class _Text:

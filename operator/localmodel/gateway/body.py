@@ -25,13 +25,12 @@ from localmodel.gateway.stream import LineSplitter, StreamError
 from localmodel.gateway.wire import (
     CallerGone,
     RelayResponse,
-    error_response,
-    json_response,
     read_chunk,
     read_limited,
     to_caller,
 )
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.replies import error_response, json_response
 
 
 @dataclass

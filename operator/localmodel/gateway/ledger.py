@@ -40,9 +40,8 @@ from datetime import datetime
 from typing import Any
 
 from localmodel.gateway_contract import Behind, LedgerEntry, ledger_document
+from localmodel.gateway_contract.headers import MAX_SESSION_CHARS
 
-CALLER_HEADER = "X-LocalModel-Caller"
-SESSION_HEADER = "X-LocalModel-Session"
 ANONYMOUS = "anonymous"
 OTHER = "other"  # the metrics label of callers past the cap
 
@@ -76,7 +75,7 @@ def identify(
     """(caller, session) of a request: the headers, else the OpenAI `user`
     field, else `anonymous` with no session."""
     caller = clean_name(caller_header) or clean_name(body_user) or ANONYMOUS
-    return caller, clean_name(session_header)
+    return caller, clean_name(session_header, MAX_SESSION_CHARS)
 
 
 class CallerLabels:

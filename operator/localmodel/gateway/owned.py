@@ -4,20 +4,19 @@ routers talking to each other (docs/router.md, Sessions stay with their cache).
 
 A router sends `X-LocalModel-Owned-Session: KEY` on a turn it sends to the
 session's owner (never on a spilled turn), with its signed mark for this
-replica and that key (router_mark.py); the gateway keeps the keys of the
-generation turns it answered with a 2xx, most recent first, at most
-`MAX_KEPT`, each forgotten `IDLE_S` after its last turn (the router forgets
-an idle session as long after). Without the router's key (--router-key), a
-valid mark made for this pod (--pod-namespace, --pod-name) within
-router_mark.MARK_WINDOW_S, or a value that is a session key (gateway_contract's
-SESSION_KEY_PATTERN), the header is ignored: a caller cannot steer sessions,
-and /slots lists the keys only to a request with the router's `slots` mark
-(`RouterMarks`). Pure but for the clocks.
+replica and that key (gateway_contract/marks.py); the gateway keeps the keys
+of the generation turns it answered with a 2xx, most recent first, at most
+`MAX_KEPT`, each forgotten `SESSION_IDLE_S` after its last turn (the router
+forgets an idle session as long after). Without the router's key
+(--router-key), a valid mark made for this pod (--pod-namespace, --pod-name)
+within marks.MARK_WINDOW_S, or a value that is a session key
+(gateway_contract/headers.py's SESSION_KEY_PATTERN), the header is ignored:
+a caller cannot steer sessions, and /slots lists the keys only to a request
+with the router's `slots` mark (`RouterMarks`). Pure but for the clocks.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -25,28 +24,20 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from localmodel.gateway_contract import (
+from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
     OWNED_SESSIONS_LISTED,
-    SESSION_KEY_PATTERN,
-    GatewayConfig,
+    SESSION_IDLE_S,
+    owned_key,
 )
-from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, public_key, verify
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, public_key, verify
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
-IDLE_S = 1800.0  # as the router's owners table (router/owners.py IDLE_S)
-_KEY = re.compile(SESSION_KEY_PATTERN)
-
-
-def owned_key(value: str | None) -> str | None:
-    """The header's value when it is a session key, else None."""
-    if value is None or len(value) > 64 or not _KEY.fullmatch(value):
-        return None
-    return value
 
 
 class OwnedSessions:
-    def __init__(self, limit: int = MAX_KEPT, idle_s: float = IDLE_S,
+    def __init__(self, limit: int = MAX_KEPT, idle_s: float = SESSION_IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.idle_s = idle_s
@@ -64,7 +55,7 @@ class OwnedSessions:
             self._seen.popitem(last=False)
 
     def listed(self, most: int = OWNED_SESSIONS_LISTED) -> list[str]:
-        """The keys answered within IDLE_S, most recent first, at most `most`."""
+        """The keys answered within SESSION_IDLE_S, most recent first, at most `most`."""
         now = self._clock()
         while self._seen:
             key, seen = next(iter(self._seen.items()))

@@ -23,13 +23,10 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
-from localmodel.gateway.bounds import TooLarge
 from localmodel.gateway.keys import KeyRing
 from localmodel.gateway.ledger import (
     ANONYMOUS,
-    CALLER_HEADER,
     MAX_ID,
-    SESSION_HEADER,
     Ledger,
     Sessions,
     clean_name,
@@ -44,12 +41,16 @@ from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import BadRequest, Prepared, prepare, request_deadline
 from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
-from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import (
+from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.bounds import TooLarge
+from localmodel.gateway_contract.headers import (
+    CALLER_HEADER,
     MAX_ROUTED,
+    MAX_SESSION_CHARS,
     ROUTE_HEADER,
-    GatewayConfig,
+    SESSION_HEADER,
 )
+from localmodel.gateway_contract.replies import error_response
 from localmodel.printable import printable
 
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -222,7 +223,7 @@ class Pipeline:
                 {"WWW-Authenticate": 'Bearer realm="localmodel"'},
             )
         rec.key, rec.caller = entry, entry.caller
-        rec.session = clean_name(request.headers.get(SESSION_HEADER))
+        rec.session = clean_name(request.headers.get(SESSION_HEADER), MAX_SESSION_CHARS)
         rec.priority = entry.priority_for(Priority(rec.priority)).value
         if entry.concurrency is not None:
             load = self._caller_load.get(entry.caller, 0)

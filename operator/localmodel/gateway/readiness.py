@@ -38,8 +38,9 @@ from localmodel.gateway.speed import (
     calibration_from,
 )
 from localmodel.gateway.stream import LineSplitter
-from localmodel.gateway.wire import Upstreams, json_response
+from localmodel.gateway.wire import Upstreams
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.replies import json_response
 
 READY_CACHE_SECONDS = 1.0
 _SERVING = object()  # the engine serves its model (llama-server: one model, loaded)

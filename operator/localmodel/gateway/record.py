@@ -23,8 +23,8 @@ from localmodel.gateway.ledger import (
     reread,
     top_behind,
 )
-from localmodel.gateway.stream import EngineTiming
 from localmodel.gateway_contract import LedgerEntry
+from localmodel.gateway_contract.timing import EngineTiming
 from localmodel.printable import printable
 
 MAX_DETAIL = 512  # characters of a request's detail (an error's message) in its log line

@@ -28,11 +28,11 @@ from localmodel.gateway.wire import (
     CallerGone,
     UpstreamBroke,
     Upstreams,
-    error_response,
     read_limited,
     stream_error,
 )
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.replies import error_response
 
 RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 

@@ -18,10 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.gateway.bounds import check_bounds
 from localmodel.gateway.ledger import Prompt, prompt_of
 from localmodel.gateway.routes import Kind, Route
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.bounds import check_bounds
 
 
 class BadRequest(ValueError):

@@ -39,7 +39,7 @@ from localmodel.gateway.relay import Relay
 from localmodel.gateway.routes import ROUTES, Route
 from localmodel.gateway.slots import SlotBoard, slots_document
 from localmodel.gateway.speed import SpeedRecord, speed_document
-from localmodel.gateway.wire import Upstreams, json_response
+from localmodel.gateway.wire import Upstreams
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     LEDGER_PATH,
@@ -49,8 +49,9 @@ from localmodel.gateway_contract import (
     SPEED_PATH,
     GatewayConfig,
 )
+from localmodel.gateway_contract.headers import SERVED_BY_HEADER
+from localmodel.gateway_contract.replies import json_response
 
-SERVED_BY_HEADER = "X-LocalModel-Served-By"
 KEYS_CHECK_SECONDS = 2.0  # how often the keys file is looked at (a stat) for a change
 
 

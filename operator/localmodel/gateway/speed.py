@@ -33,7 +33,7 @@ from typing import Any
 
 from localmodel.engines import EngineFacts
 from localmodel.gateway.routes import ROUTES, Kind
-from localmodel.gateway.stream import EngineTiming
+from localmodel.gateway_contract.timing import EngineTiming
 
 CALIBRATION_TOKENS = 32
 CALIBRATION_DEADLINE_SECONDS = 60.0

@@ -61,7 +61,7 @@ def gateway_env(lm: LocalModel, tuning: Tuning, router_key: str = "") -> dict[st
 def router_env(router_key: str) -> list[Manifest]:
     """With the router on (its public key known): the pod's namespace and
     name, from the downward API, which the router's marks must name
-    (router_mark.py). Without it, nothing: pods render as before."""
+    (gateway_contract/marks.py). Without it, nothing: pods render as before."""
     if not router_key:
         return []
     return [{"name": env_name(flag), "valueFrom": {"fieldRef": {"fieldPath": path}}}

@@ -7,7 +7,8 @@ the answer it relayed, without holding the answer back: OpenAI's `usage`
 (prompt_tokens, completion_tokens; in a stream, the last chunk when the
 caller asked for it), llama-server's `timings` (cache_n + prompt_n +
 predicted_n, in every stream's last chunk), Ollama's prompt_eval_count +
-eval_count (the last line). Only the last `TAIL_BYTES` are kept; an answer
+eval_count (the last line), read as the gateway reads them
+(gateway_contract/timing.py, `held_tokens`). Only the last `TAIL_BYTES` are kept; an answer
 that says none of them teaches nothing.
 
 `SessionBook` remembers, per session, the tokens each replica holds, for the
@@ -20,40 +21,12 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+
+from localmodel.gateway_contract.timing import held_tokens
 
 TAIL_BYTES = 16 * 1024
-MAX_TOKENS = 10_000_000  # a count past any context: a bad answer, ignored
 MAX_SESSIONS = 10_000
 MAX_REPLICAS_PER_SESSION = 8
-
-
-def _count(doc: Mapping[str, Any], *keys: str) -> int | None:
-    total = 0
-    for key in keys:
-        value = doc.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
-            return None
-        total += value
-    return total
-
-
-def tokens_of(doc: Any) -> int | None:
-    """Prompt plus generated tokens, from one answer document or chunk."""
-    if not isinstance(doc, dict):
-        return None
-    usage = doc.get("usage")
-    if isinstance(usage, dict):
-        found = _count(usage, "prompt_tokens", "completion_tokens")
-        if found is not None:
-            return found
-    timings = doc.get("timings")
-    if isinstance(timings, dict):
-        found = _count(timings, "cache_n", "prompt_n", "predicted_n")
-        if found is not None:
-            return found
-    return _count(doc, "prompt_eval_count", "eval_count")
 
 
 def tokens_from_tail(tail: bytes) -> int | None:
@@ -68,7 +41,7 @@ def tokens_from_tail(tail: bytes) -> int | None:
                                          and "timings" not in line):
             continue
         try:
-            found = tokens_of(json.loads(line))
+            found = held_tokens(json.loads(line))
         except ValueError:
             continue
         if found is not None:

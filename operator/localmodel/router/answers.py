@@ -2,7 +2,7 @@
 
 The gateway answering is the tenant's image, so an answer may be anything.
 Both documents go through the operator's /speed reader's decoder
-(controller/speed_answer.py: bounded size, strict UTF-8 JSON, no NaN or
+(gateway_contract/speed_answer.py: bounded size, strict UTF-8 JSON, no NaN or
 Infinity, any decoder failure one `BadDocument`), and every number the router
 keeps is checked here against a named bound; nothing else is read. A bad
 answer leaves that replica's state unknown, which keeps sessions on their
@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from localmodel.controller.speed_answer import (
+from localmodel.gateway_contract.headers import owned_key
+from localmodel.gateway_contract.speed_answer import (
     MAX_COUNT,
     BadDocument,
     decode,
     reading_from,
 )
-from localmodel.gateway.owned import owned_key
 
 MAX_OWNED = 1024  # owned_sessions entries: a gateway lists 512; more is a bad answer
 

@@ -11,13 +11,13 @@ from dataclasses import replace
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.gateway_contract.marks import public_key_text
 from localmodel.router.config import RouterConfig, config_from, parser
 from localmodel.router.server import start_router
 from localmodel.router.signing import read_signing_key
 from localmodel.router.source import SourceUnavailable, add_cluster_flags, cluster_source
 from localmodel.router.static import BadReplicas, static_source
 from localmodel.router.table import ReplicaSource
-from localmodel.router_mark import public_key_text
 from localmodel.settings import ConfigError
 
 

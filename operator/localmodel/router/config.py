@@ -34,9 +34,9 @@ class RouterConfig:
     idle_timeout: float = _GW.idle_timeout  # header and idle timeout of a client's connection
     body_timeout: float = _GW.body_timeout
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
-    # localmodel.gateway.bounds).
+    # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
-    # What the router signs its marks with (router_mark.py; --signing-key, read
+    # What the router signs its marks with (gateway_contract/marks.py; --signing-key, read
     # by cli.py); None: a key of its own, made at start, that no gateway knows.
     signing_key: Ed25519PrivateKey | None = field(default=None, repr=False)
 

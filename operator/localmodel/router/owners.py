@@ -18,7 +18,7 @@ even at the small counts a CPU model runs (4 sessions on 2 replicas: 2 each,
 where rounding up would allow 3).
 
 The owner is remembered per session (`Owners`, at most `MAX_SESSIONS`,
-forgotten after `IDLE_S` without a turn), so a session keeps it while it
+forgotten after `SESSION_IDLE_S` without a turn), so a session keeps it while it
 lives, whatever the other sessions do. Only a change of the replicas moves a
 session, and only the ones it must: a session whose owner left is placed
 again; a replica that joined takes the sessions that rank it above their
@@ -47,10 +47,10 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from localmodel.gateway_contract.headers import SESSION_IDLE_S
 from localmodel.router.session import ranking
 
 BALANCE_FACTOR = 1.25  # the paper's c: a replica takes at most 1.25x its even share
-IDLE_S = 1800.0  # a session without a turn for this long is forgotten (its cache is likely gone)
 MAX_SESSIONS = 10_000  # owners remembered; the least recently used is forgotten first
 
 
@@ -83,7 +83,7 @@ class _Entry:
 class Owners:
     """Each live session's owner, per model."""
 
-    def __init__(self, factor: float = BALANCE_FACTOR, idle_s: float = IDLE_S,
+    def __init__(self, factor: float = BALANCE_FACTOR, idle_s: float = SESSION_IDLE_S,
                  limit: int = MAX_SESSIONS) -> None:
         self.factor = factor
         self.idle_s = idle_s

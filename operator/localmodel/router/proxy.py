@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from localmodel.gateway.wire import error_response
-from localmodel.gateway_contract import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER, ROUTE_HEADER
+from localmodel.gateway_contract.marks import MARK_HEADER
+from localmodel.gateway_contract.replies import error_response
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
     CHUNKED,
@@ -40,7 +41,6 @@ from localmodel.router.upstream import (
     Pool,
     UpstreamError,
 )
-from localmodel.router_mark import MARK_HEADER
 
 PASS_HEADERS = ("authorization", "content-type", "accept", "x-priority", "x-request-timeout",
                 "x-request-id", "user-agent")

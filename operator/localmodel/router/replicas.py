@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from localmodel.controller.speed_answer import READ_MAX_BYTES
 from localmodel.gateway_contract import SLOTS_PATH, SPEED_PATH
+from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
 from localmodel.metrics import Counter
 from localmodel.router.answers import BadDocument, Slots, Speed, slots_from, speed_from
 from localmodel.router.decide import ReplicaState, wait_seconds
@@ -81,7 +81,7 @@ class ReplicaWatch:
     async def poll(self, session: aiohttp.ClientSession, table: RouteTable,
                    mark: Callable[[str, str], dict[str, str]] | None = None) -> None:
         """Read every replica once; `mark(namespace, pod)`: the headers of a
-        /slots read (the router's signed mark, router_mark.py)."""
+        /slots read (the router's signed mark, gateway_contract/marks.py)."""
         replicas = {r.name: r for route in table for r in route.replicas}
         where = {r.name: route.namespace for route in table for r in route.replicas}
         for gone in set(self.known) - set(replicas):

@@ -4,7 +4,7 @@ an admin port. `start_router` serves on the given ports (0: any free one).
 
 A request's way (`Router.handle`): its body read within --max-body-bytes and
 the body timeout, parsed, bounded like the gateway bounds it
-(localmodel.gateway.bounds); its `model` field looked up (router/table.py:
+(localmodel.gateway_contract.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
 and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
 (router/proxy.py, over router/upstream.py's kept connections). The decision
@@ -29,16 +29,20 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.engines import ollama
-from localmodel.gateway.bounds import TooLarge, check_bounds
-from localmodel.gateway.ledger import SESSION_HEADER
-from localmodel.gateway.wire import error_response, json_response
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     METRICS_PATH,
-    OWNED_SESSION_HEADER,
     READY_PATH,
-    ROUTE_HEADER,
 )
+from localmodel.gateway_contract.bounds import TooLarge, check_bounds
+from localmodel.gateway_contract.headers import (
+    OWNED_SESSION_HEADER,
+    REPLICA_HEADER,
+    ROUTE_HEADER,
+    SESSION_HEADER,
+)
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, sign
+from localmodel.gateway_contract.replies import error_response, json_response
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.config import RouterConfig
 from localmodel.router.decide import OWNER, Decision, decide
@@ -57,9 +61,7 @@ from localmodel.router.table import (
     lookup,
 )
 from localmodel.router.upstream import Pool
-from localmodel.router_mark import MARK_HEADER, OWNED, SLOTS, sign
 
-REPLICA_HEADER = "X-LocalModel-Replica"
 SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
                  ollama.GENERATE_PATH)
 INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
@@ -81,7 +83,7 @@ class Router:
         self.watch = ReplicaWatch(clock)
         self.book = SessionBook()
         self.owners = Owners()
-        # Marks only this router's key makes (router_mark.py); without
+        # Marks only this router's key makes (gateway_contract/marks.py); without
         # --signing-key, one of its own that no gateway knows (cli.py says so).
         self.signing_key = config.signing_key or Ed25519PrivateKey.generate()
         self.salt = session_salt(self.signing_key)

@@ -22,8 +22,9 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from localmodel.gateway_contract.headers import MAX_SESSION_CHARS
+
 FINGERPRINT_CHARS = 512  # of a prompt's opening: a system prompt and the first question fit
-MAX_SESSION_HEADER = 128  # characters of the header kept (the gateway's ledger keeps as many)
 
 
 def _text(content: Any) -> str:
@@ -88,7 +89,7 @@ def session_key(header: str | None, body: Mapping[str, Any], salt: bytes = b"") 
     private key; at most 64 bytes), so a key seen in a gateway's /slots does
     not confirm a guessed prompt to anyone without that key."""
     if header is not None and header.strip():
-        return "h:" + _digest(header.strip()[:MAX_SESSION_HEADER], salt)
+        return "h:" + _digest(header.strip()[:MAX_SESSION_CHARS], salt)
     text = opening(body)
     return None if text is None else "f:" + _digest(text, salt)
 

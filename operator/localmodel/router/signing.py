@@ -1,7 +1,7 @@
 """The router's signing key (`--signing-key`), and the salt of its session
 keys. Pure but for `read_signing_key`.
 
-The key is an Ed25519 private key, PEM (PKCS#8, router_mark.py's
+The key is an Ed25519 private key, PEM (PKCS#8, gateway_contract/marks.py's
 `pem_of`), as the operator writes it into the router's Secret
 (controller/signing.py). Every router replica mounts
 the same Secret, so they sign alike and derive the same salt: the session
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.router_mark import key_from_pem
+from localmodel.gateway_contract.marks import key_from_pem
 from localmodel.settings import ConfigError
 
 FLAG = "signing-key"

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from localmodel import engines
+from localmodel.gateway_contract.marks import router_key
 from localmodel.printable import printable
-from localmodel.router_mark import router_key
 from localmodel.settings import (
     ConfigError,
     flags,
@@ -52,19 +52,7 @@ ADMIN_PORT = 8090  # not an engine's port (tests/unit/test_admin_port.py)
 READY_PATH = "/readyz"  # 200 once the engine serves the model and its speed is calibrated
 HEALTH_PATH = "/healthz"  # 200 while the gateway runs
 SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them
-# The router's header on a turn it sends to the session's owner: the session's
-# key (router/session.py's `session_key`: `h:` or `f:` and 24 hex digits).
-# The gateway lists the keys it was sent in /slots (`owned_sessions`, most
-# recent first), so a router that has not seen a session finds its owner
-# (gateway/owned.py, router/owners.py).
-OWNED_SESSION_HEADER = "X-LocalModel-Owned-Session"
-# The router's decision for a turn, on the answer to the caller and on the
-# request to the replica, whose gateway keeps it in the ledger (`routed`):
-# `owner`, or `spilled; owner_wait_s=..; reread_s=..; wait_s=..`.
-ROUTE_HEADER = "X-LocalModel-Route"
-MAX_ROUTED = 160  # characters of it a ledger record keeps
-SESSION_KEY_PATTERN = r"[hf]:[0-9a-f]{24}"
-OWNED_SESSIONS_LISTED = 512  # keys /slots lists at most (about 15 KiB)
+# The session headers, keys and idle time: gateway_contract/headers.py.
 # On the admin port only:
 METRICS_PATH = "/metrics"  # Prometheus text, every name starting with METRIC_PREFIX
 SPEED_PATH = "/speed"  # this replica's calibration and recent speed (the controller reads it)
@@ -292,7 +280,7 @@ class GatewayConfig:
         "API keys); reloaded when it changes", shown_default="none: no keys asked",
         metavar="PATH", parse=text,
     )
-    # The router's public key (router_mark.py): with it, the marks the router
+    # The router's public key (gateway_contract/marks.py): with it, the marks the router
     # signs for this replica (pod-namespace, pod-name) make a session owned
     # here and let /slots list session keys; without it, no caller can.
     router_key: str = setting(
