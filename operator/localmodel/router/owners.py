@@ -32,8 +32,9 @@ at the first replica of their ranking; a session one router placed further
 down (its first choice at the cap) could be placed differently by the other,
 and its turns would then alternate between two replicas, each re-reading
 what the other added. So a router tells the owner, on every turn it sends
-there, that it owns the session (`X-LocalModel-Owned-Session`); the gateway
-lists the sessions it was told so in /slots (gateway/owned.py); and a router
+there, that it owns the session (`X-LocalModel-Owned-Session`, with a mark
+signed for that replica: gateway_contract/marks.py); the gateway lists the
+sessions it was told so in /slots, to the routers only (gateway/owned.py); and a router
 meeting a session it has no owner for takes, before placing it, the replica
 that lists it (the first in the session's ranking, should two). Only a turn
 arriving at the second router before the first's turn was answered and its

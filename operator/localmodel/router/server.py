@@ -7,7 +7,9 @@ the body timeout, parsed, bounded like the gateway bounds it
 (localmodel.gateway_contract.bounds); its `model` field looked up (router/table.py:
 `namespace/name`, or a bare name one namespace serves); its session's owner
 and the decision (router/session.py, router/owners.py, router/decide.py); then relayed
-(router/proxy.py, over router/upstream.py's kept connections). The decision
+(router/proxy.py, over router/upstream.py's kept connections), the owner told
+with a mark signed for that replica (gateway_contract/marks.py) and
+remembered once the replica answered with a 2xx. The decision
 goes back in `X-LocalModel-Route`, in the access log (one JSON line per
 request) and in the metrics.
 """
