@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from localmodel.controller.config import parse_config
 from localmodel.controller.signing import (
     KEY_FIELD,
+    MAX_AGE_SECONDS,
     BadSigningSecret,
     RouterSigning,
     signing_secret,
@@ -108,14 +109,18 @@ def test_the_operator_makes_the_key_once_and_renders_it_until_the_secret_is_dele
     secrets: dict[str, Any] = {}
     writes: list[str] = []
     clock = [0.0]
+    wakes: list[float] = []
 
     async def main() -> list[str]:
         keys = []
         async with api_server(secrets, writes) as server, \
                 Kube(Credentials(server=server)) as kube:
-            signing = RouterSigning(kube, NS, NAME, clock=lambda: clock[0])
+            signing = RouterSigning(kube, NS, NAME, clock=lambda: clock[0], wake=wakes.append)
             options = await signing.options(RenderOptions())
             keys.append(options.router_key)
+            clock[0] += 20
+            assert await signing.options(options) is options  # not read again yet
+            assert wakes == [MAX_AGE_SECONDS, MAX_AGE_SECONDS - 20]  # a pass when it is due
             clock[0] += 3600
             keys.append((await signing.options(options)).router_key)  # read, not made again
             del secrets[NAME]  # a rotation

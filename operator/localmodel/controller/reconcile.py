@@ -177,7 +177,7 @@ class Reconciler:
         # 1 000 models, writes timed out queued behind each other).
         self._writing = asyncio.Semaphore(config.write_concurrency)
         self._secrets = SecretLabels(kube)  # overflow-key Secrets' labels, for the policy
-        self._signing = RouterSigning.of(kube, config)  # the router's key, for the gateways
+        self._signing = RouterSigning.of(kube, config, self.trigger_later)  # router's key
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""

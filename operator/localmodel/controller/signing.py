@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("localmodel.signing")
 
 KEY_FIELD = "signing-key.pem"  # the Secret's key the router's pods mount as a file
-MAX_AGE_SECONDS = 60.0  # the Secret read again at most this often (a rotation is seen then)
+MAX_AGE_SECONDS = 60.0  # the Secret read again this often (a rotation is seen then)
 
 
 class BadSigningSecret(ValueError):
@@ -91,22 +91,30 @@ class RouterSigning:
     most every MAX_AGE_SECONDS, the Secret created when missing."""
 
     def __init__(self, kube: Kube, namespace: str, name: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wake: Callable[[float], None] = lambda seconds: None) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.clock = clock
+        self.wake = wake  # a pass again in so many seconds: the next read is due
         self.key = ""
         self._read_at: float | None = None
 
     @classmethod
-    def of(cls, kube: Kube, config: OperatorConfig) -> RouterSigning | None:
+    def of(cls, kube: Kube, config: OperatorConfig,
+           wake: Callable[[float], None]) -> RouterSigning | None:
         """With the router on (--router-namespace), else None."""
         if not config.router_namespace:
             return None
-        return cls(kube, config.router_namespace, config.router_signing_secret)
+        return cls(kube, config.router_namespace, config.router_signing_secret, wake=wake)
 
     async def options(self, options: RenderOptions) -> RenderOptions:
-        """`options` with the router's public key as now known."""
+        """`options` with the router's public key as now known; a pass is
+        asked for when the next read is due, so a deleted Secret is seen
+        within about MAX_AGE_SECONDS even when nothing else changes."""
         key = await self.public_key()
+        due = MAX_AGE_SECONDS if self._read_at is None else (
+            self._read_at + MAX_AGE_SECONDS - self.clock())
+        self.wake(max(1.0, due))
         return options if key == options.router_key else replace(options, router_key=key)
 
     async def public_key(self) -> str:
