@@ -47,7 +47,7 @@ def test_a_missing_secret_is_created_with_a_fresh_key_whose_public_half_is_rende
     meta = plan.create["metadata"]
     assert (plan.create["kind"], meta["namespace"], meta["name"]) == ("Secret", NS, NAME)
     pem = base64.b64decode(plan.create["data"][KEY_FIELD])
-    assert key_from_pem("x", pem).private_bytes_raw() == KEY.private_bytes_raw()
+    assert key_from_pem(pem).private_bytes_raw() == KEY.private_bytes_raw()
 
 
 def test_an_existing_key_is_read_never_replaced() -> None:
@@ -131,5 +131,5 @@ def test_the_operator_makes_the_key_once_and_renders_it_until_the_secret_is_dele
     made, again, rotated = asyncio.run(main())
     assert writes == [NAME, NAME]  # created twice: at first, and after the deletion
     assert made == again != rotated
-    stored = key_from_pem("x", base64.b64decode(secrets[NAME]["data"][KEY_FIELD]))
+    stored = key_from_pem(base64.b64decode(secrets[NAME]["data"][KEY_FIELD]))
     assert rotated == public_key_text(stored)

@@ -22,6 +22,7 @@ from localmodel.gateway_contract.marks import (
     MARK_WINDOW_S,
     OWNED,
     SLOTS,
+    BadKey,
     key_from_pem,
     pem_of,
     public_key,
@@ -105,10 +106,10 @@ def test_the_signing_key_is_read_back_from_its_pem_file(tmp_path: Path) -> None:
 def test_a_signing_key_that_is_not_ed25519_or_not_there_names_the_flag(tmp_path: Path) -> None:
     other = rsa.generate_private_key(public_exponent=65537, key_size=1024).private_bytes(
         Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    with pytest.raises(ConfigError, match=r"signing-key.*not an Ed25519 key"):
-        key_from_pem("signing-key", other)
-    with pytest.raises(ConfigError, match=r"signing-key.*not a PEM private key"):
-        key_from_pem("signing-key", b"hello")
+    with pytest.raises(BadKey, match=r"not an Ed25519 key"):
+        key_from_pem(other)
+    with pytest.raises(BadKey, match=r"not a PEM private key"):
+        key_from_pem(b"hello")
     with pytest.raises(ConfigError, match=r"signing-key.*missing\.pem"):
         read_signing_key(str(tmp_path / "missing.pem"))
 
@@ -118,7 +119,7 @@ def test_session_keys_are_salted_by_the_routers_key_and_keep_their_shape() -> No
                          {"role": "user", "content": "What is a CPU?"}]}
     salt = session_salt(ROUTER)
     # Every router replica reads the same Secret: the same salt, the same keys.
-    again = key_from_pem("signing-key", pem_of(ROUTER))
+    again = key_from_pem(pem_of(ROUTER))
     assert session_salt(again) == salt
     mine = session_key(None, body, salt)
     assert mine == session_key(None, body, session_salt(again))
@@ -129,3 +130,15 @@ def test_session_keys_are_salted_by_the_routers_key_and_keep_their_shape() -> No
     assert session_key("s-1", {}, salt) != session_key("s-1", {})
     for key in (mine, session_key("s-1", {}, salt)):
         assert key is not None and re.fullmatch(SESSION_KEY_PATTERN, key)
+
+
+def test_a_router_given_an_unreadable_signing_key_exits_2_naming_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from localmodel.router.cli import run_cli
+
+    bad = tmp_path / "bad.pem"
+    bad.write_bytes(b"not a key")
+    for path in (bad, tmp_path / "missing.pem"):
+        assert run_cli(["--replicas", "m=http://127.0.0.1:1", "--signing-key", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"--signing-key: {path}: " in err, err

@@ -29,9 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.contract import LABEL_COMPONENT
 from localmodel.controller.writer import Kube, KubeError
-from localmodel.gateway_contract.marks import key_from_pem, pem_of, public_key_text
+from localmodel.gateway_contract.marks import BadKey, key_from_pem, pem_of, public_key_text
 from localmodel.render import RenderOptions
-from localmodel.settings import ConfigError
 
 if TYPE_CHECKING:
     from localmodel.controller.config import OperatorConfig
@@ -79,10 +78,13 @@ def signing_secret_plan(existing: Mapping[str, Any] | None, namespace: str, name
         raise BadSigningSecret(f"{where}: no data.{KEY_FIELD} (delete it: the operator then "
                                "makes a new key)")
     try:
-        key = key_from_pem(f"{where} data.{KEY_FIELD}", base64.b64decode(raw, validate=True))
-    except (binascii.Error, ValueError) as exc:
-        raise BadSigningSecret(str(exc) if isinstance(exc, ConfigError)
-                               else f"{where}: data.{KEY_FIELD} is not base64") from None
+        pem = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadSigningSecret(f"{where}: data.{KEY_FIELD} is not base64") from None
+    try:
+        key = key_from_pem(pem)
+    except BadKey as exc:
+        raise BadSigningSecret(f"{where}: data.{KEY_FIELD}: {exc}") from None
     return SigningPlan(public_key_text(key))
 
 

@@ -66,15 +66,19 @@ def _message(purpose: str, namespace: str, pod: str, session: str, seconds: int)
                       separators=(",", ":")).encode()
 
 
-def key_from_pem(flag: str, pem: bytes) -> Ed25519PrivateKey:
-    """The Ed25519 private key a PEM holds; ConfigError naming `flag` otherwise."""
+class BadKey(ValueError):
+    """Bytes that are not an Ed25519 private key in PEM; the message says why."""
+
+
+def key_from_pem(pem: bytes) -> Ed25519PrivateKey:
+    """The Ed25519 private key a PEM holds; BadKey saying why not otherwise."""
     try:
         key = load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ConfigError(flag, f"not a PEM private key without a password ({reason})") from None
+        raise BadKey(f"not a PEM private key without a password ({reason})") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError(flag, f"a {type(key).__name__.lstrip('_')}, not an Ed25519 key")
+        raise BadKey(f"a {type(key).__name__.lstrip('_')}, not an Ed25519 key")
     return key
 
 

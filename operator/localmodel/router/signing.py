@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.gateway_contract.marks import key_from_pem
+from localmodel.gateway_contract.marks import BadKey, key_from_pem
 from localmodel.settings import ConfigError
 
 FLAG = "signing-key"
@@ -39,7 +39,10 @@ def read_signing_key(path: str) -> Ed25519PrivateKey:
         raise ConfigError(FLAG, f"{path}: {exc.strerror or exc}") from None
     if len(pem) > MAX_KEY_FILE:
         raise ConfigError(FLAG, f"{path}: over {MAX_KEY_FILE} bytes, not an Ed25519 key")
-    return key_from_pem(FLAG, pem)
+    try:
+        return key_from_pem(pem)
+    except BadKey as exc:
+        raise ConfigError(FLAG, f"{path}: {exc}") from None
 
 
 def session_salt(key: Ed25519PrivateKey) -> bytes:
