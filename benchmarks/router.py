@@ -70,10 +70,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
+from localmodel.gateway.owned import RouterMarks  # noqa: E402
 from localmodel.gateway.server import RunningGateway, start_gateway  # noqa: E402
 from localmodel.gateway_contract import GatewayConfig  # noqa: E402
 from localmodel.router.config import RouterConfig  # noqa: E402
@@ -355,8 +357,11 @@ async def run(work: Workload, rounds: int = 1) -> tuple[list[str], dict[str, Any
             two_engines(Path(tmp)) as engs:
         gateways = await start_gateways(engs)
         replicas = ",".join(f"{g.url}|{g.admin_url}" for g in gateways)
+        key = Ed25519PrivateKey.generate()
+        for gw in gateways:  # as the operator renders them: the router's marks are checked
+            gw.gateway.pipeline.marks = RouterMarks(key.public_key(), "static", gw.url)
         config = RouterConfig(listen_host="127.0.0.1", listen_port=0, admin_host="127.0.0.1",
-                              admin_port=0, poll_interval=0.5)
+                              admin_port=0, poll_interval=0.5, signing_key=key)
         router = await start_router(config, static_source([f"{MODEL_TAG}={replicas}"]),
                                     lambda _line: None)
         try:

@@ -177,3 +177,62 @@ def test_the_chart_lints_with_the_router(tools: Tools) -> None:
     result = helm(tools, "lint", "--strict", str(CHART_DIR), "--set", "router.enabled=true",
                   "--set", "namespaces={ai}")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_router_mounts_the_signing_secret_the_operator_keeps(tools: Tools) -> None:
+    """The router reads its signing key from the Secret the operator is told
+    to ensure (same name, same namespace), read-only, as `--signing-key`."""
+    from localmodel.router.config import parser
+
+    rendered = render_chart(tools, set_values=ON)
+    pod = router_deployment(rendered)["spec"]["template"]["spec"]
+    [volume] = pod["volumes"]
+    [container] = pod["containers"]
+    [mount] = container["volumeMounts"]
+    assert mount == {"name": volume["name"], "mountPath": "/etc/localmodel/router",
+                     "readOnly": True}
+    secret = volume["secret"]
+    [item] = secret["items"]
+    p = parser()
+    add_cluster_flags(p)
+    args = p.parse_args(router_args(rendered)[1:])
+    assert args.signing_key == f"{mount['mountPath']}/{item['path']}"
+    assert secret["defaultMode"] == 0o444  # readable by the router's uid without an fsGroup
+    flags = [f for f in operator_args(rendered)[1:] if not f.startswith("--policy=")]
+    config = parse_config(flags, {"POD_NAMESPACE": NAMESPACE})
+    assert config.router_namespace == NAMESPACE
+    assert config.router_signing_secret == secret["secretName"]
+    from localmodel.controller.signing import KEY_FIELD
+    assert item["key"] == KEY_FIELD
+    # The name a value gives, in both places.
+    named = render_chart(tools, set_values=(*ON, "router.signingSecret=my-key"))
+    [volume] = router_deployment(named)["spec"]["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "my-key"
+    assert "--router-signing-secret=my-key" in operator_args(named)
+
+
+def test_the_operator_may_get_only_the_signing_secret_and_create_secrets_only_here(
+        tools: Tools) -> None:
+    rendered = render_chart(tools, set_values=ON)
+    [account] = of_kind(operator_objects(rendered), "ServiceAccount")
+    secret_rules = [(r["metadata"]["namespace"], rule) for r in of_kind(rendered, "Role")
+                    for rule in r["rules"] if "secrets" in rule["resources"]]
+    name = next(a.split("=", 1)[1] for a in operator_args(rendered)
+                if a.startswith("--router-signing-secret="))
+    assert sorted((ns, tuple(rule["verbs"]), tuple(rule.get("resourceNames", ())))
+                  for ns, rule in secret_rules) == [
+        (NAMESPACE, ("create",), ()), (NAMESPACE, ("get",), (name,))]
+    [binding] = [b for b in of_kind(rendered, "RoleBinding")
+                 if b["metadata"]["name"].endswith("-router-signing")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount",
+                                    "name": account["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
+    # No Secret anywhere else, and none at all without the router.
+    for role in of_kind(rendered, "ClusterRole"):
+        assert all("secrets" not in r["resources"] or set(r["verbs"]) <= {"get", "list",
+                                                                          "watch"}
+                   for r in role["rules"])
+    off = render_chart(tools)
+    assert not [r for r in of_kind(off, "Role") if r["metadata"]["name"].endswith(
+        "-router-signing")]
+    assert not [a for a in operator_args(off) if a.startswith("--router-signing-secret")]

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.gateway_contract.marks import pem_of
 from tests.harness.processes import free_port, localmodel_process
 
 KUBECONFIG = """apiVersion: v1
@@ -50,9 +52,11 @@ def _run(args: list[str], tmp_path: Path) -> tuple[int, str]:
 
 CASES = {
     "router --listen": (["router", "--replicas", "m=http://127.0.0.1:9", "--listen", "{held}",
-                         "--admin-listen", "127.0.0.1:0"], "--listen"),
+                         "--admin-listen", "127.0.0.1:0", "--signing-key", "{signing_key}"],
+                        "--listen"),
     "router --admin-listen": (["router", "--replicas", "m=http://127.0.0.1:9", "--listen",
-                               "127.0.0.1:0", "--admin-listen", "{held}"], "--admin-listen"),
+                               "127.0.0.1:0", "--admin-listen", "{held}",
+                               "--signing-key", "{signing_key}"], "--admin-listen"),
     "gateway --listen": (["gateway", "--listen", "{held}", "--admin-listen", "127.0.0.1:0"],
                          "--listen"),
     "gateway --admin-listen": (["gateway", "--listen", "127.0.0.1:0", "--admin-listen",
@@ -71,9 +75,11 @@ def test_a_taken_port_is_one_line_naming_its_flag_and_exit_2(
     args, flag = CASES[case]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
+    signing_key = tmp_path / "signing.pem"  # as the chart mounts it (no notice of a made key)
+    signing_key.write_bytes(pem_of(Ed25519PrivateKey.generate()))
     where = f"127.0.0.1:{held}"
-    code, stderr = _run([a.format(held=where, kubeconfig=kubeconfig, free=free_port())
-                         for a in args], tmp_path)
+    code, stderr = _run([a.format(held=where, kubeconfig=kubeconfig, free=free_port(),
+                                  signing_key=signing_key) for a in args], tmp_path)
     lines = stderr.strip().splitlines()
     assert code == 2, stderr
     assert "Traceback" not in stderr

@@ -21,18 +21,25 @@ import ollama
 import openai
 import pytest
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.gateway.owned import RouterMarks
 from localmodel.gateway_contract.headers import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.session import ranking, session_key
+from localmodel.router.signing import session_salt
 from localmodel.router.static import static_source
 from tests.gateway.harness import RawClient, Rig, RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
 
+# The routers' signing key, as the chart's Secret gives every router replica.
+KEY = Ed25519PrivateKey.generate()
+SALT = session_salt(KEY)
 CONFIG = RouterConfig(listen_host="127.0.0.1", listen_port=0, admin_host="127.0.0.1",
-                      admin_port=0, poll_interval=3600.0)  # tests poll by hand
+                      admin_port=0, poll_interval=3600.0,  # tests poll by hand
+                      signing_key=KEY)
 
 RouterFactory = Callable[..., Awaitable[tuple[RunningRouter, list[str]]]]
 
@@ -177,8 +184,16 @@ async def test_a_caller_who_leaves_the_router_is_seen_by_the_gateway_at_once(
 # ---- sessions ------------------------------------------------------------------------------
 
 
+def trust_the_router(rig: Rig, namespace: str = "static") -> Rig:
+    """The gateway given the routers' public key and its identity, as the
+    operator renders them (--router-key, --pod-namespace, --pod-name); a
+    static replica's name is its URL, known once the rig listens."""
+    rig.gateway.gateway.pipeline.marks = RouterMarks(KEY.public_key(), namespace, rig.url)
+    return rig
+
+
 async def _replicas_of_one_model(make_rig: RigFactory, n: int, **standin: Any) -> list[Rig]:
-    return [await make_rig(StandinOllama(**standin)) for _ in range(n)]
+    return [trust_the_router(await make_rig(StandinOllama(**standin))) for _ in range(n)]
 
 
 async def test_a_session_stays_with_its_owner_turn_after_turn(
@@ -192,7 +207,7 @@ async def test_a_session_stays_with_its_owner_turn_after_turn(
     expected = Owners()
     async with aiohttp.ClientSession() as http:
         for session in ("s-1", "s-2", "s-3", "s-4"):
-            key = session_key(session, {})
+            key = session_key(session, {}, SALT)
             assert key is not None
             owner = expected.owner("static/standin:1b", key, names, 0.0)
             for turn in range(3):
@@ -266,7 +281,7 @@ async def test_a_busy_owner_spills_and_the_decision_carries_both_estimates(
     assert 'localmodel_router_decisions_total{decision="spilled"} 1' in text
     assert "localmodel_router_owned_sessions 1" in text  # one session, however it was routed
     # Only the owner was told it owns the session: a spill tells nothing.
-    key = session_key("spill-me", {})
+    key = session_key("spill-me", {}, SALT)
     assert by_url[owner].gateway.gateway.pipeline.owned.listed() == [key]
     assert by_url[other].gateway.gateway.pipeline.owned.listed() == []
     # Each replica's ledger keeps the decision it was sent, estimates and all.
@@ -289,11 +304,11 @@ async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways
     rigs = await _replicas_of_one_model(make_rig, 2, tokens=3)
     replicas = ["standin:1b=" + ",".join(_replica(r) for r in rigs)]
     names = ["static/" + r.url for r in rigs]
-    first = session_key("pair-0", {})
+    first = session_key("pair-0", {}, SALT)
     assert first is not None
 
     def top_of(session: str) -> str:  # as router/owners.py ranks a session of this model
-        return ranking(f"static/standin:1b\0{session_key(session, {})}", names)[0]
+        return ranking(f"static/standin:1b\0{session_key(session, {}, SALT)}", names)[0]
 
     top = top_of("pair-0")
     pair = ["pair-0", next(f"pair-{i}" for i in range(1, 500) if top_of(f"pair-{i}") == top)]
@@ -315,12 +330,13 @@ async def test_a_second_router_finds_the_owner_the_first_chose_from_the_gateways
     by_url = {"static/" + r.url: r for r in rigs}
     assert by_url[top].gateway.gateway.pipeline.owned.listed() == [first]
     assert by_url[placed[1]].gateway.gateway.pipeline.owned.listed() == [
-        session_key(pair[1], {})]
+        session_key(pair[1], {}, SALT)]
     await b.router.poll()
     assert await turn(b, pair[1]) == placed[1]  # from the gateways' lists
     assert await turn(b, pair[0]) == placed[0]
     # What B would have done on its own: its first choice.
-    assert Owners().owner("static/standin:1b", session_key(pair[1], {}) or "", names, 0.0) == top
+    alone = Owners().owner("static/standin:1b", session_key(pair[1], {}, SALT) or "", names, 0.0)
+    assert alone == top
 
 
 # ---- hostile replicas ---------------------------------------------------------------------

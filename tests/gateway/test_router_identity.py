@@ -18,20 +18,27 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.gateway.owned import RouterMarks
 from localmodel.gateway_contract.headers import REPLICA_HEADER, ROUTE_HEADER, SESSION_HEADER
 from localmodel.router.cli import serve
 from localmodel.router.config import RouterConfig
 from localmodel.router.owners import Owners
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.session import session_key
+from localmodel.router.signing import session_salt
 from localmodel.router.static import StaticSource, static_source
 from localmodel.router.table import ModelRoute, Replica
 from tests.gateway.harness import RigFactory
 from tests.gateway.ollama_standin import StandinOllama
 
+# The router's key, known here so the hostile replica can be given the real
+# (salted) keys of team-a's sessions: as if they had leaked.
+KEY = Ed25519PrivateKey.generate()
 CONFIG = RouterConfig(listen_host="127.0.0.1", listen_port=0, admin_host="127.0.0.1",
-                      admin_port=0, poll_interval=3600.0)  # the test polls by hand
+                      admin_port=0, poll_interval=3600.0,  # the test polls by hand
+                      signing_key=KEY)
 SESSIONS = [f"team-a-session-{i}" for i in range(8)]
 
 
@@ -75,7 +82,7 @@ class HostileReplica:
 
 @pytest.fixture
 async def hostile() -> AsyncIterator[HostileReplica]:
-    keys = [session_key(s, {}) or "" for s in SESSIONS]
+    keys = [session_key(s, {}, session_salt(KEY)) or "" for s in SESSIONS]
     replica = HostileReplica(keys)
     await replica.start()
     yield replica
@@ -102,6 +109,9 @@ async def test_a_hostile_namespaces_pod_of_the_same_name_cannot_move_the_others_
                                                    hostile.url),))
     log: list[str] = []
     router = await start_router(CONFIG, StaticSource((team_a, team_b)), log.append)
+    for i, rig in enumerate(victims):  # team-a's gateways know the router's key and their pod
+        rig.gateway.gateway.pipeline.marks = RouterMarks(
+            router.router.signing_key.public_key(), "team-a", f"chat-{i}")
     try:
         await router.router.poll()
         watch = router.router.watch
@@ -109,11 +119,12 @@ async def test_a_hostile_namespaces_pod_of_the_same_name_cannot_move_the_others_
         assert watch.state("team-a/chat-0").wait_s == 0.0
         assert (watch.state("team-b/chat-0").wait_s or 0.0) > 1000
         ids = [r.id for r in team_a.replicas]
-        assert all(watch.owning(ids, session_key(s, {}) or "") == [] for s in SESSIONS)
+        salt = router.router.salt  # the router's keys are salted (router/signing.py)
+        assert all(watch.owning(ids, session_key(s, {}, salt) or "") == [] for s in SESSIONS)
         # Where team-a's sessions belong: their rendezvous owners with bounded loads,
         # as a router that never heard of team-b places them, in the same order.
         expected = Owners()
-        owners = {s: expected.owner("team-a/chat", session_key(s, {}) or "", ids, 0.0)
+        owners = {s: expected.owner("team-a/chat", session_key(s, {}, salt) or "", ids, 0.0)
                   for s in SESSIONS}
         assert set(owners.values()) == set(ids)  # both of team-a's replicas own some
         by_id = dict(zip(ids, victims, strict=True))
@@ -129,7 +140,7 @@ async def test_a_hostile_namespaces_pod_of_the_same_name_cannot_move_the_others_
             assert (status, replica) == (200, "team-b/chat-0")
         assert len(hostile.posts) == 1 and hostile.posts[0]["model"] == "chat"
         for rid, rig in by_id.items():
-            mine = sorted(session_key(s, {}) or "" for s, o in owners.items() if o == rid)
+            mine = sorted(session_key(s, {}, salt) or "" for s, o in owners.items() if o == rid)
             assert sorted(rig.gateway.gateway.pipeline.owned.listed()) == mine
         # Metrics and logs name the replica by namespace and pod.
         turns = router.router.metrics.replica_turns

@@ -152,6 +152,12 @@ app.kubernetes.io/component: router
 {{- end }}
 
 {{/* The namespaces the router serves: router.namespaces, else namespaces (empty: all). */}}
+{{/* The Secret holding the router's signing key (the operator makes it; the
+router's pods mount it; docs/router.md, The router's signing key). */}}
+{{- define "localmodel-operator.routerSigningSecret" -}}
+{{- .Values.router.signingSecret | default (printf "%s-router-signing" (include "localmodel-operator.fullname" .)) | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "localmodel-operator.routerNamespaces" -}}
 {{- join "," (.Values.router.namespaces | default .Values.namespaces) }}
 {{- end }}

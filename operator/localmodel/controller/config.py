@@ -70,6 +70,13 @@ def _namespace_or_none(flag: str, raw: str) -> str:
     return name
 
 
+def _secret_name(flag: str, raw: str) -> str:
+    name = raw.strip()
+    if len(name) > 253 or not re.fullmatch(r"[a-z0-9]([-.a-z0-9]*[a-z0-9])?", name):
+        raise ConfigError(flag, f"{name!r} is not a Secret's name (lower case DNS subdomain)")
+    return name
+
+
 def _true_or_false(flag: str, raw: str) -> bool:
     """`true` or `false`, nothing else (no silent coercion of `yes` or `1`)."""
     if raw not in ("true", "false"):
@@ -186,6 +193,13 @@ class OperatorConfig:
         "", "namespace of the router's pods (app.kubernetes.io/component=router), admitted "
         "to the inference and admin ports under a model's NetworkPolicy; empty: no router",
         shown_default="none", metavar="NS", parse=_namespace_or_none,
+    )
+    # The router's signing key (controller/signing.py): made in this Secret of
+    # --router-namespace when missing; its public key goes to every gateway.
+    router_signing_secret: str = setting(
+        "localmodel-router-signing", "the Secret in --router-namespace holding the router's "
+        "signing key (created when missing, never overwritten)", metavar="NAME",
+        parse=_secret_name,
     )
     # Speed where it is served (docs/operator.md, Speed): each Ready replica's
     # gateway is read for its speed at most once per interval, and only while

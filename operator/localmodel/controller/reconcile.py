@@ -65,6 +65,7 @@ from localmodel.controller.policy import (
 )
 from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
 from localmodel.controller.secrets import SecretLabels
+from localmodel.controller.signing import RouterSigning
 from localmodel.controller.speed import SpeedBook
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import Kube, KubeError, NotLeading
@@ -176,6 +177,7 @@ class Reconciler:
         # 1 000 models, writes timed out queued behind each other).
         self._writing = asyncio.Semaphore(config.write_concurrency)
         self._secrets = SecretLabels(kube)  # named Secrets' labels, for the policy
+        self._signing = RouterSigning.of(kube, config, self.trigger_later)  # router's key
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -264,6 +266,8 @@ class Reconciler:
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
             secrets = await self._secret_labels(obs)
+            if self._signing is not None:
+                self._render_options = await self._signing.options(self._render_options)
             planned = self._plan(obs, now_s, secrets)
         result = PassResult(models=len(obs.models))
         since = planned.since

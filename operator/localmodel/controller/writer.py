@@ -26,6 +26,7 @@ from localmodel.kube import Credentials
 _PATHS = {
     "Pod": ("/api/v1", "pods"),
     "ConfigMap": ("/api/v1", "configmaps"),
+    "Secret": ("/api/v1", "secrets"),  # the router's signing key only (controller/signing.py)
     "Service": ("/api/v1", "services"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),

@@ -3,22 +3,35 @@
 routers talking to each other (docs/router.md, Sessions stay with their cache).
 
 A router sends `X-LocalModel-Owned-Session: KEY` on a turn it sends to the
-session's owner (never on a spilled turn); the gateway keeps the keys of the
-turns it answered, most recent first, at most `MAX_KEPT`, each forgotten
-`SESSION_IDLE_S` after its last turn (the router forgets an idle session as long
-after). A value that is not a session key (gateway_contract/headers.py's
-SESSION_KEY_PATTERN) is ignored: the header crosses a trust boundary, and
-what it can do is bounded to steering a session the sender can name (a
-digest) to this replica. Pure but for the clock.
+session's owner (never on a spilled turn), with its signed mark for this
+replica and that key (gateway_contract/marks.py); the gateway keeps the keys
+of the generation turns it answered with a 2xx, most recent first, at most
+`MAX_KEPT`, each forgotten `SESSION_IDLE_S` after its last turn (the router
+forgets an idle session as long after). Without the router's key
+(--router-key), a valid mark made for this pod (--pod-namespace, --pod-name)
+within marks.MARK_WINDOW_S, or a value that is a session key
+(gateway_contract/headers.py's SESSION_KEY_PATTERN), the header is ignored:
+a caller cannot steer sessions, and /slots lists the keys only to a request
+with the router's `slots` mark (`RouterMarks`). Pure but for the clocks.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from localmodel.gateway_contract.headers import OWNED_SESSIONS_LISTED, SESSION_IDLE_S
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.headers import (
+    OWNED_SESSION_HEADER,
+    OWNED_SESSIONS_LISTED,
+    SESSION_IDLE_S,
+    owned_key,
+)
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, public_key, verify
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
 
@@ -58,3 +71,32 @@ class OwnedSessions:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+@dataclass(frozen=True)
+class RouterMarks:
+    """What this replica accepts as the router's word: marks made with the
+    router's key (None: none) for this pod."""
+
+    key: Ed25519PublicKey | None
+    namespace: str
+    pod: str
+    wall: Callable[[], float] = field(default=time.time, compare=False)
+
+    @classmethod
+    def of(cls, config: GatewayConfig) -> RouterMarks:
+        key = public_key(config.router_key) if config.router_key else None
+        return cls(key, config.pod_namespace, config.pod_name)
+
+    def owned(self, headers: Mapping[str, str]) -> str | None:
+        """The owned session's key when the router signed it for this replica."""
+        key = owned_key(headers.get(OWNED_SESSION_HEADER))
+        if key is None or not verify(self.key, headers.get(MARK_HEADER), OWNED,
+                                     self.namespace, self.pod, key, self.wall()):
+            return None
+        return key
+
+    def slots(self, headers: Mapping[str, str]) -> bool:
+        """Whether a /slots read is the router's (it may see session keys)."""
+        return verify(self.key, headers.get(MARK_HEADER), SLOTS, self.namespace, self.pod, "",
+                      self.wall())

@@ -34,7 +34,7 @@ from localmodel.gateway.ledger import (
 )
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow_client import OverflowClient, Overflowed, OverflowTry
-from localmodel.gateway.owned import OwnedSessions
+from localmodel.gateway.owned import OwnedSessions, RouterMarks
 from localmodel.gateway.queueing import SlotQueue
 from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_line
 from localmodel.gateway.relay import Relay
@@ -53,10 +53,8 @@ from localmodel.gateway_contract.headers import (
     CALLER_HEADER,
     MAX_ROUTED,
     MAX_SESSION_CHARS,
-    OWNED_SESSION_HEADER,
     ROUTE_HEADER,
     SESSION_HEADER,
-    owned_key,
 )
 from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response
@@ -112,6 +110,7 @@ class Pipeline:
         self.sessions = Sessions() if ledger is not None else None
         # The sessions routers sent here as their owner (listed in /slots).
         self.owned = OwnedSessions(clock=clock)
+        self.marks = RouterMarks.of(config)  # which of them the router did send
         self._wall = wall
         self.queue = queue
         self.relay = relay
@@ -166,7 +165,8 @@ class Pipeline:
         request[REQUEST_ID] = rec.request_id
         headers = request.headers
         rec.caller, rec.session = identify(headers.get(CALLER_HEADER), headers.get(SESSION_HEADER))
-        rec.owned = owned_key(headers.get(OWNED_SESSION_HEADER))
+        # Only a generation turn can make its session owned here.
+        rec.owned = self.marks.owned(headers) if route.streams else None
         rec.routed = printable(headers.get(ROUTE_HEADER) or "", MAX_ROUTED) or None
         rec.arrival = self._wall()
         return rec
@@ -190,7 +190,7 @@ class Pipeline:
         self.metrics.record(rec)
         if self.ledger is not None:
             self.ledger.add(ledger_entry(rec))
-        if rec.status == 200:
+        if 200 <= rec.status < 300:  # a turn this replica served
             self.owned.touch(rec.owned)
         if self.sessions is not None and rec.rewrite is not None and rec.session is not None:
             total = rec.timing.prompt_total if rec.timing is not None else None

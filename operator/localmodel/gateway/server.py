@@ -189,9 +189,11 @@ class SlotGate:
 
     async def handle_slots(self, request: web.Request) -> web.Response:
         c = self.config
+        # Session keys only to the router (its signed mark): to anyone else, none.
+        owned = self.pipeline.owned.listed() if self.pipeline.marks.slots(request.headers) else []
         return json_response(
             200, slots_document(self.board.snapshot(), c.model, c.engine, c.threads, c.context,
-                                self.pipeline.owned.listed())
+                                owned)
         )
 
     async def handle_speed(self, request: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from localmodel import engines
+from localmodel.gateway_contract.marks import router_key
 from localmodel.printable import printable
 from localmodel.settings import (
     ConfigError,
@@ -278,6 +279,21 @@ class GatewayConfig:
         "", "JSON file of API keys (their SHA-256, caller and rights; docs/gateway.md, "
         "API keys); reloaded when it changes", shown_default="none: no keys asked",
         metavar="PATH", parse=text,
+    )
+    # The router's public key (gateway_contract/marks.py): with it, the marks the router
+    # signs for this replica (pod-namespace, pod-name) make a session owned
+    # here and let /slots list session keys; without it, no caller can.
+    router_key: str = setting(
+        "", "the router's Ed25519 public key (base64 of its 32 raw bytes), which signs "
+        "owned sessions and /slots reads (docs/router.md)",
+        shown_default="none: owned-session marks ignored, no session keys in /slots",
+        metavar="BASE64", parse=router_key,
+    )
+    pod_namespace: str = setting(
+        "", "this replica's namespace, as the router's marks name it", metavar="NS", parse=text
+    )
+    pod_name: str = setting(
+        "", "this replica's pod name, as the router's marks name it", metavar="NAME", parse=text
     )
     overflow_budget: tuple[int, float] | None = setting(
         None, "overflowed requests per window (REQUESTS/SECONDS, e.g. 100/3600) for each "

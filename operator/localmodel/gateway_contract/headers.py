@@ -30,7 +30,8 @@ MAX_SESSION_CHARS = 64
 # key (router/session.py's `session_key`: `h:` or `f:` and 24 hex digits).
 # The gateway lists the keys it was sent in /slots (`owned_sessions`, most
 # recent first), so a router that has not seen a session finds its owner
-# (gateway/owned.py, router/owners.py).
+# (gateway/owned.py, router/owners.py); it takes one only with the router's
+# signed mark, and lists them only to the router's signed read (marks.py).
 OWNED_SESSION_HEADER = "X-LocalModel-Owned-Session"
 # The router's decision for a turn, on the answer to the caller and on the
 # request to the replica, whose gateway keeps it in the ledger (`routed`):

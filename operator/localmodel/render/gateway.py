@@ -14,6 +14,7 @@ from localmodel.gateway_contract import (
     HEALTH_PATH,
     OVERFLOW_API_KEY_ENV,
     READY_PATH,
+    env_name,
     gateway_variables,
 )
 from localmodel.render.names import gateway_cpu_milli, gateway_memory_bytes
@@ -21,12 +22,12 @@ from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.rules import Tuning
 
 
-def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
+def gateway_env(lm: LocalModel, tuning: Tuning, router_key: str = "") -> dict[str, str]:
     """Flags for `localmodel gateway`, as its LOCALMODEL_GATEWAY_* variables
     (named by localmodel.gateway_contract; the overflow's API key is not among
-    them: see `gateway_secret_env`)."""
+    them: see `gateway_secret_env`; nor the pod's identity: `router_env`)."""
     gw, spec = lm.spec.gateway, lm.spec
-    flags: dict[str, str] = {}
+    flags: dict[str, str] = {"router-key": router_key} if router_key else {}
     if gw.overflow is not None:
         flags = {
             "overflow-url": gw.overflow.url,
@@ -55,6 +56,17 @@ def gateway_env(lm: LocalModel, tuning: Tuning) -> dict[str, str]:
             "keep-alive": spec.keep_alive,
         }
     )
+
+
+def router_env(router_key: str) -> list[Manifest]:
+    """With the router on (its public key known): the pod's namespace and
+    name, from the downward API, which the router's marks must name
+    (gateway_contract/marks.py). Without it, nothing: pods render as before."""
+    if not router_key:
+        return []
+    return [{"name": env_name(flag), "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for flag, path in (("pod-namespace", "metadata.namespace"),
+                               ("pod-name", "metadata.name"))]
 
 
 def gateway_secret_env(lm: LocalModel) -> list[Manifest]:
@@ -115,7 +127,8 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
         "image": lm.spec.gateway.image or options.operator_image,
         "imagePullPolicy": options.pull_policy,
         "command": ["localmodel", "gateway"],
-        "env": [*env_list(gateway_env(lm, r.tuning)), *gateway_secret_env(lm)],
+        "env": [*env_list(gateway_env(lm, r.tuning, options.router_key)),
+                *router_env(options.router_key), *gateway_secret_env(lm)],
         "ports": [
             {"name": PORT_HTTP, "containerPort": GATEWAY_PORT, "protocol": "TCP"},
             {"name": PORT_ADMIN, "containerPort": ADMIN_PORT, "protocol": "TCP"},

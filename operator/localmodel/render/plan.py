@@ -34,6 +34,10 @@ class RenderOptions:
     # The namespace of the router's pods (contract.ROUTER_POD_LABELS) the
     # policy admits to both ports (the operator's --router-namespace); empty: none.
     router_namespace: str = ""
+    # The router's public key (gateway_contract/marks.py), read by the operator from the
+    # router's signing Secret; every gateway is given it (--router-key) with
+    # its pod's identity. Empty: no router, nothing rendered for it.
+    router_key: str = ""
 
     def __post_init__(self) -> None:
         # The operator image as the pods run it: under the registry setting.

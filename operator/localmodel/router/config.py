@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from localmodel.gateway_contract import GatewayConfig
 from localmodel.settings import ConfigError, listen, positive_seconds
 
@@ -40,6 +42,9 @@ class RouterConfig:
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
     # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
+    # What the router signs its marks with (gateway_contract/marks.py; --signing-key, read
+    # by cli.py); None: a key of its own, made at start, that no gateway knows.
+    signing_key: Ed25519PrivateKey | None = field(default=None, repr=False)
 
 
 # The router's memory limit (the chart's router.resources), sized from
@@ -90,6 +95,11 @@ def parser() -> argparse.ArgumentParser:
                         "(default %(default)s)")
     p.add_argument("--deadline", default=f"{_GW.deadline:g}", metavar="S",
                    help="longest exchange with a replica (default %(default)s)")
+    p.add_argument("--signing-key", default="", metavar="FILE",
+                   help="the Ed25519 private key (PEM) the router signs its marks to the "
+                        "gateways with (the chart mounts the operator's Secret); default: "
+                        "a new key each start, whose marks no gateway accepts unless given "
+                        "its public key (printed at start)")
     p.add_argument("--max-body-bytes", type=int, default=_GW.max_body_bytes, metavar="N",
                    help="request body limit, 413 above it (default %(default)s)")
     p.add_argument("--places", type=int, default=PLACES, metavar="N",

@@ -32,8 +32,9 @@ at the first replica of their ranking; a session one router placed further
 down (its first choice at the cap) could be placed differently by the other,
 and its turns would then alternate between two replicas, each re-reading
 what the other added. So a router tells the owner, on every turn it sends
-there, that it owns the session (`X-LocalModel-Owned-Session`); the gateway
-lists the sessions it was told so in /slots (gateway/owned.py); and a router
+there, that it owns the session (`X-LocalModel-Owned-Session`, with a mark
+signed for that replica: gateway_contract/marks.py); the gateway lists the
+sessions it was told so in /slots, to the routers only (gateway/owned.py); and a router
 meeting a session it has no owner for takes, before placing it, the replica
 that lists it (the first in the session's ranking, should two). Only a turn
 arriving at the second router before the first's turn was answered and its
@@ -103,15 +104,25 @@ class Owners:
     def order(self, model: str, session: str, replicas: Sequence[str],
               now: float, listed: Collection[str] = ()) -> list[str]:
         """The session's owner (as `owner`), then the other replicas in its
-        rendezvous ranking: where a spill looks, best first."""
+        rendezvous ranking: where a spill looks, best first. Remembered at
+        once; the router itself uses `choose`, then `keep` once the replica
+        accepted the turn."""
+        order = self.choose(model, session, replicas, now, listed)
+        self.keep(model, session, order[0], replicas, now)
+        return order
+
+    def choose(self, model: str, session: str, replicas: Sequence[str],
+               now: float, listed: Collection[str] = ()) -> list[str]:
+        """As `order`, remembering nothing: a turn the replica refuses (401,
+        413, ...) must not hold a place in the table."""
         self._expire(now)
         members = self._shared(model, replicas)
         key = f"{model}\0{session}"
         order = ranking(key, members)
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self._count(entry, -1)
-        loads = self._loads.get(model, {})
+        entry = self._entries.get(key)
+        loads = dict(self._loads.get(model, {}))
+        if entry is not None:  # the session's own place is not a load against it
+            loads[entry.replica] = loads.get(entry.replica, 0) - 1
         limit = cap(sum(loads.get(n, 0) for n in members) + 1, len(members), self.factor)
         chosen: str | None
         if entry is not None and entry.replica in members:
@@ -121,12 +132,22 @@ class Owners:
         else:
             held = [n for n in order if n in listed]
             chosen = held[0] if held else place(order, loads, limit) or order[0]
-        entry = _Entry(model, chosen, members, now)
+        return [chosen, *(n for n in order if n != chosen)]
+
+    def keep(self, model: str, session: str, replica: str, replicas: Sequence[str],
+             now: float) -> None:
+        """Remember `replica` (of `replicas`) as the session's owner from `now`."""
+        members = self._shared(model, replicas)
+        key = f"{model}\0{session}"
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._count(entry, -1)
+            members = self._shared(model, replicas)  # _count may have dropped the set
+        entry = _Entry(model, replica, members, now)
         self._entries[key] = entry
         self._count(entry, +1)
         while len(self._entries) > self.limit:
             self._count(self._entries.popitem(last=False)[1], -1)
-        return [chosen, *(n for n in order if n != chosen)]
 
     def loads(self, model: str) -> dict[str, int]:
         """Sessions owned per replica of `model` (replicas with none left out)."""

@@ -35,6 +35,7 @@ from localmodel.gateway_contract.headers import (
     SERVED_BY_HEADER,
 )
 from localmodel.gateway_contract.headers import PREFIX as HEADER_PREFIX
+from localmodel.gateway_contract.marks import MARK_HEADER
 from localmodel.gateway_contract.replies import error_response
 from localmodel.router.account import Tail
 from localmodel.router.upstream import (
@@ -60,7 +61,7 @@ def pass_headers(headers: Mapping[str, str],
     """What goes on to the replica: the kept headers but the router's own
     (`told`; a caller's copy of one is dropped, whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
-    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower()}
+    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower()}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})
@@ -201,9 +202,10 @@ async def relay(
     deadline: float,
     openai: bool,
     told: Mapping[str, str] | None = None,
+    answered: Callable[[int], None] | None = None,
 ) -> Relayed:
-    """POST `data` to `url` + the request's path and pass the answer on;
-    `extra` headers go on the answer, `told` ones to the replica."""
+    """POST `data` to `url` + the request's path and pass the answer on; `extra` headers
+    go on the answer, `told` ones to the replica; `answered` gets the replica's status."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
@@ -212,10 +214,9 @@ async def relay(
         async with asyncio.timeout_at(at):
             conn, head = await _exchange(pool, address, message)
     except (UpstreamError, TimeoutError) as exc:
-        why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
-        said = f"replica {url}{request.path} did not answer: {why}"
-        return Relayed(error_response(502, said, dict(extra), openai=openai), 502, tail, False,
-                       "connect")
+        return _unanswered(exc, f"{url}{request.path}", extra, openai, tail)
+    if answered is not None:
+        answered(head.status)
     mode, framing = _caller_framing(head, request.version >= (1, 1))
     out = PassedResponse(status=head.status,
                          headers={**back_headers(head.headers), **extra, **framing})
@@ -252,6 +253,13 @@ async def relay(
             pool.release(conn)
         else:
             conn.close()  # the gateway sees its caller gone now
+
+
+def _unanswered(exc: Exception, where: str, extra: Mapping[str, str], openai: bool,
+                tail: Tail) -> Relayed:
+    why = str(exc) if isinstance(exc, UpstreamError) else "TimeoutError"
+    return Relayed(error_response(502, f"replica {where} did not answer: {why}", dict(extra),
+                                  openai=openai), 502, tail, False, "connect")
 
 
 def _broken(request: web.Request, out: web.StreamResponse, status: int, tail: Tail,

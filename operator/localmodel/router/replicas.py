@@ -86,7 +86,10 @@ class ReplicaWatch:
             if not self.in_flight[rid]:
                 del self.in_flight[rid]
 
-    async def poll(self, session: aiohttp.ClientSession, table: RouteTable) -> None:
+    async def poll(self, session: aiohttp.ClientSession, table: RouteTable,
+                   mark: Callable[[str, str], dict[str, str]] | None = None) -> None:
+        """Read every replica once; `mark(namespace, pod)`: the headers of a
+        /slots read (the router's signed mark, gateway_contract/marks.py)."""
         replicas = {r.id: r for route in table for r in route.replicas}
         for gone in set(self.known) - set(replicas):
             del self.known[gone]
@@ -94,14 +97,16 @@ class ReplicaWatch:
 
         async def one(replica: Replica) -> None:
             async with gate:
-                await self._read(session, replica)
+                headers = {} if mark is None else mark(replica.namespace, replica.name)
+                await self._read(session, replica, headers)
 
         await asyncio.gather(*(one(r) for r in replicas.values()))
 
-    async def _read(self, session: aiohttp.ClientSession, replica: Replica) -> None:
+    async def _read(self, session: aiohttp.ClientSession, replica: Replica,
+                    headers: dict[str, str]) -> None:
         known = self.known.setdefault(replica.id, Known())
         who = (replica.namespace, replica.name)
-        raw = await self._get(session, replica.url + SLOTS_PATH, who, "slots")
+        raw = await self._get(session, replica.url + SLOTS_PATH, who, "slots", headers)
         try:
             known.slots = None if raw is None else slots_from(raw)
         except BadDocument:
@@ -123,12 +128,12 @@ class ReplicaWatch:
                 self.reads.inc(1, (*who, "speed", "ok"))
 
     async def _get(self, session: aiohttp.ClientSession, url: str, who: tuple[str, str],
-                   what: str) -> bytes | None:
+                   what: str, headers: dict[str, str] | None = None) -> bytes | None:
         """The answer's bytes, at most READ_MAX_BYTES + 1 (decode refuses more); None
         when there is no 200 answer in time."""
         try:
             async with asyncio.timeout(READ_TIMEOUT_S), \
-                    session.get(url, allow_redirects=False) as resp:
+                    session.get(url, headers=headers, allow_redirects=False) as resp:
                 if resp.status != 200:
                     self.reads.inc(1, (*who, what, f"status_{resp.status // 100}xx"))
                     return None

@@ -8,11 +8,13 @@ else (none free: 503 unread; router/admission.py); its body read within
 gateway_contract/reads.py), parsed and bounded like the gateway bounds it
 (gateway_contract/bounds.py), only what routing needs kept (router/wanted.py:
 its `model` field looked up in router/table.py, `namespace/name` or a bare
-name one namespace serves, and its session's key); its session's owner and
-the decision (router/session.py, router/owners.py, router/decide.py); then
-relayed (router/proxy.py, over router/upstream.py's kept connections). The
-decision goes back in `X-LocalModel-Route`, in the access log (one JSON line
-per request, a malformed request's included) and in the metrics.
+name one namespace serves, and its session's key, salted); its session's
+owner and the decision (router/session.py, router/owners.py,
+router/decide.py); then relayed (router/proxy.py, over router/upstream.py's
+kept connections), the owner told with a mark signed for that replica
+(gateway_contract/marks.py) and remembered once the replica answered with a
+2xx. The decision goes back in `X-LocalModel-Route`, in the access log (one
+JSON line per request, a malformed request's included) and in the metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.engines import ollama
 from localmodel.gateway_contract import (
@@ -44,6 +47,7 @@ from localmodel.gateway_contract.headers import (
     ROUTE_HEADER,
     SESSION_HEADER,
 )
+from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, sign
 from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response, json_response
 from localmodel.printable import printable
@@ -57,6 +61,7 @@ from localmodel.router.owners import Owners
 from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import ranking
+from localmodel.router.signing import session_salt
 from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
 from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
@@ -76,6 +81,10 @@ class Router:
         self.book = SessionBook()
         self.owners = Owners()
         self.keys = KeyChecks(clock)  # who sees a keyed model listed
+        # Marks only this router's key makes (gateway_contract/marks.py); without
+        # --signing-key, one of its own that no gateway knows (cli.py says so).
+        self.signing_key = config.signing_key or Ed25519PrivateKey.generate()
+        self.salt = session_salt(self.signing_key)
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners), self.keys.answered,
                                      self._admission)
@@ -141,7 +150,11 @@ class Router:
 
     async def poll(self) -> None:
         """Read every replica's /slots and /speed once (tests call it to not wait)."""
-        await self.watch.poll(self.session, self.source.routes())
+        await self.watch.poll(self.session, self.source.routes(), self._slots_mark)
+
+    def _slots_mark(self, namespace: str, pod: str) -> dict[str, str]:
+        """The header that lets the replica's /slots list its session keys."""
+        return {MARK_HEADER: sign(self.signing_key, SLOTS, namespace, pod, "", time.time())}
 
     def _admission(self) -> dict[str, int]:
         return {"places_held": self.places.held, "body_reads": self.reads.reading,
@@ -215,16 +228,25 @@ class Router:
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
         # The replica's ledger keeps the decision; the owner learns it owns the
-        # session (a spilled turn does not): its /slots then tells every router.
+        # session (a spilled turn does not), signed for it alone: its /slots
+        # then tells every router.
         told = {} if key is None else {ROUTE_HEADER: decision.header}
         if key is not None and decision.kind == OWNER:
             told[OWNED_SESSION_HEADER] = key
+            told[MARK_HEADER] = sign(self.signing_key, OWNED, replica.namespace, replica.name,
+                                     key, time.time())
         if key is not None:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
+
+        def answered(status: int) -> None:  # the owner is kept once a replica took the turn
+            if key is not None and 200 <= status < 300:
+                self.owners.keep(route.qualified, key, decision.owner,
+                                 [r.id for r in route.replicas], self._clock())
+
         try:
             with self.watch.sending(replica.id):
                 done = await relay(self.pool, request, replica.url, want.data, extra,
-                                   self.config.deadline, openai, told)
+                                   self.config.deadline, openai, told, answered)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
             self._gone(request, route, key, decision, started)
             raise
@@ -265,7 +287,7 @@ class Router:
             except TimeoutError:
                 raise BadRequest(408, f"the body did not arrive within "
                                       f"{self.config.body_timeout:g}s") from None
-            return wanted(raw, request.path, request.headers.get(SESSION_HEADER),
+            return wanted(raw, request.path, request.headers.get(SESSION_HEADER), self.salt,
                           self.source.routes(), self.config.bounds)
 
     def _decide(self, route: ModelRoute, key: str | None, prompt: int) -> Decision:
@@ -275,8 +297,8 @@ class Router:
         if key is None:  # no session: anywhere, as a Service would
             order = ranking("r:" + secrets.token_hex(8), names)
         else:
-            order = self.owners.order(route.qualified, key, names, self._clock(),
-                                      self.watch.owning(names, key))
+            order = self.owners.choose(route.qualified, key, names, self._clock(),
+                                       self.watch.owning(names, key))
         states = {name: self.watch.state(name) for name in names}
         held = self.book.held(f"{route.qualified}\0{key}")
         return decide(order, states, held, prompt)

@@ -83,17 +83,21 @@ def prompt_tokens(body: Mapping[str, Any]) -> int:
     return chars // CHARS_PER_TOKEN
 
 
-def session_key(header: str | None, body: Mapping[str, Any]) -> str | None:
+def session_key(header: str | None, body: Mapping[str, Any], salt: bytes = b"") -> str | None:
     """The session's key: `h:` and the header's digest, or `f:` and the opening's;
-    None when neither exists (the request is then placed by its own digest)."""
+    None when neither exists (the request is then placed by its own digest).
+    The digest is keyed with `salt` (router/signing.py's, from the router's
+    private key; at most 64 bytes), so a key seen in a gateway's /slots does
+    not confirm a guessed prompt to anyone without that key."""
     if header is not None and header.strip():
-        return "h:" + _digest(header.strip()[:MAX_SESSION_CHARS])
+        return "h:" + _digest(header.strip()[:MAX_SESSION_CHARS], salt)
     text = opening(body)
-    return None if text is None else "f:" + _digest(text)
+    return None if text is None else "f:" + _digest(text, salt)
 
 
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+def _digest(text: str, salt: bytes = b"") -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12,
+                           key=salt).hexdigest()
 
 
 def weight(key: str, replica: str) -> int:

@@ -48,7 +48,7 @@ class Wanted:
     data: bytes  # what goes to the replica
 
 
-def wanted(raw: bytes, path: str, session_header: str | None, table: RouteTable,
+def wanted(raw: bytes, path: str, session_header: str | None, salt: bytes, table: RouteTable,
            bounds: GatewayConfig) -> Wanted:
     """Parse `raw` and keep what routing needs; BadRequest names what is wrong."""
     body = _parsed(raw, bounds)
@@ -63,7 +63,7 @@ def wanted(raw: bytes, path: str, session_header: str | None, table: RouteTable,
         raise BadRequest(400, found.message)
     if not isinstance(found, Found):
         raise BadRequest(404, found.message)
-    key = session_key(session_header, body) if path in SESSION_PATHS else None
+    key = session_key(session_header, body, salt) if path in SESSION_PATHS else None
     data = raw
     if asked != found.route.name:
         body[field] = found.route.name
