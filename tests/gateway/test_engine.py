@@ -70,9 +70,12 @@ RENDERED = rendered_containers()
 
 
 def gateway_config(upstream: str) -> GatewayConfig:
-    """The rendered gateway environment, listening on a free loopback port."""
+    """The rendered gateway environment, listening on free loopback ports (the
+    rendered 0.0.0.0:8090 admin port may be another test's: the real-node
+    tenants test's stand-in gateway holds 8090 on a pod address)."""
     env = {e["name"]: e["value"] for e in RENDERED["gateway"]["env"]}
-    return replace(parse_config([], env), upstream=upstream, listen_host="127.0.0.1", listen_port=0)
+    return replace(parse_config([], env), upstream=upstream, listen_host="127.0.0.1", listen_port=0,
+                   admin_listen=("127.0.0.1", 0))
 
 
 def test_engine_and_gateway_run_as_rendered() -> None:
