@@ -36,7 +36,7 @@ class Seen:
     port: int
     method: str
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     body_bytes: int
     body_head: bytes  # the first 512 bytes
     peer: str
@@ -92,7 +92,8 @@ class HostileGateway:
         port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
         peer = request.remote or "-"
         self.seen.append(Seen(port=port, method=request.method, path=request.path,
-                              headers=dict(request.headers), body_bytes=len(body),
+                              headers={k.lower(): v for k, v in request.headers.items()},
+                              body_bytes=len(body),
                               body_head=body[:512], peer=peer,
                               watched=[w for w in self.watch if w.encode() in body]))
         path = request.path
