@@ -10,8 +10,10 @@ namespaces, `team-a` and `team-b` (`router.namespaces`: a Role in each).
   `team-a/gemma3:270m`, a name crafted to capture team-a's requests. It is
   placed on a kwok node (`avx2-0`): the machine has 2 cores, and a second
   real model does not fit. kwok runs no containers, so its "gateway" is a
-  stand-in on the host at the pod IP kwok gave that pod (the address added to
-  `lo`; the router pods, on the pod network, reach it through the host):
+  stand-in on the host at the pod IP kwok gave that pod (10.244.0.0/16; the
+  address added to `lo`, removed afterwards; the router pods, on the pod
+  network 10.85.0.0/24, reach it through the host: the fixture waits for both
+  router pods' reads of its `/slots`):
   a stand-in for a second node's CPUs, playing a gateway image that lists and
   reports what it likes (tests/realnode/router_standin.py: `/slots` full with
   a queue of 500 and session keys of its choosing, `/speed` 100 s a request;
@@ -26,17 +28,20 @@ namespaces, `team-a` and `team-b` (`router.namespaces`: a Role in each).
   plus under 1 s of queueing at its gateway, read from the victim gateway's
   ledger (`queue_wait_s` < 1 s on every turn; the TTFTs printed), not from the
   client's clock.
-- **A body flood holding every one of the router's places.** For 15 s, each
-  router pod gets places - 1 concurrent clients (`--places`, 64 by default)
-  sending the worst bodies within the body limit (1 MiB of `{"x":[{},{},...]}`
-  structure, benchmarks/router_hostile.py), addressed to team-b's model, whose
-  stand-in holds each 1 s before answering, so that each holds its place while
-  relayed. The flood goes to the pods' IPs from the host (on the pod network):
-  a `kubectl port-forward` would put the API server's and the kubelet's
-  streams, not the router, under the load on this 2-core machine. Meanwhile a
-  normal chat through the Service is answered (200, clean text). Afterwards
-  neither router pod restarted, and each container's memory peak (cgroup v1
-  `memory.max_usage_in_bytes`) stayed under its `limits.memory`.
+- **A body flood holding every one of the router's places.** Each router pod
+  gets places - 1 concurrent clients (`--places`, 64 by default) sending the
+  worst bodies within the body limit (1 MiB of `{"x":[{},{},...]}` structure,
+  benchmarks/router_hostile.py), addressed to team-b's model, whose stand-in
+  holds each 1 s before answering, so that each holds its place while relayed;
+  the router's own gauge (`localmodel_router_admission{what="places_held"}`)
+  shows places - 1 held on each pod before a normal chat through the Service
+  is asked, and answered (200, clean text); the flood lasts 15 s at least and
+  until that answer, and every flood body is relayed (200, no 503 for want of
+  a place). The flood goes to the pods' IPs from the host (on the pod network):
+  a `kubectl port-forward` per pod would put the API server's and the
+  kubelet's streams, not the router, under the load on this 2-core machine.
+  Afterwards neither router pod restarted, and each container's memory peak
+  (cgroup v1 `memory.max_usage_in_bytes`) stayed under its `limits.memory`.
 - **Keys through the router, both engines.** A keys Secret and an Ollama
   LocalModel naming it, then a llama-server one (one at a time: CPUs): with
   the key each answers through the router (the `openai` client with
@@ -49,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import threading
 import time
@@ -315,7 +321,7 @@ def test_a_hostile_tenant_cannot_take_the_others_requests_and_a_flood_leaves_the
             # Nothing of team-a's ever reached the stand-in, on any path or port.
             leaked = [(s.port, s.method, s.path, s.watched) for s in hostile.seen
                       if s.watched or A_AUTH in json.dumps(s.headers)
-                      or any(h.get("x-request-id", "").startswith("a-") for h in [s.headers])]
+                      or s.headers.get("x-request-id", "").startswith("a-")]
             assert not leaked, leaked
         # The bound, from the victim gateway's ledger: team-a never queued behind anything.
         entries = {e["request_id"]: e for e in ledger(journey, pod["metadata"]["name"])}
@@ -387,6 +393,16 @@ async def _flood_one(host: str, clients: int, body: bytes, stop: threading.Event
     await asyncio.gather(*(client(i) for i in range(clients)))
 
 
+def _places_held(pod: Manifest) -> int:
+    """The router pod's places held now (its admin port's metrics, read from the host)."""
+    url = f"http://{pod['status']['podIP']}:{ADMIN_PORT}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    found = re.search(r'^localmodel_router_admission\{what="places_held"\} (\S+)$', text, re.M)
+    assert found, text[-2000:]
+    return int(float(found[1]))
+
+
 def _memory(pod: Manifest) -> tuple[int, int]:
     """(the router container's cgroup memory peak, its limit), bytes."""
     peak = int((container_cgroup("memory", pod, "router") / "memory.max_usage_in_bytes")
@@ -417,8 +433,15 @@ def _flood(journey: Journey, hostile: HostileGateway) -> None:
     thread = threading.Thread(target=run, name="flood", daemon=True)
     thread.start()
     try:
-        time.sleep(3)  # every place but one held on each router pod
-        held = sum(1 for s in hostile.seen[seen_before:] if s.body_bytes > 1000)
+        held = {p["metadata"]["name"]: 0 for p in pods}
+
+        def every_place_but_one() -> bool:
+            for p in pods:
+                held[p["metadata"]["name"]] = max(held[p["metadata"]["name"]], _places_held(p))
+            return all(n >= places - 1 for n in held.values())
+
+        wait_for(f"{places - 1} places held on each router pod", every_place_but_one, 60,
+                 interval=0.2)
         with journey.port_forward(f"svc/{ROUTER_SERVICE}", ROUTER_PORT, CHART_NAMESPACE) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key=A_AUTH, timeout=120,
                                    max_retries=0)
@@ -428,7 +451,7 @@ def _flood(journey: Journey, hostile: HostileGateway) -> None:
                 messages=[{"role": "user", "content": "Say hello in three words."}])
             reply = clean_reply(chat.choices[0].message.content)
             print(f"normal chat during the flood: {reply!r} in {time.monotonic() - asked:.1f} s "
-                  f"(flood bodies relayed before it was asked: {held})")
+                  f"(places held on the router pods before it was asked: {held})")
         # The flood goes on past the chat's answer, for FLOOD_SECONDS at least.
         time.sleep(max(0.0, began + FLOOD_SECONDS - time.monotonic()))
     finally:
@@ -441,6 +464,8 @@ def _flood(journey: Journey, hostile: HostileGateway) -> None:
           f" bodies of {len(body)} bytes; relayed to the stand-in: {relayed}; answers: "
           f"{ {k: dict(v) for k, v in answers.items()} }")
     assert relayed >= 2 * (places - 1), relayed  # every client got at least one relayed
+    # Every flood body was relayed and answered: none refused for want of a place.
+    assert all(set(a) == {"200"} for a in answers.values()), answers
     for p in router_pods(journey):
         name = p["metadata"]["name"]
         assert name in answers, (name, sorted(answers))  # the same pods: none replaced
