@@ -303,8 +303,13 @@ def test_a_hostile_tenant_cannot_take_the_others_requests_and_a_flood_leaves_the
             wait_for("the router to list both tenants' models", lambda: wanted <= set(
                 listed(url)[0]), 120, interval=0.5)
             print(f"listed: {listed(url)}")
-            before = len(hostile.requests())
+            before, reads_before = len(hostile.requests()), len(hostile.seen)
             turns = _sessions_stay_with_team_a(url, victim)
+            # Its lies were read meanwhile: /slots by the router pods, with their mark
+            # (so it "listed" its keys to them), /speed on the admin port.
+            lies = [(s.path, "x-localmodel-router-mark" in s.headers)
+                    for s in hostile.seen[reads_before:] if s.path in ("/slots", "/speed")]
+            assert ("/slots", True) in lies and ("/speed", False) in lies, lies
             # team-b's model by its qualified name only: answered by the stand-in.
             hostile_request = f"to-team-b-{secrets.token_hex(4)}"
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="team-b-caller", timeout=60,
@@ -329,7 +334,7 @@ def test_a_hostile_tenant_cannot_take_the_others_requests_and_a_flood_leaves_the
         print("team-a's turns (ledger): " + ", ".join(
             f"{e['request_id']}: queue {e['queue_wait_s']} s, TTFT {e['ttft_s']} s, "
             f"routed {e['routed']}" for e in mine))
-        assert all(e["status"] == 200 and e["queue_wait_s"] is not None
+        assert all(e["status"] == 200 and e["routed"] == "owner" and e["queue_wait_s"] is not None
                    and e["queue_wait_s"] < QUEUE_BOUND for e in mine), mine
         _flood(journey, hostile)
     finally:
