@@ -259,10 +259,11 @@ def tenants(journey: Journey) -> Iterator[Tenants]:
                                  watch=[A_AUTH, A_PROMPT, "Say hello"])
         hostile.start()
         # The router pods reach it: their reads of its /slots arrive, from the pod network.
-        wait_for("both router pods to read the stand-in's /slots", lambda: len({
-            s.peer for s in hostile.seen if s.path == "/slots"}) >= 2, 120, interval=0.5)
+        routers = {p["status"]["podIP"] for p in router_pods(journey)}
+        wait_for("both router pods to read the stand-in's /slots", lambda: routers <= {
+            s.peer for s in hostile.seen if s.path == "/slots"}, 120, interval=0.5)
         print(f"team-b's stand-in at {hostile.ip} (kwok's pod IP), read from "
-              f"{sorted({s.peer for s in hostile.seen})}")
+              f"{sorted({s.peer for s in hostile.seen})} (the router pods: {sorted(routers)})")
         yield Tenants(hostile=hostile, hostile_pod=pod)
     finally:
         if hostile is not None:
