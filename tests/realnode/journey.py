@@ -165,12 +165,16 @@ def cpu_usage_seconds(pod: Manifest, container: str) -> Callable[[], float]:
     return from_stat
 
 
-def http_json(url: str, body: Manifest | None = None, timeout: float = 120.0
-              ) -> tuple[int, Any]:
-    """POST (or GET without a body) JSON; (status, decoded body or text)."""
+def http_json(url: str, body: Manifest | None = None, timeout: float = 120.0,
+              key: str | None = None) -> tuple[int, Any]:
+    """POST (or GET without a body) JSON, with `key` as a Bearer API key when
+    given; (status, decoded body or text)."""
     data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
@@ -30,6 +28,7 @@ from tests.realnode.journey import (
     EngineCalls,
     Journey,
     engine_container,
+    http_json,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -39,20 +38,7 @@ SECRETS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/secrets"
 
 
 def post(url: str, body: dict[str, Any], key: str | None) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=180) as resp:
-            raw, status = resp.read(), resp.status
-    except urllib.error.HTTPError as err:
-        raw, status = err.read(), err.code
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
+    return http_json(url, body, timeout=180, key=key)
 
 
 @pytest.mark.parametrize(("engine", "calls"), [

@@ -88,6 +88,7 @@ from tests.realnode.journey import (
     clean_reply,
     condition,
     container_cgroup,
+    http_json,
     local_volumes,
 )
 from tests.realnode.router_standin import HostileGateway
@@ -182,28 +183,11 @@ def router_pods(journey: Journey) -> list[Manifest]:
 
 
 def get(url: str, key: str | None = None) -> tuple[int, Any]:
-    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
-    return _call(urllib.request.Request(url, headers=headers))
+    return http_json(url, timeout=180, key=key)
 
 
 def post(url: str, body: Manifest, key: str | None = None) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    return _call(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                        headers=headers))
-
-
-def _call(req: urllib.request.Request) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(req, timeout=180) as resp:
-            raw, status = resp.read(), resp.status
-    except urllib.error.HTTPError as err:
-        raw, status = err.read(), err.code
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
+    return http_json(url, body, timeout=180, key=key)
 
 
 def listed(url: str, key: str | None = None) -> tuple[list[str], list[str]]:
