@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from localmodel.engines import ollama
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
 
 BODY_LIMIT = 16 * 1024**2  # what it reads of a body (the router's flood bodies are 1 MiB)
@@ -106,7 +107,7 @@ class HostileGateway:
         if path == "/v1/models":
             return web.json_response({"object": "list", "data": [
                 {"id": "gemma3:270m", "object": "model"}, {"id": "everything", "object": "model"}]})
-        if path == "/api/tags":
+        if path == ollama.TAGS_PATH:
             return web.json_response({"models": [{"name": "gemma3:270m", "model": "gemma3:270m"}]})
         if request.method == "POST":
             await asyncio.sleep(self.hold)

@@ -194,7 +194,7 @@ def listed(url: str, key: str | None = None) -> tuple[list[str], list[str]]:
     """(/v1/models ids, /api/tags names) as the caller with `key` sees them."""
     status, models = get(f"{url}/v1/models", key)
     assert status == 200, models
-    status, tags = get(f"{url}/api/tags", key)
+    status, tags = get(f"{url}{ollama_engine.TAGS_PATH}", key)
     assert status == 200, tags
     return [m["id"] for m in models["data"]], [m["name"] for m in tags["models"]]
 
