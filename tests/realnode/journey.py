@@ -24,6 +24,7 @@ import openai
 
 from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
+from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.render.names import SERVICE_PORT
 from tests.builders import MakeLocalModel
@@ -296,6 +297,17 @@ class Journey:
         }}})
         wait_for("the model namespace's default ServiceAccount", lambda: api.status_of(
             "GET", f"/api/v1/namespaces/{MODEL_NAMESPACE}/serviceaccounts/default") == 200, 30)
+
+    def keys_secret(self, namespace: str, name: str, key: str, caller: str) -> str:
+        """A Secret holding a keys file (`keys.json`) that lets `key` in as
+        `caller`, as a cluster admin writes one (docs/gateway.md, API keys);
+        the path to delete it by."""
+        path = f"/api/v1/namespaces/{namespace}/secrets"
+        self.cluster.api().create(path, {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "stringData": {"keys.json": json.dumps(
+                {"keys": [{"caller": caller, "sha256": digest_of(key)}]})}})
+        return f"{path}/{name}"
 
     def model_file_url(self) -> str:
         return self.models.url_of(self.gguf.name)

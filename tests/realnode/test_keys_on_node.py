@@ -9,7 +9,6 @@ gateway container has the file (render/gateway.py, KEYS_MODE).
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
@@ -18,7 +17,6 @@ import pytest
 from localmodel.contract import CONTAINER_GATEWAY
 from localmodel.engines import llama_server, ollama
 from localmodel.engines.pod import NONROOT_UID
-from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.render.gateway import KEYS_DIR
 from tests.realnode.journey import (
@@ -34,7 +32,6 @@ from tests.realnode.journey import (
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 KEY = f"lm-realnode-{secrets.token_hex(12)}"
-SECRETS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/secrets"
 
 
 def post(url: str, body: dict[str, Any], key: str | None) -> tuple[int, Any]:
@@ -52,10 +49,7 @@ def test_a_model_with_keys_starts_answers_with_the_key_and_refuses_without(
     name = f"gemma-keys-{engine}"
     secret = f"{name}-keys"
     api = journey.cluster.api()
-    api.create(SECRETS_PATH, {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
-        "stringData": {"keys.json": json.dumps(
-            {"keys": [{"caller": "realnode", "sha256": digest_of(KEY)}]})}})
+    secret_path = journey.keys_secret(MODEL_NAMESPACE, secret, KEY, "realnode")
     manifest = journey.local_model(name, engine)
     manifest["spec"]["gateway"] = {"auth": {"keysSecretRef": {"name": secret,
                                                               "key": "keys.json"}}}
@@ -83,4 +77,4 @@ def test_a_model_with_keys_starts_answers_with_the_key_and_refuses_without(
         assert "No such file or directory" in engine_view, engine_view
     finally:
         journey.delete_model(name)
-        api.request("DELETE", f"{SECRETS_PATH}/{secret}")
+        api.request("DELETE", secret_path)

@@ -73,7 +73,6 @@ from benchmarks.gateway_hostile import exchange
 from localmodel.contract import LABEL_NAME
 from localmodel.engines import llama_server
 from localmodel.engines import ollama as ollama_engine
-from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT, LEDGER_PATH
 from localmodel.router.config import PLACES, RouterConfig
 from tests.builders import MakeLocalModel
@@ -475,12 +474,8 @@ def test_a_model_with_keys_answers_through_the_router_with_a_key_and_refuses_wit
     journey: Journey, tenants: Tenants, engine: str,
 ) -> None:
     name, secret = f"keyed-{engine}", f"keyed-{engine}-keys"
-    secrets_path = f"/api/v1/namespaces/{TEAM_A}/secrets"
     api = journey.cluster.api()
-    api.create(secrets_path, {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
-        "stringData": {"keys.json": json.dumps(
-            {"keys": [{"caller": "router-realnode", "sha256": digest_of(KEY)}]})}})
+    secret_path = journey.keys_secret(TEAM_A, secret, KEY, "router-realnode")
     manifest = model(journey, TEAM_A, name, engine, journey.node)
     manifest["spec"]["gateway"] = {"auth": {"keysSecretRef": {"name": secret,
                                                               "key": "keys.json"}}}
@@ -522,4 +517,4 @@ def test_a_model_with_keys_answers_through_the_router_with_a_key_and_refuses_wit
                     model=MODEL_TAG, max_tokens=2, messages=[{"role": "user", "content": "hi"}])
     finally:
         delete(journey, TEAM_A, name)
-        api.status_of("DELETE", f"{secrets_path}/{secret}")
+        api.status_of("DELETE", secret_path)
