@@ -90,7 +90,7 @@ def test_the_facts_and_the_adapters_name_the_same_engines_in_the_same_order() ->
     assert tuple(OWN_RULES) == NAMES
     assert all(ENGINES[name].name == name for name in NAMES)
     assert [e.value for e in EngineName] == list(NAMES)
-    assert SHIPPED_NAMES == tuple(f.NAME for f in SHIPPED)
+    assert tuple(f.NAME for f in SHIPPED) == SHIPPED_NAMES
 
 
 def test_each_rule_of_an_engine_s_package_is_that_engine_s_alone() -> None:
