@@ -376,7 +376,7 @@ def _metrics(client: Any, models: Sequence[Obj]) -> dict[str, str | Exception]:
     """Every placed replica's gateway metrics, read in parallel through the pod proxy."""
     from kubernetes.client import CoreV1Api
 
-    from localmodel.doctor.pods import engine_pods
+    from localmodel.engine_pods import engine_pods
     from localmodel.doctor.read import gateway_metrics
 
     core = CoreV1Api(client)
