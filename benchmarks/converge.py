@@ -561,9 +561,10 @@ def memory_child(path: Path) -> dict[str, Any]:
     [watch name, body]) kept as the operator's watches keep them, then its
     passes; resident memory at each step (see the module's docstring)."""
     from benchmarks.planner import NOW, OPTIONS
-    from localmodel.controller.observed import Parsed, Snapshot, observe
-    from localmodel.controller.policy import plan_pass
+    from localmodel.controller.parse_memo import Parsed
+    from localmodel.controller.plan import plan_pass
     from localmodel.controller.reconcile import gc_paused
+    from localmodel.controller.snapshot import Snapshot, observe
     from localmodel.controller.watched import WATCHED
     from localmodel.incremental import Desired
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from localmodel.controller.policy import Refusal, refusal
+from localmodel.controller.refused import Refusal, refusal
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.kube import Credentials
 from tests.harness import ADMIN, TestCluster

@@ -8,9 +8,9 @@ import copy
 from typing import Any
 
 from localmodel.contract import CONTAINER_GATEWAY
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.pass_work import cpu_model
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.speed import cpu_model
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy
 from localmodel.status import ConditionType

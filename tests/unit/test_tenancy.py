@@ -11,8 +11,8 @@ import pytest
 
 from localmodel.api import LocalModel
 from localmodel.controller.config import ConfigError, parse_config
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.events import EventReason, status_events
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason

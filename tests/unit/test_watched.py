@@ -29,10 +29,11 @@ from localmodel.controller.config import OperatorConfig
 from localmodel.controller.handlers import build_registry
 from localmodel.controller.kept import NotKept
 from localmodel.controller.objects import owned_pod
-from localmodel.controller.observed import Snapshot, observe, unschedulable
+from localmodel.controller.observed import unschedulable
 from localmodel.controller.operator_metrics import OperatorMetrics
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.volumes import volume_reaches
 from localmodel.controller.watched import WATCHED, Watched
 from localmodel.facts.node import NodeFactsError, from_node

@@ -36,38 +36,25 @@ from localmodel.controller.changes import (
     Target,
     mounted,
 )
+from localmodel.controller.clock import rfc3339
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept_work import KeptWork
+from localmodel.controller.expectations import EXPECT_SECONDS, Expectations
+from localmodel.controller.model_work import ModelWork, PassPlan
 from localmodel.controller.objects import ModelObject
-from localmodel.controller.observed import (
-    Observed,
-    Parsed,
-    Snapshot,
-    changed_keys,
-    observe,
-    unschedulable,
-)
-from localmodel.controller.operator_metrics import OperatorMetrics
-from localmodel.controller.pass_work import ConditionTally, ModelWork, PassPlan, rfc3339
-from localmodel.controller.policy import (
-    EXPECT_SECONDS,
-    RETRY_SECONDS,
-    Expectations,
-    Failures,
-    Involved,
-    avoid_stuck,
-    event_manifest,
-    event_settled,
-    plan_pass,
-    refusal,
-    settled,
-    status_settled,
-)
+from localmodel.controller.observed import Observed, changed_keys, unschedulable
+from localmodel.controller.operator_metrics import ConditionTally, OperatorMetrics
+from localmodel.controller.parse_memo import Parsed
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.refused import event_settled, refusal, settled, status_settled
+from localmodel.controller.reports import RETRY_SECONDS, Failures, Involved, event_manifest
 from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
 from localmodel.controller.secrets import SecretLabels
 from localmodel.controller.signing import RouterSigning
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.speed import SpeedBook
+from localmodel.controller.stuck import avoid_stuck
 from localmodel.controller.watched import WATCHED
+from localmodel.controller.work_memo import KeptWork
 from localmodel.controller.writer import Kube, KubeError, NotLeading
 from localmodel.events import EventReason, EventSpec, status_events
 from localmodel.incremental import Desired

@@ -34,48 +34,47 @@ from operator import is_not
 from typing import Any, cast
 
 from localmodel.api import LocalModel
-from localmodel.controller.changes import choose_claim, model_changes
-from localmodel.controller.gaps import gap_of
+from localmodel.controller.changes import choose_claim
+from localmodel.controller.model_work import ModelWork, PassPlan, Worked, took_clock
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import Observed, changed_keys
-from localmodel.controller.pass_work import (
-    ByNode,
-    ModelWork,
-    PassPlan,
-    index_node,
-    rfc3339,
-    speed_targets,
-    took_clock,
-    unindex_node,
-)
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
-from localmodel.gaps import with_gap
 from localmodel.render import replica_claim
 from localmodel.speed import Published, SpeedPolicy
-from localmodel.status import took_now, with_progress, with_speed
+from localmodel.status import took_now
 from localmodel.tenancy import Refusal, SecretLabels, TenantPolicy, refusals
 
-
-def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
-                published: Mapping[int, Published], policy: SpeedPolicy, own_image: str,
-                pull_secrets: Sequence[str] = ()) -> tuple[ModelWork, list[SpeedTarget]]:
-    """One valid model's changes and status (progress, the cluster's gaps and
-    speed added), and its replicas to read."""
-    changes = model_changes(result, mo.uid, obs)
-    status = with_progress(result.status, changes.rolling, result.model, now)
-    status = with_gap(status, gap_of(result.model, mo.uid, obs, pull_secrets),
-                      result.model, now)  # the cluster's own gaps, said up front
-    status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
-                                 for replica, p in published.items()},
-                        policy, result.model, now)
-    if status == mo.status:  # settled: the stored status itself, not a second copy of it
-        status = mo.status
-    return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)
+# node -> models: a tuple while a few (most nodes run one or two models; a
+# set costs four times the memory of a small tuple: megabytes at 10 000
+# nodes), a set beyond.
+ByNode = dict[str, tuple[str, ...] | set[str]]
+_FEW = 8
 
 
-Worked = tuple[ModelWork, list[SpeedTarget]]  # a model's share, its replicas to read
+def index_node(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if there is None:
+        by[node] = (key,)
+    elif isinstance(there, set):
+        there.add(key)
+    elif key not in there:
+        by[node] = (*there, key) if len(there) < _FEW else {*there, key}
+
+
+def unindex_node(by: ByNode, node: str, key: str) -> None:
+    there = by.get(node)
+    if isinstance(there, set):
+        there.discard(key)
+    elif there is not None and key in there:
+        there = tuple(k for k in there if k != key)
+        by[node] = there
+    if not there and there is not None:
+        del by[node]
+
+
+
 Admitted = tuple[list[LocalModel], list[ModelWork]]  # `policy.admitted`: admitted, refused
 Current = Mapping[str, Sequence[str | None]]  # model -> replica's node (None: not placed)
 Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one Observed
