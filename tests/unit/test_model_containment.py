@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel.api import ConditionStatus, LocalModel
-from localmodel.controller import model_work, work_memo
+from localmodel.controller import admit_memo, model_work
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.snapshot import observe
 from localmodel.desired import ModelResult, desired_state
@@ -179,8 +179,8 @@ def test_a_failure_in_the_admin_policy_check_marks_that_model_and_creates_nothin
     obs = observe(snap)
     want = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [key] = [w.model.key for w in want.work]
-    monkeypatch.setattr(work_memo, "refusals", _raising({key}, lambda lm, *a, **k: lm.key,
-                                                     work_memo.refusals))
+    monkeypatch.setattr(admit_memo, "refusals", _raising({key}, lambda lm, *a, **k: lm.key,
+                                                     admit_memo.refusals))
     got = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [work] = got.work
     assert work.failure.startswith("admin policy: Injected")

@@ -333,8 +333,8 @@ def test_the_node_index_holds_what_was_added_and_not_removed(
         ops: list[tuple[bool, str, str]]) -> None:
     """`pass_work.index_node` / `unindex_node` (a tuple while a few models, a set
     beyond) hold the same as a dict of sets."""
-    from localmodel.controller.work_memo import index_node as _index
-    from localmodel.controller.work_memo import unindex_node as _unindex
+    from localmodel.controller.share_memo import index_node as _index
+    from localmodel.controller.share_memo import unindex_node as _unindex
 
     by: dict[str, Any] = {}
     want: dict[str, set[str]] = {}

@@ -16,8 +16,9 @@ from localmodel.api import LocalModel
 from localmodel.controller.changes import ModelChanges
 from localmodel.controller.model_work import ModelWork, PassPlan, model_work
 from localmodel.controller.observed import Observed, current_placements, readiness
+from localmodel.controller.share_memo import Shares
 from localmodel.controller.stuck import Avoid
-from localmodel.controller.work_memo import KeptWork, Shares
+from localmodel.controller.work_memo import KeptWork
 from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.incremental import Desired
@@ -75,13 +76,13 @@ def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
                  policy: SpeedPolicy, kept: KeptWork, placed: Placed,
                  ) -> tuple[Shares, Sequence[int], Shares | None]:
     """Each valid model's share, and where it puts its replicas: the last pass's
-    shares with the positions `KeptWork.shares_again` names worked out again
-    (each kept while what it read holds, `KeptWork.held`, else worked out with
+    shares with the positions `ShareMemo.shares_again` names worked out again
+    (each kept while what it read holds, `ShareMemo.held`, else worked out with
     `model_work` and kept); those positions, and the last pass's shares (None:
     all worked out)."""
     images = (options.operator_image, options.image_pull_secrets)
-    shares, todo, last = kept.shares_again(results, now, speeds, policy, images)
-    models, held, placement = obs.models, kept.held, kept.placement
+    shares, todo, last = kept.shares.shares_again(results, now, speeds, policy, images)
+    models, held, placement = obs.models, kept.shares.held, kept.shares.placement
     work, targets, placements, unkept = shares.work, shares.targets, shares.placed, shares.unkept
     none: Mapping[int, Published] = {}
     for i in todo:
@@ -91,7 +92,7 @@ def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
         # A failed model keeps where it was (its pods are left as they are).
         placements[key] = dict(placed.get(key, {})) if result.failure else placement(result)
         if result.problems or result.failure:  # an invalid or failed one: its status only
-            kept.forget(key)
+            kept.shares.forget(key)
             unkept.add(i)
             work[i], targets[i] = ModelWork(mo, ModelChanges(), result.status, result.failure), ()
             continue
@@ -100,9 +101,9 @@ def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
             worked = held(result, mo.uid, obs, now, published, policy, images)
             if worked is None:
                 worked = model_work(result, mo, obs, now, published, policy, *images)
-                kept.keep(result, mo.uid, obs, now, published, policy, images, worked)
+                kept.shares.keep(result, mo.uid, obs, now, published, policy, images, worked)
         except Exception as exc:  # one model's failure is that model's (not kept)
-            kept.forget(key)
+            kept.shares.forget(key)
             unkept.add(i)
             failure = failure_text("changes or status", exc)
             work[i], targets[i] = ModelWork(mo, ModelChanges(), failed_status(
@@ -126,40 +127,41 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     `admitted`); `secrets`: the labels of the Secrets models name (`tenancy.needs_secrets`)."""
     kept = kept if kept is not None else KeptWork()
     inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired)
-    if (same := kept.same_pass(inputs, now)) is not None:
+    if (same := kept.shares.same_pass(inputs, now)) is not None:
         return same  # a quiet pass: what the last one planned, from the very same inputs
     kept.begin(obs)
     speeds = speeds or {}
     policy = speed_policy or SpeedPolicy()
     tenants, secrets = tenants or TenantPolicy(), secrets or {}
-    models, refused = kept.admitted(obs, tenants, secrets, lambda some: admitted(
-        obs, tenants, secrets, now, kept.refusals, some))
+    models, refused = kept.admits.admitted(obs, tenants, secrets, lambda some: admitted(
+        obs, tenants, secrets, now, kept.admits.refusals, some))
     state = (desired or Desired()).state(
         models,
         list(obs.nodes.values()),
         now=now,
-        current=kept.current(current_placements(obs), placed, with_memory),
+        current=kept.current.current(current_placements(obs), placed, with_memory),
         usage=obs.usage,
         ready=readiness(obs),
         options=options,
-        claims=kept.chooser(obs),
+        claims=kept.claims.chooser(obs),
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
-        claims_again=kept.claims_again,
+        claims_again=kept.claims.claims_again,
     )
     shares, todo, last = _models_work(state.models, obs, now, options, speeds, policy, kept,
                                       placed)
     if last is None:
         kept.keep_only(shares.at.keys())
-        kept.took = set(kept.took)  # (a set keeps its largest table: a cold pass's 5 000)
+        # (a set keeps its largest table: a cold pass's 5 000)
+        kept.shares.took = set(kept.shares.took)
     invalid = [ModelWork(mo, ModelChanges(), invalid_status(mo.generation, mo.error, mo.status,
                                                             now))
-               for mo in kept.invalid(obs)]
+               for mo in kept.admits.invalid(obs)]
     done = cast(list[ModelWork], shares.work)  # (every position worked out)
     unkept = [*refused, *(done[i] for i in shares.unkept), *invalid]
     since = None
     if last is not None:  # the work that is not the last plan's very object
-        since = (kept.serial, {w.model.key: w for w in (*refused, *invalid)})
+        since = (kept.shares.serial, {w.model.key: w for w in (*refused, *invalid)})
         since[1].update((done[i].model.key, done[i]) for i in todo if done[i] is not last.work[i])
     plan = PassPlan([*refused, *done, *invalid], shares.placed,
-                    tuple(chain.from_iterable(shares.targets)), kept.serial + 1, since)
-    return kept.remember(inputs, now, plan, shares, unkept)
+                    tuple(chain.from_iterable(shares.targets)), kept.shares.serial + 1, since)
+    return kept.shares.remember(inputs, now, plan, shares, unkept)
