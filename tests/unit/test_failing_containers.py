@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY
-from localmodel.controller.kept import plain
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.watched import pod as kept_pod

@@ -1,5 +1,5 @@
 """One bad model stays one bad model (localmodel/desired.py `failed_result`,
-incremental.Desired, controller/policy.py `plan_pass`): an exception while
+incremental.Desired, controller/plan.py `plan_pass`): an exception while
 computing one model (its rules, render, status, changes) marks that model and
 every other model comes out exactly as it would without the failure.
 

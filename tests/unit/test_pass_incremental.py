@@ -1,8 +1,8 @@
 """The operator's pass kept between passes equals the pass worked out afresh.
 
-The reconciler keeps `observe`'s readings (`observed.Parsed`: each section of
+The reconciler keeps `observe`'s readings (`parse_memo.Parsed`: each section of
 the snapshot and each object's reading, by identity) and each model's share of
-a pass (`kept_work.KeptWork`: changes, status, claims chosen, the admin
+a pass (`work_memo.KeptWork`: changes, status, claims chosen, the admin
 policy's verdict, and the whole last plan for the very same inputs), so a pass
 costs what changed. Here a world of stored objects, kept the way a watch's
 index keeps them (an object replaced on each event, the others left as the
@@ -331,7 +331,7 @@ def test_a_label_pass_works_out_again_only_the_models_on_that_node() -> None:
                                            "m9", "m10"])), max_size=80))
 def test_the_node_index_holds_what_was_added_and_not_removed(
         ops: list[tuple[bool, str, str]]) -> None:
-    """`pass_work.index_node` / `unindex_node` (a tuple while a few models, a set
+    """`share_memo.index_node` / `unindex_node` (a tuple while a few models, a set
     beyond) hold the same as a dict of sets."""
     from localmodel.controller.share_memo import index_node as _index
     from localmodel.controller.share_memo import unindex_node as _unindex

@@ -1,4 +1,5 @@
-"""The reconciler's decisions (controller/policy.py), as tables.
+"""The reconciler's decisions (controller/refused.py, expectations.py, stuck.py,
+reports.py), as tables.
 
 Refused writes are classified from the API server's Status (code and
 `details.causes`), expectations decide whether a write is made again while the

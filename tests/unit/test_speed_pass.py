@@ -1,4 +1,4 @@
-"""A pass's speed work (controller/policy.py `plan_pass`): which replicas the
+"""A pass's speed work (controller/plan.py `plan_pass`): which replicas the
 operator may read (Ready pods with an IP, gateway on), their peer keys from
 the node facts, and the published numbers reaching status."""
 

@@ -1,7 +1,7 @@
 """The admin's policy over tenants (localmodel/tenancy.py), as tables: one case
 per rule (the rule and field it names), the policy's own reading, image and
 host matching, and the pass: a refused model gets its status and an Event, and
-no object (controller/policy.py `plan_pass`)."""
+no object (controller/plan.py `plan_pass`)."""
 
 from __future__ import annotations
 

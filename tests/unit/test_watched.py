@@ -1,7 +1,7 @@
 """The table of watched resources (controller/watched.py) is the snapshot, by name,
 and the kopf registry is built from it: one index and one trigger per row. What
 each row keeps is only what the operator reads: a read of anything else raises
-(`kept.NotKept`), and the operator's whole pass over the kept objects is the
+(`watch_shape.NotKept`), and the operator's whole pass over the kept objects is the
 pass over the whole ones."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from localmodel.contract import (
 from localmodel.controller import watched
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.handlers import build_registry
-from localmodel.controller.kept import NotKept
+from localmodel.controller.watch_shape import NotKept
 from localmodel.controller.objects import owned_pod
 from localmodel.controller.observed import unschedulable
 from localmodel.controller.operator_metrics import OperatorMetrics
