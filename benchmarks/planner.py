@@ -54,11 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, Toleration, parse_local_model
 from localmodel.controller.changes import with_applied_hash
-from localmodel.controller.watch_shape import plain
 from localmodel.controller.parse_memo import Parsed
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.reconcile import gc_paused
 from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.watched import WATCHED
 from localmodel.desired import DesiredState, demand, desired_state
 from localmodel.facts import NodeFacts, Taint

@@ -18,9 +18,9 @@ from typing import Any
 
 from localmodel.contract import ANNOTATION_NODE
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.watch_shape import plain
 from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
 

@@ -27,7 +27,6 @@ from localmodel.contract import (
 from localmodel.controller import watched
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.handlers import build_registry
-from localmodel.controller.watch_shape import NotKept
 from localmodel.controller.objects import owned_pod
 from localmodel.controller.observed import unschedulable
 from localmodel.controller.operator_metrics import OperatorMetrics
@@ -35,6 +34,7 @@ from localmodel.controller.plan import plan_pass
 from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.volumes import volume_reaches
+from localmodel.controller.watch_shape import NotKept
 from localmodel.controller.watched import WATCHED, Watched
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_requests
