@@ -21,6 +21,8 @@ EXPECT_SECONDS = 30.0
 
 
 class Wrote(Enum):
+    """What this replica did to an object."""
+
     CREATED = "created"
     DELETED = "deleted"
     APPLIED = "applied"

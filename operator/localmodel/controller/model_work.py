@@ -35,6 +35,8 @@ class ModelWork:
 
 @dataclass(frozen=True)
 class PassPlan:
+    """A pass's plan: every model's share, where each replica goes, the replicas to read."""
+
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
     speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read

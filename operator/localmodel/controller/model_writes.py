@@ -46,6 +46,8 @@ log = logging.getLogger("localmodel.reconcile")
 
 @dataclass
 class PassResult:
+    """What one pass did: its writes, the ones that failed, the models it saw."""
+
     writes: int = 0
     failures: int = 0
     models: int = 0

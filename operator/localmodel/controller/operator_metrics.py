@@ -1,4 +1,6 @@
-"""The operator's own metrics (served on its /metrics by `controller/main.py`)."""
+"""The operator's own metrics (served on its /metrics by `controller/main.py`),
+and the LocalModels counted by condition, kept up to date with what changed
+(`ConditionTally`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metri
 
 @dataclass
 class OperatorMetrics:
+    """Every metric the operator serves, one field each."""
+
     passes: Counter = field(default_factory=lambda: Counter(
         "localmodel_operator_passes_total", "Reconcile passes by result.", ("result",)))
     pass_seconds: Histogram = field(default_factory=lambda: Histogram(

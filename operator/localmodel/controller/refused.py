@@ -15,6 +15,8 @@ NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
 
 
 class Refusal(Enum):
+    """What an API error says of a write (by its code and causes)."""
+
     NOT_FOUND = "not found"  # 404
     CONFLICT = "conflict"  # 409: already exists, or the uid precondition failed
     NAMESPACE_ENDING = "namespace ending"  # 403: the namespace is being deleted

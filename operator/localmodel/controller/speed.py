@@ -46,7 +46,8 @@ dropped by `speed.inliers`.
 
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
-I/O loop around it.
+I/O loop around it; `speed_targets` says which replicas a pass has it read
+(Ready, planned where they run, each with its peer key: `cpu_model`).
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ _NOT_THE_NODE = ("unbound immediate PersistentVolumeClaims", "persistentvolumecl
 
 @dataclass(frozen=True)
 class StuckPod:
+    """One of our pods the scheduler left Unschedulable, and since when."""
+
     model: str
     replica: int
     pod: str
@@ -42,6 +44,8 @@ Avoid = Mapping[str, Mapping[str, float]]  # model -> node -> avoided until
 
 @dataclass(frozen=True)
 class StuckVerdict:
+    """The nodes each model avoids, and what to tell and when to look again."""
+
     avoid: dict[str, dict[str, float]]
     reported: dict[str, str]  # pod -> the message already reported
     events: dict[str, list[EventSpec]]  # model -> Events to post
