@@ -33,7 +33,7 @@ managedFields, NODES/2 converged models with their pods, claims, ConfigMaps
 and Services, two DaemonSet pods per node), generated in this process and
 written as the API would send it, is fed in a fresh process to what the
 operator keeps of each watched object (`watched.WATCHED`) and to the
-operator's pass (`observe` + `policy.plan_pass`, cold, then steady): resident
+operator's pass (`observe` + `plan.plan_pass`, cold, then steady): resident
 memory (VmRSS, VmHWM) after the imports, with the watches' objects (and
 by kind, as each kind is fed), and after the passes. Recorded objects, not a
 kwok cluster of that size (kwok at 10k nodes does not fit this machine).
@@ -561,9 +561,10 @@ def memory_child(path: Path) -> dict[str, Any]:
     [watch name, body]) kept as the operator's watches keep them, then its
     passes; resident memory at each step (see the module's docstring)."""
     from benchmarks.planner import NOW, OPTIONS
-    from localmodel.controller.observed import Parsed, Snapshot, observe
-    from localmodel.controller.policy import plan_pass
+    from localmodel.controller.parse_memo import Parsed
+    from localmodel.controller.plan import plan_pass
     from localmodel.controller.reconcile import gc_paused
+    from localmodel.controller.snapshot import Snapshot, observe
     from localmodel.controller.watched import WATCHED
     from localmodel.incremental import Desired
 

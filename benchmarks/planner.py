@@ -31,7 +31,7 @@ node or per model by the smallest size's: 1.0 means linear growth.
    labels, conditions, images and managedFields, the operator's pods and two
    DaemonSet pods per node, the LocalModels with a status; kept as the watches
    keep them, `watched.SHAPES`), the memory they take, and one
-   operator pass (`observe` + `policy.plan_pass`, what the reconciler runs
+   operator pass (`observe` + `plan.plan_pass`, what the reconciler runs
    between its reads and writes): cold, steady, after a node label change.
 """
 
@@ -54,10 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, Toleration, parse_local_model
 from localmodel.controller.changes import with_applied_hash
-from localmodel.controller.kept import plain
-from localmodel.controller.observed import Parsed, Snapshot, observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.parse_memo import Parsed
+from localmodel.controller.plan import plan_pass
 from localmodel.controller.reconcile import gc_paused
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.watched import WATCHED
 from localmodel.desired import DesiredState, demand, desired_state
 from localmodel.facts import NodeFacts, Taint

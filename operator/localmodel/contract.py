@@ -1,7 +1,7 @@
 """The operator's contract with the cluster: every name it writes and reads back.
 
 The renderer writes these on the objects it makes; the controller's readers
-(`controller/observed.py`), its watches (`controller/watched.py`), its writer
+(`controller/objects.py`), its watches (`controller/watched.py`), its writer
 and doctor recognise the operator's objects by them. Both sides import this
 module and nothing else spells them: tests/unit/test_contract.py renders
 objects and reads them back through the controller's own readers, and fails

@@ -2,7 +2,7 @@
 be pulled, whose weights claim has no StorageClass to bind it, or whose pod the
 scheduler left Unschedulable is `Ready=False` with the reason and the setting
 to change, in its status within a pass, not only on the pod. Pure: reduced
-objects in, at most one `Gap` per model out; the operator (controller/policy.py)
+objects in, at most one `Gap` per model out; the operator (controller/model_work.py)
 and `doctor` both ask `model_gap`.
 
 What is read, and where it comes from:
@@ -125,7 +125,7 @@ def _section(obj: Any, name: str) -> Mapping[str, Any]:
 def _statuses(status: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     for key in ("initContainerStatuses", "containerStatuses"):
         value = status.get(key)
-        # a list, or the tuple a watch keeps (controller/kept.py)
+        # a list, or the tuple a watch keeps (controller/watch_shape.py)
         for s in value if isinstance(value, (list, tuple)) else []:
             if isinstance(s, Mapping):
                 yield s

@@ -376,8 +376,8 @@ def _metrics(client: Any, models: Sequence[Obj]) -> dict[str, str | Exception]:
     """Every placed replica's gateway metrics, read in parallel through the pod proxy."""
     from kubernetes.client import CoreV1Api
 
-    from localmodel.doctor.pods import engine_pods
     from localmodel.doctor.read import gateway_metrics
+    from localmodel.engine_pods import engine_pods
 
     core = CoreV1Api(client)
     namespaces = sorted({str(m["metadata"]["namespace"]) for m in models

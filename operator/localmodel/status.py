@@ -75,7 +75,7 @@ class Reason(StrEnum):
     BELOW_EXPECTED_SPEED = "BelowExpectedSpeed"
     AS_EXPECTED = "AsExpected"
     # The operator failed computing or writing this model (an exception: a bug,
-    # or input nothing else refused); the other models go on (controller/policy.py).
+    # or input nothing else refused); the other models go on (controller/plan.py).
     RECONCILE_FAILED = "ReconcileFailed"
 
 

@@ -7,7 +7,7 @@ admin's `TenantPolicy` (the chart's `policy` values, mounted as a file the
 operator and `localmodel render --policy` read) bounds each of those choices;
 `refusals(model, policy, secrets)` names every rule a model breaks, each with
 the field it refuses. A refused model is `Valid=False`
-(`RefusedByPolicy`) and nothing is created for it (controller/policy.py).
+(`RefusedByPolicy`) and nothing is created for it (controller/plan.py).
 
 Each rule is one entry of `RULES` and one field of `TenantPolicy` (named as
 the chart's value is: `policy.<name>`; `controlPlaneTaints` is the list

@@ -1,6 +1,6 @@
 """The operator reads a refused write from the API server's Status (code and
 `details.causes`), never from its message: these are the real server's answers
-to the operator's own writer, classified by `controller/policy.py`.
+to the operator's own writer, classified by `controller/refused.py`.
 
 A namespace held in Terminating (a ConfigMap in it keeps a finalizer) refuses
 every create with the NamespaceLifecycle admission's cause; a second create of
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from localmodel.controller.policy import Refusal, refusal
+from localmodel.controller.refused import Refusal, refusal
 from localmodel.controller.writer import Kube, KubeError
 from localmodel.kube import Credentials
 from tests.harness import ADMIN, TestCluster

@@ -23,14 +23,9 @@ from localmodel.controller.changes import (
     model_changes,
     with_applied_hash,
 )
-from localmodel.controller.observed import (
-    Observed,
-    Parsed,
-    Snapshot,
-    current_placements,
-    observe,
-    readiness,
-)
+from localmodel.controller.observed import Observed, current_placements, readiness
+from localmodel.controller.parse_memo import Parsed
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.desired import ModelResult
 from localmodel.incremental import Desired
 from tests.builders import MakeLocalModel, MakeNode

@@ -25,15 +25,9 @@ from localmodel import API_VERSION, contract, render
 from localmodel.controller import changes as changes_module
 from localmodel.controller import objects, watched
 from localmodel.controller.changes import ModelChanges, choose_claim, model_changes
-from localmodel.controller.kept import NotKept
-from localmodel.controller.observed import (
-    Observed,
-    Snapshot,
-    current_placements,
-    observe,
-    readiness,
-    unschedulable,
-)
+from localmodel.controller.observed import Observed, current_placements, readiness, unschedulable
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.watch_shape import NotKept
 from localmodel.desired import ModelResult, desired_state
 from localmodel.render import names as render_names
 from localmodel.render import objects as render_objects

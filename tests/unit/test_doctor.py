@@ -12,8 +12,8 @@ import pytest
 from localmodel.doctor.checks import EngineView, local_findings
 from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.metrics import MetricsError, gateway_stats, parse_metrics
-from localmodel.doctor.pods import engine_pods
 from localmodel.doctor.report import Finding, Report, Verdict, exit_status, render_table, to_json
+from localmodel.engine_pods import engine_pods
 from localmodel.engines import llama_server, ollama
 from localmodel.engines.doctor import LoadedModel
 from localmodel.engines.llama_server.doctor import threads_from_command_line

@@ -147,7 +147,7 @@ def test_an_engine_that_is_not_there_raises() -> None:
     ],
 )
 def test_each_engine_knows_its_images(image: str, name: str | None) -> None:
-    """The first engine whose adapter knows the image runs it (doctor/pods.py)."""
+    """The first engine whose adapter knows the image runs it (engine_pods.py)."""
     found = next((e.name for e in ENGINES.values() if e.doctor.runs_image(image)), None)
     assert found == name
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY
-from localmodel.controller.kept import plain
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.watched import pod as kept_pod
 from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.report import Verdict

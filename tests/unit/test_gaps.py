@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from localmodel.contract import LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA, MANAGED_BY
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.watched import pod as kept_pod
 from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.report import Verdict

@@ -23,6 +23,13 @@ spell a rule's decision and declare their own rules; the registry above the
 adapters (it finds them); the rules table and evaluator above the registry
 (they ask it for each engine's adapter and own rules).
 
+No import cycle anywhere, within a layer or a room too: the strongly connected
+components of the module import graph (every import counted as above) are
+single modules. A cycle is two modules a reader must hold in mind at once, and
+a layer check alone cannot see one inside a layer. `KNOWN_CYCLES` lists the
+cycles another change is removing, each with what ends it; an entry no cycle
+needs any more fails too, so the list only shrinks.
+
 A pattern is a dotted module name where `*` stands for one name and a trailing
 `**` for any number of names (none included). A module belongs to the pattern
 that matches it with the most literal names: `localmodel.engines.*` (each
@@ -94,8 +101,9 @@ LAYERS = (
            "localmodel.engines.doctor", "localmodel.engines.gguf", "localmodel.engines.*.*")),
     Layer("registry",
           "every engine's adapter and own rules, found from the engines' facts: what the rules, "
-          "the renderer and doctor ask",
-          ("localmodel.engines.registry",)),
+          "the renderer and doctor ask; which pods run an engine (engine_pods: doctor, timeline "
+          "and kubectl read it)",
+          ("localmodel.engines.registry", "localmodel.engine_pods")),
     Layer("rules", "the tuning rules: the engine-neutral ones and each registered engine's, "
           "in order; evaluation; docs",
           ("localmodel.rules.**",)),
@@ -126,10 +134,11 @@ LAYERS = (
 )
 
 # (importer's room, imported room): the programs that still import another, and what ends it.
-ALLOWED = {
-    ("localmodel.timeline.**", "localmodel.doctor.**"):
-        "engine_pods (which pods run an engine; doctor.cluster): wants a home below both",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
+
+
+# The cycles another change is removing (each a frozenset of module names), and what ends it.
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 
 # ---- the checker ------------------------------------------------------------------
@@ -258,11 +267,74 @@ def check(sources: Mapping[str, tuple[str, bool]], layers: tuple[Layer, ...] = L
     return wrong
 
 
+def graph(sources: Mapping[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports (every import counted)."""
+    return {module: {imp.imported for imp in imports(module, source, is_package, sources)}
+            for module, (source, is_package) in sources.items()}
+
+
+def cycles(edges: Mapping[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's,
+    without recursion: the package is deep enough to matter)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, todo = work[-1]
+            step = next(todo, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(edges.get(step, ())))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def check_cycles(sources: Mapping[str, tuple[str, bool]],
+                 known: Mapping[frozenset[str], str] = KNOWN_CYCLES) -> list[str]:
+    """Each import cycle not in `known`, and each entry of `known` no cycle needs."""
+    found = cycles(graph(sources))
+    wrong = [f"import cycle: {' <-> '.join(sorted(c))}" for c in found if c not in known]
+    wrong += [f"KNOWN_CYCLES {' <-> '.join(sorted(c))}: no such cycle any more; remove it"
+              for c in known if c not in found]
+    return sorted(wrong)
+
+
 # ---- the tree ----------------------------------------------------------------------
 
 
 def test_no_import_points_up_a_layer() -> None:
     assert check(read_package()) == []
+
+
+def test_no_import_cycle() -> None:
+    assert check_cycles(read_package()) == []
 
 
 def test_each_layer_is_described_and_each_pattern_declared_once() -> None:
@@ -293,7 +365,7 @@ def test_each_layer_is_described_and_each_pattern_declared_once() -> None:
     ("localmodel.engines.gguf", "engine adapters"),
     ("localmodel.api.rules", "api"),
     ("localmodel.planner.assign", "planner"),
-    ("localmodel.doctor.pods", "programs"),
+    ("localmodel.engine_pods", "registry"),
     ("localmodel.render", "outputs"),
     ("localmodel.render.names", "outputs"),
     ("localmodel.api.spec", "api"),
@@ -385,6 +457,51 @@ def test_an_allowance_no_import_needs_fails() -> None:
     assert check(read_package(), allowed=allowed) == [
         "ALLOWED localmodel.gateway.** -> localmodel.probe.**: no such import any more; "
         "remove it"]
+
+
+def _with(sources: dict[str, tuple[str, bool]], module: str, code: str
+          ) -> dict[str, tuple[str, bool]]:
+    source, is_package = sources[module]
+    return {**sources, module: (source + "\n" + code + "\n", is_package)}
+
+
+_BACK = "def planted() -> None:\n    from localmodel.controller.observed import Observed"
+_PLANTED_CYCLE = {
+    frozenset({"localmodel.controller.observed", "localmodel.controller.volumes"}): "planted"}
+
+
+def test_a_planted_cycle_within_a_room_fails() -> None:
+    # observed reads the volumes (controller/volumes.py); an import back, in a
+    # function, closes a loop inside the operator's room.
+    sources = _with(read_package(), "localmodel.controller.volumes", _BACK)
+    assert check_cycles(sources) == [
+        "import cycle: localmodel.controller.observed <-> localmodel.controller.volumes"]
+    assert check(sources) == []  # (the layer check alone passes it)
+
+
+def test_a_planted_cycle_under_type_checking_fails() -> None:
+    # observed reads times through controller/clock.py; a type named back closes a loop.
+    sources = _with(read_package(), "localmodel.controller.clock",
+                    "from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from localmodel.controller.observed import Observed")
+    assert check_cycles(sources) == [
+        "import cycle: localmodel.controller.clock <-> localmodel.controller.observed"]
+
+
+def test_a_known_cycle_no_import_needs_fails() -> None:
+    assert check_cycles(read_package(), _PLANTED_CYCLE) == [
+        "KNOWN_CYCLES localmodel.controller.observed <-> localmodel.controller.volumes: no "
+        "such cycle any more; remove it"]
+
+
+def test_a_known_cycle_passes_while_it_lasts() -> None:
+    sources = _with(read_package(), "localmodel.controller.volumes", _BACK)
+    assert check_cycles(sources, _PLANTED_CYCLE) == []
+
+
+def test_a_cycle_through_three_modules_is_one_component() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [frozenset({"a", "b", "c"})]
 
 
 def test_two_patterns_alike_fail() -> None:

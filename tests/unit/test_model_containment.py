@@ -1,5 +1,5 @@
 """One bad model stays one bad model (localmodel/desired.py `failed_result`,
-incremental.Desired, controller/policy.py `plan_pass`): an exception while
+incremental.Desired, controller/plan.py `plan_pass`): an exception while
 computing one model (its rules, render, status, changes) marks that model and
 every other model comes out exactly as it would without the failure.
 
@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel.api import ConditionStatus, LocalModel
-from localmodel.controller import kept_work
-from localmodel.controller.observed import observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller import admit_memo, model_work
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import observe
 from localmodel.desired import ModelResult, desired_state
 from localmodel.incremental import Desired
 from localmodel.incremental import desired as incremental
@@ -157,8 +157,8 @@ def test_a_failure_in_one_models_changes_leaves_the_others_work_as_it_would_be(
     obs = observe(snap)
     want = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [key] = [w.model.key for w in want.work]
-    real = kept_work.model_changes
-    monkeypatch.setattr(kept_work, "model_changes", lambda result, uid, o: (
+    real = model_work.model_changes
+    monkeypatch.setattr(model_work, "model_changes", lambda result, uid, o: (
         (_ for _ in ()).throw(Injected("changes")) if result.model.key == key
         else real(result, uid, o)))
     got = plan_pass(obs, NOW, RenderOptions(), placed={key: {0: "n0"}}, avoid={})
@@ -179,8 +179,8 @@ def test_a_failure_in_the_admin_policy_check_marks_that_model_and_creates_nothin
     obs = observe(snap)
     want = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [key] = [w.model.key for w in want.work]
-    monkeypatch.setattr(kept_work, "refusals", _raising({key}, lambda lm, *a, **k: lm.key,
-                                                     kept_work.refusals))
+    monkeypatch.setattr(admit_memo, "refusals", _raising({key}, lambda lm, *a, **k: lm.key,
+                                                     admit_memo.refusals))
     got = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [work] = got.work
     assert work.failure.startswith("admin policy: Injected")

@@ -1,8 +1,8 @@
 """The operator's pass kept between passes equals the pass worked out afresh.
 
-The reconciler keeps `observe`'s readings (`observed.Parsed`: each section of
+The reconciler keeps `observe`'s readings (`parse_memo.Parsed`: each section of
 the snapshot and each object's reading, by identity) and each model's share of
-a pass (`kept_work.KeptWork`: changes, status, claims chosen, the admin
+a pass (`work_memo.KeptWork`: changes, status, claims chosen, the admin
 policy's verdict, and the whole last plan for the very same inputs), so a pass
 costs what changed. Here a world of stored objects, kept the way a watch's
 index keeps them (an object replaced on each event, the others left as the
@@ -27,18 +27,12 @@ from hypothesis import strategies as st
 
 from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.controller.changes import Apply, Create, Delete
-from localmodel.controller.kept_work import KeptWork
-from localmodel.controller.observed import (
-    Observed,
-    Parsed,
-    Snapshot,
-    current_placements,
-    observe,
-    readiness,
-    unschedulable,
-)
-from localmodel.controller.pass_work import PassPlan
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.model_work import PassPlan
+from localmodel.controller.observed import Observed, current_placements, readiness, unschedulable
+from localmodel.controller.parse_memo import Parsed
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.work_memo import KeptWork
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.status import status_body
@@ -337,10 +331,10 @@ def test_a_label_pass_works_out_again_only_the_models_on_that_node() -> None:
                                            "m9", "m10"])), max_size=80))
 def test_the_node_index_holds_what_was_added_and_not_removed(
         ops: list[tuple[bool, str, str]]) -> None:
-    """`pass_work.index_node` / `unindex_node` (a tuple while a few models, a set
+    """`share_memo.index_node` / `unindex_node` (a tuple while a few models, a set
     beyond) hold the same as a dict of sets."""
-    from localmodel.controller.pass_work import index_node as _index
-    from localmodel.controller.pass_work import unindex_node as _unindex
+    from localmodel.controller.share_memo import index_node as _index
+    from localmodel.controller.share_memo import unindex_node as _unindex
 
     by: dict[str, Any] = {}
     want: dict[str, set[str]] = {}

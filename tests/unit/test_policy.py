@@ -1,4 +1,5 @@
-"""The reconciler's decisions (controller/policy.py), as tables.
+"""The reconciler's decisions (controller/refused.py, expectations.py, stuck.py,
+reports.py), as tables.
 
 Refused writes are classified from the API server's Status (code and
 `details.causes`), expectations decide whether a write is made again while the
@@ -16,29 +17,26 @@ import pytest
 from localmodel import API_VERSION
 from localmodel.contract import ANNOTATION_APPLIED_HASH
 from localmodel.controller.changes import Apply, Change, Create, Delete
-from localmodel.controller.objects import OwnedObject, OwnedPod
-from localmodel.controller.observed import Observed, StuckPod
-from localmodel.controller.policy import (
-    AVOID_SECONDS,
+from localmodel.controller.expectations import (
     EXPECT_SECONDS,
-    RETRY_SECONDS,
     Expectations,
-    Failures,
-    Involved,
     Lag,
-    Refusal,
     Wrote,
-    avoid_stuck,
-    event_manifest,
-    event_settled,
     expectation,
     lag,
-    refusal,
-    retry_after,
-    settled,
-    status_settled,
-    with_memory,
 )
+from localmodel.controller.objects import OwnedObject, OwnedPod
+from localmodel.controller.observed import Observed
+from localmodel.controller.plan import with_memory
+from localmodel.controller.refused import Refusal, event_settled, refusal, settled, status_settled
+from localmodel.controller.reports import (
+    RETRY_SECONDS,
+    Failures,
+    Involved,
+    event_manifest,
+    retry_after,
+)
+from localmodel.controller.stuck import AVOID_SECONDS, StuckPod, avoid_stuck
 from localmodel.controller.writer import KubeError
 from localmodel.events import EventReason, EventSpec
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from localmodel.contract import LABEL_NAME
-from localmodel.controller import kept_work
+from localmodel.controller import model_work
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.observed import Snapshot
 from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.snapshot import Snapshot
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
 
@@ -111,14 +111,14 @@ def test_an_exception_writing_one_model_leaves_the_others_written() -> None:
 
 def test_a_model_that_failed_to_compute_gets_its_status_and_one_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    real = kept_work.model_changes
+    real = model_work.model_changes
 
     def changes(result: Any, uid: str, obs: Any) -> Any:
         if result.model.metadata.name == "b":
             raise KeyError("a bug in the changes")
         return real(result, uid, obs)
 
-    monkeypatch.setattr(kept_work, "model_changes", changes)
+    monkeypatch.setattr(model_work, "model_changes", changes)
     kube = Recording(broken="")
 
     async def twice() -> OperatorMetrics:

@@ -18,9 +18,9 @@ from typing import Any
 
 from localmodel.contract import ANNOTATION_NODE
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept import plain
 from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.watch_shape import plain
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
 
@@ -174,8 +174,9 @@ def test_a_status_written_is_not_written_again_until_the_watch_shows_another() -
 def test_a_settled_models_work_holds_its_stored_status_not_a_copy() -> None:
     """Memory at 5 000 models (issue 33): once the stored status says what the
     operator works out, the pass keeps the stored objects, not equal copies."""
-    from localmodel.controller.observed import Parsed, observe
-    from localmodel.controller.policy import plan_pass
+    from localmodel.controller.parse_memo import Parsed
+    from localmodel.controller.plan import plan_pass
+    from localmodel.controller.snapshot import observe
     from localmodel.incremental import Desired
     from localmodel.status import status_changed
 

@@ -1,4 +1,4 @@
-"""A pass's speed work (controller/policy.py `plan_pass`): which replicas the
+"""A pass's speed work (controller/plan.py `plan_pass`): which replicas the
 operator may read (Ready pods with an IP, gateway on), their peer keys from
 the node facts, and the published numbers reaching status."""
 
@@ -8,9 +8,9 @@ import copy
 from typing import Any
 
 from localmodel.contract import CONTAINER_GATEWAY
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.pass_work import cpu_model
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
+from localmodel.controller.speed import cpu_model
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy
 from localmodel.status import ConditionType

@@ -1,7 +1,7 @@
 """The admin's policy over tenants (localmodel/tenancy.py), as tables: one case
 per rule (the rule and field it names), the policy's own reading, image and
 host matching, and the pass: a refused model gets its status and an Event, and
-no object (controller/policy.py `plan_pass`)."""
+no object (controller/plan.py `plan_pass`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from localmodel.api import LocalModel
 from localmodel.controller.config import ConfigError, parse_config
-from localmodel.controller.observed import Snapshot, observe
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.events import EventReason, status_events
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 
 from localmodel.api import LocalModel, LocalModelSpec, SecretKeyRef
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.observed import Snapshot
 from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.snapshot import Snapshot
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.writer import KubeError
 from localmodel.tenancy import (

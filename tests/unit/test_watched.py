@@ -1,7 +1,7 @@
 """The table of watched resources (controller/watched.py) is the snapshot, by name,
 and the kopf registry is built from it: one index and one trigger per row. What
 each row keeps is only what the operator reads: a read of anything else raises
-(`kept.NotKept`), and the operator's whole pass over the kept objects is the
+(`watch_shape.NotKept`), and the operator's whole pass over the kept objects is the
 pass over the whole ones."""
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from localmodel.contract import (
 from localmodel.controller import watched
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.handlers import build_registry
-from localmodel.controller.kept import NotKept
 from localmodel.controller.objects import owned_pod
-from localmodel.controller.observed import Snapshot, observe, unschedulable
+from localmodel.controller.observed import unschedulable
 from localmodel.controller.operator_metrics import OperatorMetrics
-from localmodel.controller.policy import plan_pass
+from localmodel.controller.plan import plan_pass
 from localmodel.controller.reconcile import Reconciler
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.volumes import volume_reaches
+from localmodel.controller.watch_shape import NotKept
 from localmodel.controller.watched import WATCHED, Watched
 from localmodel.facts.node import NodeFactsError, from_node
 from localmodel.facts.pod import pod_requests

@@ -125,14 +125,21 @@ async def operate(config: OperatorConfig, creds: Credentials,
                  config.leader_name)
         code = await _until_fatal([kopf_task, api_watch], stop)
         stop.set()
-        reconciler.abort_pass()
-        await lease.release()
-        await _stop_tasks(tasks, kopf_task)
-        for runner in runners:
-            if runner is not None:
-                await runner.cleanup()
+        await _shut_down(reconciler, lease, tasks, kopf_task, runners)
     log.info("localmodel operator stopped")
     return code
+
+
+async def _shut_down(reconciler: Reconciler, lease: LeaseThread, tasks: list[asyncio.Task[Any]],
+                     kopf_task: asyncio.Task[Any], runners: Sequence[Any]) -> None:
+    """Stop in order: no pass writes past this point, the Lease is given back
+    (the next replica need not wait it out), the tasks end, the endpoints close."""
+    reconciler.abort_pass()
+    await lease.release()
+    await _stop_tasks(tasks, kopf_task)
+    for runner in runners:
+        if runner is not None:
+            await runner.cleanup()
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -1,9 +1,12 @@
-"""The operator's own metrics (served on its /metrics by `controller/main.py`)."""
+"""The operator's own metrics (served on its /metrics by `controller/main.py`),
+and the LocalModels counted by condition, kept up to date with what changed
+(`ConditionTally`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from localmodel.controller.leader import leases_lost_counter
 from localmodel.controller.speed import ReadCounters
@@ -12,6 +15,8 @@ from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metri
 
 @dataclass
 class OperatorMetrics:
+    """Every metric the operator serves, one field each."""
+
     passes: Counter = field(default_factory=lambda: Counter(
         "localmodel_operator_passes_total", "Reconcile passes by result.", ("result",)))
     pass_seconds: Histogram = field(default_factory=lambda: Histogram(
@@ -56,3 +61,46 @@ class OperatorMetrics:
 
     def on_write(self, verb: str, kind: str, code: int) -> None:
         self.writes.inc(labels=(verb, kind, str(code)))
+
+
+@dataclass
+class ConditionTally:
+    """LocalModels by condition and status (the operator's gauge), kept up to
+    date with what changed: a status is counted again only when it is another
+    object than the one counted for its model."""
+
+    counted: dict[str, tuple[Any, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    totals: dict[tuple[str, ...], float] = field(default_factory=dict)
+
+    def count(self, statuses: Mapping[str, Any]) -> dict[tuple[str, ...], float]:
+        """The tally for `statuses` (model -> LocalModelStatus), as a new dict."""
+        before, now = self.counted, {}
+        for key, status in statuses.items():
+            kept = before.pop(key, None)
+            if kept is None or kept[0] is not status:
+                if kept is not None:
+                    self._add(kept[1], -1)
+                kept = (status, tuple((c.type, c.status.value) for c in status.conditions))
+                self._add(kept[1], 1)
+            now[key] = kept
+        for _, pairs in before.values():  # models gone
+            self._add(pairs, -1)
+        self.counted = now
+        return {k: v for k, v in self.totals.items() if v}
+
+    def recount(self, statuses: Mapping[str, Any]) -> dict[tuple[str, ...], float]:
+        """The tally after the statuses of these models changed (no model gone)."""
+        counted = self.counted
+        for key, status in statuses.items():
+            kept = counted.get(key)
+            if kept is None or kept[0] is not status:
+                if kept is not None:
+                    self._add(kept[1], -1)
+                kept = counted[key] = (
+                    status, tuple((c.type, c.status.value) for c in status.conditions))
+                self._add(kept[1], 1)
+        return {k: v for k, v in self.totals.items() if v}
+
+    def _add(self, pairs: tuple[tuple[str, str], ...], n: int) -> None:
+        for pair in pairs:
+            self.totals[pair] = self.totals.get(pair, 0) + n

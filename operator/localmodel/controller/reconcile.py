@@ -4,11 +4,11 @@ One task, because the planner is global (exclusive models claim whole nodes):
 per-object handlers planning at once could put two models on one node. Every
 watch event only records and triggers; a pass reads the whole in-memory
 snapshot (`indexes`, kept by kopf from its watches: nothing here lists the
-cluster), calls the pure core (`observe`, then `policy.plan_pass`: desired
-state and each model's changes and status; `policy` also decides what a
-refused write means, what the watches have yet to show and which nodes a model
-avoids), then writes what differs and posts the Events. A pass that fails
-part-way is harmless: the next one starts again from what the watches show.
+cluster), calls the pure core (`snapshot.observe`, then `plan.plan_pass`:
+desired state and each model's changes and status; `stuck.avoid_stuck`: which
+nodes a model avoids), then has `model_writes.ModelWriter` write what differs
+and post the Events. A pass that fails part-way is harmless: the next one
+starts again from what the watches show.
 """
 
 from __future__ import annotations
@@ -16,64 +16,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from localmodel import API_VERSION, KIND
-from localmodel.api import LocalModelStatus
 from localmodel.contract import OPERATOR
-from localmodel.controller.changes import (
-    Apply,
-    Change,
-    Create,
-    Delete,
-    ModelChanges,
-    Target,
-    mounted,
-)
+from localmodel.controller.clock import rfc3339
 from localmodel.controller.config import OperatorConfig
-from localmodel.controller.kept_work import KeptWork
-from localmodel.controller.objects import ModelObject
-from localmodel.controller.observed import (
-    Observed,
-    Parsed,
-    Snapshot,
-    changed_keys,
-    observe,
-    unschedulable,
-)
-from localmodel.controller.operator_metrics import OperatorMetrics
-from localmodel.controller.pass_work import ConditionTally, ModelWork, PassPlan, rfc3339
-from localmodel.controller.policy import (
-    EXPECT_SECONDS,
-    RETRY_SECONDS,
-    Expectations,
-    Failures,
-    Involved,
-    avoid_stuck,
-    event_manifest,
-    event_settled,
-    plan_pass,
-    refusal,
-    settled,
-    status_settled,
-)
+from localmodel.controller.model_work import ModelWork, PassPlan
+from localmodel.controller.model_writes import ModelWriter, PassResult
+from localmodel.controller.observed import Observed, unschedulable
+from localmodel.controller.operator_metrics import ConditionTally, OperatorMetrics
+from localmodel.controller.parse_memo import Parsed
+from localmodel.controller.plan import plan_pass
+from localmodel.controller.reports import RETRY_SECONDS
 from localmodel.controller.secrets import MAX_AGE_SECONDS as SECRET_MAX_AGE
-from localmodel.controller.secrets import SecretLabels
+from localmodel.controller.secrets import NamedSecrets, SecretLabels
 from localmodel.controller.signing import RouterSigning
+from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.speed import SpeedBook
+from localmodel.controller.stuck import avoid_stuck
 from localmodel.controller.watched import WATCHED
-from localmodel.controller.writer import Kube, KubeError, NotLeading
-from localmodel.events import EventReason, EventSpec, status_events
+from localmodel.controller.work_memo import KeptWork
+from localmodel.controller.writer import Kube, NotLeading
+from localmodel.events import EventSpec
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
-from localmodel.status import status_body, status_changed
-from localmodel.tenancy import needs_secrets
 
 log = logging.getLogger("localmodel.reconcile")
 
@@ -97,17 +66,6 @@ def gc_paused() -> Iterator[None]:
         gc.collect(1)
 
 
-@dataclass
-class PassResult:
-    writes: int = 0
-    failures: int = 0
-    models: int = 0
-
-
-def _is_pod_create(change: Change) -> bool:
-    return isinstance(change, Create) and change.manifest.get("kind") == "Pod"
-
-
 def render_options(config: OperatorConfig) -> RenderOptions:
     """What the operator's settings give every render."""
     return RenderOptions(
@@ -124,6 +82,9 @@ def render_options(config: OperatorConfig) -> RenderOptions:
 
 
 class Reconciler:
+    """When a pass runs (triggers, debounce, retries, the Lease), and what a pass
+    keeps for the next: the memo layers, the placements, the avoided nodes."""
+
     def __init__(
         self,
         config: OperatorConfig,
@@ -141,7 +102,6 @@ class Reconciler:
         self.sources: dict[str, Callable[[], Iterable[Mapping[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self._first_trigger = 0.0
-        self._failures = Failures()
         self._retry: asyncio.TimerHandle | None = None
         self.synced = asyncio.Event()
         self.passes = 0
@@ -150,10 +110,7 @@ class Reconciler:
         # model -> node -> until when: nodes whose pods stayed Unschedulable
         self.avoid: dict[str, dict[str, float]] = {}
         self._reported_stuck: dict[str, str] = {}  # pod -> message already reported
-        self._expected = Expectations()  # writes the watches have not shown yet
-        self._written_status: dict[str, tuple[str, str]] = {}  # model -> (rv seen, body's)
         self._placed: dict[str, dict[int, str]] = {}  # the last pass's placements
-        self._failed_models: dict[str, str] = {}  # model -> the failure its Event told
         self._render_options = render_options(config)
         # Each Ready replica's speed, filled by controller.speed.SpeedReader.
         self.speed = SpeedBook(config.speed_policy)
@@ -163,19 +120,14 @@ class Reconciler:
         self._desired = Desired()  # what passes worked out, reused while its inputs hold
         self._kept = KeptWork()  # each model's changes and status, the same way
         self._tally = ConditionTally()
-        self._idle: dict[str, ModelWork] = {}  # model -> its last work, if it wrote nothing
         # The number of the last plan whose work was all gone through, and that
         # work's models that were not idle (`PassPlan.since`: the next plan's
         # other models have the same, idle work).
         self._serial: int | None = None
         self._busy: dict[str, ModelWork] = {}
-        self._wanted: tuple[object, set[tuple[str, str]]] = (None, set())
-        self._needs: dict[str, tuple[tuple[str, str], ...]] = {}  # model -> Secrets it names
-        # Every write of a pass (objects, statuses, Events) takes one of these
-        # first, as many as the client has connections: a request waits here,
-        # not in the client's pool, whose time limit would count the wait (at
-        # 1 000 models, writes timed out queued behind each other).
-        self._writing = asyncio.Semaphore(config.write_concurrency)
+        self._named = NamedSecrets()  # the Secrets models name, for the policy
+        self.writer = ModelWriter(kube, metrics, identity, config.write_concurrency,
+                                  self.trigger_later)  # each model's writes
         self._secrets = SecretLabels(kube)  # named Secrets' labels, for the policy
         self._signing = RouterSigning.of(kube, config, self.trigger_later)  # router's key
 
@@ -259,9 +211,7 @@ class Reconciler:
         now_s = rfc3339(now)
         with gc_paused():
             obs = observe(self.snapshot(), self.config.namespaces, self._parsed)
-            self._expected.forget_shown(obs, time.monotonic())
-            self._failed_models = {k: v for k, v in self._failed_models.items()
-                                   if k in obs.models}
+            self.writer.forget_gone(obs)
             for name, why in obs.bad_nodes.items():
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
@@ -284,10 +234,8 @@ class Reconciler:
             work = {w.model.key: w for w in planned.work}
             self.metrics.models_by_condition = self._tally.count(
                 {k: w.status for k, w in work.items()})
-        if len(self._idle) > len(obs.models):
-            self._idle = {k: w for k, w in self._idle.items() if k in obs.models}
-        idle = self._idle
-        await asyncio.gather(*(self._model(w, now_s, result, obs, extra_events.get(k, []))
+        idle = self.writer.idle
+        await asyncio.gather(*(self.writer.model(w, now_s, result, obs, extra_events.get(k, []))
                                for k, w in work.items() if idle.get(k) is not w
                                or k in extra_events))
         self._busy = {k: w for k, w in work.items() if idle.get(k) is not w}
@@ -297,20 +245,7 @@ class Reconciler:
     async def _secret_labels(self, obs: Observed) -> dict[tuple[str, str], Mapping[str, str]]:
         """The labels of the Secrets models name that the admin's policy must see;
         while a model waits for one, the next pass re-reads it (secrets.py)."""
-        if self._wanted[0] is not obs.models:  # (the same models: the same Secrets)
-            tenants, needs = self.config.tenants, self._needs
-            changed = (None if not isinstance(self._wanted[0], dict)
-                       else changed_keys(self._wanted[0], obs.models))
-            if changed is None:
-                needs.clear()
-            for m in (obs.models.values() if changed is None else map(obs.models.get, changed)):
-                if m is not None and m.model is not None and (
-                        k := needs_secrets(m.model, tenants)):
-                    needs[m.key] = k
-                elif changed is not None and m is not None:
-                    needs.pop(m.key, None)
-            self._wanted = (obs.models, {k for ks in needs.values() for k in ks})
-        if not (wanted := self._wanted[1]):
+        if not (wanted := self._named.of(obs.models, self.config.tenants)):
             return {}
         found = await self._secrets.labels(wanted)
         rule = self.config.tenants.secret_label
@@ -331,7 +266,7 @@ class Reconciler:
         return planned
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
-        """Apply `policy.avoid_stuck`: the nodes to avoid, the Events, a recheck."""
+        """Apply `stuck.avoid_stuck`: the nodes to avoid, the Events, a recheck."""
         verdict = avoid_stuck(unschedulable(obs), self.avoid, self._reported_stuck, now,
                               self.config.unschedulable_seconds)
         self.avoid, self._reported_stuck = verdict.avoid, verdict.reported
@@ -342,159 +277,3 @@ class Reconciler:
                         stuck.model, stuck.pod, stuck.node, age)
         return verdict.events
 
-    # ---- one model ---------------------------------------------------------
-
-    async def _model(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
-                     extra: list[EventSpec]) -> None:
-        """One model's writes; an exception in them is this model's failure (an
-        Event, the metric, a retry), never the pass's: the others go on."""
-        key = work.model.key
-        if work.failure:
-            self.metrics.model_failures.inc(labels=("compute",))
-            log.error("%s: %s", key, work.failure)
-            self.trigger_later(RETRY_SECONDS[-1])
-            if self._failed_models.get(key) != work.failure:
-                self._failed_models[key] = work.failure
-                extra = [*extra, EventSpec(EventReason.RECONCILE_FAILED,
-                                           f"the operator failed on this model: {work.failure}",
-                                           warning=True)]
-        else:
-            self._failed_models.pop(key, None)
-        self._idle.pop(key, None)
-        try:
-            if not (await self._model_writes(work, now, result, obs, extra) or work.failure
-                    or work.changes.changes):
-                self._idle[key] = work
-        except NotLeading:
-            raise  # the Lease is not held: the pass ends (`run`), no model failed
-        except Exception as exc:  # (a cancellation is not an Exception: it passes)
-            result.failures += 1
-            self.metrics.model_failures.inc(labels=("write",))
-            log.exception("%s: writing this model failed; the pass goes on", key)
-            self.trigger_later(RETRY_SECONDS[-1])
-            with contextlib.suppress(Exception):
-                await self._event(work.model, EventSpec(
-                    EventReason.RECONCILE_FAILED, "the operator failed writing this model: "
-                    f"{type(exc).__name__}: {str(exc)[:300]}", warning=True), now)
-
-    async def _model_writes(self, work: ModelWork, now: str, result: PassResult, obs: Observed,
-                            extra: list[EventSpec]) -> bool:
-        """Whether it posted an Event or wrote (or had to write) the status."""
-        mo, status = work.model, work.status
-        events, failed = await self._write_changes(mo, work.changes, obs, result)
-        events = list(extra) + events
-        retry_in, failure = self._failures.after_pass(mo.key, failed)
-        if retry_in is not None:
-            self.trigger_later(retry_in)
-        if failure is not None:
-            events.append(failure)
-        events = status_events(mo.status, status) + events
-        for event in events:
-            await self._event(mo, event, now)
-        if not status_changed(mo.status, status):
-            return bool(events)
-        # (a digest of the body, not the body: one per model is kept)
-        body = hashlib.sha256(json.dumps(status_body(status), sort_keys=True).encode()).hexdigest()
-        # Written already, and the watch has not shown it yet: not again.
-        if self._written_status.get(mo.key) != (
-            mo.resource_version, body
-        ) and await self._write_status(mo, status):
-            self._written_status[mo.key] = (mo.resource_version, body)
-        return True
-
-    async def _write_changes(self, mo: ModelObject, changes: ModelChanges, obs: Observed,
-                             result: PassResult) -> tuple[list[EventSpec], list[str]]:
-        """Make the changes the watches do not show yet: the Events they earned,
-        and why the ones that failed did."""
-        events: list[EventSpec] = []
-        failed: list[str] = []
-        unmade: set[Target] = set()  # objects this pass failed to create or apply
-
-        async def one(change: Change) -> None:
-            if self._expected.waiting(change, obs, time.monotonic()):
-                # Held back until the watches show it; look again once the wait
-                # is over, should no watch event come (a pod made, then deleted
-                # by someone else before it was seen).
-                self.trigger_later(EXPECT_SECONDS + 0.5)
-                return
-            async with self._writing:
-                try:
-                    await self._write(change)
-                except KubeError as exc:
-                    if not settled(change, refusal(exc.status, exc.causes)):
-                        result.failures += 1
-                        failed.append(str(exc))
-                        log.warning("%s: %s", mo.key, exc)
-                        if not isinstance(change, Delete):
-                            unmade.add(change.target)
-                    return
-                except (TimeoutError, OSError) as exc:
-                    result.failures += 1
-                    failed.append(f"API unreachable: {exc}")
-                    if not isinstance(change, Delete):
-                        unmade.add(change.target)
-                    return
-            self._expected.wrote(change, time.monotonic())
-            result.writes += 1
-            if change.event is not None:
-                events.append(change.event)
-
-        # A pod's claim and ConfigMap first: a pod the scheduler sees before its
-        # claim exists fails scheduling and waits out a back-off. A pod whose
-        # claim or ConfigMap could not be made waits for a later pass (the
-        # failure retries it).
-        await asyncio.gather(*(one(c) for c in changes.changes if not _is_pod_create(c)))
-        ready: list[Change] = []
-        for c in changes.changes:
-            if not _is_pod_create(c):
-                continue
-            assert isinstance(c, Create)
-            if waits_for := sorted(mounted(c.manifest) & unmade):
-                log.info("%s: pod %s not created yet: %s not made", mo.key, c.target.name,
-                         ", ".join(f"{t.kind} {t.name}" for t in waits_for))
-            else:
-                ready.append(c)
-        await asyncio.gather(*(one(c) for c in ready))
-        return events, failed
-
-    async def _write(self, change: Change) -> None:
-        if isinstance(change, Create):
-            await self.kube.create(change.manifest)
-        elif isinstance(change, Apply):
-            await self.kube.apply(change.manifest)
-        else:
-            await self.kube.delete(change.kind, change.namespace, change.name, change.uid,
-                                   force=change.force)
-        log.info("%s %s %s/%s: %s", type(change).__name__.lower(), *change.target, change.why)
-
-    async def _write_status(self, mo: ModelObject, status: LocalModelStatus) -> bool:
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": mo.name, "namespace": mo.namespace},
-            "status": status_body(status),
-        }
-        try:
-            async with self._writing:
-                await self.kube.apply(body, subresource="status")
-        except KubeError as exc:
-            if not status_settled(refusal(exc.status, exc.causes)):  # a model gone needs none
-                log.warning("%s: status not written: %s", mo.key, exc)
-                self.trigger_later(RETRY_SECONDS[1])
-            return False
-        except (TimeoutError, OSError) as exc:
-            log.warning("%s: status not written: %s", mo.key, exc)
-            self.trigger_later(RETRY_SECONDS[1])
-            return False
-        return True
-
-    async def _event(self, mo: ModelObject, event: EventSpec, now: str) -> None:
-        body = event_manifest(Involved(mo.namespace, mo.name, mo.uid), event, now, self.identity)
-        try:
-            async with self._writing:
-                await self.kube.create(body)
-        except KubeError as exc:
-            if not event_settled(refusal(exc.status, exc.causes)):
-                log.warning("%s: event not posted: %s", mo.key, exc)
-        except (TimeoutError, OSError) as exc:
-            log.warning("%s: event not posted: %s", mo.key, exc)

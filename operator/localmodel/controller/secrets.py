@@ -19,7 +19,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from localmodel.controller.objects import ModelObject
+from localmodel.controller.observed import changed_keys
 from localmodel.controller.writer import Kube, KubeError
+from localmodel.tenancy import TenantPolicy, needs_secrets
 
 log = logging.getLogger("localmodel.secrets")
 
@@ -69,3 +72,29 @@ class SecretLabels:
         labels = meta.get("labels") if isinstance(meta, dict) else None
         self._read[key] = (now, {str(k): str(v) for k, v in list(labels.items())[:MAX_LABELS]}
                            if isinstance(labels, dict) else {})
+
+
+class NamedSecrets:
+    """The Secrets the valid models name that the admin's policy must see
+    (`tenancy.needs_secrets`): the same set while the models section is the
+    same object, and worked out again only for the models whose object changed."""
+
+    def __init__(self) -> None:
+        self._wanted: tuple[object, set[Key]] = (None, set())
+        self._needs: dict[str, tuple[Key, ...]] = {}  # model -> Secrets it names
+
+    def of(self, models: dict[str, ModelObject], tenants: TenantPolicy) -> set[Key]:
+        if self._wanted[0] is not models:  # (the same models: the same Secrets)
+            needs = self._needs
+            changed = (None if not isinstance(self._wanted[0], dict)
+                       else changed_keys(self._wanted[0], models))
+            if changed is None:
+                needs.clear()
+            for m in (models.values() if changed is None else map(models.get, changed)):
+                if m is not None and m.model is not None and (
+                        k := needs_secrets(m.model, tenants)):
+                    needs[m.key] = k
+                elif changed is not None and m is not None:
+                    needs.pop(m.key, None)
+            self._wanted = (models, {k for ks in needs.values() for k in ks})
+        return self._wanted[1]

@@ -46,7 +46,8 @@ dropped by `speed.inliers`.
 
 `SpeedBook` is the state the reads build (deterministic: values in, values
 out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
-I/O loop around it.
+I/O loop around it; `speed_targets` says which replicas a pass has it read
+(Ready, planned where they run, each with its peer key: `cpu_model`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from localmodel.controller.observed import Observed
+from localmodel.desired import ModelResult
+from localmodel.facts import NodeFacts
 from localmodel.gateway_contract import ADMIN_PORT, SPEED_PATH
 from localmodel.gateway_contract.speed_answer import (
     READ_MAX_BYTES,
@@ -67,6 +71,7 @@ from localmodel.gateway_contract.speed_answer import (
     reading_from_answer,
 )
 from localmodel.metrics import Counter
+from localmodel.render.names import pod_name
 from localmodel.speed import (
     Expected,
     PeerKey,
@@ -360,3 +365,33 @@ class SpeedReader:
                 if len(body) > READ_MAX_BYTES:
                     raise BadDocument(f"longer than {READ_MAX_BYTES} bytes")
             return bytes(body)
+
+
+def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
+    """The node's CPU model (vendor, family, model id), None unless all are known."""
+    if node is None or not (node.cpu_vendor and node.cpu_family and node.cpu_model_id):
+        return None
+    return (node.cpu_vendor, node.cpu_family, node.cpu_model_id)
+
+
+def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
+    """The model's replicas whose gateway the operator can read: Ready pods of
+    this model with a pod IP, on the node they are planned on, with their peer
+    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
+    lm = result.model
+    mo = obs.models.get(lm.key)
+    if mo is None or not lm.spec.gateway.enabled:
+        return []
+    pods = {p.replica: p for p in obs.pods_of(lm.key)
+            if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
+    out = []
+    for r in result.replicas:
+        pod = pods.get(r.replica)
+        if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
+                lm, r.replica):
+            continue
+        peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
+                       cpu_model(obs.nodes.get(r.node)))
+        out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
+                               vouched=pod.gateway_image == own_image))
+    return out

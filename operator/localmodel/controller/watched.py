@@ -1,9 +1,9 @@
 """The resources the operator watches, in one table. Pure.
 
-Each row names a field of `observed.Snapshot` and says what kopf watches for
+Each row names a field of `snapshot.Snapshot` and says what kopf watches for
 it (group, version, plural, label selector) and what the in-memory index keeps
 of each object: only the fields the operator reads (`SHAPES`, kept as
-`kept.Kept`, which refuses a read of any other field). `handlers` registers
+`watch_shape.Kept`, which refuses a read of any other field). `handlers` registers
 one index and one trigger per row and the reconciler builds its `Snapshot`
 from the rows by name, so a resource is added or changed here and nowhere
 else (tests/unit/test_watched.py holds the table to the snapshot's fields and
@@ -27,7 +27,7 @@ from localmodel.contract import (
     MANAGED_BY,
     OWNED_SELECTOR,
 )
-from localmodel.controller.kept import MAP, SCALAR, WHOLE, Only, Shape, Spec
+from localmodel.controller.watch_shape import MAP, SCALAR, WHOLE, Only, Shape, Spec
 from localmodel.gaps import DEFAULT_CLASS_ANNOTATIONS, kept_container_statuses
 
 Raw = Mapping[str, Any]
@@ -40,7 +40,7 @@ def _section(body: Raw, name: str) -> Mapping[str, Any]:
 
 
 # What each kind's readers read (objects.py, volumes.py, facts/node.py,
-# facts/pod.py); `kept.Shape` refuses a read of anything else. The docs'
+# facts/pod.py); `watch_shape.Shape` refuses a read of anything else. The docs'
 # table (docs/operator.md, What the watches keep) is printed from these.
 _OWNER_REFS: Spec = [{"apiVersion": SCALAR, "kind": SCALAR, "uid": SCALAR, "controller": SCALAR}]
 _REQUESTS: Spec = {"cpu": SCALAR, "memory": SCALAR}

@@ -34,9 +34,9 @@ from typing import Any
 from localmodel.doctor.checks import NUMA_SOURCE, queue_findings, speed_findings
 from localmodel.doctor.gaps import gap_findings
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
-from localmodel.doctor.pods import EnginePod, engine_pods
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.doctor.speed import slow_findings
+from localmodel.engine_pods import EnginePod, engine_pods
 from localmodel.engines.registry import engine
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION

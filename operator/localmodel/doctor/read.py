@@ -32,8 +32,8 @@ from localmodel import GROUP, PLURAL, VERSION
 from localmodel.doctor.checks import GATEWAY, EngineView
 from localmodel.doctor.cluster import ClusterView, in_scope
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
-from localmodel.doctor.pods import engine_pods
 from localmodel.doctor.speed import CADVISOR_PATH, Watched, counters_moved, slow_replicas
+from localmodel.engine_pods import engine_pods
 from localmodel.engines.doctor import EngineProcess
 from localmodel.engines.registry import ENGINES
 from localmodel.facts.cgroup import read_cgroup_limits

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from localmodel.doctor.pods import EnginePod
+    from localmodel.engine_pods import EnginePod
 
 GONE_OUTCOMES = ("cancelled_disconnect",)  # the caller left before its answer
 SLOWEST = 5
@@ -70,7 +70,7 @@ def model_pods(
 ) -> tuple[list[str], Sharing]:
     """The names of LocalModel namespace/name's scheduled pods, and every other
     pod holding a model (ours or not, as `doctor` finds them) on their nodes."""
-    from localmodel.doctor.pods import engine_pods
+    from localmodel.engine_pods import engine_pods
 
     found = engine_pods(pods)
     ours = _ours(found, namespace, name)
@@ -87,7 +87,7 @@ def model_pods(
 def gatewayless(pods: Sequence[Mapping[str, Any]], namespace: str, name: str) -> list[str]:
     """The names of LocalModel namespace/name's scheduled pods that run without
     the gateway (spec.gateway.enabled: false): they keep no ledger."""
-    from localmodel.doctor.pods import engine_pods
+    from localmodel.engine_pods import engine_pods
 
     return [p.name for p in _ours(engine_pods(pods), namespace, name) if not p.gateway]
 

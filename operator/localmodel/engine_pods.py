@@ -1,6 +1,7 @@
-"""doctor's view of the pods that hold a model's weights, pure: ours and any
-other pod whose container runs an engine's image (each engine's adapter
-recognises its images and reads its container: engines/<name>/doctor.py)."""
+"""Which pods run an engine, pure: ours and any other pod whose container runs
+an engine's image (each engine's adapter recognises its images and reads its
+container: engines/<name>/doctor.py). Below the programs: doctor, timeline and
+the kubectl plugin read pods through it, and none of them imports another."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ _DONE_PHASES = ("Succeeded", "Failed")
 
 @dataclass(frozen=True)
 class EnginePod:
-    """One pod holding a model's weights, as doctor sees it."""
+    """One pod holding a model's weights, as its container and annotations say."""
 
     namespace: str
     name: str
