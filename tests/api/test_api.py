@@ -20,6 +20,8 @@ from localmodel.api import (
 from localmodel.engines import FACTS, EngineFacts, ollama
 from tests.builders import MakeLocalModel
 
+pytestmark = pytest.mark.unit
+
 
 def validated(**spec: Any) -> LocalModel:
     """The API class's own validation (pydantic's `ValidationError`, which this

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from localmodel.api import MANAGED_ENV
 from localmodel.api.rules import SPEC_RULES
 from localmodel.crd import build_crd, crd_yaml
 from localmodel.rules.docs import rules_markdown
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "localmodel.dev_localmodels.yaml"

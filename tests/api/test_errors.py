@@ -10,6 +10,8 @@ import pytest
 from localmodel.api import parse_local_model
 from localmodel.errors import FieldError, InvalidObject, format_errors
 
+pytestmark = pytest.mark.unit
+
 
 def body(**spec: Any) -> dict[str, Any]:
     return {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,8 @@ from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 from localmodel.manifest import ManifestError, load_all
 from tests.builders import MakeNode
 from tests.fuzz import EXAMPLES, json_values, manifests, node_objects, yaml_texts
+
+pytestmark = pytest.mark.unit
 
 FUZZ = settings(
     max_examples=EXAMPLES,

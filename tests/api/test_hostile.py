@@ -19,6 +19,8 @@ from localmodel import manifest
 from localmodel.cli import main
 from tests.corpus import CORPUS, ENDLESS, Bad
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 QWEN = str(ROOT / "examples" / "qwen3.yaml")
 NODES = str(ROOT / "examples" / "nodes-small.yaml")

@@ -16,6 +16,8 @@ from localmodel.errors import InvalidObject
 from localmodel.status import status_body
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 NOW = "2026-12-01T00:00:00Z"
 MODEL = MakeLocalModel("m").uid("u1").generation(2).cpu(4)
 NODES = [MakeNode("n0").cpu_flags(frozenset({"AVX2"})).facts()]

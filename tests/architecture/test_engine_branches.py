@@ -22,6 +22,8 @@ import pytest
 
 from localmodel.engines import llama_server, ollama
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "localmodel"
 HOME = "engines/"  # the engines' own package: the one place that may

@@ -34,6 +34,8 @@ from tests.builders import MakeNode
 from tests.harness.nodes import load_fixture, node_manifest
 from tests.harness.tools import parse_print_output, print_output
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T00:00:00Z"
 
@@ -240,7 +242,7 @@ def test_the_docs_state_the_pinned_versions(doc: str, statement: str) -> None:
 # ---- no engine fact written outside its home --------------------------------
 
 HOME = "operator/localmodel/engines/"
-SELF = "tests/unit/test_engine_home.py"  # its own cases below spell the facts on purpose
+SELF = "tests/architecture/test_engine_home.py"  # its own cases below spell the facts on purpose
 SCANNED = ("operator", "tests", "benchmarks", "hack")
 
 
@@ -395,7 +397,7 @@ def _unit(module: str) -> str:
     (engines/__init__.py and engines/<name>/__init__.py: data, which the API
     reads) are a unit apart from their adapters (which read the API), and the
     rules' shapes (rules/model.py, which an adapter spells) apart from the
-    rules that ask the adapters (tests/unit/test_layers.py declares the same)."""
+    rules that ask the adapters (tests/architecture/test_layers.py declares the same)."""
     parts = module.removesuffix(".__init__").split(".")
     if parts[1:3] == ["rules", "model"]:
         return "localmodel.rules.model"

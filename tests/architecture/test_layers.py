@@ -43,6 +43,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "localmodel"
 
@@ -154,7 +156,7 @@ def place(module: str, layers: tuple[Layer, ...] = LAYERS) -> Place | str:
     found = [(_literal_names(p), i, p) for i, layer in enumerate(layers) for p in layer.rooms
              if _matches(p, module)]
     if not found:
-        return f"{module} is in no layer: declare it in tests/unit/test_layers.py LAYERS"
+        return f"{module} is in no layer: declare it in tests/architecture/test_layers.py LAYERS"
     best = max(score for score, _, _ in found)
     top = [(i, p) for score, i, p in found if score == best]
     if len(top) > 1:
@@ -360,7 +362,7 @@ def test_an_import_down_or_within_a_room_passes() -> None:
 def test_an_undeclared_module_fails() -> None:
     sources = {**read_package(), "localmodel.planted": ("", False)}
     assert check(sources) == [
-        "localmodel.planted is in no layer: declare it in tests/unit/test_layers.py LAYERS"]
+        "localmodel.planted is in no layer: declare it in tests/architecture/test_layers.py LAYERS"]
 
 
 def test_an_allowance_no_import_needs_fails() -> None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = "tests/harness/processes.py"
 TOOLS = "tests/harness/tools.py"

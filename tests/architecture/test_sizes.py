@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "localmodel"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60

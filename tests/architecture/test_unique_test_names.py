@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 TESTS = Path(__file__).resolve().parents[1]
 
 

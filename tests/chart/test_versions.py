@@ -9,11 +9,14 @@ from __future__ import annotations
 import re
 import tomllib
 
+import pytest
 import yaml
 
 from localmodel import __version__
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
 from tests.harness.tools import REPO_ROOT
+
+pytestmark = pytest.mark.unit
 
 CHART = REPO_ROOT / "charts" / "localmodel-operator"
 

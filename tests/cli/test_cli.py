@@ -15,6 +15,8 @@ from localmodel.commands import explain
 from localmodel.desired import desired_state
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
 FLEET = (

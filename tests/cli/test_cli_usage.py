@@ -9,6 +9,8 @@ import pytest
 
 from localmodel.cli import COMMANDS, main, usage
 
+pytestmark = pytest.mark.unit
+
 
 def listed(text: str) -> list[str]:
     return re.findall(r"^  (\S+)  ", text.split("commands:\n", 1)[1], re.M)

@@ -15,6 +15,8 @@ from localmodel.gateway.slots import SlotSnapshot
 from localmodel.kubectl import main, state_of, status_rows, status_table, why_data, why_text
 from tests.builders import MakeNode
 
+pytestmark = pytest.mark.unit
+
 NOW = "2026-12-01T00:00:00Z"
 NODES = [MakeNode(f"n{i}").cpus(8).memory_gib(32).cpu_flags({"AVX2"}).facts() for i in range(2)]
 

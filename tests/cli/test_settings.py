@@ -14,6 +14,8 @@ from localmodel.controller import config as operator_config
 from localmodel.gateway import config as gateway_config
 from localmodel.settings import ConfigError, Flag, listen, listen_or_off
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -35,6 +35,8 @@ from localmodel.desired import ModelResult
 from localmodel.incremental import Desired
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 UID = "uid-qwen3"
 NOW = "2026-12-01T00:00:00Z"
 Raw = dict[str, Any]

@@ -32,6 +32,8 @@ from localmodel.kube import Credentials
 from localmodel.render import RenderOptions
 from localmodel.settings import ConfigError
 
+pytestmark = pytest.mark.unit
+
 KEY = Ed25519PrivateKey.generate()
 NS, NAME = "localmodel-system", "localmodel-router-signing"
 

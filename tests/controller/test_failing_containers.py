@@ -35,9 +35,11 @@ from tests.builders import (
     container_status,
     with_container_statuses,
 )
-from tests.unit.test_changes import NOW, QWEN, converged
-from tests.unit.test_reconcile_quiet import Store, reconciler, settled
-from tests.unit.test_reconcile_quiet import model as quiet_model
+from tests.controller.test_changes import NOW, QWEN, converged
+from tests.controller.test_reconcile_quiet import Store, reconciler, settled
+from tests.controller.test_reconcile_quiet import model as quiet_model
+
+pytestmark = pytest.mark.unit
 
 DENIED = "Permission denied: '/etc/localmodel/keys/keys.json'"
 CRASHED = (2, "Error", DENIED)

@@ -29,7 +29,9 @@ from localmodel.gaps import (
 )
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason
-from tests.unit.test_changes import NODE, NOW, QWEN
+from tests.controller.test_changes import NODE, NOW, QWEN
+
+pytestmark = pytest.mark.unit
 
 IMAGE = "registry.corp:5000/ollama/ollama:0.0.1"
 PULL = ImageWait("ollama", IMAGE, "ErrImagePull",

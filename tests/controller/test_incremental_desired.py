@@ -23,6 +23,8 @@ from localmodel.planner import Usage
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 G = 1 << 30
 SEQUENCES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STEPS = 10

@@ -20,6 +20,8 @@ from localmodel.controller.leader import LOST_DEADLINE, LeaderElector, LeaseThre
 from localmodel.controller.writer import Kube, NotLeading
 from localmodel.kube import Credentials
 
+pytestmark = pytest.mark.unit
+
 
 class Clock:
     def __init__(self) -> None:

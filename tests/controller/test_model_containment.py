@@ -29,8 +29,10 @@ from localmodel.incremental import desired as incremental
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
 from localmodel.status import ConditionType, Reason
-from tests.unit.test_changes import NOW, converged
-from tests.unit.test_pass_memo import G, local_model, random_node, spec
+from tests.controller.test_changes import NOW, converged
+from tests.controller.test_pass_memo import G, local_model, random_node, spec
+
+pytestmark = pytest.mark.unit
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

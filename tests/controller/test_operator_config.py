@@ -6,6 +6,8 @@ import pytest
 
 from localmodel.controller.config import ConfigError, parse_config
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults_flags_and_environment() -> None:
     c = parse_config([], {})

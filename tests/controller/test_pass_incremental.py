@@ -22,6 +22,7 @@ import copy
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,8 @@ from localmodel.render import RenderOptions
 from localmodel.status import status_body
 from localmodel.tenancy import TenantPolicy
 from tests.builders import MakeLocalModel, MakeNode
+
+pytestmark = pytest.mark.unit
 
 SEQUENCES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STEPS = 12

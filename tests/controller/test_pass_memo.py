@@ -45,6 +45,8 @@ from localmodel.render import digests as render_digests
 from localmodel.rules import evaluate, node_key, spec_key
 from tests.builders import MakeLocalModel
 
+pytestmark = pytest.mark.unit
+
 G = 1 << 30
 EXAMPLES = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FLAGS = [None, frozenset({"AVX2"}), frozenset({"AVX2", "AVX512F", "AMXTILE"})]

@@ -42,6 +42,8 @@ from localmodel.controller.policy import (
 from localmodel.controller.writer import KubeError
 from localmodel.events import EventReason, EventSpec
 
+pytestmark = pytest.mark.unit
+
 # ---- refused writes --------------------------------------------------------------
 
 

@@ -25,6 +25,8 @@ from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 NODES = [MakeNode(f"n{i}").cpu_flags({"AVX2"}).registered().manifest() for i in range(3)]
 
 

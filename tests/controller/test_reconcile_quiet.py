@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from localmodel.contract import ANNOTATION_NODE
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.kept import plain
@@ -23,6 +25,8 @@ from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.watched import WATCHED
 from tests.builders import MakeLocalModel, MakeNode
+
+pytestmark = pytest.mark.unit
 
 KINDS = {"Pod": "pods", "PersistentVolumeClaim": "claims", "ConfigMap": "configmaps",
          "Service": "services", "NetworkPolicy": "networkpolicies"}

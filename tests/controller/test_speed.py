@@ -34,6 +34,8 @@ from localmodel.speed import (
 from localmodel.status import ConditionType, Reason, with_speed
 from tests.builders import MakeLocalModel
 
+pytestmark = pytest.mark.unit
+
 XEON = ("GenuineIntel", "6", "143")
 EPYC = ("AuthenticAMD", "25", "1")
 KEY = PeerKey("gemma3:270m", "engine-image-a", 1, XEON)

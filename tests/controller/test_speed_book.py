@@ -9,6 +9,8 @@ from localmodel.controller.speed import SpeedBook, SpeedTarget
 from localmodel.gateway_contract.speed_answer import BadDocument, reading_from
 from localmodel.speed import SOURCE_OWN, SOURCE_PEERS, PeerKey, SpeedPolicy
 
+pytestmark = pytest.mark.unit
+
 XEON = ("GenuineIntel", "6", "143")
 KEY = PeerKey("gemma3:270m", "img", 1, XEON)
 POLICY = SpeedPolicy(interval=10, idle_max=80, slow_after=30, clear_after=20, publish_max=60)

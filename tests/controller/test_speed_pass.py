@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from localmodel.contract import CONTAINER_GATEWAY
 from localmodel.controller.observed import Snapshot, observe
 from localmodel.controller.pass_work import cpu_model
@@ -14,7 +16,9 @@ from localmodel.controller.policy import plan_pass
 from localmodel.render import RenderOptions
 from localmodel.speed import Expected, Published, Rates, SpeedPolicy
 from localmodel.status import ConditionType
-from tests.unit.test_changes import NODE, NOW, converged
+from tests.controller.test_changes import NODE, NOW, converged
+
+pytestmark = pytest.mark.unit
 
 CPU_LABELS = {"feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
               "feature.node.kubernetes.io/cpu-model.family": "6",

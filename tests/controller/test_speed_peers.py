@@ -21,6 +21,8 @@ from localmodel.speed import (
     inliers,
 )
 
+pytestmark = pytest.mark.unit
+
 KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
 
 INLIERS = [

@@ -30,7 +30,9 @@ from localmodel.controller.speed import (
 )
 from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
 from localmodel.speed import PeerKey, SpeedPolicy
-from tests.unit.test_speed_answers import GOOD, HOSTILE
+from tests.gateway.test_speed_answers import GOOD, HOSTILE
+
+pytestmark = pytest.mark.unit
 
 KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
 # READ_TIMEOUT_SECONDS in these tests: room for a good answer in slow pieces on

@@ -13,6 +13,8 @@ from localmodel.facts import NodeFacts
 from localmodel.status import ConditionType, Reason, status_changed, with_progress
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
 AVX2 = frozenset({"AVX2"})

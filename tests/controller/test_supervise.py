@@ -25,6 +25,8 @@ from localmodel.controller.supervise import (
 from localmodel.controller.writer import Kube
 from localmodel.metrics import Counter, render
 
+pytestmark = pytest.mark.unit
+
 BACKOFF = [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, BACKOFF_MAX_SECONDS),
            (500, BACKOFF_MAX_SECONDS), (0, 1.0)]
 

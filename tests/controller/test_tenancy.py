@@ -30,7 +30,9 @@ from localmodel.tenancy import (
     registry_allowed,
 )
 from tests.builders import MakeLocalModel
-from tests.unit.test_changes import NODE, NOW, QWEN
+from tests.controller.test_changes import NODE, NOW, QWEN
+
+pytestmark = pytest.mark.unit
 
 TENANT = MakeLocalModel("chat", "team-a").spec(model="qwen3:1.7b", cpu=2, context=4096)
 KEY = {"name": "openai", "key": "token"}

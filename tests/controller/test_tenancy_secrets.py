@@ -35,6 +35,8 @@ from localmodel.tenancy import (
 )
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 RULE = LabelRule("localmodel.dev/tenant-secret", "true")
 POLICY = TenantPolicy(secret_label=RULE)
 BASE = MakeLocalModel("chat", "team-a").spec(model="qwen3:1.7b", cpu=2, context=4096)

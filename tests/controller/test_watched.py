@@ -40,6 +40,8 @@ from localmodel.facts.pod import pod_requests
 from localmodel.kube import Credentials
 from tests.builders import MakeNode
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

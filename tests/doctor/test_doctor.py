@@ -26,6 +26,8 @@ from localmodel.gateway_contract.timing import EngineTiming
 from tests.harness.doctor_scenario import chat_pod_key, scenario_pods
 from tests.harness.nodes import load_fixture, node_manifest
 
+pytestmark = pytest.mark.unit
+
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 
 

@@ -14,6 +14,8 @@ from localmodel.doctor.report import Finding, Verdict
 from localmodel.engines import llama_server, ollama
 from localmodel.facts.machine import MachineFacts, read_machine
 
+pytestmark = pytest.mark.unit
+
 # Two host CPUs, two physical cores, no quota, no AMX.
 MACHINE = read_machine(
     Path(__file__).resolve().parents[1] / "fixtures" / "machines" / "recorded-2cpu-v1"

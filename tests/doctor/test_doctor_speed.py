@@ -16,6 +16,8 @@ from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
 from tests.builders import MakeNode
 
+pytestmark = pytest.mark.unit
+
 
 def cadvisor(throttled: int, periods: int, pod: str = "chat-0", processes: int = 1) -> str:
     # The kubelet's text, with cAdvisor's trailing timestamps.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.real_ollama import copy_volume, import_gguf
+from tests.engines.real_ollama import copy_volume, import_gguf
 from tests.harness.engines import Ollama, start_ollama
 
 OllamaFactory = Callable[..., Ollama]

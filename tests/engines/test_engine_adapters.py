@@ -15,6 +15,8 @@ from localmodel.engines.doctor import EngineProcess, EngineReading, LoadedModel
 from localmodel.engines.registry import ENGINES, engine
 from localmodel.engines.tuning import Serving
 
+pytestmark = pytest.mark.unit
+
 OLLAMA = engine(ollama.NAME)
 LLAMA = engine(llama_server.NAME)
 

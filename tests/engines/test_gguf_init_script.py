@@ -37,6 +37,8 @@ from localmodel.engines.llama_server.pod import gguf_init_script
 from localmodel.engines.ollama.pod import ollama_gguf_script
 from tests.harness.pki import CertificateAuthority
 
+pytestmark = pytest.mark.unit
+
 CONTENT = b"GGUF" + bytes(range(256)) * 64
 SHA = hashlib.sha256(CONTENT).hexdigest()
 BOUND = 4 * len(CONTENT)  # the size bound of these tests' downloads

@@ -3,7 +3,7 @@ from-gguf.sh), run for real by /bin/sh against a stand-in `ollama` CLI.
 
 A small shell stand-in plays the CLI here, so the script's branches (including
 a failing pull) run in milliseconds; the same script runs against the real
-Ollama, offline, in tests/engine/test_ollama_pod.py. The stand-in serves
+Ollama, offline, in tests/engines/test_ollama_pod.py. The stand-in serves
 nothing, keeps "pulled" models as files in a directory like the real volume
 would, and logs every call. What is under test
 is our script's logic: pull only when the weights are missing, then build the
@@ -17,8 +17,12 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from localmodel.desired import desired_state
 from tests.builders import MakeLocalModel, MakeNode
+
+pytestmark = pytest.mark.unit
 
 STAND_IN = r"""#!/bin/sh
 echo "$*" >> "$LOG"

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.engine.real_ollama import cpu_seconds, wait_idle
+from tests.engines.real_ollama import cpu_seconds, wait_idle
 from tests.harness.cgroup import CgroupUnavailableError, cpu_quota_cgroup
 from tests.harness.engines import (
     CHAT_TEMPLATE_ENV,

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from localmodel.engines.ollama import PS_PATH, SHOW_PATH
-from tests.engine.conftest import OllamaFactory
-from tests.engine.real_ollama import MODEL, cpu_seconds, wait_idle
+from tests.engines.conftest import OllamaFactory
+from tests.engines.real_ollama import MODEL, cpu_seconds, wait_idle
 from tests.harness.engines import (
     CHAT_TEMPLATE_ENV,
     GEMMA_CHAT_TEMPLATE,

@@ -34,8 +34,8 @@ from localmodel.engines import ollama as ollama_facts
 from localmodel.engines.ollama.pod import MODELFILE_DIR
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode
-from tests.engine.conftest import OllamaFactory
-from tests.engine.real_ollama import MODEL
+from tests.engines.conftest import OllamaFactory
+from tests.engines.real_ollama import MODEL
 from tests.harness.engines import ollama_env, ollama_serve, ollama_version, require
 from tests.harness.models import ModelFileServer
 from tests.harness.processes import free_port

@@ -21,8 +21,8 @@ import pytest
 from localmodel.desired import desired_state
 from localmodel.engines.ollama import PS_PATH, SHOW_PATH
 from tests.builders import MakeLocalModel, MakeNode
-from tests.engine.conftest import OllamaFactory
-from tests.engine.real_ollama import MODEL
+from tests.engines.conftest import OllamaFactory
+from tests.engines.real_ollama import MODEL
 from tests.harness.engines import ollama_env, ollama_version
 from tests.harness.processes import free_port
 

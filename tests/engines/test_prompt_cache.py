@@ -22,8 +22,8 @@ from localmodel.facts.machine import from_this_machine
 from localmodel.rules.evaluate import tune
 from localmodel.rules.model import Tuning
 from tests.builders import MakeLocalModel
-from tests.engine.conftest import OllamaFactory
-from tests.engine.real_ollama import MODEL
+from tests.engines.conftest import OllamaFactory
+from tests.engines.real_ollama import MODEL
 from tests.harness.engines import llama_server
 
 pytestmark = pytest.mark.engine

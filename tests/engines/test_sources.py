@@ -16,7 +16,7 @@ import pytest
 from localmodel.rules.table import RULES
 from tests.citations import Citation, citations
 from tests.harness.engines import ollama_version, path, require
-from tests.unit.test_engine_facts_doc import sections
+from tests.rules.test_engine_facts_doc import sections
 
 pytestmark = pytest.mark.engine
 

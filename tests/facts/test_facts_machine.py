@@ -17,6 +17,8 @@ from localmodel.facts.flags import cpuid_name
 from localmodel.facts.machine import HostCalls, from_this_machine
 from localmodel.facts.topology import parse_cpu_list
 
+pytestmark = pytest.mark.unit
+
 GiB = 2**30
 
 INTEL_FLAGS = (

@@ -14,6 +14,8 @@ from localmodel.facts import FactSource, Taint
 from localmodel.facts.flags import NFD_UNLABELLED_BY_DEFAULT
 from localmodel.facts.node import NodeFactsError, from_node, from_node_list
 
+pytestmark = pytest.mark.unit
+
 NFD = "feature.node.kubernetes.io/"
 
 # As `kubectl get nodes -o yaml` prints it (trimmed): an AMX node with NFD.

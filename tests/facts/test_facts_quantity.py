@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from localmodel.facts.quantity import format_bytes, parse_bytes, parse_cpu_milli
 
+pytestmark = pytest.mark.unit
+
 Ki, Mi, Gi, Ti = 2**10, 2**20, 2**30, 2**40
 
 

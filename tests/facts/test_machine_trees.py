@@ -12,6 +12,8 @@ from localmodel.facts.machine import read_machine
 from localmodel.facts.topology import format_cpu_list, parse_cpu_list, read_topology
 from localmodel.probe.labels import probe_labels
 
+pytestmark = pytest.mark.unit
+
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 
 

@@ -10,6 +10,8 @@ from localmodel.facts import FactSource
 from localmodel.facts.node import from_node
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 PRE_FIX = "docker.io/ollama/ollama:0.31.0"  # affected by the AMX crash
 # Its guard: remove the crashing CPU variant (docs/engine-facts.md#amx).
 GUARD = "amx-remove-cpu-variant"

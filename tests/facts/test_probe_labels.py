@@ -16,6 +16,8 @@ from localmodel.facts.node import from_node, is_label_value
 from localmodel.probe import probe_labels
 from tests.builders import MakeNode
 
+pytestmark = pytest.mark.unit
+
 # Kubernetes label syntax: optional DNS-subdomain prefix, name <= 63 chars.
 LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

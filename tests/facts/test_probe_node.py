@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from localmodel.facts.machine import read_machine
 from localmodel.facts.node import PROBE_FACTS_ANNOTATION, from_node
 from localmodel.probe.node import PROCESS_FACTS, desired_metadata, is_probe_label, node_patch
 from tests.builders import MakeNode
+
+pytestmark = pytest.mark.unit
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "machines"
 

@@ -17,12 +17,16 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from localmodel import gateway_contract as contract
 from localmodel.api import parse_local_model
 from localmodel.commands import parse_models
 from localmodel.desired import desired_state
 from localmodel.engines import NAMES, facts
 from localmodel.facts import FactSource, NodeFacts
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "operator"

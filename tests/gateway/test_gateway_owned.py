@@ -10,6 +10,8 @@ from localmodel.gateway.owned import OwnedSessions
 from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER, ROUTE_HEADER, owned_key
 from localmodel.router.proxy import pass_headers
 
+pytestmark = pytest.mark.unit
+
 A, B, C = ("h:" + c * 24 for c in "abc")
 
 

@@ -13,6 +13,8 @@ from localmodel.gateway.slots import SlotSnapshot, slots_document
 from localmodel.gateway_contract.timing import EngineTiming
 from localmodel.metrics import Counter, Gauge, Histogram, render
 
+pytestmark = pytest.mark.unit
+
 SAMPLE = re.compile(
     r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? '
     r"[-+0-9.eInfNa]+$"

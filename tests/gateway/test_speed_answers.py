@@ -28,6 +28,8 @@ from localmodel.speed import MAX_RATE, PeerKey, Rates, Reading, SpeedPolicy, Tot
 from localmodel.status import speed_status
 from tests.fuzz import EXAMPLES
 
+pytestmark = pytest.mark.unit
+
 KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
 GOOD = {"calibration": {"decode_tokens_per_second": 25.0, "prefill_tokens_per_second": 180.0,
                         "at": 1764626400.0},

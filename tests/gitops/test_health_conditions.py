@@ -13,6 +13,8 @@ from localmodel.desired import desired_state
 from localmodel.status import invalid_status, with_progress
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 NOW = "2026-12-01T00:00:00Z"
 LATER = "2026-12-01T01:00:00Z"
 NODE = MakeNode("n0").cpu_flags({"AVX2"}).facts()

@@ -9,6 +9,8 @@ from localmodel.errors import InvalidObject
 from localmodel.facts import FactSource, NodeFacts, Taint, from_node
 from tests.builders import GiB, MakeLocalModel, MakeNode, by_kind_name
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_local_model_is_parsed_the_operators_way() -> None:
     lm = MakeLocalModel("chat").cpu(2).replicas(3).uid("u1").generation(4).obj()

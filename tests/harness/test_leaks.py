@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.harness.realnode import WAIT_ENV, NodeLock, RealNodeError
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_second_holder_is_refused_without_a_wait(tmp_path: Path) -> None:
     first, second = NodeLock(tmp_path / "lock"), NodeLock(tmp_path / "lock")

@@ -7,6 +7,8 @@ import pytest
 
 from tests.harness.fixtures import tools_or_fail
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_missing_binary_fails_the_test_with_the_build_command() -> None:
     with pytest.raises(pytest.fail.Exception) as failed:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from localmodel.facts import NodeFacts
 from localmodel.planner import CpuRequest, ModelDemand, Plan, Planner, Usage, plan
 from tests.builders import MakeNode
-from tests.unit.test_planner import (
+from tests.planner.test_planner import (
     LABELS,
     SELECTORS,
     TAINTS,
@@ -28,6 +28,8 @@ from tests.unit.test_planner import (
     problems,
     reference,
 )
+
+pytestmark = pytest.mark.unit
 
 SEQUENCES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STEPS = 12

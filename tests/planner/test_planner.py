@@ -30,6 +30,8 @@ from localmodel.planner import (
 from localmodel.planner.fit import SortedEntries, first_fit, largest_fit
 from tests.builders import MakeNode
 
+pytestmark = pytest.mark.unit
+
 G = 1 << 30
 
 

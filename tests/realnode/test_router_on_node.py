@@ -13,7 +13,7 @@ different nodes; there is one real node). The models here take turns: a
 llama-server model (openai client), then an Ollama model (ollama client), each
 by name through the same Service. Sessions over two model replicas, chosen by
 rendezvous hashing alike on both router replicas, are the core's tests
-(tests/gateway/test_router*.py, tests/unit/test_router*.py).
+(tests/router/).
 """
 
 from __future__ import annotations

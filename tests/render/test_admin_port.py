@@ -19,6 +19,8 @@ from localmodel.render import RenderOptions
 from localmodel.render.policy import NAMESPACE_NAME_LABEL
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
+pytestmark = pytest.mark.unit
+
 NOW = "2026-11-29T00:00:00Z"
 QWEN = MakeLocalModel("qwen3").generation(3)
 NODE = MakeNode("n1").cpu_flags(frozenset({"AVX2"}))

@@ -40,6 +40,8 @@ from localmodel.render import objects as render_objects
 from localmodel.render import pods as render_pods
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 UID = "uid-chat"
 NOW = "2026-12-01T00:00:00Z"

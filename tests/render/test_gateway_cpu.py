@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from localmodel.desired import demand
 from localmodel.render.names import GATEWAY_CPU_MILLI, TOP_TOKENS_PER_SECOND, gateway_cpu_milli
 from tests.builders import MakeLocalModel, MakeNode
-from tests.unit.test_render import containers, objects
+from tests.render.test_render import containers, objects
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(

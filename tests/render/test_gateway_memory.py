@@ -12,7 +12,9 @@ from localmodel.desired import demand
 from localmodel.facts.quantity import parse_bytes
 from localmodel.render.names import GATEWAY_MEMORY_BYTES, gateway_memory_bytes
 from tests.builders import MakeLocalModel, MakeNode
-from tests.unit.test_render import containers, objects
+from tests.render.test_render import containers, objects
+
+pytestmark = pytest.mark.unit
 
 MiB = 1024**2
 

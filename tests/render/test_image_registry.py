@@ -24,6 +24,8 @@ from localmodel.render import RenderOptions
 from localmodel.tenancy import TenantPolicy, image_location, refusals
 from tests.builders import MakeLocalModel
 
+pytestmark = pytest.mark.unit
+
 REGISTRY = "registry.corp:5000"
 
 WITH_REGISTRY = [

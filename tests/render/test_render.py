@@ -17,6 +17,8 @@ from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 from localmodel.render import RenderOptions, manifest_hash
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
+pytestmark = pytest.mark.unit
+
 GiB = 1024**3
 NOW = "2026-11-29T00:00:00Z"
 AMX = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AVX512F", "AVX2"})

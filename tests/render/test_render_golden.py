@@ -11,6 +11,8 @@ import pytest
 
 from tests.golden.render import OUT, cases, encode
 
+pytestmark = pytest.mark.unit
+
 CASES = dict(cases())
 
 

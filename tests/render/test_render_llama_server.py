@@ -23,6 +23,8 @@ from localmodel.facts import NodeFacts
 from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
+pytestmark = pytest.mark.unit
+
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 URL = "https://models.example/gemma-3-270m-q4_k_m.gguf"
 NOW = "2026-12-01T00:00:00Z"

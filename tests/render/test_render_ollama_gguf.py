@@ -3,8 +3,8 @@
 The download step (operator image, Python) puts the checked file where Ollama's
 store keeps a blob of that content; the create step builds the tuned model
 FROM it with no pull. The scripts run for real in
-tests/unit/test_gguf_init_script.py (download) and against the real Ollama,
-offline, in tests/engine/test_ollama_gguf.py.
+tests/engines/test_gguf_init_script.py (download) and against the real Ollama,
+offline, in tests/engines/test_ollama_gguf.py.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from localmodel.desired import desired_state
 from localmodel.engines import ollama
 from localmodel.render import RenderOptions, render_objects
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
+
+pytestmark = pytest.mark.unit
 
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 URL = "http://models.internal:8000/gemma-3-270m-q4_k_m.gguf"

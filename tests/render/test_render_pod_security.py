@@ -22,6 +22,8 @@ from localmodel.engines import llama_server, ollama
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 URL = "https://models.example.org/gemma-3-270m-q4_k_m.gguf"
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 

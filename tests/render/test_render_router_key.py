@@ -19,6 +19,8 @@ from localmodel.gateway_contract.marks import public_key_text
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
+pytestmark = pytest.mark.unit
+
 KEY = public_key_text(Ed25519PrivateKey.generate())
 NODE = MakeNode("n1").cpu_flags(frozenset({"AVX2"}))
 IDENTITY = {env_name("pod-namespace"): "metadata.namespace", env_name("pod-name"): "metadata.name"}

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from localmodel.router.chunked import BadFraming, ChunkedBody
 from localmodel.router.upstream import CHUNKED, CLOSE, EMPTY, LENGTH, UpstreamError, parse_head
 
+pytestmark = pytest.mark.unit
+
 
 def _encode(pieces: list[bytes], extension: bytes, trailers: list[bytes]) -> bytes:
     out = b"".join(b"%x%b\r\n%b\r\n" % (len(p), extension, p) for p in pieces if p)

@@ -23,6 +23,8 @@ from localmodel.router.follow import Follower, WatchGone, lines
 from localmodel.router.table import Replica
 from tests.builders import MakeLocalModel
 
+pytestmark = pytest.mark.unit
+
 Raw = dict[str, Any]
 
 

@@ -28,6 +28,8 @@ from localmodel.router.table import (
     lookup,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _route(namespace: str, name: str, *urls: str) -> ModelRoute:
     return ModelRoute(namespace, name, tuple(Replica(namespace, u, u, None) for u in urls))

@@ -28,6 +28,8 @@ from localmodel.gateway_contract.timing import (
 from localmodel.router.account import tokens_from_tail
 from localmodel.router.session import session_key
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "localmodel"
 CONTRACT = PACKAGE / "gateway_contract"
 

@@ -3,7 +3,7 @@
 name no keyed model (router/table.py), the cache of gateways' answers and the
 checks a listing starts (router/keyed.py), and the key check's proof
 (gateway_contract). Through the router with real gateways:
-tests/gateway/test_router_keys.py."""
+tests/router/test_router_keys.py."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from localmodel.router.table import (
     open_models,
 )
 from tests.builders import MakeLocalModel
+
+pytestmark = pytest.mark.unit
 
 R = (Replica("static", "r0", "http://r0", None),)
 

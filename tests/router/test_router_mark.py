@@ -35,6 +35,8 @@ from localmodel.router.session import session_key
 from localmodel.router.signing import read_signing_key, session_salt
 from localmodel.settings import ConfigError
 
+pytestmark = pytest.mark.unit
+
 ROUTER = Ed25519PrivateKey.generate()
 PUBLIC = ROUTER.public_key()
 NOW = 1_800_000_000.0

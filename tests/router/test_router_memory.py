@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from localmodel.facts.quantity import parse_bytes
 from localmodel.router.config import PLACES, ROUTER_MEMORY_BYTES, RouterConfig, router_memory_bytes
 
+pytestmark = pytest.mark.unit
+
 MiB = 1024**2
 VALUES = Path(__file__).resolve().parents[2] / "charts" / "localmodel-operator" / "values.yaml"
 

@@ -34,6 +34,8 @@ from localmodel.router.table import (
     qualified_only_notes,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _model(namespace: str, served: str) -> ModelRoute:
     pod = Replica(namespace, "p-0", f"http://{namespace}.invalid:8080", None)

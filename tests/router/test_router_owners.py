@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from localmodel.router.owners import Owners, cap, place
 from localmodel.router.session import ranking
 
+pytestmark = pytest.mark.unit
+
 MODEL = "static/m"
 
 

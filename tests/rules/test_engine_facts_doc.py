@@ -1,7 +1,7 @@
 """docs/engine-facts.md and the rules' sources hold together: every rule's
 source is made of citations that resolve (project documents and their
 sections, API fields; upstream files are checked against the built engines'
-sources in tests/engine/test_sources.py), no source points outside the
+sources in tests/engines/test_sources.py), no source points outside the
 repository, and every fact in the page names its sources and either a test
 that exists or why it cannot be tested here."""
 
@@ -17,6 +17,8 @@ import yaml
 
 from localmodel.rules.table import RULES
 from tests.citations import ROOT, Citation, anchors, citations
+
+pytestmark = pytest.mark.unit
 
 DOC = ROOT / "docs" / "engine-facts.md"
 CRD = ROOT / "crds" / "localmodel.dev_localmodels.yaml"
@@ -54,7 +56,7 @@ def resolves(c: Citation) -> bool:
         return target.is_file() and c.anchor in anchors(target.read_text())
     if c.kind == "field":
         return field_exists(c.path)
-    return c.kind in ("issue", "file")  # upstream: see tests/engine/test_sources.py
+    return c.kind in ("issue", "file")  # upstream: see tests/engines/test_sources.py
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)

@@ -17,6 +17,8 @@ from localmodel.rules.model import VersionRange, image_version, parse_version
 from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
 from tests.builders import MakeLocalModel, MakeNode
 
+pytestmark = pytest.mark.unit
+
 GiB = 1024**3
 MiB = 1024**2
 AMX = frozenset({"AMXTILE", "AMXINT8", "AMXBF16", "AVX512F", "AVX2"})

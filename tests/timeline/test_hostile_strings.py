@@ -21,6 +21,8 @@ from localmodel.cli import main
 from localmodel.doctor.report import Finding, Report, Verdict, render_table, to_json
 from localmodel.gateway_contract import parse_entries
 
+pytestmark = pytest.mark.unit
+
 ESC = "\x1b[2J\x1b[H"
 HOSTILE = ESC + "\rroot\u202e\ud800\n" + "c" * 300_000
 

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from localmodel.printable import printable
 
+pytestmark = pytest.mark.unit
+
 ACTING = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}  # what may act on a terminal or a log
 
 

@@ -16,6 +16,8 @@ from localmodel.cli import main
 from localmodel.gateway_contract import Behind, LedgerEntry
 from localmodel.timeline.report import Sharing, parts, render_table, timeline
 
+pytestmark = pytest.mark.unit
+
 BASE = LedgerEntry(
     request_id="r", caller="c", session=None, priority="foreground", route="/v1/chat/completions",
     model="m", outcome="ok", status=200, served_by="local", arrival=1000.0, duration=None,
