@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from localmodel.engines import llama_server, ollama
+from tests.architecture import codebase
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "operator" / "localmodel"
+ROOT = codebase.ROOT
+PACKAGE = codebase.PACKAGE
 HOME = "engines/"  # the engines' own package: the one place that may
 NAMES = frozenset({ollama.NAME, llama_server.NAME})
 
@@ -92,10 +93,11 @@ class _Branches(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def branches(source: str) -> list[tuple[int, str]]:
-    """(line, what) for each branch on an engine's name in a module's source."""
+def branches(source: str | ast.Module) -> list[tuple[int, str]]:
+    """(line, what) for each branch on an engine's name in a module's source (or
+    its tree)."""
     visitor = _Branches()
-    tree = ast.parse(source)
+    tree = ast.parse(source) if isinstance(source, str) else source
     for node in ast.walk(tree):  # imports first, wherever they are
         if isinstance(node, ast.Import | ast.ImportFrom):
             visitor.visit(node)
@@ -105,17 +107,16 @@ def branches(source: str) -> list[tuple[int, str]]:
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if not rel.startswith(HOME):
-            yield rel, path
+    for module in codebase.modules():
+        if not module.rel.startswith(HOME):
+            yield module.rel, module.path
 
 
 def test_no_code_outside_the_engines_branches_on_an_engine_name() -> None:
     found = [
         f"operator/localmodel/{rel}:{line}: {what}"
         for rel, path in _modules()
-        for line, what in branches(path.read_text())
+        for line, what in branches(codebase.tree(path))
     ]
     assert not found, (
         "branches on an engine's name outside operator/localmodel/engines/ (ask the "

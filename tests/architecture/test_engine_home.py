@@ -30,13 +30,14 @@ from localmodel.desired import desired_state
 from localmodel.engines import llama_server, ollama
 from localmodel.facts import FactSource, NodeFacts
 from localmodel.facts.node import from_node
+from tests.architecture import codebase
 from tests.builders import MakeNode
 from tests.harness.nodes import load_fixture, node_manifest
 from tests.harness.tools import parse_print_output, print_output
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = codebase.ROOT
 NOW = "2026-11-29T00:00:00Z"
 
 # Every example LocalModel file but the one that shows refusals.
@@ -310,7 +311,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def python_literals(path: Path) -> Iterator[tuple[int, str]]:
     """(line, literal fact) for each fact in a string or number constant of the code
     (comments and docstrings are prose, not copies)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = codebase.tree(path)
     skip = _docstrings(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Constant) or id(node) in skip:
@@ -326,7 +327,7 @@ def python_literals(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def shell_literals(path: Path) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(codebase.text(path).splitlines(), 1):
         code = line.split(" #", 1)[0]
         if code.lstrip().startswith("#"):
             continue
@@ -338,9 +339,9 @@ def shell_literals(path: Path) -> Iterator[tuple[int, str]]:
 def copies() -> list[tuple[str, int, str]]:
     found: list[tuple[str, int, str]] = []
     for top in SCANNED:
-        for path in sorted((ROOT / top).rglob("*")):
+        for path in codebase.files(ROOT / top):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith(HOME) or rel == SELF or not path.is_file():
+            if rel.startswith(HOME) or rel == SELF:
                 continue
             if path.suffix == ".py":
                 hits = python_literals(path)
@@ -409,11 +410,10 @@ def _unit(module: str) -> str:
 
 def _imports() -> dict[str, set[str]]:
     """Each localmodel package (or top module) -> the other ones it imports."""
-    base = ROOT / "operator"
     graph: dict[str, set[str]] = {}
-    for path in (base / "localmodel").rglob("*.py"):
-        unit = _unit(".".join(path.relative_to(base).with_suffix("").parts))
-        for node in ast.walk(ast.parse(path.read_text())):
+    for module in codebase.modules():
+        unit = _unit(module.name)
+        for node in ast.walk(module.tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("localmodel."):
                 other = _unit(node.module or "")
                 if other != unit:

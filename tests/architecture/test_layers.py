@@ -43,10 +43,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.architecture import codebase
+
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "operator" / "localmodel"
+ROOT = codebase.ROOT
+PACKAGE = codebase.PACKAGE
 
 
 @dataclass(frozen=True)
@@ -166,19 +168,7 @@ def place(module: str, layers: tuple[Layer, ...] = LAYERS) -> Place | str:
 
 def read_package(package: Path = PACKAGE) -> dict[str, tuple[str, bool]]:
     """Module name -> (its source, whether it is a package's __init__)."""
-    return dict(_read_package(package))
-
-
-@functools.cache
-def _read_package(package: Path) -> dict[str, tuple[str, bool]]:
-    out = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        if is_package:
-            parts = parts[:-1]
-        out[".".join(parts)] = (path.read_text(), is_package)
-    return out
+    return {m.name: (m.text, m.is_package) for m in codebase.modules(package)}
 
 
 def _resolve(name: str, modules: Mapping[str, object]) -> str | None:

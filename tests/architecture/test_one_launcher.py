@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.architecture import codebase
+
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = codebase.ROOT
 PROCESSES = "tests/harness/processes.py"
 TOOLS = "tests/harness/tools.py"
 
@@ -51,7 +53,7 @@ ALLOWED: dict[tuple[str, str], str] = {}
 
 def sources() -> list[Path]:
     here = Path(__file__).resolve()
-    files = sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
+    files = [*codebase.files(ROOT / "tests", "*.py"), *codebase.files(ROOT / "benchmarks", "*.py")]
     return [f for f in files if f.resolve() != here]
 
 
@@ -62,7 +64,7 @@ def offenders(what: str) -> list[str]:
         rel = path.relative_to(ROOT).as_posix()
         if rel == home or (rel, what) in ALLOWED:
             continue
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        for number, line in enumerate(codebase.text(path).splitlines(), 1):
             if pattern.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     return found

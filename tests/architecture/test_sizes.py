@@ -6,23 +6,25 @@ the bound is split by job, or named here with its reason."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
+from tests.architecture import codebase
+
 pytestmark = pytest.mark.unit
 
-PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "localmodel"
+PACKAGE = codebase.PACKAGE
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 # "module:function" -> why it may be longer (none now).
 LONGER: dict[str, str] = {}
 
 
-def long_functions(source: str, bound: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
-    """(name, lines) of each function or method in `source` longer than `bound`."""
+def long_functions(code: str | ast.AST, bound: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(name, lines) of each function or method in `code` (text or its tree) longer
+    than `bound`."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(code) if isinstance(code, str) else code):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             lines = (node.end_lineno or node.lineno) - node.lineno + 1
             if lines > bound:
@@ -30,25 +32,25 @@ def long_functions(source: str, bound: int = MAX_FUNCTION_LINES) -> list[tuple[s
     return found
 
 
-def _modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+def _modules() -> tuple[codebase.Module, ...]:
+    return codebase.modules()
 
 
 def test_no_module_is_over_the_bound() -> None:
     big = [
-        f"{p.relative_to(PACKAGE)}: {n} lines"
-        for p in _modules()
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        f"{m.rel}: {n} lines"
+        for m in _modules()
+        if (n := len(m.text.splitlines())) > MAX_MODULE_LINES
     ]
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split by job):\n" + "\n".join(big)
 
 
 def test_no_function_is_over_the_bound() -> None:
     long = [
-        f"{p.relative_to(PACKAGE)}:{name}: {n} lines"
-        for p in _modules()
-        for name, n in long_functions(p.read_text())
-        if f"{p.relative_to(PACKAGE)}:{name}" not in LONGER
+        f"{m.rel}:{name}: {n} lines"
+        for m in _modules()
+        for name, n in long_functions(m.tree)
+        if f"{m.rel}:{name}" not in LONGER
     ]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
 

@@ -25,37 +25,24 @@ from localmodel.commands import parse_models
 from localmodel.desired import desired_state
 from localmodel.engines import NAMES, facts
 from localmodel.facts import FactSource, NodeFacts
+from tests.architecture import codebase
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "operator"
-PACKAGE = BASE / "localmodel"
+ROOT = codebase.ROOT
+PACKAGE = codebase.PACKAGE
 NOW = "2026-11-29T00:00:00Z"
-
-
-def _module_file(module: str) -> Path | None:
-    path = BASE.joinpath(*module.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(BASE).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @functools.cache
 def imports(module: str) -> frozenset[str]:
     """The localmodel modules `module` imports (any import statement, at any
     depth: lazy imports count), a package's name standing for its __init__."""
-    path = _module_file(module)
+    path = codebase.module_file(module)
     if path is None:
         return frozenset()
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(codebase.tree(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("localmodel")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -66,7 +53,7 @@ def imports(module: str) -> frozenset[str]:
             found |= {
                 f"{node.module}.{a.name}"
                 for a in node.names
-                if _module_file(f"{node.module}.{a.name}") is not None
+                if codebase.module_file(f"{node.module}.{a.name}") is not None
             }
     # Importing a.b.c runs a/__init__ and a/b/__init__ first.
     for name in list(found):
@@ -88,7 +75,7 @@ def reached(module: str) -> set[str]:
 
 
 def _modules_under(folder: str) -> list[str]:
-    return sorted(_module_name(p) for p in (PACKAGE / folder).rglob("*.py"))
+    return sorted(m.name for m in codebase.under(folder))
 
 
 def _is_gateway(module: str) -> bool:
@@ -144,8 +131,8 @@ def test_the_gateway_imports_neither_the_engine_adapters_nor_the_renderer() -> N
 def _renderer_files() -> list[Path]:
     """The renderer's modules, and the engines' pod parts (which render the
     engine containers beside the gateway's)."""
-    files = sorted((PACKAGE / "render").rglob("*.py"))
-    files += sorted((PACKAGE / "engines").rglob("pod.py"))
+    files = [m.path for m in codebase.under("render")]
+    files += [m.path for m in codebase.under("engines") if m.path.name == "pod.py"]
     assert files
     return files
 
@@ -165,7 +152,7 @@ def _spelled(files: list[Path], literals: set[str]) -> list[str]:
     gateway's port."""
     found = []
     for path in files:
-        tree = ast.parse(path.read_text(), str(path))
+        tree = codebase.tree(path)
         prose = _docstrings(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or id(node) in prose:
@@ -187,8 +174,8 @@ def test_the_renderer_spells_no_gateway_variable_port_or_probe_path() -> None:
 def test_the_controller_doctor_and_timeline_spell_no_gateway_variable_metric_or_port() -> None:
     """They read what the gateway serves and the renderer sets; their own
     endpoints (the operator's /metrics, /healthz) are not the gateway's."""
-    files = [p for folder in ("controller", "doctor", "timeline")
-             for p in sorted((PACKAGE / folder).rglob("*.py"))]
+    files = [m.path for folder in ("controller", "doctor", "timeline")
+             for m in codebase.under(folder)]
     spelled = _spelled(files, {contract.ENV_PREFIX, contract.METRIC_PREFIX})
     assert not spelled, f"name them through localmodel.gateway_contract: {spelled}"
 

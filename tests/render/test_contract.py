@@ -38,6 +38,7 @@ from localmodel.desired import ModelResult, desired_state
 from localmodel.render import names as render_names
 from localmodel.render import objects as render_objects
 from localmodel.render import pods as render_pods
+from tests.architecture import codebase
 from tests.builders import MakeLocalModel, MakeNode
 
 pytestmark = pytest.mark.unit
@@ -254,10 +255,10 @@ def _literals(tree: ast.AST) -> list[ast.Constant]:
 def contract_literals_outside_home() -> list[str]:
     home = ROOT / "operator" / "localmodel" / "contract.py"
     found = []
-    for path in sorted((ROOT / "operator").rglob("*.py")):
+    for path in codebase.files(codebase.BASE, "*.py"):
         if path == home:
             continue
-        for node in _literals(ast.parse(path.read_text(), str(path))):
+        for node in _literals(codebase.tree(path)):
             text = node.value
             if text in ALLOWED:
                 continue

@@ -27,25 +27,26 @@ from localmodel.gateway_contract.timing import (
 )
 from localmodel.router.account import tokens_from_tail
 from localmodel.router.session import session_key
+from tests.architecture import codebase
 
 pytestmark = pytest.mark.unit
 
-PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "localmodel"
+PACKAGE = codebase.PACKAGE
 CONTRACT = PACKAGE / "gateway_contract"
 
 
 def _programs() -> list[Path]:
-    return sorted([*(PACKAGE / "router").rglob("*.py"), *(PACKAGE / "gateway").rglob("*.py")])
+    return sorted(m.path for m in codebase.under("router", "gateway"))
 
 
 def _strings(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
+    tree = codebase.tree(path)
     return [n.value for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
 def _assigned(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = codebase.tree(path)
     return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
             for t in n.targets if isinstance(t, ast.Name)}
 
