@@ -51,6 +51,18 @@ def tree(path: Path) -> ast.Module:
     return ast.parse(text(path), str(path))
 
 
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants in `tree` (the module's, each class's
+    and each function's): prose that names a fact is not a copy of it."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
 @functools.cache
 def modules(package: Path = PACKAGE) -> tuple[Module, ...]:
     """Every module of `package` (default: operator/localmodel), by path."""

@@ -298,21 +298,11 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                out.add(id(body[0].value))
-    return out
-
-
 def python_literals(path: Path) -> Iterator[tuple[int, str]]:
     """(line, literal fact) for each fact in a string or number constant of the code
     (comments and docstrings are prose, not copies)."""
     tree = codebase.tree(path)
-    skip = _docstrings(tree)
+    skip = codebase.docstrings(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Constant) or id(node) in skip:
             continue

@@ -137,23 +137,13 @@ def _renderer_files() -> list[Path]:
     return files
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                out.add(id(body[0].value))
-    return out
-
-
 def _spelled(files: list[Path], literals: set[str]) -> list[str]:
     """Where the code (not its docstrings) spells one of `literals` or the
     gateway's port."""
     found = []
     for path in files:
         tree = codebase.tree(path)
-        prose = _docstrings(tree)
+        prose = codebase.docstrings(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or id(node) in prose:
                 continue

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -19,8 +18,8 @@ from localmodel.gateway_contract.headers import ROUTE_HEADER
 from localmodel.router.config import RouterConfig
 from localmodel.router.server import RunningRouter, start_router
 from localmodel.router.static import static_source
-from tests.gateway.harness import GatewayFactory, RawClient, wait_until
-from tests.gateway.llama import decode_total, wait_engine
+from tests.gateway.harness import GatewayFactory, wait_until
+from tests.gateway.llama import decode_total, leave_while_decoding, wait_engine
 from tests.gateway.test_engine import STOP_BOUND, engine, gateway  # noqa: F401 - fixtures
 from tests.harness.engines import LlamaServer
 
@@ -75,13 +74,7 @@ async def test_a_caller_who_leaves_through_the_router_leaves_the_engine_idle(
     body = {"model": MODEL, "prompt": "Count from one to a thousand:", "max_tokens": 2000,
             "stream": True}
     async with aiohttp.ClientSession() as session:
-        client = await RawClient.send(router.port, "/v1/completions", body)
-        await wait_engine(session, engine, 1)
-        start = await decode_total(session, engine)
-        while await decode_total(session, engine) < start + 10:  # well into decoding
-            await asyncio.sleep(0.01)
-        left = time.monotonic()
-        client.close()
+        left = await leave_while_decoding(session, engine, router.port, body)
         stopped = await wait_engine(session, engine, 0, timeout=10)
         before = await decode_total(session, engine)
         await asyncio.sleep(0.3)
