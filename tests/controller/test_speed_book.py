@@ -7,12 +7,12 @@ import pytest
 
 from localmodel.controller.speed import SpeedBook, SpeedTarget
 from localmodel.gateway_contract.speed_answer import BadDocument, reading_from
-from localmodel.speed import SOURCE_OWN, SOURCE_PEERS, PeerKey, SpeedPolicy
+from localmodel.speed import SOURCE_OWN, SOURCE_PEERS, SpeedPolicy
+from tests.builders import PEER_KEY
 
 pytestmark = pytest.mark.unit
 
-XEON = ("GenuineIntel", "6", "143")
-KEY = PeerKey("gemma3:270m", "img", 1, XEON)
+KEY = PEER_KEY
 POLICY = SpeedPolicy(interval=10, idle_max=80, slow_after=30, clear_after=20, publish_max=60)
 
 

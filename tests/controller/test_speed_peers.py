@@ -15,15 +15,15 @@ from localmodel.speed import (
     MIN_SPREAD,
     OUTLIER_SPREADS,
     SOURCE_PEERS,
-    PeerKey,
     Rates,
     expected_speed,
     inliers,
 )
+from tests.builders import PEER_KEY
 
 pytestmark = pytest.mark.unit
 
-KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
+KEY = PEER_KEY
 
 INLIERS = [
     # (case, values, kept)

@@ -29,12 +29,13 @@ from localmodel.controller.speed import (
     SpeedTarget,
 )
 from localmodel.gateway_contract.speed_answer import READ_MAX_BYTES
-from localmodel.speed import PeerKey, SpeedPolicy
+from localmodel.speed import SpeedPolicy
+from tests.builders import PEER_KEY
 from tests.gateway.test_speed_answers import GOOD, HOSTILE
 
 pytestmark = pytest.mark.unit
 
-KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
+KEY = PEER_KEY
 # READ_TIMEOUT_SECONDS in these tests: room for a good answer in slow pieces on
 # a loaded machine (CI shares two cores with builds); a stall lasts until the
 # test ends, so it times out whatever this is.

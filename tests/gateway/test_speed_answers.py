@@ -24,13 +24,14 @@ from localmodel.gateway_contract.speed_answer import (
     reading_from,
     reading_from_answer,
 )
-from localmodel.speed import MAX_RATE, PeerKey, Rates, Reading, SpeedPolicy, Totals
+from localmodel.speed import MAX_RATE, Rates, Reading, SpeedPolicy, Totals
 from localmodel.status import speed_status
+from tests.builders import PEER_KEY
 from tests.fuzz import EXAMPLES
 
 pytestmark = pytest.mark.unit
 
-KEY = PeerKey("gemma3:270m", "img", 1, ("GenuineIntel", "6", "143"))
+KEY = PEER_KEY
 GOOD = {"calibration": {"decode_tokens_per_second": 25.0, "prefill_tokens_per_second": 180.0,
                         "at": 1764626400.0},
         "totals": {"requests": 3, "generated_tokens": 240, "decode_seconds": 9.6,
