@@ -5,7 +5,7 @@ CPU per pass, side by side in one run.
 
 Run: python benchmarks/planner.py [--quick] [--json] [--sizes N ...]
   full:  1k, 5k and 10k nodes with half as many models (minutes of CPU)
-  quick: 200, 400 and 800 nodes (seconds; CI runs it, tests/unit/test_benchmarks_quick.py)
+  quick: 200, 400 and 800 nodes (seconds; CI runs it, tests/benchmarks/test_quick_modes.py)
 
 Realistic, mixed clusters: four node shapes (4 to 32 CPUs, allocatable a bit
 below capacity), three zones, a unique hostname label per node, DaemonSet usage

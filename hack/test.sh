@@ -108,7 +108,7 @@ failed=()
 ruff check operator tests benchmarks || failed+=(ruff)
 mypy || failed+=(mypy)
 # The slowest tests are listed at the end of each run (where CI time goes).
-python -m pytest --durations=15 tests/unit || failed+=("unit tier")
+python -m pytest --durations=15 -m "unit" || failed+=("unit tier")
 # Three runs, each as soon as what it needs is built (tests/harness/prereqs.py
 # fails a test that reaches for a build its run does not wait for): the tiers
 # that need only the tools; beside them, the `llama` tests (the first run
@@ -117,23 +117,23 @@ python -m pytest --durations=15 tests/unit || failed+=("unit tier")
 # `realnode` tests.
 if finish tools; then
   set -m
-  (LOCALMODEL_ENGINES_BUILDING=all python -m pytest --durations=25 --ignore=tests/unit \
-    -m "not (engine or realnode or llama)") >"$logs/no-engines.log" 2>&1 &
+  (LOCALMODEL_ENGINES_BUILDING=all python -m pytest --durations=25 \
+    -m "not (unit or engine or realnode or llama)") >"$logs/no-engines.log" 2>&1 &
   pids+=($!)
   names+=("no-engines tests")
   set +m
   echo "test.sh: the tiers without engines run in the background (log: $logs/no-engines.log)" >&2
   if ready engines "$logs/llama.ready" && finish images; then
-    LOCALMODEL_ENGINES_BUILDING=ollama python -m pytest --durations=25 --ignore=tests/unit \
-      -m "llama" || failed+=("the llama-server tests")
+    LOCALMODEL_ENGINES_BUILDING=ollama python -m pytest --durations=25 \
+      -m "llama and not unit" || failed+=("the llama-server tests")
   fi
   echo "test.sh: waiting for the tiers without engines" >&2
   wait "${pids[-1]}" || failed+=("the tiers without engines")
   echo "test.sh: the tiers without engines ran beside; their output:" >&2
   cat "$logs/no-engines.log"
   if finish images && finish engines; then
-    python -m pytest --durations=25 --ignore=tests/unit \
-      -m "(engine or realnode) and not llama" || failed+=("the tiers with every engine")
+    python -m pytest --durations=25 \
+      -m "(engine or realnode) and not (llama or unit)" || failed+=("the tiers with every engine")
   else
     failed+=("image or engine builds")
   fi

@@ -30,6 +30,7 @@ from localmodel import API_VERSION, KIND
 from localmodel.api import LocalModel, parse_local_model
 from localmodel.facts import FactSource, NodeFacts, Taint
 from localmodel.facts.node import NFD_CPU
+from localmodel.speed import PeerKey
 
 GiB = 1024**3
 Manifest = dict[str, Any]
@@ -39,6 +40,10 @@ DEFAULT_MODEL = "qwen3:1.7b"
 # The cached Gemma 3 270M GGUF the engine tiers run (its sha256 is the file's).
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA_URL = "https://models.example/gemma-3-270m-q4_k_m.gguf"
+# The replicas whose speeds are compared (localmodel/speed.py): model, image,
+# CPU limit, CPU (vendor, family, model).
+XEON = ("GenuineIntel", "6", "143")
+PEER_KEY = PeerKey("gemma3:270m", "img", 1, XEON)
 
 
 class _Keep:

@@ -1,6 +1,6 @@
 """The project's corpus of bad input: each case, the field its error must name, and why.
 
-One table, read by three tests: `tests/unit/test_hostile.py` runs every case
+One table, read by three tests: `tests/api/test_hostile.py` runs every case
 through `localmodel render` (exit 2, file + object + field + reason on stderr,
 nothing on stdout, no traceback, bounded time); `tests/e2e/test_hostile_api.py`
 sends every case the API server can see (`api` is not None) to a real

@@ -1,6 +1,6 @@
 """Hypothesis strategies for hostile input: manifests, nodes and raw bytes.
 
-Shared by `tests/unit/test_fuzz.py` (nothing escapes but the project's own
+Shared by `tests/api/test_fuzz.py` (nothing escapes but the project's own
 validation errors; accepted manifests render well-formed objects) and
 `tests/e2e/test_hostile_api.py` (accepted manifests and what they render are
 accepted by a real API server).

@@ -18,7 +18,7 @@ kills and restarts a module-scoped operator hands the new process back to
 it), so it is judged when the session ends, after every fixture has stopped
 what it owns: still running then, it is a leak. Leaks get a moment to finish
 exiting, then are killed, and the session fails naming each test and its
-processes. `tests/unit/test_leaks.py` shows the check failing on deliberate
+processes. `tests/harness/test_leaks.py` shows the check failing on deliberate
 leaks.
 """
 

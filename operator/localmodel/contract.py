@@ -3,7 +3,7 @@
 The renderer writes these on the objects it makes; the controller's readers
 (`controller/objects.py`), its watches (`controller/watched.py`), its writer
 and doctor recognise the operator's objects by them. Both sides import this
-module and nothing else spells them: tests/unit/test_contract.py renders
+module and nothing else spells them: tests/render/test_contract.py renders
 objects and reads them back through the controller's own readers, and fails
 on any of these strings written out elsewhere under operator/.
 

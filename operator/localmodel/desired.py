@@ -12,7 +12,7 @@ replica tuned by the rules (`rules.evaluate`), then rendered (its objects and
 their digests) and its status built (`_model_result`). The operator runs the
 same pass incrementally (`localmodel.incremental.Desired`: it keeps its work
 between passes and shares it between alike models); property tests hold the
-two equal (tests/unit/test_incremental_desired.py, test_pass_memo.py).
+two equal (tests/controller/test_incremental_desired.py, test_pass_memo.py).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ does the reading) and this module decides, from values only:
   than `publish_max`: a model under steady traffic writes its status at most
   every few minutes, not once per read.
 
-Tables in tests/unit/test_speed.py.
+Tables in tests/controller/test_speed.py.
 """
 
 from __future__ import annotations

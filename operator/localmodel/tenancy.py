@@ -15,7 +15,7 @@ the chart's value is: `policy.<name>`; `controlPlaneTaints` is the list
 Adding a rule is one field, one `FIELDS` entry and one check function. The
 defaults keep what a single-team install did before the policy existed,
 except control-plane tolerations (docs/security.md says why for each).
-tests/unit/test_tenancy.py tables one case per rule.
+tests/controller/test_tenancy.py tables one case per rule.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def _overflow_hosts(lm: LocalModel, policy: TenantPolicy, _: SecretLabels) -> It
 # Every Secret a LocalModel can name, by the field that names it, and how to
 # find it in a spec (None: not named): the one list
 # `policy.secretLabel` checks and the operator reads labels for. A new
-# SecretKeyRef in the API fails tests/unit/test_tenancy_secrets.py until it is
+# SecretKeyRef in the API fails tests/controller/test_tenancy_secrets.py until it is
 # listed here. (Both are the gateway's: the API refuses them with it off.)
 def _keys_file(spec: LocalModelSpec) -> SecretKeyRef | None:
     return spec.gateway.auth.keys_secret_ref if spec.gateway.auth is not None else None

@@ -4,7 +4,7 @@ as its own process, as a person would run it; the assertions are about what it
 reports, never about how fast anything was (the full modes measure that, with
 their numbers in docs/benchmarks.md). planner.py's runs here; the others'
 where their parts are: gateway.py and threads.py in
-tests/engine/test_benchmarks_quick.py, converge.py in
+tests/benchmarks/test_benchmarks_quick.py, converge.py in
 tests/e2e/test_converge_quick.py, pods.py in tests/realnode. A new benchmark
 without a quick mode that some test runs fails here."""
 

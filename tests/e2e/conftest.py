@@ -8,7 +8,6 @@ Set LOCALMODEL_KEEP_CLUSTER=1 to keep the temp dir (logs, kubeconfigs) after the
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,16 +49,15 @@ def cluster() -> Iterator[TestCluster]:
 @pytest.fixture
 def namespace(cluster: TestCluster) -> Iterator[str]:
     """A fresh namespace with its default ServiceAccount, deleted afterwards."""
-    name = f"e2e-{secrets.token_hex(3)}"
     api = cluster.api()
-    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    with cluster.fresh_namespace("e2e") as name:
 
-    def has_default_sa() -> bool:
-        return api.status_of("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default") == 200
+        def has_default_sa() -> bool:
+            return api.status_of(
+                "GET", f"/api/v1/namespaces/{name}/serviceaccounts/default") == 200
 
-    wait_until(f"the default ServiceAccount in {name}", has_default_sa, timeout=30)
-    yield name
-    api.request("DELETE", f"/api/v1/namespaces/{name}")
+        wait_until(f"the default ServiceAccount in {name}", has_default_sa, timeout=30)
+        yield name
 
 
 def install_crd(cluster: TestCluster, path: Path, name: str) -> None:

@@ -8,7 +8,6 @@ installing nothing."""
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,11 +58,8 @@ def monitoring_crds(cluster: TestCluster) -> Iterator[list[str]]:
 
 @pytest.fixture
 def release_namespace(cluster: TestCluster) -> Iterator[str]:
-    name = f"chart-{secrets.token_hex(3)}"
-    api = cluster.api()
-    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    api.request("DELETE", f"/api/v1/namespaces/{name}")
+    with cluster.fresh_namespace("chart") as name:
+        yield name
 
 
 def openapi_with(cluster: TestCluster, kinds: set[str]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ real: the claims, the classes, the binder and the scheduler are the cluster's.
 
 from __future__ import annotations
 
-import secrets
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,10 +59,8 @@ def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
 
 @pytest.fixture
 def ns(cluster: TestCluster) -> Iterator[str]:
-    name = f"gap-{secrets.token_hex(3)}"
-    cluster.api().create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    cluster.api().request("DELETE", f"/api/v1/namespaces/{name}")
+    with cluster.fresh_namespace("gap") as name:
+        yield name
 
 
 def apply(cluster: TestCluster, obj: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """The API server agrees: every bad manifest it can see is refused naming the same field.
 
-The table is `tests/corpus.py`, the offline side is `tests/unit/test_hostile.py`.
+The table is `tests/corpus.py`, the offline side is `tests/api/test_hostile.py`.
 Here each case that is a single JSON object (`api` is not None) is POSTed to a
 real kube-apiserver with the generated CRD, as `kubectl apply` sends it
 (`fieldValidation=Strict`, kubectl's default), and the refusal must contain what

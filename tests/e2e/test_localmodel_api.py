@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from localmodel.api import parse_local_model
-from localmodel.desired import desired_state
+from localmodel.desired import ModelResult, desired_state
 from localmodel.facts.node import from_node_list
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel
@@ -201,6 +201,29 @@ def test_api_server_rejects_a_keyless_equal_toleration(
     assert "without a key must use operator Exists" in body["message"]
 
 
+def _rendered_and_running(
+    cluster: TestCluster, namespace: str, body: dict[str, Any], what: str
+) -> tuple[dict[str, Any], ModelResult]:
+    """What the operator would render of `body` (the LocalModel as the API server
+    stored it), applied; once its first pod runs on its planned node: that pod,
+    and the render."""
+    model = parse_local_model(body)
+    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
+    result = desired_state([model], nodes, now=NOW).models[0]
+    assert result.replicas, result.status.conditions
+    node = result.replicas[0].node
+    cluster.apply(yaml.safe_dump_all(list(result.objects)))
+    api = cluster.api()
+    path = f"/api/v1/namespaces/{namespace}/pods/{body['metadata']['name']}-0"
+
+    def running() -> bool:
+        pod = api.get(path)
+        return pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running"
+
+    wait_until(f"{what} to run on its planned node", running, timeout=60)
+    return api.get(path), result
+
+
 def test_ollama_model_with_a_gguf_file_is_accepted_and_its_pod_schedules(
     cluster: TestCluster, crd: str, namespace: str
 ) -> None:
@@ -212,20 +235,7 @@ def test_ollama_model_with_a_gguf_file_is_accepted_and_its_pod_schedules(
     status, body = create(cluster, crd, namespace, QWEN.named("gemma-air").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "ollama"
-    model = parse_local_model(body)
-    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
-    result = desired_state([model], nodes, now=NOW).models[0]
-    assert result.replicas, result.status.conditions
-    node = result.replicas[0].node
-    cluster.apply(yaml.safe_dump_all(list(result.objects)))
-    api = cluster.api()
-
-    def running() -> bool:
-        pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-air-0")
-        return pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running"
-
-    wait_until("the Ollama pod to run on its planned node", running, timeout=60)
-    pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-air-0")
+    pod, _ = _rendered_and_running(cluster, namespace, body, "the Ollama pod")
     assert [c["name"] for c in pod["spec"]["initContainers"]] == ["download", "pull"]
     assert pod["spec"]["initContainers"][0]["securityContext"]["runAsUser"] == 0
 
@@ -244,26 +254,14 @@ def test_llama_server_model_is_accepted_and_its_pod_schedules_guaranteed(
     status, body = create(cluster, crd, namespace, QWEN.named("gemma").spec(**spec).manifest())
     assert status == 201, body.get("message", body)
     assert body["spec"]["gguf"] == GGUF and body["spec"]["engine"]["name"] == "llama-server"
-    model = parse_local_model(body)
-    nodes = from_node_list(cluster.api().get("/api/v1/nodes"))
-    result = desired_state([model], nodes, now=NOW).models[0]
-    assert result.replicas, result.status.conditions
-    node = result.replicas[0].node
-    cluster.apply(yaml.safe_dump_all(list(result.objects)))
-    api = cluster.api()
-
-    def running() -> bool:
-        pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-0")
-        return pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running"
-
-    wait_until("the llama-server pod to run on its planned node", running, timeout=60)
-    pod = api.get(f"/api/v1/namespaces/{namespace}/pods/gemma-0")
+    pod, result = _rendered_and_running(cluster, namespace, body, "the llama-server pod")
     assert pod["status"]["qosClass"] == "Guaranteed"
     engine = pod["spec"]["containers"][0]
     assert engine["args"][:4] == ["-t", "2", "-tb", "2"]
     assert pod["spec"]["initContainers"][0]["name"] == "download"
     patch = {"status": result.status.model_dump(by_alias=True, exclude_none=True, mode="json")}
-    after = api.merge_patch(f"{crd}/namespaces/{namespace}/localmodels/gemma/status", patch)
+    after = cluster.api().merge_patch(
+        f"{crd}/namespaces/{namespace}/localmodels/gemma/status", patch)
     rules = {d["rule"] for d in after["status"]["placements"][0]["decisions"]}
     assert {"threads-from-cpu-limit", "llama-server-context-per-slot"} <= rules
     assert not any(r.startswith("amx-") for r in rules)

@@ -8,7 +8,6 @@ by the real scheduler, then marked Running/Ready by kwok; no container runs).
 from __future__ import annotations
 
 import random
-import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -49,10 +48,8 @@ def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
 
 @pytest.fixture
 def ns(cluster: TestCluster) -> Iterator[str]:
-    name = f"lm-{secrets.token_hex(3)}"
-    cluster.api().create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    cluster.api().request("DELETE", f"/api/v1/namespaces/{name}")
+    with cluster.fresh_namespace("lm") as name:
+        yield name
 
 
 QWEN = MakeLocalModel("m").spec(model="qwen3:0.6b", cpu=2, context=4096,
@@ -89,6 +86,11 @@ def add_node(cluster: TestCluster, name: str, labels: dict[str, str], cpu: str =
     api.create("/api/v1/nodes", node_manifest(shape))
     for pv in local_volume_manifests(shape, "local-disk"):
         api.create("/api/v1/persistentvolumes", pv)
+
+
+def delete_nodes(cluster: TestCluster, *names: str) -> None:
+    for name in names:
+        cluster.api().request("DELETE", f"/api/v1/nodes/{name}")
 
 
 def writes_by(cluster: TestCluster, since: int = 0, user: str = OPERATOR_USER,
@@ -199,8 +201,7 @@ def test_extra_exclusive_models_wait_with_reasons_and_a_new_node_places_them(
         lm1 = wait_condition(cluster, ns, "m1", "Ready", timeout=60)
         assert lm1["status"]["nodes"] == f"{ns}-b"
     finally:
-        for n in (f"{ns}-a", f"{ns}-b"):
-            cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
+        delete_nodes(cluster, f"{ns}-a", f"{ns}-b")
 
 
 def test_deleted_node_replaces_its_model_with_a_new_claim(
@@ -251,8 +252,7 @@ def test_deleted_node_replaces_its_model_with_a_new_claim(
         wait_until("the claim in use to become owned", lambda: owners() == {
             "mover-weights-0": [], "mover-weights-0-1": [lm["metadata"]["uid"]]}, timeout=60)
     finally:
-        for n in (f"{ns}-a", f"{ns}-b"):
-            cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
+        delete_nodes(cluster, f"{ns}-a", f"{ns}-b")
 
 
 def test_a_pod_left_unschedulable_moves_its_replica_to_the_next_node(
@@ -274,8 +274,7 @@ def test_a_pod_left_unschedulable_moves_its_replica_to_the_next_node(
                                  "--field-selector", "involvedObject.name=stuck").stdout
         assert "Unschedulable" in events and f"{ns}-novol" in events
     finally:
-        for n in (f"{ns}-novol", f"{ns}-vol"):
-            cluster.api().request("DELETE", f"/api/v1/nodes/{n}")
+        delete_nodes(cluster, f"{ns}-novol", f"{ns}-vol")
 
 
 def test_a_pod_waits_for_a_claim_the_api_refused(

@@ -89,11 +89,8 @@ def _shape(table: RouteTable) -> dict[str, list[tuple[str, str, str | None]]]:
 
 @pytest.fixture
 def other_namespace(cluster: TestCluster) -> Iterator[str]:
-    name = f"e2e-{secrets.token_hex(3)}"
-    api = cluster.api()
-    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    api.request("DELETE", f"/api/v1/namespaces/{name}")
+    with cluster.fresh_namespace("e2e") as name:
+        yield name
 
 
 def test_the_source_follows_models_and_their_ready_replicas(

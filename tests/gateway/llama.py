@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.gateway.harness import RawClient
 from tests.harness import engines
 from tests.harness.engines import LlamaServer
 
@@ -71,3 +72,18 @@ async def wait_engine(
         if time.monotonic() > end:
             raise AssertionError(f"engine never had {want} slots processing")
         await asyncio.sleep(0.002)
+
+
+async def leave_while_decoding(session: aiohttp.ClientSession, engine: LlamaServer, port: int,
+                               body: dict[str, Any]) -> float:
+    """A caller sends `body` to /v1/completions on `port` (a gateway's or a
+    router's) and leaves once the engine is well into decoding it: the time it
+    left."""
+    client = await RawClient.send(port, "/v1/completions", body)
+    await wait_engine(session, engine, 1)
+    start = await decode_total(session, engine)
+    while await decode_total(session, engine) < start + 10:  # well into decoding
+        await asyncio.sleep(0.01)
+    left = time.monotonic()
+    client.close()
+    return left

@@ -35,6 +35,7 @@ from tests.builders import MakeLocalModel, MakeNode
 from tests.gateway.harness import GatewayFactory, Gateways, RawClient, books_reach, wait_until
 from tests.gateway.llama import (
     decode_total,
+    leave_while_decoding,
     llama_server,
     processing,
     wait_engine,
@@ -210,13 +211,7 @@ async def test_disconnecting_non_streaming_caller_stops_engine_generation(
 ) -> None:
     gw, log = await gateway()
     async with aiohttp.ClientSession() as session:
-        client = await RawClient.send(gw.port, "/v1/completions", LONG)
-        await wait_engine(session, engine, 1)
-        start = await decode_total(session, engine)
-        while await decode_total(session, engine) < start + 10:  # well into decoding
-            await asyncio.sleep(0.01)
-        left = time.monotonic()
-        client.close()
+        left = await leave_while_decoding(session, engine, gw.port, LONG)
         await _assert_generation_stopped(session, engine, left, "disconnect")
     await wait_until(lambda: len(log) == 1)
     assert json.loads(log[0])["cancel_reason"] == "disconnect"

@@ -24,7 +24,7 @@ import pytest
 from localmodel.engines.ollama import VERSION_PATH
 from localmodel.gateway.server import RunningGateway, start_gateway
 from localmodel.gateway_contract import GatewayConfig
-from tests.engine.real_ollama import MODEL, copy_volume, cpu_seconds, import_gguf, wait_idle
+from tests.engines.real_ollama import MODEL, copy_volume, cpu_seconds, import_gguf, wait_idle
 from tests.gateway.harness import RawClient, wait_until
 from tests.harness.engines import Ollama, ollama_serve
 
@@ -114,7 +114,7 @@ async def test_official_ollama_client_through_the_gateway(
     assert answer.done and answer.response
     assert answer.eval_count and answer.eval_count <= 8
     # Each of these reloads a real Ollama when it reaches it directly
-    # (tests/engine/test_ollama_facts.py::test_a_different_option_reloads_the_model).
+    # (tests/engines/test_ollama_facts.py::test_a_different_option_reloads_the_model).
     for options in ({"num_ctx": 512}, {"num_batch": 64}, {"num_thread": 2}):
         again = await client.generate(
             model=TUNED, prompt="Say hi.", options={"num_predict": 2, **options}

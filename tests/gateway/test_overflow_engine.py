@@ -52,6 +52,14 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         yield Pair(local, far)
 
 
+async def far_status(session: aiohttp.ClientSession, far: LlamaServer, key: str = "") -> int:
+    """The second engine's status for a short chat, with the bearer `key` if any."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with session.post(far.url + "/v1/chat/completions", json=SHORT,
+                            headers=headers) as resp:
+        return resp.status
+
+
 async def far_prompt_tokens(session: aiohttp.ClientSession, far: LlamaServer) -> float:
     """Prompt tokens the overflow engine processed (its /metrics needs the key too)."""
     async with session.get(far.url + "/metrics", headers=far.headers) as resp:
@@ -97,14 +105,8 @@ async def hold(gw: RunningGateway, engines: Pair) -> RawClient:
 async def test_the_overflow_engine_requires_its_key(engines: Pair) -> None:
     """Control: the second server really is a server that needs the key."""
     async with aiohttp.ClientSession() as session:
-        async with session.post(engines.far.url + "/v1/chat/completions", json=SHORT) as resp:
-            assert resp.status == 401
-        async with session.post(
-            engines.far.url + "/v1/chat/completions",
-            json=SHORT,
-            headers={"Authorization": f"Bearer {KEY}"},
-        ) as resp:
-            assert resp.status == 200
+        assert await far_status(session, engines.far) == 401
+        assert await far_status(session, engines.far, KEY) == 200
 
 
 async def test_held_slot_overflows_foreground_to_the_second_engine_with_the_key(
@@ -116,12 +118,7 @@ async def test_held_slot_overflows_foreground_to_the_second_engine_with_the_key(
         # The overflow's own time for this request, measured directly while the
         # local engine is busy too (two engines share this machine's cores).
         start = time.monotonic()
-        async with session.post(
-            engines.far.url + "/v1/chat/completions",
-            json=SHORT,
-            headers={"Authorization": f"Bearer {KEY}"},
-        ) as resp:
-            assert resp.status == 200
+        assert await far_status(session, engines.far, KEY) == 200
         own = time.monotonic() - start
         before = await far_prompt_tokens(session, engines.far)
         async with openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="caller") as client:

@@ -2,7 +2,7 @@
 fixture, with the digests the operator compares (pod spec hashes, applied
 hashes). Committed before the render package and the engine adapters moved
 code, so a move that changes one byte of a pod (and would roll every pod on
-upgrade) fails `tests/unit/test_render_golden.py`.
+upgrade) fails `tests/render/test_render_golden.py`.
 
     python -m tests.golden.render --write   # regenerate (a reviewed change)
 """

@@ -37,7 +37,7 @@ import tempfile
 import time
 import types
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,6 +242,17 @@ class TestCluster:
 
     def api(self, identity: str = ADMIN) -> KubeApi:
         return KubeApi(self.server, self.identities[identity].token, self.ca_file)
+
+    @contextlib.contextmanager
+    def fresh_namespace(self, prefix: str) -> Iterator[str]:
+        """A new namespace, `prefix` and a random suffix, deleted afterwards."""
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        api = self.api()
+        api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+        try:
+            yield name
+        finally:
+            api.request("DELETE", f"/api/v1/namespaces/{name}")
 
     # ---- lifecycle ---------------------------------------------------------
 

@@ -64,7 +64,7 @@ MODEL_TAG = "gemma3:270m"
 # Gemma's turn format as a Jinja template for `LLAMA_ARG_CHAT_TEMPLATE`
 # (llama-server, and Ollama's llama-server child, which inherits Ollama's
 # environment), as the examples give it to a user: their `spec.env` is its one
-# home (tests/unit/test_engine_home.py checks both Gemma examples carry it).
+# home (tests/architecture/test_engine_home.py checks both Gemma examples carry it).
 GEMMA_EXAMPLE = REPO_ROOT / "examples" / "gemma-llama-server.yaml"
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import engines
 from tests.harness.cluster import ApiError, StartupError, TestCluster
 from tests.harness.operator import OperatorProcess, install_operator
+from tests.harness.realnode import NODE_TOOLS
 from tests.harness.tools import TOOL_NAMES, Tools, ToolsMissingError, locate_tools
 
 
@@ -21,6 +23,27 @@ def tools_or_fail(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
         return locate_tools(required)
     except ToolsMissingError as exc:
         message = str(exc)
+    pytest.fail(message, pytrace=False)
+
+
+def real_node_parts_or_fail(what: str) -> tuple[Tools, Path]:
+    """The tools a real-node cluster needs and the model's file: one that is not
+    built fails the test (`what` cannot run), without a traceback."""
+    try:
+        return locate_tools(TOOL_NAMES + NODE_TOOLS), engines.require("model")
+    except (ToolsMissingError, engines.EngineMissingError) as exc:
+        message = f"{what} cannot run: {exc}"
+    pytest.fail(message, pytrace=False)
+
+
+def real_node_started_or_fail(cluster: TestCluster) -> None:
+    """Start a real-node cluster (its registry and images first): one that does
+    not start fails the test, without a traceback."""
+    try:
+        cluster.start(timeout=300)
+        return
+    except (StartupError, ApiError, OSError) as exc:
+        message = f"the real-node cluster did not start: {exc}"
     pytest.fail(message, pytrace=False)
 
 

@@ -13,7 +13,7 @@ from the main thread or a long-lived one). Its output goes to a log file.
 
 `free_port` / `free_ports` are the one way to pick a loopback port.
 tests/harness/engines.py starts the real engines through this module;
-tests/unit/test_one_launcher.py fails on a process started anywhere else.
+tests/architecture/test_one_launcher.py fails on a process started anywhere else.
 """
 
 from __future__ import annotations

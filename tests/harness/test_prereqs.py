@@ -24,7 +24,7 @@ from tests.harness.prereqs import (
 from tests.harness.tools import REPO_ROOT
 
 SCRIPT = (REPO_ROOT / "hack" / "test.sh").read_text()
-MARKERS = ("engine", "realnode", "llama")
+MARKERS = ("unit", "engine", "realnode", "llama")
 
 
 def test_while_the_engines_build_no_part_or_image_is_given(
@@ -85,16 +85,16 @@ def test_otherwise_the_parts_and_images_are_listed(monkeypatch: pytest.MonkeyPat
 
 
 def runs() -> list[tuple[str, str]]:
-    """(ENGINES_BUILDING value or '', -m expression) of each pytest run in test.sh
-    after the unit tier."""
+    """(ENGINES_BUILDING value or '', -m expression) of each pytest run in test.sh,
+    the unit tier's first."""
     found = re.findall(r'(?:LOCALMODEL_ENGINES_BUILDING=(\w+) )?python -m pytest '
-                       r'--durations=\d+ --ignore=tests/unit \\\n\s*-m "([^"]*)"', SCRIPT)
+                       r'--durations=\d+ (?:\\\n\s*)?-m "([^"]*)"', SCRIPT)
     return [(env, expr) for env, expr in found]
 
 
 def test_test_sh_gives_every_test_exactly_one_run_and_its_building_value() -> None:
     found = runs()
-    assert [env for env, _ in found] == ["all", "ollama", ""], found
+    assert [env for env, _ in found] == ["", "all", "ollama", ""], found
     assert set(BUILDING) == {"all", "ollama"}
     for values in itertools.product([False, True], repeat=len(MARKERS)):
         marks = dict(zip(MARKERS, values, strict=True))

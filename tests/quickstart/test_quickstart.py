@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import StartupError, TestCluster, ToolsMissingError, engines, locate_tools
+from tests.harness import TestCluster, engines
+from tests.harness.fixtures import real_node_parts_or_fail, real_node_started_or_fail
 from tests.harness.models import ModelFileServer
 from tests.harness.processes import ManagedProcess
-from tests.harness.realnode import NODE_TOOLS
-from tests.harness.tools import REPO_ROOT, TOOL_NAMES
+from tests.harness.tools import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -59,25 +59,13 @@ def test_the_doc_has_one_settings_block_and_its_steps() -> None:
 
 def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
     settings, steps = doc_blocks()
-    problem = ""
-    try:
-        tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
-        gguf = engines.require("model")
-    except (ToolsMissingError, engines.EngineMissingError) as exc:
-        problem = f"the quickstart cannot run: {exc}"
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    tools, gguf = real_node_parts_or_fail("the quickstart")
     # No mirror entries for docker.io or ghcr.io on the node: an image the doc's one
     # registry value does not reach would not be pulled at all.
     cluster = TestCluster(fixture=NO_FAKE_NODES, tools=tools, real_node=True,
                           mirror_upstream=False)
     began = time.monotonic()
-    try:
-        cluster.start(timeout=300)
-    except (StartupError, OSError) as exc:
-        problem = f"the real-node cluster did not start: {exc}"
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    real_node_started_or_fail(cluster)
     models = ModelFileServer(gguf.parent, bind=cluster.node_address)
     try:
         models.start()

@@ -28,17 +28,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.harness import (
-    ApiError,
-    StartupError,
     TestCluster,
-    ToolsMissingError,
-    engines,
-    locate_tools,
 )
 from tests.harness.chart import install_chart
+from tests.harness.fixtures import real_node_parts_or_fail, real_node_started_or_fail
 from tests.harness.models import ModelFileServer
-from tests.harness.realnode import NODE_DIR, NODE_TOOLS
-from tests.harness.tools import TOOL_NAMES
+from tests.harness.realnode import NODE_DIR
 from tests.realnode.journey import Journey, Timings, local_volumes, pull_events
 
 # Where the real node's local PersistentVolumes live: under the node's own
@@ -52,32 +47,16 @@ OPERATOR_ARGS = ("--speed-interval=5", "--speed-idle-interval=10",
                  "--slow-replica-after=30", "--slow-replica-clear-after=15")
 
 
-def _fail(message: str) -> None:
-    pytest.fail(message, pytrace=False)
-
-
 @pytest.fixture(scope="package")
 def journey() -> Iterator[Journey]:
     """The real-node cluster with the chart installed and the model files served."""
     timings = Timings()
-    problem = ""
-    try:
-        tools = locate_tools(TOOL_NAMES + NODE_TOOLS)
-        gguf = engines.require("model")
-    except (ToolsMissingError, engines.EngineMissingError) as exc:
-        problem = f"the real-node journey cannot run: {exc}"
-    if problem:
-        _fail(problem)
+    tools, gguf = real_node_parts_or_fail("the real-node journey")
     keep = os.environ.get("LOCALMODEL_KEEP_CLUSTER", "") not in ("", "0")
     # Imports every image hack/build-images.sh built (fails naming any not built).
     cluster = TestCluster(tools=tools, keep_workdir=keep, real_node=True)
     began = time.monotonic()
-    try:
-        cluster.start(timeout=300)
-    except (StartupError, ApiError, OSError) as exc:
-        problem = f"the real-node cluster did not start: {exc}"
-    if problem:
-        _fail(problem)
+    real_node_started_or_fail(cluster)
     timings.add("cluster with the real node up (registry started, images pushed)",
                 time.monotonic() - began)
     assert cluster.real_node is not None and cluster.registry is not None

@@ -9,6 +9,7 @@ import contextlib
 import json
 import re
 import secrets
+import subprocess
 import threading
 import time
 import urllib.error
@@ -21,6 +22,7 @@ from typing import Any
 
 import ollama as ollama_client
 import openai
+import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server, ollama
@@ -29,6 +31,7 @@ from localmodel.gateway_contract import GATEWAY_PORT
 from localmodel.render.names import SERVICE_PORT
 from tests.builders import MakeLocalModel
 from tests.harness import TestCluster
+from tests.harness.chart import CHART_DIR
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.chart import RELEASE as CHART_RELEASE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG, template_markers
@@ -287,6 +290,30 @@ class Journey:
 
     def get(self, path: str) -> Manifest:
         return self.cluster.api().get(path)
+
+    def helm(self, *args: str, timeout: float = 300) -> str:
+        """`helm ARGS...` on the chart's release namespace, as the admin; its output."""
+        assert self.cluster.tools is not None
+        result = subprocess.run(
+            [str(self.cluster.tools["helm"]), *args, "--kubeconfig",
+             str(self.cluster.admin_kubeconfig), "--namespace", CHART_NAMESPACE],
+            capture_output=True, text=True, timeout=timeout + 60, check=False)
+        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def upgrade_chart(self, *settings: str, chart: Path = CHART_DIR) -> float:
+        """`helm upgrade` of the release to `chart` (this checkout's by default)
+        with its values and `settings`, waited for; the seconds it took."""
+        began = time.monotonic()
+        self.helm("upgrade", CHART_RELEASE, str(chart), "--reuse-values", "--wait",
+                  "--timeout", "300s", *settings)
+        return time.monotonic() - began
+
+    def router_settings(self) -> tuple[str, ...]:
+        """The chart's router on, pinned to the real node with a small CPU
+        request (the machine has 2 cores)."""
+        return ("--set", "router.enabled=true", "--set", "router.resources.requests.cpu=20m",
+                "--set-string", f"router.nodeSelector.kubernetes\\.io/hostname={self.node}")
 
     def create_model_namespace(self) -> None:
         """The namespace models run in, enforcing Pod Security POD_SECURITY_LEVEL."""
@@ -701,6 +728,19 @@ class Journey:
         found: Manifest = wait_for(f"the gateway's log line of request {request_id}", find,
                                    timeout, interval=0.5)
         return found
+
+
+def module_model(name: str, engine: str) -> Any:
+    """A module-scoped fixture, named by what it is assigned to (`gemma =
+    module_model(NAME, ENGINE)`): the LocalModel `name` on `engine`, created and
+    Ready for the module's tests, deleted after them."""
+
+    @pytest.fixture(scope="module")
+    def model(journey: Journey) -> Iterator[Deployed]:
+        with journey.deployed(name, engine) as deployed:
+            yield deployed
+
+    return model
 
 
 def engine_container(engine: str) -> str:

@@ -15,14 +15,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from localmodel import __version__
 from localmodel.controller.config import OperatorConfig
 from localmodel.engines import llama_server
-from tests.harness.chart import CHART_DIR, NAMESPACE, RELEASE
+from tests.harness.chart import NAMESPACE, RELEASE
 from tests.harness.processes import wait_for
 from tests.harness.tools import REPO_ROOT
 from tests.realnode.journey import Deployed, Journey, Sample, condition
@@ -35,23 +34,6 @@ PREVIOUS = REPO_ROOT / "tests" / "fixtures" / "charts" / "localmodel-operator-0.
 INSTALL_DOC = REPO_ROOT / "docs" / "install.md"
 DAEMONSETS = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
 NEWER_IMAGE_RBAC = "upgrade-test-newer-image"
-
-
-def helm(journey: Journey, *args: str, timeout: float = 300) -> str:
-    assert journey.cluster.tools is not None
-    result = subprocess.run(
-        [str(journey.cluster.tools["helm"]), *args, "--kubeconfig",
-         str(journey.cluster.admin_kubeconfig), "--namespace", NAMESPACE],
-        capture_output=True, text=True, timeout=timeout + 60, check=False)
-    assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
-    return result.stdout
-
-
-def upgrade(journey: Journey, chart: Path, *extra: str) -> float:
-    began = time.monotonic()
-    helm(journey, "upgrade", RELEASE, str(chart), "--reuse-values", "--wait", "--timeout", "300s",
-         *extra)
-    return time.monotonic() - began
 
 
 def doc_crd_command() -> str:
@@ -69,7 +51,7 @@ def previous(journey: Journey) -> Iterator[None]:
     refuses plain-http downloads unless told (chart `downloads.allowHttp`,
     which 0.1.0 does not know): the harness serves the model over http, so the
     flag goes in through 0.1.0's `extraArgs` and is taken back afterwards."""
-    values = json.loads(helm(journey, "get", "values", RELEASE, "-o", "json"))
+    values = json.loads(journey.helm("get", "values", RELEASE, "-o", "json"))
     own = list(values.get("extraArgs") or [])
     # Nor does 0.1.0's ClusterRole grant what this image watches since (each
     # model's NetworkPolicy, the StorageClasses): granted beside it while 0.1.0 runs.
@@ -86,13 +68,13 @@ def previous(journey: Journey) -> Iterator[None]:
                     "name": NEWER_IMAGE_RBAC},
         "subjects": [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]})
     # (this checkout's image is tagged with this chart's appVersion, not 0.1.0's)
-    upgrade(journey, PREVIOUS, "--set", f"image.tag={__version__}", "--set-json",
-            f"extraArgs={json.dumps([*own, '--allow-http-downloads=true'])}")
+    journey.upgrade_chart(
+        "--set", f"image.tag={__version__}", "--set-json",
+        f"extraArgs={json.dumps([*own, '--allow-http-downloads=true'])}", chart=PREVIOUS)
     try:
         yield
     finally:
-        upgrade(journey, CHART_DIR, "--set", "image.tag=", "--set-json",
-                f"extraArgs={json.dumps(own)}")
+        journey.upgrade_chart("--set", "image.tag=", "--set-json", f"extraArgs={json.dumps(own)}")
         for kind in ("clusterrolebindings", "clusterroles"):
             api.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/{kind}/{NEWER_IMAGE_RBAC}")
 
@@ -113,7 +95,7 @@ def test_upgrade_from_the_previous_chart_keeps_the_model_running(
     journey: Journey, model: Deployed
 ) -> None:
     assert journey.cluster.tools is not None
-    history = helm(journey, "history", RELEASE, "--max", "1", "-o", "json")
+    history = journey.helm("history", RELEASE, "--max", "1", "-o", "json")
     assert '"chart":"localmodel-operator-0.1.0"' in history.replace(" ", ""), history
     old_daemonsets = {d["metadata"]["name"] for d in journey.get(DAEMONSETS)["items"]}
     assert old_daemonsets == {f"{RELEASE}-probe"}
@@ -143,7 +125,7 @@ def test_upgrade_from_the_previous_chart_keeps_the_model_running(
                          r"localmodel\.dev serverside-applied", crd.stdout), crd.stdout
         # A real upgrade brings a new operator image; there is one image here, so
         # a pod annotation stands in for it and makes the Deployment roll.
-        seconds = upgrade(journey, CHART_DIR, "--set-string", "podAnnotations.upgraded-from=0.1.0")
+        seconds = journey.upgrade_chart("--set-string", "podAnnotations.upgraded-from=0.1.0")
         journey.timings.add("helm upgrade 0.1.0 -> this chart --wait", seconds)
         time.sleep(2)
     finally:

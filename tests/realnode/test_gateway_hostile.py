@@ -16,7 +16,6 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from localmodel.engines import llama_server
 from localmodel.facts.quantity import parse_bytes
 from localmodel.gateway_contract import GATEWAY_PORT, GatewayConfig, env_name
 from localmodel.render.names import gateway_memory_bytes
-from tests.realnode.journey import Deployed, Journey, clean_reply, container_cgroup
+from tests.realnode.journey import Deployed, Journey, clean_reply, container_cgroup, module_model
 
 # `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
@@ -38,10 +37,7 @@ HOSTILE_SECONDS = 45.0
 DEFAULTS = GatewayConfig()
 
 
-@pytest.fixture(scope="module")
-def gemma(journey: Journey) -> Iterator[Deployed]:
-    with journey.deployed(NAME, llama_server.NAME) as deployed:
-        yield deployed
+gemma = module_model(NAME, llama_server.NAME)
 
 
 def _setting(env: dict[str, str], name: str) -> int:

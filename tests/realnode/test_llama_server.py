@@ -9,7 +9,6 @@ working when its caller gives up: the same journey as Ollama's
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,6 +18,7 @@ from tests.realnode.journey import (
     Deployed,
     Journey,
     clean_reply,
+    module_model,
 )
 
 # `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
@@ -28,10 +28,7 @@ NAME = "gemma-llama"
 ENGINE = llama_server.NAME
 
 
-@pytest.fixture(scope="module")
-def gemma(journey: Journey) -> Iterator[Deployed]:
-    with journey.deployed(NAME, ENGINE) as deployed:
-        yield deployed
+gemma = module_model(NAME, ENGINE)
 
 
 def test_llama_server_model_is_ready_only_when_its_containers_are_ready(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +17,7 @@ from localmodel.engines import llama_server
 from localmodel.gateway_contract import ADMIN_PORT
 from tests.harness.chart import ALL_OPTIONAL, DASHBOARD_FILE, NAMESPACE, render_chart
 from tests.harness.promql import alert_rules, dashboard_queries, metric_names, scraped_names
-from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey
+from tests.realnode.journey import MODEL_NAMESPACE, Deployed, Journey, module_model
 
 # `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
@@ -27,10 +26,7 @@ NAME = "gemma-chart"  # test_chart_upgrade.py's model too: the same retained wei
 OPERATOR_METRICS_PORT = OperatorConfig.metrics_listen[1]
 
 
-@pytest.fixture(scope="module")
-def model(journey: Journey) -> Iterator[Deployed]:
-    with journey.deployed(NAME, llama_server.NAME) as deployed:
-        yield deployed
+model = module_model(NAME, llama_server.NAME)
 
 
 def used_names(journey: Journey) -> dict[str, set[str]]:

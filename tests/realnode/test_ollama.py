@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 
 import ollama
 import pytest
@@ -30,6 +29,7 @@ from tests.realnode.journey import (
     Journey,
     clean_reply,
     condition,
+    module_model,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -39,10 +39,7 @@ MODEL = "gemma3:270m"
 ENGINE = ollama_engine.NAME
 
 
-@pytest.fixture(scope="module")
-def gemma(journey: Journey) -> Iterator[Deployed]:
-    with journey.deployed(NAME, ENGINE) as deployed:
-        yield deployed
+gemma = module_model(NAME, ENGINE)
 
 
 def test_ollama_model_is_ready_only_when_its_containers_are_ready(

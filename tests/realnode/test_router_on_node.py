@@ -13,14 +13,12 @@ different nodes; there is one real node). The models here take turns: a
 llama-server model (openai client), then an Ollama model (ollama client), each
 by name through the same Service. Sessions over two model replicas, chosen by
 rendezvous hashing alike on both router replicas, are the core's tests
-(tests/gateway/test_router*.py, tests/unit/test_router*.py).
+(tests/router/).
 """
 
 from __future__ import annotations
 
 import secrets
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,8 +28,8 @@ import pytest
 
 from localmodel.engines import llama_server
 from localmodel.engines import ollama as ollama_engine
-from tests.harness.chart import CHART_DIR, RELEASE
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
+from tests.harness.chart import RELEASE
 from tests.harness.engines import MODEL_TAG
 from tests.harness.processes import wait_for
 from tests.realnode.journey import (
@@ -51,15 +49,6 @@ ROUTER_PORT = 80  # the chart's router.service.port
 ROUTE, REPLICA, SESSION = "X-LocalModel-Route", "X-LocalModel-Replica", "X-LocalModel-Session"
 
 
-def helm(journey: Journey, *args: str, timeout: float = 300) -> None:
-    assert journey.cluster.tools is not None
-    result = subprocess.run(
-        [str(journey.cluster.tools["helm"]), *args, "--kubeconfig",
-         str(journey.cluster.admin_kubeconfig), "--namespace", CHART_NAMESPACE],
-        capture_output=True, text=True, timeout=timeout + 60, check=False)
-    assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
-
-
 def router_pods(journey: Journey) -> list[str]:
     items = journey.get(f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
                         f"{ROUTER_SELECTOR}")["items"]
@@ -72,18 +61,13 @@ def router_pods(journey: Journey) -> list[str]:
 def router(journey: Journey) -> Iterator[None]:
     """The chart's router, turned on by `helm upgrade` (pinned to the real node,
     a small CPU request: the machine has 2 cores); off again afterwards."""
-    began = time.monotonic()
-    helm(journey, "upgrade", RELEASE, str(CHART_DIR), "--reuse-values", "--wait",
-         "--timeout", "300s", "--set", "router.enabled=true",
-         "--set", "router.resources.requests.cpu=20m",
-         "--set-string", f"router.nodeSelector.kubernetes\\.io/hostname={journey.node}")
-    journey.timings.add("helm upgrade: router on (two replicas Ready)", time.monotonic() - began)
+    seconds = journey.upgrade_chart(*journey.router_settings())
+    journey.timings.add("helm upgrade: router on (two replicas Ready)", seconds)
     assert len(router_pods(journey)) == 2
     try:
         yield
     finally:
-        helm(journey, "upgrade", RELEASE, str(CHART_DIR), "--reuse-values", "--wait",
-             "--timeout", "300s", "--set", "router.enabled=false")
+        journey.upgrade_chart("--set", "router.enabled=false")
 
 
 def _listed(url: str) -> list[str]:

@@ -76,7 +76,6 @@ from localmodel.engines import ollama as ollama_engine
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT, LEDGER_PATH
 from localmodel.router.config import PLACES, RouterConfig
 from tests.builders import MakeLocalModel
-from tests.harness.chart import CHART_DIR, RELEASE
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG
 from tests.harness.processes import wait_for
@@ -98,7 +97,6 @@ from tests.realnode.test_router_on_node import (
     ROUTER_SELECTOR,
     ROUTER_SERVICE,
     SESSION,
-    helm,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -219,15 +217,10 @@ def tenants(journey: Journey) -> Iterator[Tenants]:
             account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
             wait_for(f"{ns}'s default ServiceAccount",
                      lambda account=account: api.status_of("GET", account) == 200, 30)
-        began = time.monotonic()
         router_on = True
-        helm(journey, "upgrade", RELEASE, str(CHART_DIR), "--reuse-values", "--wait",
-             "--timeout", "300s", "--set", "router.enabled=true",
-             "--set", f"router.namespaces={{{TEAM_A},{TEAM_B}}}",
-             "--set", "router.resources.requests.cpu=20m",
-             "--set-string", f"router.nodeSelector.kubernetes\\.io/hostname={journey.node}")
-        journey.timings.add("tenants: helm upgrade, router on for team-a and team-b",
-                            time.monotonic() - began)
+        seconds = journey.upgrade_chart(*journey.router_settings(),
+                                        "--set", f"router.namespaces={{{TEAM_A},{TEAM_B}}}")
+        journey.timings.add("tenants: helm upgrade, router on for team-a and team-b", seconds)
         args = router_pods(journey)[0]["spec"]["containers"][0].get("args") or []
         assert f"--namespaces={TEAM_A},{TEAM_B}" in args, args
         api.create(lm_path(TEAM_B), model(journey, TEAM_B, NAME, llama_server.NAME,
@@ -259,9 +252,8 @@ def tenants(journey: Journey) -> Iterator[Tenants]:
             wait_for(f"{ns}'s pods gone", lambda pods=pods: not journey.get(pods)["items"], 180,
                      interval=1)
         if router_on:
-            helm(journey, "upgrade", RELEASE, str(CHART_DIR), "--reuse-values", "--wait",
-                 "--timeout", "300s", "--set", "router.enabled=false",
-                 "--set-json", "router.namespaces=[]")
+            journey.upgrade_chart("--set", "router.enabled=false",
+                                  "--set-json", "router.namespaces=[]")
         for ns in (TEAM_A, TEAM_B):
             api.status_of("DELETE", f"/api/v1/namespaces/{ns}")
 

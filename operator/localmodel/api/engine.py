@@ -23,7 +23,7 @@ def _member(name: str) -> str:
     return name.upper().replace("-", "_").replace(".", "_")
 
 
-# spec.engine.name: one member per engine of `FACTS`, in its order (tests/unit/test_api.py
+# spec.engine.name: one member per engine of `FACTS`, in its order (tests/api/test_api.py
 # checks), so code may name an engine with a type. (No docstring: the CRD would carry it.)
 EngineName = StrEnum(  # type: ignore[misc]  # members from the registry, not literals
     "EngineName", [(_member(f.NAME), f.NAME) for f in FACTS], module=__name__)

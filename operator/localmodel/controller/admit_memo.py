@@ -2,7 +2,7 @@
 models `plan.admitted` admits, kept while the models section, the policy and
 the Secrets' labels are the same; each model's refusals (`tenancy.refusals`)
 keyed on the model object, the policy and the labels; the models that did not
-parse, once per models section. Pure; tests/unit/test_pass_incremental.py holds
+parse, once per models section. Pure; tests/controller/test_pass_incremental.py holds
 a pass with it equal to one without.
 """
 

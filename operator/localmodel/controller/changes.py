@@ -1,6 +1,6 @@
 """What must change: desired objects vs what exists -> Create | Apply | Delete. Pure.
 
-Rules (each is a row in tests/unit/test_changes.py):
+Rules (each is a row in tests/controller/test_changes.py):
 * ConfigMaps and Services: created when missing; server-side applied when the
   hash of the desired object differs from the one recorded on it
   (`localmodel.dev/applied-hash`), so identical objects are never re-applied.

@@ -1,6 +1,6 @@
 """What this replica wrote and the watches have not shown yet (`Expectations`),
 so a pass that starts before the watch event arrives does not write it again.
-Pure; tests/unit/test_policy.py holds it as a table.
+Pure; tests/controller/test_policy.py holds it as a table.
 """
 
 from __future__ import annotations

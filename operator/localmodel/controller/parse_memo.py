@@ -7,7 +7,7 @@ It saves the plain path's reading of every object of every pass (`observe`
 with a fresh `Parsed` is that path); a section whose objects are the same ones
 is taken as it is, and a section where a watch's index replaced a few objects
 in place reads only those again (`models_again`, `nodes_again`).
-tests/unit/test_pass_incremental.py holds a kept `Parsed` equal to a fresh one
+tests/controller/test_pass_incremental.py holds a kept `Parsed` equal to a fresh one
 over random sequences of events."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Parsed:
     keeps on each event and leaves the others as they are; the object is held
     here, so its identity is not reused). Each section of the last
     `Observed` with what it was made from: a section whose objects are the
-    same ones is taken as it is. tests/unit/test_pass_incremental.py holds
+    same ones is taken as it is. tests/controller/test_pass_incremental.py holds
     the result equal to a fresh `observe` over random sequences of events."""
 
     models: dict[StoredVersion, ModelObject] = field(default_factory=dict)

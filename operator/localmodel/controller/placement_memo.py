@@ -3,7 +3,7 @@ replica is now, remembered placements filled in (`CurrentMemo`, keyed on the
 current placements and the last placements of the unplaced replicas' models),
 and which claim a replica takes on a node (`ClaimMemo`, keyed on the model, its
 claims and pods, the node's facts and the claims' volumes). Pure;
-tests/unit/test_pass_incremental.py holds a pass with them equal to one without.
+tests/controller/test_pass_incremental.py holds a pass with them equal to one without.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ desired state (with placements the watches do not show yet remembered from the
 last pass, `with_memory`), then each model's share (`model_work.model_work`).
 Pure. With a fresh `KeptWork` and `Desired` this is the plain path; the
 reconciler passes its long-lived ones (work_memo.py, incremental/), and
-tests/unit/test_pass_incremental.py holds the two equal.
+tests/controller/test_pass_incremental.py holds the two equal.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a refused write means: an API error read by its HTTP code, `reason`
 and `details.causes` (never its message text), and whether the write is worth a
-retry or a report. Pure; tests/unit/test_policy.py holds it as a table.
+retry or a report. Pure; tests/controller/test_policy.py holds it as a table.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the operator posts about a model: the core/v1 Event for an `EventSpec`
 (`event_manifest`), and for its failed writes the growing wait before a retry
 and one Warning per change of what failed (`Failures`). Pure;
-tests/unit/test_policy.py holds it as a table.
+tests/controller/test_policy.py holds it as a table.
 """
 
 from __future__ import annotations

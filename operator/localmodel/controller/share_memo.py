@@ -21,7 +21,7 @@ the models `shares_again` names, found by name: those whose result or stored
 object changed, whose kept share read a node that changed (`by_node`), whose
 status took a clock that moved, whose speeds changed; the plan names the work
 that is not the last plan's (`PassPlan.since`) for the reconciler.
-tests/unit/test_pass_incremental.py holds a pass with a long-lived memo equal
+tests/controller/test_pass_incremental.py holds a pass with a long-lived memo equal
 to one without, over random sequences of events.
 """
 

@@ -30,7 +30,7 @@ Every answer is the tenant's (the gateway's image is theirs): a redirect is not
 followed, a body is read whole up to READ_MAX_BYTES and refused past it, and
 `speed_answer` turns the bytes into a bounded `Reading` or refuses them. Any
 failure of one read is one of RESULTS for that replica, never the reader's end
-(tests/unit/test_speed_answers.py, tests/unit/test_speed_reader_hostile.py).
+(tests/gateway/test_speed_answers.py, tests/controller/test_speed_reader_hostile.py).
 
 Peers a tenant cannot fake: a replica's calibration sets another replica's
 expected speed only when its gateway runs the operator's own image (the image
@@ -45,7 +45,7 @@ setting; outliers among vouched peers (a replica calibrated under a burst) are
 dropped by `speed.inliers`.
 
 `SpeedBook` is the state the reads build (deterministic: values in, values
-out, table-tested in tests/unit/test_speed_book.py); `SpeedReader` is the thin
+out, table-tested in tests/controller/test_speed_book.py); `SpeedReader` is the thin
 I/O loop around it; `speed_targets` says which replicas a pass has it read
 (Ready, planned where they run, each with its peer key: `cpu_model`).
 """

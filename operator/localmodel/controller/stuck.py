@@ -1,7 +1,7 @@
 """Which nodes a model avoids: a node the scheduler left a model's pod
 Unschedulable on for a while is avoided for that model, so the replica moves
 on; a pod no node could take is reported once and keeps its placement. Pure;
-tests/unit/test_policy.py holds it as a table.
+tests/controller/test_policy.py holds it as a table.
 """
 
 from __future__ import annotations

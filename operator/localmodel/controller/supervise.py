@@ -19,7 +19,7 @@ standby, as before. A Lease task that fails gives up the leadership first
 (`on_failure`), so a replica never writes without renewing.
 
 The pure parts (`backoff`, `failures_after`, `lost_api`) are tables in
-tests/unit/test_supervise.py; the loop is tested in-process with a task that
+tests/controller/test_supervise.py; the loop is tested in-process with a task that
 fails N times.
 """
 

@@ -6,7 +6,7 @@ of each object: only the fields the operator reads (`SHAPES`, kept as
 `watch_shape.Kept`, which refuses a read of any other field). `handlers` registers
 one index and one trigger per row and the reconciler builds its `Snapshot`
 from the rows by name, so a resource is added or changed here and nowhere
-else (tests/unit/test_watched.py holds the table to the snapshot's fields and
+else (tests/controller/test_watched.py holds the table to the snapshot's fields and
 to docs/operator.md's table of what is kept).
 """
 

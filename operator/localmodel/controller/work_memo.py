@@ -17,7 +17,7 @@ changed since the last pass (`since.Since`):
   on the model's result, what its share read of the `Observed`, its speeds and
   the clock (when its status took it).
 
-tests/unit/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
+tests/controller/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
 equal to one without, over random sequences of events.
 """
 

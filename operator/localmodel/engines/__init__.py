@@ -6,7 +6,7 @@ paths the operator, the gateway and doctor call, the flags the rules render
 and the environment variables the operator manages, in its `__init__.py`
 (data only, no imports). The API, the rules, the renderer, the gateway and
 doctor all read these, so each is written exactly once
-(tests/unit/test_engine_home.py greps the tree for copies).
+(tests/architecture/test_engine_home.py greps the tree for copies).
 
 Here: `FACTS`, every engine's facts module, and `facts(name)`, which code
 outside engines/ looks up by an engine's name instead of branching on it.
@@ -38,7 +38,7 @@ ENV = "LOCALMODEL_ENGINE_PACKAGES"
 
 
 class EngineFacts(Protocol):
-    """The facts every engine's `__init__` declares (tests/unit/test_api.py checks each)."""
+    """The facts every engine's `__init__` declares (tests/api/test_api.py checks each)."""
 
     NAME: str  # spec.engine.name, the gateway's --engine
     TITLE: str  # how prose names the engine
@@ -111,7 +111,7 @@ FACTS: tuple[EngineFacts, ...] = registered(os.environ)
 BY_NAME: dict[str, EngineFacts] = {e.NAME: e for e in FACTS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 # The engine a LocalModel and the gateway run when none is named: the first
-# shipped (decided here only; tests/unit/test_facts_once.py).
+# shipped (decided here only; tests/architecture/test_facts_once.py).
 DEFAULT: EngineFacts = SHIPPED[0]
 
 

@@ -48,7 +48,7 @@ GATEWAY_PORT = 8080  # the pod's http port: the Service targets it
 # The admin port: what the operator, Prometheus, doctor and timeline read. The
 # model's Service does not expose it (a NetworkPolicy can keep it to the
 # operator's namespace: spec.gateway.networkPolicy).
-ADMIN_PORT = 8090  # not an engine's port (tests/unit/test_admin_port.py)
+ADMIN_PORT = 8090  # not an engine's port (tests/render/test_admin_port.py)
 READY_PATH = "/readyz"  # 200 once the engine serves the model and its speed is calibrated
 HEALTH_PATH = "/healthz"  # 200 while the gateway runs
 SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them

@@ -2,7 +2,7 @@
 gateways, in one home: who is calling, which session, which replica answered
 and why, the shape and length of a session's key, and how long an idle
 session is remembered. Both programs import these; neither
-spells them again (tests/unit/test_layers.py keeps the router out of the
+spells them again (tests/architecture/test_layers.py keeps the router out of the
 gateway's modules). Pure.
 """
 

@@ -5,7 +5,7 @@ made to cost what changed, for the operator.
 ``evaluations``: `Evaluations`, the rules memoized by value within a pass.
 The planner's own long-lived form, `planner.Planner`, stays with the planner
 (it is the plain `plan()` too: see its docstring). Property tests hold each
-equal to the plain path (tests/unit/test_incremental_desired.py,
+equal to the plain path (tests/controller/test_incremental_desired.py,
 test_incremental_plan.py, test_pass_memo.py).
 """
 

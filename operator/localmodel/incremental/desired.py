@@ -5,7 +5,7 @@ specification): the same steps, prepare -> plan -> rules -> render -> status,
 each reused while what it read is the same, and shared by value between alike
 models and nodes within a pass (`Evaluations`, `render.PodParts`,
 `render.AppliedDigests`). Property tests hold the two equal over random
-sequences of changes (tests/unit/test_incremental_desired.py, test_pass_memo.py).
+sequences of changes (tests/controller/test_incremental_desired.py, test_pass_memo.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ alike models share their containers and those containers' JSON text
 (`PodParts`), and a model's digests are put together around its own strings
 in text templates (`_TextTemplate`, `AppliedDigests`) rather than encoding
 each object again. Each fast way is checked against the plain one
-(tests/unit/test_pass_memo.py)."""
+(tests/controller/test_pass_memo.py)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ class PassedResponse(web.StreamResponse):
     """A response whose body aiohttp writes as it is given: the replica's own
     framing (chunks or a length) passes through, and `CallerSink` frames what
     needs it. `_length_check` is aiohttp's own switch for this (its
-    WebSocketResponse turns it off); tests/gateway/test_router_relay.py
+    WebSocketResponse turns it off); tests/router/test_router_relay.py
     compares the bytes a caller reads, so it fails loudly if aiohttp ever
     frames the body a second time.
 

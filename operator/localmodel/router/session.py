@@ -14,7 +14,7 @@ replica's weight for a key is a hash of (key, replica id: namespace/pod,
 router/table.py); the heaviest owns it. Every router computes the same owner
 from the same ids without talking, a replica that joins takes only the keys
 it now outweighs, and one that leaves gives up only its own
-(tests/unit/test_router_session.py).
+(tests/router/test_router_core.py).
 """
 
 from __future__ import annotations

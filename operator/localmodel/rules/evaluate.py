@@ -96,7 +96,7 @@ def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
 # distinct (spec, node, cpu) once (`incremental.Evaluations`): many models
 # share a spec but for their names and placement, many nodes share a shape but
 # for their names and labels. Everything is read but what these name; a field
-# added later is read (a finer key is never wrong). tests/unit/test_pass_memo.py
+# added later is read (a finer key is never wrong). tests/controller/test_pass_memo.py
 # holds that `evaluate` gives the same tuning to specs and nodes that differ
 # only here.
 SPEC_NOT_READ = frozenset({"replicas", "cpu"})

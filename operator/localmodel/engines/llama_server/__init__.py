@@ -21,7 +21,7 @@ AMX_LIBRARIES: tuple[str, ...] = ()  # no build of it is known to crash on AMX h
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
 # BINARY, LLAMA_ARG_HOST=0.0.0.0). The tests run the llama.cpp tree vendored
 # in PyPI's llama-cpp-python TESTED_VERSION (hack/build-engines.sh builds
-# exactly it by default; tests/unit/test_engine_home.py checks it), which
+# exactly it by default; tests/architecture/test_engine_home.py checks it), which
 # reports no build number (`--version`: build 1); BUILD is the upstream build
 # nearest to it as far as we can tell, not a verified match. Bumping either is
 # a reviewed change; the flags rendered are checked against the tested build.
@@ -66,7 +66,7 @@ SHELL = "/bin/sh"
 
 # Every flag the operator's rules render, with the environment variable
 # llama-server reads for it (names as `llama-server --help` lists them, checked
-# against the built one by tests/engine/test_llama_server_flags.py; -tb has
+# against the built one by tests/engines/test_llama_server_flags.py; -tb has
 # none). llama-server reads LLAMA_ARG_* first and its flags second (llama.cpp
 # common/arg.cpp), so a user variable would be silently overridden by the flag:
 # the API refuses it rather than ignore it.

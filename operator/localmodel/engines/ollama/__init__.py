@@ -21,7 +21,7 @@ KEEP_ALIVE = True  # spec.keepAlive becomes OLLAMA_KEEP_ALIVE
 # The pinned version: the newest release the Go module proxy serves (v0.34.4,
 # 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)
 # and which the engine tests build and run (hack/build-engines.sh builds
-# exactly this version by default; tests/unit/test_engine_home.py checks it).
+# exactly this version by default; tests/architecture/test_engine_home.py checks it).
 VERSION = "0.34.4"
 # The pinned default image: the official image of VERSION.
 IMAGE = f"docker.io/ollama/ollama:{VERSION}"
@@ -69,7 +69,7 @@ MODELS_DIR = f"{HOME}/models"
 AMX_LIBRARY = "/usr/lib/ollama/libggml-cpu-sapphirerapids.so"
 # AMX is this engine's concern, decided here once (localmodel.engines.EngineFacts):
 # the API allows placement.safeCpuPath, its rules guard AMX hosts (rules.py), doctor
-# looks for the crash (tests/unit/test_facts_once.py checks each follows).
+# looks for the crash (tests/architecture/test_facts_once.py checks each follows).
 AMX_LIBRARIES: tuple[str, ...] = (AMX_LIBRARY,)
 # The versions the AMX rules tell apart (docs/engine-facts.md#amx):
 AMX_FIXED_IN = (0, 32, 2)  # ollama#17244 (GCC 13 build)
@@ -86,7 +86,7 @@ PROMPT_CACHE_ENV = "LLAMA_ARG_CACHE_RAM"
 # Environment variables the operator's rules set for Ollama (ollama
 # envconfig/config.go; GOMAXPROCS is Go's). A user setting one would silently
 # undo a rule, so the API refuses them in spec.env. Exactly the variables the
-# rules can set: tests/unit/test_engine_home.py renders every engine path and
+# rules can set: tests/architecture/test_engine_home.py renders every engine path and
 # compares.
 MANAGED_ENV: tuple[str, ...] = (
     "OLLAMA_HOST",

@@ -120,7 +120,7 @@ def _mounts(read_only: bool) -> list[Manifest]:
     """The weights volume (Ollama's home: its store and key) and the
     Modelfile. `ollama serve` only reads its home once the init step has
     written the store and the key (it serves from a read-only one:
-    tests/engine/test_ollama_gguf.py); the init steps write it."""
+    tests/engines/test_ollama_gguf.py); the init steps write it."""
     weights: Manifest = {"name": VOLUME_WEIGHTS, "mountPath": ollama.HOME}
     return [
         weights | {"readOnly": True} if read_only else weights,
