@@ -27,6 +27,8 @@ from localmodel.rules.table import RULES
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES_DIR = ROOT / "operator" / "localmodel" / "engines"
 
+pytestmark = pytest.mark.unit
+
 # A planted out-of-tree engine: its facts, an adapter borrowing a shipped
 # engine's parts (the registry checks the shape, not the parts), one rule of
 # its own at the last stage.
@@ -141,8 +143,6 @@ lm = parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalM
     "spec": {"model": "qwen3:1.7b", "cpu": 2, "engine": {"name": "planted"},
              "gguf": {"url": "https://x.example/m.gguf", "sha256": "0" * 64}}})
 from localmodel.errors import InvalidObject
-
-pytestmark = pytest.mark.unit
 try:
     parse_local_model({"apiVersion": "localmodel.dev/v1alpha1", "kind": "LocalModel",
         "metadata": {"name": "m", "namespace": "ai"},
