@@ -3,10 +3,8 @@
 from localmodel.rules.evaluate import (
     engine_version,
     evaluate,
-    node_key,
     problems,
     shape_problems,
-    spec_key,
     tune,
 )
 from localmodel.rules.model import Decision, Rule, Tuning
@@ -20,9 +18,7 @@ __all__ = [
     "Tuning",
     "engine_version",
     "evaluate",
-    "node_key",
     "problems",
     "shape_problems",
-    "spec_key",
     "tune",
 ]
