@@ -120,7 +120,7 @@ def test_a_module_named_nowhere_is_reported_by_its_path() -> None:
 
 def test_every_test_the_architecture_doc_names_for_a_memo_layer_exists() -> None:
     architecture = (ROOT / "docs" / "architecture.md").read_text()
-    rows = [line for line in architecture.splitlines() if line.startswith("| ") and "tests/" in line]
+    rows = [ln for ln in architecture.splitlines() if ln.startswith("| ") and "tests/" in ln]
     assert rows, "docs/architecture.md has no memo-layer table"
     for row in rows:
         files = [ROOT / f for f in re.findall(r"(tests/\S+?\.py)", row)]
