@@ -34,6 +34,8 @@ class Answered(Exception):
 
 @dataclass(frozen=True)
 class Deadline:
+    """When a request must be answered by."""
+
     seconds: float  # as the caller or --deadline set it
     at: float  # on the event loop's clock
 
