@@ -4,6 +4,7 @@ named there or in docs/architecture.md (issue 43), and a failure names it."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -127,3 +128,20 @@ def test_every_test_the_architecture_doc_names_for_a_memo_layer_exists() -> None
         source = "".join(f.read_text() for f in files)
         for name in re.findall(r"`(test_\w+)`", row):
             assert f"def {name}(" in source, f"docs/architecture.md names {name}, not in {files}"
+
+
+def test_each_memo_layer_says_first_what_it_keeps_and_keys_on() -> None:
+    """The architecture page's memo layers, each row's first `Class`
+    (`module.py`): each class's docstring opens with what it keeps, and its
+    first paragraph says what it is keyed on (issue 43: a cache named for what
+    it saves)."""
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    rows = [ln for ln in architecture.splitlines() if ln.startswith("| ") and "tests/" in ln]
+    layers = [m.groups() for row in rows if (m := re.search(r"`(\w+)` \(`(\w+/\w+\.py)`", row))]
+    assert len(layers) >= 6, layers
+    for name, module in layers:
+        tree = ast.parse((PACKAGE / module).read_text())
+        [cls] = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+        doc = ast.get_docstring(cls) or ""
+        first = doc.split("\n\n", 1)[0]
+        assert doc.startswith("Keeps ") and "keyed on" in first, f"{module}:{name}: {first!r}"

@@ -169,8 +169,9 @@ class Shares:
 
 @dataclass
 class KeptWork:
-    """The reconciler's memory of each model's share of the last passes: the
-    admin policy's verdict, the claims chosen, the changes and status."""
+    """Keeps each model's share of the last passes (the admin policy's verdict,
+    the claims chosen, the changes and status), keyed on what that share read
+    (held equal to a fresh pass by tests/unit/test_pass_incremental.py)."""
 
     by_model: dict[str, _Kept] = field(default_factory=dict)
     passes: int = 0  # `begin` counts them
