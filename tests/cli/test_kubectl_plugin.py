@@ -35,8 +35,8 @@ def stored(name: str, ready: dict[int, bool], **spec: Any) -> dict[str, Any]:
 def gateway_text(busy: int, fg: int, bg: int, tokens: float, seconds: float) -> str:
     m = GatewayMetrics(lambda: SlotSnapshot(total=2, busy=busy, queued_foreground=fg,
                                             queued_background=bg, queue_limit=8), lambda: busy)
-    m.generated_tokens.inc(tokens)
-    m.decode_seconds.inc(seconds)
+    m.engine.generated_tokens.inc(tokens)
+    m.engine.decode_seconds.inc(seconds)
     return m.render()
 
 

@@ -4,12 +4,14 @@ what computing every model on its own gives.
 An incremental pass (`incremental.Desired`) evaluates the rules once per
 distinct (spec as the rules read it, node facts as the rules read them, CPUs)
 (`incremental.Evaluations`), prepares a spec once per such spec, and renders a
-pod's containers once per (spec, tuning, options) (`render.PodParts`), whose
-JSON text the pod's hash reuses (`render.pod_spec_hash`; both in
-render/digests.py). These tests hold each premise (what the keys leave out is
-never read) and the whole: a fresh `Desired` equals the plain `desired_state`,
-which computes every model with the plain functions and no memo, on worlds
-built so that many models and nodes are alike."""
+pod's containers once per (spec, tuning, options) (`incremental.PodParts`),
+whose JSON text the pod's hash reuses (`incremental.pod_spec_hash`; both in
+incremental/pod_parts.py), and puts the applied objects' digests together from
+shared templates (`incremental.AppliedDigests`). These tests hold each
+premise (what the keys leave out is never read) and the whole: a fresh
+`Desired` equals the plain `desired_state`, which computes every model with the
+plain functions and no memo, on worlds built so that many models and nodes are
+alike."""
 
 from __future__ import annotations
 
@@ -26,23 +28,29 @@ from localmodel.api import LocalModel, parse_local_model
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, LABEL_REPLICA
 from localmodel.desired import desired_state, prepare
 from localmodel.facts import FactSource, NodeFacts, Taint
-from localmodel.incremental import Desired, Evaluations
+from localmodel.incremental import (
+    AppliedDigests,
+    Desired,
+    Evaluations,
+    PodParts,
+    affinity_text,
+    node_key,
+    pod_digest,
+    pod_spec_hash,
+    spec_key,
+    volumes_text,
+)
+from localmodel.incremental import applied_digests as incremental_digests
 from localmodel.planner import Cpus, Usage, cpu_limit, replica_cpus
 from localmodel.render import (
-    AppliedDigests,
-    PodParts,
     RenderOptions,
     ReplicaPlan,
-    affinity_text,
     applied_hashes,
     build_containers,
     manifest_hash,
-    pod_spec_hash,
     render_objects,
-    volumes_text,
 )
-from localmodel.render import digests as render_digests
-from localmodel.rules.evaluate import evaluate, node_key, spec_key
+from localmodel.rules.evaluate import evaluate
 from tests.builders import MakeLocalModel
 
 pytestmark = pytest.mark.unit
@@ -177,7 +185,7 @@ def test_a_pods_containers_read_neither_its_name_nor_its_node(rnd: random.Random
 
 @EXAMPLES
 @given(st.randoms(use_true_random=False))
-def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -> None:
+def test_the_pod_digest_from_shared_parts_is_the_manifest_hash(rnd: random.Random) -> None:
     lm = local_model(rnd.choice(["a", "b-1"]), spec(rnd))
     prep = prepare(lm.spec)
     if prep.problems:
@@ -185,8 +193,8 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
     n1 = random_node("n1", rnd)
     t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(r, f"n{r}", t, "", rnd.choice(["", "c"])) for r in range(2)]
-    # (With a pass's PodParts: the digest put together from known texts.)
-    for o in render_objects(lm, replicas, RenderOptions(), PodParts()):
+    options, parts = RenderOptions(), PodParts()  # one pass's: both replicas share its parts
+    for o in render_objects(lm, replicas, options):
         if o["kind"] == "Pod":
             spec_ = o["spec"]
             fields = rnd.sample(sorted(spec_), rnd.randrange(len(spec_) + 1))
@@ -199,6 +207,9 @@ def test_the_pod_hash_from_known_json_is_the_manifest_hash(rnd: random.Random) -
             r = replicas[int(o["metadata"]["labels"][LABEL_REPLICA])]
             assert volumes_text(lm, r) == json.dumps(spec_["volumes"], sort_keys=True)
             assert o["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH] == manifest_hash(spec_)
+            # The whole digest from the pass's shared parts (`incremental.Desired`'s).
+            shared = parts.containers(lm, r, options)
+            assert pod_digest(lm, r, shared, options) == manifest_hash(spec_)
 
 
 def test_evaluations_give_one_tuning_per_distinct_input() -> None:
@@ -289,8 +300,8 @@ def test_applied_digests_fall_back_to_the_plain_ones_when_a_template_differs(
     n1 = random_node("n1", rnd)
     t = evaluate(lm.spec, n1, cpus(n1, 2), prep.shape, prep.version)
     replicas = [ReplicaPlan(0, "n0", t, "", "")]
-    made_from = render_digests._applied_templates
-    monkeypatch.setattr(render_digests, "_applied_templates",
+    made_from = incremental_digests._applied_templates
+    monkeypatch.setattr(incremental_digests, "_applied_templates",
                         lambda _, rs, opts: made_from(wrong, rs, opts))
     digests = AppliedDigests()
     other = local_model("b", BASES[0])

@@ -24,7 +24,9 @@ Admitted = tuple[list[LocalModel], list[ModelWork]]  # `plan.admitted`: admitted
 
 @dataclass
 class AdmitMemo:
-    """The last verdicts of the admin's policy, and the models that did not parse."""
+    """Keeps the last verdicts of the admin's policy and the models that did not
+    parse, keyed on the models section, the policy and the Secrets' labels
+    (each model by its object)."""
 
     since: Since
     refused: dict[str, tuple[LocalModel, TenantPolicy, dict[Any, Any], Any]] = field(

@@ -32,7 +32,8 @@ StoredVersion = tuple[str, str]  # (uid, resourceVersion): one stored version of
 
 @dataclass
 class Parsed:
-    """What `observe` keeps between passes, so a pass costs what changed.
+    """Keeps what `observe` read between passes, keyed on each stored object's
+    version (LocalModels, Nodes) or identity (the rest), so a pass costs what changed.
 
     LocalModels and Nodes parsed, by stored version: each stored version is
     parsed once and the same parsed object comes back (the long-lived

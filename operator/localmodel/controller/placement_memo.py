@@ -24,7 +24,9 @@ Chooser = Callable[[LocalModel, int, str], str]  # `changes.choose_claim` of one
 
 @dataclass
 class CurrentMemo:
-    """The last `plan.with_memory` answer and what it was worked out from."""
+    """Keeps the last `plan.with_memory` answer (where replicas are), keyed on
+    what it was worked out from: the current placements and the last placements
+    of unplaced replicas' models."""
 
     since: Since
     # The last `current`: its placements, the last placements it filled in from,
@@ -70,7 +72,8 @@ class CurrentMemo:
 
 @dataclass
 class ClaimMemo:
-    """The claims chosen, each with what it read, and by node."""
+    """Keeps the claims chosen (and by node), each keyed on what it read: the
+    model, its claims and pods, the node's facts, the claims' volumes."""
 
     since: Since
     chosen: dict[tuple[str, int, str], tuple[Any, ...]] = field(default_factory=dict)

@@ -158,8 +158,11 @@ class Shares:
 
 @dataclass
 class ShareMemo:
-    """Each model's kept share (`_Kept`), the last pass's shares and plan, and
-    the node -> models index a changed node's models are found by."""
+    """Keeps each model's share of the last pass (`_Kept`: its changes and
+    status), the last pass's shares and plan, and the node -> models index a
+    changed node's models are found by; keyed on what each share read (its
+    model, its plan, the objects it owns, its speeds) and, for the whole plan,
+    on the very same inputs."""
 
     since: Since
     by_model: dict[str, _Kept] = field(default_factory=dict)

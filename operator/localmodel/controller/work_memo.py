@@ -35,7 +35,9 @@ from localmodel.controller.since import Since
 
 @dataclass
 class KeptWork:
-    """The reconciler's memory of the last passes' plans, one layer per step."""
+    """Keeps the operator's plan of the last pass, one memo per step (share,
+    admit, placements, claims), each keyed on what its step read since the
+    last pass (`since.Since`)."""
 
     since: Since = field(default_factory=Since)
     shares: ShareMemo = field(init=False)

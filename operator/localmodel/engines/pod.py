@@ -74,7 +74,7 @@ class EnginePod(Protocol):
 
     def containers(self, lm: LocalModel, tuning: Tuning, options: PodOptions) -> EngineContainers:
         """Its containers for one replica. They read the spec (never its
-        replicas, cpu or placement: see `render.PodParts`), the replica's
+        replicas, cpu or placement: see `incremental.PodParts`), the replica's
         tuning and the options, nothing of the model's name or the node."""
         ...
 

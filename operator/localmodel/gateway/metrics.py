@@ -14,6 +14,7 @@ from localmodel.gateway.record import CANCEL_REASONS, Outcome, RequestRecord
 from localmodel.gateway.slots import SlotSnapshot
 from localmodel.gateway.speed import SpeedRecord
 from localmodel.gateway_contract import METRIC_PREFIX
+from localmodel.gateway_contract.timing import EngineTiming
 from localmodel.metrics import (
     LATENCY_BUCKETS,
     RATE_BUCKETS,
@@ -27,7 +28,9 @@ from localmodel.metrics import (
 
 
 class GatewayMetrics:
-    """Every metric the gateway exports, fed by finished `RequestRecord`s."""
+    """Keeps every metric the gateway exports, fed by finished `RequestRecord`s
+    (the engine's timing in `EngineMetrics`, the gauges read at render time in
+    `GatewayGauges`)."""
 
     def __init__(
         self,
@@ -37,14 +40,11 @@ class GatewayMetrics:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.speed = speed if speed is not None else SpeedRecord()
-        self._clock = clock
-        self._slots = slots
-        self._in_flight_now = in_flight
         self._request_metrics()
         self._overflow_metrics()
-        self._engine_metrics()
+        self.engine = EngineMetrics()
         self._caller_metrics()
-        self.gauges = self._gauges()
+        self.gauges = GatewayGauges(slots, in_flight, self.speed, clock).all
         # Mean slot hold time, for Retry-After hints.
         self._held = 0
         self._held_seconds = 0.0
@@ -122,33 +122,6 @@ class GatewayMetrics:
             ("route",),
         )
 
-    def _engine_metrics(self) -> None:
-        """The engine's own timing: tokens and seconds of prefill and decode, and their rates per
-        request."""
-        p = METRIC_PREFIX
-        self.prompt_tokens = Counter(
-            p + "prompt_tokens_total", "Prompt tokens the engine evaluated (engine timing)."
-        )
-        self.prefill_seconds = Counter(
-            p + "prefill_seconds_total", "Seconds the engine spent on prompt evaluation."
-        )
-        self.generated_tokens = Counter(
-            p + "generated_tokens_total", "Tokens the engine generated (engine timing)."
-        )
-        self.decode_seconds = Counter(
-            p + "decode_seconds_total", "Seconds the engine spent generating tokens."
-        )
-        self.prefill_rate = Histogram(
-            p + "prefill_tokens_per_second",
-            "Prompt evaluation speed per request (engine timing).",
-            RATE_BUCKETS,
-        )
-        self.decode_rate = Histogram(
-            p + "decode_tokens_per_second",
-            "Generation speed per request (engine timing).",
-            RATE_BUCKETS,
-        )
-
     def _caller_metrics(self) -> None:
         """Per caller and per holder: the prompt cache, rewrites and re-reads, and whom the waits
         were behind."""
@@ -184,9 +157,167 @@ class GatewayMetrics:
             ("ahead",),
         )
 
-    def _gauges(self) -> tuple[Gauge, ...]:
-        """The gauges: read from the slots, the requests in flight and the
-        speed record each time the metrics are rendered."""
+    def overflow_failed(self, rec: RequestRecord, kind: str, status: int | None = None) -> None:
+        rec.overflow_error, rec.overflow_status = kind, status
+        self.overflow_errors.inc(1, (kind,))
+
+    def overflow_skip(self, rec: RequestRecord, reason: str) -> None:
+        rec.overflow_skipped = reason
+        self.overflow_skipped.inc(1, (reason,))
+
+    @property
+    def mean_slot_seconds(self) -> float:
+        return self._held_seconds / self._held if self._held else 0.0
+
+    def all(self) -> tuple[Metric, ...]:
+        return (
+            self.requests,
+            *self.gauges,
+            self.queue_wait,
+            self.slot_busy,
+            self.cancellations,
+            self.upstream_errors,
+            self.overflow_requests,
+            self.overflow_errors,
+            self.overflow_skipped,
+            self.overflow_duration,
+            self.options_rewritten,
+            *self.engine.all(),
+            self.ttft,
+            self.duration,
+            self.prompt_cached,
+            self.prompt_evaluated,
+            self.rewrites,
+            self.reread_seconds,
+            self.wait_behind,
+        )
+
+    def render(self) -> str:
+        return render(self.all())
+
+    def record(self, rec: RequestRecord) -> None:
+        outcome = rec.outcome or Outcome.INTERNAL_ERROR
+        self.requests.inc(1, (rec.route, rec.priority, outcome.value))
+        if outcome in CANCEL_REASONS:
+            self.cancellations.inc(1, (CANCEL_REASONS[outcome],))
+        if rec.upstream_error:
+            # A broken stream from the overflow is the overflow's error, not the engine's.
+            errors = self.overflow_errors if rec.served_by == "overflow" else self.upstream_errors
+            errors.inc(1, (rec.upstream_error,))
+
+        if rec.slot_at is not None:
+            wait = rec.queue_wait
+            if wait is not None:
+                self.queue_wait.observe(wait, (rec.priority,))
+        held = rec.slot_seconds
+        if held is not None:
+            self.slot_busy.inc(held)
+            self._held += 1
+            self._held_seconds += held
+        if rec.ttft is not None:
+            self.ttft.observe(rec.ttft, (rec.route,))
+        if rec.duration is not None:
+            self.duration.observe(rec.duration, (rec.route,))
+        if rec.served_by == "overflow":
+            self.overflow_requests.inc(1, (rec.route, outcome.value))
+            if rec.duration is not None:
+                self.overflow_duration.observe(rec.duration, (rec.route,))
+        if rec.behind:
+            for (_, ahead), owed in rec.behind.items():
+                self.wait_behind.inc(owed, (ahead,))
+        if rec.rewrite:
+            caller = (self.callers.label(rec.caller),)
+            self.rewrites.inc(1, caller)
+            reread_seconds = rec.reread()[1]
+            if reread_seconds is not None:
+                self.reread_seconds.inc(max(0.0, reread_seconds), caller)
+        timing = rec.timing
+        if timing is None:
+            return
+        if rec.served_by != "overflow":
+            self.speed.add(rec.end if rec.end is not None else rec.start, timing)
+        if timing.prompt_cached is not None:
+            self.prompt_cached.inc(max(0, timing.prompt_cached), (self.callers.label(rec.caller),))
+        if timing.prompt_evaluated is not None:
+            self.prompt_evaluated.inc(
+                max(0, timing.prompt_evaluated), (self.callers.label(rec.caller),)
+            )
+        self.engine.record(timing)
+
+
+class EngineMetrics:
+    """Keeps the engine's own timing: tokens and seconds of prefill and decode,
+    and their rates per request."""
+
+    def __init__(self) -> None:
+        p = METRIC_PREFIX
+        self.prompt_tokens = Counter(
+            p + "prompt_tokens_total", "Prompt tokens the engine evaluated (engine timing)."
+        )
+        self.prefill_seconds = Counter(
+            p + "prefill_seconds_total", "Seconds the engine spent on prompt evaluation."
+        )
+        self.generated_tokens = Counter(
+            p + "generated_tokens_total", "Tokens the engine generated (engine timing)."
+        )
+        self.decode_seconds = Counter(
+            p + "decode_seconds_total", "Seconds the engine spent generating tokens."
+        )
+        self.prefill_rate = Histogram(
+            p + "prefill_tokens_per_second",
+            "Prompt evaluation speed per request (engine timing).",
+            RATE_BUCKETS,
+        )
+        self.decode_rate = Histogram(
+            p + "decode_tokens_per_second",
+            "Generation speed per request (engine timing).",
+            RATE_BUCKETS,
+        )
+
+    def all(self) -> tuple[Metric, ...]:
+        return (
+            self.prompt_tokens,
+            self.prefill_seconds,
+            self.generated_tokens,
+            self.decode_seconds,
+            self.prefill_rate,
+            self.decode_rate,
+        )
+
+    def record(self, timing: EngineTiming) -> None:
+        """One request's timing, as the engine gave it."""
+        if timing.prompt_tokens is not None:
+            self.prompt_tokens.inc(max(0, timing.prompt_tokens))
+        if timing.prompt_seconds is not None:
+            self.prefill_seconds.inc(max(0.0, timing.prompt_seconds))
+        if timing.generated_tokens is not None:
+            self.generated_tokens.inc(max(0, timing.generated_tokens))
+        if timing.decode_seconds is not None:
+            self.decode_seconds.inc(max(0.0, timing.decode_seconds))
+        if timing.prefill_tokens_per_second is not None:
+            self.prefill_rate.observe(timing.prefill_tokens_per_second)
+        if timing.decode_tokens_per_second is not None:
+            self.decode_rate.observe(timing.decode_tokens_per_second)
+
+
+class GatewayGauges:
+    """Reads the gateway's state for its gauges each time the metrics are
+    rendered: the slots, the queue, the requests in flight, the speed record."""
+
+    def __init__(
+        self,
+        slots: Callable[[], SlotSnapshot],
+        in_flight: Callable[[], int],
+        speed: SpeedRecord,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        self.speed = speed
+        self._clock = clock
+        self._slots = slots
+        self._in_flight_now = in_flight
+
+    @property
+    def all(self) -> tuple[Gauge, ...]:
         p = METRIC_PREFIX
         return (
             Gauge(
@@ -249,106 +380,3 @@ class GatewayMetrics:
         _, decode, prefill = self.speed.recent(self._clock())
         rates = (("decode", decode), ("prefill", prefill))
         return {(phase,): rate for phase, rate in rates if rate is not None}
-
-    def overflow_failed(self, rec: RequestRecord, kind: str, status: int | None = None) -> None:
-        rec.overflow_error, rec.overflow_status = kind, status
-        self.overflow_errors.inc(1, (kind,))
-
-    def overflow_skip(self, rec: RequestRecord, reason: str) -> None:
-        rec.overflow_skipped = reason
-        self.overflow_skipped.inc(1, (reason,))
-
-    @property
-    def mean_slot_seconds(self) -> float:
-        return self._held_seconds / self._held if self._held else 0.0
-
-    def all(self) -> tuple[Metric, ...]:
-        return (
-            self.requests,
-            *self.gauges,
-            self.queue_wait,
-            self.slot_busy,
-            self.cancellations,
-            self.upstream_errors,
-            self.overflow_requests,
-            self.overflow_errors,
-            self.overflow_skipped,
-            self.overflow_duration,
-            self.options_rewritten,
-            self.prompt_tokens,
-            self.prefill_seconds,
-            self.generated_tokens,
-            self.decode_seconds,
-            self.prefill_rate,
-            self.decode_rate,
-            self.ttft,
-            self.duration,
-            self.prompt_cached,
-            self.prompt_evaluated,
-            self.rewrites,
-            self.reread_seconds,
-            self.wait_behind,
-        )
-
-    def render(self) -> str:
-        return render(self.all())
-
-    def record(self, rec: RequestRecord) -> None:
-        outcome = rec.outcome or Outcome.INTERNAL_ERROR
-        self.requests.inc(1, (rec.route, rec.priority, outcome.value))
-        if outcome in CANCEL_REASONS:
-            self.cancellations.inc(1, (CANCEL_REASONS[outcome],))
-        if rec.upstream_error:
-            # A broken stream from the overflow is the overflow's error, not the engine's.
-            errors = self.overflow_errors if rec.served_by == "overflow" else self.upstream_errors
-            errors.inc(1, (rec.upstream_error,))
-
-        if rec.slot_at is not None:
-            wait = rec.queue_wait
-            if wait is not None:
-                self.queue_wait.observe(wait, (rec.priority,))
-        held = rec.slot_seconds
-        if held is not None:
-            self.slot_busy.inc(held)
-            self._held += 1
-            self._held_seconds += held
-        if rec.ttft is not None:
-            self.ttft.observe(rec.ttft, (rec.route,))
-        if rec.duration is not None:
-            self.duration.observe(rec.duration, (rec.route,))
-        if rec.served_by == "overflow":
-            self.overflow_requests.inc(1, (rec.route, outcome.value))
-            if rec.duration is not None:
-                self.overflow_duration.observe(rec.duration, (rec.route,))
-        if rec.behind:
-            for (_, ahead), owed in rec.behind.items():
-                self.wait_behind.inc(owed, (ahead,))
-        if rec.rewrite:
-            caller = (self.callers.label(rec.caller),)
-            self.rewrites.inc(1, caller)
-            reread_seconds = rec.reread()[1]
-            if reread_seconds is not None:
-                self.reread_seconds.inc(max(0.0, reread_seconds), caller)
-        timing = rec.timing
-        if timing is None:
-            return
-        if rec.served_by != "overflow":
-            self.speed.add(rec.end if rec.end is not None else rec.start, timing)
-        if timing.prompt_cached is not None:
-            self.prompt_cached.inc(max(0, timing.prompt_cached), (self.callers.label(rec.caller),))
-        if timing.prompt_evaluated is not None:
-            self.prompt_evaluated.inc(
-                max(0, timing.prompt_evaluated), (self.callers.label(rec.caller),)
-            )
-        if timing.prompt_tokens is not None:
-            self.prompt_tokens.inc(max(0, timing.prompt_tokens))
-        if timing.prompt_seconds is not None:
-            self.prefill_seconds.inc(max(0.0, timing.prompt_seconds))
-        if timing.generated_tokens is not None:
-            self.generated_tokens.inc(max(0, timing.generated_tokens))
-        if timing.decode_seconds is not None:
-            self.decode_seconds.inc(max(0.0, timing.decode_seconds))
-        if timing.prefill_tokens_per_second is not None:
-            self.prefill_rate.observe(timing.prefill_tokens_per_second)
-        if timing.decode_tokens_per_second is not None:
-            self.decode_rate.observe(timing.decode_tokens_per_second)

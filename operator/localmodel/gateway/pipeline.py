@@ -1,11 +1,12 @@
 """One request, start to end: its deadline, its place counted against the
 queue (a full queue refuses it before its body is read), its body read in time
-and parsed (a few at a time, --body-reads), the pure rewrite, a slot (or a
+and parsed (a few at a time, --body-reads: gateway/intake.py, with the API
+key's check), the pure rewrite, a slot (or a
 place in the queue, or the overflow endpoint), the upstream exchange, and at
 the end its record: metrics and one log line.
 
 Each step either passes its result on or answers the caller at once, raising
-`_Answered` with the outcome already recorded; `Pipeline.handle` is the one
+`intake.Answered` with the outcome already recorded; `Pipeline.handle` is the one
 place that turns what escapes (a caller gone, a shutdown, a bug) into an
 outcome, and that gives the slot back.
 """
@@ -23,13 +24,12 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
+from localmodel.gateway.intake import Answered, BodyIntake, CallerKeys, Deadline, answer
 from localmodel.gateway.keys import KeyRing
 from localmodel.gateway.ledger import (
-    ANONYMOUS,
     MAX_ID,
     Ledger,
     Sessions,
-    clean_name,
     identify,
 )
 from localmodel.gateway.metrics import GatewayMetrics
@@ -40,36 +40,22 @@ from localmodel.gateway.record import Outcome, RequestRecord, ledger_entry, log_
 from localmodel.gateway.relay import Relay
 from localmodel.gateway.rewrite import (
     BadRequest,
-    Prepared,
-    metadata_model,
-    prepare,
     request_deadline,
 )
-from localmodel.gateway.routes import OPENAI_PATHS, Kind, Route
+from localmodel.gateway.routes import Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway_contract import GatewayConfig
-from localmodel.gateway_contract.bounds import TooLarge
 from localmodel.gateway_contract.headers import (
     CALLER_HEADER,
     MAX_ROUTED,
-    MAX_SESSION_CHARS,
     ROUTE_HEADER,
     SESSION_HEADER,
 )
-from localmodel.gateway_contract.reads import BodyReads
 from localmodel.gateway_contract.replies import error_response
 from localmodel.printable import printable
 
 REQUEST_ID = web.RequestKey("request_id", str)
 SERVED_BY = web.RequestKey("served_by", str)
-
-
-class _Answered(Exception):
-    """A step answered the caller early; its outcome is in the record."""
-
-    def __init__(self, response: web.Response) -> None:
-        super().__init__(response.status)
-        self.response = response
 
 
 @dataclass
@@ -81,13 +67,11 @@ class _Slot:
     reserved: bool = False
 
 
-@dataclass(frozen=True)
-class _Deadline:
-    seconds: float  # as the caller or --deadline set it
-    at: float  # on the event loop's clock
-
-
 class Pipeline:
+    """Decides each request's way through the gateway, step by step, and keeps
+    what the steps share: the requests in flight, the sessions owned here,
+    the record each request ends with."""
+
     def __init__(
         self,
         config: GatewayConfig,
@@ -102,9 +86,8 @@ class Pipeline:
         keys: Callable[[], KeyRing] | None = None,
     ) -> None:
         self.config = config
-        # API keys (--keys-file): the ring now (it is reloaded), or None: off.
-        self.keys = keys
-        self._caller_load: dict[str, int] = {}  # requests in flight per key's caller
+        # API keys (--keys-file), or None: off.
+        self.callers = CallerKeys(keys) if keys is not None else None
         self.ledger = ledger
         # Sessions' last prompts, for the rewrite check: with the ledger only.
         self.sessions = Sessions() if ledger is not None else None
@@ -121,8 +104,7 @@ class Pipeline:
         self.in_flight = 0  # requests being handled now, any route
         self.unexpected_errors = 0
         self.closing = False  # the gateway is shutting down
-        # Bodies read and parsed at once: what they cost adds up (see --body-reads).
-        self._reads = BodyReads(config.body_reads)
+        self.intake = BodyIntake(config, self.sessions, metrics)
 
     async def handle(self, request: web.Request, route: Route) -> web.StreamResponse:
         rec = self._record(request, route)
@@ -130,7 +112,7 @@ class Pipeline:
         self.in_flight += 1
         try:
             return await self._serve(request, route, rec, slot)
-        except _Answered as answered:
+        except Answered as answered:
             return answered.response
         except asyncio.CancelledError:
             if self.closing:
@@ -172,12 +154,8 @@ class Pipeline:
         return rec
 
     def _end(self, rec: RequestRecord, slot: _Slot) -> None:
-        if rec.key is not None and rec.key.concurrency is not None:
-            left = self._caller_load.get(rec.caller, 1) - 1
-            if left > 0:
-                self._caller_load[rec.caller] = left
-            else:
-                self._caller_load.pop(rec.caller, None)
+        if self.callers is not None:
+            self.callers.release(rec)
         if slot.reserved:
             self.queue.unreserve()
         if slot.ticket:
@@ -200,12 +178,12 @@ class Pipeline:
     async def _serve(
         self, request: web.Request, route: Route, rec: RequestRecord, slot: _Slot
     ) -> web.StreamResponse:
-        if self.keys is not None:
-            self._authenticate(request, rec)
+        if self.callers is not None:
+            self.callers.authenticate(request, rec)
         deadline = self._deadline(request, rec)
         if route.reads_body:
             self._admit(route, rec, slot)  # metadata (/api/show) keeps its place to the end
-        raw, prepared = await self._read(request, route, rec, deadline)
+        raw, prepared = await self.intake.read(request, route, rec, deadline)
         if route.uses_slot:
             overflowed = await self._take_slot(route, raw, rec, deadline, slot)
             if overflowed is not None:
@@ -216,41 +194,14 @@ class Pipeline:
 
     # ---- the steps -----------------------------------------------------------
 
-    def _authenticate(self, request: web.Request, rec: RequestRecord) -> None:
-        """Keys on: the request's key names its caller (no header can claim
-        another) and bounds its priority and its requests at once; 401
-        without a valid key."""
-        assert self.keys is not None
-        rec.caller, rec.session = ANONYMOUS, None  # claimed, not proven
-        entry = self.keys().find(request.headers.get("Authorization"))
-        if entry is None:
-            raise self._answer(
-                rec, Outcome.UNAUTHORIZED, 401, "a valid API key is required",
-                "a valid API key is required (Authorization: Bearer <key>)",
-                {"WWW-Authenticate": 'Bearer realm="localmodel"'},
-            )
-        rec.key, rec.caller = entry, entry.caller
-        rec.session = clean_name(request.headers.get(SESSION_HEADER), MAX_SESSION_CHARS)
-        rec.priority = entry.priority_for(Priority(rec.priority)).value
-        if entry.concurrency is not None:
-            load = self._caller_load.get(entry.caller, 0)
-            if load >= entry.concurrency:
-                rec.key = None  # not counted: it never held a place
-                raise self._answer(
-                    rec, Outcome.CALLER_LIMIT, 429, "caller limit",
-                    f"caller {entry.caller} has {load} request(s) in progress, "
-                    "its key's concurrency limit",
-                )
-            self._caller_load[entry.caller] = load + 1
-
-    def _deadline(self, request: web.Request, rec: RequestRecord) -> _Deadline:
+    def _deadline(self, request: web.Request, rec: RequestRecord) -> Deadline:
         try:
             seconds = request_deadline(
                 request.headers.get("X-Request-Timeout"), self.config.deadline
             )
         except BadRequest as exc:
-            raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
-        return _Deadline(seconds, asyncio.get_running_loop().time() + seconds)
+            raise answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
+        return Deadline(seconds, asyncio.get_running_loop().time() + seconds)
 
     def _admit(self, route: Route, rec: RequestRecord, slot: _Slot) -> None:
         """Count the request against the queue before its body is read: a full
@@ -264,70 +215,8 @@ class Pipeline:
               or not route.uses_slot):
             raise self._refuse(rec, admission)
 
-    async def _read(
-        self, request: web.Request, route: Route, rec: RequestRecord, deadline: _Deadline
-    ) -> tuple[bytes, Prepared]:
-        """The body, read and parsed with at most --body-reads others."""
-        limit = self.config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise self._too_large(rec)
-        try:
-            async with asyncio.timeout_at(deadline.at):
-                await self._reads.acquire()
-        except TimeoutError:
-            message = f"deadline of {deadline.seconds:g}s passed while waiting to read the body"
-            raise self._answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
-        try:
-            raw = await self._read_body(request, rec)
-            return raw, self._prepare(route, raw, rec)
-        finally:
-            self._reads.release()
-
-    def _too_large(self, rec: RequestRecord) -> _Answered:
-        limit = self.config.max_body_bytes
-        message = f"request body is over the limit of {limit} bytes (--max-body-bytes)"
-        return self._answer(rec, Outcome.TOO_LARGE, 413, message)
-
-    async def _read_body(self, request: web.Request, rec: RequestRecord) -> bytes:
-        try:
-            async with asyncio.timeout(self.config.body_timeout):
-                return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large(rec) from None
-        except TimeoutError:
-            message = f"request body not received within {self.config.body_timeout:g}s"
-            raise self._answer(rec, Outcome.BODY_TIMEOUT, 408, message) from None
-
-    def _prepare(self, route: Route, raw: bytes, rec: RequestRecord) -> Prepared:
-        if route.kind is Kind.PASSTHROUGH:
-            try:
-                model = metadata_model(raw, self.config) if route.reads_body else ""
-            except BadRequest as exc:
-                raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
-            except TooLarge as exc:
-                raise self._answer(rec, Outcome.TOO_LARGE, 413, str(exc)) from None
-            prepared = Prepared(body=raw, caller_streams=False, model=model)
-        else:
-            sessions = self.sessions if rec.session is not None else None
-            try:
-                prepared = prepare(route, raw, self.config, want_prompt=sessions is not None)
-            except BadRequest as exc:
-                raise self._answer(rec, Outcome.BAD_REQUEST, 400, str(exc)) from None
-            except TooLarge as exc:
-                raise self._answer(rec, Outcome.TOO_LARGE, 413, str(exc)) from None
-            for option in prepared.rewritten:
-                self.metrics.options_rewritten.inc(1, (option,))
-            if rec.caller == ANONYMOUS and rec.key is None:
-                rec.caller = clean_name(prepared.user) or ANONYMOUS
-            if sessions is not None and prepared.prompt is not None and rec.session is not None:
-                turn, rec.turn = sessions.arrive((rec.caller, rec.session), prepared.prompt)
-                rec.rewrite, rec.previous_tokens = turn.rewrite, turn.previous_tokens
-        rec.model = prepared.model
-        rec.caller_streams = prepared.caller_streams
-        return prepared
-
     async def _take_slot(
-        self, route: Route, raw: bytes, rec: RequestRecord, deadline: _Deadline, slot: _Slot
+        self, route: Route, raw: bytes, rec: RequestRecord, deadline: Deadline, slot: _Slot
     ) -> Overflowed | None:
         """Hold a slot (None), or the overflow endpoint's answer instead."""
         priority = Priority(rec.priority)
@@ -346,21 +235,21 @@ class Pipeline:
         rec.slot_at = self._clock()
         return None
 
-    def _refuse(self, rec: RequestRecord, admission: Admission) -> _Answered:
+    def _refuse(self, rec: RequestRecord, admission: Admission) -> Answered:
         """The answer to a request the slots and the queue cannot take."""
         if admission is Admission.REJECTED_BUSY:
-            return self._answer(
+            return answer(
                 rec, Outcome.REJECTED_BUSY, 429, "no free slot",
                 "no free slot; background requests are not queued", self._retry_after(),
             )
-        return self._answer(
+        return answer(
             rec, Outcome.REJECTED_QUEUE_FULL, 503, "queue full",
             f"queue full ({self.config.max_queue} waiting){self._not_overflowed(rec)}",
             self._retry_after(),
         )
 
     async def _wait(
-        self, route: Route, raw: bytes, rec: RequestRecord, ticket: int, deadline: _Deadline
+        self, route: Route, raw: bytes, rec: RequestRecord, ticket: int, deadline: Deadline
     ) -> Overflowed | None:
         """Wait in the queue (ticket 0: the queue is full), racing the overflow."""
         attempt: OverflowTry | None = None
@@ -371,7 +260,7 @@ class Pipeline:
         except TimeoutError:
             message = f"deadline of {deadline.seconds:g}s passed while queued"
             message += self._not_overflowed(rec)
-            raise self._answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
+            raise answer(rec, Outcome.CANCELLED_DEADLINE, 504, message) from None
 
     async def _from_overflow(
         self,
@@ -379,7 +268,7 @@ class Pipeline:
         route: Route,
         overflowed: Overflowed,
         rec: RequestRecord,
-        deadline: _Deadline,
+        deadline: Deadline,
     ) -> web.StreamResponse:
         request[SERVED_BY] = rec.served_by = "overflow"
         ex = Exchange(route, rec, upstream=overflowed.upstream)
@@ -395,18 +284,3 @@ class Pipeline:
 
     def _retry_after(self) -> dict[str, str]:
         return self.queue.retry_after(self.metrics.mean_slot_seconds)
-
-    @staticmethod
-    def _answer(
-        rec: RequestRecord,
-        outcome: Outcome,
-        status: int,
-        detail: str,
-        message: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> _Answered:
-        """Record the outcome; the answer to raise (message: what the caller
-        reads, when it says more than the record's detail)."""
-        rec.finish(outcome, status, detail)
-        openai = rec.route in OPENAI_PATHS
-        return _Answered(error_response(status, message or detail, headers, openai=openai))

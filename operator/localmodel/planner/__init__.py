@@ -69,9 +69,11 @@ Modules
 ``model``: inputs, outputs and ``PlannerSettings``; ``fit``: the sorted fit
 lists and their two queries; ``index``: the node index, eligibility and the one
 definition of "fits"; ``place``: keep, then place (``Planner``, the same pass
-kept between calls); ``assign``: the best node for one replica, taking it;
-``explain``: why a replica fits nowhere, over a ``census`` in large clusters;
-``text``: how quantities are worded.
+kept between calls); ``inputs``: a call's inputs and what of them is the last
+call's; ``keeping``: what keeping did on each node, kept between calls;
+``assign``: the best node for one replica, taking it; ``explain``: why a
+replica fits nowhere, over a ``census`` in large clusters; ``text``: how
+quantities are worded.
 """
 
 from localmodel.planner.cpus import CpuRequest, Cpus, cpu_limit, replica_cpus

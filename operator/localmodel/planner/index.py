@@ -141,8 +141,36 @@ class Eligibility:
     direct: tuple[tuple[int, Node], ...] | None = None
 
 
+class TaintVerdicts:
+    """Decides whether tolerations let a demand onto a node with these taints,
+    and keeps each verdict, keyed on (taints, tolerations): many nodes share
+    their taints, many demands their tolerations."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[tuple[Taint, ...], tuple[Toleration, ...]], Verdict] = {}
+
+    def __call__(self, taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Verdict:
+        """(first untolerated hard taint or None, untolerated PreferNoSchedule count)."""
+        key = (taints, tolerations)
+        cached = self._seen.get(key)
+        if cached is not None:
+            return cached
+        blocking: Taint | None = None
+        penalty = 0
+        for t in taints:
+            if any(tolerates(tol, t) for tol in tolerations):
+                continue
+            if t.effect == "PreferNoSchedule":
+                penalty += 1
+            elif blocking is None:  # NoSchedule, NoExecute (and anything unknown)
+                blocking = t
+        self._seen[key] = (blocking, penalty)
+        return blocking, penalty
+
+
 class NodeIndex:
-    """Every node with what is free on it, indexed for the demands at hand."""
+    """Keeps every node with what is free on it, indexed for the demands at
+    hand: views by node selector, taint classes, sorted fit lists."""
 
     def __init__(
         self,
@@ -175,7 +203,7 @@ class NodeIndex:
         self.schedulable = [node for node in self.nodes.values() if node.schedulable]
         self.unschedulable = [name for name, node in self.nodes.items() if not node.schedulable]
         self.overheads = sorted({d.overhead_cpu_milli for d in models})
-        self._verdicts: dict[tuple[tuple[Taint, ...], tuple[Toleration, ...]], Verdict] = {}
+        self.verdict = TaintVerdicts()
         self._eligibility: dict[Signature, Eligibility] = {}
         self._build({d.selector for d in models})
 
@@ -191,7 +219,6 @@ class NodeIndex:
                     self.postings.setdefault((k, v), []).append(node.name)
 
         self.keys = keys
-        chunk = self.settings.chunk_size
         self.views: dict[Selector, list[TaintClass]] = {}
         self._by_taints: dict[Selector, dict[tuple[Taint, ...], TaintClass]] = {}
         for selector in sorted(selectors):
@@ -208,15 +235,17 @@ class NodeIndex:
                     continue
                 cls = by_taints.get(node.taints)
                 if cls is None:
-                    cls = by_taints[node.taints] = TaintClass(len(by_taints), node.taints)
-                    cls.fits = {
-                        o: ByOccupancy(SortedEntries(chunk), SortedEntries(chunk))
-                        for o in self.overheads
-                    }
+                    cls = by_taints[node.taints] = self._new_class(len(by_taints), node.taints)
                 node.classes.append(cls)
             self.views[selector] = list(by_taints.values())
             self._by_taints[selector] = by_taints
         self._fill()
+
+    def _new_class(self, number: int, taints: tuple[Taint, ...]) -> TaintClass:
+        """A view's new taint class, with an empty pair of fit lists per overhead."""
+        chunk = self.settings.chunk_size
+        fits = {o: ByOccupancy(SortedEntries(chunk), SortedEntries(chunk)) for o in self.overheads}
+        return TaintClass(number, taints, fits)
 
     def _fill(self) -> None:
         """Index every usable node of a fresh index (nothing placed yet: every
@@ -311,37 +340,12 @@ class NodeIndex:
                     continue
                 cls = by_taints.get(taints)
                 if cls is None:
-                    cls = by_taints[taints] = TaintClass(len(by_taints), taints)
-                    cls.fits = {
-                        o: ByOccupancy(
-                            SortedEntries(self.settings.chunk_size),
-                            SortedEntries(self.settings.chunk_size),
-                        )
-                        for o in self.overheads
-                    }
+                    cls = by_taints[taints] = self._new_class(len(by_taints), taints)
                     self.views[selector].append(cls)
                 node.classes.append(cls)
         self._eligibility.clear()
 
     # ------------------------------------------------------------ eligibility
-
-    def verdict(self, taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Verdict:
-        """(first untolerated hard taint or None, untolerated PreferNoSchedule count)."""
-        key = (taints, tolerations)
-        cached = self._verdicts.get(key)
-        if cached is not None:
-            return cached
-        blocking: Taint | None = None
-        penalty = 0
-        for t in taints:
-            if any(tolerates(tol, t) for tol in tolerations):
-                continue
-            if t.effect == "PreferNoSchedule":
-                penalty += 1
-            elif blocking is None:  # NoSchedule, NoExecute (and anything unknown)
-                blocking = t
-        self._verdicts[key] = (blocking, penalty)
-        return blocking, penalty
 
     def members(self, selector: Selector) -> frozenset[str]:
         """Nodes (schedulable or not) whose labels match every selector item."""

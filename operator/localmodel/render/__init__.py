@@ -11,8 +11,9 @@ module per job:
   `engine(name)`: nothing here branches on an engine), `gateway` the sidecar;
 - `applied`: the ConfigMap and the Service, which the operator applies;
 - `objects`: every object of one model (`render_objects`);
-- `digests`: the digests the operator compares, and the pass's shortcuts to
-  them (`PodParts`, `AppliedDigests`).
+- `digests`: the digests the operator compares, the plain way (the pass's
+  shortcuts to them, `PodParts` and `AppliedDigests`, are memo layers in
+  localmodel/incremental/: nothing here takes a cache).
 """
 
 from localmodel.podspec import Manifest
@@ -22,28 +23,16 @@ from localmodel.render.applied import (
     render_configmap,
     render_service,
 )
-from localmodel.render.digests import (
-    AppliedDigests,
-    PodParts,
-    affinity_text,
-    applied_hashes,
-    manifest_hash,
-    pod_digest,
-    pod_spec_hash,
-    volumes_text,
-)
+from localmodel.render.digests import applied_hashes, manifest_hash
 from localmodel.render.gateway import build_gateway_container, gateway_env, gateway_secret_env
 from localmodel.render.objects import render_claim, render_objects, render_pod
 from localmodel.render.plan import RenderOptions, ReplicaPlan, replica_claim
 from localmodel.render.pods import build_containers, build_pod_spec, engine_pod
 
 __all__ = [
-    "AppliedDigests",
     "Manifest",
-    "PodParts",
     "RenderOptions",
     "ReplicaPlan",
-    "affinity_text",
     "applied_hashes",
     "applied_objects",
     "build_containers",
@@ -54,13 +43,10 @@ __all__ = [
     "gateway_env",
     "gateway_secret_env",
     "manifest_hash",
-    "pod_digest",
-    "pod_spec_hash",
     "render_claim",
     "render_configmap",
     "render_objects",
     "render_pod",
     "render_service",
     "replica_claim",
-    "volumes_text",
 ]

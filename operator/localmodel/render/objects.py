@@ -3,7 +3,7 @@ the weights claims, the pods and the Service."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from localmodel.api import LocalModel
@@ -11,10 +11,10 @@ from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, ANNOT
 from localmodel.facts.quantity import format_bytes
 from localmodel.podspec import Manifest
 from localmodel.render.applied import applied_objects
-from localmodel.render.digests import PodParts, manifest_hash, pod_digest
+from localmodel.render.digests import manifest_hash
 from localmodel.render.names import Meta, claim_owned, pod_name
 from localmodel.render.plan import RenderOptions, ReplicaPlan, replica_claim
-from localmodel.render.pods import Containers, build_pod_spec
+from localmodel.render.pods import build_pod_spec
 
 
 def render_claim(lm: LocalModel, r: ReplicaPlan, meta: Meta | None = None) -> Manifest:
@@ -38,11 +38,9 @@ def render_pod(
     lm: LocalModel,
     r: ReplicaPlan,
     options: RenderOptions,
-    parts: Containers | None = None,
     meta: Meta | None = None,
 ) -> Manifest:
-    spec = build_pod_spec(lm, r, options, parts)
-    digest = manifest_hash(spec) if parts is None else pod_digest(lm, r, parts, options)
+    spec = build_pod_spec(lm, r, options)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -52,7 +50,7 @@ def render_pod(
             annotations={
                 ANNOTATION_NODE: r.node,
                 ANNOTATION_THREADS: str(r.tuning.threads),
-                ANNOTATION_POD_SPEC_HASH: digest,
+                ANNOTATION_POD_SPEC_HASH: manifest_hash(spec),
             },
         ),
         "spec": spec,
@@ -63,12 +61,9 @@ def render_objects(
     lm: LocalModel,
     replicas: Sequence[ReplicaPlan],
     options: RenderOptions | None = None,
-    parts: PodParts | None = None,
-    key: Hashable = None,
 ) -> list[Manifest]:
     """Every object for one LocalModel: ConfigMap (Ollama's Modelfiles), claims,
-    pods, Service, NetworkPolicy (when wanted). ``parts``: a pass's `PodParts` (``key``: the spec's
-    `rules.spec_key`, when the caller has it)."""
+    pods, Service, NetworkPolicy (when wanted)."""
     options = options or RenderOptions()
     replicas = sorted(replicas, key=lambda r: r.replica)
     meta = Meta(lm)
@@ -77,12 +72,6 @@ def render_objects(
     return [
         *configmap,
         *(render_claim(lm, r, meta) for r in replicas),
-        *(
-            render_pod(
-                lm, r, options, None if parts is None else parts.containers(lm, r, options, key),
-                meta,
-            )
-            for r in replicas
-        ),
+        *(render_pod(lm, r, options, meta) for r in replicas),
         *(o for o in applied if o["kind"] != "ConfigMap"),  # the Service, the NetworkPolicy
     ]

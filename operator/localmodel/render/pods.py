@@ -4,8 +4,6 @@ to the planned node and the volumes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from localmodel.api import LocalModel
 from localmodel.contract import VOLUME_WEIGHTS
 from localmodel.engines.pod import EnginePod
@@ -14,7 +12,6 @@ from localmodel.podspec import Manifest
 from localmodel.render.gateway import build_gateway_container, gateway_volumes
 from localmodel.render.names import configmap_name
 from localmodel.render.plan import RenderOptions, ReplicaPlan, replica_claim
-from localmodel.rules.model import Tuning
 
 
 def engine_pod(lm: LocalModel) -> EnginePod:
@@ -26,7 +23,7 @@ def build_containers(
     lm: LocalModel, r: ReplicaPlan, options: RenderOptions
 ) -> tuple[list[Manifest], list[Manifest]]:
     """A pod's init containers and containers. They read the spec (never its
-    replicas, cpu or placement: see `PodParts`), the replica's tuning and the
+    replicas, cpu or placement: see `incremental.PodParts`), the replica's tuning and the
     options, nothing of the model's name or the replica's node."""
     inits, server = engine_pod(lm).containers(lm, r.tuning, options)
     containers = [server]
@@ -41,16 +38,6 @@ def _says_why(container: Manifest) -> Manifest:
     or 80 lines) as `lastState.terminated.message`, which the model's status
     says, cut and cleaned (localmodel/gaps.py: ContainerFailing)."""
     return {**container, "terminationMessagePolicy": "FallbackToLogsOnError"}
-
-
-@dataclass(frozen=True)
-class Containers:
-    """A pod's containers, as `PodParts` keeps them."""
-
-    tuning: Tuning  # held: its id is part of the key
-    inits: list[Manifest]
-    containers: list[Manifest]
-    json: dict[str, str]  # field -> its JSON text, for the pod spec's hash
 
 
 def node_affinity(node: str) -> Manifest:
@@ -82,13 +69,9 @@ def build_pod_spec(
     lm: LocalModel,
     r: ReplicaPlan,
     options: RenderOptions,
-    parts: Containers | None = None,
 ) -> Manifest:
     """The pod spec: bound to the planned node, the containers, the volumes."""
-    if parts is None:
-        inits, containers = build_containers(lm, r, options)
-    else:
-        inits, containers = parts.inits, parts.containers
+    inits, containers = build_containers(lm, r, options)
     return {
         "affinity": node_affinity(r.node),
         "initContainers": inits,
@@ -100,7 +83,7 @@ def build_pod_spec(
 
 def pod_spec_rest(lm: LocalModel, options: RenderOptions | None = None) -> Manifest:
     """A pod spec's fields besides its affinity, containers and volumes (the
-    ones `pod_digest` has as text): they read the spec and the pull secrets."""
+    ones `incremental.pod_digest` has as text): they read the spec and the pull secrets."""
     # No ServiceAccount token: nothing in a model pod calls the API server.
     # The pod's securityContext is its engine's (seccomp, and the user when
     # every container can run as one: docs/operator.md, Pod Security).

@@ -225,21 +225,7 @@ async def relay(
     complete = False
     try:
         async with asyncio.timeout_at(at):
-            writer = await out.prepare(request)
-            assert writer is not None and request.transport is not None
-            sink = CallerSink(request.transport, tail, mode)
-            conn.attach(sink)
-            # The caller's head now, with what came with the replica's.
-            await out.write(sink.take_first())
-            while True:
-                await conn.wait()
-                if conn.done:
-                    break
-                await writer.drain()  # the caller's socket was full, or is closing
-                if request.transport is None or request.transport.is_closing():
-                    raise ConnectionResetError("the caller's connection is closing")
-                conn.resume()
-            await out.write_eof(b"0\r\n\r\n" if mode == CHUNK else b"")
+            await _pass_on(request, out, conn, tail, mode)
         complete = True
         return Relayed(out, head.status, tail, True)
     except TimeoutError:
@@ -253,6 +239,28 @@ async def relay(
             pool.release(conn)
         else:
             conn.close()  # the gateway sees its caller gone now
+
+
+async def _pass_on(
+    request: web.Request, out: PassedResponse, conn: Connection, tail: Tail, mode: str
+) -> None:
+    """The replica's answer to the caller, as it arrives: the head, then the
+    body at the pace the caller reads it, then the end."""
+    writer = await out.prepare(request)
+    assert writer is not None and request.transport is not None
+    sink = CallerSink(request.transport, tail, mode)
+    conn.attach(sink)
+    # The caller's head now, with what came with the replica's.
+    await out.write(sink.take_first())
+    while True:
+        await conn.wait()
+        if conn.done:
+            break
+        await writer.drain()  # the caller's socket was full, or is closing
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("the caller's connection is closing")
+        conn.resume()
+    await out.write_eof(b"0\r\n\r\n" if mode == CHUNK else b"")
 
 
 def _unanswered(exc: Exception, where: str, extra: Mapping[str, str], openai: bool,

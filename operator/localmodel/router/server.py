@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -63,6 +62,7 @@ from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import ranking
 from localmodel.router.signing import session_salt
 from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
+from localmodel.router.told import Told
 from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
 from localmodel.settings import PortTaken
@@ -71,6 +71,10 @@ INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
 
 
 class Router:
+    """Decides where each request goes (the session's owner, or a spill) and
+    relays it there; keeps what the decisions read (the replicas' state, the
+    sessions' owners and tokens) and serves the listings."""
+
     def __init__(self, config: RouterConfig, source: ReplicaSource,
                  log: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -91,6 +95,7 @@ class Router:
         self.places = Places(config.places)
         self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
+        self.told = Told(self.metrics, self.log, clock)  # each request's end
         self._session: aiohttp.ClientSession | None = None  # for /slots and /speed
         self.pool = Pool(config.connect_timeout)  # for the requests relayed
         self._poller: asyncio.Task[None] | None = None
@@ -205,8 +210,8 @@ class Router:
         if not self.places.take():  # refused before any of its body is read
             message = (f"the router is at its limit of {self.places.limit} requests in "
                        "progress (--places)")
-            return self._refused(request, started, 503, message, openai,
-                                 {"Retry-After": str(RETRY_AFTER_S)})
+            return self.told.refused(request, started, 503, message, openai,
+                                     {"Retry-After": str(RETRY_AFTER_S)})
         try:
             return await self._admitted(request, started, openai)
         finally:
@@ -217,12 +222,12 @@ class Router:
         try:
             want = await self._read(request)
         except BadRequest as exc:
-            return self._refused(request, started, exc.status, str(exc), openai)
+            return self.told.refused(request, started, exc.status, str(exc), openai)
         route, key = want.route, want.key
         if not route.replicas:
             message = f"model {route.qualified} has no Ready replica"
             self.metrics.requests.inc(1, (request.path, "503"))
-            self._access(request, started, 503, model=route.qualified, error=message)
+            self.told.access(request, started, 503, model=route.qualified, error=message)
             return error_response(503, message, openai=openai)
         decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
@@ -248,27 +253,10 @@ class Router:
                 done = await relay(self.pool, request, replica.url, want.data, extra,
                                    self.config.deadline, openai, told, answered)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
-            self._gone(request, route, key, decision, started)
+            self.told.gone(request, route, key, decision, started)
             raise
         self._after(request, route, key, decision, done, started)
         return done.response
-
-    def _refused(self, request: web.Request, started: float, status: int, message: str,
-                 openai: bool, headers: dict[str, str] | None = None) -> web.Response:
-        self.metrics.requests.inc(1, (request.path, str(status)))
-        self._access(request, started, status, error=message)
-        response = error_response(status, message, headers, openai=openai)
-        if status in (413, 503):  # a body may be left unread: the connection goes with it
-            response.force_close()
-        return response
-
-    def _gone(self, request: web.Request, route: ModelRoute, key: str | None,
-              decision: Decision, started: float) -> None:
-        if key is not None:
-            self.metrics.decisions.inc(1, (decision.kind,))
-        self.metrics.requests.inc(1, (request.path, "499"))
-        self._access(request, started, 499, model=route.qualified, replica=decision.replica,
-                     decision=decision if key else None, session=key, error="caller gone")
 
     async def _read(self, request: web.Request) -> Wanted:
         """The body, read and parsed with at most --body-reads others; only
@@ -305,39 +293,11 @@ class Router:
 
     def _after(self, request: web.Request, route: ModelRoute, key: str | None,
                decision: Decision, done: Relayed, started: float) -> None:
-        if key is not None:
-            self.metrics.decisions.inc(1, (decision.kind,))
-            if decision.kind != "owner":
-                self.metrics.spilled_reread.inc(decision.reread_s or 0.0)
-                self.metrics.spilled_owner_wait.inc(decision.owner_wait_s or 0.0)
+        if key is not None:  # the tokens the replica now holds of the session
             tokens = tokens_from_tail(bytes(done.tail.data)) if done.complete else None
             if tokens is not None:
                 self.book.record(f"{route.qualified}\0{key}", decision.replica, tokens)
-        if done.error:
-            self.metrics.upstream_errors.inc(1, (done.error,))
-        self.metrics.requests.inc(1, (request.path, str(done.status)))
-        self._access(request, started, done.status, model=route.qualified,
-                     replica=decision.replica, decision=decision if key else None,
-                     session=key, error=done.error)
-
-    def _access(self, request: web.Request, started: float, status: int, *,
-                model: str = "", replica: str = "", decision: Decision | None = None,
-                session: str | None = None, error: str = "") -> None:
-        doc: dict[str, Any] = {"time": round(time.time(), 3), "path": request.path,
-                               "status": status, "duration_s": round(self._clock() - started, 4)}
-        if model:
-            doc["model"] = model
-        if replica:
-            doc["replica"] = replica
-        if session:
-            doc["session"] = session
-        if decision is not None:
-            doc.update(decision=decision.kind, owner=decision.owner,
-                       owner_wait_s=_r(decision.owner_wait_s), reread_s=_r(decision.reread_s))
-        if error:
-            doc["error"] = error[:200]
-        self.log(json.dumps(doc, separators=(",", ":")))
-
+        self.told.relayed(request, route, key, decision, done, started)
 
 class _Refusals(logging.Handler):
     """aiohttp's records of the requests it answered itself (a malformed
@@ -360,10 +320,6 @@ class _Refusals(logging.Handler):
         elif record.levelno >= logging.WARNING:
             detail = f": {exc!r}" if exc is not None else ""
             _stderr_line(printable(f"localmodel router: {record.getMessage()}{detail}", 1024))
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 def _stdout_line(line: str) -> None:

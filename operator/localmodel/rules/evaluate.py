@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import fields
-from operator import attrgetter
-from typing import Any
-
-from localmodel.api import LocalModelSpec, Placement
+from localmodel.api import LocalModelSpec
 from localmodel.catalog import ModelShape, lookup
 from localmodel.engines.registry import engine
 from localmodel.errors import FieldError
@@ -90,35 +85,3 @@ def tune(spec: LocalModelSpec, node: NodeFacts, cpu: int) -> Tuning:
     the replica's CPUs: `planner.replica_cpus`)."""
     cpus = replica_cpus(cpu_limit(node), cpu)
     return evaluate(spec, node, cpus, lookup(spec.model, spec.model_info), engine_version(spec))
-
-
-# What `evaluate` reads, as hashable values, so that one pass evaluates each
-# distinct (spec, node, cpu) once (`incremental.Evaluations`): many models
-# share a spec but for their names and placement, many nodes share a shape but
-# for their names and labels. Everything is read but what these name; a field
-# added later is read (a finer key is never wrong). tests/controller/test_pass_memo.py
-# holds that `evaluate` gives the same tuning to specs and nodes that differ
-# only here.
-SPEC_NOT_READ = frozenset({"replicas", "cpu"})
-PLACEMENT_READ = frozenset({"safe_cpu_path"})  # of spec.placement, only this
-NODE_NOT_READ = frozenset({"name", "labels", "taints", "schedulable", "allocatable_memory_bytes"})
-_NODE_READ = tuple(f.name for f in fields(NodeFacts) if f.name not in NODE_NOT_READ)
-_SPEC_EXCLUDE: dict[str, Any] = {
-    **dict.fromkeys(SPEC_NOT_READ, True),
-    "placement": dict.fromkeys(set(Placement.model_fields) - PLACEMENT_READ, True),
-}
-
-
-def spec_key(spec: LocalModelSpec) -> str:
-    """The spec as far as `evaluate` (and `prepare`) read it, as JSON text (a
-    string: its hash is computed once)."""
-    return spec.model_dump_json(exclude=_SPEC_EXCLUDE)
-
-
-def node_key(node: NodeFacts) -> Hashable:
-    """The node's facts as far as `evaluate` reads them: a hashable value."""
-    return _read_node(node)
-
-
-_read_node = attrgetter(*_NODE_READ)  # (a tuple: more than one name is read)
-assert len(_NODE_READ) > 1
