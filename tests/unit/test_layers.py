@@ -59,12 +59,13 @@ LAYERS = (
     Layer("foundation",
           "the words everything shares, importing nothing above: the API group and version, "
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
-          "quantities, strings made printable, and each engine's facts (data the API reads)",
+          "quantities, strings made printable, and each engine's facts (data the API reads) "
+          "and its timing reader (what the gateway reads of its answers)",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.gateway_contract.*",
            "localmodel.facts.quantity", "localmodel.printable",
            "localmodel.images",
-           "localmodel.engines", "localmodel.engines.*")),
+           "localmodel.engines", "localmodel.engines.*", "localmodel.engines.*.timing")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
           ("localmodel.api.**", "localmodel.crd")),

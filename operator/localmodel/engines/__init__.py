@@ -26,6 +26,7 @@ from localmodel.engines import llama_server, ollama
 class EngineFacts(Protocol):
     """The facts every engine's `__init__` declares (mypy checks each module)."""
 
+    __name__: str  # its package's import name (engines/timings.py finds its timing module in it)
     NAME: str  # spec.engine.name, the gateway's --engine
     TITLE: str  # how prose names the engine
     SUMMARY: str  # what it does with spec.model and spec.gguf, for spec.engine.name's text
