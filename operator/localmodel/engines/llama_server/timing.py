@@ -46,3 +46,17 @@ def timing(answer: Mapping[str, Any], finish_reason: str | None) -> EngineTiming
     if predicted_n is not None:
         out = replace(out, generated_tokens=predicted_n)
     return out
+
+
+# An answer as llama-server sends it and the account it means (the last chunk
+# of a chat stream, llama.cpp tools/server/server-task.cpp), for the
+# conformance suite (tests/conformance/): the route, the chunk, the timing.
+EXAMPLE: tuple[str, dict[str, Any], EngineTiming] = (
+    "/v1/chat/completions",
+    {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0,
+     "model": "gemma3:270m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+     "timings": {"cache_n": 10, "prompt_n": 16, "prompt_ms": 130.0, "predicted_n": 8,
+                 "predicted_ms": 160.0}},
+    EngineTiming(prompt_tokens=16, prompt_seconds=0.13, generated_tokens=8, decode_seconds=0.16,
+                 done_reason="stop", prompt_total=26, prompt_cached=10, prompt_evaluated=16),
+)

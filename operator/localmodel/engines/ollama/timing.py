@@ -60,3 +60,18 @@ def final_timing(final: Mapping[str, Any], finish_reason: str | None = None) -> 
         prompt_cached=cached,
         prompt_evaluated=evaluated,
     )
+
+
+# An answer as Ollama sends it and the account it means (docs.ollama.com/api/usage:
+# the final object of a stream), for the conformance suite (tests/conformance/):
+# the route, the final object, the timing.
+EXAMPLE: tuple[str, dict[str, Any], EngineTiming] = (
+    "/api/generate",
+    {"model": "gemma3:270m", "created_at": "2026-01-01T00:00:00Z", "response": "",
+     "done": True, "done_reason": "stop", "total_duration": 310_000_000,
+     "load_duration": 12_000_000, "prompt_eval_count": 26, "prompt_eval_cached_count": 10,
+     "prompt_eval_duration": 130_000_000, "eval_count": 8, "eval_duration": 160_000_000},
+    EngineTiming(prompt_tokens=16, prompt_seconds=0.13, generated_tokens=8, decode_seconds=0.16,
+                 load_seconds=0.012, done_reason="stop", prompt_total=26, prompt_cached=10,
+                 prompt_evaluated=16),
+)
