@@ -70,10 +70,10 @@ class Scenario:
     spec: dict[str, Any]
     node: MakeNode = NODE
     engine: dict[str, Any] | None = None  # spec.engine fields besides the name
-    safe_cpu_path: bool = False  # only for engines where it means something
+    safe_cpu_path: bool = False  # only for engines with AMX libraries to guard
 
     def applies_to(self, name: str) -> bool:
-        return not self.safe_cpu_path or facts(name).SAFE_CPU_PATH
+        return not self.safe_cpu_path or bool(facts(name).AMX_LIBRARIES)
 
     def model(self, name: str) -> MakeLocalModel:
         made = base_model(name).spec(**self.spec)

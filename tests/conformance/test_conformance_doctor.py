@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from localmodel.doctor.pods import engine_pods
-from localmodel.rules import engine_version
+from localmodel.rules.evaluate import engine_version
 from tests.conformance.subjects import (
     AMX_FLAGS,
     NAMES,
@@ -53,10 +53,10 @@ def test_doctor_finds_the_engine_its_threads_context_and_model_in_its_pod(name: 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_engine_knows_its_own_image_and_no_other_engines(name: str) -> None:
-    assert adapter(name).runs_image(engine_facts(name).IMAGE)
+    assert adapter(name).doctor.runs_image(engine_facts(name).IMAGE)
     for other in NAMES:
         if other != name:
-            assert not adapter(name).runs_image(engine_facts(other).IMAGE), other
+            assert not adapter(name).doctor.runs_image(engine_facts(other).IMAGE), other
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -67,7 +67,7 @@ def test_the_engines_doctor_reads_what_its_container_sets(name: str) -> None:
     spec = made.obj().spec
     container = next(c for c in rendered.pod["spec"]["containers"] if c["name"] == found.container)
     argv, env = _argv_env(container)
-    doctor = adapter(name)
+    doctor = adapter(name).doctor
     threads = doctor.pod_threads(argv, env)
     assert threads in (None, rendered.status["placements"][0]["threads"])
     context = doctor.pod_context(argv, env)
@@ -80,7 +80,7 @@ def test_the_engines_doctor_reads_what_its_container_sets(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_doctor_sees_the_amx_guard_the_rules_put_in(name: str) -> None:
-    doctor = adapter(name)
+    doctor = adapter(name).doctor
     amx = [s for s in scenarios(name) if s.node.facts().cpu_flags == frozenset(AMX_FLAGS)]
     assert amx
     for scenario in amx:
@@ -107,4 +107,4 @@ def _nothing_answers(path: str, body: Any) -> Any:
 @pytest.mark.parametrize("name", NAMES)
 def test_an_engine_that_does_not_answer_is_not_read_as_one(name: str) -> None:
     with pytest.raises((OSError, ValueError)):
-        adapter(name).read(_nothing_answers, None)
+        adapter(name).doctor.read(_nothing_answers, None)

@@ -26,7 +26,7 @@ Manifest = dict[str, Any]
 
 
 def _engine_container(name: str, pod: Manifest) -> Manifest:
-    port = adapter(name).port
+    port = adapter(name).pod.port
     engines: list[Manifest] = [c for c in pod["spec"]["containers"]
                                if any(p["containerPort"] == port for p in c.get("ports", []))]
     [engine] = engines
@@ -43,11 +43,11 @@ def test_the_engine_runs_its_image_on_its_port_beside_the_gateway(name: str) -> 
     pod = rendered.pod
     engine = _engine_container(name, pod)
     assert engine["image"] == engine_facts(name).IMAGE
-    assert adapter(name).port == engine_facts(name).PORT
+    assert adapter(name).pod.port == engine_facts(name).PORT
     [gateway] = [c for c in pod["spec"]["containers"] if c["name"] == CONTAINER_GATEWAY]
     env = _env(gateway)
     assert env[env_name("engine")] == name
-    assert env[env_name("upstream")] == f"http://127.0.0.1:{adapter(name).port}"
+    assert env[env_name("upstream")] == f"http://127.0.0.1:{adapter(name).pod.port}"
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert [c["name"] for c in pod["spec"]["containers"]] == [engine["name"], CONTAINER_GATEWAY]
 
@@ -78,7 +78,7 @@ def test_every_mount_is_a_volume_of_the_pod_and_the_weights_claim_is_one(name: s
 @pytest.mark.parametrize("name", NAMES)
 def test_the_configmap_holds_each_replicas_entry_when_the_engine_has_one(name: str) -> None:
     rendered = render(base_model(name))
-    pod_adapter = adapter(name)
+    pod_adapter = adapter(name).pod
     configmaps = rendered.objects("ConfigMap")
     if not pod_adapter.has_config:
         assert configmaps == []
@@ -107,7 +107,7 @@ def test_the_engine_and_its_init_steps_get_the_decided_cpu_and_memory(name: str)
 @pytest.mark.parametrize("name", NAMES)
 def test_the_pods_security_context_is_the_adapters(name: str) -> None:
     pod = render(base_model(name)).pod
-    assert pod["spec"]["securityContext"] == adapter(name).pod_security
+    assert pod["spec"]["securityContext"] == adapter(name).pod.pod_security
     for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False

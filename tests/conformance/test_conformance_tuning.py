@@ -16,8 +16,9 @@ import pytest
 
 from localmodel.catalog import lookup
 from localmodel.planner import cpu_limit, replica_cpus
-from localmodel.rules import RULES, Rule, engine_version
-from localmodel.rules.model import Context, TuningDraft
+from localmodel.rules.evaluate import engine_version
+from localmodel.rules.model import Context, Rule, TuningDraft
+from localmodel.rules.table import RULES
 from tests.conformance.subjects import NAMES, Rendered, Scenario, render, scenarios
 
 CASES = [(name, rule.id) for name in NAMES for rule in RULES if name in rule.engines]
