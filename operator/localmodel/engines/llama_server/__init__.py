@@ -33,6 +33,8 @@ BINARY = "/app/llama-server"
 # The server's port in the pod. llama-server's own default, 8080, is the
 # gateway's; the operator always passes --port.
 PORT = 8081
+# It has no client variable for its address (LLAMA_ARG_HOST is the server's own).
+HOST_ENV: str | None = None
 
 # HTTP paths the operator, the gateway and doctor call (tools/server/README.md).
 HEALTH_PATH = "/health"  # 503 while the model loads, 200 once it serves

@@ -26,6 +26,8 @@ IMAGE = f"docker.io/ollama/ollama:{VERSION}"
 
 # The server's port (ollama envconfig OLLAMA_HOST default).
 PORT = 11434
+# Where its own clients (and doctor --local) find it (ollama envconfig).
+HOST_ENV: str | None = "OLLAMA_HOST"
 # The binary in the official image, and its server subcommand.
 BINARY = "/bin/ollama"
 SERVE = "serve"
