@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from localmodel.engines import llama_server, ollama
+from localmodel import engines
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "localmodel"
 HOME = "engines/"  # the engines' own package: the one place that may
-NAMES = frozenset({ollama.NAME, llama_server.NAME})
+NAMES = frozenset(engines.NAMES)  # every registered engine's, a new one's included
 
 
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)
