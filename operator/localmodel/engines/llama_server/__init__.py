@@ -20,7 +20,8 @@ SAFE_CPU_PATH = False  # no switch here for its CPU backends
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
 # BINARY, LLAMA_ARG_HOST=0.0.0.0). The tests run the llama.cpp tree vendored
 # in PyPI's llama-cpp-python TESTED_VERSION (hack/build-engines.sh builds
-# exactly it by default; tests/unit/test_engine_home.py checks it), which
+# exactly it by default, read by build.sh beside this file;
+# tests/unit/test_engine_home.py checks it), which
 # reports no build number (`--version`: build 1); BUILD is the upstream build
 # nearest to it as far as we can tell, not a verified match. Bumping either is
 # a reviewed change; the flags rendered are checked against the tested build.

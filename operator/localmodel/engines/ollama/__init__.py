@@ -19,7 +19,8 @@ SAFE_CPU_PATH = True  # placement.safeCpuPath: the AMX guard over its CPU librar
 # The pinned version: the newest release the Go module proxy serves (v0.34.4,
 # 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)
 # and which the engine tests build and run (hack/build-engines.sh builds
-# exactly this version by default; tests/unit/test_engine_home.py checks it).
+# exactly this version by default, read by build.sh beside this file;
+# tests/unit/test_engine_home.py checks it).
 VERSION = "0.34.4"
 # The pinned default image: the official image of VERSION.
 IMAGE = f"docker.io/ollama/ollama:{VERSION}"
