@@ -7,8 +7,9 @@ way to start one, wait until it serves and stop it.
         server.api("/api/ps"), server.cli("create", ...), server.runner()
 
 Where: `hack/build-engines.sh --print` (the versions each engine's build.sh
-reads from its facts, and the cache paths; `built()`), unless LOCALMODEL_LLAMA_SERVER, LOCALMODEL_LLAMA_BENCH,
-LOCALMODEL_OLLAMA or LOCALMODEL_GEMMA_GGUF names another file for one part. A
+reads from its facts, and the cache paths; `built()`), unless
+LOCALMODEL_LLAMA_SERVER, LOCALMODEL_LLAMA_BENCH, LOCALMODEL_OLLAMA or
+LOCALMODEL_GEMMA_GGUF names another file for one part. A
 missing part raises EngineMissingError (which fails a test, never skips it: CI
 builds the engines first) saying how to build it.
 
