@@ -143,7 +143,7 @@ engine_dirs="$(PYTHONPATH=operator "$PY" -c '
 import os, sys
 from localmodel import engines
 for e in engines.FACTS:
-    print(e.NAME, os.path.dirname(sys.modules[e.__name__].__file__))')" \
+    print(e.NAME, os.path.dirname(sys.modules[engines.package(e)].__file__))')" \
   || die "cannot list the engines (localmodel.engines.FACTS)"
 while read -r engine dir; do
   [[ -f "$dir/image.sh" ]] || continue

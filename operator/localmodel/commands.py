@@ -25,8 +25,8 @@ from localmodel.facts.quantity import format_bytes
 from localmodel.images import pull_secrets_error, registry_error
 from localmodel.manifest import ManifestError, documents
 from localmodel.render import RenderOptions
-from localmodel.rules import problems
 from localmodel.rules.docs import rules_markdown
+from localmodel.rules.evaluate import problems
 from localmodel.tenancy import TenantPolicy, refusals
 
 # Offline renders carry a fixed time so the output is reproducible (diffable in review).

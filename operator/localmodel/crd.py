@@ -3,7 +3,8 @@
 pydantic's JSON Schema is close to, but not, a Kubernetes structural schema: it
 uses `$ref`, `anyOf [X, null]` for optional fields, `title`, and
 `additionalProperties: false`. `structural()` rewrites it; `build_crd()` adds
-CEL rules (from the same rule objects Python validates with), the status and
+CEL rules (from the same rule objects Python validates with, for the shipped
+engines: `spec_rules(SHIPPED)`), the status and
 scale subresources and printer columns. `crds/` holds the output; a test fails if the
 two drift.
 """
@@ -18,9 +19,10 @@ import yaml
 from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.checks import rules_cel
 from localmodel.api.localmodel import OBJECT_NAME
-from localmodel.api.rules import GATEWAY_RULES, GGUF_RULES, SPEC_RULES, TOLERATION_RULES
+from localmodel.api.rules import GATEWAY_RULES, GGUF_RULES, TOLERATION_RULES, spec_rules
 from localmodel.api.spec import LocalModelSpec
 from localmodel.api.status import LocalModelStatus
+from localmodel.engines import NAMES, SHIPPED
 
 Schema = dict[str, Any]
 
@@ -74,14 +76,29 @@ def _simplify(node: Schema) -> Schema:
     return node
 
 
+def _shipped_engines(node: Any) -> Any:
+    """The schema with spec.engine.name's enum (every registered engine, the
+    API's `EngineName`) cut to the shipped engines: an out-of-tree engine
+    (`LOCALMODEL_ENGINE_PACKAGES`) never enters the CRD."""
+    if isinstance(node, list):
+        return [_shipped_engines(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _shipped_engines(v) for k, v in node.items()}
+    if out.get("enum") == list(NAMES):
+        out["enum"] = [f.NAME for f in SHIPPED]
+    return out
+
+
 def structural(model: type[Any]) -> Schema:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _simplify(_resolve(raw, raw.get("$defs", {})))
+    simple: Schema = _shipped_engines(_simplify(_resolve(raw, raw.get("$defs", {}))))
+    return simple
 
 
 def spec_schema() -> Schema:
     schema = structural(LocalModelSpec)
-    schema["x-kubernetes-validations"] = rules_cel(SPEC_RULES)
+    schema["x-kubernetes-validations"] = rules_cel(spec_rules(SHIPPED))
     schema["properties"]["gateway"]["x-kubernetes-validations"] = rules_cel(GATEWAY_RULES)
     schema["properties"]["gguf"]["x-kubernetes-validations"] = rules_cel(GGUF_RULES)
     tolerations = schema["properties"]["placement"]["properties"]["tolerations"]["items"]

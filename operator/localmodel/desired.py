@@ -54,9 +54,10 @@ from localmodel.render.names import (
     pod_name,
     pod_selector,
 )
-from localmodel.rules import Tuning, engine_version, evaluate, shape_problems
-from localmodel.rules.model import Version
+from localmodel.rules.evaluate import engine_version, evaluate, shape_problems
+from localmodel.rules.model import Tuning
 from localmodel.status import ReplicaStatusInput, UnplacedInput, build_status, failed_status
+from localmodel.versions import Version
 
 # A node nothing is known about, for sizing before placement: unknown CPU
 # features make every guard fire, so the estimate is the worst case (a

@@ -16,8 +16,8 @@ import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY
 from localmodel.engines import llama_server, ollama
-from localmodel.engines.pod import NONROOT_UID
 from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.podspec import NONROOT_UID
 from localmodel.render.gateway import KEYS_DIR
 from tests.realnode.journey import (
     LLAMA_SERVER_CALLS,

@@ -17,8 +17,8 @@ import pytest
 
 from localmodel.contract import CONTAINER_DOWNLOAD, CONTAINER_GATEWAY, LABEL_NAME
 from localmodel.engines import llama_server
-from localmodel.engines.pod import NONROOT_UID
 from localmodel.gateway_contract import GATEWAY_PORT
+from localmodel.podspec import NONROOT_UID
 from tests.harness.processes import wait_for
 from tests.realnode.journey import (
     LLAMA_SERVER_CALLS,

@@ -390,12 +390,16 @@ ENGINES = ROOT / "operator" / "localmodel" / "engines"
 def _unit(module: str) -> str:
     """A module's package (or top module) under localmodel. The engines' facts
     (engines/__init__.py and engines/<name>/__init__.py: data, which the API
-    reads) are a unit apart from their adapters (which read the API), and the
-    rules' shapes (rules/model.py, which an adapter spells) apart from the
-    rules that ask the adapters (tests/unit/test_layers.py declares the same)."""
+    reads) are a unit apart from their adapters (which read the API), the
+    registry (which finds the adapters) apart from both, and the rules' shapes
+    (rules/model.py and rules/steps.py, which an adapter spells and its own
+    rules take) apart from the rules that ask the registry
+    (tests/unit/test_layers.py declares the same)."""
     parts = module.removesuffix(".__init__").split(".")
-    if parts[1:3] == ["rules", "model"]:
-        return "localmodel.rules.model"
+    if parts[1:2] == ["rules"] and parts[2:3] in (["model"], ["steps"]):
+        return "localmodel.rules.shapes"
+    if parts[1:3] == ["engines", "registry"]:
+        return "localmodel.engines.registry"
     if parts[1:2] == ["engines"]:
         facts = len(parts) == 2 or (len(parts) == 3 and (ENGINES / parts[2]).is_dir())
         return "localmodel.engines" if facts else "localmodel.engines.adapters"

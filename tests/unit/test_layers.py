@@ -15,16 +15,19 @@ lives in a lower layer. `ALLOWED` lists the rooms that still import another,
 each with what ends it; an entry no import needs any more fails too, so the
 list only shrinks.
 
-The rules sit on both sides of the engine adapters: an adapter spells what a
-rule decided (so it imports the rules' shapes, `rules/model.py`), and the rules
-ask the registry what an engine supports (so the table and the evaluator sit
-above it). The renderer asks the registry for an engine's containers.
+The engines and the rules are layered without a way back: each engine's facts
+sit at the bottom (the API reads them); the rules' shapes (`rules/model.py`,
+and the steps engines' own rules share, `rules/steps.py`) and the pod pieces
+(`podspec.py`, which the renderer writes too) below the engine adapters, which
+spell a rule's decision and declare their own rules; the registry above the
+adapters (it finds them); the rules table and evaluator above the registry
+(they ask it for each engine's adapter and own rules).
 
 A pattern is a dotted module name where `*` stands for one name and a trailing
 `**` for any number of names (none included). A module belongs to the pattern
 that matches it with the most literal names: `localmodel.engines.*` (each
 engine's facts, at the bottom) yields `localmodel.engines.registry` to the
-adapters' exact name (a new module beside them lands with the facts until it is
+registry's exact name (a new module beside them lands with the facts until it is
 named there, and fails here as soon as it imports above the foundation). A
 module no pattern matches fails: declare it.
 
@@ -59,12 +62,13 @@ LAYERS = (
     Layer("foundation",
           "the words everything shares, importing nothing above: the API group and version, "
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
-          "quantities, strings made printable, and each engine's facts (data the API reads) "
-          "and its timing reader (what the gateway reads of its answers)",
+          "quantities, strings made printable, the engine Version alias, each engine's facts "
+          "(data the API reads) and the facts registry that finds them, and each engine's "
+          "timing reader (what the gateway reads of its answers) and the lookup that finds it",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.gateway_contract.*",
            "localmodel.facts.quantity", "localmodel.printable",
-           "localmodel.images",
+           "localmodel.images", "localmodel.versions",
            "localmodel.engines", "localmodel.engines.*", "localmodel.engines.*.timing")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
@@ -77,15 +81,24 @@ LAYERS = (
           "the rules read the decision",
           ("localmodel.planner.cpus",)),
     Layer("rule shapes",
-          "what a rule and its outcome are (rules/model.py): the engine adapters spell them",
-          ("localmodel.rules.model",)),
+          "what a rule and its outcome are (rules/model.py) and the steps engines' own rules "
+          "share (rules/steps.py): the engine adapters spell them and declare their own rules",
+          ("localmodel.rules.model", "localmodel.rules.steps")),
+    Layer("pod pieces",
+          "the pieces of a pod manifest the renderer and the engine adapters both write "
+          "(podspec.py)",
+          ("localmodel.podspec",)),
     Layer("engine adapters",
-          "each engine's adapter (its pod, tuning and doctor parts; engines/adapter.py), the "
-          "parts' shared modules, and the registry the rules, the renderer and doctor ask",
+          "each engine's adapter (its pod, tuning and doctor parts composed; engines/adapter.py), "
+          "its own rules (engines/<name>/rules.py) and the parts' shared modules",
           ("localmodel.engines.adapter", "localmodel.engines.pod", "localmodel.engines.tuning",
-           "localmodel.engines.doctor", "localmodel.engines.registry", "localmodel.engines.gguf",
-           "localmodel.engines.*.*")),
-    Layer("rules", "the tuning rules: data with sources, evaluation, docs",
+           "localmodel.engines.doctor", "localmodel.engines.gguf", "localmodel.engines.*.*")),
+    Layer("registry",
+          "every engine's adapter and own rules, found from the engines' facts: what the rules, "
+          "the renderer and doctor ask",
+          ("localmodel.engines.registry",)),
+    Layer("rules", "the tuning rules: the engine-neutral ones and each registered engine's, "
+          "in order; evaluation; docs",
           ("localmodel.rules.**",)),
     Layer("planner", "placement: models x nodes x current placements -> a plan",
           ("localmodel.planner.**",)),
@@ -264,7 +277,11 @@ def test_each_layer_is_described_and_each_pattern_declared_once() -> None:
 @pytest.mark.parametrize(("module", "layer"), [
     ("localmodel.engines.ollama", "foundation"),
     ("localmodel.engines.llama_server", "foundation"),
-    ("localmodel.engines.registry", "engine adapters"),
+    ("localmodel.engines.registry", "registry"),
+    ("localmodel.engines.ollama.rules", "engine adapters"),
+    ("localmodel.rules.steps", "rule shapes"),
+    ("localmodel.podspec", "pod pieces"),
+    ("localmodel.versions", "foundation"),
     ("localmodel.engines.pod", "engine adapters"),
     ("localmodel.engines.ollama.pod", "engine adapters"),
     ("localmodel.engines.llama_server.tuning", "engine adapters"),
@@ -329,7 +346,7 @@ PLANTED = {
     "engine facts asking the adapters": ("localmodel.engines.ollama",
                                          "from localmodel.engines import registry",
                                          "localmodel.engines.ollama:{line} (foundation) imports "
-                                         "localmodel.engines.registry (engine adapters): "
+                                         "localmodel.engines.registry (registry): "
                                          "a layer above"),
     "an engine part asking the rules": ("localmodel.engines.ollama.pod",
                                         "from localmodel.rules import RULES",

@@ -42,7 +42,7 @@ from localmodel.render import (
     volumes_text,
 )
 from localmodel.render import digests as render_digests
-from localmodel.rules import evaluate, node_key, spec_key
+from localmodel.rules.evaluate import evaluate, node_key, spec_key
 from tests.builders import MakeLocalModel
 
 G = 1 << 30

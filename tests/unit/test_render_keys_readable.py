@@ -17,7 +17,7 @@ import pytest
 from localmodel import engines
 from localmodel.contract import CONTAINER_GATEWAY, VOLUME_KEYS
 from localmodel.desired import desired_state
-from localmodel.engines.pod import NONROOT_UID
+from localmodel.podspec import NONROOT_UID
 from localmodel.render import RenderOptions
 from tests.builders import MakeLocalModel, MakeNode
 

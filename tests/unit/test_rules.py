@@ -12,9 +12,16 @@ from localmodel.engines import ollama
 from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import NodeFacts
 from localmodel.planner import cpu_limit, replica_cpus
-from localmodel.rules import RULES, RULES_BY_ID, Tuning, evaluate, problems, tune
-from localmodel.rules.model import VersionRange, image_version, parse_version
-from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+from localmodel.rules.evaluate import evaluate, problems, tune
+from localmodel.rules.model import Tuning, VersionRange
+from localmodel.rules.table import (
+    COMPUTE_OVERHEAD,
+    RULES,
+    RULES_BY_ID,
+    RUNTIME_OVERHEAD,
+    kv_cache_bytes,
+)
+from localmodel.versions import image_version, parse_version
 from tests.builders import MakeLocalModel, MakeNode
 
 GiB = 1024**3

@@ -24,7 +24,7 @@ CONTRACT = Path(contract.__file__)
 @pytest.mark.parametrize("name", engines.NAMES)
 def test_every_engine_has_a_timing_reader_beside_its_facts(name: str) -> None:
     reader = timings.reader(name)
-    assert getattr(reader, "__name__", "") == f"{engines.facts(name).__name__}.timing"
+    assert getattr(reader, "__name__", "") == f"{engines.package(engines.facts(name))}.timing"
     assert reader.KEYS and all(isinstance(key, str) and key for key in reader.KEYS)
     assert "usage" not in reader.KEYS  # OpenAI's, read by the contract for every engine
     assert timings.readers()[engines.NAMES.index(name)] is reader

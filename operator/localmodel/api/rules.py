@@ -8,15 +8,18 @@ the CRD, in this order.
 
 The Python checks compare with the values the CEL compares with ('Exists',
 'disabled'): the enumerations are `StrEnum`s, so a member equals its value.
-The engine-scoped rules are built from each engine's facts
-(`localmodel.engines.FACTS`): an engine that has no use for a spec field gets
-a rule refusing it, so adding an engine adds no rule here.
+The engine-scoped rules are built from each engine's facts (`spec_rules`): an
+engine that has no use for a spec field gets a rule refusing it, so adding an
+engine adds no rule here. Python enforces them for every registered engine
+(`localmodel.engines.FACTS`, `SPEC_RULES`); the CRD carries the shipped
+engines' (`localmodel.engines.SHIPPED`, localmodel.crd), so an out-of-tree
+engine does not enter it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
 
 from localmodel.api.checks import CrossFieldRule, cel_string
 from localmodel.api.engine import DEFAULT_ENGINE
@@ -25,11 +28,17 @@ from localmodel.engines import FACTS, EngineFacts
 MAX_CPU = 1024
 CPU_MESSAGE = f"must be a positive integer or 'node' (at most {MAX_CPU} CPUs)"
 
-# Environment variables the operator sets from the spec and its rules, as each
-# engine lists them (localmodel.engines). A user setting one of them would
-# silently undo a rule, so the API rejects it.
-# Each once: two engines may manage the same variable (LLAMA_ARG_CACHE_RAM).
-MANAGED_ENV: tuple[str, ...] = tuple(dict.fromkeys(n for f in FACTS for n in f.MANAGED_ENV))
+
+
+def managed_env(engines: Sequence[EngineFacts]) -> tuple[str, ...]:
+    """Environment variables the operator sets from the spec and its rules, as
+    each engine lists them (localmodel.engines). A user setting one of them
+    would silently undo a rule, so the API rejects it. Each once: two engines
+    may manage the same variable (LLAMA_ARG_CACHE_RAM)."""
+    return tuple(dict.fromkeys(n for f in engines for n in f.MANAGED_ENV))
+
+
+MANAGED_ENV: tuple[str, ...] = managed_env(FACTS)
 
 # Variables that choose the code the engine runs: the dynamic loader's (LD_PRELOAD,
 # LD_LIBRARY_PATH, LD_AUDIT, ...) and PATH. The AMX guard deletes a CPU library and pins
@@ -117,8 +126,8 @@ def _needs_gguf(f: EngineFacts) -> CrossFieldRule:
     )
 
 
-def _no_keep_alive(f: EngineFacts) -> CrossFieldRule:
-    name, owners = f.NAME, _owners([o for o in FACTS if o.KEEP_ALIVE])
+def _no_keep_alive(f: EngineFacts, engines: Sequence[EngineFacts]) -> CrossFieldRule:
+    name, owners = f.NAME, _owners([o for o in engines if o.KEEP_ALIVE])
     return CrossFieldRule(
         cel=f"!{_cel_engine_is(name)} || !has(self.keepAlive) || self.keepAlive == '-1'",
         message=f"keepAlive is {owners}; {f.TITLE} always keeps its model loaded",
@@ -127,8 +136,8 @@ def _no_keep_alive(f: EngineFacts) -> CrossFieldRule:
     )
 
 
-def _no_safe_cpu_path(f: EngineFacts) -> CrossFieldRule:
-    name, owners = f.NAME, _owners([o for o in FACTS if o.SAFE_CPU_PATH])
+def _no_safe_cpu_path(f: EngineFacts, engines: Sequence[EngineFacts]) -> CrossFieldRule:
+    name, owners = f.NAME, _owners([o for o in engines if o.AMX_LIBRARIES])
     return CrossFieldRule(
         cel=f"!{_cel_engine_is(name)} || !has(self.placement) "
         "|| !has(self.placement.safeCpuPath) || !self.placement.safeCpuPath",
@@ -139,54 +148,65 @@ def _no_safe_cpu_path(f: EngineFacts) -> CrossFieldRule:
     )
 
 
-# Each engine's refusals: a GGUF file where it serves only one, keepAlive and
-# safeCpuPath where it has no use for them (grouped by field, engines in FACTS order).
-ENGINE_RULES: tuple[CrossFieldRule, ...] = (
-    *(_needs_gguf(f) for f in FACTS if f.NEEDS_GGUF),
-    *(_no_keep_alive(f) for f in FACTS if not f.KEEP_ALIVE),
-    *(_no_safe_cpu_path(f) for f in FACTS if not f.SAFE_CPU_PATH),
-)
+def engine_rules(engines: Sequence[EngineFacts]) -> tuple[CrossFieldRule, ...]:
+    """Each engine's refusals: a GGUF file where it serves only one, keepAlive
+    and safeCpuPath (AMX's, so only where AMX is its concern: its
+    `AMX_LIBRARIES`) where it has no use for them; grouped by field, engines in
+    the given order."""
+    return (
+        *(_needs_gguf(f) for f in engines if f.NEEDS_GGUF),
+        *(_no_keep_alive(f, engines) for f in engines if not f.KEEP_ALIVE),
+        *(_no_safe_cpu_path(f, engines) for f in engines if not f.AMX_LIBRARIES),
+    )
 
 
 # ---- the spec's rules -----------------------------------------------------------------
-
-
-def _managed(env: list[Any]) -> list[str]:
-    return [e.name for e in env if e.name in MANAGED_ENV]
 
 
 def _loader(name: str) -> bool:
     return name in LOADER_ENV or name.startswith(LOADER_ENV_PREFIX)
 
 
-SPEC_RULES: tuple[CrossFieldRule, ...] = (
-    CrossFieldRule(
-        cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 && self.cpu <= "
-        f"{MAX_CPU} : self.cpu == 'node')",
-        message=CPU_MESSAGE,
-        check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and 1 <= s.cpu <= MAX_CPU),
-        field_path="cpu",
-    ),
-    *ENGINE_RULES,
-    CrossFieldRule(
-        cel="!has(self.kvCache) || !has(self.flashAttention) "
-        "|| !(self.kvCache in ['q8_0', 'q4_0'] && self.flashAttention == 'disabled')",
-        message="a quantized kvCache needs flash attention: llama.cpp cannot create a "
-        "quantized V cache without it; set flashAttention to auto or enabled, or kvCache "
-        "to f16",
-        check=lambda s: not (s.kv_cache.quantized and s.flash_attention == "disabled"),
-        field_path="kvCache",
-    ),
-    CrossFieldRule(
+def spec_rules(engines: Sequence[EngineFacts]) -> tuple[CrossFieldRule, ...]:
+    """The spec's rules with these engines' (every registered engine's for
+    Python, the shipped engines' for the CRD)."""
+    return (_CPU_RULE, *engine_rules(engines), _KV_RULE, _managed_env_rule(managed_env(engines)),
+            *_SPEC_TAIL)
+
+
+_CPU_RULE = CrossFieldRule(
+    cel="!has(self.cpu) || (type(self.cpu) == int ? self.cpu >= 1 && self.cpu <= "
+    f"{MAX_CPU} : self.cpu == 'node')",
+    message=CPU_MESSAGE,
+    check=lambda s: s.cpu == "node" or (isinstance(s.cpu, int) and 1 <= s.cpu <= MAX_CPU),
+    field_path="cpu",
+)
+
+_KV_RULE = CrossFieldRule(
+    cel="!has(self.kvCache) || !has(self.flashAttention) "
+    "|| !(self.kvCache in ['q8_0', 'q4_0'] && self.flashAttention == 'disabled')",
+    message="a quantized kvCache needs flash attention: llama.cpp cannot create a "
+    "quantized V cache without it; set flashAttention to auto or enabled, or kvCache "
+    "to f16",
+    check=lambda s: not (s.kv_cache.quantized and s.flash_attention == "disabled"),
+    field_path="kvCache",
+)
+
+
+def _managed_env_rule(managed: tuple[str, ...]) -> CrossFieldRule:
+    return CrossFieldRule(
         cel="!has(self.env) || self.env.all(e, !(e.name in ["
-        + ", ".join(f"'{n}'" for n in MANAGED_ENV)
+        + ", ".join(f"'{n}'" for n in managed)
         + "]))",
         message="sets a variable the operator manages ("
-        + ", ".join(MANAGED_ENV)
+        + ", ".join(managed)
         + "); use the matching spec field instead",
-        check=lambda s: not _managed(s.env),
+        check=lambda s: not any(e.name in managed for e in s.env),
         field_path="env",
-    ),
+    )
+
+
+_SPEC_TAIL: tuple[CrossFieldRule, ...] = (
     CrossFieldRule(
         cel="!has(self.env) || self.env.all(e, !(e.name in ["
         + ", ".join(f"'{n}'" for n in LOADER_ENV)
@@ -205,3 +225,6 @@ SPEC_RULES: tuple[CrossFieldRule, ...] = (
         field_path="env",
     ),
 )
+
+# Every registered engine's, as Python enforces them.
+SPEC_RULES: tuple[CrossFieldRule, ...] = spec_rules(FACTS)

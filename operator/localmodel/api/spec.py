@@ -28,9 +28,9 @@ from localmodel.api.checks import (
     one_default,
 )
 from localmodel.api.engine import (
-    DEFAULT,
     DEFAULT_ENGINE,
     DEFAULT_IMAGES,
+    EXAMPLE_VERSION,
     IMAGE_DESCRIPTION,
     NAME_DESCRIPTION,
     EngineName,
@@ -232,7 +232,7 @@ PATTERN_WORDS: dict[str, str] = {
     KEEP_ALIVE_PATTERN: "a Go duration such as 5m, 1h30m or -1m, or whole seconds such as 300",
     ENV_NAME_PATTERN: "an environment variable name (a letter or '_', then letters, digits "
     "or '_')",
-    ENGINE_VERSION_PATTERN: f"a version such as {DEFAULT.VERSION} or v{DEFAULT.VERSION}",
+    ENGINE_VERSION_PATTERN: f"a version such as {EXAMPLE_VERSION} or v{EXAMPLE_VERSION}",
     FAMILY_PATTERN: "a model family such as qwen3 (lower-case letters, digits, '.' and '-')",
     NO_SPACE_PATTERN: "a name without spaces",
     GGUF_URL_PATTERN: "an http:// or https:// URL without spaces",

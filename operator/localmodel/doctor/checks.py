@@ -19,8 +19,8 @@ from localmodel.facts.cpu import AmxKernel
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import format_cpu_list
-from localmodel.rules.model import parse_version, show_version
-from localmodel.rules.table import AMX_FLAGS
+from localmodel.rules.steps import AMX_FLAGS
+from localmodel.versions import parse_version, show_version
 
 __all__ = [
     "GATEWAY",
@@ -83,7 +83,8 @@ def default_engine_url(env: Mapping[str, str] = os.environ) -> str:
 
 def _doctor(engine: EngineView) -> EngineDoctor | None:
     """The doctor part of the engine that answered (None: a gateway, or nothing)."""
-    return ENGINES.get(engine.kind or "")
+    adapter = ENGINES.get(engine.kind or "")
+    return adapter.doctor if adapter is not None else None
 
 
 # ---- pure checks -----------------------------------------------------------

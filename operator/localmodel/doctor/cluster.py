@@ -43,8 +43,8 @@ from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
 from localmodel.gateway_contract import ADMIN_PORT
-from localmodel.rules.model import image_version, show_version
-from localmodel.rules.table import AMX_FLAGS
+from localmodel.rules.steps import AMX_FLAGS
+from localmodel.versions import Version, image_version, show_version
 
 __all__ = ["ClusterView", "cluster_findings", "in_scope"]
 
@@ -252,7 +252,7 @@ def _threads(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[
         where = f"{pod.label} on node {pod.node}"
         cpu_text = f"CPU limit {limit / 1000:g}" if limit is not None else "no CPU limit"
         if pod.threads is None:
-            doctor = engine(pod.engine)
+            doctor = engine(pod.engine).doctor
             fix = (doctor.pod_threads_fix(want) if want
                    else "set a CPU limit and threads equal to it")
             findings.append(
@@ -348,7 +348,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
     findings = []
     for pod in pods:
         node = nodes.get(pod.node)
-        doctor = engine(pod.engine)
+        doctor = engine(pod.engine).doctor
         if node is None or doctor.amx_fixed_in is None:
             continue
         if True not in [node.has(flag) for flag in sorted(AMX_FLAGS)]:
@@ -357,8 +357,8 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
     return findings
 
 
-def _amx_finding(pod: EnginePod, fixed: tuple[int, int, int]) -> Finding:
-    doctor = engine(pod.engine)
+def _amx_finding(pod: EnginePod, fixed: Version) -> Finding:
+    doctor = engine(pod.engine).doctor
     version = image_version(pod.image)
     shown = show_version(version) if version else "unknown"
     where = f"{pod.label} on AMX node {pod.node} ({doctor.title} {shown})"

@@ -77,7 +77,7 @@ def _is_gateway(container: Mapping[str, Any]) -> bool:
 
 def _engine_of(image: str) -> Engine | None:
     """The engine a container image runs, the first whose adapter knows it."""
-    return next((e for e in ENGINES.values() if e.runs_image(image)), None)
+    return next((e for e in ENGINES.values() if e.doctor.runs_image(image)), None)
 
 
 def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
@@ -112,14 +112,14 @@ def _engine_pod(pod: Mapping[str, Any], container: Mapping[str, Any], engine: En
     if str(annotations.get(ANNOTATION_THREADS, "")).isdigit():
         threads, source = int(annotations[ANNOTATION_THREADS]), "the operator's Modelfile"
     else:
-        threads = engine.pod_threads(argv, env)
+        threads = engine.doctor.pod_threads(argv, env)
         source = "its command line" if threads is not None else ""
     context_text = (
-        gateway_env.get(env_name("context")) or engine.pod_context(argv, env) or ""
+        gateway_env.get(env_name("context")) or engine.doctor.pod_context(argv, env) or ""
     )
     model = (
         gateway_env.get(env_name("model"))
-        or engine.pod_model(argv)
+        or engine.doctor.pod_model(argv)
         or (str(labels[LABEL_NAME]) if LABEL_NAME in labels else None)
     )
     resources = container.get("resources") or {}

@@ -142,7 +142,7 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
     error: BaseException | None = None
     for engine in ENGINES.values():  # the first that answers as itself
         try:
-            reading = engine.read(lambda path, body: _get_json(url + path, body), process)
+            reading = engine.doctor.read(lambda path, body: _get_json(url + path, body), process)
         except (OSError, ValueError) as e:
             error = e
             continue

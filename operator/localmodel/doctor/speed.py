@@ -269,7 +269,7 @@ def _processes(seen: _Seen, samples: tuple[str, str] | Exception | None) -> list
     engine = ENGINES.get(seen.engine)
     if not isinstance(samples, tuple) or not container or engine is None:
         return []
-    own = engine.processes
+    own = engine.doctor.processes
     counted = _counters(samples[1], slow.namespace, slow.pod, container, seen.container_id,
                         (PROCESSES,)).get(PROCESSES)
     if counted is None or counted <= own:

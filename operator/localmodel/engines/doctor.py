@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-Version = tuple[int, int, int]
+from localmodel.versions import Version
 
 # GET (body None) or POST (a JSON body) one path of the engine's HTTP API: its
 # JSON answer. Raises OSError (urllib.error.HTTPError for an HTTP status) or

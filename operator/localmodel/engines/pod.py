@@ -5,22 +5,19 @@ The renderer decides the pod (bound to its node, the weights claim, the
 gateway sidecar, the digests); the engine says its containers and init
 steps, their readiness and health, its port and what of the model's ConfigMap
 its pods mount. Its inputs are typed here by what they must offer, so the
-engines import nothing of the renderer (the renderer imports them).
+engines import nothing of the renderer (the renderer imports them); the
+manifest pieces both write are `localmodel.podspec`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from localmodel.api import LocalModel
 from localmodel.facts.quantity import format_bytes
-
-if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
-    from localmodel.rules.model import Tuning
-
-# A Kubernetes object, or a part of one, as the renderer writes it.
-Manifest = dict[str, Any]
+from localmodel.podspec import Manifest, env_list, resources
+from localmodel.rules.model import Tuning
 
 
 class PodOptions(Protocol):
@@ -93,50 +90,6 @@ class EnginePod(Protocol):
         """A pod's volumes besides the weights claim: the ConfigMap (named
         ``configmap``) entry ``key``, when it mounts one."""
         ...
-
-
-# Pod Security (kubernetes.io/docs/concepts/security/pod-security-standards/):
-# the user every container that can runs as: the operator image's own
-# (Dockerfile `USER 65532:65532`), numeric, so `runAsNonRoot` is checked
-# without reading the image's /etc/passwd.
-NONROOT_UID = 65532
-
-
-def seccomp() -> Manifest:
-    """A pod `securityContext` with the runtime's default seccomp profile."""
-    return {"seccompProfile": {"type": "RuntimeDefault"}}
-
-
-def restricted_pod(uid: int = NONROOT_UID) -> Manifest:
-    """A pod `securityContext` for the `restricted` level: every container
-    runs as ``uid`` (not root), the runtime's default seccomp profile, and the
-    volumes group-writable by ``uid``'s group (`fsGroup`), so a non-root init
-    step can write the weights volume."""
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, **seccomp()}
-
-
-def container_security(read_only_root: bool, uid: int | None = None) -> Manifest:
-    """A container's `securityContext`: no capabilities, no privilege
-    escalation, the root filesystem read-only when it writes nothing there;
-    with ``uid``, that user (not root) whatever the pod says. A new object
-    each time: a manifest never shares a part (YAML would write an alias)."""
-    context: Manifest = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    if read_only_root:
-        context["readOnlyRootFilesystem"] = True
-    if uid is not None:
-        context |= {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid}
-    return context
-
-
-def env_list(values: Mapping[str, str]) -> list[dict[str, str]]:
-    """A container's `env`, from name -> value."""
-    return [{"name": k, "value": v} for k, v in values.items()]
-
-
-def resources(cpu: str, memory: str) -> dict[str, Any]:
-    """A container's `resources`: requests equal to limits."""
-    both = {"cpu": cpu, "memory": memory}
-    return {"requests": dict(both), "limits": dict(both)}
 
 
 def engine_env(lm: LocalModel, t: Tuning) -> list[dict[str, str]]:

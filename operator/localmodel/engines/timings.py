@@ -13,14 +13,14 @@ import functools
 import importlib
 from typing import cast
 
-from localmodel.engines import FACTS, facts
+from localmodel.engines import FACTS, facts, package
 from localmodel.gateway_contract.timing import TimingReader
 
 
 @functools.cache
 def reader(name: str) -> TimingReader:
     """The timing reader of the engine named so (KeyError: no such engine)."""
-    module = importlib.import_module(f"{facts(name).__name__}.timing")
+    module = importlib.import_module(f"{package(facts(name))}.timing")
     return cast(TimingReader, module)
 
 

@@ -34,7 +34,8 @@ from localmodel.facts import NodeFacts
 from localmodel.incremental.evaluations import Evaluations
 from localmodel.planner import Cpus, ModelDemand, Plan, Planner, Unplaced, Usage
 from localmodel.render import AppliedDigests, PodParts, RenderOptions, ReplicaPlan, pod_digest
-from localmodel.rules import Tuning, spec_key
+from localmodel.rules.evaluate import spec_key
+from localmodel.rules.model import Tuning
 from localmodel.status import took_now
 
 

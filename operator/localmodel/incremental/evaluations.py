@@ -8,8 +8,9 @@ from localmodel.api import LocalModelSpec
 from localmodel.catalog import ModelShape
 from localmodel.facts import NodeFacts
 from localmodel.planner import Cpus
-from localmodel.rules import Tuning, evaluate, node_key, spec_key
-from localmodel.rules.model import Version
+from localmodel.rules.evaluate import evaluate, node_key, spec_key
+from localmodel.rules.model import Tuning
+from localmodel.versions import Version
 
 
 class Evaluations:

@@ -15,7 +15,7 @@ module per job:
   them (`PodParts`, `AppliedDigests`).
 """
 
-from localmodel.engines.pod import Manifest
+from localmodel.podspec import Manifest
 from localmodel.render.applied import (
     applied_objects,
     configmap_data,

@@ -9,7 +9,7 @@ from typing import Any
 
 from localmodel.api import LocalModel
 from localmodel.contract import LABEL_NAME, PORT_ENGINE, PORT_HTTP
-from localmodel.engines.pod import Manifest
+from localmodel.podspec import Manifest
 from localmodel.render.names import SERVICE_PORT, Meta, configmap_name
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.render.pods import engine_pod

@@ -15,7 +15,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from localmodel.api import LocalModel
-from localmodel.engines.pod import EnginePod, Manifest
+from localmodel.engines.pod import EnginePod
+from localmodel.podspec import Manifest
 from localmodel.render.applied import applied_objects, configmap_data
 from localmodel.render.gateway import gateway_volumes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
@@ -28,7 +29,7 @@ from localmodel.render.pods import (
     pod_volumes,
     volume_names,
 )
-from localmodel.rules import spec_key
+from localmodel.rules.evaluate import spec_key
 
 
 def manifest_hash(obj: Mapping[str, Any]) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from localmodel.api import LocalModel
 from localmodel.contract import CONTAINER_GATEWAY, PORT_ADMIN, PORT_HTTP, VOLUME_KEYS
-from localmodel.engines.pod import NONROOT_UID, Manifest, container_security, env_list, resources
 from localmodel.engines.registry import engine
 from localmodel.facts.quantity import format_bytes
 from localmodel.gateway_contract import (
@@ -17,9 +16,10 @@ from localmodel.gateway_contract import (
     env_name,
     gateway_variables,
 )
+from localmodel.podspec import NONROOT_UID, Manifest, container_security, env_list, resources
 from localmodel.render.names import gateway_cpu_milli, gateway_memory_bytes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 
 def gateway_env(lm: LocalModel, tuning: Tuning, router_key: str = "") -> dict[str, str]:
@@ -42,7 +42,7 @@ def gateway_env(lm: LocalModel, tuning: Tuning, router_key: str = "") -> dict[st
     return gateway_variables(
         flags
         | {
-            "upstream": f"http://127.0.0.1:{engine(spec.engine.name).port}",
+            "upstream": f"http://127.0.0.1:{engine(spec.engine.name).pod.port}",
             "engine": spec.engine.name.value,
             "listen": f"0.0.0.0:{GATEWAY_PORT}",
             "admin-listen": f"0.0.0.0:{ADMIN_PORT}",

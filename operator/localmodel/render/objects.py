@@ -8,8 +8,8 @@ from typing import Any
 
 from localmodel.api import LocalModel
 from localmodel.contract import ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH, ANNOTATION_THREADS
-from localmodel.engines.pod import Manifest
 from localmodel.facts.quantity import format_bytes
+from localmodel.podspec import Manifest
 from localmodel.render.applied import applied_objects
 from localmodel.render.digests import PodParts, manifest_hash, pod_digest
 from localmodel.render.names import Meta, claim_owned, pod_name

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from localmodel.api import LocalModel
 from localmodel.images import with_registry
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE, DEFAULT_OPERATOR_NAMESPACE, claim_name
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 
 @dataclass(frozen=True)

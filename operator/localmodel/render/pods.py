@@ -8,17 +8,18 @@ from dataclasses import dataclass
 
 from localmodel.api import LocalModel
 from localmodel.contract import VOLUME_WEIGHTS
-from localmodel.engines.pod import EnginePod, Manifest
+from localmodel.engines.pod import EnginePod
 from localmodel.engines.registry import engine
+from localmodel.podspec import Manifest
 from localmodel.render.gateway import build_gateway_container, gateway_volumes
 from localmodel.render.names import configmap_name
 from localmodel.render.plan import RenderOptions, ReplicaPlan, replica_claim
-from localmodel.rules import Tuning
+from localmodel.rules.model import Tuning
 
 
 def engine_pod(lm: LocalModel) -> EnginePod:
     """The pod part of the model's engine's adapter."""
-    return engine(lm.spec.engine.name)
+    return engine(lm.spec.engine.name).pod
 
 
 def build_containers(

@@ -22,7 +22,7 @@ from localmodel.contract import (
     PORT_HTTP,
     ROUTER_POD_LABELS,
 )
-from localmodel.engines.pod import Manifest
+from localmodel.podspec import Manifest
 from localmodel.render.names import Meta
 from localmodel.render.plan import RenderOptions
 

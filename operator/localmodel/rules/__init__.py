@@ -1,28 +1,8 @@
-"""Tuning rules: data with sources, and a small ordered evaluator."""
+"""Tuning rules: data with sources, and a small ordered evaluator.
 
-from localmodel.rules.evaluate import (
-    engine_version,
-    evaluate,
-    node_key,
-    problems,
-    shape_problems,
-    spec_key,
-    tune,
-)
-from localmodel.rules.model import Decision, Rule, Tuning
-from localmodel.rules.table import RULES, RULES_BY_ID
-
-__all__ = [
-    "RULES",
-    "RULES_BY_ID",
-    "Decision",
-    "Rule",
-    "Tuning",
-    "engine_version",
-    "evaluate",
-    "node_key",
-    "problems",
-    "shape_problems",
-    "spec_key",
-    "tune",
-]
+Import the module you need: the shapes (`rules.model`) and the steps engines'
+own rules share (`rules.steps`) sit below the engine adapters; the table
+(`rules.table`), the evaluator (`rules.evaluate`) and the docs (`rules.docs`)
+above the registry. This package imports none of them, so importing the shapes
+does not import the table.
+"""

@@ -1,8 +1,9 @@
-"""docs/rules.md, generated from the rules data (never written twice)."""
+"""docs/rules.md, generated from the rules data (never written twice): the
+shipped engines' rules (an out-of-tree engine's do not enter it)."""
 
 from __future__ import annotations
 
-from localmodel.rules.table import RULES
+from localmodel.rules.table import SHIPPED_RULES
 
 
 def _cell(text: str) -> str:
@@ -22,7 +23,7 @@ def rules_markdown() -> str:
         "| # | id | applies when | effect | why | source |",
         "|---|---|---|---|---|---|",
     ]
-    for i, r in enumerate(RULES, 1):
+    for i, r in enumerate(SHIPPED_RULES, 1):
         lines.append(
             f"| {i} | `{r.id}` | {_cell(r.when())} | {_cell(r.effect)} | {_cell(r.reason)} "
             f"| {_cell(r.source)} |"

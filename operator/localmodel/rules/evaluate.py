@@ -13,16 +13,9 @@ from localmodel.engines.registry import engine
 from localmodel.errors import FieldError
 from localmodel.facts import NodeFacts
 from localmodel.planner.cpus import Cpus, cpu_limit, replica_cpus
-from localmodel.rules.model import (
-    Context,
-    Decision,
-    Tuning,
-    TuningDraft,
-    Version,
-    image_version,
-    parse_version,
-)
+from localmodel.rules.model import Context, Decision, Tuning, TuningDraft
 from localmodel.rules.table import RULES
+from localmodel.versions import Version, image_version, parse_version
 
 
 def engine_version(spec: LocalModelSpec) -> Version | None:
@@ -73,7 +66,7 @@ def evaluate(
         effect = rule.apply(ctx, draft)
         if effect is not None:
             decisions.append(Decision(rule.id, effect, rule.reason, rule.source))
-    spelling = engine(ctx.engine)
+    spelling = engine(ctx.engine).tuning
     return Tuning(
         threads=draft.threads,
         cpu=draft.cpu,

@@ -1,43 +1,21 @@
-"""The shapes rules are made of: conditions as data, a context, a mutable draft."""
+"""The shapes rules are made of: conditions as data, a context, a mutable
+draft, a decision as an engine is told it (`Spelled`), the outcome (`Tuning`).
+
+They sit below the engine adapters, which spell a decision and declare their
+own rules (engines/<name>/rules.py), and below the rules table and evaluator
+(rules/table.py, rules/evaluate.py), which ask the adapters."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from localmodel.api import EngineName, FlashAttention, KVCacheType, LocalModelSpec
 from localmodel.catalog import ModelShape
 from localmodel.facts import NodeFacts
 from localmodel.planner.cpus import Cpus
-
-Version = tuple[int, int, int]
-
-_VERSION_RE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[-+].*)?$")
-
-
-def parse_version(text: str | None) -> Version | None:
-    """`0.32.2`, `v0.30.0-rc1` -> (0, 32, 2); anything else (`latest`) -> None."""
-    if not text:
-        return None
-    m = _VERSION_RE.match(text.strip())
-    if not m:
-        return None
-    return (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0))
-
-
-def image_version(image: str) -> Version | None:
-    """The version in an image tag: `ollama/ollama:0.32.2` -> (0, 32, 2)."""
-    if "@" in image:  # pinned by digest: the tag (if any) may lie, trust nothing
-        return None
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return None
-    return parse_version(last.split(":", 1)[1])
-
-
-def show_version(v: Version) -> str:
-    return ".".join(str(p) for p in v)
+from localmodel.versions import Version, show_version
 
 
 @dataclass(frozen=True)
@@ -81,6 +59,48 @@ class CpuCondition:
     def describe(self) -> str:
         text = "CPU has any of " + ", ".join(sorted(self.flags))
         return text + (" (or features unknown)" if self.unknown else "")
+
+
+@dataclass(frozen=True)
+class Spelled:
+    """One decision as an engine is told it: what it adds to the engine's
+    command line (flag -> value, "" for a switch without a value, in
+    command-line order), environment and Modelfile, and `how`, the words for
+    the decision's recorded effect (an adapter's tuning part, engines/tuning.py)."""
+
+    how: str
+    args: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    modelfile: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a pod serves, as the serving rule decides it: one model, `slots`
+    parallel slots of `context` tokens each, bound to loopback behind the
+    gateway."""
+
+    model: str
+    weights_file: str | None  # the GGUF's file name on the weights volume (spec.gguf)
+    context: int  # tokens per slot
+    slots: int
+    keep_alive: str
+    behind_gateway: bool
+
+    @property
+    def bind(self) -> str:
+        """The address the engine listens on: loopback behind the gateway."""
+        return "127.0.0.1" if self.behind_gateway else "0.0.0.0"
+
+
+class Stage(StrEnum):
+    """Where an engine's own rules (engines/<name>/rules.py) run among the
+    engine-neutral ones (rules/table.py `ORDER`), each engine's in the
+    registry's order."""
+
+    SERVING = "serving"  # after the thread count: the model, its slots and context
+    CPU_PATH = "cpu path"  # once flash attention is settled, before the KV fallback reads it
+    SWITCHES = "switches"  # last: the engine's own switches
 
 
 @dataclass(frozen=True)
@@ -134,7 +154,9 @@ class Rule:
     reason: str  # one line: why
     source: str  # where the engine fact comes from (citations, see rules/table.py)
     apply: RuleAction
-    engines: frozenset[EngineName]  # the engines it is for (each rule names them)
+    # The engines it is for: set by the table (rules/table.py `rules_of`), every
+    # registered engine for its own rules, the engine's own for an engine's.
+    engines: frozenset[str] = frozenset()
     versions: VersionRange | None = None
     cpu: CpuCondition | None = None
     families: frozenset[str] | None = None
@@ -153,7 +175,7 @@ class Rule:
         )
 
     def when(self) -> str:
-        parts = ["engine " + "/".join(sorted(e.value for e in self.engines))]
+        parts = ["engine " + "/".join(sorted(self.engines))]
         if self.versions is not None:
             parts.append("version " + self.versions.describe())
         if self.cpu is not None:

@@ -4,8 +4,10 @@ A rule decides *what* (threads = the CPU limit, the context per slot, the KV
 cache type, flash attention, the safe CPU path, memory); how its decision is
 spelled for an engine (flags, variables, Modelfile parameters, the words of
 its effect) is that engine's adapter's tuning part (engines/<name>/tuning.py,
-asked through `engines.registry.engine`). A rule for some engines only names
-them (`Rule.engines`).
+asked through `engines.registry.engine`). The rules here are engine-neutral:
+every registered engine takes part. An engine's own rules live in its package
+(engines/<name>/rules.py, found through the registry) and run at the `Stage`
+they name in `ORDER`; `rules_of` names each rule's engines (`Rule.engines`).
 
 Each rule's `source` cites, separated by "; ", upstream files (`repo path`, or
 `repo@version path` for a fact of one version), upstream issues and pull
@@ -17,14 +19,16 @@ checks that every citation resolves. `docs/rules.md` is generated from this tabl
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 
-from localmodel.api import EngineName, FlashAttention, KVCacheType
+from localmodel.api import FlashAttention, KVCacheType
 from localmodel.engines import llama_server, ollama
-from localmodel.engines.registry import engine
-from localmodel.engines.tuning import Serving, Spelled
+from localmodel.engines.registry import OWN_RULES, SHIPPED_NAMES, engine
 from localmodel.facts.quantity import format_bytes, parse_bytes
-from localmodel.rules.model import Context, CpuCondition, Rule, TuningDraft, VersionRange
+from localmodel.rules.model import Context, Rule, Stage, TuningDraft
+from localmodel.rules.steps import spell
 
 GiB = 1024**3
 MiB = 1024**2
@@ -46,8 +50,6 @@ KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
     KVCacheType.Q4_0: Fraction(18, 32),
 }
 
-AMX_FLAGS = frozenset({"AMXTILE", "AMXBF16", "AMXINT8", "AMXFP16"})
-
 
 def kv_cache_bytes(
     layers: int, context: int, kv_heads: int, key_len: int, value_len: int, kv: KVCacheType
@@ -64,18 +66,10 @@ def _ceil_gib(n: int) -> int:
 # --- rule functions: return the effect they had, or None -------------------
 
 
-def _spell(s: TuningDraft, spelled: Spelled) -> str:
-    """Write a decision as the engine spells it into the draft; its words."""
-    s.args.update(spelled.args)
-    s.env.update(spelled.env)
-    s.modelfile.update(spelled.modelfile)
-    return spelled.how
-
-
 def _set_threads(ctx: Context, s: TuningDraft, n: int) -> str:
     """Set the thread count where this engine reads it; returns how, for the effect."""
     s.cpu = s.threads = n
-    return _spell(s, engine(ctx.engine).threads(n))
+    return spell(s, engine(ctx.engine).tuning.threads(n))
 
 
 def _threads(ctx: Context, s: TuningDraft) -> str | None:
@@ -92,88 +86,12 @@ def _threads_cap(ctx: Context, s: TuningDraft) -> str | None:
     return f"threads {cpus.reserved} -> {cpus.count}: capped by the {cpus.capped_by} ({how})"
 
 
-def _serving(ctx: Context, s: TuningDraft) -> str | None:
-    spec = ctx.spec
-    serving = Serving(
-        model=spec.model,
-        weights_file=spec.gguf.file_name() if spec.gguf is not None else None,
-        context=spec.context,
-        slots=spec.slots,
-        keep_alive=spec.keep_alive,
-        behind_gateway=spec.gateway.enabled,
-    )
-    how = _spell(s, engine(ctx.engine).serving(serving))
-    s.flash_attention = spec.flash_attention
-    s.kv_cache = spec.kv_cache
-    return how
-
-
 def _kv_needs_fa(ctx: Context, s: TuningDraft) -> str | None:
     if not s.kv_cache.quantized or s.flash_attention is not FlashAttention.AUTO:
         return None
     s.flash_attention = FlashAttention.ENABLED
-    how = engine(ctx.engine).flash_attention_on
+    how = engine(ctx.engine).tuning.flash_attention_on
     return f"flash attention auto -> enabled ({how}) for kvCache {s.kv_cache.value}"
-
-
-def _spelled(spelled: Spelled | None, s: TuningDraft) -> str | None:
-    return _spell(s, spelled) if spelled is not None else None
-
-
-def _metrics(ctx: Context, s: TuningDraft) -> str | None:
-    return _spelled(engine(ctx.engine).metrics_on(), s)
-
-
-def _no_web_ui(ctx: Context, s: TuningDraft) -> str | None:
-    return _spelled(engine(ctx.engine).web_ui_off(), s)
-
-
-def _private_slots(ctx: Context, s: TuningDraft) -> str | None:
-    if ctx.spec.gateway.enabled:
-        return None
-    return _spelled(engine(ctx.engine).slots_endpoint_off(), s)
-
-
-def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
-    changes = []
-    if s.flash_attention is not FlashAttention.DISABLED:
-        changes.append(f"flash attention {s.flash_attention.value} -> disabled")
-        s.flash_attention = FlashAttention.DISABLED
-    runner = engine(ctx.engine).safe_cpu_runner(ctx.version)
-    if runner is not None:
-        changes.append(_spell(s, runner))
-    return ", ".join(changes)
-
-
-def _amx_guard(ctx: Context, s: TuningDraft) -> str | None:
-    return _amx_safe_path(ctx, s) + _features_note(ctx)
-
-
-def _amx_forced(ctx: Context, s: TuningDraft) -> str | None:
-    if not ctx.spec.placement.safe_cpu_path:
-        return None
-    effect = _amx_safe_path(ctx, s)
-    return effect + f", remove {_remove_amx_library(ctx, s)} at start" + _features_note(ctx)
-
-
-def _remove_amx_library(ctx: Context, s: TuningDraft) -> str:
-    """Delete the engine's AMX-crashing CPU libraries at start; which, for the effect."""
-    libraries = engine(ctx.engine).amx_libraries
-    s.remove_libraries += [lib for lib in libraries if lib not in s.remove_libraries]
-    return " ".join(libraries)
-
-
-def _amx_library(ctx: Context, s: TuningDraft) -> str | None:
-    return f"remove {_remove_amx_library(ctx, s)} at container start" + _features_note(ctx)
-
-
-def _features_note(ctx: Context) -> str:
-    notes = []
-    if ctx.node.cpu_flags is None:
-        notes.append("CPU features unknown on this node (no NFD or probe labels)")
-    if ctx.version is None:
-        notes.append("engine version unknown")
-    return f" ({'; '.join(notes)}: taking the safe side)" if notes else ""
 
 
 def _kv_fallback(ctx: Context, s: TuningDraft) -> str | None:
@@ -205,7 +123,7 @@ def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
         size, why = 0, "auto: off, the model's shape (and so its KV cache) is unknown"
     mib = -(-size // MiB)
     s.prompt_cache_bytes = mib * MiB
-    how = _spell(s, engine(ctx.engine).prompt_cache(mib))
+    how = spell(s, engine(ctx.engine).tuning.prompt_cache(mib))
     return f"prompt cache {format_bytes(s.prompt_cache_bytes)} ({why}): {how}"
 
 
@@ -254,7 +172,7 @@ def _guaranteed(ctx: Context, s: TuningDraft) -> str | None:
 
 
 def _volume(ctx: Context, s: TuningDraft) -> str | None:
-    at = engine(ctx.engine).models_volume
+    at = engine(ctx.engine).tuning.models_volume
     if ctx.spec.storage.size is not None:
         s.storage_bytes = parse_bytes(ctx.spec.storage.size)
         return f"volume {ctx.spec.storage.size} at {at} (from spec)"
@@ -266,13 +184,9 @@ def _volume(ctx: Context, s: TuningDraft) -> str | None:
     return f"volume {format_bytes(s.storage_bytes)} at {at} (2 x weights + 1Gi)"
 
 
-AMX = CpuCondition(AMX_FLAGS, unknown=True)
-# Which engines a rule is for (Rule.engines): the rules of one engine only say so.
-EVERY_ENGINE = frozenset(EngineName)
-OLLAMA = frozenset({EngineName.OLLAMA})
-LLAMA_SERVER = frozenset({EngineName.LLAMA_SERVER})
-
-RULES: tuple[Rule, ...] = (
+# The evaluation order: the engine-neutral rules, and at each `Stage` every
+# engine's own rules for it (its package's `RULES`, engines in the registry's order).
+ORDER: tuple[Rule | Stage, ...] = (
     Rule(
         id="threads-from-cpu-limit",
         title="Threads equal the CPU limit",
@@ -287,7 +201,6 @@ RULES: tuple[Rule, ...] = (
         "docs/engine-facts.md#llama-server-default-thread-count; "
         "docs/benchmarks.md#the-thread-rule-benchmarksthreadspy",
         apply=_threads,
-        engines=EVERY_ENGINE,
     ),
     Rule(
         id="threads-capped-by-node",
@@ -297,32 +210,9 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#llama-server-default-thread-count; "
         "docs/engine-facts.md#oversubscription; ollama#17916",
         apply=_threads_cap,
-        engines=EVERY_ENGINE,
         spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
     ),
-    Rule(
-        id="one-model-per-pod",
-        title="One model per pod, one slot with the full context",
-        effect="OLLAMA_MAX_LOADED_MODELS=1, OLLAMA_NUM_PARALLEL=slots, "
-        "OLLAMA_CONTEXT_LENGTH=context, OLLAMA_KEEP_ALIVE=keepAlive, OLLAMA_MODELS under "
-        f"{ollama.HOME}, engine bound to loopback behind the gateway",
-        reason="defaults load up to 3 models on CPU and a 4096 context; models sharing a "
-        "pod split memory, slots and cores",
-        source="ollama envconfig/config.go; docs/engine-facts.md#ollama-defaults-on-cpu",
-        apply=_serving,
-        engines=OLLAMA,
-    ),
-    Rule(
-        id="llama-server-context-per-slot",
-        title="Explicit slots, each with the full context",
-        effect="-c context x slots, -np slots; -m the GGUF on the weights volume, --alias "
-        "model; engine bound to loopback behind the gateway (--host, --port)",
-        reason="-c is the total context, split evenly across -np slots; without -np recent "
-        "builds default to 4 slots sharing one cache",
-        source="llama.cpp#16736; llama.cpp tools/server/README.md (-c, -np)",
-        apply=_serving,
-        engines=LLAMA_SERVER,
-    ),
+    Stage.SERVING,
     Rule(
         id="kv-cache-quantized-enables-flash-attention",
         title="A quantized KV cache turns flash attention on",
@@ -334,51 +224,9 @@ RULES: tuple[Rule, ...] = (
         "(quantized V cache requires flash_attn); ollama@v0.24.0 llm/server.go; "
         "ollama llm/llama_server.go; ollama#13337",
         apply=_kv_needs_fa,
-        engines=EVERY_ENGINE,
         spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
     ),
-    Rule(
-        id="amx-guard",
-        title="AMX guard for engine builds before 0.30",
-        effect="flash attention off (OLLAMA_FLASH_ATTENTION=0); before 0.5.12 also "
-        "OLLAMA_LLM_LIBRARY=cpu_avx2",
-        reason="an Ollama build before 0.30 crashed on AMX CPUs in its AMX / flash-attention "
-        "path; turning flash attention off avoided it. Only runners before 0.5.12 can be "
-        "chosen by OLLAMA_LLM_LIBRARY; 0.30-0.32.1 need the library removed instead",
-        source="docs/engine-facts.md#amx; docs/engine-facts.md#ollama_llm_library; "
-        "ollama@v0.5.7 llm/server.go; ollama@v0.24.0 discover/runner.go",
-        apply=_amx_guard,
-        versions=VersionRange(high=ollama.AMX_VARIANT_BACK, unknown=True),
-        cpu=AMX,
-        engines=OLLAMA,
-    ),
-    Rule(
-        id="amx-remove-cpu-variant",
-        title="Remove the crashing sapphirerapids CPU variant",
-        effect=f"delete {ollama.AMX_LIBRARY} at container start",
-        reason="0.30.0-0.32.1 ship a sapphirerapids variant that segfaults on AMX hosts; "
-        "OLLAMA_LLM_LIBRARY does not choose a CPU variant in these versions",
-        source="ollama#17205; ollama#17006; ollama#17249; ollama#17236; ollama#17244; "
-        "llama.cpp ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp; ollama discover/runner.go; "
-        "docs/engine-facts.md#amx",
-        apply=_amx_library,
-        versions=VersionRange(low=ollama.AMX_VARIANT_BACK, high=ollama.AMX_FIXED_IN, unknown=True),
-        cpu=AMX,
-        engines=OLLAMA,
-    ),
-    Rule(
-        id="amx-safe-path-forced",
-        title="Admin-forced safe CPU path",
-        effect=f"flash attention off, delete {ollama.AMX_LIBRARY}; before 0.5.12 also "
-        "OLLAMA_LLM_LIBRARY=cpu_avx2",
-        reason="the admin asked for the safe path on AMX nodes whatever the engine version",
-        source="docs/engine-facts.md#amx; docs/engine-facts.md#ollama_llm_library; "
-        "spec.placement.safeCpuPath",
-        apply=_amx_forced,
-        cpu=AMX,
-        spec_condition="placement.safeCpuPath: true",
-        engines=OLLAMA,
-    ),
+    Stage.CPU_PATH,
     Rule(
         id="kv-cache-falls-back-to-f16",
         title="KV cache falls back to f16 when flash attention is off",
@@ -388,7 +236,6 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#quantized-kv-cache; llama.cpp src/llama-context.cpp; "
         "ollama@v0.24.0 llm/server.go",
         apply=_kv_fallback,
-        engines=EVERY_ENGINE,
         spec_condition="kvCache quantized and flash attention turned off by a rule",
     ),
     Rule(
@@ -404,7 +251,6 @@ RULES: tuple[Rule, ...] = (
         "llama.cpp common/common.h (cache_ram_mib); llama.cpp common/arg.cpp (--cache-ram); "
         "llama.cpp#16391; ollama llm/llama_server.go; spec.promptCache",
         apply=_prompt_cache,
-        engines=EVERY_ENGINE,
     ),
     Rule(
         id="memory-from-weights-and-kv",
@@ -417,7 +263,6 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#kv-cache-size; "
         "docs/engine-facts.md#the-prompt-cache-in-host-memory; llama.cpp src/llama-kv-cache.cpp",
         apply=_memory_auto,
-        engines=EVERY_ENGINE,
         spec_condition="memory: auto",
     ),
     Rule(
@@ -427,7 +272,6 @@ RULES: tuple[Rule, ...] = (
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
         source="docs/engine-facts.md#memory-budget",
         apply=_memory_explicit,
-        engines=EVERY_ENGINE,
         spec_condition="memory set",
     ),
     Rule(
@@ -438,7 +282,6 @@ RULES: tuple[Rule, ...] = (
         "integer CPUs; a burstable engine shares cores and its barrier stalls",
         source="docs/engine-facts.md#cpu-budget; kubernetes#127525",
         apply=_guaranteed,
-        engines=EVERY_ENGINE,
     ),
     Rule(
         id="weights-volume",
@@ -449,38 +292,28 @@ RULES: tuple[Rule, ...] = (
         source="docs/engine-facts.md#weights-on-a-volume; "
         "docs/engine-facts.md#weights-imported-once-offline; ollama envconfig/config.go",
         apply=_volume,
-        engines=EVERY_ENGINE,
     ),
-    Rule(
-        id="llama-server-metrics",
-        title="Engine metrics on",
-        effect="--metrics",
-        reason="llama-server's Prometheus endpoint is off by default; its decode and queue "
-        "counters explain a slow model",
-        source="llama.cpp tools/server/README.md (--metrics)",
-        apply=_metrics,
-        engines=LLAMA_SERVER,
-    ),
-    Rule(
-        id="llama-server-no-webui",
-        title="No web UI",
-        effect="--no-webui",
-        reason="callers use the API through the gateway; the UI is code nobody in the pod needs",
-        source="llama.cpp tools/server/README.md (--no-webui)",
-        apply=_no_web_ui,
-        engines=LLAMA_SERVER,
-    ),
-    Rule(
-        id="llama-server-private-slots",
-        title="No /slots endpoint when the engine is exposed",
-        effect="--no-slots",
-        reason="/slots shows every slot's prompt text; behind the gateway the engine listens "
-        "on loopback only, without it the Service reaches the engine directly",
-        source="llama.cpp tools/server/README.md (--slots, --no-slots)",
-        apply=_private_slots,
-        engines=LLAMA_SERVER,
-        spec_condition="gateway.enabled: false",
-    ),
+    Stage.SWITCHES,
 )
 
+
+def rules_of(own: Mapping[str, Mapping[Stage, Sequence[Rule]]]) -> tuple[Rule, ...]:
+    """The rules in evaluation order for these engines (name -> its own rules by
+    stage, in the registry's order): each neutral rule for all of them, each
+    engine's own for it alone."""
+    every = frozenset(own)
+    out: list[Rule] = []
+    for step in ORDER:
+        if isinstance(step, Stage):
+            out += [replace(r, engines=frozenset({name}))
+                    for name, stages in own.items() for r in stages.get(step, ())]
+        else:
+            out.append(replace(step, engines=every))
+    return tuple(out)
+
+
+# Every registered engine's rules (what the evaluator runs), and the shipped
+# engines' (what docs/rules.md lists: an out-of-tree engine does not enter it).
+RULES: tuple[Rule, ...] = rules_of(OWN_RULES)
+SHIPPED_RULES: tuple[Rule, ...] = rules_of({n: OWN_RULES[n] for n in SHIPPED_NAMES})
 RULES_BY_ID = {r.id: r for r in RULES}

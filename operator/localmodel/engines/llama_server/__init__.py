@@ -5,6 +5,7 @@ from __future__ import annotations
 
 # `spec.engine.name` (the API's EngineName), the gateway's --engine and doctor's kind.
 NAME = "llama-server"
+ORDER = 1  # where the API lists it among the shipped engines (spec.engine.name's enum)
 # How prose names it, and what it does with `spec.model` and `spec.gguf` (the
 # API's description of spec.engine.name).
 TITLE = NAME
@@ -14,7 +15,7 @@ SUMMARY = "llama.cpp's server; serves the GGUF file named by `gguf`"
 # spec field the engine has no use for):
 NEEDS_GGUF = True  # it serves a GGUF file and has no registry to pull from
 KEEP_ALIVE = False  # it always keeps its model loaded
-SAFE_CPU_PATH = False  # no switch here for its CPU backends
+AMX_LIBRARIES: tuple[str, ...] = ()  # no build of it is known to crash on AMX hosts
 
 # The pinned default image: ggml-org/llama.cpp's CPU server build
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint

@@ -15,7 +15,6 @@ from localmodel.engines.doctor import (
     EngineReading,
     GetJson,
     LoadedModel,
-    Version,
     flag_value,
 )
 from localmodel.engines.llama_server import (
@@ -28,6 +27,7 @@ from localmodel.engines.llama_server import (
     THREADS_ENV,
     THREADS_FLAGS,
 )
+from localmodel.versions import Version
 
 _IMAGE = re.compile(r"llama[.-]?cpp|llama-server", re.IGNORECASE)
 

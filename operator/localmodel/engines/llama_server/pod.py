@@ -4,26 +4,20 @@ rules' flags, its probes, and the step that downloads the GGUF file."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from localmodel.api import GGUF, LocalModel
 from localmodel.contract import CONTAINER_DOWNLOAD, PORT_ENGINE, VOLUME_WEIGHTS
 from localmodel.engines import llama_server
 from localmodel.engines.gguf import Download, curl_fetch, download_bound, gguf_script
 from localmodel.engines.pod import (
-    NONROOT_UID,
     EngineContainers,
-    Manifest,
     PlacedReplica,
     PodOptions,
-    container_security,
     engine_env,
     engine_resources,
-    restricted_pod,
 )
-
-if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
-    from localmodel.rules.model import Tuning
+from localmodel.podspec import NONROOT_UID, Manifest, container_security, restricted_pod
+from localmodel.rules.model import Tuning
 
 
 def gguf_init_script(

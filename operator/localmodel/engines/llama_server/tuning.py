@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from localmodel.engines.llama_server import MODELS_DIR, PORT
-from localmodel.engines.tuning import Serving, Spelled, Version
+from localmodel.rules.model import Serving, Spelled
 
 # -fa takes a value; a bare `-fa` would swallow the next argument
 # (llama.cpp common/arg.cpp). Keyed by the API's FlashAttention values.
@@ -19,7 +19,6 @@ class LlamaServerTuning:
 
     models_volume = MODELS_DIR
     flash_attention_on = "-fa on"
-    amx_libraries: tuple[str, ...] = ()
 
     def threads(self, n: int) -> Spelled:
         # -tb defaults to -t, but say both: prefill uses -tb (llama.cpp common/arg.cpp).
@@ -42,20 +41,17 @@ class LlamaServerTuning:
             },
         )
 
-    def safe_cpu_runner(self, version: Version | None) -> Spelled | None:
-        return None
-
-    def metrics_on(self) -> Spelled | None:
+    def metrics_on(self) -> Spelled:
         return Spelled("--metrics: Prometheus metrics at /metrics", args={"--metrics": ""})
 
     def prompt_cache(self, mib: int) -> Spelled:
         # In MiB; 0 keeps none, -1 no limit, unset 8192 (llama.cpp common/arg.cpp).
         return Spelled(f"--cache-ram {mib}", args={"--cache-ram": str(mib)})
 
-    def web_ui_off(self) -> Spelled | None:
+    def web_ui_off(self) -> Spelled:
         return Spelled("--no-webui", args={"--no-webui": ""})
 
-    def slots_endpoint_off(self) -> Spelled | None:
+    def slots_endpoint_off(self) -> Spelled:
         return Spelled(
             "--no-slots: the engine faces the Service directly, and /slots shows prompts",
             args={"--no-slots": ""},

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 # `spec.engine.name` (the API's EngineName), the gateway's --engine and doctor's kind.
 NAME = "ollama"
+# Where the API lists it among the shipped engines (spec.engine.name's enum);
+# the first listed is the default engine (localmodel.engines.DEFAULT).
+ORDER = 0
 # How prose names it, and what it does with `spec.model` and `spec.gguf` (the
 # API's description of spec.engine.name).
 TITLE = "Ollama"
@@ -14,7 +17,6 @@ SUMMARY = "pulls `model` from Ollama's registry, or imports the GGUF file named 
 # spec field the engine has no use for):
 NEEDS_GGUF = False  # it pulls `model` from its registry, or imports spec.gguf
 KEEP_ALIVE = True  # spec.keepAlive becomes OLLAMA_KEEP_ALIVE
-SAFE_CPU_PATH = True  # placement.safeCpuPath: the AMX guard over its CPU libraries
 
 # The pinned version: the newest release the Go module proxy serves (v0.34.4,
 # 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)
@@ -68,6 +70,10 @@ MODELS_DIR = f"{HOME}/models"
 
 # The CPU variant that crashes on AMX hosts in 0.30.0-0.32.1 (ollama#17205).
 AMX_LIBRARY = "/usr/lib/ollama/libggml-cpu-sapphirerapids.so"
+# AMX is this engine's concern, decided here once (localmodel.engines.EngineFacts):
+# the API allows placement.safeCpuPath, its rules guard AMX hosts (rules.py), doctor
+# looks for the crash (tests/unit/test_facts_once.py checks each follows).
+AMX_LIBRARIES: tuple[str, ...] = (AMX_LIBRARY,)
 # The versions the AMX rules tell apart (docs/engine-facts.md#amx):
 AMX_FIXED_IN = (0, 32, 2)  # ollama#17244 (GCC 13 build)
 AMX_VARIANT_BACK = (0, 30, 0)  # the sapphirerapids CPU variant ships again from v0.30

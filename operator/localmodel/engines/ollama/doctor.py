@@ -12,7 +12,6 @@ from localmodel.engines.doctor import (
     EngineReading,
     GetJson,
     LoadedModel,
-    Version,
     int_env,
 )
 from localmodel.engines.ollama import (
@@ -24,6 +23,7 @@ from localmodel.engines.ollama import (
     VERSION_PATH,
 )
 from localmodel.engines.ollama.tuning import amx_guarded, amx_workaround
+from localmodel.versions import Version
 
 
 def modelfile_threads(parameters: str) -> int | None:

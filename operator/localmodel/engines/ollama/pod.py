@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localmodel.api import GGUF, LocalModel
 from localmodel.contract import (
@@ -37,18 +37,13 @@ from localmodel.engines.gguf import (
 )
 from localmodel.engines.pod import (
     EngineContainers,
-    Manifest,
     PlacedReplica,
     PodOptions,
-    container_security,
     engine_env,
     engine_resources,
-    env_list,
-    seccomp,
 )
-
-if TYPE_CHECKING:  # the rules' shapes: `import localmodel.rules` would import the registry
-    from localmodel.rules.model import Tuning
+from localmodel.podspec import Manifest, container_security, env_list, seccomp
+from localmodel.rules.model import Tuning
 
 # Where the engine and its init step mount the model's Modelfile.
 MODELFILE_DIR = "/etc/localmodel"

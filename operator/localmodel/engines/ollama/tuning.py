@@ -15,7 +15,8 @@ from localmodel.engines.ollama import (
     PORT,
     PROMPT_CACHE_ENV,
 )
-from localmodel.engines.tuning import Serving, Spelled, Version
+from localmodel.rules.model import Serving, Spelled
+from localmodel.versions import Version
 
 
 def amx_workaround(version: Version | None) -> str:
@@ -47,7 +48,6 @@ class OllamaTuning:
 
     models_volume = HOME
     flash_attention_on = "OLLAMA_FLASH_ATTENTION=1"
-    amx_libraries: tuple[str, ...] = (AMX_LIBRARY,)
 
     def threads(self, n: int) -> Spelled:
         return Spelled(
@@ -83,20 +83,11 @@ class OllamaTuning:
             env={"OLLAMA_LLM_LIBRARY": "cpu_avx2"},
         )
 
-    def metrics_on(self) -> Spelled | None:
-        return None  # Ollama has no metrics endpoint
-
     def prompt_cache(self, mib: int) -> Spelled:
         return Spelled(
             f"{PROMPT_CACHE_ENV}={mib} (its llama-server child inherits it)",
             env={PROMPT_CACHE_ENV: str(mib)},
         )
-
-    def web_ui_off(self) -> Spelled | None:
-        return None
-
-    def slots_endpoint_off(self) -> Spelled | None:
-        return None
 
     def command_line(
         self, args: Mapping[str, str], kv_cache: str, flash_attention: str
