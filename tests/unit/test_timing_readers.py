@@ -82,3 +82,17 @@ def test_the_contract_names_no_engine() -> None:
     named = [name for name in engines.NAMES if re.search(re.escape(name), text, re.IGNORECASE)]
     titled = [e.TITLE for e in engines.FACTS if e.TITLE in text]
     assert (named, titled) == ([], [])
+
+
+def test_an_engine_without_a_timing_reader_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered engine whose package has no timing module: the error names
+    the engine and the module, rather than a bare import error."""
+    name = engines.NAMES[0]
+    timings.reader.cache_clear()
+    monkeypatch.setattr(timings, "package", lambda facts: "localmodel.facts")  # no timing.py
+    try:
+        with pytest.raises(timings.NoTimingReader, match=f"engine {name}: no module "
+                           r"localmodel\.facts\.timing"):
+            timings.reader(name)
+    finally:
+        timings.reader.cache_clear()
