@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from localmodel import engines
 from localmodel.api import MANAGED_ENV, EngineName, LocalModel, parse_local_model
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
@@ -193,9 +194,9 @@ def test_llama_server_flags_are_the_listed_ones_and_their_variables_managed() ->
 
 
 def test_the_api_refuses_exactly_the_engines_managed_variables() -> None:
-    both = ollama.MANAGED_ENV + llama_server.MANAGED_ENV
-    assert set(MANAGED_ENV) == set(both) and len(set(MANAGED_ENV)) == len(MANAGED_ENV)
-    assert {e.value for e in EngineName} == {ollama.NAME, llama_server.NAME}
+    every = [name for e in engines.FACTS for name in e.MANAGED_ENV]
+    assert set(MANAGED_ENV) == set(every) and len(set(MANAGED_ENV)) == len(MANAGED_ENV)
+    assert [e.value for e in EngineName] == list(engines.NAMES)
 
 
 # ---- the build script builds the pinned versions -----------------------------
