@@ -22,15 +22,18 @@ from localmodel.gateway.stream import (
 )
 from localmodel.gateway_contract.timing import EngineTiming
 
-# The Ollama API's routes here carry Ollama's final object; the
-# OpenAI-compatible ones llama-server's `timings` (each engine's reader).
+# Each engine's own reader (engines/<name>/timing.py): the Ollama API's routes
+# here carry Ollama's final object, the OpenAI-compatible ones llama-server's
+# `usage` and `timings`.
 OLLAMA = ollama_timing
 LLAMA_SERVER = llama_server_timing
 
 
 def timing_from_openai(usage: dict[str, object] | None, timings: dict[str, object] | None,
                        reason: str | None) -> EngineTiming:
+    """llama-server's answer carrying these `usage` and `timings`."""
     return llama_server_timing.timing({"usage": usage, "timings": timings}, reason)
+
 
 FINAL = {
     "model": "m",

@@ -27,7 +27,7 @@ A pattern is a dotted module name where `*` stands for one name and a trailing
 `**` for any number of names (none included). A module belongs to the pattern
 that matches it with the most literal names: `localmodel.engines.*` (each
 engine's facts, at the bottom) yields `localmodel.engines.registry` to the
-adapters' exact name (a new module beside them lands with the facts until it is
+registry's exact name (a new module beside them lands with the facts until it is
 named there, and fails here as soon as it imports above the foundation). A
 module no pattern matches fails: declare it.
 
@@ -62,8 +62,9 @@ LAYERS = (
     Layer("foundation",
           "the words everything shares, importing nothing above: the API group and version, "
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
-          "quantities, strings made printable, and each engine's facts (data the API reads) "
-          "and its timing reader (what the gateway reads of its answers)",
+          "quantities, strings made printable, the engine Version alias, each engine's facts "
+          "(data the API reads) and the facts registry that finds them, and each engine's "
+          "timing reader (what the gateway reads of its answers) and the lookup that finds it",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.gateway_contract.*",
            "localmodel.facts.quantity", "localmodel.printable",

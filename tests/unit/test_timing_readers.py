@@ -24,7 +24,7 @@ CONTRACT = Path(contract.__file__)
 @pytest.mark.parametrize("name", engines.NAMES)
 def test_every_engine_has_a_timing_reader_beside_its_facts(name: str) -> None:
     reader = timings.reader(name)
-    assert getattr(reader, "__name__", "") == f"{engines.facts(name).__name__}.timing"
+    assert getattr(reader, "__name__", "") == f"{engines.package(engines.facts(name))}.timing"
     assert reader.KEYS and all(isinstance(key, str) and key for key in reader.KEYS)
     assert "usage" not in reader.KEYS  # OpenAI's, read by the contract for every engine
     assert timings.readers()[engines.NAMES.index(name)] is reader
@@ -58,21 +58,23 @@ def test_the_watcher_reads_the_lines_that_carry_an_engines_own_fields(name: str)
     assert watcher.timing == reader.timing(own, None)
 
 
-def test_the_router_finds_a_tail_by_every_engines_keys() -> None:
-    for reader in timings.readers():
-        seen: list[object] = []
+@pytest.mark.parametrize("name", engines.NAMES)
+def test_the_router_finds_a_tail_by_every_engines_keys(name: str) -> None:
+    """A tail whose last line names only the engine's own KEYS is read, and
+    by that engine's reader."""
+    seen: list[object] = []
 
-        class Spy:
-            KEYS = reader.KEYS
+    class Spy:
+        KEYS = timings.reader(name).KEYS
 
-            @staticmethod
-            def timing(answer: object, finish_reason: str | None) -> contract.EngineTiming:
-                seen.append(answer)
-                return contract.EngineTiming(generated_tokens=2, prompt_total=40)
+        @staticmethod
+        def timing(answer: object, finish_reason: str | None) -> contract.EngineTiming:
+            seen.append(answer)
+            return contract.EngineTiming(generated_tokens=2, prompt_total=40)
 
-        doc = {key: 1 for key in reader.KEYS}
-        assert tokens_from_tail(json.dumps(doc).encode() + b"\n", (Spy(),)) == 42
-        assert seen == [doc]
+    doc = {key: 1 for key in Spy.KEYS}
+    assert tokens_from_tail(json.dumps(doc).encode() + b"\n", (Spy(),)) == 42
+    assert seen == [doc]
 
 
 def test_the_contract_names_no_engine() -> None:
@@ -80,3 +82,17 @@ def test_the_contract_names_no_engine() -> None:
     named = [name for name in engines.NAMES if re.search(re.escape(name), text, re.IGNORECASE)]
     titled = [e.TITLE for e in engines.FACTS if e.TITLE in text]
     assert (named, titled) == ([], [])
+
+
+def test_an_engine_without_a_timing_reader_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered engine whose package has no timing module: the error names
+    the engine and the module, rather than a bare import error."""
+    name = engines.NAMES[0]
+    timings.reader.cache_clear()
+    monkeypatch.setattr(timings, "package", lambda facts: "localmodel.facts")  # no timing.py
+    try:
+        with pytest.raises(timings.NoTimingReader, match=f"engine {name}: no module "
+                           r"localmodel\.facts\.timing"):
+            timings.reader(name)
+    finally:
+        timings.reader.cache_clear()

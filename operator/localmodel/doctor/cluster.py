@@ -44,7 +44,7 @@ from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
 from localmodel.gateway_contract import ADMIN_PORT
 from localmodel.rules.steps import AMX_FLAGS
-from localmodel.versions import image_version, show_version
+from localmodel.versions import Version, image_version, show_version
 
 __all__ = ["ClusterView", "cluster_findings", "in_scope"]
 
@@ -357,7 +357,7 @@ def _amx(pods: Sequence[EnginePod], nodes: Mapping[str, NodeFacts]) -> list[Find
     return findings
 
 
-def _amx_finding(pod: EnginePod, fixed: tuple[int, int, int]) -> Finding:
+def _amx_finding(pod: EnginePod, fixed: Version) -> Finding:
     doctor = engine(pod.engine).doctor
     version = image_version(pod.image)
     shown = show_version(version) if version else "unknown"

@@ -184,7 +184,9 @@ def _volume(ctx: Context, s: TuningDraft) -> str | None:
     return f"volume {format_bytes(s.storage_bytes)} at {at} (2 x weights + 1Gi)"
 
 
-NEUTRAL: tuple[Rule, ...] = (
+# The evaluation order: the engine-neutral rules, and at each `Stage` every
+# engine's own rules for it (its package's `RULES`, engines in the registry's order).
+ORDER: tuple[Rule | Stage, ...] = (
     Rule(
         id="threads-from-cpu-limit",
         title="Threads equal the CPU limit",
@@ -210,6 +212,7 @@ NEUTRAL: tuple[Rule, ...] = (
         apply=_threads_cap,
         spec_condition="threads > allocatable CPUs, cpuset or cgroup quota",
     ),
+    Stage.SERVING,
     Rule(
         id="kv-cache-quantized-enables-flash-attention",
         title="A quantized KV cache turns flash attention on",
@@ -223,6 +226,7 @@ NEUTRAL: tuple[Rule, ...] = (
         apply=_kv_needs_fa,
         spec_condition="kvCache q8_0/q4_0 and flashAttention auto",
     ),
+    Stage.CPU_PATH,
     Rule(
         id="kv-cache-falls-back-to-f16",
         title="KV cache falls back to f16 when flash attention is off",
@@ -289,24 +293,6 @@ NEUTRAL: tuple[Rule, ...] = (
         "docs/engine-facts.md#weights-imported-once-offline; ollama envconfig/config.go",
         apply=_volume,
     ),
-)
-
-_BY_ID = {r.id: r for r in NEUTRAL}
-
-# The evaluation order: the engine-neutral rules, and where each engine's own
-# rules run (its `RULES` for that stage, engines in the registry's order).
-ORDER: tuple[str | Stage, ...] = (
-    "threads-from-cpu-limit",
-    "threads-capped-by-node",
-    Stage.SERVING,
-    "kv-cache-quantized-enables-flash-attention",
-    Stage.CPU_PATH,
-    "kv-cache-falls-back-to-f16",
-    "prompt-cache-bounded",
-    "memory-from-weights-and-kv",
-    "memory-from-spec",
-    "guaranteed-qos",
-    "weights-volume",
     Stage.SWITCHES,
 )
 
@@ -322,7 +308,7 @@ def rules_of(own: Mapping[str, Mapping[Stage, Sequence[Rule]]]) -> tuple[Rule, .
             out += [replace(r, engines=frozenset({name}))
                     for name, stages in own.items() for r in stages.get(step, ())]
         else:
-            out.append(replace(_BY_ID[step], engines=every))
+            out.append(replace(step, engines=every))
     return tuple(out)
 
 
