@@ -111,9 +111,10 @@ def test_the_engine_mounts_the_weights_read_only_and_only_init_steps_write_them(
     engine_container = pod["spec"]["containers"][0]
     [weights] = [m for m in engine_container["volumeMounts"] if m["name"] == VOLUME_WEIGHTS]
     assert weights["readOnly"] is True
-    for init in pod["spec"]["initContainers"]:
-        [mount] = [m for m in init["volumeMounts"] if m["name"] == VOLUME_WEIGHTS]
-        assert not mount.get("readOnly"), init["name"]
+    writers = [init["name"] for init in pod["spec"]["initContainers"]
+               for m in init["volumeMounts"]
+               if m["name"] == VOLUME_WEIGHTS and not m.get("readOnly")]
+    assert writers, "no init step writes the weights"  # an init step may also only read them
 
 
 def test_llama_server_pods_pass_restricted_whole() -> None:
