@@ -21,7 +21,11 @@ from tests.conformance.subjects import NAMES
 
 
 def _example(name: str) -> tuple[str, dict[str, Any], EngineTiming]:
-    example: tuple[str, dict[str, Any], EngineTiming] = timings.reader(name).EXAMPLE  # type: ignore[attr-defined]
+    """The engine's `EXAMPLE` (its timing module declares one: the suite's input)."""
+    reader = timings.reader(name)
+    assert hasattr(reader, "EXAMPLE"), (
+        f"{name}'s timing module declares no EXAMPLE (route, answer, EngineTiming)")
+    example: tuple[str, dict[str, Any], EngineTiming] = reader.EXAMPLE
     return example
 
 
