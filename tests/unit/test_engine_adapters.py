@@ -22,7 +22,7 @@ OLLAMA, LLAMA = engine(ollama.NAME), engine(llama_server.NAME)
 
 
 def test_the_registry_holds_each_engine_by_its_name() -> None:
-    assert list(ENGINES) == list(engines.NAMES)
+    assert list(ENGINES) == list(engines.NAMES)  # the shipped ones and any out-of-tree ones
     assert all(engine(name).name == name for name in ENGINES)
 
 

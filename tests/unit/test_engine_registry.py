@@ -173,3 +173,22 @@ def test_a_registered_out_of_tree_engine_validates_and_tunes_but_stays_out_of_th
     crd = (ROOT / "crds" / "localmodel.dev_localmodels.yaml").read_text()
     assert seen["crd"] == crd and "planted" not in crd
     assert seen["rules"] == (ROOT / "docs" / "rules.md").read_text()
+
+
+def test_the_gateway_loads_the_facts_of_a_registered_engine_and_no_adapter(
+    planted: Path,
+) -> None:
+    """The gateway runs in the pod and reads facts only, an out-of-tree engine's too."""
+    env = {**os.environ, ENV: "planted_engine",
+           "PYTHONPATH": os.pathsep.join([str(planted), os.environ.get("PYTHONPATH", "")])}
+    probe = ("import json, sys, localmodel.gateway.server\n"
+             "print(json.dumps(sorted(m for m in sys.modules if 'engine' in m)))")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, check=True)
+    loaded = json.loads(done.stdout)
+    packages = {engines.package(f) for f in SHIPPED} | {"planted_engine"}
+    # The facts, and the lookup of each engine's timing reader (engines/timings.py;
+    # a timing module imports only gateway_contract/timing.py): no adapter.
+    facts = {"localmodel.engines", *packages}
+    readers = {"localmodel.engines.timings", *(f"{p}.timing" for p in packages)}
+    assert facts <= set(loaded) <= facts | readers

@@ -7,7 +7,7 @@
   declaration derives;
 - the gateway, which runs in the pod from the operator image, reads engine
   facts by name and imports neither the engine adapters (they import the
-  renderer) nor the renderer.
+  API and the rules' shapes) nor the renderer.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_the_contract_imports_no_gateway_module_and_no_renderer() -> None:
 
 def test_the_gateway_imports_neither_the_engine_adapters_nor_the_renderer() -> None:
     """It runs in the pod from the operator image and asks engine facts by
-    name (localmodel.engines.facts): the adapters import the renderer."""
+    name (localmodel.engines.facts): the adapters import the API and the rules' shapes."""
     for module in _modules_under("gateway"):
         for other in sorted(reached(module)):
             assert not other.startswith("localmodel.render"), (module, other)

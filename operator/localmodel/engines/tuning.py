@@ -6,10 +6,12 @@ the context per slot and the slots, the KV cache type, flash attention, the
 safe CPU path on AMX hosts. An engine's `EngineTuning` says *how* it is told
 so: which command-line arguments, environment variables and Modelfile
 parameters (a `Spelled`, rules/model.py), and the words a decision's effect is
-recorded with. It works on plain values (strings, numbers). Here is what the
-engine-neutral rules (rules/table.py) ask of every engine; a decision only an
-engine's own rules make (engines/<name>/rules.py) is spelled by a method of its
-own part, which they call directly.
+recorded with. It works on plain values (strings, numbers). Here is what every
+engine is asked: by the engine-neutral rules (rules/table.py), by its own
+serving rule (`serving`, through `rules.steps.serve`) and by the evaluator
+(`command_line`, `environment`); a decision only an engine's own rules make
+(engines/<name>/rules.py) is spelled by a method of its own part, which they
+call directly.
 """
 
 from __future__ import annotations
