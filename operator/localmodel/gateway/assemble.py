@@ -84,7 +84,9 @@ class _Assembler:
 
 
 class OllamaAssembler(_Assembler):
-    """Ollama NDJSON chunks -> the non-streaming /api/generate or /api/chat object."""
+    """Ollama API NDJSON chunks (the callers' API, gateway_contract/client_api.py)
+    -> the non-streaming /api/generate or /api/chat object; the final object's
+    account is read by the engine's own reader."""
 
     KINDS = (Kind.GENERATE, Kind.CHAT)
 
