@@ -82,7 +82,9 @@ cd "$(dirname "$0")/.."
 CACHE="${LOCALMODEL_CACHE:-$HOME/.cache/localmodel-operator}"
 IMAGES="$CACHE/images"
 PY="${PYTHON:-python3}"
-NAMES=(operator ollama llama-server pause helper)
+# The images, in --print order: the operator, each engine that has one (its
+# package's image.sh, below), the pause and helper images.
+NAMES=(operator)
 
 # ---- pins and names (the facts live elsewhere; this reads them) ----
 SUITE=bookworm                         # Debian 12: python3 is 3.11, like python:3.11-slim
@@ -106,41 +108,52 @@ chart_image() {
   echo "$repo:$version"
 }
 
-# The engine images the renderer pins (operator/localmodel/engines/*.py IMAGE).
+# The engine images the renderer pins (operator/localmodel/engines/<engine>/__init__.py IMAGE).
 renderer_image() { engine_fact "$1" IMAGE; }
-# An engine's fact (IMAGE, PORT, ...) from its home, operator/localmodel/engines/<engine>.py.
+# An engine's fact (IMAGE, PORT, ...) from its home, operator/localmodel/engines/<engine>/__init__.py.
 engine_fact() {
   PYTHONPATH=operator "$PY" -c "from localmodel.engines import $1; print($1.$2)" \
-    || die "cannot read $2 from operator/localmodel/engines/$1.py"
+    || die "cannot read $2 from operator/localmodel/engines/$1/__init__.py"
 }
 
 # hack/build-engines.sh --print: NAME=PATH lines.
 declare -A ENGINE=()
 engine_print="$(bash hack/build-engines.sh --print)" || die "hack/build-engines.sh --print failed"
 while IFS='=' read -r k v; do ENGINE[$k]="$v"; done <<<"$engine_print"
-[[ -n "${ENGINE[ollama]:-}" && -n "${ENGINE[llama-server]:-}" && -n "${ENGINE[versions]:-}" ]] \
-  || die "hack/build-engines.sh --print lists no ollama, llama-server or versions"
-OLLAMA_ROOT="$(dirname "$(dirname "${ENGINE[ollama]}")")"
-LLAMA_SERVER="${ENGINE[llama-server]}"
-ollama_version="$(sed -n 's/.* ollama:v\{0,1\}\([^ ]*\).*/\1/p' <<<"${ENGINE[versions]}")"
-lcp_version="$(sed -n 's/.*llama-cpp-python:\([^ ]*\).*/\1/p' <<<"${ENGINE[versions]}")"
-[[ -n "$ollama_version" && -n "$lcp_version" ]] \
-  || die "no ollama or llama-cpp-python version in hack/build-engines.sh --print"
+[[ -n "${ENGINE[versions]:-}" ]] || die "hack/build-engines.sh --print lists no versions"
 
 operator_image="$(chart_image)"
-ollama_image="$(renderer_image ollama)"
-llama_server_image="$(renderer_image llama_server)"
-OLLAMA_PORT="$(engine_fact ollama PORT)"
 declare -A REF=(
   [operator]="$operator_image"
-  # The renderer's repository, tagged with the Ollama version actually built: if
-  # the renderer pins another version, the test node has no image under its
-  # name, rather than a wrong one (tests/harness/test_images.py checks both agree).
-  [ollama]="${ollama_image%:*}:$ollama_version"
-  [llama-server]="$llama_server_image"
   [pause]="$PAUSE_IMAGE"
   [helper]="$HELPER_IMAGE"
 )
+
+# ---- the engines' images: each engine's package says how its image is made ----
+# For every registered engine, in the registry's order (localmodel.engines.FACTS),
+# its package's image.sh, when it has one, is sourced: it sets REF[<NAME>] and
+# what its recipe reads (from hack/build-engines.sh --print, ENGINE[...], and the
+# engine's facts), adds its root filesystem to ENGINE_ROOTFS, and defines
+# build_<NAME> (the recipe; its text is part of the key, as here) and
+# image_inputs_<NAME> (the rest of the key's inputs). An engine without one
+# (a test-only engine) has no image. The root filesystems' package sets stay in
+# rootfs_args below: its text is part of every rootfs key.
+ENGINE_ROOTFS=()
+engine_dirs="$(PYTHONPATH=operator "$PY" -c '
+import os, sys
+from localmodel import engines
+for e in engines.FACTS:
+    print(e.NAME, os.path.dirname(sys.modules[engines.package(e)].__file__))')" \
+  || die "cannot list the engines (localmodel.engines.FACTS)"
+while read -r engine dir; do
+  [[ -f "$dir/image.sh" ]] || continue
+  # shellcheck source=/dev/null  # operator/localmodel/engines/<engine>/image.sh
+  source "$dir/image.sh"
+  [[ -n "${REF[$engine]:-}" ]] && declare -F "build_$engine" "image_inputs_$engine" >/dev/null \
+    || die "$dir/image.sh sets no REF[$engine], build_$engine or image_inputs_$engine"
+  NAMES+=("$engine")
+done <<<"$engine_dirs"
+NAMES+=(pause helper)
 
 # prune GLOB: keep the KEEP newest files matching $IMAGES/GLOB (other
 # checkouts, e.g. several worktrees, may be using older inputs; an operator
@@ -283,42 +296,6 @@ build_operator() {
   smoke "${REF[operator]}" localmodel --help
 }
 
-build_ollama() {
-  make_rootfs ollama
-  [[ -x "$OLLAMA_ROOT/bin/ollama" && -d "$OLLAMA_ROOT/lib/ollama" ]] \
-    || die "no Ollama build at $OLLAMA_ROOT: run hack/build-engines.sh first"
-  import_rootfs ollama localhost/localmodel/rootfs-ollama
-  local c
-  c="$("${B[@]}" from --pull=never localhost/localmodel/rootfs-ollama)"
-  # /bin is /usr/bin in Debian 12 (merged /usr): /bin/ollama, and Ollama finds
-  # its runner and CPU libraries at <executable>/../lib/ollama = /usr/lib/ollama.
-  "${B[@]}" copy --chmod 0755 "$c" "$OLLAMA_ROOT/bin/ollama" /usr/bin/ollama >/dev/null
-  "${B[@]}" copy "$c" "$OLLAMA_ROOT/lib/ollama" /usr/lib/ollama >/dev/null
-  "${B[@]}" config --cmd '["serve"]' "$c"
-  "${B[@]}" config --entrypoint '["/bin/ollama"]' --port "$OLLAMA_PORT" \
-    --env "OLLAMA_HOST=0.0.0.0:$OLLAMA_PORT" "$c"
-  stand_in_config "$c" "Ollama $ollama_version built by hack/build-engines.sh from the Go module proxy, on Debian $SUITE minbase; not the upstream image"
-  "${B[@]}" commit -q --rm "$c" "${REF[ollama]}" >/dev/null
-  # Its runner starts in the image (its libraries resolve there).
-  smoke "${REF[ollama]}" /bin/sh -c 'set -e; command -v ollama; ollama --version; /usr/lib/ollama/llama-server --version'
-}
-
-build_llama-server() {
-  make_rootfs llama
-  [[ -x "$LLAMA_SERVER" ]] || die "no llama-server at $LLAMA_SERVER: run hack/build-engines.sh first"
-  import_rootfs llama localhost/localmodel/rootfs-llama
-  local c
-  c="$("${B[@]}" from --pull=never localhost/localmodel/rootfs-llama)"
-  "${B[@]}" copy --chmod 0755 "$c" "$LLAMA_SERVER" /app/llama-server >/dev/null
-  # No CMD (the rootfs's /bin/sh would become llama-server's argument).
-  "${B[@]}" config --cmd '[]' "$c"
-  "${B[@]}" config --workingdir /app --entrypoint '["/app/llama-server"]' \
-    --env LLAMA_ARG_HOST=0.0.0.0 "$c"
-  stand_in_config "$c" "llama-server from the llama.cpp tree in PyPI's llama-cpp-python $lcp_version (hack/build-engines.sh), on Debian $SUITE minbase; not the upstream image"
-  "${B[@]}" commit -q --rm "$c" "${REF[llama-server]}" >/dev/null
-  smoke "${REF[llama-server]}" /bin/sh -c 'set -e; /app/llama-server --version; command -v curl sha256sum'
-}
-
 build_pause() {
   local dir="$WORK/pause" c
   mkdir -p "$dir"
@@ -442,10 +419,9 @@ inputs() {
       sha256sum Dockerfile .dockerignore pyproject.toml README.md
       find operator -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
         | LC_ALL=C sort -z | xargs -0 sha256sum ;;
-    ollama) echo "rootfs $(rootfs_key ollama) engine $OLLAMA_ROOT" ;;
-    llama-server) echo "rootfs $(rootfs_key llama) engine $LLAMA_SERVER" ;;
     pause) gcc --version | head -1 ;;
     helper) echo "rootfs $(helper_rootfs_key)" ;;
+    *) "image_inputs_$1" ;;  # an engine's (its image.sh)
   esac
 }
 
@@ -502,7 +478,9 @@ for name in "${NAMES[@]}"; do
   [[ " ${selected[*]} " == *" $name "* && ! -s "$(archive "$name")" ]] && todo+=("$name")
 done
 start=$SECONDS
-if ((${#todo[@]})) || [[ "$mode" == early && ! ( -s "$(rootfs_path ollama)" && -s "$(rootfs_path llama)" ) ]]; then
+rootfs_missing=0
+for r in "${ENGINE_ROOTFS[@]}"; do [[ -s "$(rootfs_path "$r")" ]] || rootfs_missing=1; done
+if ((${#todo[@]})) || [[ "$mode" == early && $rootfs_missing == 1 ]]; then
   [[ "$(id -u)" == 0 ]] || die "building images needs root (buildah storage, mmdebstrap)"
   need=()
   command -v buildah >/dev/null || need+=(buildah)
@@ -530,8 +508,7 @@ if ((${#todo[@]})) || [[ "$mode" == early && ! ( -s "$(rootfs_path ollama)" && -
     prune "$name-*.oci.tar"
   done
   if [[ "$mode" == early ]]; then  # the engine images' root filesystems
-    make_rootfs ollama
-    make_rootfs llama
+    for r in "${ENGINE_ROOTFS[@]}"; do make_rootfs "$r"; done
   fi
 fi
 log "ready in $((SECONDS - start)) s:"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -21,6 +22,12 @@ from localmodel.engines import FACTS, EngineFacts, ollama
 from tests.builders import MakeLocalModel
 
 pytestmark = pytest.mark.unit
+
+
+def _one_of(names: Iterable[str]) -> str:
+    """How pydantic lists an enum's values: 'a', 'b' or 'c'."""
+    quoted = [f"'{n}'" for n in names]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def validated(**spec: Any) -> LocalModel:
@@ -86,7 +93,7 @@ LLAMA = {"engine": {"name": "llama-server"}, "gguf": GGUF_SPEC}
         (LLAMA | {"gguf": GGUF_SPEC | {"url": "https://h/m?x=1"}}, "gguf", "set gguf.file"),
         (LLAMA | {"gguf": GGUF_SPEC | {"file": "../m.gguf"}}, "gguf.file", "pattern"),
         ({"env": [{"name": "LLAMA_ARG_CTX_SIZE", "value": "9"}]}, "env", "operator manages"),
-        ({"engine": {"name": "vllm"}}, "engine.name", "'ollama' or 'llama-server'"),
+        ({"engine": {"name": "vllm"}}, "engine.name", _one_of(f.NAME for f in FACTS)),
         ({"memory": "lots"}, "memory", "a quantity from 64Mi to 64Ti"),
         ({"promptCache": "-1"}, "promptCache", "`auto` or a quantity from 0 to 1Ti"),
         ({"promptCache": "2Ti"}, "promptCache", "`auto` or a quantity from 0 to 1Ti"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from localmodel.engines import llama_server, ollama
+from localmodel import engines
 from tests.architecture import codebase
 
 pytestmark = pytest.mark.unit
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.unit
 ROOT = codebase.ROOT
 PACKAGE = codebase.PACKAGE
 HOME = "engines/"  # the engines' own package: the one place that may
-NAMES = frozenset({ollama.NAME, llama_server.NAME})
+NAMES = frozenset(engines.NAMES)  # every registered engine's, a new one's included
 
 
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)
@@ -122,6 +122,61 @@ def test_no_code_outside_the_engines_branches_on_an_engine_name() -> None:
         "branches on an engine's name outside operator/localmodel/engines/ (ask the "
         "engine's adapter, localmodel.engines.registry.engine(name)):\n" + "\n".join(found)
     )
+
+
+# The modules outside engines/ that still import one engine's own package, each
+# with what ends it. An entry no import needs any more fails too: the list only
+# shrinks.
+IMPORTS_ONE_ENGINE: dict[str, str] = {
+    "rules/table.py": "each engine's own rules in its package (issue 43, rooms-engines)",
+}
+# The engines' own packages under localmodel.engines (a test-only one lives elsewhere).
+ENGINE_PACKAGES = frozenset(
+    engines.package(e).rsplit(".", 1)[1] for e in engines.SHIPPED
+)
+
+
+def imports_one_engine(source: str) -> bool:
+    """Whether a module imports an engine's own package (its facts, its
+    modules) by the engine's name, instead of asking by name through
+    localmodel.engines, its registry or its timings."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".")
+            if parts[:2] == ["localmodel", "engines"] and (
+                (len(parts) > 2 and parts[2] in ENGINE_PACKAGES)
+                or (len(parts) == 2 and any(a.name in ENGINE_PACKAGES for a in node.names))
+            ):
+                return True
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[:3] in [["localmodel", "engines", p] for p in ENGINE_PACKAGES]
+            for a in node.names
+        ):
+            return True
+    return False
+
+
+def test_no_code_outside_the_engines_imports_one_engine_by_its_name() -> None:
+    found = {rel for rel, path in _modules() if imports_one_engine(path.read_text())}
+    assert found - set(IMPORTS_ONE_ENGINE) == set(), (
+        "modules outside operator/localmodel/engines/ that import one engine's package "
+        "(ask localmodel.engines.facts(name), the registry or engines.timings; the callers' "
+        "API is gateway_contract/client_api.py)"
+    )
+    assert set(IMPORTS_ONE_ENGINE) - found == set(), "no longer imported: drop from the list"
+
+
+@pytest.mark.parametrize(("source", "imports"), [
+    ("from localmodel.engines import ollama\n", True),
+    ("from localmodel.engines import FACTS, llama_server\n", True),
+    ("from localmodel.engines.ollama import timing\n", True),
+    ("import localmodel.engines.llama_server.timing as t\n", True),
+    ("from localmodel.engines import facts, timings\n", False),
+    ("from localmodel.engines.registry import engine\n", False),
+    ("from localmodel.gateway_contract import client_api\n", False),
+])
+def test_the_import_check_tells_one_engine_from_the_registry(source: str, imports: bool) -> None:
+    assert imports_one_engine(source) is imports
 
 
 def test_the_scan_sees_the_package() -> None:

@@ -74,12 +74,13 @@ LAYERS = (
           "the words everything shares, importing nothing above: the API group and version, "
           "errors, settings, the contracts the renderer writes and the gateway speaks, "
           "quantities, strings made printable, the engine Version alias, each engine's facts "
-          "(data the API reads) and the facts registry that finds them",
+          "(data the API reads) and the facts registry that finds them, and each engine's "
+          "timing reader (what the gateway reads of its answers) and the lookup that finds it",
           ("localmodel", "localmodel.errors", "localmodel.settings", "localmodel.contract",
            "localmodel.gateway_contract", "localmodel.gateway_contract.*",
            "localmodel.facts.quantity", "localmodel.printable",
            "localmodel.images", "localmodel.versions",
-           "localmodel.engines", "localmodel.engines.*")),
+           "localmodel.engines", "localmodel.engines.*", "localmodel.engines.*.timing")),
     Layer("api",
           "the LocalModel API: spec, status, cross-field rules, parsing; the CRD made from it",
           ("localmodel.api.**", "localmodel.crd")),

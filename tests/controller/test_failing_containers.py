@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from localmodel import engines
 from localmodel.contract import CONTAINER_GATEWAY
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.snapshot import Snapshot, observe
@@ -233,7 +234,7 @@ def test_doctor_says_a_failing_container() -> None:
     assert "CrashLoopBackOff" in said.message
 
 
-@pytest.mark.parametrize("engine", ["ollama", "llama-server"])
+@pytest.mark.parametrize("engine", engines.NAMES)
 def test_every_container_keeps_the_end_of_its_log_when_it_fails(engine: str) -> None:
     """What the status says of a failing container is what the kubelet kept:
     with nothing written to the termination message, the end of its log."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from localmodel import engines
 from localmodel.engines import llama_server, ollama
 from localmodel.engines.doctor import EngineProcess, EngineReading, LoadedModel
 from localmodel.engines.llama_server.tuning import LlamaServerTuning
@@ -23,7 +24,7 @@ OLLAMA, LLAMA = engine(ollama.NAME), engine(llama_server.NAME)
 
 
 def test_the_registry_holds_each_engine_by_its_name() -> None:
-    assert {ollama.NAME, llama_server.NAME} <= set(ENGINES)  # and any out-of-tree ones
+    assert list(ENGINES) == list(engines.NAMES)  # the shipped ones and any out-of-tree ones
     assert all(engine(name).name == name for name in ENGINES)
 
 

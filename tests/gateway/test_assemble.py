@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from localmodel.engines.llama_server import timing as llama_server_timing
+from localmodel.engines.ollama import timing as ollama_timing
 from localmodel.gateway.assemble import OllamaAssembler, OpenAIAssembler, StreamWatcher
 from localmodel.gateway.routes import Kind
 from localmodel.gateway.stream import (
@@ -18,7 +20,20 @@ from localmodel.gateway.stream import (
     decode_event,
     sse_data,
 )
-from localmodel.gateway_contract.timing import EngineTiming, timing_from_ollama, timing_from_openai
+from localmodel.gateway_contract.timing import EngineTiming
+
+# Each engine's own reader (engines/<name>/timing.py): the Ollama API's routes
+# here carry Ollama's final object, the OpenAI-compatible ones llama-server's
+# `usage` and `timings`.
+OLLAMA = ollama_timing
+LLAMA_SERVER = llama_server_timing
+
+
+def timing_from_openai(usage: dict[str, object] | None, timings: dict[str, object] | None,
+                       reason: str | None) -> EngineTiming:
+    """llama-server's answer carrying these `usage` and `timings`."""
+    return llama_server_timing.timing({"usage": usage, "timings": timings}, reason)
+
 
 FINAL = {
     "model": "m",
@@ -35,7 +50,7 @@ FINAL = {
 
 
 def test_ollama_timing_fields_are_nanoseconds() -> None:
-    timing = timing_from_ollama(FINAL)
+    timing = ollama_timing.final_timing(FINAL)
     # No prompt_eval_cached_count: how many were cached is not known.
     assert timing == EngineTiming(50, 0.5, 20, 2.0, 0.1, "stop", prompt_total=50)
     assert timing.prefill_tokens_per_second == 100.0
@@ -56,7 +71,7 @@ def test_ollama_timing_fields_are_nanoseconds() -> None:
 def test_ollama_prompt_cache_accounting(
     final: dict[str, object], total: int | None, cached: int | None, evaluated: int | None
 ) -> None:
-    timing = timing_from_ollama({**FINAL, **final} if final else {"done": True})
+    timing = ollama_timing.final_timing({**FINAL, **final} if final else {"done": True})
     assert (timing.prompt_total, timing.prompt_cached, timing.prompt_evaluated) == (
         total, cached, evaluated,
     )
@@ -105,17 +120,17 @@ def test_zero_durations_give_no_rate() -> None:
 
 
 def test_ollama_generate_assembles_the_final_object_with_the_whole_response() -> None:
-    asm = OllamaAssembler(Kind.GENERATE, 10_000)
+    asm = OllamaAssembler(Kind.GENERATE, 10_000, OLLAMA)
     for piece in ["Hel", "lo", "!"]:
         asm.feed({"model": "m", "created_at": "t", "response": piece, "done": False})
     asm.feed({**FINAL, "response": "", "context": [1, 2]})
     out = asm.result()
     assert out == {**FINAL, "response": "Hello!", "context": [1, 2]}
-    assert asm.timing() == timing_from_ollama(FINAL)
+    assert asm.timing() == ollama_timing.final_timing(FINAL)
 
 
 def test_ollama_chat_assembles_message_thinking_and_tool_calls() -> None:
-    asm = OllamaAssembler(Kind.CHAT, 10_000)
+    asm = OllamaAssembler(Kind.CHAT, 10_000, OLLAMA)
     asm.feed({"message": {"role": "assistant", "content": "", "thinking": "hmm"}, "done": False})
     asm.feed({"message": {"role": "assistant", "content": "Hi"}, "done": False})
     call = {"function": {"name": "f", "arguments": {"x": 1}}}
@@ -133,20 +148,20 @@ def test_ollama_chat_assembles_message_thinking_and_tool_calls() -> None:
 
 
 def test_ollama_stream_without_final_object_is_an_error() -> None:
-    asm = OllamaAssembler(Kind.GENERATE, 10_000)
+    asm = OllamaAssembler(Kind.GENERATE, 10_000, OLLAMA)
     asm.feed({"response": "x", "done": False})
     with pytest.raises(StreamError, match="final"):
         asm.result()
 
 
 def test_ollama_error_object_is_reported() -> None:
-    asm = OllamaAssembler(Kind.GENERATE, 10_000)
+    asm = OllamaAssembler(Kind.GENERATE, 10_000, OLLAMA)
     asm.feed({"error": "model crashed"})
     assert asm.finished and asm.error == "model crashed"
 
 
 def test_assembly_is_bounded() -> None:
-    asm = OllamaAssembler(Kind.GENERATE, 10)
+    asm = OllamaAssembler(Kind.GENERATE, 10, OLLAMA)
     asm.feed({"response": "12345", "done": False})
     with pytest.raises(StreamError, match="exceeds"):
         asm.feed({"response": "678901", "done": False})
@@ -164,7 +179,7 @@ def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> d
 
 
 def test_openai_chat_assembles_a_chat_completion_with_usage_and_timings() -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000)
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000, LLAMA_SERVER)
     asm.feed(chunk({"role": "assistant", "content": None}))
     asm.feed(chunk({"content": "Hel"}))
     asm.feed(chunk({"content": "lo"}))
@@ -194,7 +209,7 @@ def test_openai_chat_assembles_a_chat_completion_with_usage_and_timings() -> Non
 
 
 def test_openai_chat_merges_streamed_tool_call_pieces() -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000)
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000, LLAMA_SERVER)
     asm.feed(
         chunk(
             {
@@ -219,7 +234,7 @@ def test_openai_chat_merges_streamed_tool_call_pieces() -> None:
 
 
 def test_openai_completion_assembles_text_and_estimates_usage_when_absent() -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_COMPLETION, 10_000)
+    asm = OpenAIAssembler(Kind.OPENAI_COMPLETION, 10_000, LLAMA_SERVER)
     for text in ["a", "b", "c"]:
         asm.feed(
             {
@@ -238,14 +253,14 @@ def test_openai_completion_assembles_text_and_estimates_usage_when_absent() -> N
 
 
 def test_openai_stream_cut_before_finish_is_an_error() -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000)
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000, LLAMA_SERVER)
     asm.feed(chunk({"content": "x"}))
     with pytest.raises(StreamError, match="finish_reason"):
         asm.result()
 
 
 def test_openai_error_event() -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000)
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 10_000, LLAMA_SERVER)
     asm.feed({"error": {"message": "context full", "code": 400}})
     assert asm.error == "context full"
 
@@ -298,7 +313,7 @@ def test_line_splitter_limit() -> None:
 
 
 def test_watcher_reads_ollama_final_timing_from_relayed_bytes() -> None:
-    watcher = StreamWatcher(Kind.CHAT)
+    watcher = StreamWatcher(Kind.CHAT, OLLAMA)
     data = b"".join(
         json.dumps(o, separators=(",", ":")).encode() + b"\n"
         for o in [{"message": {"content": "a"}, "done": False}, FINAL]
@@ -307,11 +322,11 @@ def test_watcher_reads_ollama_final_timing_from_relayed_bytes() -> None:
         watcher.feed(data[i : i + 7])
     watcher.close()
     assert watcher.final_seen
-    assert watcher.timing == timing_from_ollama(FINAL)
+    assert watcher.timing == ollama_timing.final_timing(FINAL)
 
 
 def test_watcher_reads_sse_timings_and_errors() -> None:
-    watcher = StreamWatcher(Kind.OPENAI_CHAT)
+    watcher = StreamWatcher(Kind.OPENAI_CHAT, LLAMA_SERVER)
     timings = {"prompt_n": 4, "prompt_ms": 8.0, "predicted_n": 3, "predicted_ms": 30.0}
     watcher.feed(b"data: " + json.dumps(chunk({"content": "x"})).encode() + b"\n\n")
     last = chunk({}, "stop") | {"timings": timings}
@@ -324,7 +339,7 @@ def test_watcher_reads_sse_timings_and_errors() -> None:
 
 @given(st.lists(st.text(max_size=12), max_size=30))
 def test_ollama_assembly_is_the_concatenation_of_the_stream(pieces: list[str]) -> None:
-    asm = OllamaAssembler(Kind.CHAT, 100_000)
+    asm = OllamaAssembler(Kind.CHAT, 100_000, OLLAMA)
     for piece in pieces:
         asm.feed({"message": {"role": "assistant", "content": piece}, "done": False})
     asm.feed({**FINAL, "message": {"role": "assistant", "content": ""}})
@@ -333,7 +348,7 @@ def test_ollama_assembly_is_the_concatenation_of_the_stream(pieces: list[str]) -
 
 @given(st.lists(st.text(max_size=12), max_size=30), st.sampled_from(["stop", "length"]))
 def test_openai_assembly_is_the_concatenation_of_the_stream(pieces: list[str], reason: str) -> None:
-    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 100_000)
+    asm = OpenAIAssembler(Kind.OPENAI_CHAT, 100_000, LLAMA_SERVER)
     for piece in pieces:
         asm.feed(chunk({"content": piece}))
     asm.feed(chunk({}, reason))
@@ -346,10 +361,10 @@ def test_openai_assembly_is_the_concatenation_of_the_stream(pieces: list[str], r
 def test_watcher_keeps_no_text_even_on_the_lines_it_reads() -> None:
     """The watcher reads final lines through an assembler that keeps nothing,
     so a relayed stream of any size costs it no memory and hits no limit."""
-    watcher = StreamWatcher(Kind.OPENAI_CHAT)
+    watcher = StreamWatcher(Kind.OPENAI_CHAT, LLAMA_SERVER)
     big = chunk({"content": "x" * 100_000, "tool_calls": [{"index": 0, "id": "t"}]}, "stop")
     watcher.feed(b"data: " + json.dumps(big).encode() + b"\n\ndata: [DONE]\n\n")
     assert watcher.final_seen and watcher.error is None
-    ollama = StreamWatcher(Kind.GENERATE)
+    ollama = StreamWatcher(Kind.GENERATE, OLLAMA)
     ollama.feed(json.dumps({**FINAL, "response": "y" * 100_000}).encode() + b"\n")
-    assert ollama.timing == timing_from_ollama(FINAL)
+    assert ollama.timing == ollama_timing.final_timing(FINAL)

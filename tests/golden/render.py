@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from localmodel.api import LocalModel
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
 from localmodel.facts.machine import read_machine
@@ -49,29 +50,34 @@ def node_sets() -> Iterator[tuple[str, list[NodeFacts]]]:
         yield f"machine-{tree.name}", [read_machine(tree).node]
 
 
+def rendered(models: list[LocalModel], nodes: list[NodeFacts], options: RenderOptions
+             ) -> dict[str, Any]:
+    """What the renderer gives for these models on these nodes, as a golden file holds it
+    (tests/conformance/golden.py renders a test-only engine's the same way)."""
+    state = desired_state(models, nodes, now=NOW, options=options)
+    out: dict[str, Any] = {"models": []}
+    for r in state.models:
+        out["models"].append(
+            {
+                "name": r.model.metadata.name,
+                "status": r.status.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "pod_hashes": {str(k): v for k, v in sorted(r.pod_hashes.items())},
+                "applied_hashes": {
+                    f"{k}/{n}": v for (k, n), v in sorted(r.applied_hashes.items())
+                },
+                "objects": list(r.objects),
+            }
+        )
+    return out
+
+
 def cases() -> Iterator[tuple[str, dict[str, Any]]]:
     """(file stem, what the renderer gives) for every example x node set x options."""
     for example in EXAMPLES:
         models = parse_models([str(ROOT / "examples" / f"{example}.yaml")])
         for nodes_name, nodes in node_sets():
             for options_name, options in OPTIONS.items():
-                state = desired_state(models, nodes, now=NOW, options=options)
-                out: dict[str, Any] = {"models": []}
-                for r in state.models:
-                    out["models"].append(
-                        {
-                            "name": r.model.metadata.name,
-                            "status": r.status.model_dump(
-                                mode="json", by_alias=True, exclude_none=True
-                            ),
-                            "pod_hashes": {str(k): v for k, v in sorted(r.pod_hashes.items())},
-                            "applied_hashes": {
-                                f"{k}/{n}": v for (k, n), v in sorted(r.applied_hashes.items())
-                            },
-                            "objects": list(r.objects),
-                        }
-                    )
-                yield f"{example}--{nodes_name}--{options_name}", out
+                yield f"{example}--{nodes_name}--{options_name}", rendered(models, nodes, options)
 
 
 def encode(value: dict[str, Any]) -> str:

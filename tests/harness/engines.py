@@ -6,9 +6,10 @@ way to start one, wait until it serves and stop it.
     with ollama_serve(workdir, models, {"OLLAMA_NUM_PARALLEL": "1"}) as server:
         server.api("/api/ps"), server.cli("create", ...), server.runner()
 
-Where: `hack/build-engines.sh --print` (the one place the versions and cache
-paths live; `built()`), unless LOCALMODEL_LLAMA_SERVER, LOCALMODEL_LLAMA_BENCH,
-LOCALMODEL_OLLAMA or LOCALMODEL_GEMMA_GGUF names another file for one part. A
+Where: `hack/build-engines.sh --print` (the versions each engine's build.sh
+reads from its facts, and the cache paths; `built()`), unless
+LOCALMODEL_LLAMA_SERVER, LOCALMODEL_LLAMA_BENCH, LOCALMODEL_OLLAMA or
+LOCALMODEL_GEMMA_GGUF names another file for one part. A
 missing part raises EngineMissingError (which fails a test, never skips it: CI
 builds the engines first) saying how to build it.
 

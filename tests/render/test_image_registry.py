@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from localmodel.commands import render_main
 from localmodel.controller.config import ConfigError, parse_config
-from localmodel.engines import FACTS
+from localmodel.engines import SHIPPED
 from localmodel.images import split_image, with_registry
 from localmodel.render import RenderOptions
 from localmodel.tenancy import TenantPolicy, image_location, refusals
@@ -169,7 +169,7 @@ def test_every_image_the_operator_chooses_comes_from_the_registry(model: str) ->
 
 def test_the_examples_cover_every_image_the_operator_chooses() -> None:
     seen = {i for m in MODELS for p in _render(model=m) for i in _images(p)}
-    assert {f.IMAGE for f in FACTS} | {RenderOptions().operator_image} <= seen
+    assert {f.IMAGE for f in SHIPPED} | {RenderOptions().operator_image} <= seen
 
 
 def test_an_image_the_model_names_is_kept(tmp_path: Any) -> None:

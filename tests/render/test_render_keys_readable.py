@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from localmodel import engines
 from localmodel.contract import CONTAINER_GATEWAY, VOLUME_KEYS
 from localmodel.desired import desired_state
 from localmodel.podspec import NONROOT_UID
@@ -76,7 +77,7 @@ def containers(pod: Manifest) -> list[Manifest]:
     return [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
 
 
-@pytest.mark.parametrize("engine", ["ollama", "llama-server"])
+@pytest.mark.parametrize("engine", engines.NAMES)
 def test_the_gateway_can_read_the_keys_file_in_either_engines_pod(engine: str) -> None:
     pod = pod_with_keys(engine)
     [gateway] = [c for c in pod["spec"]["containers"] if c["name"] == CONTAINER_GATEWAY]
@@ -85,7 +86,7 @@ def test_the_gateway_can_read_the_keys_file_in_either_engines_pod(engine: str) -
     assert can_read(secret_file(pod), uid, groups)
 
 
-@pytest.mark.parametrize("engine", ["ollama", "llama-server"])
+@pytest.mark.parametrize("engine", engines.NAMES)
 def test_only_the_gateway_mounts_the_keys_file(engine: str) -> None:
     pod = pod_with_keys(engine)
     mounting = [c["name"] for c in containers(pod)

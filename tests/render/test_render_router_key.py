@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel import engines
 from localmodel.desired import desired_state
 from localmodel.gateway.config import parse_config
 from localmodel.gateway_contract import env_name
@@ -27,9 +28,9 @@ IDENTITY = {env_name("pod-namespace"): "metadata.namespace", env_name("pod-name"
 
 
 SHA = "0" * 64
-MODELS = {"ollama": MakeLocalModel("chat").spec(cpu=2),
-          "llama-server": MakeLocalModel("chat").spec(model="gemma3:270m", cpu=2)
-          .engine("llama-server").gguf("https://example.com/g.gguf", SHA)}
+# Every engine's (a GGUF file: the one source every engine serves).
+MODELS = {name: MakeLocalModel("chat").spec(model="gemma3:270m", cpu=2)
+          .engine(name).gguf("https://example.com/g.gguf", SHA) for name in engines.NAMES}
 
 
 def _gateway(engine: str, options: RenderOptions) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def _gateway(engine: str, options: RenderOptions) -> dict[str, Any]:
     return next(c for c in pod["spec"]["containers"] if c["name"] == "gateway")
 
 
-@pytest.mark.parametrize("engine", ["ollama", "llama-server"])
+@pytest.mark.parametrize("engine", engines.NAMES)
 def test_the_router_key_and_the_pods_identity_reach_the_gateway_with_the_router_on(
         engine: str) -> None:
     gateway = _gateway(engine, RenderOptions(router_namespace="localmodel-system",

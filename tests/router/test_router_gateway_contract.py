@@ -6,8 +6,9 @@ programs read it from there.
 - the session's idle time, the length of a session name and the shape of a
   session key are defined once (no second `IDLE_S`, no second length);
 - the tokens a replica holds of a session are read with the gateway's own
-  parser of the engine's account (`held_tokens` over `timing_from_*`), and a
-  hostile answer's numbers never become a count.
+  parser of the engine's account (`held_tokens` over each engine's reader,
+  engines/<name>/timing.py), and a hostile answer's numbers never become a
+  count.
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from localmodel.engines import timings
 from localmodel.gateway_contract import headers
-from localmodel.gateway_contract.timing import (
-    MAX_HELD_TOKENS,
-    held_tokens,
-    timing_from_ollama,
-    timing_from_openai,
-)
+from localmodel.gateway_contract.timing import MAX_HELD_TOKENS, held_tokens
 from localmodel.router.account import tokens_from_tail
 from localmodel.router.session import session_key
 from tests.architecture import codebase
@@ -75,18 +72,20 @@ def test_a_session_header_is_keyed_on_as_many_characters_as_the_ledger_keeps() -
     assert session_key("a" + same_prefix, {}) != session_key("b" + same_prefix, {})
 
 
-@pytest.mark.parametrize(("doc", "held"), [
-    ({"usage": {"prompt_tokens": 40, "completion_tokens": 2}}, 42),
-    ({"timings": {"cache_n": 30, "prompt_n": 10, "predicted_n": 2}}, 42),
-    ({"prompt_eval_count": 40, "eval_count": 2, "done": True}, 42),
+@pytest.mark.parametrize(("doc", "engine", "held"), [
+    ({"usage": {"prompt_tokens": 40, "completion_tokens": 2}}, "ollama", 42),
+    ({"usage": {"prompt_tokens": 40, "completion_tokens": 2}}, "llama-server", 42),
+    ({"timings": {"cache_n": 30, "prompt_n": 10, "predicted_n": 2}}, "llama-server", 42),
+    ({"prompt_eval_count": 40, "eval_count": 2, "done": True}, "ollama", 42),
     ({"usage": {"prompt_tokens": 40, "completion_tokens": 2},
-      "timings": {"cache_n": 30, "prompt_n": 10, "predicted_n": 2}}, 42),
+      "timings": {"cache_n": 30, "prompt_n": 10, "predicted_n": 2}}, "llama-server", 42),
 ])
-def test_held_tokens_agree_with_the_gateways_own_reading(doc: dict[str, object],
-                                                         held: int) -> None:
-    assert held_tokens(doc) == held
-    timing = (timing_from_ollama(doc) if "eval_count" in doc else
-              timing_from_openai(doc.get("usage"), doc.get("timings"), None))  # type: ignore[arg-type]
+def test_held_tokens_agree_with_the_answering_gateways_own_reading(
+        doc: dict[str, object], engine: str, held: int) -> None:
+    """The router does not know which engine answered; what it reads is what
+    the gateway of the engine that wrote the answer reads."""
+    assert held_tokens(doc, timings.readers()) == held
+    timing = timings.reader(engine).timing(doc, None)
     assert timing.prompt_total is not None and timing.generated_tokens is not None
     assert timing.prompt_total + timing.generated_tokens == held
 
@@ -104,7 +103,7 @@ def test_held_tokens_agree_with_the_gateways_own_reading(doc: dict[str, object],
     [1, 2],
 ])
 def test_a_hostile_accounting_is_no_count(doc: object) -> None:
-    assert held_tokens(doc) is None
+    assert held_tokens(doc, timings.readers()) is None
 
 
 def test_the_router_reads_the_last_accounting_of_a_stream_tail() -> None:

@@ -10,9 +10,9 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from localmodel import engines
 from localmodel.doctor.metrics import GatewayStats
 from localmodel.doctor.report import Finding, Verdict
-from localmodel.engines import ollama
 from localmodel.engines.doctor import EngineDoctor, LoadedModel
 from localmodel.engines.registry import ENGINES
 from localmodel.facts.cpu import AmxKernel
@@ -65,18 +65,19 @@ class EngineView:
 
 
 def default_engine_url(env: Mapping[str, str] = os.environ) -> str:
-    """``OLLAMA_HOST`` as Ollama reads it (``host:port``, scheme optional), else its
-    default port on loopback."""
-    host = env.get("OLLAMA_HOST", "").strip()
+    """The default engine's address variable as its clients read it (Ollama's
+    ``OLLAMA_HOST``: ``host:port``, scheme optional), else its port on loopback."""
+    engine = engines.DEFAULT
+    host = env.get(engine.HOST_ENV, "").strip() if engine.HOST_ENV else ""
     if not host:
-        return f"http://127.0.0.1:{ollama.PORT}"
+        return f"http://127.0.0.1:{engine.PORT}"
     if "://" not in host:
         host = "http://" + host
     parsed = urllib.parse.urlsplit(host)
     hostname = parsed.hostname or "127.0.0.1"
     if hostname == "0.0.0.0":
         hostname = "127.0.0.1"
-    port = parsed.port or ollama.PORT
+    port = parsed.port or engine.PORT
     return f"{parsed.scheme}://{hostname}:{port}"
 
 

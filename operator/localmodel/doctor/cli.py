@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from localmodel import engines
 from localmodel.doctor.report import Report, exit_status, render_table, to_json
-from localmodel.engines import ollama
 
 USAGE_EPILOG = """exit status: 0 all ok; 1 warnings (only with --strict); 2 any failure
 (bad arguments, or a cluster or machine that cannot be read, also exit 2)."""
@@ -26,7 +26,8 @@ def doctor_main(argv: Sequence[str]) -> int:
         "--engine-url",
         metavar="URL",
         help="with --local: the engine (Ollama or llama-server) or a gateway; "
-        f"default OLLAMA_HOST, else http://127.0.0.1:{ollama.PORT}",
+        f"default {engines.DEFAULT.HOST_ENV or 'none'}, else "
+        f"http://127.0.0.1:{engines.DEFAULT.PORT}",
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, else in-cluster")
     parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")

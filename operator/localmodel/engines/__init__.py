@@ -45,6 +45,9 @@ class EngineFacts(Protocol):
     SUMMARY: str  # what it does with spec.model and spec.gguf, for spec.engine.name's text
     IMAGE: str  # the pinned default image
     PORT: int  # the server's port in the pod
+    # The variable its own clients read for its address (`host:port`, scheme
+    # optional): doctor --local's default engine URL; None: it has none.
+    HOST_ENV: str | None
     MANAGED_ENV: tuple[str, ...]  # variables the operator sets: the API refuses them in spec.env
     NEEDS_GGUF: bool  # it serves spec.gguf only: the API requires it
     KEEP_ALIVE: bool  # it honours spec.keepAlive: otherwise the API refuses one but -1

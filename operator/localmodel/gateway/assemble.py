@@ -23,7 +23,7 @@ from localmodel.gateway.stream import (
     error_message,
     sse_data,
 )
-from localmodel.gateway_contract.timing import EngineTiming, timing_from_ollama, timing_from_openai
+from localmodel.gateway_contract.timing import EngineTiming, TimingReader
 
 
 class _Text:
@@ -65,10 +65,12 @@ class _Assembler:
 
     KINDS: tuple[Kind, ...] = ()
 
-    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
+    def __init__(self, kind: Kind, limit: int, reader: TimingReader, *,
+                 keep_text: bool = True) -> None:
         if kind not in self.KINDS:
             raise ValueError(f"not a {type(self).__name__} route: {kind}")
         self.kind = kind
+        self.reader = reader  # the engine's own account, read as its package says
         self._budget = _Budget(limit, keep_text)
         self.error: str | None = None
 
@@ -82,12 +84,15 @@ class _Assembler:
 
 
 class OllamaAssembler(_Assembler):
-    """Ollama NDJSON chunks -> the non-streaming /api/generate or /api/chat object."""
+    """Ollama API NDJSON chunks (the callers' API, gateway_contract/client_api.py)
+    -> the non-streaming /api/generate or /api/chat object; the final object's
+    account is read by the engine's own reader."""
 
     KINDS = (Kind.GENERATE, Kind.CHAT)
 
-    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
-        super().__init__(kind, limit, keep_text=keep_text)
+    def __init__(self, kind: Kind, limit: int, reader: TimingReader, *,
+                 keep_text: bool = True) -> None:
+        super().__init__(kind, limit, reader, keep_text=keep_text)
         self._content = _Text()
         self._thinking = _Text()
         self._tool_calls: list[Any] = []
@@ -127,7 +132,7 @@ class OllamaAssembler(_Assembler):
             self._final = obj
 
     def timing(self) -> EngineTiming | None:
-        return None if self._final is None else timing_from_ollama(self._final)
+        return None if self._final is None else self.reader.timing(self._final, None)
 
     def result(self) -> dict[str, Any]:
         if self._final is None:
@@ -166,12 +171,14 @@ class OpenAIAssembler(_Assembler):
 
     KINDS = (Kind.OPENAI_CHAT, Kind.OPENAI_COMPLETION)
 
-    def __init__(self, kind: Kind, limit: int, *, keep_text: bool = True) -> None:
-        super().__init__(kind, limit, keep_text=keep_text)
+    def __init__(self, kind: Kind, limit: int, reader: TimingReader, *,
+                 keep_text: bool = True) -> None:
+        super().__init__(kind, limit, reader, keep_text=keep_text)
         self._choices: dict[int, _Choice] = {}
         self._meta: dict[str, Any] = {}
         self._usage: dict[str, Any] | None = None
-        self._timings: dict[str, Any] | None = None
+        # The engine's own account fields (its reader's KEYS), the last of each.
+        self._account: dict[str, Any] = {}
         self.done = False
 
     @property
@@ -210,9 +217,9 @@ class OpenAIAssembler(_Assembler):
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
-        timings = event.get("timings")
-        if isinstance(timings, dict):
-            self._timings = timings
+        for key in self.reader.KEYS:
+            if event.get(key) is not None:
+                self._account[key] = event[key]
         choices = event.get("choices")
         if not isinstance(choices, list):
             return
@@ -274,7 +281,7 @@ class OpenAIAssembler(_Assembler):
         return None
 
     def timing(self) -> EngineTiming:
-        return timing_from_openai(self._usage, self._timings, self.finish_reason)
+        return self.reader.timing({**self._account, "usage": self._usage}, self.finish_reason)
 
     def _usage_or_estimate(self) -> dict[str, Any]:
         if self._usage is not None:
@@ -330,19 +337,20 @@ class OpenAIAssembler(_Assembler):
             out["system_fingerprint"] = self._meta["system_fingerprint"]
         out["choices"] = choices
         out["usage"] = self._usage_or_estimate()
-        if self._timings is not None:
-            out["timings"] = self._timings
+        out.update(self._account)
         return out
 
 
 Assembler = OllamaAssembler | OpenAIAssembler
 
 
-def assembler_for(kind: Kind, limit: int, *, keep_text: bool = True) -> Assembler:
-    """The assembler for a generation route's stream format."""
+def assembler_for(kind: Kind, limit: int, reader: TimingReader, *,
+                  keep_text: bool = True) -> Assembler:
+    """The assembler for a generation route's stream format, reading the
+    engine's account as its package says (`reader`)."""
     if kind in (Kind.GENERATE, Kind.CHAT):
-        return OllamaAssembler(kind, limit, keep_text=keep_text)
-    return OpenAIAssembler(kind, limit, keep_text=keep_text)
+        return OllamaAssembler(kind, limit, reader, keep_text=keep_text)
+    return OpenAIAssembler(kind, limit, reader, keep_text=keep_text)
 
 
 class StreamWatcher:
@@ -352,13 +360,19 @@ class StreamWatcher:
     that keeps no text (the one parser of both stream formats)."""
 
     _OLLAMA_MARKERS = re.compile(rb'"done":\s*true|"error"')
-    _SSE_MARKERS = re.compile(rb'"timings"|"usage"|"error"|"finish_reason":\s*"|\[DONE\]')
+    _SSE_MARKERS = rb'"usage"|"error"|"finish_reason":\s*"|\[DONE\]'
 
-    def __init__(self, kind: Kind) -> None:
-        self._reader = assembler_for(kind, 0, keep_text=False)
+    def __init__(self, kind: Kind, reader: TimingReader) -> None:
+        self._reader = assembler_for(kind, 0, reader, keep_text=False)
         ollama = isinstance(self._reader, OllamaAssembler)
-        self._markers = self._OLLAMA_MARKERS if ollama else self._SSE_MARKERS
+        self._markers = self._OLLAMA_MARKERS if ollama else self._sse_markers(reader)
         self._lines = LineSplitter()
+
+    @classmethod
+    def _sse_markers(cls, reader: TimingReader) -> re.Pattern[bytes]:
+        """OpenAI's final fields, and the engine's own account fields."""
+        keys = b"".join(b'|"' + re.escape(key.encode()) + b'"' for key in reader.KEYS)
+        return re.compile(cls._SSE_MARKERS + keys)
 
     def feed(self, data: bytes) -> None:
         for line in self._lines.feed(data):

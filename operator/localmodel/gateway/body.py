@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import aiohttp
 from aiohttp import web
 
+from localmodel.engines import timings
 from localmodel.gateway.assemble import StreamWatcher, assembler_for
 from localmodel.gateway.overflow import KeyScrubber, OllamaReply, OverflowRequest, scrub
 from localmodel.gateway.record import Outcome, RequestRecord
@@ -66,6 +67,8 @@ class BodyRelay:
         self._clock = clock
         # The most an assembled (or whole overflow) answer may hold.
         self.assembled_limit = max(4 * 1024 * 1024, config.max_tokens * 256)
+        # How the engine's answers carry its own account (its package says).
+        self.timing = timings.reader(config.engine)
 
     # ---- the overflow endpoint's answer --------------------------------------
 
@@ -148,7 +151,7 @@ class BodyRelay:
             await response.prepare(request)
         except ConnectionError as exc:
             raise CallerGone from exc
-        watcher = StreamWatcher(ex.route.kind) if watch else None
+        watcher = StreamWatcher(ex.route.kind, self.timing) if watch else None
         content = upstream.content
         # The hot loop: one read and one write per token. Headers are still
         # unsent (RelayResponse): they go with the first chunk if it came
@@ -197,7 +200,7 @@ class BodyRelay:
         upstream, rec = ex.upstream, ex.rec
         assert upstream is not None
         lines = LineSplitter()
-        assembler = assembler_for(ex.route.kind, self.assembled_limit)
+        assembler = assembler_for(ex.route.kind, self.assembled_limit, self.timing)
         # Read to the end even after the final object, so the connection
         # can go back to the pool.
         while chunk := await read_chunk(upstream):

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from localmodel.engines import facts
+from localmodel.engines import facts, timings
 from localmodel.gateway.assemble import StreamWatcher
 from localmodel.gateway.rewrite import (
     keep_alive_value,
@@ -113,7 +113,7 @@ class Readiness:
         c = self.config
         call = calibration_call(self.engine, c.model, pod_runner_options(c),
                                 keep_alive_value(c.keep_alive), c.calibrate_tokens)
-        watcher = StreamWatcher(call.kind)
+        watcher = StreamWatcher(call.kind, timings.reader(self.engine.NAME))
         lines = LineSplitter()
         started = self._clock()
         first: float | None = None

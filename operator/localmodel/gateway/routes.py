@@ -1,9 +1,12 @@
-"""The routes the gateway serves and what each one is. Pure data."""
+"""The routes the gateway serves and what each one is. Pure data. (The
+callers' Ollama API paths are gateway_contract/client_api.py's.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+from localmodel.gateway_contract import client_api
 
 
 class Kind(StrEnum):
@@ -48,13 +51,13 @@ class Route:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("/api/generate", ("POST",), Kind.GENERATE),
-    Route("/api/chat", ("POST",), Kind.CHAT),
-    Route("/api/embed", ("POST",), Kind.EMBED),
-    Route("/api/tags", ("GET",), Kind.PASSTHROUGH),
-    Route("/api/show", ("POST",), Kind.PASSTHROUGH),
-    Route("/api/ps", ("GET",), Kind.PASSTHROUGH),
-    Route("/api/version", ("GET",), Kind.PASSTHROUGH),
+    Route(client_api.GENERATE_PATH, ("POST",), Kind.GENERATE),
+    Route(client_api.CHAT_PATH, ("POST",), Kind.CHAT),
+    Route(client_api.EMBED_PATH, ("POST",), Kind.EMBED),
+    Route(client_api.TAGS_PATH, ("GET",), Kind.PASSTHROUGH),
+    Route(client_api.SHOW_PATH, ("POST",), Kind.PASSTHROUGH),
+    Route(client_api.PS_PATH, ("GET",), Kind.PASSTHROUGH),
+    Route(client_api.VERSION_PATH, ("GET",), Kind.PASSTHROUGH),
     Route("/v1/chat/completions", ("POST",), Kind.OPENAI_CHAT),
     Route("/v1/completions", ("POST",), Kind.OPENAI_COMPLETION),
     Route("/v1/embeddings", ("POST",), Kind.OPENAI_EMBED),

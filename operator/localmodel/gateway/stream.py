@@ -1,6 +1,7 @@
 """Reading the engine's streams: lines, events and errors. Pure. (The engine's
-own account of a generation, `EngineTiming`, is read by
-gateway_contract/timing.py, which the router shares.)
+own account of a generation, `EngineTiming`, is read by the engine's own
+reader, engines/<name>/timing.py, over gateway_contract/timing.py, which the
+router shares.)
 
 Upstream always streams (see rewrite.py). Ollama streams NDJSON: one object per
 token with `response` (generate) or `message` (chat), then a final object with

@@ -1,24 +1,24 @@
-"""The engine's own account of one generation (`EngineTiming`), read from its
-last stream event, in one home for the gateway (metrics, ledger, speed) and
-the router (how many tokens a replica now holds of a session). Pure.
+"""The engine's own account of one generation (`EngineTiming`), in one home
+for the gateway (metrics, ledger, speed) and the router (how many tokens a
+replica now holds of a session), and how an engine's package says where its
+answers carry it (`TimingReader`). Pure; names no engine.
 
-Ollama's final object carries `prompt_eval_count`, `prompt_eval_cached_count`,
-`prompt_eval_duration`, `eval_count`, `eval_duration`, `load_duration`
-(durations in nanoseconds; docs.ollama.com/api/usage). The OpenAI-compatible
-routes carry `usage` (prompt_tokens, completion_tokens,
-prompt_tokens_details.cached_tokens) and llama-server adds `timings`
-(cache_n, prompt_n, prompt_ms, predicted_n, predicted_ms) to its last chunk
-(llama.cpp tools/server/server-task.cpp).
+Each engine reads its own fields in its package (engines/<name>/timing.py,
+found beside its facts by localmodel.engines.timings); what is shared is
+here: the numbers' checks and OpenAI's `usage` (prompt_tokens,
+completion_tokens, prompt_tokens_details.cached_tokens;
+platform.openai.com/docs/api-reference/chat/object), which every
+OpenAI-compatible route carries whatever engine answers.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 MAX_HELD_TOKENS = 10_000_000  # a count past any context: a bad answer, ignored
-
 
 @dataclass(frozen=True)
 class EngineTiming:
@@ -52,101 +52,76 @@ def _rate(tokens: int | None, seconds: float | None) -> float | None:
     return tokens / seconds
 
 
-def _num(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A JSON number as a float (None: not a number; a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def _count(value: Any) -> int | None:
-    number = _num(value)
-    return None if number is None or not math.isfinite(number) else int(number)
+def count(value: Any) -> int | None:
+    """A JSON number as a whole count (None: not a finite number)."""
+    number_ = number(value)
+    return None if number_ is None or not math.isfinite(number_) else int(number_)
 
 
-def timing_from_ollama(final: dict[str, Any]) -> EngineTiming:
-    def seconds(key: str) -> float | None:
-        ns = _num(final.get(key))
-        return None if ns is None else ns / 1e9
-
-    reason = final.get("done_reason")
-    # prompt_eval_count counts the whole prompt, cached tokens included;
-    # prompt_eval_cached_count (when present) the cached ones.
-    total = _count(final.get("prompt_eval_count"))
-    cached = _count(final.get("prompt_eval_cached_count"))
-    evaluated = _difference(total, cached)
-    return EngineTiming(
-        # The tokens evaluated in prompt_eval_duration, where Ollama says.
-        prompt_tokens=evaluated if evaluated is not None else total,
-        prompt_seconds=seconds("prompt_eval_duration"),
-        generated_tokens=_count(final.get("eval_count")),
-        decode_seconds=seconds("eval_duration"),
-        load_seconds=seconds("load_duration"),
-        done_reason=reason if isinstance(reason, str) else None,
-        prompt_total=total,
-        prompt_cached=cached,
-        prompt_evaluated=evaluated,
-    )
-
-
-def _difference(total: int | None, part: int | None) -> int | None:
+def difference(total: int | None, part: int | None) -> int | None:
+    """What is left of `total` without `part` (never below 0); None when either is unknown."""
     return None if total is None or part is None else max(0, total - part)
 
 
-def timing_from_openai(
-    usage: dict[str, Any] | None, timings: dict[str, Any] | None, finish_reason: str | None
-) -> EngineTiming:
-    """llama-server's `timings` (milliseconds) when present, else `usage` counts."""
-    prompt_tokens = generated = None
-    prompt_s = decode_s = None
-    total = cached = evaluated = None
+def timing_from_usage(usage: Mapping[str, Any] | None, finish_reason: str | None) -> EngineTiming:
+    """OpenAI's `usage` counts (no durations), and the answer's finish_reason."""
+    prompt = generated = cached = None
     if usage:
-        prompt_tokens = total = _count(usage.get("prompt_tokens"))
-        generated = _count(usage.get("completion_tokens"))
+        prompt = count(usage.get("prompt_tokens"))
+        generated = count(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            cached = _count(details.get("cached_tokens"))
-        evaluated = _difference(total, cached)
-    if timings:
-        prompt_n = _count(timings.get("prompt_n"))
-        cache_n = _count(timings.get("cache_n"))
-        if prompt_n is not None and cache_n is not None:
-            total, cached, evaluated = prompt_n + cache_n, cache_n, prompt_n
-        predicted_n = _count(timings.get("predicted_n"))
-        prompt_ms = _num(timings.get("prompt_ms"))
-        predicted_ms = _num(timings.get("predicted_ms"))
-        # prompt_n counts the tokens actually evaluated (cache hits excluded),
-        # which is what prefill speed must be computed from.
-        if prompt_n is not None:
-            prompt_tokens = prompt_n
-        if predicted_n is not None:
-            generated = predicted_n
-        prompt_s = None if prompt_ms is None else prompt_ms / 1000
-        decode_s = None if predicted_ms is None else predicted_ms / 1000
+            cached = count(details.get("cached_tokens"))
     return EngineTiming(
-        prompt_tokens=prompt_tokens,
-        prompt_seconds=prompt_s,
+        prompt_tokens=prompt,
         generated_tokens=generated,
-        decode_seconds=decode_s,
         done_reason=finish_reason,
-        prompt_total=total,
+        prompt_total=prompt,
         prompt_cached=cached,
-        prompt_evaluated=evaluated,
+        prompt_evaluated=difference(prompt, cached),
     )
 
 
-def held_tokens(doc: Any) -> int | None:
+class TimingReader(Protocol):
+    """How one engine's answers carry its own account of a generation: the
+    module engines/<name>/timing.py of each engine package (mypy checks each
+    against this; localmodel.engines.timings finds them)."""
+
+    # The top-level fields of an answer, or of the stream chunk that ends it,
+    # that carry the engine's account (beside OpenAI's `usage`). The gateway
+    # keeps the last of each from an OpenAI-compatible stream and its watcher
+    # reads the lines that name one; the router reads an answer's tail by them.
+    KEYS: tuple[str, ...]
+
+    def timing(self, answer: Mapping[str, Any], finish_reason: str | None) -> EngineTiming:
+        """The engine's account in `answer`: its final object on the
+        /api/generate and /api/chat routes (`done: true`: the last line of a
+        stream, the whole non-stream answer),
+        or on the OpenAI-compatible routes `usage` and KEYS gathered from its
+        chunks (the last of each) with the choices' `finish_reason`."""
+        ...
+
+
+def held_tokens(doc: Any, readers: Iterable[TimingReader]) -> int | None:
     """The tokens the answering engine now holds of the conversation (its whole
     prompt plus what it generated), from one answer document or its last
-    chunk; None when the document says neither, or says something past any
-    context (the answer crosses a trust boundary)."""
+    chunk, read by the first of `readers` whose KEYS the document carries
+    (none: OpenAI's `usage` alone); None when the document says neither, or
+    says something past any context (the answer crosses a trust boundary)."""
     if not isinstance(doc, dict):
         return None
-    usage, timings = doc.get("usage"), doc.get("timings")
-    if isinstance(usage, dict) or isinstance(timings, dict):
-        timing = timing_from_openai(usage if isinstance(usage, dict) else None,
-                                    timings if isinstance(timings, dict) else None, None)
-    elif "prompt_eval_count" in doc or "eval_count" in doc:
-        timing = timing_from_ollama(doc)
+    reader = next((r for r in readers if any(key in doc for key in r.KEYS)), None)
+    if reader is not None:
+        timing = reader.timing(doc, None)
+    elif isinstance(doc.get("usage"), dict):
+        timing = timing_from_usage(doc["usage"], None)
     else:
         return None
     if timing.prompt_total is None or timing.generated_tokens is None:

@@ -28,7 +28,7 @@ class AppliedDigests:
     is checked against the plain digests of the model it is made from; one
     that differs is not used (the plain way, for every model of its key).
     Keep one per pass. Held equal to the plain digests by
-    tests/unit/test_pass_memo.py
+    tests/controller/test_pass_memo.py
     (`test_applied_digests_from_a_shared_template_are_the_manifest_hashes`)."""
 
     def __init__(self) -> None:

@@ -78,7 +78,7 @@ class Desired:
     stored version once), node facts when equal. A status is reused at a
     later `now` only when it did not take the clock (`took_now`). The result
     is always what a fresh pass computes: held equal to
-    `desired.desired_state` by tests/unit/test_incremental_desired.py
+    `desired.desired_state` by tests/controller/test_incremental_desired.py
     (random sequences of changes) and test_pass_memo.py (alike models)."""
 
     def __init__(self) -> None:

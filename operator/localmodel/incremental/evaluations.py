@@ -21,7 +21,7 @@ class Evaluations:
     Saves the rules step (`rules.evaluate`) for every replica but the first of
     its key, and gives them all the same tuning object. For one pass (a caller
     keeps one per pass: nothing grows between passes). Held equal to
-    `evaluate` by tests/unit/test_pass_memo.py
+    `evaluate` by tests/controller/test_pass_memo.py
     (`test_what_the_rules_keys_leave_out_is_never_read`,
     `test_evaluations_give_one_tuning_per_distinct_input`)."""
 

@@ -47,7 +47,7 @@ class PodParts:
     same three gets the same container objects (manifests are never changed in
     place) and their JSON text, which `pod_spec_hash` reuses. Keep one per
     pass: the tuning is keyed by identity. Held equal to the plain render by
-    tests/unit/test_pass_memo.py (`test_a_pods_containers_read_neither_its_name_nor_its_node`,
+    tests/controller/test_pass_memo.py (`test_a_pods_containers_read_neither_its_name_nor_its_node`,
     `test_the_pod_digest_from_shared_parts_is_the_manifest_hash`)."""
 
     def __init__(self) -> None:

@@ -32,7 +32,7 @@ class Roster:
     Saves the validation step (`desired.prepare`) and the demands' making for
     every model whose spec object is the last pass's: a new list is compared
     object by object and only what changed is worked out again. Held equal to
-    the plain path by tests/unit/test_incremental_desired.py (through `Desired`)."""
+    the plain path by tests/controller/test_incremental_desired.py (through `Desired`)."""
 
     def __init__(self) -> None:
         self.keys: list[str] = []  # sorted

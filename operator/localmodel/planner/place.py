@@ -49,7 +49,7 @@ class Planner:
     nothing changed. The index is rebuilt when its shape changes: nodes added,
     removed, cordoned or uncordoned, a new node selector or sidecar overhead,
     or a selector crossing the direct-search size. The result is always what a
-    fresh ``plan()`` returns: held equal by tests/unit/test_incremental_plan.py
+    fresh ``plan()`` returns: held equal by tests/planner/test_incremental_plan.py
     (random sequences of changes)."""
 
     def __init__(

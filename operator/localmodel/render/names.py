@@ -24,13 +24,13 @@ from localmodel.contract import (
     LABEL_REPLICA,
     MANAGED_BY,
 )
-from localmodel.engines import ollama
-from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract import GatewayConfig, client_api
 
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/localmodel/localmodel-operator:{__version__}"
 # The operator's namespace when none is told (the chart's usual release namespace).
 DEFAULT_OPERATOR_NAMESPACE = "localmodel-system"
-SERVICE_PORT = ollama.PORT  # callers keep Ollama's port; the Service targets the gateway
+# Callers keep Ollama's port (the callers' API); the Service targets the gateway.
+SERVICE_PORT = client_api.SERVICE_PORT
 # The gateway's CPU limit, sized from benchmarks/gateway_sizing.py
 # (docs/benchmarks.md, "The gateway's CPU at a pod's top speed"): every slot
 # streaming at the engine's top speed through the gateway, its process's CPU

@@ -7,8 +7,10 @@ the answer it relayed, without holding the answer back: OpenAI's `usage`
 (prompt_tokens, completion_tokens; in a stream, the last chunk when the
 caller asked for it), llama-server's `timings` (cache_n + prompt_n +
 predicted_n, in every stream's last chunk), Ollama's prompt_eval_count +
-eval_count (the last line), read as the gateway reads them
-(gateway_contract/timing.py, `held_tokens`). Only the last `TAIL_BYTES` are kept; an answer
+eval_count (the last line), read as the gateway reads them: by each engine's
+own reader (engines/<name>/timing.py; the router does not know which engine
+answered, so it asks every engine's, `held_tokens` in
+gateway_contract/timing.py). Only the last `TAIL_BYTES` are kept; an answer
 that says none of them teaches nothing.
 
 `SessionBook` remembers, per session, the tokens each replica holds, for the
@@ -22,26 +24,28 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 
-from localmodel.gateway_contract.timing import held_tokens
+from localmodel.engines import timings
+from localmodel.gateway_contract.timing import TimingReader, held_tokens
 
 TAIL_BYTES = 16 * 1024
 MAX_SESSIONS = 10_000
 MAX_REPLICAS_PER_SESSION = 8
 
 
-def tokens_from_tail(tail: bytes) -> int | None:
+def tokens_from_tail(tail: bytes, readers: tuple[TimingReader, ...] | None = None) -> int | None:
     """The last accounting found in an answer's tail: a JSON body, SSE
-    `data:` lines or NDJSON lines."""
+    `data:` lines or NDJSON lines, read by `readers` (default: every engine's)."""
+    readers = timings.readers() if readers is None else readers
+    marks = ("usage", *(key for reader in readers for key in reader.KEYS))
     text = tail.decode("utf-8", "replace")
     for line in reversed(text.splitlines()):
         line = line.strip()
         if line.startswith("data:"):
             line = line[5:].strip()
-        if not line.startswith("{") or ("count" not in line and "usage" not in line
-                                         and "timings" not in line):
+        if not line.startswith("{") or not any(mark in line for mark in marks):
             continue
         try:
-            found = held_tokens(json.loads(line))
+            found = held_tokens(json.loads(line), readers)
         except ValueError:
             continue
         if found is not None:

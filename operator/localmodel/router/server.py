@@ -34,11 +34,11 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.engines import ollama
 from localmodel.gateway_contract import (
     HEALTH_PATH,
     METRICS_PATH,
     READY_PATH,
+    client_api,
 )
 from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
@@ -67,7 +67,7 @@ from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
 from localmodel.settings import PortTaken
 
-INFERENCE_PATHS = (*SESSION_PATHS, ollama.SHOW_PATH)
+INFERENCE_PATHS = (*SESSION_PATHS, client_api.SHOW_PATH)
 
 
 class Router:
@@ -107,7 +107,7 @@ class Router:
         for path in INFERENCE_PATHS:
             app.router.add_post(path, self.handle)
         app.router.add_get("/v1/models", self.handle_models)
-        app.router.add_get(ollama.TAGS_PATH, self.handle_tags)
+        app.router.add_get(client_api.TAGS_PATH, self.handle_tags)
         app.router.add_get(HEALTH_PATH, self.handle_health)
         app.router.add_get(READY_PATH, self.handle_health)
         app.on_startup.append(self._on_startup)
@@ -192,7 +192,7 @@ class Router:
         models = [{"name": name, "model": name, "modified_at": "1970-01-01T00:00:00Z",
                    "size": 0, "digest": "", "details": {}}
                   for name in await self._listed(request)]
-        self.metrics.requests.inc(1, (ollama.TAGS_PATH, "200"))
+        self.metrics.requests.inc(1, (client_api.TAGS_PATH, "200"))
         return json_response(200, {"models": models})
 
     async def handle_health(self, request: web.Request) -> web.Response:

@@ -16,8 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.engines import ollama
-from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract import GatewayConfig, client_api
 from localmodel.gateway_contract.bounds import TooLarge, check_bounds
 from localmodel.router.session import prompt_tokens, session_key
 from localmodel.router.table import (
@@ -30,8 +29,8 @@ from localmodel.router.table import (
     open_models,
 )
 
-SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", "/api/chat",
-                 ollama.GENERATE_PATH)
+SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", client_api.CHAT_PATH,
+                 client_api.GENERATE_PATH)
 
 
 class BadRequest(Exception):
@@ -52,7 +51,7 @@ def wanted(raw: bytes, path: str, session_header: str | None, salt: bytes, table
            bounds: GatewayConfig) -> Wanted:
     """Parse `raw` and keep what routing needs; BadRequest names what is wrong."""
     body = _parsed(raw, bounds)
-    field = "model" if path != ollama.SHOW_PATH or "model" in body else "name"
+    field = "model" if path != client_api.SHOW_PATH or "model" in body else "name"
     asked = body.get(field)
     if not isinstance(asked, str) or not asked.strip():
         raise BadRequest(400, f"{field}: missing or not a string; this endpoint serves "

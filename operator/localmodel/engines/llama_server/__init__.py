@@ -21,7 +21,8 @@ AMX_LIBRARIES: tuple[str, ...] = ()  # no build of it is known to crash on AMX h
 # (.devops/cpu.Dockerfile, target `server`: Ubuntu with curl, entrypoint
 # BINARY, LLAMA_ARG_HOST=0.0.0.0). The tests run the llama.cpp tree vendored
 # in PyPI's llama-cpp-python TESTED_VERSION (hack/build-engines.sh builds
-# exactly it by default; tests/architecture/test_engine_home.py checks it), which
+# exactly it by default, read by build.sh beside this file;
+# tests/architecture/test_engine_home.py checks it), which
 # reports no build number (`--version`: build 1); BUILD is the upstream build
 # nearest to it as far as we can tell, not a verified match. Bumping either is
 # a reviewed change; the flags rendered are checked against the tested build.
@@ -34,6 +35,8 @@ BINARY = "/app/llama-server"
 # The server's port in the pod. llama-server's own default, 8080, is the
 # gateway's; the operator always passes --port.
 PORT = 8081
+# It has no client variable for its address (LLAMA_ARG_HOST is the server's own).
+HOST_ENV: str | None = None
 
 # HTTP paths the operator, the gateway and doctor call (tools/server/README.md).
 HEALTH_PATH = "/health"  # 503 while the model loads, 200 once it serves

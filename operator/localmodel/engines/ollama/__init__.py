@@ -21,13 +21,16 @@ KEEP_ALIVE = True  # spec.keepAlive becomes OLLAMA_KEEP_ALIVE
 # The pinned version: the newest release the Go module proxy serves (v0.34.4,
 # 2026-09-23), which the AMX rules treat as fixed (>= 0.32.2, ollama#17244)
 # and which the engine tests build and run (hack/build-engines.sh builds
-# exactly this version by default; tests/architecture/test_engine_home.py checks it).
+# exactly this version by default, read by build.sh beside this file;
+# tests/architecture/test_engine_home.py checks it).
 VERSION = "0.34.4"
 # The pinned default image: the official image of VERSION.
 IMAGE = f"docker.io/ollama/ollama:{VERSION}"
 
 # The server's port (ollama envconfig OLLAMA_HOST default).
 PORT = 11434
+# Where its own clients (and doctor --local) find it (ollama envconfig).
+HOST_ENV: str | None = "OLLAMA_HOST"
 # The binary in the official image, and its server subcommand.
 BINARY = "/bin/ollama"
 SERVE = "serve"
