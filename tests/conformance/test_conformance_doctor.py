@@ -1,4 +1,4 @@
-"""Doctor, for every engine: doctor's own reading of pods (`doctor.pods`)
+"""Doctor, for every engine: doctor's own reading of pods (`engine_pods`)
 recognises the engine in its rendered pod (by its image, no other engine
 claiming it), with the threads, context and model the rules decided; the
 engine's doctor part reads what its container sets itself; on an AMX node it
@@ -11,8 +11,8 @@ import copy
 from typing import Any
 
 import pytest
-from localmodel.doctor.pods import engine_pods
 
+from localmodel.engine_pods import engine_pods
 from localmodel.rules.evaluate import engine_version
 from tests.conformance.subjects import (
     AMX_FLAGS,

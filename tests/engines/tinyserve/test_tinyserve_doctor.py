@@ -12,8 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from localmodel.doctor.pods import engine_pods
-
+from localmodel.engine_pods import engine_pods
 from localmodel.engines.registry import SHIPPED_NAMES, engine
 from tests.conformance.subjects import base_model, render
 from tests.engines.tinyserve import HEALTH_PATH, NAME, VERSION
