@@ -22,6 +22,8 @@ MB = 1000**2
 
 @dataclass(frozen=True)
 class ModelShape:
+    """One model's weights size and KV-cache shape: what its memory estimate reads."""
+
     family: str
     weights_bytes: int
     layers: int

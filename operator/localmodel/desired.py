@@ -122,6 +122,8 @@ class ModelResult:
 
 @dataclass(frozen=True)
 class DesiredState:
+    """Decides what should exist: every model's result and the plan they come from."""
+
     models: tuple[ModelResult, ...]
     plan: Plan = field(default_factory=lambda: Plan((), ()))
 

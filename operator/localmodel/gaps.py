@@ -107,12 +107,16 @@ class ClaimState:
 
 @dataclass(frozen=True)
 class StorageClasses:
+    """The cluster's StorageClass names, and which are marked default."""
+
     names: frozenset[str]
     defaults: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Gap:
+    """One thing missing before a model can run: a reason and its message."""
+
     reason: str
     message: str
 

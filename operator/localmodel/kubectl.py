@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _ApiFailure(Exception):
-    pass
+    """The API server refused or could not be reached; the plugin says why and exits 1."""
 
 
 def _client(args: argparse.Namespace) -> Any:

@@ -70,6 +70,8 @@ class ManifestError(ValueError):
 
 
 class _Refused(yaml.YAMLError):
+    """A YAML construct the manifest reader refuses, with the reason and where it is."""
+
     def __init__(self, reason: str, mark: Any = None) -> None:
         super().__init__(reason)
         self.reason = reason

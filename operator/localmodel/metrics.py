@@ -37,6 +37,8 @@ def _label_text(names: Sequence[str], values: Sequence[str], extra: str = "") ->
 
 @dataclass
 class Counter:
+    """Keeps a counter's values by label values; they only go up."""
+
     name: str
     help: str
     labels: Sequence[str] = ()
@@ -73,6 +75,8 @@ class Gauge:
 
 @dataclass
 class _Series:
+    """Keeps one histogram series: counts per bucket, total and count."""
+
     counts: list[int]
     total: float = 0.0
     count: int = 0
@@ -80,6 +84,8 @@ class _Series:
 
 @dataclass
 class Histogram:
+    """Keeps a histogram's series by label values, over sorted buckets."""
+
     name: str
     help: str
     buckets: Sequence[float]

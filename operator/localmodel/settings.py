@@ -39,6 +39,8 @@ class PortTaken(ConfigError):
 
 @dataclass(frozen=True)
 class _Spec:
+    """One setting's declaration: help, parser, flag and how it is read."""
+
     help: str
     parse: Parser
     metavar: str

@@ -79,6 +79,9 @@ SOURCE_OWN = "own calibration"
 
 @dataclass(frozen=True)
 class SpeedPolicy:
+    """Decides when a replica is slow: the ratios and the seconds of traffic that set and clear it,
+    and how often to read."""
+
     slow_ratio: float = SLOW_RATIO
     clear_ratio: float = CLEAR_RATIO
     slow_after: float = SLOW_AFTER_SECONDS
@@ -179,6 +182,9 @@ class PeerKey:
 
 @dataclass(frozen=True)
 class Expected:
+    """The speed a replica is expected to have, and where it comes from: its peers' or its own
+    calibration."""
+
     decode: float | None
     prefill: float | None
     source: str  # SOURCE_PEERS, SOURCE_OWN, or "" when nothing is known
@@ -232,6 +238,9 @@ def expected_speed(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerK
 
 @dataclass(frozen=True)
 class SlowState:
+    """Keeps whether a replica is slow, the seconds of traffic counting toward a change, and the
+    last ratio."""
+
     slow: bool = False
     below: float = 0.0  # seconds of traffic below slow_ratio (counting toward slow)
     above: float = 0.0  # seconds of traffic at or above clear_ratio (counting toward clear)

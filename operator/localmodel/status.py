@@ -33,6 +33,9 @@ from localmodel.speed import Published, SpeedPolicy, ratio_of
 
 
 class ConditionType(StrEnum):
+    """A LocalModel condition's type: the four the operator sets, and kstatus's two derived from
+    them."""
+
     VALID = "Valid"
     PLACED = "Placed"
     READY = "Ready"
@@ -104,6 +107,8 @@ class ReplicaStatusInput:
 
 @dataclass(frozen=True)
 class UnplacedInput:
+    """One unplaced replica as its status needs it: which, the reason and the message."""
+
     replica: int
     reason: str
     message: str

@@ -64,6 +64,8 @@ FAMILY_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"
 NO_SPACE_PATTERN = r"^\S+$"
 
 
+# The KV cache's element type; `quantized`: smaller than f16.
+# (No docstring: the CRD would carry it.)
 class KVCacheType(StrEnum):
     F16 = "f16"
     Q8_0 = "q8_0"
@@ -74,6 +76,8 @@ class KVCacheType(StrEnum):
         return self is not KVCacheType.F16
 
 
+# Whether the engine's flash attention is on, off, or left to it.
+# (No docstring: the CRD would carry it.)
 class FlashAttention(StrEnum):
     AUTO = "auto"
     ENABLED = "enabled"

@@ -22,6 +22,7 @@ class _StatusBase(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# A condition's status, as Kubernetes spells it. (No docstring: the CRD would carry it.)
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"

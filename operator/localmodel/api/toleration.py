@@ -28,11 +28,14 @@ TOLERATION_KEY = NameFormat(
 )
 
 
+# How a toleration matches a taint's value. (No docstring: the CRD would carry it.)
 class TolerationOperator(StrEnum):
     EQUAL = "Equal"
     EXISTS = "Exists"
 
 
+# What a taint does to pods that do not tolerate it.
+# (No docstring: the CRD would carry it.)
 class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"

@@ -70,6 +70,8 @@ def mounted(pod: Manifest) -> set[Target]:
 
 @dataclass(frozen=True)
 class Create:
+    """One object to create, with why and the Event it is told by."""
+
     manifest: Manifest
     why: str = ""
     event: EventSpec | None = None
@@ -94,6 +96,8 @@ class Apply:
 
 @dataclass(frozen=True)
 class Delete:
+    """One object to delete: its name, the uid it must still have (never a newer one), why."""
+
     kind: str
     namespace: str
     name: str
@@ -115,6 +119,9 @@ Change = Create | Apply | Delete
 
 @dataclass(frozen=True)
 class ModelChanges:
+    """Decides one model's writes: its changes in order, and the Progressing message while a roll
+    is under way."""
+
     changes: tuple[Change, ...] = ()
     # Set while a roll (or start-up) is under way: the Progressing message.
     rolling: str | None = None
@@ -214,6 +221,8 @@ def applied_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change
 
 @dataclass(frozen=True)
 class ClaimChanges:
+    """One model's claim changes, and the claims its replicas mount."""
+
     changes: tuple[Change, ...]
     wanted: frozenset[str]  # the claims the replicas mount
 
@@ -298,6 +307,8 @@ def replica_step(replica: int, result: ModelResult, pod: OwnedPod | None, node: 
 
 @dataclass(frozen=True)
 class PodChanges:
+    """One model's pod changes, and the replicas not yet running the current spec."""
+
     changes: tuple[Change, ...]
     pending: tuple[str, ...]  # replicas not yet running the current spec, for Progressing
 

@@ -101,6 +101,9 @@ def pull_secrets(flag: str, raw: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class OperatorConfig:
+    """The operator's settings: one declaration per flag (default, help, parser), parsed by
+    `parse_config`."""
+
     kubeconfig: str | None = setting(
         None, "kubeconfig file", metavar="FILE", shown_default="$KUBECONFIG, else in-cluster",
         fallback_env=("KUBECONFIG",), parse=as_is,

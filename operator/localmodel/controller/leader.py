@@ -75,6 +75,9 @@ def _now() -> str:
 
 @dataclass
 class LeaderElector:
+    """Keeps the operator's leadership: takes and renews its Lease, and says when it is won or
+    lost."""
+
     kube: Kube | None  # the Lease's own client, on the loop the rounds run on
     namespace: str
     name: str

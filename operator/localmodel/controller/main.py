@@ -35,6 +35,8 @@ LEASE_CONNECTIONS = 2
 
 
 class JsonFormatter(logging.Formatter):
+    """Writes a log record as one JSON line (time, level, logger, message, exception)."""
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),

@@ -58,6 +58,8 @@ class ModelObject:
 
 @dataclass(frozen=True)
 class OwnedPod:
+    """What the operator reads of a pod it owns: its model, replica, node, spec hash and state."""
+
     namespace: str
     name: str
     uid: str
@@ -86,6 +88,9 @@ class OwnedPod:
 
 @dataclass(frozen=True)
 class OwnedClaim:
+    """What the operator reads of a model's claim: its replica, owner (None: retained), volume and
+    state."""
+
     namespace: str
     name: str
     uid: str

@@ -48,6 +48,9 @@ class BadSigningSecret(ValueError):
 
 @dataclass(frozen=True)
 class SigningPlan:
+    """Decides the router's signing key: the public key to hand out, and the Secret to create when
+    none exists."""
+
     public_key: str  # base64 of the raw public key, as --router-key takes it
     create: Mapping[str, Any] | None = None  # the Secret to create, when none exists
 

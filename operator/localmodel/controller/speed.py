@@ -126,6 +126,9 @@ class SpeedTarget:
 
 @dataclass
 class ReplicaBook:
+    """Keeps one replica's speed: its target, read log, last reading, slow state, last rates with
+    traffic and what was published."""
+
     target: SpeedTarget
     log: ReadLog | None = None
     reading: Reading | None = None
@@ -215,6 +218,8 @@ class SpeedBook:
 
 @dataclass
 class ReadCounters:
+    """Keeps the counters of the operator's reads of the gateways' /speed."""
+
     reads: Counter = field(default_factory=lambda: Counter(
         "localmodel_operator_gateway_reads_total",
         "Reads of a replica's gateway speed (GET /speed at the pod IP) by result.",

@@ -73,6 +73,9 @@ class Job:
 
 
 class Supervisor:
+    """Keeps jobs running: restarts one with back-off whenever it fails or ends, and counts the
+    restarts."""
+
     def __init__(self, restarts: Counter, *, first: float = BACKOFF_FIRST_SECONDS,
                  most: float = BACKOFF_MAX_SECONDS, stable: float = STABLE_SECONDS) -> None:
         self.restarts = restarts

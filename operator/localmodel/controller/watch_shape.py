@@ -42,6 +42,8 @@ class NotKept(Exception):
 
 
 class _Absent:
+    """The one marker of a field the object does not have."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -85,6 +87,8 @@ class Node:
 
 
 class _Whole(Node):
+    """A shape node that keeps its value whole (interned)."""
+
     __slots__ = ("what",)
 
     def __init__(self, what: str) -> None:
@@ -98,6 +102,8 @@ class _Whole(Node):
 
 
 class _Only(Node):
+    """A shape node that keeps only the named keys of a map."""
+
     __slots__ = ("keys", "kind", "path", "what")
 
     def __init__(self, leaf: Leaf, kind: str, path: str) -> None:
@@ -115,6 +121,8 @@ class _Only(Node):
 
 
 class _List(Node):
+    """A shape node that keeps each item of a list by its item's shape."""
+
     __slots__ = ("item",)
 
     def __init__(self, item: Node) -> None:

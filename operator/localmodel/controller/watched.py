@@ -148,6 +148,9 @@ def table() -> Iterator[tuple[str, str, str]]:
 
 @dataclass(frozen=True)
 class Watched:
+    """One watch of the operator: the resource it lists, its label selector and what its index
+    keeps of each object."""
+
     name: str  # the `Snapshot` field it fills
     group: str
     version: str

@@ -67,7 +67,7 @@ def doctor_main(argv: Sequence[str]) -> int:
 
 
 class _Unavailable(Exception):
-    pass
+    """The cluster cannot be read: the doctor says why and exits 2."""
 
 
 def _local(engine_url: str | None) -> Report:

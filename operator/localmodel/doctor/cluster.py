@@ -50,6 +50,9 @@ __all__ = ["ClusterView", "cluster_findings", "in_scope"]
 
 @dataclass(frozen=True)
 class ClusterView:
+    """What the doctor read of the cluster: nodes, pods, LocalModels, gateways' metrics and
+    cAdvisor samples, and the scope."""
+
     nodes: Sequence[Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
     # "namespace/pod" of each gateway -> its metrics text, or why it could not be read.

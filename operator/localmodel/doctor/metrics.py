@@ -62,6 +62,9 @@ def _has(samples: Samples, name: str) -> bool:
 
 @dataclass(frozen=True)
 class GatewayStats:
+    """One gateway's numbers as its metrics say them: slots, queues, rejections, cancellations,
+    tokens and seconds."""
+
     slots: int
     slots_busy: int
     queued_foreground: int

@@ -255,7 +255,8 @@ def gateway_metrics(core: Any, namespace: str, pod: str, timeout: float = 5.0,
 
 
 class _Unreadable(Exception):
-    pass
+    """A gateway's metrics read that failed, shortened to its status and reason: what the
+    finding says."""
 
 
 def _short(e: Exception) -> Exception:

@@ -20,6 +20,8 @@ __all__ = ["Finding", "Report", "Verdict", "exit_status", "render_table", "to_js
 
 
 class Verdict(StrEnum):
+    """A finding's verdict: ok, warn or fail."""
+
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
@@ -27,6 +29,8 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
+    """One answer of the doctor: which check, its verdict, what was seen and what to do."""
+
     check: str  # which question: models-per-node, queue, cancellation, speed, ...
     verdict: Verdict
     message: str  # what was seen
@@ -35,6 +39,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Report:
+    """Keeps the doctor's facts and findings, as the table and the JSON show them."""
+
     facts: Mapping[str, Any]
     findings: Sequence[Finding] = field(default_factory=tuple)
 

@@ -68,6 +68,9 @@ class Watched:
 
 @dataclass(frozen=True)
 class SlowReplica:
+    """One replica the doctor looks at for slowness: where it runs, its threads and CPU, and what
+    its speed said."""
+
     namespace: str
     model: str
     replica: int

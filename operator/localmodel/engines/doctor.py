@@ -23,6 +23,8 @@ GetJson = Callable[[str, Any], Any]
 
 @dataclass(frozen=True)
 class LoadedModel:
+    """One model an engine says it has loaded: its name, size and context, when said."""
+
     name: str
     size_bytes: int | None = None
     context: int | None = None

@@ -24,6 +24,8 @@ class FactSource(StrEnum):
 
 @dataclass(frozen=True)
 class Taint:
+    """One node taint: key, value and effect."""
+
     key: str
     value: str = ""
     effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute

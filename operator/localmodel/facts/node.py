@@ -249,6 +249,9 @@ def _show(raw: Any) -> str:
 
 
 class _CpuFacts(NamedTuple):
+    """What is known of a node's CPU (flags, vendor, family, model, hyperthreading) and where it
+    was read."""
+
     flags: frozenset[str] | None
     source: FactSource
     vendor: str | None

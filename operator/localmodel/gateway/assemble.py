@@ -157,6 +157,9 @@ class OllamaAssembler(_Assembler):
 
 @dataclass
 class _Choice:
+    """Keeps one choice of an answer being assembled from a stream: its text, reasoning, tool
+    calls, logprobs and finish reason."""
+
     index: int
     role: str
     content: _Text

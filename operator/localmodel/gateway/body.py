@@ -62,6 +62,9 @@ class Exchange:
 
 
 class BodyRelay:
+    """Relays answer bodies to the caller: streamed or assembled, in the shape it asked for, the
+    engine's or the overflow's."""
+
     def __init__(self, config: GatewayConfig, clock: Callable[[], float]) -> None:
         self.config = config
         self._clock = clock

@@ -23,6 +23,9 @@ KEYLESS = ""  # the one account of every caller without a key
 
 @dataclass
 class Budgets:
+    """Keeps each account's overflow requests in its window, and decides whether one more is within
+    budget."""
+
     default: Budget | None  # --overflow-budget; None: unbounded
     _windows: dict[str, deque[float]] = field(default_factory=dict)
 

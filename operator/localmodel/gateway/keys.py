@@ -70,6 +70,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class KeyEntry:
+    """One API key's entry: its caller, digest, and what it may ask for (priority, overflow,
+    concurrency, budget)."""
+
     caller: str
     digest: bytes = b""  # SHA-256 of the key (32 bytes)
     priority: Priority = Priority.FOREGROUND  # the highest it may ask for
@@ -89,6 +92,8 @@ def digest_of(key: str) -> str:
 
 @dataclass(frozen=True)
 class KeyRing:
+    """Keeps the gateway's key entries, and decides which one a request's key is."""
+
     entries: tuple[KeyEntry, ...]
 
     def find(self, authorization: str | None) -> KeyEntry | None:

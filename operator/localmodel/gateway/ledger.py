@@ -261,6 +261,8 @@ class SessionTurn:
 
 @dataclass(slots=True)
 class _Session:
+    """Keeps one session's last prompt, its length in tokens and its turn."""
+
     last: PromptPrint
     tokens: int | None = None  # the last prompt's length in tokens, once known
     turn: int = 0
@@ -346,6 +348,8 @@ def behind_text(behind: Sequence[Behind]) -> str:
 
 @dataclass(frozen=True)
 class LedgerQuery:
+    """Decides which ledger entries a read asks for: since when, which caller, which priority."""
+
     since: float | None = None  # wall clock
     caller: str | None = None
     priority: str | None = None

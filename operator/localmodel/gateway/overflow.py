@@ -64,6 +64,9 @@ class Untranslatable(ValueError):
 
 @dataclass(frozen=True)
 class OverflowRequest:
+    """One request translated for the overflow endpoint: its path, body, and how the answer goes
+    back."""
+
     path: str  # appended to --overflow-url
     body: bytes
     caller_streams: bool

@@ -48,6 +48,8 @@ class OverflowTry:
 
 
 class OverflowClient:
+    """Sends requests to the overflow endpoint, within the breaker and each account's budget."""
+
     def __init__(
         self,
         config: GatewayConfig,

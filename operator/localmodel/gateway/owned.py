@@ -37,6 +37,9 @@ MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
 
 
 class OwnedSessions:
+    """Keeps the session keys routers sent here as their owner, most recent last, forgotten when
+    idle or past the limit."""
+
     def __init__(self, limit: int = MAX_KEPT, idle_s: float = SESSION_IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit

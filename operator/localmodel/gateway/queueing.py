@@ -19,6 +19,9 @@ from localmodel.gateway.slots import Admission, Priority, SlotBoard, retry_after
 
 
 class SlotQueue:
+    """Keeps the waits for the engine's slots: admits, queues or rejects a request, and wakes the
+    next when a slot frees."""
+
     def __init__(
         self,
         slots: int,

@@ -48,12 +48,17 @@ _SERVING = object()  # the engine serves its model (llama-server: one model, loa
 
 @dataclass
 class _Ready:
+    """Keeps the last readiness check: when, its answer and why."""
+
     at: float = -1e9
     ok: bool = False
     reason: str = "not checked yet"
 
 
 class Readiness:
+    """Decides whether the gateway is ready (/readyz): its engine serves the model and it is
+    calibrated, checked at most once a second; starts the model's load and the calibration."""
+
     def __init__(
         self,
         config: GatewayConfig,

@@ -31,6 +31,8 @@ MAX_DETAIL = 512  # characters of a request's detail (an error's message) in its
 
 
 class Outcome(StrEnum):
+    """How a request ended: the log's and the metrics' one word for it."""
+
     OK = "ok"
     BAD_REQUEST = "bad_request"  # 400
     UNAUTHORIZED = "unauthorized"  # 401: keys on, no valid key
@@ -57,6 +59,8 @@ CANCEL_REASONS = {
 
 @dataclass
 class RequestRecord:
+    """Keeps one request's account as it goes: route, priority, outcome, the time of each step."""
+
     request_id: str
     route: str
     priority: str

@@ -38,6 +38,8 @@ RELAY_ERROR_BODY_LIMIT = 1024 * 1024
 
 
 class Relay:
+    """Relays a request to the engine and its answer back, within the deadline."""
+
     def __init__(
         self,
         config: GatewayConfig,

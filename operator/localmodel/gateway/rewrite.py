@@ -52,6 +52,9 @@ RUNNER_OPTIONS = (
 
 @dataclass(frozen=True)
 class Prepared:
+    """One request as it goes upstream: its body, whether the caller streams, its model, and what
+    was rewritten."""
+
     body: bytes  # what goes upstream
     caller_streams: bool  # whether the caller asked for a stream back
     model: str

@@ -10,6 +10,8 @@ from localmodel.gateway_contract import client_api
 
 
 class Kind(StrEnum):
+    """What a route carries: the API and the shape of its answer."""
+
     GENERATE = "generate"  # Ollama /api/generate: NDJSON, `response`
     CHAT = "chat"  # Ollama /api/chat: NDJSON, `message`
     EMBED = "embed"  # Ollama /api/embed: one JSON object
@@ -21,6 +23,8 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class Route:
+    """One path the gateway serves: its methods and kind."""
+
     path: str
     methods: tuple[str, ...]
     kind: Kind

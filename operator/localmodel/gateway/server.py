@@ -259,6 +259,8 @@ def _stderr_line(line: str) -> None:
 
 @dataclass
 class RunningGateway:
+    """One gateway started: its server, runners, host and ports."""
+
     gateway: SlotGate
     runner: web.AppRunner
     host: str

@@ -25,6 +25,9 @@ from typing import Any
 
 
 class Priority(StrEnum):
+    """A request's priority: foreground waits for a slot, background is turned away when none is
+    free."""
+
     FOREGROUND = "foreground"
     BACKGROUND = "background"
 
@@ -37,6 +40,8 @@ def parse_priority(header: str | None) -> Priority:
 
 
 class Admission(StrEnum):
+    """What the slot board decided for a request: admitted, queued or rejected."""
+
     ADMITTED = "admitted"
     QUEUED = "queued"
     REJECTED_BUSY = "rejected_busy"  # background, no slot free -> 429
@@ -45,6 +50,8 @@ class Admission(StrEnum):
 
 @dataclass(frozen=True)
 class SlotSnapshot:
+    """The slots and queues at one moment: total, busy and queued by priority."""
+
     total: int
     busy: int
     queued_foreground: int

@@ -47,6 +47,8 @@ RECENT_MAX_REQUESTS = 4096  # the window's memory bound, whatever the request ra
 
 @dataclass(frozen=True)
 class CalibrationCall:
+    """The one request a calibration sends to the engine: its path, body and kind."""
+
     path: str
     body: dict[str, Any]
     kind: Kind
@@ -77,6 +79,9 @@ def calibration_call(engine: EngineFacts, model: str, options: dict[str, int],
 
 @dataclass(frozen=True)
 class Calibration:
+    """One calibration's result: decode and prefill speeds, tokens, seconds, and whether it
+    finished."""
+
     decode: float | None  # tokens per second
     prefill: float | None
     generated_tokens: int
@@ -104,6 +109,8 @@ def calibration_from(timing: EngineTiming | None, tokens_seen: int, first: float
 
 @dataclass(frozen=True)
 class _Sample:
+    """One finished request's tokens and engine seconds, for the recent speed."""
+
     at: float
     generated: int
     decode_s: float

@@ -69,6 +69,8 @@ DEFAULT_LEDGER_SIZE = 10_000  # records kept (docs/gateway.md, The ledger: memor
 
 @dataclass(frozen=True, slots=True)
 class Behind:
+    """One wait a request was queued behind: whose, at which priority, how long."""
+
     caller: str
     priority: str
     seconds: float
@@ -252,9 +254,11 @@ def _budget(flag: str, raw: str) -> tuple[int, float]:
     return n, window
 
 
-# A declaration table: one field per setting.
 @dataclass(frozen=True)
 class GatewayConfig:
+    """The gateway's settings: a declaration table, one field per setting (default, help,
+    parser)."""
+
     upstream: str = setting(
         f"http://127.0.0.1:{engines.DEFAULT.PORT}", "engine base URL", metavar="URL",
         parse=http_url,

@@ -16,6 +16,9 @@ from collections.abc import AsyncIterator
 
 
 class BodyReads:
+    """Decides which request bodies are read at once: a bounded number of turns, small bodies
+    without one."""
+
     def __init__(self, limit: int, small: int = 0) -> None:
         self._gate = asyncio.Semaphore(limit)
         self.small = small

@@ -57,6 +57,8 @@ class AppliedDigests:
 
 
 class _Applied(NamedTuple):
+    """One applied object's kind, marked name and text template."""
+
     kind: str
     name: str  # with the marks of the model's name, namespace and uid
     text: TextTemplate

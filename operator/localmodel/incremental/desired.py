@@ -40,7 +40,9 @@ from localmodel.rules.model import Tuning
 from localmodel.status import took_now
 
 
-class _Tuned(NamedTuple):  # (a tuple: made per replica, cheaply)
+class _Tuned(NamedTuple):
+    """One replica's spec, node, CPUs and tuning (a tuple: made per replica, cheaply)."""
+
     spec: LocalModelSpec
     node: NodeFacts
     cpu: Cpus

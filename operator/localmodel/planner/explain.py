@@ -37,6 +37,9 @@ from localmodel.planner.text import demand_text, gib, need_cpu_text, taint_text
 
 @dataclass(frozen=True, slots=True)
 class _Explained:
+    """Keeps one unplaced replica's explanation with what it was made from (demand, census and
+    its version, held nodes): reused while they are the same."""
+
     demand: ModelDemand
     census: Census
     version: int

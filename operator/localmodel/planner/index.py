@@ -108,6 +108,9 @@ class TaintClass:
 
 @dataclass(eq=False, slots=True)
 class Node:
+    """Keeps one node's room as the planner places: free CPU and memory, occupants, exclusive
+    holder and where it is indexed."""
+
     name: str
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]

@@ -118,6 +118,9 @@ class Unplaced:
 
 @dataclass(frozen=True)
 class Plan:
+    """The planner's decision: every replica placed or unplaced, each model's found by bisection
+    once ordered."""
+
     placements: tuple[Assignment, ...] = ()
     unplaced: tuple[Unplaced, ...] = ()
     # Set by the planner: both are sorted by (model, replica), so one model's

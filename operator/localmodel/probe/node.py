@@ -79,6 +79,8 @@ def node_patch(
 
 @dataclass(frozen=True)
 class ProbeResult:
+    """Decides the probe's write: whether the node's labels or annotations change, and the patch."""
+
     changed: bool
     patch: dict[str, Any] | None
 

@@ -13,6 +13,9 @@ from localmodel.rules.model import Tuning
 
 @dataclass(frozen=True)
 class RenderOptions:
+    """The operator's choices that the render reads beside the model: images, downloads, network
+    policy and registry."""
+
     operator_image: str = DEFAULT_OPERATOR_IMAGE
     pull_policy: str = "IfNotPresent"
     # GGUF downloads over plain http (the operator's --allow-http-downloads);

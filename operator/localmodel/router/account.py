@@ -66,6 +66,8 @@ class Tail:
 
 
 class SessionBook:
+    """Keeps each session's held tokens per replica, least recent forgotten first."""
+
     def __init__(self, limit: int = MAX_SESSIONS) -> None:
         self.limit = limit
         self._held: OrderedDict[str, dict[str, int]] = OrderedDict()

@@ -33,6 +33,8 @@ __all__ = ["MAX_OWNED", "MAX_SLOTS", "BadDocument", "Slots", "Speed", "slots_fro
 
 @dataclass(frozen=True)
 class Slots:
+    """What a replica's /slots said: total, occupied, and the sessions it owns."""
+
     total: int
     occupied: int  # busy + queued (both priorities)
     # The sessions routers sent here as their owner (gateway/owned.py); a
@@ -42,6 +44,8 @@ class Slots:
 
 @dataclass(frozen=True)
 class Speed:
+    """What a replica's /speed said: prefill speed and mean request seconds."""
+
     prefill_tps: float | None
     mean_request_s: float | None  # engine seconds per request, all so far
 

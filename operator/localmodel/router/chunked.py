@@ -35,6 +35,8 @@ class BadFraming(Exception):
 
 
 class ChunkedBody:
+    """Keeps the state of a chunked body as it is fed, and says when it is complete."""
+
     def __init__(self) -> None:
         self._state = _SIZE
         self._left = 0  # data bytes still to come in the current chunk

@@ -57,6 +57,9 @@ class Unreadable(ValueError):
 
 @dataclass(frozen=True)
 class ModelEntry:
+    """What the router reads of one LocalModel: its name, served name, and whether its gateway is
+    on and keyed."""
+
     namespace: str
     name: str  # the LocalModel's (and its Service's) name
     served: str  # spec.model: what a request's `model` field says
@@ -66,6 +69,8 @@ class ModelEntry:
 
 @dataclass(frozen=True)
 class Endpoint:
+    """One Ready endpoint of a slice: its pod, address and uid."""
+
     pod: str  # the pod's name: with its namespace (and uid), the replica's identity
     address: str  # its IP
     uid: str = ""  # the pod's uid (targetRef.uid), when the slice says it
@@ -73,6 +78,8 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class SliceEntry:
+    """What the router reads of one EndpointSlice: its namespace, Service and Ready endpoints."""
+
     namespace: str
     service: str
     endpoints: tuple[Endpoint, ...]  # Ready ones only, at most MAX_ENDPOINTS

@@ -27,6 +27,8 @@ PLACES = 64
 
 @dataclass(frozen=True)
 class RouterConfig:
+    """The router's settings: where it listens, how often it reads the replicas, and its bounds."""
+
     listen_host: str = "0.0.0.0"
     listen_port: int = ROUTER_PORT
     admin_host: str = "0.0.0.0"

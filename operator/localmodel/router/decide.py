@@ -40,12 +40,18 @@ SPILL_MARGIN_S = 1.0  # ...plus this, for a turn to leave its owner
 
 @dataclass(frozen=True)
 class ReplicaState:
+    """What the router knows of a replica when it decides: its wait for a slot and its prefill
+    speed."""
+
     wait_s: float | None  # estimated wait for a slot now; None: not known
     prefill_tps: float | None  # prompt tokens read per second; None: not measured
 
 
 @dataclass(frozen=True)
 class Decision:
+    """Where a session turn goes: its owner or another replica (spilled), and the numbers that
+    decided it."""
+
     replica: str
     owner: str
     owner_wait_s: float | None

@@ -10,6 +10,9 @@ PREFIX = "localmodel_router_"
 
 
 class RouterMetrics:
+    """Keeps the router's metrics: decisions, turns per replica, requests, upstream errors and
+    reads."""
+
     def __init__(self, reads: Counter, sessions: Callable[[], int],
                  owned: Callable[[], int] = lambda: 0,
                  key_checks: Counter | None = None,

@@ -75,6 +75,8 @@ def place(order: Sequence[str], loads: Mapping[str, int], limit: int,
 
 @dataclass
 class _Entry:
+    """Keeps one session's owner: the model, the replica, its peers when confirmed and when."""
+
     model: str
     replica: str
     members: frozenset[str]  # the model's replicas when the owner was last confirmed

@@ -164,6 +164,8 @@ def _caller_framing(head: Head, http11: bool) -> tuple[str, dict[str, str]]:
 
 @dataclass
 class Relayed:
+    """One answer relayed to the caller: its status, tail, and whether it was complete."""
+
     response: web.StreamResponse
     status: int
     tail: Tail

@@ -40,11 +40,16 @@ POLL_CONCURRENCY = 16
 
 @dataclass
 class Known:
+    """Keeps what a replica's /slots and /speed last said."""
+
     slots: Slots | None = None
     speed: Speed | None = None
 
 
 class ReplicaWatch:
+    """Keeps what each replica last said and its requests in flight, and decides its state (its
+    wait)."""
+
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.known: dict[str, Known] = {}
         self.in_flight: dict[str, int] = {}

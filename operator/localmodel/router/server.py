@@ -333,6 +333,8 @@ def _stderr_line(line: str) -> None:
 
 @dataclass
 class RunningRouter:
+    """One router started: its server, runners, host and ports."""
+
     router: Router
     runner: web.AppRunner
     admin_runner: web.AppRunner

@@ -106,6 +106,8 @@ def parse_replicas(values: Sequence[str]) -> RouteTable:
 
 @dataclass(frozen=True)
 class StaticSource:
+    """Keeps a fixed route table (`--replicas`: local use and tests)."""
+
     table: RouteTable
 
     def routes(self) -> RouteTable:

@@ -28,6 +28,8 @@ _NAMESPACE = re.compile(NAMESPACE_PATTERN)
 
 @dataclass(frozen=True)
 class Replica:
+    """One replica the router may send to: its namespace, name, gateway and admin URLs, and uid."""
+
     namespace: str  # its model's namespace
     name: str  # the pod's name, or the URL (static)
     url: str  # the replica's gateway, e.g. http://10.0.0.7:8080
@@ -46,6 +48,8 @@ class Replica:
 
 @dataclass(frozen=True)
 class ModelRoute:
+    """One served model: its namespace, name, Ready replicas, and whether it asks for keys."""
+
     namespace: str
     name: str  # the served model name: what a request's `model` field says
     replicas: tuple[Replica, ...]  # Ready replicas only
@@ -61,16 +65,23 @@ RouteTable = tuple[ModelRoute, ...]
 
 
 class ReplicaSource(Protocol):
+    """Where the router's route table comes from: the cluster (router/follow.py) or a fixed
+    one (router/static.py)."""
+
     def routes(self) -> RouteTable: ...
 
 
 @dataclass(frozen=True)
 class Found:
+    """A model name that names one open model: its route."""
+
     route: ModelRoute
 
 
 @dataclass(frozen=True)
 class NotFound:
+    """A model name no open model serves, and the names that are served."""
+
     asked: str
     known: tuple[str, ...]  # every open model's name as a request may spell it
 
@@ -82,6 +93,8 @@ class NotFound:
 
 @dataclass(frozen=True)
 class Ambiguous:
+    """A bare model name served in more than one namespace, and its choices."""
+
     asked: str
     choices: tuple[str, ...]  # namespace/name of each open model serving the bare name
 

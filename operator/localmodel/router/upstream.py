@@ -57,6 +57,8 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True)
 class Head:
+    """A replica's answer head: status, headers, framing and whether the connection is kept."""
+
     status: int
     headers: list[tuple[str, str]]
     framing: str  # CHUNKED, LENGTH, CLOSE or EMPTY
@@ -116,6 +118,8 @@ class Sink(Protocol):
 
 @dataclass(frozen=True)
 class Address:
+    """A replica's address: scheme, host, port and the Host header."""
+
     scheme: str
     host: str
     port: int

@@ -34,6 +34,8 @@ SESSION_PATHS = ("/v1/chat/completions", "/v1/completions", client_api.CHAT_PATH
 
 
 class BadRequest(Exception):
+    """A request the router refuses before any replica: the status and the message."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -41,6 +43,8 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Wanted:
+    """What a request wants: its model's route, session key, prompt tokens and the bytes to send."""
+
     route: ModelRoute
     key: str | None  # the session's key; None off the session paths or without one
     prompt: int  # the prompt's tokens, estimated

@@ -48,7 +48,8 @@ OUTPUTS = ("table", "json", "yaml")
 
 
 class _Unavailable(Exception):
-    pass
+    """A ledger that cannot be read (from a gateway or the API server): the timeline says why
+    and exits 2."""
 
 
 def timeline_main(argv: Sequence[str]) -> int:
