@@ -33,8 +33,8 @@ from localmodel.speed import Published, SpeedPolicy, ratio_of
 
 
 class ConditionType(StrEnum):
-    """A LocalModel condition's type: the four the operator sets, and kstatus's two derived from
-    them."""
+    """A LocalModel condition's type: the operator's own, and kstatus's pair (Reconciling,
+    Stalled) derived from them."""
 
     VALID = "Valid"
     PLACED = "Placed"

@@ -57,7 +57,7 @@ class _Ready:
 
 class Readiness:
     """Decides whether the gateway is ready (/readyz): its engine serves the model and it is
-    calibrated, checked at most once a second; starts the model's load and the calibration."""
+    calibrated, the answer kept READY_CACHE_SECONDS; starts the model's load and calibration."""
 
     def __init__(
         self,
