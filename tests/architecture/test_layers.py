@@ -134,8 +134,10 @@ LAYERS = (
           ("localmodel.controller.**", "localmodel.gateway.**", "localmodel.doctor.**",
            "localmodel.timeline.**", "localmodel.probe.**", "localmodel.router.**"),
           independent=True),
-    Layer("commands", "the `localmodel` command and the kubectl plugin",
-          ("localmodel.cli", "localmodel.commands", "localmodel.kubectl")),
+    Layer("commands", "the `localmodel` command and the kubectl plugin (what it prints from "
+          "the objects read, kubectl_views, reads doctor's metrics: above the programs)",
+          ("localmodel.cli", "localmodel.commands", "localmodel.kubectl",
+           "localmodel.kubectl_views")),
 )
 
 # (importer's room, imported room): the programs that still import another, and what ends it.

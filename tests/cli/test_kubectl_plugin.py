@@ -12,7 +12,8 @@ from localmodel.api import parse_local_model
 from localmodel.desired import desired_state
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.slots import SlotSnapshot
-from localmodel.kubectl import main, state_of, status_rows, status_table, why_data, why_text
+from localmodel.kubectl import main
+from localmodel.kubectl_views import state_of, status_rows, status_table, why_data, why_text
 from tests.builders import MakeNode
 
 pytestmark = pytest.mark.unit
