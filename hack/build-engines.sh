@@ -70,7 +70,7 @@ MODEL="$CACHE/models/$GEMMA_FILE"
 PARTS=()
 # engine_fact MODULE NAME: an engine's fact from operator/localmodel/engines/MODULE/__init__.py.
 engine_fact() {
-  PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")/../operator" "$PY" -c \
+  PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")/../operator" LOCALMODEL_ENGINE_PACKAGES= "$PY" -c \
     "from localmodel.engines import $1; print($1.$2)" \
     || { log "cannot read $2 from operator/localmodel/engines/$1/__init__.py"; exit 1; }
 }

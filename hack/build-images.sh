@@ -130,21 +130,22 @@ declare -A REF=(
 )
 
 # ---- the engines' images: each engine's package says how its image is made ----
-# For every registered engine, in the registry's order (localmodel.engines.FACTS),
-# its package's image.sh, when it has one, is sourced: it sets REF[<NAME>] and
+# For every shipped engine, in the registry's order (localmodel.engines.SHIPPED:
+# an out-of-tree engine the tests register through LOCALMODEL_ENGINE_PACKAGES
+# ships no image), its package's image.sh, when it has one, is sourced: it sets REF[<NAME>] and
 # what its recipe reads (from hack/build-engines.sh --print, ENGINE[...], and the
 # engine's facts), adds its root filesystem to ENGINE_ROOTFS, and defines
 # build_<NAME> (the recipe; its text is part of the key, as here) and
 # image_inputs_<NAME> (the rest of the key's inputs). An engine without one
-# (a test-only engine) has no image. The root filesystems' package sets stay in
+# has no image. The root filesystems' package sets stay in
 # rootfs_args below: its text is part of every rootfs key.
 ENGINE_ROOTFS=()
-engine_dirs="$(PYTHONPATH=operator "$PY" -c '
+engine_dirs="$(PYTHONPATH=operator LOCALMODEL_ENGINE_PACKAGES= "$PY" -c '
 import os, sys
 from localmodel import engines
-for e in engines.FACTS:
+for e in engines.SHIPPED:
     print(e.NAME, os.path.dirname(sys.modules[engines.package(e)].__file__))')" \
-  || die "cannot list the engines (localmodel.engines.FACTS)"
+  || die "cannot list the engines (localmodel.engines.SHIPPED)"
 while read -r engine dir; do
   [[ -f "$dir/image.sh" ]] || continue
   # shellcheck source=/dev/null  # operator/localmodel/engines/<engine>/image.sh

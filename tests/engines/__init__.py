@@ -19,6 +19,7 @@ from pathlib import Path
 # The variable the registry reads (localmodel.engines).
 ENV = "LOCALMODEL_ENGINE_PACKAGES"
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]  # the repository: `tests` is importable from it
 
 
 def packages() -> tuple[str, ...]:
@@ -30,6 +31,13 @@ def packages() -> tuple[str, ...]:
 
 
 def register(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Add every package here to `ENV` in `environ` (kept: any already named)."""
+    """Add every package here to `ENV` in `environ` (kept: any already named),
+    and the repository's root to `PYTHONPATH`, so that every program a test
+    starts, from any directory (the kubectl plugin, the operator, the gateway,
+    the router), can import what `ENV` names; without it the registry refuses
+    to start, naming the package it cannot import."""
     named = [n for n in environ.get(ENV, "").split(",") if n]
     environ[ENV] = ",".join([*named, *(p for p in packages() if p not in named)])
+    paths = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(ROOT) not in paths:
+        environ["PYTHONPATH"] = os.pathsep.join([*paths, str(ROOT)])

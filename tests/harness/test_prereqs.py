@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -71,9 +73,15 @@ def _listed_without_building(monkeypatch: pytest.MonkeyPatch) -> list[images.Ima
 
 
 def test_the_image_names_are_build_images_sh_names_in_its_order() -> None:
-    script = (REPO_ROOT / "hack" / "build-images.sh").read_text()
-    [names] = re.findall(r"^NAMES=\(([^)]*)\)$", script, re.M)
-    assert tuple(names.split()) == IMAGE_NAMES
+    """The script's names, in its order: the operator, each shipped engine's
+    (from its package's image.sh, in the registry's order), pause, helper;
+    read from what `--print` lists (`REF ARCHIVE`, the archive `NAME-KEY.oci.tar`)."""
+    out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-images.sh"), "--print"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    names = [Path(line.split()[1]).name.removesuffix(".oci.tar").rsplit("-", 1)[0]
+             for line in out.stdout.splitlines() if line.strip()]
+    assert tuple(names) == IMAGE_NAMES
     assert set(IMAGE_NAMES) - LLAMA_IMAGES == {"ollama"}
 
 
