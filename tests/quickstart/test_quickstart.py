@@ -84,7 +84,9 @@ def test_quickstart_runs_as_written_to_a_first_answer(tmp_path: Path) -> None:
         bin_dir.mkdir()
         for name in ("kubectl", "helm"):
             (bin_dir / name).symlink_to(tools[name])
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        # A user's environment: no test-only engine registered (tests/engines/).
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LOCALMODEL_ENGINE_PACKAGES"))}
         env |= {"PATH": f"{venv / 'bin'}{os.pathsep}{bin_dir}{os.pathsep}{env['PATH']}",
                 "VIRTUAL_ENV": str(venv), "KUBECONFIG": str(cluster.admin_kubeconfig),
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
