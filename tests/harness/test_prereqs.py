@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from tests.harness.prereqs import (
     EnginesBuildingError,
     given_images,
 )
-from tests.harness.tools import REPO_ROOT
+from tests.harness.tools import REPO_ROOT, print_output
 
 SCRIPT = (REPO_ROOT / "hack" / "test.sh").read_text()
 MARKERS = ("unit", "engine", "realnode", "llama")
@@ -76,11 +75,8 @@ def test_the_image_names_are_build_images_sh_names_in_its_order() -> None:
     """The script's names, in its order: the operator, each shipped engine's
     (from its package's image.sh, in the registry's order), pause, helper;
     read from what `--print` lists (`REF ARCHIVE`, the archive `NAME-KEY.oci.tar`)."""
-    out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-images.sh"), "--print"],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr
-    names = [Path(line.split()[1]).name.removesuffix(".oci.tar").rsplit("-", 1)[0]
-             for line in out.stdout.splitlines() if line.strip()]
+    listed = images.parse_print_output(print_output(images.BUILD_SCRIPT, timeout=120))
+    names = [Path(i.archive).name.removesuffix(".oci.tar").rsplit("-", 1)[0] for i in listed]
     assert tuple(names) == IMAGE_NAMES
     assert set(IMAGE_NAMES) - LLAMA_IMAGES == {"ollama"}
 
