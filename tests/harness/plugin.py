@@ -38,8 +38,11 @@ def install_plugin(target: Path) -> str:
 def run_kubectl(kubectl: Path, path: str, *args: str, timeout: float = 120
                 ) -> subprocess.CompletedProcess[str]:
     """The real kubectl with `path` as PATH (and this checkout's code first on
-    PYTHONPATH, over the installed copy's); no KUBECONFIG from the environment."""
-    env = os.environ | {"PATH": path, "PYTHONPATH": str(REPO_ROOT / "operator")}
+    PYTHONPATH, over the installed copy's, then the checkout itself: the
+    test-only engines the session registers are imported from `tests`); no
+    KUBECONFIG from the environment."""
+    env = os.environ | {"PATH": path,
+                        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "operator"), str(REPO_ROOT)])}
     env.pop("KUBECONFIG", None)
     return subprocess.run([str(kubectl), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
