@@ -41,8 +41,8 @@ def run_kubectl(kubectl: Path, path: str, *args: str, timeout: float = 120
     PYTHONPATH, over the installed copy's, then the checkout itself: the
     test-only engines the session registers are imported from `tests`); no
     KUBECONFIG from the environment."""
-    env = os.environ | {"PATH": path,
-                        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "operator"), str(REPO_ROOT)])}
+    code = os.pathsep.join([str(REPO_ROOT / "operator"), str(REPO_ROOT)])
+    env = os.environ | {"PATH": path, "PYTHONPATH": code}
     env.pop("KUBECONFIG", None)
     return subprocess.run([str(kubectl), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
