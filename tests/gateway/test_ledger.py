@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from localmodel.gateway.ledger import (
@@ -198,6 +198,11 @@ def _histories(draw: st.DrawFn) -> list[tuple[float, str, int]]:
 
 
 @given(_histories())
+@example(  # CI, 2026-12-07: c1's 5e-15 s overlap is below the integral's resolution
+    [(0.0, "hold", 1)]
+    + [(4.0, "hold", t) for t in range(2, 16)]
+    + [(4.0, "wait", 16), (4.000000000000005, "free", 1), (5.000000000000005, "stop", 16)]
+)
 @settings(max_examples=300)
 def test_attribution_matches_walking_every_interval(
     events: list[tuple[float, str, int]],
@@ -216,9 +221,14 @@ def test_attribution_matches_walking_every_interval(
     want = _reference(events)
     for waiter, owed in got.items():
         expected = {(f"c{h}", "foreground"): s for h, s in want.get(waiter, {}).items() if s > 0}
-        assert owed.keys() == expected.keys()
-        for holder, seconds in owed.items():
-            assert seconds == pytest.approx(expected[holder], rel=1e-9, abs=1e-9)
+        assert all(seconds > 0 for seconds in owed.values())
+        # The book keeps one running integral, so an overlap shorter than the
+        # integral's float resolution (about 1e-15 s here) may round to nothing:
+        # every holder is compared, a missing one counting as 0 s, to 1e-9 s.
+        for holder in owed.keys() | expected.keys():
+            assert owed.get(holder, 0.0) == pytest.approx(
+                expected.get(holder, 0.0), rel=1e-9, abs=1e-9
+            ), holder
 
 
 def test_the_record_names_the_longest_holders_and_sums_the_rest() -> None:
