@@ -13,6 +13,9 @@ says the same as the cluster.
 - `NameFormat`: the Kubernetes name grammars (DNS-1035 label, DNS-1123 label and
   subdomain, qualified name = label key, label value), as a regex plus length
   limits that read the same in Python `re` and CEL's RE2.
+- `go_duration_ns`: a Go duration (`GO_DURATION_PATTERN`) read as Go's
+  `time.ParseDuration`, and so CEL's `duration()`, reads it: a rule that bounds
+  one compares the same number in both halves.
 - `CrossFieldRule`: a rule over several fields of one object, as a CEL
   expression the API server enforces *and* a Python check the CLI and operator
   enforce (`enforce`), with one message for both; `rules_cel` writes a set of
@@ -49,6 +52,8 @@ __all__ = [
     "DNS1035_LABEL",
     "DNS1123_LABEL",
     "DNS1123_SUBDOMAIN",
+    "GO_DURATION_MAX_LENGTH",
+    "GO_DURATION_PATTERN",
     "LABEL_VALUE",
     "QUALIFIED_NAME",
     "ApiModel",
@@ -61,6 +66,7 @@ __all__ = [
     "QuantityRange",
     "cel_string",
     "enforce",
+    "go_duration_ns",
     "rules_cel",
 ]
 
@@ -218,6 +224,54 @@ class QuantityRange(_Check):
             "maxLength": QUANTITY_MAX_LENGTH,
             "x-kubernetes-validations": [{"rule": self.cel, "message": self.message}],
         }
+
+
+# ---- durations ---------------------------------------------------------------------------
+
+# A positive Go duration ("30m", "1h30m", "90s"): what CEL's duration() and Go's
+# time.ParseDuration read; no sign, no bare number (a unit says what it counts).
+GO_DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+GO_DURATION_MAX_LENGTH = 32
+_UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
+            "h": 3600 * 10**9}
+_PART = re.compile(r"([0-9]+)(?:\.([0-9]+))?(ns|us|ms|s|m|h)")
+_MAX_NS = 1 << 63
+
+
+def _leading_fraction(digits: str) -> tuple[int, float]:
+    """Go's `leadingFraction`: the digits it keeps before they would overflow, and
+    their scale (later digits are dropped, not rounded)."""
+    x, scale = 0, 1.0
+    for c in digits:
+        if x > ((1 << 63) - 1) // 10:
+            break
+        y = x * 10 + int(c)
+        if y > _MAX_NS:
+            break
+        x, scale = y, scale * 10
+    return x, scale
+
+
+def go_duration_ns(text: str) -> int | None:
+    """Nanoseconds of a positive Go duration as Go's time.ParseDuration (and so
+    CEL's `duration()`) reads it, rounding a fraction down per part as it does;
+    None where it refuses the text (a shape `GO_DURATION_PATTERN` refuses, or
+    more than about 292 years)."""
+    if len(text) > GO_DURATION_MAX_LENGTH or not re.fullmatch(GO_DURATION_PATTERN, text):
+        return None
+    total = 0
+    for whole, fraction, unit in _PART.findall(text):
+        ns, v = _UNIT_NS[unit], int(whole)
+        if v > _MAX_NS // ns:
+            return None
+        v *= ns
+        f, scale = _leading_fraction(fraction)
+        if f > 0:
+            v += int(float(f) * (float(ns) / scale))
+        total += v
+        if v > _MAX_NS or total > _MAX_NS:
+            return None
+    return total if total <= _MAX_NS - 1 else None
 
 
 # ---- names ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from localmodel.api.checks import CrossFieldRule, cel_string
+from localmodel.api.checks import CrossFieldRule, cel_string, go_duration_ns
 from localmodel.api.engine import DEFAULT_ENGINE
 from localmodel.engines import FACTS, EngineFacts
 
@@ -100,6 +100,50 @@ GATEWAY_RULES: tuple[CrossFieldRule, ...] = (
 )
 
 
+# ---- spec.idle: sleep when idle ----------------------------------------------------
+
+# `idle.after`: at least a minute (shorter sleeps more than it serves), at most a week.
+IDLE_AFTER_MIN_S = 60
+IDLE_AFTER_MAX_S = 7 * 24 * 3600
+
+
+def _after_in_range(after: str) -> bool:
+    ns = go_duration_ns(after)
+    return ns is not None and IDLE_AFTER_MIN_S * 10**9 <= ns <= IDLE_AFTER_MAX_S * 10**9
+
+
+IDLE_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        # CEL's duration() reads Go durations, as `go_duration_ns` does.
+        cel=f"duration(self.after) >= duration('{IDLE_AFTER_MIN_S}s') "
+        f"&& duration(self.after) <= duration('{IDLE_AFTER_MAX_S}s')",
+        message="must be from 1m to 168h (7 days), e.g. 30m",
+        check=lambda i: _after_in_range(i.after),
+        field_path="after",
+    ),
+)
+
+WINDOW_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule(
+        cel="self.from != self.to",
+        message="from and to must differ (a window of no time, or of a whole day, says "
+        "nothing: remove it, or leave idle out for a model that never sleeps)",
+        check=lambda w: w.from_ != w.to,
+        field_path="to",
+    ),
+)
+
+# The spec's rule for `idle`: the gateway signals idleness, closes and holds the ledger.
+_IDLE_NEEDS_GATEWAY = CrossFieldRule(
+    cel="!has(self.idle) || !has(self.gateway) || !has(self.gateway.enabled) "
+    "|| self.gateway.enabled",
+    message="idle needs the gateway (it tells when the model is idle, and closes it "
+    "before it sleeps): set gateway.enabled to true or remove idle",
+    check=lambda s: s.idle is None or s.gateway.enabled,
+    field_path="idle",
+)
+
+
 # ---- the engine-scoped rules, from the engines' facts --------------------------------
 
 
@@ -171,7 +215,7 @@ def spec_rules(engines: Sequence[EngineFacts]) -> tuple[CrossFieldRule, ...]:
     """The spec's rules with these engines' (every registered engine's for
     Python, the shipped engines' for the CRD)."""
     return (_CPU_RULE, *engine_rules(engines), _KV_RULE, _managed_env_rule(managed_env(engines)),
-            *_SPEC_TAIL)
+            *_SPEC_TAIL, _IDLE_NEEDS_GATEWAY)
 
 
 _CPU_RULE = CrossFieldRule(

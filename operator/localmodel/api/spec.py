@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from localmodel.api.access import NetworkPolicySpec
 from localmodel.api.checks import (
     DNS1123_SUBDOMAIN,
+    GO_DURATION_PATTERN,
     LABEL_VALUE,
     QUALIFIED_NAME,
     ApiModel,
@@ -35,6 +36,7 @@ from localmodel.api.engine import (
     NAME_DESCRIPTION,
     EngineName,
 )
+from localmodel.api.idle import CLOCK_PATTERN, TIME_ZONE_PATTERN, IdleSpec
 from localmodel.api.rules import (
     CPU_MESSAGE,
     GATEWAY_RULES,
@@ -246,6 +248,9 @@ PATTERN_WORDS: dict[str, str] = {
     SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_' and '.')",
     HTTP_URL_PATTERN: "an http:// or https:// base URL without spaces, query or fragment, "
     "such as https://api.example.com/v1",
+    GO_DURATION_PATTERN: "a Go duration such as 30m, 1h30m or 90s",
+    CLOCK_PATTERN: "a time of day HH:MM, from 00:00 to 23:59",
+    TIME_ZONE_PATTERN: "an IANA time zone name such as Europe/Berlin or UTC",
 }
 
 
@@ -446,6 +451,13 @@ class LocalModelSpec(ApiModel):
         default_factory=list,
         description="Extra engine environment. Variables the operator manages are rejected.",
         max_length=64,
+    )
+    # No schema default (absent: the model never sleeps), as for promptCache.
+    idle: IdleSpec | None = Field(
+        None,
+        description="Sleep when idle: after `after` with no request the model sleeps, and "
+        "gives its node to another model that needs it; a request through the router wakes "
+        "it. Absent: the model never sleeps, and never takes a sleeping model's node.",
     )
 
     @field_validator("cpu", mode="before")

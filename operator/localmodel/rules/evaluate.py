@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from localmodel.api import LocalModelSpec
+from localmodel.api.idle import unknown_time_zones
 from localmodel.catalog import ModelShape, lookup
 from localmodel.engines.registry import engine
 from localmodel.errors import FieldError
@@ -40,6 +41,7 @@ def shape_problems(spec: LocalModelSpec, shape: ModelShape | None) -> list[Field
                 "keyLength, valueLength) or an explicit spec.memory",
             )
         )
+    found.extend(unknown_time_zones(spec.idle))  # (the API server has no zone database)
     return found
 
 
