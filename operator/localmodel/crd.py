@@ -19,7 +19,14 @@ import yaml
 from localmodel import GROUP, KIND, PLURAL, VERSION
 from localmodel.api.checks import rules_cel
 from localmodel.api.localmodel import OBJECT_NAME
-from localmodel.api.rules import GATEWAY_RULES, GGUF_RULES, TOLERATION_RULES, spec_rules
+from localmodel.api.rules import (
+    GATEWAY_RULES,
+    GGUF_RULES,
+    IDLE_RULES,
+    TOLERATION_RULES,
+    WINDOW_RULES,
+    spec_rules,
+)
 from localmodel.api.spec import LocalModelSpec
 from localmodel.api.status import LocalModelStatus
 from localmodel.engines import NAMES, SHIPPED
@@ -103,6 +110,11 @@ def spec_schema() -> Schema:
     schema["properties"]["gguf"]["x-kubernetes-validations"] = rules_cel(GGUF_RULES)
     tolerations = schema["properties"]["placement"]["properties"]["tolerations"]["items"]
     tolerations["x-kubernetes-validations"] = rules_cel(TOLERATION_RULES)
+    idle = schema["properties"]["idle"]
+    idle["x-kubernetes-validations"] = rules_cel(IDLE_RULES)
+    window = idle["properties"]["awake"]["items"]
+    window["x-kubernetes-validations"] = rules_cel(WINDOW_RULES)
+    window["properties"]["days"]["x-kubernetes-list-type"] = "set"  # each day once
     return schema
 
 
@@ -143,6 +155,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.endpoint",
         "priority": 1,
     },
+    # Awake, Asleep or Waking (spec.idle); empty for a model that never sleeps.
+    {"name": "Idle", "type": "string", "jsonPath": ".status.idle.state", "priority": 1},
 ]
 
 

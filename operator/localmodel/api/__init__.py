@@ -1,7 +1,7 @@
 """The LocalModel API (pure data). Import from here.
 
-The spec (`spec.py`), the status (`status.py`) and the cross-field rules
-(`rules.py`) of `localmodel.dev/v1alpha1`, the object that joins them
+The spec (`spec.py`; `spec.idle` in `idle.py`), the status (`status.py`) and
+the cross-field rules (`rules.py`) of `localmodel.dev/v1alpha1`, the object that joins them
 (`localmodel.py`), spec.engine as the engines' facts describe it
 (`engine.py`), and the version-independent machinery: field checks, the model
 base and cross-field rules (`checks.py`); `parse.py` turns any input into a
@@ -9,6 +9,7 @@ LocalModel or every field error.
 """
 
 from localmodel.api.engine import DEFAULT_IMAGES, EngineName
+from localmodel.api.idle import AwakeWindow, IdleSpec
 from localmodel.api.localmodel import LocalModel, ObjectMeta
 from localmodel.api.parse import parse_local_model
 from localmodel.api.rules import MANAGED_ENV
@@ -30,6 +31,10 @@ from localmodel.api.status import (
     Condition,
     ConditionStatus,
     DecisionStatus,
+    IdleHome,
+    IdleLastWake,
+    IdleStatus,
+    IdleWake,
     LocalModelStatus,
     PlacementStatus,
     SpeedStatus,
@@ -40,6 +45,7 @@ __all__ = [
     "DEFAULT_IMAGES",
     "GGUF",
     "MANAGED_ENV",
+    "AwakeWindow",
     "Condition",
     "ConditionStatus",
     "DecisionStatus",
@@ -48,6 +54,11 @@ __all__ = [
     "EnvVar",
     "FlashAttention",
     "Gateway",
+    "IdleHome",
+    "IdleLastWake",
+    "IdleSpec",
+    "IdleStatus",
+    "IdleWake",
     "KVCacheType",
     "LocalModel",
     "LocalModelSpec",

@@ -7,6 +7,7 @@ operator, the kubectl plugin and kstatus-aware tools.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -33,7 +34,8 @@ class Condition(_StatusBase):
     """A metav1.Condition."""
 
     type: str = Field(
-        description="Condition type: Valid, Placed, Ready, Progressing or SlowReplica; "
+        description="Condition type: Valid, Placed, Ready, Progressing, SlowReplica or "
+        "Awake (spec.idle); "
         "Reconciling or Stalled while True (kstatus)."
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
@@ -109,6 +111,72 @@ class PlacementStatus(_StatusBase):
     )
 
 
+# Status strings the operator writes from what it saw (a node's, a claim's name; a
+# sentence): bounded, so a status stays small whatever the cluster holds (a writer
+# cuts to them: a stored status over them reads as none, controller/objects.py).
+STATUS_NAME_MAX = 253
+STATUS_TEXT_MAX = 1024
+STATUS_TIME_MAX = 64
+IdleState = Literal["Awake", "Asleep", "Waking"]
+
+
+class IdleHome(_StatusBase):
+    """Where a sleeping replica's weights are: its claim, on the node a local volume pins."""
+
+    replica: Integer = Field(description="Replica index.", ge=0)
+    node: str = Field(description="Node the claim's volume is on.",
+                      max_length=STATUS_NAME_MAX)
+    claim: str = Field(description="The replica's PersistentVolumeClaim.",
+                       max_length=STATUS_NAME_MAX)
+
+
+class IdleWake(_StatusBase):
+    """A wake under way or wanted: what it waits for and what it will cost."""
+
+    wanted_at: str = Field("", description="When a wake was first wanted (RFC 3339).",
+                           max_length=STATUS_TIME_MAX)
+    held: Integer = Field(0, description="Requests the routers hold for it.", ge=0)
+    node: str = Field("", description="Node it wakes on.", max_length=STATUS_NAME_MAX)
+    reserved: Boolean = Field(
+        False, description="Whether that node is kept for it while another model leaves it.")
+    message: str = Field("", description="What the wake waits for, or what the next wake "
+                         "will do (a spec changed while asleep).", max_length=STATUS_TEXT_MAX)
+    cost: str = Field("", description="`none`, or what waking elsewhere than home costs "
+                      "(a new claim, a download).", max_length=STATUS_TEXT_MAX)
+
+
+class IdleLastWake(_StatusBase):
+    """The last wake: how long it took, where, and how many held requests it lost."""
+
+    seconds: Number | None = Field(None, description="From wanted to the first Ready "
+                                   "replica, in seconds.")
+    node: str = Field("", description="Node it woke on.", max_length=STATUS_NAME_MAX)
+    warm_cache: Boolean | None = Field(
+        None, description="Whether it woke where its weights were (home).")
+    expired: Integer = Field(0, description="Held requests whose deadline passed before it "
+                             "woke (503 at the router).", ge=0)
+
+
+class IdleStatus(_StatusBase):
+    """A model with `spec.idle`: awake, asleep or waking, since when, and its wakes."""
+
+    state: IdleState = Field(description="Awake, Asleep or Waking.")
+    since: str = Field("", description="When it entered that state (RFC 3339).",
+                       max_length=STATUS_TIME_MAX)
+    resident: Boolean = Field(
+        True, description="Whether its pods still run (asleep on demand, until another "
+        "model needs the node); false: released, its node given back.")
+    last_request_at: str = Field("", description="When its gateways last saw a request "
+                                 "(RFC 3339).", max_length=STATUS_TIME_MAX)
+    homes: list[IdleHome] = Field(
+        default_factory=list, description="Node-pinned claims of its replicas: where a wake "
+        "goes first.", max_length=1000)
+    wake: IdleWake | None = Field(None, description="A wake under way or wanted.")
+    last_wake: IdleLastWake | None = Field(None, description="The last wake.")
+    wakes: Integer = Field(0, description="Wakes so far.", ge=0)
+    yields: Integer = Field(0, description="Times it gave its node to another model.", ge=0)
+
+
 class LocalModelStatus(_StatusBase):
     """Observed state of a LocalModel."""
 
@@ -117,8 +185,8 @@ class LocalModelStatus(_StatusBase):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Valid, Placed, Ready, Progressing and SlowReplica; Reconciling or Stalled "
-        "while True.",
+        description="Valid, Placed, Ready, Progressing, SlowReplica and Awake (spec.idle); "
+        "Reconciling or Stalled while True.",
     )
     placements: list[PlacementStatus] = Field(
         default_factory=list, description="Per-replica placement and settings."
@@ -135,3 +203,5 @@ class LocalModelStatus(_StatusBase):
     ready: str = Field("", description="Ready replicas over desired, e.g. `1/1`.")
     nodes: str = Field("", description="Nodes the replicas run on, comma separated.")
     endpoint: str = Field("", description="In-cluster URL of the model's Service.")
+    idle: IdleStatus | None = Field(
+        None, description="Sleep and wake, for a model with spec.idle (absent otherwise).")
