@@ -41,6 +41,7 @@ class ConditionType(StrEnum):
     READY = "Ready"
     PROGRESSING = "Progressing"
     SLOW_REPLICA = "SlowReplica"
+    AWAKE = "Awake"  # spec.idle's, informational (idle_status.py); kstatus reads none of it
     # kstatus's "abnormal-true" pair (sigs.k8s.io/cli-utils, what Flux and Argo CD's
     # health check read): present only while True, derived from the four above by
     # `with_health`. Reconciling: the operator is still working toward the spec
@@ -80,6 +81,15 @@ class Reason(StrEnum):
     # The operator failed computing or writing this model (an exception: a bug,
     # or input nothing else refused); the other models go on (controller/plan.py).
     RECONCILE_FAILED = "ReconcileFailed"
+    # spec.idle (idle_status.py): Ready=True and Placed=True while asleep, Ready=True
+    # while waking; the Awake condition's reasons (AWAKE_REASONS there).
+    ASLEEP = "Asleep"
+    WAKING = "Waking"
+    SERVING = "Serving"
+    IDLE = "Idle"
+    WAITING_FOR_NODE = "WaitingForNode"
+    ROUTER_OFF = "RouterOff"
+    SLEEP_PREVENTED = "SleepPrevented"
 
 
 # Ready=False reasons that say what is wrong in the cluster (localmodel/gaps.py):

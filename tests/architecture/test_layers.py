@@ -119,7 +119,8 @@ LAYERS = (
           "verdicts the status carries and the reader of a replica's /speed answer that yields "
           "them (gateway_contract.speed_answer, which the operator and the router share)",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer")),
+           "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer",
+           "localmodel.idle_status")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",
