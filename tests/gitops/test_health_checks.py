@@ -5,7 +5,8 @@ sigs.k8s.io/cli-utils, the Lua in gopher-lua as Argo CD runs it).
 tests/fixtures/gitops/watched.json is every version of three LocalModels that
 `kubectl get -w -o json` delivered on the test cluster (tests/e2e/test_day2.py
 with LOCALMODEL_RECORD_HEALTH=tests/fixtures/gitops): created and rolled, a spec
-the operator refuses, a model no node can take.
+the operator refuses, a model no node can take. A model with spec.idle in each
+state is the operator's pure path's output (tests/gitops/idle_cases.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.gitops.idle_cases import CASES, idle_object
 from tests.harness import Tools
 from tests.harness.fixtures import tools_or_fail
 from tests.harness.tools import REPO_ROOT
@@ -110,3 +112,20 @@ def test_without_any_status_the_check_waits_where_kstatus_says_current(tools: To
     bare = _variant(recorded()[0], status=None)
     [v] = verdicts(tools, json.dumps(bare))
     assert (v["kstatus"]["status"], v["lua"]["status"]) == ("Current", "Progressing")
+
+
+def test_a_sleeping_or_waking_model_reads_healthy_and_a_broken_wake_does_not(
+        tools: Tools) -> None:
+    """kstatus Current and Argo CD Healthy while asleep, waiting for a node or
+    waking (a Flux Kustomization with `wait: true` does not time out at night);
+    a wake that hits a gap is InProgress, with the gap's reason."""
+    want = {"asleep": "Current", "asleep, its pod kept": "Current", "waking": "Current",
+            "waiting for a node": "Current", "a wake that hits a gap": "InProgress"}
+    assert want.keys() == CASES.keys()
+    got = verdicts(tools, "\n".join(json.dumps(idle_object(name)) for name in want))
+    for (name, status), v in zip(want.items(), got, strict=True):
+        assert v["kstatus"]["status"] == status, (name, v)
+        assert v["lua"]["status"] == ARGO_OF[status], (name, v)
+    asleep, *_, broken = got
+    assert asleep["lua"]["message"].startswith("Asleep: asleep since"), asleep
+    assert broken["lua"]["message"].startswith("ImagePullFailed"), broken

@@ -1,6 +1,7 @@
 """The kstatus pair (Reconciling, Stalled) the operator derives from its own
 conditions, so kstatus (Flux) and the Argo CD check (docs/gitops/) read a
-LocalModel right: a table of every state the operator reports."""
+LocalModel right: a table of every state the operator reports, a model asleep or waking
+(spec.idle) included."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus
 from localmodel.desired import desired_state
 from localmodel.status import invalid_status, with_progress
 from tests.builders import MakeLocalModel, MakeNode
+from tests.gitops.idle_cases import idle_model
 
 pytestmark = pytest.mark.unit
 
@@ -75,3 +77,20 @@ def test_the_pair_goes_away_when_the_model_is_ready_and_holds_its_time_while_tru
     assert again.last_transition_time == first.last_transition_time == NOW
     done = status(model.model_copy(update={"status": later}), {0: True}, now=LATER)
     assert pair(done) == {}
+
+
+@pytest.mark.parametrize(("name", "want", "ready"), [
+    ("asleep", {}, ("True", "Asleep")),
+    ("asleep, its pod kept", {}, ("True", "Asleep")),
+    ("waking", {}, ("True", "Waking")),
+    ("waiting for a node", {}, ("True", "Waking")),
+    ("a wake that hits a gap", {"Reconciling": ("True", "ImagePullFailed")},
+     ("False", "ImagePullFailed")),
+])
+def test_sleep_is_neither_reconciling_nor_stalled_and_a_broken_wake_is(
+        name: str, want: dict[str, tuple[str, str]], ready: tuple[str, str]) -> None:
+    got = idle_model(name).status
+    assert got is not None
+    assert pair(got) == want, name
+    assert next((c.status.value, c.reason) for c in got.conditions if c.type == "Ready") == ready
+    assert all(c.observed_generation == 3 for c in got.conditions)
