@@ -5,7 +5,7 @@ Pure data: the fields, their checks and their cross-field rules
 check the API server cannot make (it has no time zone database), reported as the
 catalog's are
 (`rules.evaluate.shape_problems`: Valid=False InvalidSpec, and `localmodel
-render` exits 2). `spec.py` uses it. See docs/api.md, Idle.
+render` exits 2). `spec.py` uses it; README.md (The API) and docs/validation.md say it.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class IdleSpec(ApiModel):
     """Sleep when idle: after `after` with no request, the model sleeps (its
     claims and weights stay) and gives its node back when another model needs it;
     a request through the router wakes it. A model serving a request is never
-    asked to give its node back. See docs/api.md, Idle."""
+    asked to give its node back (README.md, The API)."""
 
     after: str = Field(
         description="How long without a request before the model sleeps: a Go duration "
