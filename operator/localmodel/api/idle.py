@@ -2,10 +2,10 @@
 
 Pure data: the fields, their checks and their cross-field rules
 (`rules.IDLE_RULES`, `rules.WINDOW_RULES`), and `unknown_time_zones`, the one
-check the API server cannot make (it has no time zone database), reported as the
-catalog's are
-(`rules.evaluate.shape_problems`: Valid=False InvalidSpec, and `localmodel
-render` exits 2). `spec.py` uses it; README.md (The API) and docs/validation.md say it.
+check the API server cannot make (it has no time zone database), reported as
+the catalog's are (`rules.evaluate.shape_problems`: Valid=False InvalidSpec,
+and `localmodel render` exits 2). `spec.py` uses it; README.md (The API) and
+docs/validation.md say it.
 """
 
 from __future__ import annotations
