@@ -74,14 +74,18 @@ def test_a_model_without_idle_gets_no_idle_field_and_no_idle_status() -> None:
     assert not any(c.type == "Awake" for c in r.status.conditions)
 
 
-def test_the_crd_gives_idle_no_default_so_no_stored_object_changes() -> None:
-    schema: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def test_the_crd_gives_idle_no_default_and_shows_its_state_in_the_wide_view() -> None:
+    version: dict[str, Any] = build_crd()["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
     idle = schema["properties"]["spec"]["properties"]["idle"]
     assert "default" not in idle
     assert idle["required"] == ["after"]
     window = idle["properties"]["awake"]["items"]
     assert window["properties"]["days"]["x-kubernetes-list-type"] == "set"
     assert window["x-kubernetes-validations"][0]["rule"] == "self.from != self.to"
+    # `kubectl get lm -o wide` shows the state; the default view is unchanged.
+    assert version["additionalPrinterColumns"][-1] == {
+        "name": "Idle", "type": "string", "jsonPath": ".status.idle.state", "priority": 1}
 
 
 def test_a_known_time_zone_is_valid_and_an_unknown_one_is_invalid_spec() -> None:
