@@ -55,13 +55,15 @@ def test_what_the_pattern_refuses_is_no_duration(text: str) -> None:
 
 def test_the_defaults_and_the_python_names() -> None:
     idle = IdleSpec.model_validate({"after": "30m", "awake": [
-        {"from": "22:00", "to": "06:00", "timeZone": "Europe/Berlin"}]})
+        {"from": "22:00", "to": "06:00"},
+        {"days": ["Sat"], "from": "10:00", "to": "12:00", "timeZone": "Europe/Berlin"}]})
     assert (idle.priority, idle.release, idle.hold_seconds) == (0, "OnDemand", 120)
-    [window] = idle.awake
-    assert (window.days, window.from_, window.to, window.time_zone) == (
-        None, "22:00", "06:00", "Europe/Berlin")
+    night, saturday = idle.awake
+    assert (night.days, night.from_, night.to, night.time_zone) == (
+        None, "22:00", "06:00", "UTC")
     assert idle.model_dump(by_alias=True, exclude_none=True)["awake"] == [
-        {"from": "22:00", "to": "06:00", "timeZone": "Europe/Berlin"}]
+        {"from": "22:00", "to": "06:00", "timeZone": "UTC"},
+        {"days": ["Sat"], "from": "10:00", "to": "12:00", "timeZone": "Europe/Berlin"}]
 
 
 def test_a_model_without_idle_gets_no_idle_field_and_no_idle_status() -> None:

@@ -56,10 +56,10 @@ class AwakeWindow(ApiModel):
         "past midnight into the next day. Must differ from `from`.",
         pattern=CLOCK_PATTERN,
     )
-    time_zone: str | None = Field(
-        None,
+    time_zone: str = Field(
+        "UTC",
         description="IANA time zone of `from` and `to`, e.g. `Europe/Berlin` (daylight "
-        "saving included); absent: UTC.",
+        "saving included).",
         pattern=TIME_ZONE_PATTERN,
         max_length=TIME_ZONE_MAX_LENGTH,
     )
@@ -130,7 +130,7 @@ def unknown_time_zones(idle: IdleSpec | None) -> list[FieldError]:
     found = []
     for i, window in enumerate(idle.awake):
         tz = window.time_zone
-        if tz is not None and not _known_zone(tz):
+        if not _known_zone(tz):
             found.append(FieldError(
                 f"spec.idle.awake[{i}].timeZone",
                 f"{tz!r} is not a time zone this operator knows (an IANA name such as "
@@ -139,6 +139,8 @@ def unknown_time_zones(idle: IdleSpec | None) -> list[FieldError]:
 
 
 def _known_zone(name: str) -> bool:
+    if name == "UTC":  # (the default: known without a database)
+        return True
     if not re.fullmatch(TIME_ZONE_PATTERN, name) or len(name) > TIME_ZONE_MAX_LENGTH:
         return False
     try:
