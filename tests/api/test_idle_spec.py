@@ -59,6 +59,7 @@ def test_the_defaults_and_the_python_names() -> None:
         {"days": ["Sat"], "from": "10:00", "to": "12:00", "timeZone": "Europe/Berlin"}]})
     assert (idle.priority, idle.release, idle.hold_seconds) == (0, "OnDemand", 120)
     night, saturday = idle.awake
+    assert saturday.days == ["Sat"]
     assert (night.days, night.from_, night.to, night.time_zone) == (
         None, "22:00", "06:00", "UTC")
     assert idle.model_dump(by_alias=True, exclude_none=True)["awake"] == [
