@@ -58,6 +58,7 @@ def test_the_defaults_and_the_python_names() -> None:
         {"from": "22:00", "to": "06:00"},
         {"days": ["Sat"], "from": "10:00", "to": "12:00", "timeZone": "Europe/Berlin"}]})
     assert (idle.priority, idle.release, idle.hold_seconds) == (0, "OnDemand", 120)
+    assert idle.after_seconds == 1800
     night, saturday = idle.awake
     assert saturday.days == ["Sat"]
     assert (night.days, night.from_, night.to, night.time_zone) == (

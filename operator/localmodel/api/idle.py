@@ -22,6 +22,7 @@ from localmodel.api.checks import (
     ApiModel,
     Integer,
     enforce,
+    go_duration_ns,
 )
 from localmodel.api.rules import IDLE_RULES, WINDOW_RULES
 from localmodel.errors import FieldError
@@ -119,6 +120,13 @@ class IdleSpec(ApiModel):
     @model_validator(mode="after")
     def _rules(self) -> IdleSpec:
         return enforce(IDLE_RULES, self)
+
+    @property
+    def after_seconds(self) -> float:
+        """`after` in seconds, as the API server read it (60 to 604800: the rule)."""
+        ns = go_duration_ns(self.after)
+        assert ns is not None  # (IDLE_RULES refused any other)
+        return ns / 1e9
 
 
 def unknown_time_zones(idle: IdleSpec | None) -> list[FieldError]:
