@@ -125,7 +125,8 @@ class IdleSpec(ApiModel):
     def after_seconds(self) -> float:
         """`after` in seconds, as the API server read it (60 to 604800: the rule)."""
         ns = go_duration_ns(self.after)
-        assert ns is not None  # (IDLE_RULES refused any other)
+        if ns is None:  # (IDLE_RULES refuses any such spec)
+            raise ValueError(f"idle.after {self.after!r} is not a Go duration")
         return ns / 1e9
 
 
