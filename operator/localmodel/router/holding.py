@@ -21,9 +21,10 @@ leaves is dropped at once (aiohttp cancels its handler).
 Order: one model's held requests go on in arrival order, one at a time until
 each is sent (`Holding.sent`), through the router's normal decision
 (sessions keep their owners); a request arriving while others wait joins the
-end. A replica that answered asleep is not tried again by that request for
-RETRY_CLOSED_S (its gateway's close is a lease that may lapse); a request
-goes as soon as its model has a Ready replica it has not found closed. The
+end. A replica that answered asleep is not tried again by that request
+until RETRY_CLOSED_S passed (its gateway's close is a lease that may lapse)
+or the model's route changed (a replica came or went, its status moved); a
+request goes as soon as its model has a Ready replica it may try. The
 route table is looked at again on every change a source tells (ClusterSource
 `listen`) and at least every RECHECK_S.
 
@@ -163,6 +164,7 @@ class Ticket:
     deadline: float
     foreground: bool
     closed: dict[str, float] = field(default_factory=dict)
+    seen: ModelRoute | None = None  # the model's route when it found a replica closed
     future: asyncio.Future[ModelRoute] | None = None
     held: bool = False  # counted once it was first held
 
@@ -238,9 +240,11 @@ class Holding:
             del self._sending[ticket.key]
             self._pump_table(ticket.key)
 
-    def closed(self, ticket: Ticket, replica: str) -> None:
-        """The replica answered asleep: this request does not try it again for a while."""
+    def closed(self, ticket: Ticket, replica: str, route: ModelRoute) -> None:
+        """The replica answered asleep: this request does not try it again
+        until RETRY_CLOSED_S passed or the model's route changed."""
         ticket.closed[replica] = self.clock()
+        ticket.seen = route
 
     def finish(self, ticket: Ticket, result: str) -> None:
         """A request that was held ended at a replica: `relayed` (it took
@@ -309,6 +313,9 @@ class Holding:
             return
         now = self.clock()
         for ticket in queue:
+            if ticket.seen is not None and ticket.seen != route:  # a replica or a status changed
+                ticket.closed.clear()
+                ticket.seen = None
             replicas = open_replicas(route, ticket.closed, now)
             if replicas and ticket.future is not None and not ticket.future.done():
                 queue.remove(ticket)

@@ -289,8 +289,8 @@ class Router:
             if not done.asleep:
                 return done.response
             ticket = ticket or self._ticket(request, route, started)
-            self.holding.closed(ticket, replica_id)
             route = next((r for r in self.source.routes() if key_of(r) == key_of(route)), route)
+            self.holding.closed(ticket, replica_id, route)
 
     def _ticket(self, request: web.Request, route: ModelRoute, started: float) -> Ticket:
         return self.holding.ticket(route, started,
