@@ -131,8 +131,9 @@ def test_the_deadline_is_the_least_of_caller_hold_and_router() -> None:
 def test_an_expired_request_is_told_the_reason_and_when_to_come_back() -> None:
     r = route(IdleRoute(wake_message="waiting for small-0, where ai/gemma is serving 1 request",
                         last_wake_seconds=40.0))
-    told = expired(r, 12.0)
-    assert told.status == 503 and told.headers == {"Retry-After": "28"}
+    told = expired(r, 12.2, 12.0)
+    assert told.status == 503 and told.headers == {"Retry-After": "28"}  # ceil(40 - 12.2)
+    assert expired(r, 0.6, 0.5).message.startswith("ai/chat did not wake within 0.5 s: ")
     assert told.message == ("ai/chat did not wake within 12 s: waiting for small-0, where "
                             "ai/gemma is serving 1 request")
     assert retry_after(r, 100.0) == 1  # never less than a second

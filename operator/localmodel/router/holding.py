@@ -122,9 +122,11 @@ def retry_after(route: ModelRoute, waited: float) -> int:
     return max(1, math.ceil(expected - waited))
 
 
-def expired(route: ModelRoute, waited: float) -> Refused:
-    """A held request's deadline passed: 503, Retry-After, and the status's reason."""
-    message = f"{route.resource} did not wake within {waited:.0f} s"
+def expired(route: ModelRoute, waited: float, allowed: float) -> Refused:
+    """A held request's deadline (`allowed` seconds after it arrived)
+    passed: 503, Retry-After, and the status's reason."""
+    shown = f"{allowed:.0f}" if allowed >= 10 else f"{allowed:.1f}".rstrip("0").rstrip(".")
+    message = f"{route.resource} did not wake within {shown} s"
     if route.idle is not None and route.idle.wake_message:
         message += f": {route.idle.wake_message}"
     return Refused(503, message, retry_after(route, waited))
@@ -160,7 +162,8 @@ class Ticket:
     seq: int
     key: RouteKey
     resource: str  # namespace/<LocalModel name>, for /waiting and the metrics
-    since: float
+    started: float  # when the request arrived
+    since: float  # when it was first held
     deadline: float
     foreground: bool
     closed: dict[str, float] = field(default_factory=dict)
@@ -193,7 +196,7 @@ class Holding:
                router_deadline: float, priority: str | None) -> Ticket:
         now = self.clock()
         self._seq += 1
-        return Ticket(self._seq, key_of(route), route.resource, now,
+        return Ticket(self._seq, key_of(route), route.resource, started, now,
                       deadline_at(started, now, route, timeout, router_deadline),
                       foreground(priority))
 
@@ -224,7 +227,8 @@ class Holding:
         except TimeoutError:
             self._drop(ticket)
             self._end(ticket, "expired")
-            raise expired(route, self.clock() - ticket.since) from None
+            raise expired(route, self.clock() - ticket.since,
+                          ticket.deadline - ticket.started) from None
         except asyncio.CancelledError:
             self._drop(ticket)
             self._end(ticket, "left")
