@@ -48,7 +48,10 @@ def sleeper(status: Raw | None = None, **idle: Any) -> Raw:
     return manifest
 
 
-def route(idle: IdleRoute | None = IdleRoute(), wanted: int = 1, keyed: bool = False,
+SLEEPS = IdleRoute()  # spec.idle set, nothing said of its sleep
+
+
+def route(idle: IdleRoute | None = SLEEPS, wanted: int = 1, keyed: bool = False,
           replicas: tuple[Replica, ...] = ()) -> ModelRoute:
     return ModelRoute("ai", "chat:1b", replicas, keyed, "chat", wanted, idle)
 

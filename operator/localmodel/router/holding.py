@@ -43,13 +43,21 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from localmodel.gateway_contract.waiting_answer import MAX_WAIT_S, WaitingModel
+from aiohttp import web
+
+from localmodel.gateway_contract.waiting_answer import (
+    MAX_SERIAL,
+    MAX_WAIT_S,
+    WaitingModel,
+    waiting_document,
+)
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.table import HOLD_SECONDS, ModelRoute, Replica, RouteTable
 
 RECHECK_S = 1.0  # the table looked at again at least this often while a request is held
 RETRY_CLOSED_S = 5.0  # a replica that answered asleep is tried again after this
 DEFAULT_WAKE_S = 30.0  # a wake's time for Retry-After when the status says none
+MAX_POLLERS = 32  # /waiting long polls waiting at once; past them, answered at once
 
 RouteKey = tuple[str, str]  # (namespace, served name): a route's identity in the table
 
@@ -189,16 +197,20 @@ class Holding:
         self._bumped = asyncio.Event()
         self._nudge = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self._pollers = 0  # /waiting long polls waiting now
 
     # ---- a request's side ----
 
-    def ticket(self, route: ModelRoute, started: float, timeout: float | None,
-               router_deadline: float, priority: str | None) -> Ticket:
+    def ticket(self, route: ModelRoute, started: float, headers: Mapping[str, str],
+               router_deadline: float) -> Ticket:
+        """A request's place, from now: its deadline from its X-Request-Timeout,
+        the model's hold and `router_deadline`; foreground from its X-Priority."""
         now = self.clock()
         self._seq += 1
+        timeout = caller_timeout(headers.get("X-Request-Timeout"))
         return Ticket(self._seq, key_of(route), route.resource, started, now,
                       deadline_at(started, now, route, timeout, router_deadline),
-                      foreground(priority))
+                      foreground(headers.get("X-Priority")))
 
     def queued(self, route: ModelRoute) -> bool:
         """Whether requests already wait for this model (a new one joins them)."""
@@ -214,7 +226,8 @@ class Holding:
         if not ticket.held and len(queue) + (ticket.key in self._sending) >= self.per_model:
             self.metrics.held_total.inc(1, ("full",))
             raise full(route, self.per_model)
-        ticket.held = True
+        if not ticket.held:
+            ticket.held, ticket.since = True, self.clock()
         loop = asyncio.get_running_loop()
         ticket.future = loop.create_future()
         bisect.insort(queue, ticket, key=lambda t: t.seq)
@@ -244,11 +257,14 @@ class Holding:
             del self._sending[ticket.key]
             self._pump_table(ticket.key)
 
-    def closed(self, ticket: Ticket, replica: str, route: ModelRoute) -> None:
+    def closed(self, ticket: Ticket, replica: str, route: ModelRoute) -> ModelRoute:
         """The replica answered asleep: this request does not try it again
-        until RETRY_CLOSED_S passed or the model's route changed."""
+        until RETRY_CLOSED_S passed or the model's route changed. The model's
+        route now (`route` if the table has it no more)."""
+        now = next((r for r in self.routes() if key_of(r) == ticket.key), route)
         ticket.closed[replica] = self.clock()
-        ticket.seen = route
+        ticket.seen = now
+        return now
 
     def finish(self, ticket: Ticket, result: str) -> None:
         """A request that was held ended at a replica: `relayed` (it took
@@ -259,6 +275,19 @@ class Holding:
     def nudge(self) -> None:
         """The route table may have changed: look at it now (on the event loop)."""
         self._nudge.set()
+
+    def follow(self, source: object) -> None:
+        """Be nudged by a source that tells its changes (ClusterSource `listen`,
+        from its watches' threads); call on the event loop."""
+        listen = getattr(source, "listen", None)
+        if not callable(listen):
+            return
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:  # from a watch's thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing is held
+                loop.call_soon_threadsafe(self.nudge)
+        listen(changed)
 
     # ---- /waiting and the metrics ----
 
@@ -272,6 +301,29 @@ class Holding:
         """Held requests per (namespace, LocalModel name): the gauge's read."""
         return {tuple(q[0].resource.split("/", 1)): float(len(q))
                 for q in self._waiting.values() if q}
+
+    async def handle_waiting(self, request: web.Request) -> web.Response:
+        """GET /waiting?after=<serial>&wait=<s>: the models requests are held
+        for; with `after` the serial, answered when it changes or after `wait`
+        seconds (at most MAX_WAIT_S; at once past MAX_POLLERS polls waiting)."""
+        after, wait = request.query.get("after"), request.query.get("wait", "0")
+        try:
+            serial = None if after is None else int(after[:20])
+            seconds = float(wait[:32])
+        except ValueError:
+            serial, seconds = -1, 0.0
+        if (serial is not None and not 0 <= serial <= MAX_SERIAL) or not seconds >= 0:
+            return web.json_response({"error": "after: a serial (a whole number); wait: "
+                                               "seconds"}, status=400)
+        if self._pollers >= MAX_POLLERS:
+            seconds = 0.0
+        self._pollers += 1
+        try:
+            now = await self.changed(serial, seconds)
+        finally:
+            self._pollers -= 1
+        return web.Response(body=waiting_document(now, self.waiting()),
+                            content_type="application/json")
 
     async def changed(self, after: int | None, wait: float) -> int:
         """The serial once it is not `after`, or after `wait` seconds (at most MAX_WAIT_S)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -52,19 +53,14 @@ from localmodel.gateway_contract.headers import (
 )
 from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, sign
 from localmodel.gateway_contract.reads import BodyReads
-from localmodel.gateway_contract.replies import error_response, json_response
-from localmodel.gateway_contract.waiting_answer import (
-    MAX_SERIAL,
-    MAX_WAIT_S,
-    WAITING_PATH,
-    waiting_document,
-)
+from localmodel.gateway_contract.replies import json_response
+from localmodel.gateway_contract.waiting_answer import WAITING_PATH
 from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.admission import RETRY_AFTER_S, SMALL_BODY, Places
 from localmodel.router.config import RouterConfig, hold_bound
 from localmodel.router.decide import OWNER, Decision, decide
-from localmodel.router.holding import Holding, Refused, Ticket, caller_timeout, key_of, refusal
+from localmodel.router.holding import Holding, Refused, Ticket, refusal
 from localmodel.router.keyed import KeyChecks
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
@@ -72,14 +68,13 @@ from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import ranking
 from localmodel.router.signing import session_salt
-from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
+from localmodel.router.table import ModelRoute, Replica, ReplicaSource, listed_names
 from localmodel.router.told import Told
 from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
 from localmodel.settings import PortTaken
 
 INFERENCE_PATHS = (*SESSION_PATHS, client_api.SHOW_PATH)
-MAX_POLLERS = 32  # /waiting long polls waiting at once; past them, answered at once
 
 
 class Router:
@@ -106,7 +101,6 @@ class Router:
                                      self._admission, lambda: self.holding.held())
         self.holding = Holding(hold_bound(config.places, config.hold_per_model),
                                source.routes, clock, self.metrics)
-        self._pollers = 0  # /waiting long polls waiting now
         self.places = Places(config.places)
         self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
@@ -133,7 +127,7 @@ class Router:
         app = web.Application(client_max_size=1024)
         app.router.add_get(METRICS_PATH, self.handle_metrics)
         app.router.add_get(HEALTH_PATH, self.handle_health)
-        app.router.add_get(WAITING_PATH, self.handle_waiting)
+        app.router.add_get(WAITING_PATH, self.holding.handle_waiting)
         return app
 
     @property
@@ -151,14 +145,7 @@ class Router:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         self._poller = asyncio.create_task(self._poll_forever())
-        listen = getattr(self.source, "listen", None)  # a source that tells its changes
-        if callable(listen):
-            loop = asyncio.get_running_loop()
-
-            def changed() -> None:  # from a watch's thread
-                with contextlib.suppress(RuntimeError):  # the loop closed: nothing is held
-                    loop.call_soon_threadsafe(self.holding.nudge)
-            listen(changed)
+        self.holding.follow(self.source)
 
     async def _on_cleanup(self, app: web.Application) -> None:
         if self._poller is not None:
@@ -222,28 +209,6 @@ class Router:
     async def handle_health(self, request: web.Request) -> web.Response:
         return json_response(200, {"status": "ok"})
 
-    async def handle_waiting(self, request: web.Request) -> web.Response:
-        """GET /waiting?after=<serial>&wait=<s>: the models requests are held
-        for; with `after` the router's serial, answered when it changes or
-        after `wait` seconds (at most MAX_WAIT_S; at once past MAX_POLLERS polls)."""
-        try:
-            after = request.query.get("after")
-            serial = int(after) if after is not None and len(after) <= 20 else None
-            wait = float(request.query.get("wait", "0")[:32])
-        except ValueError:
-            return json_response(400, {"error": "after: a whole number; wait: seconds"})
-        if (after is not None and serial is None) or (serial is not None and
-                                                      not 0 <= serial <= MAX_SERIAL):
-            return json_response(400, {"error": "after: a whole number"})
-        wait = min(wait, MAX_WAIT_S) if wait == wait and self._pollers < MAX_POLLERS else 0.0
-        self._pollers += 1
-        try:
-            now = await self.holding.changed(serial, wait)
-        finally:
-            self._pollers -= 1
-        return web.Response(body=waiting_document(now, self.holding.waiting()),
-                            content_type="application/json")
-
     async def handle_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render().encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -271,15 +236,12 @@ class Router:
             return self.told.refused(request, started, exc.status, str(exc), openai)
         route = want.route
         refused = refusal(route) if not route.replicas else None
-        if refused is not None:
-            self.metrics.requests.inc(1, (request.path, "503"))
-            self.told.access(request, started, 503, model=route.qualified, error=refused.message)
-            return error_response(503, refused.message, refused.headers, openai=openai)
-        ticket: Ticket | None = None
-        if not route.replicas or self.holding.queued(route):  # held, after those before it
-            ticket = self._ticket(request, route, started)
+        if refused is not None:  # not a model that sleeps, or off: answered at once
+            return self.told.unheld(request, started, route.qualified, refused, openai)
+        ticket = self.holding.ticket(route, started, request.headers, self.config.deadline)
+        hold = not route.replicas or self.holding.queued(route)  # held, after those before it
         while True:
-            if ticket is not None:
+            if hold:
                 try:
                     route = await self.holding.wait(ticket, route)
                 except Refused as exc:
@@ -288,32 +250,17 @@ class Router:
             done, replica_id = await self._relay(request, route, want, started, openai, ticket)
             if not done.asleep:
                 return done.response
-            ticket = ticket or self._ticket(request, route, started)
-            route = next((r for r in self.source.routes() if key_of(r) == key_of(route)), route)
-            self.holding.closed(ticket, replica_id, route)
-
-    def _ticket(self, request: web.Request, route: ModelRoute, started: float) -> Ticket:
-        return self.holding.ticket(route, started,
-                                   caller_timeout(request.headers.get("X-Request-Timeout")),
-                                   self.config.deadline, request.headers.get("X-Priority"))
+            route, hold = self.holding.closed(ticket, replica_id, route), True
 
     async def _relay(self, request: web.Request, route: ModelRoute, want: Wanted,
-                     started: float, openai: bool,
-                     ticket: Ticket | None) -> tuple[Relayed, str]:
+                     started: float, openai: bool, ticket: Ticket) -> tuple[Relayed, str]:
         """The request to the replica the decision picks, and that replica; an
         asleep answer comes back unsent (`Relayed.asleep`) for it to be held."""
         key = want.key
         decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
-        # The replica's ledger keeps the decision; the owner learns it owns the
-        # session (a spilled turn does not), signed for it alone: its /slots
-        # then tells every router.
-        told = {} if key is None else {ROUTE_HEADER: decision.header}
-        if key is not None and decision.kind == OWNER:
-            told[OWNED_SESSION_HEADER] = key
-            told[MARK_HEADER] = sign(self.signing_key, OWNED, replica.namespace, replica.name,
-                                     key, time.time())
+        told = _told(self.signing_key, decision, replica, key)
         if key is not None:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
 
@@ -322,25 +269,20 @@ class Router:
                 self.owners.keep(route.qualified, key, decision.owner,
                                  [r.id for r in route.replicas], self._clock())
 
-        def sent() -> None:  # the next held request for the model may go
-            if ticket is not None:
-                self.holding.sent(ticket)
-
+        sent = functools.partial(self.holding.sent, ticket)  # the model's next held may go
         try:
             with self.watch.sending(replica.id):
                 done = await relay(self.pool, request, replica.url, want.data, extra,
                                    self.config.deadline, openai, told, answered, sent,
                                    hold_asleep=self.holding.per_model > 0)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
-            if ticket is not None:
-                self.holding.finish(ticket, "left")
+            self.holding.finish(ticket, "left")
             self.told.gone(request, route, key, decision, started)
             raise
         finally:
             sent()
         if not done.asleep:
-            if ticket is not None:
-                self.holding.finish(ticket, "relayed")
+            self.holding.finish(ticket, "relayed")
             self._after(request, route, key, decision, done, started)
         return done, replica.id
 
@@ -384,6 +326,19 @@ class Router:
             if tokens is not None:
                 self.book.record(f"{route.qualified}\0{key}", decision.replica, tokens)
         self.told.relayed(request, route, key, decision, done, started)
+
+def _told(signing_key: Ed25519PrivateKey, decision: Decision, replica: Replica,
+          key: str | None) -> dict[str, str]:
+    """What the replica is told of a turn: its ledger keeps the decision; the
+    owner learns it owns the session (a spilled turn does not), signed for it
+    alone: its /slots then tells every router."""
+    told = {} if key is None else {ROUTE_HEADER: decision.header}
+    if key is not None and decision.kind == OWNER:
+        told[OWNED_SESSION_HEADER] = key
+        told[MARK_HEADER] = sign(signing_key, OWNED, replica.namespace, replica.name,
+                                 key, time.time())
+    return told
+
 
 class _Refusals(logging.Handler):
     """aiohttp's records of the requests it answered itself (a malformed
