@@ -222,10 +222,11 @@ class Holding:
         (only those replicas). Refused when its queue is full, at its deadline,
         or when the model is no longer served; CancelledError (the caller left)
         passes through, the ticket dropped."""
-        queue = self._waiting.setdefault(ticket.key, [])
-        if not ticket.held and len(queue) + (ticket.key in self._sending) >= self.per_model:
+        queued = len(self._waiting.get(ticket.key, ())) + (ticket.key in self._sending)
+        if not ticket.held and queued >= self.per_model:
             self.metrics.held_total.inc(1, ("full",))
             raise full(route, self.per_model)
+        queue = self._waiting.setdefault(ticket.key, [])
         if not ticket.held:
             ticket.held, ticket.since = True, self.clock()
         loop = asyncio.get_running_loop()
@@ -361,11 +362,12 @@ class Holding:
         queue = self._waiting.get(key)
         if not queue or key in self._sending:
             return
-        if route is None:  # the model is gone: nothing will wake it here
-            for t in list(queue):
-                if t.future is not None and not t.future.done():
-                    t.future.set_exception(Refused(404, f"model {t.resource} is not served "
-                                                        "here any more"))
+        if route is None or route.wanted == 0:  # gone, or turned off: nothing will wake it
+            why = (Refused(404, f"model {queue[0].resource} is not served here any more")
+                   if route is None else refusal(route))
+            for t in queue:
+                if t.future is not None and not t.future.done() and why is not None:
+                    t.future.set_exception(why)
             return
         now = self.clock()
         for ticket in queue:

@@ -234,8 +234,7 @@ class Router:
             want = await self._read(request)
         except BadRequest as exc:
             return self.told.refused(request, started, exc.status, str(exc), openai)
-        route = want.route
-        refused = refusal(route) if not route.replicas else None
+        route, refused = want.route, None if want.route.replicas else refusal(want.route)
         if refused is not None:  # not a model that sleeps, or off: answered at once
             return self.told.unheld(request, started, route.qualified, refused, openai)
         ticket = self.holding.ticket(route, started, request.headers, self.config.deadline)
@@ -247,7 +246,11 @@ class Router:
                 except Refused as exc:
                     return self.told.refused(request, started, exc.status, exc.message, openai,
                                              exc.headers)
-            done, replica_id = await self._relay(request, route, want, started, openai, ticket)
+            try:
+                done, replica_id = await self._relay(request, route, want, started, openai,
+                                                     ticket)
+            finally:
+                self.holding.sent(ticket)  # sent or not, the model's next held request may go
             if not done.asleep:
                 return done.response
             route, hold = self.holding.closed(ticket, replica_id, route), True
@@ -279,8 +282,6 @@ class Router:
             self.holding.finish(ticket, "left")
             self.told.gone(request, route, key, decision, started)
             raise
-        finally:
-            sent()
         if not done.asleep:
             self.holding.finish(ticket, "relayed")
             self._after(request, route, key, decision, done, started)
