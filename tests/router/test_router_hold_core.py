@@ -6,7 +6,10 @@ parser (gateway_contract/waiting_answer.py) refusing hostile answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,10 +23,12 @@ from localmodel.gateway_contract.waiting_answer import (
     parse_waiting,
     waiting_document,
 )
+from localmodel.metrics import Counter
 from localmodel.router.cluster import keep_model, keep_slice, route_table, sleep_of
 from localmodel.router.config import config_from, parser
 from localmodel.router.holding import (
     RETRY_CLOSED_S,
+    Holding,
     caller_timeout,
     deadline_at,
     expired,
@@ -32,6 +37,7 @@ from localmodel.router.holding import (
     refusal,
     retry_after,
 )
+from localmodel.router.metrics import RouterMetrics
 from localmodel.router.table import IdleRoute, ModelRoute, Replica
 from tests.builders import MakeLocalModel
 
@@ -202,3 +208,62 @@ def _doc(**change: Any) -> bytes:
 def test_a_hostile_waiting_answer_is_refused_whole(raw: bytes) -> None:
     with pytest.raises(BadWaiting):
         parse_waiting(raw)
+
+
+# ---- the queue's order ------------------------------------------------------------------
+
+
+class Table:
+    """A route table a test changes."""
+
+    def __init__(self, *routes: ModelRoute) -> None:
+        self.table = routes
+
+    def __call__(self) -> tuple[ModelRoute, ...]:
+        return self.table
+
+
+async def test_one_released_at_a_time_in_arrival_order_and_newcomers_join_the_end() -> None:
+    asleep = route()
+    table = Table(asleep)
+    metrics = RouterMetrics(Counter("r", "reads"), lambda: 0)
+    holding = Holding(4, table, time.monotonic, metrics)
+    first, second = (holding.ticket(asleep, time.monotonic(), {}, 600.0) for _ in range(2))
+    waits = [asyncio.create_task(holding.wait(t, asleep)) for t in (first, second)]
+    await asyncio.sleep(0)
+    assert [m.held for m in holding.waiting()] == [2] and not any(w.done() for w in waits)
+
+    replica = Replica("ai", "chat-0", "http://chat-0", None, "u")
+    table.table = (replace(asleep, replicas=(replica,)),)
+    holding.nudge()
+    got = await asyncio.wait_for(waits[0], 30)
+    assert got.replicas == (replica,)
+    # The second waits until the first was sent; one arriving now joins behind it.
+    assert holding.queued(asleep) and not waits[1].done()
+    third = holding.ticket(asleep, time.monotonic(), {"X-Priority": "background"}, 600.0)
+    late = asyncio.create_task(holding.wait(third, asleep))
+    await asyncio.sleep(0)
+    assert [(m.held, m.foreground) for m in holding.waiting()] == [(2, 1)]
+    holding.sent(first)
+    await asyncio.wait_for(waits[1], 30)
+    assert not late.done()
+    holding.sent(second)
+    await asyncio.wait_for(late, 30)
+    for t in (first, second, third):
+        holding.finish(t, "relayed")
+    assert metrics.held_total.value(("relayed",)) == 3 and holding.waiting() == []
+
+
+def test_the_cluster_source_tells_its_listeners_of_every_change() -> None:
+    from kubernetes import client
+
+    from localmodel.router.follow import ClusterSource
+
+    source = ClusterSource(client.ApiClient(), namespaces=("ai",))
+    told: list[int] = []
+    source.listen(lambda: told.append(1))
+    source.models[0].event({"type": "ADDED", "object": sleeper()})
+    source.slices[0].event({"type": "BOOKMARK", "object": {"metadata": {}}})
+    assert told == [1]
+    [only] = source.routes()
+    assert only.idle == IdleRoute() and only.resource == "ai/chat"
