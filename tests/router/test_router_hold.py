@@ -218,6 +218,7 @@ class ClosedGateway:
         self.open = False
         self.refused = 0
         self.served: list[str] = []
+        self.timeouts: list[list[str]] = []  # each served request's X-Request-Timeout headers
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -226,6 +227,7 @@ class ClosedGateway:
             return web.json_response({"error": "asleep"}, status=503,
                                      headers={ASLEEP: ASLEEP_VALUE, "Retry-After": "5"})
         self.served.append(body["messages"][0]["content"])
+        self.timeouts.append(request.headers.getall("X-Request-Timeout", []))
         return web.json_response({"model": "chat:1b", "done": True,
                                   "message": {"role": "assistant", "content": "awake"}})
 
@@ -241,7 +243,8 @@ async def test_a_replicas_asleep_answer_is_held_and_relayed_once_it_is_open(
     try:
         router, cluster = await make_router(chat({"idle": {"state": "Awake"}}))
         cluster.ready("chat", {"chat-0": f"http://127.0.0.1:{runner.addresses[0][1]}"})
-        caller = await RawClient.send(router.port, "/api/chat", ask("while closed"))
+        caller = await RawClient.send(router.port, "/api/chat", ask("while closed"),
+                                      {"x-request-timeout": "600"})
         await wait_until(lambda: held(router) == 1 and gateway.refused == 1, timeout=WAIT)
         assert gateway.served == []  # refused before any byte reached its engine
         gateway.open = True  # its close lapsed; the operator writes it awake
@@ -249,6 +252,8 @@ async def test_a_replicas_asleep_answer_is_held_and_relayed_once_it_is_open(
         status, _, body = await caller.response()
         assert status == 200 and json.loads(body)["message"]["content"] == "awake"
         assert gateway.served == ["while closed"] and gateway.refused == 1
+        [[left]] = gateway.timeouts  # the caller's timeout less the wait, told once
+        assert 0 < float(left) < 600
         assert counted(router, "relayed") == 1
     finally:
         await runner.cleanup()

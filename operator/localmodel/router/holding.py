@@ -141,8 +141,9 @@ def expired(route: ModelRoute, waited: float, allowed: float) -> Refused:
 
 
 def full(route: ModelRoute, bound: int) -> Refused:
-    return Refused(503, f"{bound} requests already wait for {route.resource} to wake "
-                        "(--hold-per-model)", retry_after(route, 0.0))
+    waiting = f"{bound} requests already wait" if bound else "the router holds no requests"
+    return Refused(503, f"{waiting} for {route.resource} to wake (--hold-per-model)",
+                   retry_after(route, 0.0))
 
 
 def open_replicas(route: ModelRoute, closed: Mapping[str, float],
@@ -171,6 +172,7 @@ class Ticket:
     key: RouteKey
     resource: str  # namespace/<LocalModel name>, for /waiting and the metrics
     started: float  # when the request arrived
+    timeout: float | None  # its X-Request-Timeout, seconds
     since: float  # when it was first held
     deadline: float
     foreground: bool
@@ -208,7 +210,7 @@ class Holding:
         now = self.clock()
         self._seq += 1
         timeout = caller_timeout(headers.get("X-Request-Timeout"))
-        return Ticket(self._seq, key_of(route), route.resource, started, now,
+        return Ticket(self._seq, key_of(route), route.resource, started, timeout, now,
                       deadline_at(started, now, route, timeout, router_deadline),
                       foreground(headers.get("X-Priority")))
 
@@ -272,6 +274,19 @@ class Holding:
         it) or `left` (the caller left while it was sent)."""
         if ticket.held:
             self._end(ticket, result)
+
+    def told(self, ticket: Ticket) -> dict[str, str]:
+        """What the replica is told of a request that was held: what is left
+        of the caller's X-Request-Timeout (the wait counted in it)."""
+        if not ticket.held or ticket.timeout is None:
+            return {}
+        left = ticket.started + ticket.timeout - self.clock()
+        return {"X-Request-Timeout": f"{max(left, 0.001):.3f}"}
+
+    def close(self) -> None:
+        """The router stops: its watcher with it."""
+        if self._watcher is not None:
+            self._watcher.cancel()
 
     def nudge(self) -> None:
         """The route table may have changed: look at it now (on the event loop)."""

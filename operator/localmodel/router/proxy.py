@@ -61,9 +61,11 @@ PREFIX = HEADER_PREFIX.lower()
 def pass_headers(headers: Mapping[str, str],
                  told: Mapping[str, str] | None = None) -> dict[str, str]:
     """What goes on to the replica: the kept headers but the router's own
-    (`told`; a caller's copy of one is dropped, whatever its case), `told`,
+    (`told`, and the marks' and sessions'; a caller's copy of one is dropped,
+    whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
-    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower()}
+    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower(),
+           *(k.lower() for k in told or {})}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})

@@ -148,6 +148,7 @@ class Router:
         self.holding.follow(self.source)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        self.holding.close()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -247,13 +248,12 @@ class Router:
                     return self.told.refused(request, started, exc.status, exc.message, openai,
                                              exc.headers)
             try:
-                done, replica_id = await self._relay(request, route, want, started, openai,
-                                                     ticket)
+                done, replica = await self._relay(request, route, want, started, openai, ticket)
             finally:
                 self.holding.sent(ticket)  # sent or not, the model's next held request may go
             if not done.asleep:
                 return done.response
-            route, hold = self.holding.closed(ticket, replica_id, route), True
+            route, hold = self.holding.closed(ticket, replica, route), True
 
     async def _relay(self, request: web.Request, route: ModelRoute, want: Wanted,
                      started: float, openai: bool, ticket: Ticket) -> tuple[Relayed, str]:
@@ -263,7 +263,7 @@ class Router:
         decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
-        told = _told(self.signing_key, decision, replica, key)
+        told = {**_told(self.signing_key, decision, replica, key), **self.holding.told(ticket)}
         if key is not None:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
 
