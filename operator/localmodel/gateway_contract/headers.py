@@ -41,6 +41,12 @@ MAX_ROUTED = 160  # characters of it a ledger record keeps
 SESSION_KEY_PATTERN = r"[hf]:[0-9a-f]{24}"
 MAX_SESSION_KEY = 64  # characters of an owned-session header read at all
 OWNED_SESSIONS_LISTED = 512  # keys /slots lists at most (about 15 KiB)
+# A replica's gateway that is closed for sleep (its model idle) answers a slot
+# request 503 with this header, value ASLEEP_VALUE, before its engine sees a
+# byte; the router holds such a request until a replica is open
+# (router/holding.py) instead of passing the 503 on.
+ASLEEP = "X-LocalModel-Asleep"
+ASLEEP_VALUE = "1"
 # A session without a turn for this long is forgotten, by the router's owners
 # table and by the gateway's list of owned sessions alike (its cache is likely
 # gone by then).

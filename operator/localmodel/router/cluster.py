@@ -9,6 +9,12 @@ Two watches feed it (router/follow.py runs them):
   /speed to read: such a model is left out, and the log says so once) and
   whether its gateway asks for API keys (`spec.gateway.auth` set: listed only
   to callers its gateway accepts, router/keyed.py).
+  Of a model that may sleep, also (`sleep_of`, each field read
+  defensively: absent, of the wrong type or out of bounds reads as absent,
+  never as an error, strings bounded) `spec.replicas` (0 is off),
+  `spec.idle.holdSeconds`, and its status's `idle.state`,
+  `idle.wake.message` and `idle.lastWake.seconds`: what tells an off
+  model (503 at once) from a sleeping one (held, router/holding.py).
 - **EndpointSlices** of the models' Services: which of a model's pods are
   Ready, and their IPs. The operator names a model's Service after the
   LocalModel and labels it as its own (`contract.OWNED_SELECTOR`); the
@@ -20,6 +26,10 @@ itself uses (a pod that is Ready and not terminating), in a small object that
 changes only when a replica's readiness or address changes; a pod changes on
 every status write (conditions, container states) and is many times larger.
 Both are selectable by the operator's label; the slice is the cheaper stream.
+
+A model's doorman (the pod `<name>-doorman` that answers for a released
+sleeper, behind the same Service) is never a replica: requests wait at the
+router for a replica instead.
 
 Only what is read is kept (`ModelEntry`, `SliceEntry`), with bounds on how
 many endpoints a slice keeps (`MAX_ENDPOINTS`); an object that cannot be read
@@ -38,7 +48,17 @@ from typing import Any
 
 from localmodel.api.spec import MODEL_PATTERN
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
-from localmodel.router.table import ModelRoute, Replica, RouteTable
+from localmodel.printable import printable
+from localmodel.router.table import (
+    ASLEEP,
+    AWAKE,
+    HOLD_SECONDS,
+    WAKING,
+    IdleRoute,
+    ModelRoute,
+    Replica,
+    RouteTable,
+)
 
 Raw = Mapping[str, Any]
 
@@ -49,6 +69,11 @@ MAX_NAME = 253  # a DNS subdomain: the longest object name Kubernetes has
 _MODEL = re.compile(MODEL_PATTERN)
 _MAX_MODEL = 200  # spec.model's maxLength (api/spec.py)
 _UID = re.compile(r"[-0-9a-zA-Z]{0,64}")  # a Kubernetes uid (a UUID's text), or none
+MAX_REPLICAS = 10_000  # a spec.replicas above it reads as absent (the default, 1)
+MAX_HOLD_SECONDS = 3600.0  # spec.idle.holdSeconds' bound (api/spec.py)
+MAX_WAKE_SECONDS = 86_400.0  # a status.idle.lastWake.seconds above a day reads as absent
+MAX_WAKE_MESSAGE = 300  # characters of status.idle.wake.message kept
+DOORMAN_SUFFIX = "-doorman"  # the doorman pod's name: `<LocalModel name>-doorman`
 
 
 class Unreadable(ValueError):
@@ -65,6 +90,8 @@ class ModelEntry:
     served: str  # spec.model: what a request's `model` field says
     gateway: bool  # spec.gateway.enabled
     keyed: bool = False  # spec.gateway.auth is set: its gateway asks for API keys
+    wanted: int = 1  # spec.replicas
+    idle: IdleRoute | None = None  # spec.idle set (and what its status says of its sleep)
 
 
 @dataclass(frozen=True)
@@ -136,7 +163,48 @@ def keep_model(body: Raw) -> ModelEntry:
     auth = gateway.get("auth")
     if auth is not None and not isinstance(auth, Mapping):
         raise Unreadable(f"{where}spec.gateway.auth: not an object")
-    return ModelEntry(namespace, name, served, enabled, keyed=auth is not None)
+    wanted = _whole(spec.get("replicas"), MAX_REPLICAS)
+    return ModelEntry(namespace, name, served, enabled, keyed=auth is not None,
+                      wanted=1 if wanted is None else wanted, idle=sleep_of(body))
+
+
+def _whole(value: Any, top: float) -> int | None:
+    """A whole number from 0 to `top`, else None (absent)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        return None
+    return value
+
+
+def _seconds(value: Any, low: float, top: float) -> float | None:
+    """A number of seconds from `low` to `top`, else None (absent; NaN fails both)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= top:
+        return None
+    return float(value)
+
+
+def _mapping(parent: Any, name: str) -> Raw:
+    value = parent.get(name) if isinstance(parent, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def sleep_of(body: Raw) -> IdleRoute | None:
+    """What the router reads of a model's sleep: None without `spec.idle` (an
+    object there); each other field read defensively (absent when absent, of
+    the wrong type or out of bounds), so a status written by any operator
+    version, or by a tenant, never makes the model unreadable."""
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("idle"), Mapping):
+        return None
+    hold = _seconds(spec["idle"].get("holdSeconds"), 1.0, MAX_HOLD_SECONDS)
+    idle = _mapping(body.get("status"), "idle")
+    state = idle.get("state")
+    message = _mapping(idle, "wake").get("message")
+    last = _seconds(_mapping(idle, "lastWake").get("seconds"), 0.0, MAX_WAKE_SECONDS)
+    return IdleRoute(
+        hold_seconds=HOLD_SECONDS if hold is None else hold,
+        state=state if state in (AWAKE, ASLEEP, WAKING) else "",
+        wake_message=printable(message, MAX_WAKE_MESSAGE) if isinstance(message, str) else "",
+        last_wake_seconds=last)
 
 
 def _address(value: Any, where: str) -> str:
@@ -214,7 +282,8 @@ def route_table(models: Iterable[ModelEntry],
     for s in slices:
         pods = ready.setdefault((s.namespace, s.service), {})
         for e in s.endpoints:
-            pods.setdefault(e.pod, e)
+            if e.pod != s.service + DOORMAN_SUFFIX:  # the doorman is never a replica
+                pods.setdefault(e.pod, e)
     chosen: dict[tuple[str, str], ModelEntry] = {}
     shadowed: list[Shadowed] = []
     for m in sorted(models, key=lambda m: (m.namespace, m.name)):
@@ -227,7 +296,7 @@ def route_table(models: Iterable[ModelEntry],
         ModelRoute(namespace=m.namespace, name=m.served,
                    replicas=tuple(replica(m.namespace, e) for _, e in
                                   sorted(ready.get((m.namespace, m.name), {}).items())),
-                   keyed=m.keyed)
+                   keyed=m.keyed, localmodel=m.name, wanted=m.wanted, idle=m.idle)
         for (_, _), m in sorted(chosen.items())
     )
     return table, tuple(shadowed)

@@ -23,6 +23,15 @@ ADMIN_PORT = 8090
 # body of --max-body-bytes while it lasts: with the parse and the reads, 64 of
 # them at the 1 MiB default fit the chart's 256 MiB (router_memory_bytes).
 PLACES = 64
+# Requests held per sleeping model at most (router/holding.py); never more
+# than a quarter of the places, so held requests leave room for the rest.
+HOLD_PER_MODEL = 16
+
+
+def hold_bound(places: int, asked: int | None = None) -> int:
+    """--hold-per-model: as asked, else HOLD_PER_MODEL; at most a quarter of
+    --places (at least 1)."""
+    return min(HOLD_PER_MODEL if asked is None else asked, max(1, places // 4))
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class RouterConfig:
     body_timeout: float = _GW.body_timeout
     places: int = PLACES  # requests in progress at once; 503 past them, the body unread
     body_reads: int = _GW.body_reads  # request bodies read and parsed at once
+    hold_per_model: int = HOLD_PER_MODEL  # requests held per sleeping model (0: none)
     # The gateway's bounds for a parsed body (max_messages, max_string_bytes; read by
     # localmodel.gateway_contract.bounds).
     bounds: GatewayConfig = field(default=_GW, repr=False)
@@ -110,6 +120,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--body-reads", type=int, default=_GW.body_reads, metavar="N",
                    help="request bodies read and parsed at once, others wait their turn "
                         "(default %(default)s)")
+    p.add_argument("--hold-per-model", type=int, default=None, metavar="N",
+                   help="requests held per sleeping model while it wakes, each keeping its "
+                        f"place; past them 503 with Retry-After (default {HOLD_PER_MODEL}; "
+                        "at most a quarter of --places; 0: none held)")
     return p
 
 
@@ -125,9 +139,13 @@ def config_from(args: argparse.Namespace) -> RouterConfig:
     for flag, value in (("places", args.places), ("body-reads", args.body_reads)):
         if value < 1:
             raise ConfigError(flag, f"{value} is not a positive number")
+    hold = getattr(args, "hold_per_model", None)
+    if hold is not None and hold < 0:
+        raise ConfigError("hold-per-model", f"{hold} is not 0 or a positive number")
     return RouterConfig(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         poll_interval=positive_seconds("poll-interval", args.poll_interval),
         deadline=positive_seconds("deadline", args.deadline),
         max_body_bytes=args.max_body_bytes, places=args.places, body_reads=args.body_reads,
+        hold_per_model=hold_bound(args.places, hold),
     )

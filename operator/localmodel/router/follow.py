@@ -216,6 +216,7 @@ class ClusterSource:
         self._dirty = True
         self._table: RouteTable = ()
         self._notes: frozenset[str] = frozenset()  # conflicts already logged
+        self._listeners: list[Callable[[], None]] = []  # told of every change (any thread)
         self.models: list[Follower[ModelEntry]] = []
         self.slices: list[Follower[SliceEntry]] = []
 
@@ -255,9 +256,16 @@ class ClusterSource:
         deadline = time.monotonic() + seconds
         return all(f.synced.wait(max(0.0, deadline - time.monotonic())) for f in self.followers)
 
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (from a watch's thread) whenever what is kept changed:
+        the router's held requests look again at once (router/holding.py)."""
+        self._listeners.append(callback)
+
     def _changed(self) -> None:
         with self._lock:
             self._dirty = True
+        for callback in list(self._listeners):
+            callback()
 
     def routes(self) -> RouteTable:
         with self._lock:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from localmodel.gateway_contract.headers import (
+    ASLEEP,
+    ASLEEP_VALUE,
     OWNED_SESSION_HEADER,
     ROUTE_HEADER,
     SERVED_BY_HEADER,
@@ -59,9 +61,11 @@ PREFIX = HEADER_PREFIX.lower()
 def pass_headers(headers: Mapping[str, str],
                  told: Mapping[str, str] | None = None) -> dict[str, str]:
     """What goes on to the replica: the kept headers but the router's own
-    (`told`; a caller's copy of one is dropped, whatever its case), `told`,
+    (`told`, and the marks' and sessions'; a caller's copy of one is dropped,
+    whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
-    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower()}
+    own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower(),
+           *(k.lower() for k in told or {})}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})
@@ -171,10 +175,18 @@ class Relayed:
     tail: Tail
     complete: bool  # the whole answer reached the caller
     error: str = ""  # why not, when the router knows
+    asleep: bool = False  # the replica's gateway is closed for sleep: nothing went to the caller
 
 
-async def _exchange(pool: Pool, address: Address,
-                    message: Callable[[], bytes]) -> tuple[Connection, Head]:
+def asleep(head: Head) -> bool:
+    """Whether a replica's answer says its gateway is closed for sleep (503 and
+    X-LocalModel-Asleep: 1): the request never reached its engine."""
+    return head.status == 503 and any(
+        k.lower() == ASLEEP.lower() and v.strip() == ASLEEP_VALUE for k, v in head.headers)
+
+
+async def _exchange(pool: Pool, address: Address, message: Callable[[], bytes],
+                    sent: Callable[[], None] | None = None) -> tuple[Connection, Head]:
     """Send and read the answer's head; once more on a new connection if a
     kept one was closed by the replica before it answered anything (its idle
     timeout raced our request: the request was not read). The request's
@@ -183,6 +195,8 @@ async def _exchange(pool: Pool, address: Address,
     for attempt in (1, 2):
         conn = await (pool.connect(address) if attempt == 1 else pool.open(address))
         conn.send(message())
+        if sent is not None and attempt == 1:
+            sent()
         try:
             return conn, await conn.head()
         except UpstreamError:
@@ -205,18 +219,26 @@ async def relay(
     openai: bool,
     told: Mapping[str, str] | None = None,
     answered: Callable[[int], None] | None = None,
+    sent: Callable[[], None] | None = None,
+    hold_asleep: bool = False,
 ) -> Relayed:
     """POST `data` to `url` + the request's path and pass the answer on; `extra` headers
-    go on the answer, `told` ones to the replica; `answered` gets the replica's status."""
+    go on the answer, `told` ones to the replica; `answered` gets the replica's status,
+    `sent` is called once the request's bytes went out. With `hold_asleep`, a
+    replica's asleep answer (`asleep`) goes nowhere: `Relayed.asleep`, for the
+    router to hold the request (router/holding.py)."""
     tail = Tail()
     at = asyncio.get_running_loop().time() + deadline
     address = pool.address(url)
     message = functools.partial(request_bytes, address, request.path, request.headers, data, told)
     try:
         async with asyncio.timeout_at(at):
-            conn, head = await _exchange(pool, address, message)
+            conn, head = await _exchange(pool, address, message, sent)
     except (UpstreamError, TimeoutError) as exc:
         return _unanswered(exc, f"{url}{request.path}", extra, openai, tail)
+    if hold_asleep and asleep(head):
+        conn.close()  # its short body is not read: the connection goes
+        return Relayed(web.Response(status=503), 503, tail, False, "asleep", asleep=True)
     if answered is not None:
         answered(head.status)
     mode, framing = _caller_framing(head, request.version >= (1, 1))

@@ -15,12 +15,17 @@ kept connections), the owner told with a mark signed for that replica
 (gateway_contract/marks.py) and remembered once the replica answered with a
 2xx. The decision goes back in `X-LocalModel-Route`, in the access log (one
 JSON line per request, a malformed request's included) and in the metrics.
+A request for a sleeping model (no Ready replica, or a replica's asleep
+answer) is held until one is Ready, keeping its place (router/holding.py);
+the admin port's `GET /waiting` says which models requests wait for
+(gateway_contract/waiting_answer.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -48,12 +53,14 @@ from localmodel.gateway_contract.headers import (
 )
 from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, sign
 from localmodel.gateway_contract.reads import BodyReads
-from localmodel.gateway_contract.replies import error_response, json_response
+from localmodel.gateway_contract.replies import json_response
+from localmodel.gateway_contract.waiting_answer import WAITING_PATH
 from localmodel.printable import printable
 from localmodel.router.account import SessionBook, tokens_from_tail
 from localmodel.router.admission import RETRY_AFTER_S, SMALL_BODY, Places
-from localmodel.router.config import RouterConfig
+from localmodel.router.config import RouterConfig, hold_bound
 from localmodel.router.decide import OWNER, Decision, decide
+from localmodel.router.holding import Holding, Refused, Ticket, refusal
 from localmodel.router.keyed import KeyChecks
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.owners import Owners
@@ -61,7 +68,7 @@ from localmodel.router.proxy import Relayed, relay
 from localmodel.router.replicas import ReplicaWatch
 from localmodel.router.session import ranking
 from localmodel.router.signing import session_salt
-from localmodel.router.table import ModelRoute, ReplicaSource, listed_names
+from localmodel.router.table import ModelRoute, Replica, ReplicaSource, listed_names
 from localmodel.router.told import Told
 from localmodel.router.upstream import Pool
 from localmodel.router.wanted import SESSION_PATHS, BadRequest, Wanted, wanted
@@ -91,7 +98,9 @@ class Router:
         self.salt = session_salt(self.signing_key)
         self.metrics = RouterMetrics(self.watch.reads, lambda: len(self.book),
                                      lambda: len(self.owners), self.keys.answered,
-                                     self._admission)
+                                     self._admission, lambda: self.holding.held())
+        self.holding = Holding(hold_bound(config.places, config.hold_per_model),
+                               source.routes, clock, self.metrics)
         self.places = Places(config.places)
         self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
@@ -118,6 +127,7 @@ class Router:
         app = web.Application(client_max_size=1024)
         app.router.add_get(METRICS_PATH, self.handle_metrics)
         app.router.add_get(HEALTH_PATH, self.handle_health)
+        app.router.add_get(WAITING_PATH, self.holding.handle_waiting)
         return app
 
     @property
@@ -135,8 +145,10 @@ class Router:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         self._poller = asyncio.create_task(self._poll_forever())
+        self.holding.follow(self.source)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        self.holding.close()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -223,23 +235,35 @@ class Router:
             want = await self._read(request)
         except BadRequest as exc:
             return self.told.refused(request, started, exc.status, str(exc), openai)
-        route, key = want.route, want.key
-        if not route.replicas:
-            message = f"model {route.qualified} has no Ready replica"
-            self.metrics.requests.inc(1, (request.path, "503"))
-            self.told.access(request, started, 503, model=route.qualified, error=message)
-            return error_response(503, message, openai=openai)
+        route, refused = want.route, None if want.route.replicas else refusal(want.route)
+        if refused is not None:  # not a model that sleeps, or off: answered at once
+            return self.told.unheld(request, started, route.qualified, refused, openai)
+        ticket = self.holding.ticket(route, started, request.headers, self.config.deadline)
+        hold = not route.replicas or self.holding.queued(route)  # held, after those before it
+        while True:
+            if hold:
+                try:
+                    route = await self.holding.wait(ticket, route)
+                except Refused as exc:
+                    return self.told.refused(request, started, exc.status, exc.message, openai,
+                                             exc.headers)
+            try:
+                done, replica = await self._relay(request, route, want, started, openai, ticket)
+            finally:
+                self.holding.sent(ticket)  # sent or not, the model's next held request may go
+            if not done.asleep:
+                return done.response
+            route, hold = self.holding.closed(ticket, replica, route), True
+
+    async def _relay(self, request: web.Request, route: ModelRoute, want: Wanted,
+                     started: float, openai: bool, ticket: Ticket) -> tuple[Relayed, str]:
+        """The request to the replica the decision picks, and that replica; an
+        asleep answer comes back unsent (`Relayed.asleep`) for it to be held."""
+        key = want.key
         decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
-        # The replica's ledger keeps the decision; the owner learns it owns the
-        # session (a spilled turn does not), signed for it alone: its /slots
-        # then tells every router.
-        told = {} if key is None else {ROUTE_HEADER: decision.header}
-        if key is not None and decision.kind == OWNER:
-            told[OWNED_SESSION_HEADER] = key
-            told[MARK_HEADER] = sign(self.signing_key, OWNED, replica.namespace, replica.name,
-                                     key, time.time())
+        told = {**_told(self.signing_key, decision, replica, key), **self.holding.told(ticket)}
         if key is not None:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
 
@@ -248,15 +272,20 @@ class Router:
                 self.owners.keep(route.qualified, key, decision.owner,
                                  [r.id for r in route.replicas], self._clock())
 
+        sent = functools.partial(self.holding.sent, ticket)  # the model's next held may go
         try:
             with self.watch.sending(replica.id):
                 done = await relay(self.pool, request, replica.url, want.data, extra,
-                                   self.config.deadline, openai, told, answered)
+                                   self.config.deadline, openai, told, answered, sent,
+                                   hold_asleep=self.holding.per_model > 0)
         except asyncio.CancelledError:  # the caller left: the relay closed the upstream
+            self.holding.finish(ticket, "left")
             self.told.gone(request, route, key, decision, started)
             raise
-        self._after(request, route, key, decision, done, started)
-        return done.response
+        if not done.asleep:
+            self.holding.finish(ticket, "relayed")
+            self._after(request, route, key, decision, done, started)
+        return done, replica.id
 
     async def _read(self, request: web.Request) -> Wanted:
         """The body, read and parsed with at most --body-reads others; only
@@ -298,6 +327,19 @@ class Router:
             if tokens is not None:
                 self.book.record(f"{route.qualified}\0{key}", decision.replica, tokens)
         self.told.relayed(request, route, key, decision, done, started)
+
+def _told(signing_key: Ed25519PrivateKey, decision: Decision, replica: Replica,
+          key: str | None) -> dict[str, str]:
+    """What the replica is told of a turn: its ledger keeps the decision; the
+    owner learns it owns the session (a spilled turn does not), signed for it
+    alone: its /slots then tells every router."""
+    told = {} if key is None else {ROUTE_HEADER: decision.header}
+    if key is not None and decision.kind == OWNER:
+        told[OWNED_SESSION_HEADER] = key
+        told[MARK_HEADER] = sign(signing_key, OWNED, replica.namespace, replica.name,
+                                 key, time.time())
+    return told
+
 
 class _Refusals(logging.Handler):
     """aiohttp's records of the requests it answered itself (a malformed

@@ -46,19 +46,46 @@ class Replica:
         return f"{self.namespace}/{self.name}" + (f"@{self.uid}" if self.uid else "")
 
 
+# How long a request for a sleeping model is held when its spec says nothing
+# (spec.idle.holdSeconds' default, api/spec.py).
+HOLD_SECONDS = 120.0
+AWAKE, ASLEEP, WAKING = "Awake", "Asleep", "Waking"  # status.idle.state's values
+
+
+@dataclass(frozen=True)
+class IdleRoute:
+    """What the router knows of a model that may sleep (`spec.idle` set): how
+    long it holds a request for it, and what its status says of its sleep."""
+
+    hold_seconds: float = HOLD_SECONDS  # spec.idle.holdSeconds
+    state: str = ""  # status.idle.state: AWAKE, ASLEEP, WAKING or "" (not said)
+    wake_message: str = ""  # status.idle.wake.message: why it is not awake yet
+    last_wake_seconds: float | None = None  # status.idle.lastWake.seconds: its last wake took
+
+
 @dataclass(frozen=True)
 class ModelRoute:
-    """One served model: its namespace, name, Ready replicas, and whether it asks for keys."""
+    """One served model: its namespace, name, Ready replicas, whether it asks
+    for keys, and what decides whether a request waits for it (its replicas
+    wanted, its sleep)."""
 
     namespace: str
     name: str  # the served model name: what a request's `model` field says
     replicas: tuple[Replica, ...]  # Ready replicas only
     keyed: bool = False  # its gateway asks for API keys: listed only to keys it accepts
+    localmodel: str = ""  # the LocalModel's name (its Service's); "" from --replicas
+    wanted: int = 1  # spec.replicas: 0 is off, whatever its sleep
+    idle: IdleRoute | None = None  # spec.idle set: it may sleep, and a request for it is held
 
     @property
     def qualified(self) -> str:
         """`namespace/name`, the spelling that is never ambiguous."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def resource(self) -> str:
+        """`namespace/<LocalModel name>`: the object to wake (the served name without one)."""
+        return f"{self.namespace}/{self.localmodel or self.name}"
 
 
 RouteTable = tuple[ModelRoute, ...]

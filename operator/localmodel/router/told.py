@@ -12,6 +12,7 @@ from aiohttp import web
 
 from localmodel.gateway_contract.replies import error_response
 from localmodel.router.decide import Decision
+from localmodel.router.holding import Refused
 from localmodel.router.metrics import RouterMetrics
 from localmodel.router.proxy import Relayed
 from localmodel.router.table import ModelRoute
@@ -38,6 +39,14 @@ class Told:
         if status in (413, 503):  # a body may be left unread: the connection goes with it
             response.force_close()
         return response
+
+    def unheld(self, request: web.Request, started: float, model: str, refused: Refused,
+               openai: bool) -> web.Response:
+        """A request for a model with no Ready replica, answered at once (router/holding.py
+        `refusal`: it does not sleep, is off, or asks for keys)."""
+        self.metrics.requests.inc(1, (request.path, str(refused.status)))
+        self.access(request, started, refused.status, model=model, error=refused.message)
+        return error_response(refused.status, refused.message, refused.headers, openai=openai)
 
     def gone(self, request: web.Request, route: ModelRoute, key: str | None,
              decision: Decision, started: float) -> None:
