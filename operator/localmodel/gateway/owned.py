@@ -29,11 +29,25 @@ from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
     OWNED_SESSIONS_LISTED,
     SESSION_IDLE_S,
+    WOKE_HEADER,
+    WOKE_MARK_HEADER,
     owned_key,
+    woke_ms,
 )
-from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, public_key, verify
+from localmodel.gateway_contract.marks import (
+    MARK_HEADER,
+    OWNED,
+    SLOTS,
+    WOKE,
+    YIELD,
+    public_key,
+    verify,
+    woke_session,
+    yield_session,
+)
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
+MAX_REQUEST_ID = 128  # characters of X-Request-Id a woke mark may sign
 
 
 class OwnedSessions:
@@ -103,3 +117,24 @@ class RouterMarks:
         """Whether a /slots read is the router's (it may see session keys)."""
         return verify(self.key, headers.get(MARK_HEADER), SLOTS, self.namespace, self.pod, "",
                       self.wall())
+
+    def yielding(self, headers: Mapping[str, str], reason: str, idle_at_least: int) -> str | None:
+        """The mark when it is the operator's `yield` mark for this replica and
+        this call (the caller then takes it once: gateway/door.py, SeenMarks)."""
+        mark = headers.get(MARK_HEADER)
+        if not verify(self.key, mark, YIELD, self.namespace, self.pod,
+                      yield_session(reason, idle_at_least), self.wall()):
+            return None
+        return mark
+
+    def woke(self, headers: Mapping[str, str]) -> float | None:
+        """Seconds the router held this request for a wake, when it signed
+        them for this replica and this request (X-Request-Id); None otherwise."""
+        ms = woke_ms(headers.get(WOKE_HEADER))
+        request_id = headers.get("X-Request-Id") or ""
+        if ms is None or len(request_id) > MAX_REQUEST_ID:
+            return None
+        if not verify(self.key, headers.get(WOKE_MARK_HEADER), WOKE, self.namespace, self.pod,
+                      woke_session(request_id, ms), self.wall()):
+            return None
+        return ms / 1000
