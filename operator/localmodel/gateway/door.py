@@ -8,8 +8,8 @@ awake. `in_flight` is every slot request from its arrival to its end (queued
 ones and those whose body is being read included), `queued` those of them
 waiting for a slot, `arrived` every slot request since the start (those a
 closed door refused included: each is a wish to wake), `idle_seconds` the
-time since the later of the last admitted arrival and the last end, on the
-gateway's monotonic clock.
+time since the later of the last admitted arrival and the last end (or the
+start), on the gateway's monotonic clock; 0 while one is in flight.
 
 **The close** (`POST /yield`, admin port, signed: gateway/server.py) is
 decided in one synchronous step, `Door.decide`: with nothing in flight,
