@@ -19,7 +19,13 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.gateway_contract import LEDGER_PATH, SLOTS_PATH, SPEED_PATH, YIELD_PATH
+from localmodel.gateway_contract import (
+    LEDGER_PATH,
+    SLOTS_PATH,
+    SPEED_PATH,
+    YIELD_PATH,
+    client_api,
+)
 from localmodel.gateway_contract.headers import ASLEEP, ASLEEP_VALUE, WOKE_HEADER, WOKE_MARK_HEADER
 from localmodel.gateway_contract.marks import (
     MARK_HEADER,
@@ -42,8 +48,9 @@ SLOT_CALLS = (("/api/chat", CHAT), ("/api/generate", {"model": "standin:1b", "pr
               ("/v1/chat/completions", OPENAI_CHAT),
               ("/v1/completions", {"model": "standin:1b", "prompt": "hi"}),
               ("/v1/embeddings", {"model": "standin:1b", "input": "hi"}))
-LISTINGS = ("/api/tags", "/api/ps", "/api/version", "/v1/models", "/readyz", "/healthz",
-            SLOTS_PATH)
+LISTINGS = (client_api.TAGS_PATH, client_api.PS_PATH, client_api.VERSION_PATH, "/v1/models",
+            "/readyz", "/healthz", SLOTS_PATH)
+SHOW = client_api.SHOW_PATH
 
 
 class HeldStandin(StandinOllama):
@@ -155,7 +162,7 @@ async def test_a_closed_gateway_answers_asleep_before_the_engine_sees_a_byte(
         for path in LISTINGS:  # listings, probes and the gateway's own answers still answer
             async with http.get(rig.url + path) as resp:
                 assert resp.status == 200, path
-        async with http.post(rig.url + "/api/show", json={"model": "standin:1b"}) as resp:
+        async with http.post(rig.url + SHOW, json={"model": "standin:1b"}) as resp:
             assert resp.status == 200
         activity = await _activity(http, rig)
         assert (activity["in_flight"], activity["arrived"], activity["closed"]) == (
@@ -257,7 +264,7 @@ async def test_activity_counts_slot_requests_and_pollers_keep_nothing_awake(
             for path in LISTINGS:
                 async with http.get(rig.url + path) as resp:
                     assert resp.status == 200
-            async with http.post(rig.url + "/api/show", json={"model": "standin:1b"}) as resp:
+            async with http.post(rig.url + SHOW, json={"model": "standin:1b"}) as resp:
                 assert resp.status == 200
             for path in (SPEED_PATH, "/metrics", LEDGER_PATH, "/healthz"):
                 async with http.get(rig.admin_url + path) as resp:
