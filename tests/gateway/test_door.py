@@ -226,6 +226,7 @@ async def test_a_close_without_the_operators_mark_for_this_pod_and_call_changes_
         assert (await _yield(http, rig, "sleep", 0, mark=valid))[0] == 200
         assert (await _yield(http, rig, "reopen", 0))[0] == 200
         assert (await _yield(http, rig, "sleep", 0, mark=valid))[0] == 403
+        assert (await _yield(http, rig, "sleep", 0, mark="0" + valid))[0] == 403  # respelled
         assert not rig.gateway.gateway.door.closed
         # A bad body is refused before any mark is looked at.
         status, _ = await _yield(http, rig, "sleep", mark=valid, body={"reason": "nap"})
@@ -236,7 +237,7 @@ async def test_a_close_without_the_operators_mark_for_this_pod_and_call_changes_
                              headers={MARK_HEADER: _mark("sleep", 0)}) as resp:
             assert resp.status in (404, 405)  # not on the inference port the Service exposes
         metrics = await (await http.get(rig.admin_url + "/metrics")).text()
-    forbidden = len(refused) + 1
+    forbidden = len(refused) + 2
     assert (f'localmodel_gateway_yield_calls_total{{reason="sleep",result="forbidden"}} '
             f"{forbidden}") in metrics
     assert 'localmodel_gateway_yield_calls_total{reason="unknown",result="bad_request"} 1' \

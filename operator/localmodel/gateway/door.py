@@ -97,7 +97,8 @@ class SeenMarks:
         self._seen: OrderedDict[str, float] = OrderedDict()  # mark -> wall time taken
 
     def take(self, mark: str, now: float) -> bool:
-        """True the first time `mark` (already verified) is taken; False after."""
+        """True the first time `mark` (already verified; its canonical form,
+        marks.signed_message) is taken; False after."""
         while self._seen:
             first, at = next(iter(self._seen.items()))
             if now - at <= 2 * self.window and len(self._seen) < self.limit:

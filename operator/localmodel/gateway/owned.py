@@ -12,7 +12,9 @@ forgets an idle session as long after). Without the router's key
 within marks.MARK_WINDOW_S, or a value that is a session key
 (gateway_contract/headers.py's SESSION_KEY_PATTERN), the header is ignored:
 a caller cannot steer sessions, and /slots lists the keys only to a request
-with the router's `slots` mark (`RouterMarks`). Pure but for the clocks.
+with the router's `slots` mark (`RouterMarks`). `RouterMarks` also checks the
+operator's `yield` mark on a close (gateway/door.py) and the router's `woke`
+mark on a request it held for a wake. Pure but for the clocks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from localmodel.gateway_contract.marks import (
     WOKE,
     YIELD,
     public_key,
+    signed_message,
     verify,
     woke_session,
     yield_session,
@@ -92,8 +95,8 @@ class OwnedSessions:
 
 @dataclass(frozen=True)
 class RouterMarks:
-    """What this replica accepts as the router's word: marks made with the
-    router's key (None: none) for this pod."""
+    """What this replica accepts as the router's (and the operator's) word:
+    marks made with the router's key (None: none) for this pod."""
 
     key: Ed25519PublicKey | None
     namespace: str
@@ -119,13 +122,14 @@ class RouterMarks:
                       self.wall())
 
     def yielding(self, headers: Mapping[str, str], reason: str, idle_at_least: int) -> str | None:
-        """The mark when it is the operator's `yield` mark for this replica and
-        this call (the caller then takes it once: gateway/door.py, SeenMarks)."""
-        mark = headers.get(MARK_HEADER)
-        if not verify(self.key, mark, YIELD, self.namespace, self.pod,
-                      yield_session(reason, idle_at_least), self.wall()):
+        """When the mark is the operator's `yield` mark for this replica and
+        this call, what it authorises (`signed_message`: the caller takes it
+        once, gateway/door.py's SeenMarks); None otherwise."""
+        mark, session = headers.get(MARK_HEADER), yield_session(reason, idle_at_least)
+        if mark is None or not verify(self.key, mark, YIELD, self.namespace, self.pod, session,
+                                      self.wall()):
             return None
-        return mark
+        return signed_message(mark, session)
 
     def woke(self, headers: Mapping[str, str]) -> float | None:
         """Seconds the router held this request for a wake, when it signed

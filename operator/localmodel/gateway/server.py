@@ -12,7 +12,8 @@ The parts, each in its module: `pipeline` (one request, start to end),
 `overflow_client` (the call to that endpoint), `relay` (the upstream call
 under the deadline), `body` (the answer relayed, assembled or translated),
 `readiness` (/readyz and the warm-up), `wire` (bytes to the caller and from the
-upstream).
+upstream), `door` (the idle signal in /speed and the operator's signed close,
+POST /yield on the admin port).
 """
 
 from __future__ import annotations

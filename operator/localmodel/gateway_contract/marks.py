@@ -164,6 +164,14 @@ def sign_woke(key: Ed25519PrivateKey, namespace: str, pod: str, request_id: str,
     return sign(key, WOKE, namespace, pod, woke_session(request_id, waited_ms), now)
 
 
+def signed_message(value: str, session: str) -> str:
+    """What a mark `verify` accepted authorises, in one canonical form (its
+    seconds as a number, its session): two texts of one mark (a leading zero,
+    another base64 spelling of the signature) are the same authorisation, so
+    a gateway that takes a mark once keys on this, never on the text."""
+    return f"{int(value.partition('.')[0])}|{session}"
+
+
 def verify(key: Ed25519PublicKey | None, value: str | None, purpose: str, namespace: str,
            pod: str, session: str, now: float, window: float = MARK_WINDOW_S) -> bool:
     """Whether `value` is the router's mark of `purpose` for this replica and
