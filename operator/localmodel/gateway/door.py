@@ -129,7 +129,6 @@ class Door:
         self._clock = clock
         self.in_flight = 0
         self.arrived = 0
-        self.refused = 0  # arrivals a closed door turned away
         self._last_busy = clock()  # the later of the last admitted arrival and the last end
         self._closed_until: float | None = None
 
@@ -149,7 +148,6 @@ class Door:
         the door is closed (False: answer it asleep, and do not `end` it)."""
         self.arrived += 1
         if self.closed:
-            self.refused += 1
             return False
         self.in_flight += 1
         self._last_busy = self._clock()
