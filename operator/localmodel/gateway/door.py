@@ -35,7 +35,6 @@ from typing import Any
 
 from localmodel.gateway_contract.marks import MARK_WINDOW_S
 
-DEFAULT_LEASE_S = 60.0
 # The longest idle time a close can ask for: spec.idle.after's bound (7 days).
 MAX_IDLE_AT_LEAST = 7 * 86400
 # A closed door's Retry-After: about a re-created pod's start with its weights
