@@ -118,6 +118,21 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class Activity:
+    """A gateway's slot requests at the moment it answered (generation, chat,
+    embeddings; never listings, probes or its own endpoints): in flight (from
+    arrival to end, queued ones included), of them queued for a slot, arrived
+    since it started, and seconds since the later of the last arrival and the
+    last end (its monotonic clock); `closed`: it refuses them now (asleep)."""
+
+    in_flight: int = 0
+    queued: int = 0
+    arrived: int = 0
+    idle_seconds: float = 0.0
+    closed: bool = False
+
+
+@dataclass(frozen=True)
 class Reading:
     """One read of a gateway's /speed document, at the operator's clock."""
 
@@ -126,6 +141,7 @@ class Reading:
     totals: Totals
     calibrated_at: float | None = None  # epoch seconds, the gateway's clock
     pod_uid: str = ""
+    activity: Activity | None = None  # None: a gateway older than the idle signal
 
 
 def _rate(tokens: float, seconds: float) -> float | None:

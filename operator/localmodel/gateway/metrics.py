@@ -38,13 +38,21 @@ class GatewayMetrics:
         in_flight: Callable[[], int],
         speed: SpeedRecord | None = None,
         clock: Callable[[], float] | None = None,
+        closed: Callable[[], bool] | None = None,
     ) -> None:
         self.speed = speed if speed is not None else SpeedRecord()
         self._request_metrics()
         self._overflow_metrics()
         self.engine = EngineMetrics()
         self._caller_metrics()
-        self.gauges = GatewayGauges(slots, in_flight, self.speed, clock).all
+        self.gauges = GatewayGauges(slots, in_flight, self.speed, clock, closed).all
+        self.yields = Counter(
+            METRIC_PREFIX + "yield_calls_total",
+            "Calls of POST /yield (the operator's close) by reason (sleep, yield, reopen; "
+            "unknown: a bad body) and result (accepted: closed or reopened; refused: busy or "
+            "not idle long enough, 409; forbidden: no valid mark, 403; bad_request).",
+            ("reason", "result"),
+        )
         # Mean slot hold time, for Retry-After hints.
         self._held = 0
         self._held_seconds = 0.0
@@ -190,6 +198,7 @@ class GatewayMetrics:
             self.rewrites,
             self.reread_seconds,
             self.wait_behind,
+            self.yields,
         )
 
     def render(self) -> str:
@@ -310,11 +319,13 @@ class GatewayGauges:
         in_flight: Callable[[], int],
         speed: SpeedRecord,
         clock: Callable[[], float] | None,
+        closed: Callable[[], bool] | None = None,
     ) -> None:
         self.speed = speed
         self._clock = clock
         self._slots = slots
         self._in_flight_now = in_flight
+        self._closed_now = closed
 
     @property
     def all(self) -> tuple[Gauge, ...]:
@@ -335,6 +346,11 @@ class GatewayGauges:
                 ("priority",),
             ),
             Gauge(p + "in_flight", "Requests being handled now (any route).", self._in_flight),
+            Gauge(
+                p + "closed",
+                "1 while the gateway is closed (POST /yield: its model sleeps or gives its "
+                "node back) and refuses slot requests with 503, else 0.", self._closed,
+            ),
             Gauge(
                 p + "calibration_tokens_per_second",
                 "This replica's speed measured at readiness (a fixed 32-token decode), by "
@@ -366,6 +382,9 @@ class GatewayGauges:
 
     def _in_flight(self) -> dict[Labels, float]:
         return {(): float(self._in_flight_now())}
+
+    def _closed(self) -> dict[Labels, float]:
+        return {(): float(self._closed_now is not None and self._closed_now())}
 
     def _calibration(self) -> dict[Labels, float]:
         c = self.speed.calibration

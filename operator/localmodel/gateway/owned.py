@@ -12,7 +12,9 @@ forgets an idle session as long after). Without the router's key
 within marks.MARK_WINDOW_S, or a value that is a session key
 (gateway_contract/headers.py's SESSION_KEY_PATTERN), the header is ignored:
 a caller cannot steer sessions, and /slots lists the keys only to a request
-with the router's `slots` mark (`RouterMarks`). Pure but for the clocks.
+with the router's `slots` mark (`RouterMarks`). `RouterMarks` also checks the
+operator's `yield` mark on a close (gateway/door.py) and the router's `woke`
+mark on a request it held for a wake. Pure but for the clocks.
 """
 
 from __future__ import annotations
@@ -29,11 +31,26 @@ from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
     OWNED_SESSIONS_LISTED,
     SESSION_IDLE_S,
+    WOKE_HEADER,
+    WOKE_MARK_HEADER,
     owned_key,
+    woke_ms,
 )
-from localmodel.gateway_contract.marks import MARK_HEADER, OWNED, SLOTS, public_key, verify
+from localmodel.gateway_contract.marks import (
+    MARK_HEADER,
+    OWNED,
+    SLOTS,
+    WOKE,
+    YIELD,
+    public_key,
+    signed_message,
+    verify,
+    woke_session,
+    yield_session,
+)
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
+MAX_REQUEST_ID = 128  # characters of X-Request-Id a woke mark may sign
 
 
 class OwnedSessions:
@@ -78,8 +95,8 @@ class OwnedSessions:
 
 @dataclass(frozen=True)
 class RouterMarks:
-    """What this replica accepts as the router's word: marks made with the
-    router's key (None: none) for this pod."""
+    """What this replica accepts as the router's (and the operator's) word:
+    marks made with the router's key (None: none) for this pod."""
 
     key: Ed25519PublicKey | None
     namespace: str
@@ -103,3 +120,25 @@ class RouterMarks:
         """Whether a /slots read is the router's (it may see session keys)."""
         return verify(self.key, headers.get(MARK_HEADER), SLOTS, self.namespace, self.pod, "",
                       self.wall())
+
+    def yielding(self, headers: Mapping[str, str], reason: str, idle_at_least: int) -> str | None:
+        """When the mark is the operator's `yield` mark for this replica and
+        this call, what it authorises (`signed_message`: the caller takes it
+        once, gateway/door.py's SeenMarks); None otherwise."""
+        mark, session = headers.get(MARK_HEADER), yield_session(reason, idle_at_least)
+        if mark is None or not verify(self.key, mark, YIELD, self.namespace, self.pod, session,
+                                      self.wall()):
+            return None
+        return signed_message(mark, session)
+
+    def woke(self, headers: Mapping[str, str]) -> float | None:
+        """Seconds the router held this request for a wake, when it signed
+        them for this replica and this request (X-Request-Id); None otherwise."""
+        ms = woke_ms(headers.get(WOKE_HEADER))
+        request_id = headers.get("X-Request-Id") or ""
+        if ms is None or len(request_id) > MAX_REQUEST_ID:
+            return None
+        if not verify(self.key, headers.get(WOKE_MARK_HEADER), WOKE, self.namespace, self.pod,
+                      woke_session(request_id, ms), self.wall()):
+            return None
+        return ms / 1000

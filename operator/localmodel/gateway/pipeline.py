@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
+from localmodel.gateway.door import ASLEEP_RETRY_AFTER_S, Door
 from localmodel.gateway.intake import Answered, BodyIntake, CallerKeys, Deadline, answer
 from localmodel.gateway.keys import KeyRing
 from localmodel.gateway.ledger import (
@@ -46,6 +47,8 @@ from localmodel.gateway.routes import Route
 from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway_contract import GatewayConfig
 from localmodel.gateway_contract.headers import (
+    ASLEEP,
+    ASLEEP_VALUE,
     CALLER_HEADER,
     MAX_ROUTED,
     ROUTE_HEADER,
@@ -65,6 +68,7 @@ class _Slot:
 
     ticket: int = 0
     reserved: bool = False
+    counted: bool = False  # counted in the door's activity (gateway/door.py)
 
 
 class Pipeline:
@@ -84,8 +88,11 @@ class Pipeline:
         ledger: Ledger | None = None,
         wall: Callable[[], float] = time.time,
         keys: Callable[[], KeyRing] | None = None,
+        *,
+        door: Door,
     ) -> None:
         self.config = config
+        self.door = door  # slot requests' activity and the close (POST /yield)
         # API keys (--keys-file), or None: off.
         self.callers = CallerKeys(keys) if keys is not None else None
         self.ledger = ledger
@@ -150,12 +157,15 @@ class Pipeline:
         # Only a generation turn can make its session owned here.
         rec.owned = self.marks.owned(headers) if route.streams else None
         rec.routed = printable(headers.get(ROUTE_HEADER) or "", MAX_ROUTED) or None
+        rec.wake_wait = self.marks.woke(headers)  # only with the router's signed mark
         rec.arrival = self._wall()
         return rec
 
     def _end(self, rec: RequestRecord, slot: _Slot) -> None:
         if self.callers is not None:
             self.callers.release(rec)
+        if slot.counted:
+            self.door.end()
         if slot.reserved:
             self.queue.unreserve()
         if slot.ticket:
@@ -180,6 +190,8 @@ class Pipeline:
     ) -> web.StreamResponse:
         if self.callers is not None:
             self.callers.authenticate(request, rec)
+        if route.uses_slot:
+            self._enter(rec, slot)  # no await before it: see gateway/door.py
         deadline = self._deadline(request, rec)
         if route.reads_body:
             self._admit(route, rec, slot)  # metadata (/api/show) keeps its place to the end
@@ -193,6 +205,15 @@ class Pipeline:
         return await self.relay.guarded(ex, deadline.seconds, work, deadline.at)
 
     # ---- the steps -----------------------------------------------------------
+
+    def _enter(self, rec: RequestRecord, slot: _Slot) -> None:
+        """Count a slot request in the door's activity, or refuse it (503,
+        asleep) because the door is closed: before any byte goes to the engine."""
+        slot.counted = self.door.arrive()
+        if not slot.counted:
+            raise answer(rec, Outcome.ASLEEP, 503, "asleep",
+                         self.door.asleep_message(self.config.model),
+                         {ASLEEP: ASLEEP_VALUE, "Retry-After": str(ASLEEP_RETRY_AFTER_S)})
 
     def _deadline(self, request: web.Request, rec: RequestRecord) -> Deadline:
         try:

@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     UPSTREAM_ERROR = "upstream_error"  # engine reported an error or broke its stream
     INTERNAL_ERROR = "internal_error"  # 500, a bug here
     SHUTDOWN = "shutdown"  # the gateway stopped while the request ran
+    ASLEEP = "asleep"  # 503, the gateway is closed (POST /yield): the model sleeps
 
 
 CANCEL_REASONS = {
@@ -89,6 +90,7 @@ class RequestRecord:
     session: str | None = None
     owned: str | None = None  # a router's owned-session key (gateway/owned.py)
     routed: str | None = None  # the router's decision for it (gateway_contract.ROUTE_HEADER)
+    wake_wait: float | None = None  # seconds the router held it for a wake (signed)
     arrival: float = 0.0  # wall clock, for the ledger's `since`
     caller_gone_at: float | None = None  # when the gateway saw the caller leave
     behind: dict[Holder, float] | None = None  # whom it waited behind, seconds each
@@ -187,6 +189,7 @@ def ledger_entry(rec: RequestRecord) -> LedgerEntry:
         reread_tokens=reread_tokens,
         reread_seconds=reread_seconds,
         routed=rec.routed,
+        wake_wait_s=rec.wake_wait,
     )
 
 
@@ -225,6 +228,8 @@ def log_fields(rec: RequestRecord) -> dict[str, Any]:
         fields["session"] = rec.session
     if rec.routed is not None:
         fields["routed"] = rec.routed
+    if rec.wake_wait is not None:
+        fields["wake_wait_ms"] = _ms(rec.wake_wait)
     if timing.prompt_cached is not None:
         fields["cached_tokens"] = timing.prompt_cached
     if timing.prompt_evaluated is not None:

@@ -12,7 +12,8 @@ The parts, each in its module: `pipeline` (one request, start to end),
 `overflow_client` (the call to that endpoint), `relay` (the upstream call
 under the deadline), `body` (the answer relayed, assembled or translated),
 `readiness` (/readyz and the warm-up), `wire` (bytes to the caller and from the
-upstream).
+upstream), `door` (the idle signal in /speed and the operator's signed close,
+POST /yield on the admin port).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from localmodel.gateway.door import BadYield, Door, SeenMarks, parse_yield
 from localmodel.gateway.keys import KeyRing, KeysFile
 from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
 from localmodel.gateway.metrics import GatewayMetrics
@@ -47,6 +49,7 @@ from localmodel.gateway_contract import (
     READY_PATH,
     SLOTS_PATH,
     SPEED_PATH,
+    YIELD_PATH,
     GatewayConfig,
 )
 from localmodel.gateway_contract.headers import SERVED_BY_HEADER
@@ -81,11 +84,13 @@ class SlotGate:
         self.queue = SlotQueue(config.slots, config.max_queue, book, clock)
         self.speed = SpeedRecord()
         self._clock = clock
+        self.door = Door(config.yield_lease, lambda: self.board.snapshot().queued, clock)
+        self._seen_marks = SeenMarks()
         log = access_log if access_log is not None else _stdout_line
         # With --keys-file, a file that cannot be read or used stops the start.
         self.keys = KeysFile(config.keys_file, _stderr_line) if config.keys_file else None
         self.metrics = GatewayMetrics(self.board.snapshot, lambda: self.pipeline.in_flight,
-                                      self.speed, clock)
+                                      self.speed, clock, closed=lambda: self.door.closed)
         self.breaker = OverflowBreaker()
         self.upstreams = Upstreams()
         overflow = None
@@ -102,6 +107,7 @@ class SlotGate:
             clock,
             self.ledger,
             keys=None if self.keys is None else self._ring,
+            door=self.door,
         )
         self.readiness = Readiness(config, self.upstreams, clock, self.speed)
         self._keys_task: asyncio.Task[None] | None = None
@@ -149,10 +155,11 @@ class SlotGate:
 
     def admin_app(self) -> web.Application:
         """The admin port's app (--admin-listen; the Service does not expose
-        it): metrics, speed, the ledger, and health."""
+        it): metrics, speed, the ledger, health, and the operator's signed close."""
         app = web.Application(client_max_size=1024)
         app.router.add_get(METRICS_PATH, self.handle_metrics)
         app.router.add_get(SPEED_PATH, self.handle_speed)
+        app.router.add_post(YIELD_PATH, self.handle_yield)
         app.router.add_get(LEDGER_PATH, self.handle_ledger)
         app.router.add_get(HEALTH_PATH, self.handle_healthz)
         return app
@@ -198,9 +205,26 @@ class SlotGate:
 
     async def handle_speed(self, request: web.Request) -> web.Response:
         c = self.config
-        return json_response(
-            200, speed_document(self.speed, self._clock(), c.engine, c.model, c.threads)
-        )
+        doc = speed_document(self.speed, self._clock(), c.engine, c.model, c.threads)
+        return json_response(200, {**doc, "activity": self.door.activity()})
+
+    async def handle_yield(self, request: web.Request) -> web.Response:
+        """The operator's close (gateway/door.py): a signed `yield` mark made
+        for this pod and this body, taken once; then one synchronous decision."""
+        try:
+            call = parse_yield(await request.read())
+        except BadYield as exc:
+            self.metrics.yields.inc(1, ("unknown", "bad_request"))
+            return json_response(400, {"error": str(exc)})
+        mark = self.pipeline.marks.yielding(request.headers, call.reason, call.idle_at_least)
+        if mark is None or not self._seen_marks.take(mark, time.time()):
+            self.metrics.yields.inc(1, (call.reason.value, "forbidden"))
+            return json_response(403, {"error": "a yield needs the operator's signed mark, "
+                                                "made for this pod and this call, used once"})
+        verdict = self.door.decide(call)  # no await since the mark: one step
+        result = "refused" if verdict.status == 409 else "accepted"
+        self.metrics.yields.inc(1, (call.reason.value, result))
+        return json_response(verdict.status, verdict.body)
 
     async def handle_healthz(self, request: web.Request) -> web.Response:
         return json_response(200, {"status": "ok"})

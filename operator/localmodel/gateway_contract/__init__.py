@@ -57,7 +57,9 @@ SLOTS_PATH = "/slots"  # slots, queue and the settings that shape them
 METRICS_PATH = "/metrics"  # Prometheus text, every name starting with METRIC_PREFIX
 SPEED_PATH = "/speed"  # this replica's calibration and recent speed (the controller reads it)
 LEDGER_PATH = "/ledger"  # the ledger's records (timeline reads them); since, caller, priority
-ADMIN_PATHS = (METRICS_PATH, SPEED_PATH, LEDGER_PATH)
+# POST, the operator's signed close before it gives the node away (gateway/door.py)
+YIELD_PATH = "/yield"
+ADMIN_PATHS = (METRICS_PATH, SPEED_PATH, LEDGER_PATH)  # the GETs; YIELD_PATH is there too
 
 # Every gateway metric's name starts so (doctor reads them).
 METRIC_PREFIX = "localmodel_gateway_"
@@ -109,6 +111,9 @@ class LedgerEntry:
     reread_tokens: int | None
     reread_seconds: float | None
     routed: str | None = None  # the router's decision (ROUTE_HEADER); None: not routed
+    # Seconds the router held it while its model woke (its signed X-LocalModel-Woke);
+    # None: not held. Before `arrival`: the wait is not in `duration`.
+    wake_wait_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +148,7 @@ class LedgerEntry:
             "reread_tokens": self.reread_tokens,
             "reread_s": _r(self.reread_seconds),
             "routed": self.routed,
+            "wake_wait_s": _r(self.wake_wait_s),
         }
 
 
@@ -192,6 +198,8 @@ def parse_entries(doc: Any) -> list[dict[str, Any]]:
 
 def _clean_entry(entry: dict[Any, Any]) -> dict[str, Any]:
     clean = {printable(str(k), _MAX_KEY): _clean_value(v) for k, v in entry.items()}
+    if "wake_wait_s" in clean:
+        clean["wake_wait_s"] = _wake_wait(clean["wake_wait_s"])
     if "waited_behind" not in entry:
         return clean
     behind = entry["waited_behind"]
@@ -201,6 +209,18 @@ def _clean_entry(entry: dict[Any, Any]) -> dict[str, Any]:
         if isinstance(b, dict)
     ]
     return clean
+
+
+# The longest wake wait a reader believes: the router holds an hour at most
+# (headers.MAX_WOKE_MS); a gateway's image is the tenant's, so it may say anything.
+MAX_WAKE_WAIT_S = 3600.0
+
+
+def _wake_wait(value: Any) -> float | None:
+    """A wake wait as read back: seconds from 0 to MAX_WAKE_WAIT_S, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= MAX_WAKE_WAIT_S else None
 
 
 def _clean_value(value: Any) -> Any:
@@ -392,6 +412,13 @@ class GatewayConfig:
     overflow_after: float = setting(
         0.0, "how long a foreground request waits for a local slot before it overflows "
         "(default {default}: as soon as none is free)", metavar="S", parse=non_negative_seconds,
+    )
+    # The close POST /yield grants (gateway/door.py): it reopens by itself unless a
+    # signed call renews it within this time, so a crashed operator never leaves a
+    # live pod refusing work.
+    yield_lease: float = setting(
+        60.0, "how long a close lasts without a renewing signed POST /yield "
+        "(docs/gateway.md, Sleep and yield)", metavar="S", parse=positive_seconds,
     )
     # About 1 KB a record (docs/gateway.md, The ledger).
     ledger_size: int = setting(

@@ -1,8 +1,8 @@
 """The project's own headers on the wire between callers, the router and the
 gateways, in one home: who is calling, which session, which replica answered
-and why, the shape and length of a session's key, and how long an idle
-session is remembered. Both programs import these; neither
-spells them again (tests/architecture/test_layers.py keeps the router out of the
+and why, the shape and length of a session's key, how long an idle session is
+remembered, and a sleeping model's answer and wake wait. Both programs import
+these; neither spells them again (tests/architecture/test_layers.py keeps the router out of the
 gateway's modules). Pure.
 """
 
@@ -52,6 +52,18 @@ ASLEEP_VALUE = "1"
 # gone by then).
 SESSION_IDLE_S = 1800.0
 
+# A closed gateway's answer to a slot request (503, with Retry-After): its
+# model is asleep or giving its node back (gateway/door.py), so the router
+# holds the request for the wake instead of failing it. Value: `ASLEEP_VALUE`.
+ASLEEP = "X-LocalModel-Asleep"
+ASLEEP_VALUE = "1"
+# The router's word that it held a request while its model woke: the
+# milliseconds it waited (`MAX_WOKE_MS` at most), signed with a `woke` mark in
+# `WOKE_MARK_HEADER` (marks.py); the gateway's ledger keeps it only so.
+WOKE_HEADER = "X-LocalModel-Woke"
+WOKE_MARK_HEADER = "X-LocalModel-Woke-Mark"
+MAX_WOKE_MS = 3_600_000  # an hour: the longest hold (spec.idle.holdSeconds) is 3600 s
+
 _KEY = re.compile(SESSION_KEY_PATTERN)
 
 
@@ -60,3 +72,11 @@ def owned_key(value: str | None) -> str | None:
     if value is None or len(value) > MAX_SESSION_KEY or not _KEY.fullmatch(value):
         return None
     return value
+
+
+def woke_ms(value: str | None) -> int | None:
+    """A woke header's milliseconds when it is a whole number up to MAX_WOKE_MS, else None."""
+    if value is None or not 0 < len(value) <= 7 or not value.isascii() or not value.isdigit():
+        return None
+    ms = int(value)
+    return ms if ms <= MAX_WOKE_MS else None

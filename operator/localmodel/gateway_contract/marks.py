@@ -15,6 +15,22 @@ A mark is the header `X-LocalModel-Router-Mark: <unix seconds>.<signature>`
   /slots only with this mark, made for itself, on a turn it served.
 - purpose `slots`: on the router's GET /slots (session ""); only then does
   /slots list its session keys.
+- purpose `yield`: on the operator's `POST /yield` to a gateway's admin port
+  (gateway/door.py), with the call's body in the session slot
+  (`yield_session`: `reason:idle_at_least`), so a mark for `reopen` never
+  closes and one for `idle_at_least: 1800` never closes after 1 s. The
+  operator holds the same key (it makes it: controller/signing.py) and signs
+  with `sign_yield`. Unlike the others, a gateway takes each `yield` mark
+  once (gateway/door.py, `SeenMarks`): a replay within the window is refused.
+- purpose `woke`: on a request the router held while its model woke, with
+  `X-LocalModel-Woke: <ms>` (gateway_contract/headers.py) and the request id
+  and those milliseconds in the session slot (`woke_session`); only then does
+  the gateway's ledger keep the wait (`LedgerEntry.wake_wait_s`). The mark
+  goes in its own header (`WOKE_MARK_HEADER`), since the same request may
+  carry an `owned` mark.
+
+The purpose is the second item of the signed message, so purposes are
+domain-separated: a mark made for one never verifies as another.
 
 The namespace and pod are the target replica's, so a mark sent to one
 replica is worthless at any other; the time bounds its replay to
@@ -51,7 +67,9 @@ MARK_HEADER = "X-LocalModel-Router-Mark"
 MARK_WINDOW_S = 60  # a mark's age (or how far ahead of the checker's clock) at most
 OWNED = "owned"
 SLOTS = "slots"
-PURPOSES = (OWNED, SLOTS)
+YIELD = "yield"
+WOKE = "woke"
+PURPOSES = (OWNED, SLOTS, YIELD, WOKE)
 _VERSION = "localmodel-router-mark/1"
 _KEY_BYTES = 32  # an Ed25519 public key, raw
 _MAX_MARK = 120  # characters of a header value: 11 digits, a dot, 86 of signature
@@ -118,6 +136,40 @@ def sign(key: Ed25519PrivateKey, purpose: str, namespace: str, pod: str, session
     `session`, "" for /slots) at wall-clock `now`."""
     seconds = int(now)
     return f"{seconds}.{_b64(key.sign(_message(purpose, namespace, pod, session, seconds)))}"
+
+
+def yield_session(reason: str, idle_at_least: int) -> str:
+    """What a `yield` mark signs in its session slot: the call's body."""
+    return f"{reason}:{idle_at_least}"
+
+
+def sign_yield(key: Ed25519PrivateKey, namespace: str, pod: str, reason: str,
+               idle_at_least: int, now: float) -> str:
+    """The operator's mark for `POST /yield {"reason": reason, "idle_at_least":
+    idle_at_least}` to the replica `namespace`/`pod`, at wall-clock `now`
+    (the value of `MARK_HEADER`). A gateway takes each mark once: two calls
+    with the same body to one pod need different seconds."""
+    return sign(key, YIELD, namespace, pod, yield_session(reason, idle_at_least), now)
+
+
+def woke_session(request_id: str, waited_ms: int) -> str:
+    """What a `woke` mark signs in its session slot: the request and its wait."""
+    return f"{waited_ms}:{request_id}"
+
+
+def sign_woke(key: Ed25519PrivateKey, namespace: str, pod: str, request_id: str,
+              waited_ms: int, now: float) -> str:
+    """The router's mark for a request (`X-Request-Id` `request_id`) it held
+    `waited_ms` for a wake (the value of `WOKE_MARK_HEADER`)."""
+    return sign(key, WOKE, namespace, pod, woke_session(request_id, waited_ms), now)
+
+
+def signed_message(value: str, session: str) -> str:
+    """What a mark `verify` accepted authorises, in one canonical form (its
+    seconds as a number, its session): two texts of one mark (a leading zero,
+    another base64 spelling of the signature) are the same authorisation, so
+    a gateway that takes a mark once keys on this, never on the text."""
+    return f"{int(value.partition('.')[0])}|{session}"
 
 
 def verify(key: Ed25519PublicKey | None, value: str | None, purpose: str, namespace: str,

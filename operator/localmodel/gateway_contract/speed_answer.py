@@ -12,6 +12,9 @@ localmodel/status.py) cannot overflow, divide into NaN or fail validation.
 
 A field that is absent or null reads as not measured (as the gateway writes a
 replica that has not calibrated yet); a field that is there must be right.
+`activity` (the idle signal: slot requests in flight, queued, arrived, idle
+seconds, closed) absent or null is a gateway older than it: `Reading.activity`
+None, never an error; present, every part of it must be right.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from localmodel.speed import MAX_RATE, Rates, Reading, Totals
+from localmodel.speed import MAX_RATE, Activity, Rates, Reading, Totals
 
 # The longest answer read (the reader stops there and calls it a bad answer; a
 # longer one is never parsed cut short): a /speed document is about 500 bytes.
@@ -29,6 +32,11 @@ READ_MAX_BYTES = 64 * 1024
 # time: past 2^53 a float no longer holds every whole unit, and a gateway counting a
 # million requests a second would need 285 years to get there.
 MAX_COUNT = 2.0**53
+# Requests in flight or queued at one gateway at once: its slots, queue and
+# bodies being read are far fewer (a million would be a gateway lying).
+MAX_ACTIVE = 1_000_000
+# Seconds a gateway can have been idle: ten years of uptime.
+MAX_IDLE_SECONDS = 10 * 365 * 86400.0
 
 
 class BadDocument(ValueError):
@@ -83,6 +91,44 @@ def _count(value: Any, where: str) -> int:
     return int(number)
 
 
+def _whole(value: Any, where: str, top: float) -> int:
+    """A whole number from 0 to `top`; BadDocument for anything else, absent included."""
+    if value is None:
+        raise BadDocument(f"{where} is missing")
+    number = _number(value, where, top)
+    assert number is not None
+    if not number.is_integer():
+        raise BadDocument(f"{where} is {_shown(value)}, not a whole number")
+    return int(number)
+
+
+def activity_from(doc: Mapping[str, Any]) -> Activity | None:
+    """The document's `activity` (None: absent or null, an older gateway);
+    BadDocument when it is there and not right, each part required."""
+    value = doc.get("activity")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadDocument(f"activity is {_shown(value)}, not an object")
+    idle = value.get("idle_seconds")
+    if idle is None:
+        raise BadDocument("activity.idle_seconds is missing")
+    closed = value.get("closed", False)
+    if not isinstance(closed, bool):
+        raise BadDocument(f"activity.closed is {_shown(closed)}, not a boolean")
+    in_flight = _whole(value.get("in_flight"), "activity.in_flight", MAX_ACTIVE)
+    queued = _whole(value.get("queued"), "activity.queued", MAX_ACTIVE)
+    if queued > in_flight:
+        raise BadDocument(f"activity.queued ({queued}) is more than in_flight ({in_flight})")
+    return Activity(
+        in_flight=in_flight,
+        queued=queued,
+        arrived=_whole(value.get("arrived"), "activity.arrived", MAX_COUNT),
+        idle_seconds=_number(idle, "activity.idle_seconds", MAX_IDLE_SECONDS) or 0.0,
+        closed=closed,
+    )
+
+
 def _mapping(doc: Mapping[str, Any], key: str, required: bool) -> Mapping[str, Any]:
     value = doc.get(key)
     if value is None and not required:
@@ -119,6 +165,7 @@ def reading_from(doc: Any, at: float, uid: str) -> Reading:
             prefill_seconds=amount("prefill_seconds"),
         ),
         pod_uid=uid,
+        activity=activity_from(doc),
     )
 
 
