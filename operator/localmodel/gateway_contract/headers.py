@@ -41,12 +41,6 @@ MAX_ROUTED = 160  # characters of it a ledger record keeps
 SESSION_KEY_PATTERN = r"[hf]:[0-9a-f]{24}"
 MAX_SESSION_KEY = 64  # characters of an owned-session header read at all
 OWNED_SESSIONS_LISTED = 512  # keys /slots lists at most (about 15 KiB)
-# A replica's gateway that is closed for sleep (its model idle) answers a slot
-# request 503 with this header, value ASLEEP_VALUE, before its engine sees a
-# byte; the router holds such a request until a replica is open
-# (router/holding.py) instead of passing the 503 on.
-ASLEEP = "X-LocalModel-Asleep"
-ASLEEP_VALUE = "1"
 # A session without a turn for this long is forgotten, by the router's owners
 # table and by the gateway's list of owned sessions alike (its cache is likely
 # gone by then).
@@ -54,7 +48,8 @@ SESSION_IDLE_S = 1800.0
 
 # A closed gateway's answer to a slot request (503, with Retry-After): its
 # model is asleep or giving its node back (gateway/door.py), so the router
-# holds the request for the wake instead of failing it. Value: `ASLEEP_VALUE`.
+# holds the request for the wake (router/holding.py) instead of passing the 503
+# on. Value: `ASLEEP_VALUE`.
 ASLEEP = "X-LocalModel-Asleep"
 ASLEEP_VALUE = "1"
 # The router's word that it held a request while its model woke: the
