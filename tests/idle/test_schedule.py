@@ -19,14 +19,16 @@ pytestmark = pytest.mark.unit
 BERLIN = "Europe/Berlin"
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
-def at(zone: str, *args: int, fold: int = 0) -> datetime:
+def at(zone: str, year: int, month: int, day: int, hour: int, minute: int,
+       fold: int = 0) -> datetime:
     """A local wall-clock reading in ``zone``, as an instant in UTC (aware
     datetimes in two zones never compare equal at a repeated hour)."""
-    return datetime(*args, tzinfo=ZoneInfo(zone), fold=fold).astimezone(UTC)  # type: ignore[misc]
+    local = datetime(year, month, day, hour, minute, tzinfo=ZoneInfo(zone), fold=fold)
+    return local.astimezone(UTC)
 
 
 OFFICE = Window.of("08:00", "18:00", BERLIN, ["Mon", "Tue", "Wed", "Thu", "Fri"])
@@ -155,7 +157,8 @@ def cases(draw: st.DrawFn) -> tuple[Window, datetime]:
     start, end = draw(quarters), draw(quarters)
     instant = draw(st.datetimes(datetime(2026, 1, 1), datetime(2027, 12, 31))).replace(
         second=0, microsecond=0, tzinfo=UTC)
-    if TRANSITIONS[zone] and draw(st.booleans()):
+    at_a_change = draw(st.booleans())
+    if at_a_change and TRANSITIONS[zone]:
         change = draw(st.sampled_from(TRANSITIONS[zone]))
         local = (change + timedelta(minutes=draw(st.integers(-90, 90)))).astimezone(ZoneInfo(zone))
         near = local.hour * 4 + local.minute // 15
