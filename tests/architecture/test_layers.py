@@ -117,10 +117,11 @@ LAYERS = (
     Layer("outputs",
           "what a pass writes: the manifests (render), the status and its Events, the speed "
           "verdicts the status carries and the reader of a replica's /speed answer that yields "
-          "them (gateway_contract.speed_answer, which the operator and the router share)",
+          "them (gateway_contract.speed_answer, which the operator and the router share), and "
+          "the idle core (idle/: sleep, wake, who yields; it asks the planner whether a node fits)",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
            "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer",
-           "localmodel.idle_status")),
+           "localmodel.idle_status", "localmodel.idle.**")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",

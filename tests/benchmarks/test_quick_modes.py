@@ -2,8 +2,8 @@
 (planner.py's second table once crashed for weeks: nothing ran it). Each runs
 as its own process, as a person would run it; the assertions are about what it
 reports, never about how fast anything was (the full modes measure that, with
-their numbers in docs/benchmarks.md). planner.py's runs here; the others'
-where their parts are: gateway.py and threads.py in
+their numbers in docs/benchmarks.md). planner.py's and idle.py's run here; the
+others' where their parts are: gateway.py and threads.py in
 tests/benchmarks/test_benchmarks_quick.py, converge.py in
 tests/e2e/test_converge_quick.py, pods.py in tests/realnode. A new benchmark
 without a quick mode that some test runs fails here."""
@@ -55,6 +55,27 @@ def test_planner_quick_mode_reports_the_full_and_the_incremental_passes(tmp_path
     op = report["operator"]
     assert op["watched_nodes"] == 800 and op["watched_localmodels"] == 400
     assert op["steady_writes"] == 0  # the stored objects are what it wants: nothing to write
+
+
+def test_idle_quick_mode_serves_what_static_placement_refuses_and_evicts_no_busy_model(
+    tmp_path: Path,
+) -> None:
+    """The simulation drives the real idle core and planner over one trace in
+    both modes (it exits non-zero on a busy eviction, too)."""
+    report = last_json(run_benchmark(tmp_path, "idle.py", "--quick", "--json", timeout=300))
+    assert report["quick"] and (report["models"], report["nodes"], report["seconds"]) == (6, 3, 600)
+    static, idle = report["static"], report["idle"]
+    assert static["requests"] == idle["requests"] > 0  # the same trace
+    for mode in (static, idle):
+        assert mode["busy_evictions"] == 0
+        assert mode["served"] + mode["refused"] == mode["requests"]
+    assert idle["refused"] == idle["expired"] + idle["full"]  # refused only past a hold
+    # Static: N - M models Unplaced, their requests refused; nothing sleeps or wakes.
+    assert static["refused"] > 0 and static["wakes"] == static["yields"] == 0 == static["held"]
+    # Idle: models sleep, wake for held requests, and give their nodes to each other.
+    assert idle["wakes"] > 0 and idle["yields"] > 0 and idle["held"] > 0
+    assert idle["wakes"] == idle["wakes_home"] + idle["wakes_elsewhere"]
+    assert idle["served"] > static["served"]
 
 
 def test_every_benchmark_has_a_quick_mode_that_a_test_runs() -> None:

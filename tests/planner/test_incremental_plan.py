@@ -2,7 +2,8 @@
 work between passes) returns exactly what a fresh `plan()` returns, at every
 step of random sequences of changes: nodes relabelled, retainted, resized,
 cordoned, added and removed, other pods' usage moving, models added, removed
-and edited, pods the scheduler could not run, and the current placements
+and edited, pods the scheduler could not run, preferred nodes (a sleeper's
+home, a node yielded to it) set and cleared, and the current placements
 following the last plan (the steady state) or drifting from it."""
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def change(problem: Problem, last: Plan, rnd: random.Random) -> Problem:
             "remove model",
             "edit model",
             "avoid",
+            "prefer",
             "drift",
             "nothing",
         ]
@@ -123,11 +125,20 @@ def change(problem: Problem, last: Plan, rnd: random.Random) -> Problem:
             rnd.sample([n.name for n in nodes], rnd.randrange(min(3, len(nodes)) + 1))
         )
         models[i] = dataclasses.replace(models[i], avoid=avoid)
+    elif what == "prefer" and models:
+        i = rnd.randrange(len(models))
+        models[i] = dataclasses.replace(models[i], prefer=random_prefer(nodes, rnd))
     elif what == "drift" and models:
         names = [n.name for n in nodes]
         key = rnd.choice(models).key
         current[key] = [rnd.choice([None, "gone", *names]) for _ in range(rnd.randrange(4))]
     return models, nodes, current, usage
+
+
+def random_prefer(nodes: list[NodeFacts], rnd: random.Random) -> tuple[str | None, ...]:
+    """Up to three replicas' preferred nodes: none, a node, or one that is gone."""
+    names = [None, "gone", *(n.name for n in nodes)]
+    return tuple(rnd.choice(names) for _ in range(rnd.randrange(4)))
 
 
 def random_demand(key: str, rnd: random.Random) -> ModelDemand:

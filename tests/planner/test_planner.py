@@ -534,6 +534,7 @@ def problems(
             node_selector=draw(st.sampled_from(SELECTORS)),
             tolerations=draw(st.sampled_from(TOLERATIONS)),
             overhead_cpu_milli=draw(st.sampled_from([0, 0, 100, 1500])),
+            prefer=tuple(draw(st.lists(st.sampled_from([None, "gone", *names]), max_size=3))),
         )
         for i in range(draw(st.integers(0, 6)))
     ]
@@ -564,7 +565,10 @@ def reference(
     current: Mapping[str, Sequence[str | None]],
     usage: Mapping[str, Usage],
 ) -> tuple[dict[tuple[str, int], tuple[str, int]], set[tuple[str, int]]]:
-    """The documented rules, checked node by node: O(models x nodes)."""
+    """The documented rules, checked node by node: O(models x nodes). A
+    replica placed afresh takes, among the nodes that fit, one with the fewest
+    untolerated PreferNoSchedule taints, its preferred node among those, then
+    best fit."""
     by_name = {n.name: n for n in nodes}
     cpu = {n.name: n.allocatable_cpu_milli - usage.get(n.name, Usage()).cpu_milli for n in nodes}
     mem = {
@@ -623,12 +627,16 @@ def reference(
             unplaced.add((d.key, r))
             continue
 
-        def score(n: NodeFacts, d: ModelDemand = d) -> tuple[int, int, int, str]:
+        def score(
+            n: NodeFacts, d: ModelDemand = d, r: int = r
+        ) -> tuple[int, bool, int, int, str]:
             penalty = sum(
                 1 for t in n.taints if t.effect == "PreferNoSchedule" and not tolerated(t, d)
             )
+            other = n.name != (d.prefer[r] if r < len(d.prefer) else None)
             free = (cpu[n.name] - d.overhead_cpu_milli) // 1000
-            return (penalty, free if d.cpu.count is not None else -free, mem[n.name], n.name)
+            return (penalty, other, free if d.cpu.count is not None else -free, mem[n.name],
+                    n.name)
 
         put(min(fitting, key=score), d, r)
     return placed, unplaced

@@ -72,8 +72,17 @@ definition of "fits"; ``place``: keep, then place (``Planner``, the same pass
 kept between calls); ``inputs``: a call's inputs and what of them is the last
 call's; ``keeping``: what keeping did on each node, kept between calls;
 ``assign``: the best node for one replica, taking it; ``explain``: why a
-replica fits nowhere, over a ``census`` in large clusters; ``text``: how
-quantities are worded.
+replica fits nowhere, over a ``census`` in large clusters; ``removal``:
+whether a replica fits on one node once one model left it (a yield's
+question, no second plan); ``text``: how quantities are worded.
+
+Preference
+----------
+A replica may prefer a node (``ModelDemand.prefer``: a sleeper's home, where
+its claim is, or a node yielded to it). When it is placed, the preferred node
+wins among the nodes that fit with the fewest untolerated ``PreferNoSchedule``
+taints, before best fit. It only places: a kept replica never moves to its
+preferred node, and nothing is evicted for it.
 """
 
 from localmodel.planner.cpus import CpuRequest, Cpus, cpu_limit, replica_cpus
@@ -89,6 +98,7 @@ from localmodel.planner.model import (
     Usage,
 )
 from localmodel.planner.place import Planner, plan
+from localmodel.planner.removal import fits_after_removal, rejection_after_removal
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -103,7 +113,9 @@ __all__ = [
     "UnplacedReason",
     "Usage",
     "cpu_limit",
+    "fits_after_removal",
     "plan",
+    "rejection_after_removal",
     "replica_cpus",
     "tolerates",
 ]

@@ -36,12 +36,16 @@ def place_each(
     unplaced: list[tuple[ModelDemand, int]] = []
     first: set[str] = set()  # nodes whose kept state is saved already
     for d, r, moved in pending:
-        best = best_node(index, d)
+        best = preferred = preferred_node(index, d, r)
+        if best is None or best[0] > 0:  # a node with fewer penalties may beat it
+            other = best_node(index, d)
+            if other is not None and (best is None or other[0] < best[0]):
+                best = other
         if best is None:
             unplaced.append((d, r))
             continue
         penalty, node = best
-        reason = chosen_reason(d, node, penalty, moved)
+        reason = chosen_reason(d, node, penalty, moved, best is preferred)
         if save and node.name not in first:
             first.add(node.name)
             undo.append(
@@ -106,22 +110,44 @@ def best_node(index: NodeIndex, d: ModelDemand) -> tuple[int, Node] | None:
     return best_score[0], nodes[best_score[3]]
 
 
+def preferred_node(index: NodeIndex, d: ModelDemand, replica: int) -> tuple[int, Node] | None:
+    """The node this replica prefers (`ModelDemand.prefer`) with its count of
+    untolerated PreferNoSchedule taints, when it fits (the one definition of
+    "fits", `NodeIndex.rejection`); else None. It wins over every node with as
+    many such taints or more: the PreferNoSchedule tier first, then the
+    preference, then best fit."""
+    name = d.preferred(replica)
+    node = None if name is None else index.nodes.get(name)
+    if node is None or index.rejection(node, d) is not None:
+        return None
+    return index.verdict(node.taints, d.tolerations)[1], node
+
+
 def take(node: Node, d: ModelDemand, replica: int) -> Cpus:
     """Put one replica of ``d`` on an unindexed node; the replica's CPUs (the
     one place they are decided: `cpus.replica_cpus`)."""
     count = d.cpu.count
     cpu = node.free_cpus(d.overhead_cpu_milli) if count is None else count
-    node.free_cpu_milli -= cpu * 1000 + d.overhead_cpu_milli
+    occupy(node, d, replica, cpu)
+    return replica_cpus(node.cpu_limit, cpu)
+
+
+def occupy(node: Node, d: ModelDemand, replica: int, reserved: int) -> None:
+    """Count one replica of ``d`` with ``reserved`` whole CPUs on an unindexed node."""
+    node.free_cpu_milli -= reserved * 1000 + d.overhead_cpu_milli
     node.free_memory -= d.memory_bytes
     node.occupants[d.key] = replica
     if d.exclusive:
         node.exclusive_holder = d.key
-    return replica_cpus(node.cpu_limit, cpu)
 
 
-def chosen_reason(d: ModelDemand, node: Node, penalty: int, moved: str) -> str:
+def chosen_reason(
+    d: ModelDemand, node: Node, penalty: int, moved: str, preferred: bool = False
+) -> str:
     free = node.free_cpus(d.overhead_cpu_milli)
-    if d.cpu.count is None:
+    if preferred:
+        why = "chosen: the node this replica prefers (its home, or one yielded to it)"
+    elif d.cpu.count is None:
         why = f"chosen: most free CPUs ({free}); cpu: node takes them all"
     else:
         why = f"chosen: best fit, fewest CPUs left over ({free - d.cpu.count} of {free} free)"

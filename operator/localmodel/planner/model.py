@@ -58,6 +58,15 @@ class ModelDemand:
     # Nodes where the scheduler left this model's pod Unschedulable (something
     # the planner cannot see, such as a volume or a device): rejected for it.
     avoid: frozenset[str] = field(default_factory=frozenset, hash=False)
+    # Per replica, a node it prefers (a sleeper's home, where its claim is; a
+    # node yielded to it): where it is placed, among the nodes that fit and
+    # carry the fewest untolerated PreferNoSchedule taints, the preferred one
+    # wins over best fit. Placing only: a kept replica never moves for it.
+    prefer: tuple[str | None, ...] = field(default=(), hash=False)
+
+    def preferred(self, replica: int) -> str | None:
+        """The node replica ``replica`` prefers, if any."""
+        return self.prefer[replica] if replica < len(self.prefer) else None
 
     @cached_property
     def selector(self) -> tuple[tuple[str, str], ...]:
