@@ -261,8 +261,9 @@ class Cluster:
     def answer_yield(self, at: float, candidate: str, node: str, waker: str) -> None:
         """The candidate's gateway judges on its own counts, now (200 or 409)."""
         v, w = self.models[candidate], self.models[waker]
-        quiet = not v.ends and not v.held and at - v.last >= GRACE_S and v.node == node
-        if not quiet or w.phase.state is not State.WAKING or w.node is not None:
+        if w.phase.state is not State.WAKING or w.node is not None:
+            return  # nothing waits for the node any more: no call
+        if v.ends or v.held or at - v.last < GRACE_S or v.node != node:
             self.tally.refused_yields += 1
             return
         self.release(v, at)
