@@ -1,10 +1,11 @@
 """Pure: when an idle model sleeps, what wakes it, and who gives a node to a
 waking model, never a busy one (issue 44; design in docs/idle.md).
 
-``schedule``: awake windows, `now` passed in; ``state``: the idle states and
-their moves, `due_to_sleep`; ``yielding``: `choose_yield`. The operator builds
-their inputs (`IdlePolicy` from `spec.idle`, `Reading` from each replica's
-`/speed` activity) and does what they decide.
+``asks``: what the shell gathers and the closes it sends; ``schedule``: awake
+windows, `now` passed in; ``state``: the idle states and their moves,
+`due_to_sleep`; ``yielding``: `choose_yield`. The operator builds their inputs
+(`IdlePolicy` from `spec.idle`, `Reading` from each replica's `/speed`
+activity) and does what they decide.
 """
 
 from localmodel.idle.schedule import (
