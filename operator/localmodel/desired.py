@@ -28,6 +28,7 @@ from localmodel.catalog import ModelShape, lookup
 from localmodel.contract import LABEL_REPLICA
 from localmodel.errors import FieldError, format_errors
 from localmodel.facts import NodeFacts
+from localmodel.idle.decide import NO_IDLE, IdleInputs
 from localmodel.planner import (
     CpuRequest,
     Cpus,
@@ -94,6 +95,9 @@ class ModelResult:
     # Non-empty when computing this model raised (`failed_result`): the stage and
     # the exception. Such a result changes nothing; its status says why.
     failure: str = ""
+    # Asleep and released (`spec.idle`, `IdleInputs.released`): no replica is
+    # placed and its pods go as a scale-down's do; its claims stay.
+    released: bool = False
 
     @property
     def with_status(self) -> LocalModel:
@@ -126,6 +130,8 @@ class DesiredState:
 
     models: tuple[ModelResult, ...]
     plan: Plan = field(default_factory=lambda: Plan((), ()))
+    # The planner's demands (valid models, by key order): what a yield asks of a node.
+    demands: tuple[ModelDemand, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -178,15 +184,18 @@ def failed_result(lm: LocalModel, failure: str, now: str) -> ModelResult:
 
 
 def demand(
-    lm: LocalModel, avoid: frozenset[str] = frozenset(), prepared: Prepared | None = None
+    lm: LocalModel, avoid: frozenset[str] = frozenset(), prepared: Prepared | None = None,
+    *, released: bool = False, prefer: tuple[str | None, ...] = (),
 ) -> ModelDemand:
     """What the planner must fit: engine CPUs and memory plus the gateway sidecar.
-    `avoid`: nodes where the scheduler could not run this model's pod."""
+    `avoid`: nodes where the scheduler could not run this model's pod, or the
+    idle rules keep it from; `released`: asleep and released, it asks for no
+    replica; `prefer`: per replica a node it prefers (`IdleInputs`)."""
     spec = lm.spec
     memory = (prepared or prepare(spec)).memory_bytes
     return ModelDemand(
         key=lm.key,
-        replicas=spec.replicas,
+        replicas=0 if released else spec.replicas,
         cpu=CpuRequest.of(spec.cpu),
         memory_bytes=memory,
         exclusive=spec.placement.exclusive,
@@ -194,7 +203,15 @@ def demand(
         tolerations=tuple(spec.placement.tolerations),
         overhead_cpu_milli=gateway_cpu_milli(spec.slots) if spec.gateway.enabled else 0,
         avoid=avoid,
+        prefer=prefer,
     )
+
+
+def idle_demand(lm: LocalModel, avoid: frozenset[str], prep: Prepared,
+                idle: IdleInputs) -> ModelDemand:
+    """`demand` with what the idle decisions add (`IdleInputs`)."""
+    released, prefer, also = idle.demand_of(lm.key)
+    return demand(lm, avoid | also if also else avoid, prep, released=released, prefer=prefer)
 
 
 def tuning_view(t: Tuning) -> tuple[dict[str, str], list[DecisionStatus]]:
@@ -258,19 +275,22 @@ def desired_state(
     options: RenderOptions | None = None,
     claims: ClaimChooser | None = None,
     avoid: Mapping[str, frozenset[str]] | None = None,
+    idle: IdleInputs = NO_IDLE,
 ) -> DesiredState:
     """Everything the operator would create for these models on these nodes.
 
     ``claims`` names the weights claim a replica mounts on its node (the
     operator's choice among existing claims); by default, the replica's own.
     ``avoid`` maps a model to the nodes its pods could not be scheduled on.
+    ``idle``: what the idle decisions tell the planner (released models, the
+    nodes each prefers and avoids: `idle.decide`).
     The operator computes the same incrementally (`incremental.Desired`)."""
     # Each spec validated and prepared on its own; the valid ones placed.
     listed = sorted(models, key=lambda lm: lm.key)
     preps = [prepared(lm.spec) for lm in listed]
     avoid = avoid or {}
     demands = [
-        demand(lm, avoid.get(lm.key, frozenset()), prep)
+        idle_demand(lm, avoid.get(lm.key, frozenset()), prep, idle)
         for lm, prep in zip(listed, preps, strict=True)
         if not (prep.problems or prep.failure)
     ]
@@ -280,10 +300,12 @@ def desired_state(
     return DesiredState(
         tuple(
             _contained(lm, prep, the_plan, by_node, claims,
-                       None if ready is None else ready.get(lm.key, {}), options, now)
+                       None if ready is None else ready.get(lm.key, {}), options, now,
+                       lm.key in idle.released)
             for lm, prep in zip(listed, preps, strict=True)
         ),
         the_plan,
+        tuple(demands),
     )
 
 
@@ -296,6 +318,7 @@ def _contained(
     ready: Mapping[int, bool] | None,
     options: RenderOptions | None,
     now: str,
+    released: bool = False,
 ) -> ModelResult:
     """One model's result; an exception while tuning, rendering or building its
     status makes it that model's failed result, never the pass's end."""
@@ -304,7 +327,8 @@ def _contained(
     try:
         replicas = _replicas(lm, prep, the_plan, by_node, claims)
         unplaced = () if prep.problems else the_plan.unplaced_for(lm.key)
-        return _model_result(lm, prep, replicas, unplaced, ready, options, now)
+        return _model_result(lm, prep, replicas, unplaced, ready, options, now,
+                             released and not prep.problems)
     except Exception as exc:  # one model's failure is that model's
         return failed_result(lm, failure_text("tuning, render or status", exc), now)
 
@@ -339,6 +363,7 @@ def _model_result(
     ready: Mapping[int, bool] | None,
     options: RenderOptions | None,
     now: str,
+    released: bool = False,
 ) -> ModelResult:
     """The model rendered (none for an invalid spec), with the digests of its
     manifests, and its status."""
@@ -354,6 +379,7 @@ def _model_result(
         }
         applied = applied_hashes(lm, replicas, options)
     status = model_status(lm, prep.problems, replicas, unplaced, ready, now)
-    result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes, applied)
+    result = ModelResult(lm, prep.problems, replicas, unplaced, status, options, hashes, applied,
+                         released=released)
     vars(result)["objects"] = objects  # (rendered here: `objects` need not again)
     return result

@@ -84,6 +84,8 @@ def with_idle(status: LocalModelStatus, report: IdleReport | None, lm: LocalMode
     stored = lm.status.idle if lm.status is not None else None
     out = status.model_copy(update={
         "conditions": conditions,
+        # `status.replicas` counts awake replicas: none while asleep (scale reads it)
+        "replicas": 0 if state == "Asleep" else status.replicas,
         "idle": stored if stored == report.idle else report.idle})
     return with_health(out, lm.metadata.generation, lm.status, now)
 
@@ -101,7 +103,9 @@ def _sleeping(conditions: list[Condition], status: LocalModelStatus, report: Idl
         if c.type == ConditionType.READY.value and c.status != ConditionStatus.UNKNOWN and not (
                 c.status == ConditionStatus.FALSE and c.reason in GAP_REASONS):
             c = _ready(report, lm, now)
-        elif c.type == ConditionType.PLACED.value and c.status == ConditionStatus.FALSE:
+        elif c.type == ConditionType.PLACED.value and (
+                c.status == ConditionStatus.FALSE
+                or len(status.placements) < lm.spec.replicas):  # released: none placed
             c = condition(ConditionType.PLACED, True, Reason.ASLEEP,
                           _released_words(status, report, lm), lm, now)
         out.append(c)

@@ -19,6 +19,9 @@ Rules (each is a row in tests/controller/test_changes.py):
   is gone.
 * Scale down: pods of replicas beyond `spec.replicas` are deleted; their owned
   claims go once no pod uses them. Retained claims are never deleted.
+* Released (`spec.idle`: asleep, every replica's gateway closed): its pods are
+  deleted the same way, and its claims all stay (each replica may come back);
+  none is created until it wakes.
 * Only objects with the operator's labels and the model's uid as controller
   owner are ever deleted or applied.
 """
@@ -331,8 +334,9 @@ def pod_changes(result: ModelResult, uid: str, obs: Observed) -> PodChanges:
 
 
 def unwanted_pod_changes(result: ModelResult, uid: str, obs: Observed) -> list[Change]:
-    """Pods no replica wants any more: scaled down, or a replica with no node
-    whose old node is gone. An unplaced replica's pod on a live node stays."""
+    """Pods no replica wants any more: scaled down, released (asleep, its
+    gateway closed), or a replica with no node whose old node is gone. An
+    unplaced replica's pod on a live node stays."""
     lm = result.model
     desired = result.pod_hashes
     out: list[Change] = []
@@ -344,6 +348,8 @@ def unwanted_pod_changes(result: ModelResult, uid: str, obs: Observed) -> list[C
                 EventReason.SCALED_DOWN,
                 f"replica {replica}: pod {pod.name} deleted: spec.replicas is "
                 f"{lm.spec.replicas}")))
+        elif result.released:
+            out.append(_delete_pod(pod, "asleep: released (its gateway closed)", None))
         elif pod.node and pod.node not in obs.nodes:
             out.append(_delete_pod(pod, f"node {pod.node} is gone", EventSpec(
                 EventReason.REPLACING,

@@ -19,6 +19,8 @@ from localmodel.controller.observed import Observed
 from localmodel.controller.speed import SpeedTarget, speed_targets
 from localmodel.desired import ModelResult
 from localmodel.gaps import with_gap
+from localmodel.idle.asks import CloseAsk
+from localmodel.idle_status import IdleReport, with_idle
 from localmodel.speed import Published, SpeedPolicy
 from localmodel.status import with_progress, with_speed
 
@@ -40,6 +42,8 @@ class PassPlan:
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
     speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
+    # The closes the idle decisions ask the shell to send (idle/decide.py), in order.
+    closes: tuple[CloseAsk, ...] = ()
     # What the reconciler need not look at again: this plan's number, and (the
     # number of the plan it follows, each model whose work is not that plan's
     # very object); None: any model's may differ. (Not compared: a fresh pass
@@ -59,9 +63,11 @@ def took_clock(w: ModelWork) -> bool:
 
 def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
                 published: Mapping[int, Published], policy: SpeedPolicy, own_image: str,
-                pull_secrets: Sequence[str] = ()) -> tuple[ModelWork, list[SpeedTarget]]:
-    """One valid model's changes and status (progress, the cluster's gaps and
-    speed added), and its replicas to read."""
+                pull_secrets: Sequence[str] = (), report: IdleReport | None = None,
+                ) -> tuple[ModelWork, list[SpeedTarget]]:
+    """One valid model's changes and status (progress, the cluster's gaps,
+    speed and its idle state added: `report`, of a model with `spec.idle`),
+    and its replicas to read."""
     changes = model_changes(result, mo.uid, obs)
     status = with_progress(result.status, changes.rolling, result.model, now)
     status = with_gap(status, gap_of(result.model, mo.uid, obs, pull_secrets),
@@ -69,6 +75,7 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
     status = with_speed(status, {replica: (p, rfc3339(p.measured_at))
                                  for replica, p in published.items()},
                         policy, result.model, now)
+    status = with_idle(status, report, result.model, now)
     if status == mo.status:  # settled: the stored status itself, not a second copy of it
         status = mo.status
     return ModelWork(mo, changes, status), speed_targets(result, obs, own_image)

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from localmodel.api import LocalModel
 from localmodel.controller.changes import ModelChanges
+from localmodel.controller.idle_pass import decide_pass
 from localmodel.controller.model_work import ModelWork, PassPlan, model_work
 from localmodel.controller.observed import Observed, current_placements, readiness
 from localmodel.controller.share_memo import Shares
@@ -21,6 +22,9 @@ from localmodel.controller.stuck import Avoid
 from localmodel.controller.work_memo import KeptWork
 from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
+from localmodel.idle.asks import IdleSignals
+from localmodel.idle.decide import NO_IDLE, NO_OUTCOME, IdleOutcome, after_plan
+from localmodel.idle_status import IdleReport
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 from localmodel.speed import Published, SpeedPolicy
@@ -74,6 +78,7 @@ def admitted(obs: Observed, tenants: TenantPolicy, secrets: SecretLabels, now: s
 def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
                  options: RenderOptions, speeds: Mapping[str, Mapping[int, Published]],
                  policy: SpeedPolicy, kept: KeptWork, placed: Placed,
+                 reports: Mapping[str, IdleReport],
                  ) -> tuple[Shares, Sequence[int], Shares | None]:
     """Each valid model's share, and where it puts its replicas: the last pass's
     shares with the positions `ShareMemo.shares_again` names worked out again
@@ -81,7 +86,8 @@ def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
     `model_work` and kept); those positions, and the last pass's shares (None:
     all worked out)."""
     images = (options.operator_image, options.image_pull_secrets)
-    shares, todo, last = kept.shares.shares_again(results, now, speeds, policy, images)
+    shares, todo, last = kept.shares.shares_again(results, now, speeds, policy, images,
+                                                  reports)
     models, held, placement = obs.models, kept.shares.held, kept.shares.placement
     work, targets, placements, unkept = shares.work, shares.targets, shares.placed, shares.unkept
     none: Mapping[int, Published] = {}
@@ -97,11 +103,14 @@ def _models_work(results: tuple[ModelResult, ...], obs: Observed, now: str,
             work[i], targets[i] = ModelWork(mo, ModelChanges(), result.status, result.failure), ()
             continue
         published = speeds.get(key, none)
+        report = reports.get(key)
         try:
-            worked = held(result, mo.uid, obs, now, published, policy, images)
+            worked = held(result, mo.uid, obs, now, published, policy, images, report)
             if worked is None:
-                worked = model_work(result, mo, obs, now, published, policy, *images)
-                kept.shares.keep(result, mo.uid, obs, now, published, policy, images, worked)
+                worked = model_work(result, mo, obs, now, published, policy, *images,
+                                    report=report)
+                kept.shares.keep(result, mo.uid, obs, now, published, policy, images, worked,
+                                 report)
         except Exception as exc:  # one model's failure is that model's (not kept)
             kept.shares.forget(key)
             unkept.add(i)
@@ -118,15 +127,18 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
               avoid: Avoid, speeds: Mapping[str, Mapping[int, Published]] | None = None,
               speed_policy: SpeedPolicy | None = None, desired: Desired | None = None,
               tenants: TenantPolicy | None = None, secrets: SecretLabels | None = None,
-              kept: KeptWork | None = None) -> PassPlan:
+              kept: KeptWork | None = None, idle: IdleSignals | None = None) -> PassPlan:
     """The pure core of a pass: desired state, then each model's changes and status
     (with each replica's speed, `speeds`: model -> replica -> published numbers).
     `desired` and `kept` are the reconciler's long-lived `Desired` and `KeptWork`
     (a pass then costs what changed); without them, fresh ones: the same result.
     `tenants`: the admin's policy (models it refuses get their status only,
-    `admitted`); `secrets`: the labels of the Secrets models name (`tenancy.needs_secrets`)."""
+    `admitted`); `secrets`: the labels of the Secrets models name (`tenancy.needs_secrets`).
+    `idle`: what the shell gathered for the models with `spec.idle` (None: no
+    idle state for any); the plan's `closes` are the closes to send."""
     kept = kept if kept is not None else KeptWork()
-    inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired)
+    idle = idle if idle is not None and kept.idle.any_idle(obs) else None
+    inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired, idle)
     if (same := kept.shares.same_pass(inputs, now)) is not None:
         return same  # a quiet pass: what the last one planned, from the very same inputs
     kept.begin(obs)
@@ -135,20 +147,28 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     tenants, secrets = tenants or TenantPolicy(), secrets or {}
     models, refused = kept.admits.admitted(obs, tenants, secrets, lambda some: admitted(
         obs, tenants, secrets, now, kept.admits.refusals, some))
+    current = kept.current.current(current_placements(obs), placed, with_memory)
+    decided = decide_pass(obs, models, current, idle) if idle is not None else None
     state = (desired or Desired()).state(
         models,
         list(obs.nodes.values()),
         now=now,
-        current=kept.current.current(current_placements(obs), placed, with_memory),
+        current=current,
         usage=obs.usage,
         ready=readiness(obs),
         options=options,
         claims=kept.claims.chooser(obs),
         avoid={m: frozenset(nodes) for m, nodes in avoid.items()},
         claims_again=kept.claims.claims_again,
+        idle=decided[1].inputs if decided is not None else NO_IDLE,
     )
+    outcome: IdleOutcome = NO_OUTCOME
+    if decided is not None and idle is not None:
+        found, first = decided
+        demands = {d.key: d for d in state.demands} if first.waking else {}
+        outcome = after_plan(first, found, state.plan, obs.nodes, obs.usage, demands, idle)
     shares, todo, last = _models_work(state.models, obs, now, options, speeds, policy, kept,
-                                      placed)
+                                      placed, outcome.reports)
     if last is None:
         kept.keep_only(shares.at.keys())
         # (a set keeps its largest table: a cold pass's 5 000)
@@ -163,5 +183,6 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         since = (kept.shares.serial, {w.model.key: w for w in (*refused, *invalid)})
         since[1].update((done[i].model.key, done[i]) for i in todo if done[i] is not last.work[i])
     plan = PassPlan([*refused, *done, *invalid], shares.placed,
-                    tuple(chain.from_iterable(shares.targets)), kept.shares.serial + 1, since)
+                    tuple(chain.from_iterable(shares.targets)), outcome.closes,
+                    kept.shares.serial + 1, since)
     return kept.shares.remember(inputs, now, plan, shares, unkept)

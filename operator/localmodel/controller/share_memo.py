@@ -39,6 +39,7 @@ from localmodel.controller.since import Since
 from localmodel.controller.speed import SpeedTarget
 from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
+from localmodel.idle_status import IdleReport
 from localmodel.render import replica_claim
 from localmodel.speed import Published, SpeedPolicy
 from localmodel.status import took_now
@@ -83,6 +84,7 @@ class _Kept:
         "policy",
         "published",
         "reads",
+        "report",
         "result",
         "took_now",
         "worked",
@@ -90,8 +92,10 @@ class _Kept:
 
     def __init__(self, result: ModelResult, published: Mapping[int, Published],
                  policy: SpeedPolicy, images: tuple[str, tuple[str, ...]], now: str, took_now: bool,
-                 reads: tuple[Any, ...], worked: Worked, nodes: frozenset[str]) -> None:
+                 reads: tuple[Any, ...], worked: Worked, nodes: frozenset[str],
+                 report: IdleReport | None = None) -> None:
         self.result, self.published, self.policy = result, published, policy
+        self.report = report  # its idle state (`idle_status.IdleReport`), of a model with idle
         self.images, self.now, self.took_now = images, now, took_now
         self.reads = reads  # what it read of the `Observed`, part by part (`_READS`)
         self.worked = worked
@@ -154,6 +158,7 @@ class Shares:
     speeds: Mapping[str, Mapping[int, Published]]
     policy: SpeedPolicy
     images: Images
+    reports: Mapping[str, IdleReport]  # the idle models' (`idle.decide.IdleOutcome`)
 
 
 @dataclass
@@ -211,7 +216,7 @@ class ShareMemo:
     def held(self, result: ModelResult, uid: str, obs: Observed, now: str,
              published: Mapping[int, Published], policy: SpeedPolicy,
              images: tuple[str, tuple[str, ...]],  # the operator's image, pull secrets
-             ) -> Worked | None:
+             report: IdleReport | None = None) -> Worked | None:
         """The model's kept share while all it read holds; else None (and it is
         forgotten: `keep` what is worked out instead)."""
         key, nodes_changed = result.model.key, self.since.nodes_changed
@@ -220,7 +225,8 @@ class ShareMemo:
         if (kept is not None and kept.result is result
                 and (kept.policy is policy or kept.policy == policy)
                 and (kept.images is images or kept.images == images)
-                and (kept.now == now or not kept.took_now) and kept.published == published and (
+                and (kept.now == now or not kept.took_now) and kept.published == published
+                and kept.report == report and (
                     # held in the last pass (all kept shares did): only what changed since is read
                     all(read(result, uid, obs) == kept.reads[i] for i, read in self.to_read)
                     and (nodes_changed is None or nodes_changed.isdisjoint(kept.nodes))
@@ -231,7 +237,8 @@ class ShareMemo:
 
     def keep(self, result: ModelResult, uid: str, obs: Observed, now: str,
              published: Mapping[int, Published], policy: SpeedPolicy,
-             images: tuple[str, tuple[str, ...]], worked: Worked) -> None:
+             images: tuple[str, tuple[str, ...]], worked: Worked,
+             report: IdleReport | None = None) -> None:
         """Keep the share `worked` out of `result` and what it read of `obs`."""
         key = result.model.key
         nodes = frozenset((*(p.node or "" for p in obs.pods_of(key)),
@@ -239,7 +246,7 @@ class ShareMemo:
         self.forget(key)
         kept = self.by_model[key] = _Kept(result, published, policy, images, now,
                                           took_now(result.model, worked[0].status),
-                                          reads(result, uid, obs), worked, nodes)
+                                          reads(result, uid, obs), worked, nodes, report)
         for node in nodes:
             index_node(self.by_node, node, key)
         if kept.took_now:
@@ -256,26 +263,29 @@ class ShareMemo:
 
     def shares_again(self, results: tuple[ModelResult, ...], now: str,
                      speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
-                     images: Images) -> tuple[Shares, Sequence[int], Shares | None]:
+                     images: Images, reports: Mapping[str, IdleReport] | None = None,
+                     ) -> tuple[Shares, Sequence[int], Shares | None]:
         """This pass's shares to fill in, the positions of `results` to work out
         (again), and the last pass's shares they are copied from (None: none,
         every position is to be worked out). Copied while the results are the
         same models in the same order and only sections found by name changed:
         then only the models whose result is another object, whose stored object
         changed, whose kept share read a node that changed (`by_node`) or took
-        the clock that moved (`took`), whose speeds changed, and those not kept."""
-        last = self.shares
-        todo = None if last is None else self._again(last, results, now, speeds, policy, images)
+        the clock that moved (`took`), whose speeds or idle reports changed, and
+        those not kept."""
+        last, reports = self.shares, reports if reports is not None else {}
+        todo = None if last is None else self._again(last, results, now, speeds, policy, images,
+                                                      reports)
         if last is None or todo is None:
             n = len(results)
             return Shares(results, {r.model.key: i for i, r in enumerate(results)}, [None] * n,
-                          [()] * n, {}, set(), now, speeds, policy, images), range(n), None
+                          [()] * n, {}, set(), now, speeds, policy, images, reports), range(n), None
         return Shares(results, last.at, list(last.work), list(last.targets), dict(last.placed),
-                      set(last.unkept), now, speeds, policy, images), todo, last
+                      set(last.unkept), now, speeds, policy, images, reports), todo, last
 
     def _again(self, last: Shares, results: tuple[ModelResult, ...], now: str,
                speeds: Mapping[str, Mapping[int, Published]], policy: SpeedPolicy,
-               images: Images) -> list[int] | None:
+               images: Images, reports: Mapping[str, IdleReport]) -> list[int] | None:
         if (self.held_at != self.since.passes - 1 or self.since.nodes_changed is None
                 or self.since.models_changed is None or not self.since.changed <= BY_NAME
                 or len(results) != len(last.results)
@@ -294,6 +304,9 @@ class ShareMemo:
         if speeds is not last.speeds and speeds != last.speeds:
             keys |= {k for k in speeds.keys() | last.speeds.keys()
                      if speeds.get(k) != last.speeds.get(k)}
+        if reports is not last.reports and reports != last.reports:
+            keys |= {k for k in reports.keys() | last.reports.keys()
+                     if reports.get(k) != last.reports.get(k)}
         at = last.at
         todo.update(at[k] for k in keys if k in at)
         return sorted(todo | last.unkept)

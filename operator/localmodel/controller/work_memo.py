@@ -14,8 +14,10 @@ changed since the last pass (`since.Since`):
   `placement_memo.ClaimMemo`, keyed on the model, its claims and pods, the
   node's facts and the claims' volumes;
 * each model's share (`model_work.model_work`): `share_memo.ShareMemo`, keyed
-  on the model's result, what its share read of the `Observed`, its speeds and
-  the clock (when its status took it).
+  on the model's result, what its share read of the `Observed`, its speeds, its
+  idle report and the clock (when its status took it);
+* whether any model has `spec.idle` (`IdleMemo`): keyed on the models section,
+  so a pass with none skips the idle decisions and keeps its quiet-pass reuse.
 
 tests/controller/test_pass_incremental.py holds a pass with a long-lived `KeptWork`
 equal to one without, over random sequences of events.
@@ -23,7 +25,7 @@ equal to one without, over random sequences of events.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from localmodel.controller.admit_memo import AdmitMemo
@@ -31,6 +33,22 @@ from localmodel.controller.observed import Observed
 from localmodel.controller.placement_memo import ClaimMemo, CurrentMemo
 from localmodel.controller.share_memo import ShareMemo
 from localmodel.controller.since import Since
+
+
+@dataclass
+class IdleMemo:
+    """Whether any parsed model has `spec.idle`, kept while the models section
+    is the very same object (the plain answer: `any_idle` on a fresh memo)."""
+
+    models: Mapping[str, object] | None = None
+    found: bool = False
+
+    def any_idle(self, obs: Observed) -> bool:
+        if obs.models is not self.models:
+            self.models = obs.models
+            self.found = any(m.model is not None and m.model.spec.idle is not None
+                             for m in obs.models.values())
+        return self.found
 
 
 @dataclass
@@ -44,6 +62,7 @@ class KeptWork:
     admits: AdmitMemo = field(init=False)
     current: CurrentMemo = field(init=False)
     claims: ClaimMemo = field(init=False)
+    idle: IdleMemo = field(default_factory=IdleMemo)
 
     def __post_init__(self) -> None:
         since = self.since

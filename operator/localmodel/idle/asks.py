@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from localmodel.gateway_contract.waiting_answer import WaitingModel
+from localmodel.speed import Reading
 
 CloseReason = Literal["sleep", "yield", "reopen"]
 
@@ -36,6 +37,7 @@ class CloseAsk:
     reason: CloseReason
     idle_at_least: int = 0
     for_: str = ""  # "namespace/name" of the waker, for a yield
+    node: str = ""  # the node a yield gives `for_` (reserved for it once closed)
 
     @property
     def key(self) -> str:
@@ -68,14 +70,35 @@ class Closed:
 
 
 @dataclass(frozen=True)
+class IdleSettings:
+    """The operator's idle settings: whether a router runs (`--router-namespace`:
+    without one nothing holds a request while a model wakes, so none sleeps);
+    the quiet time a yield asks for (`grace_s`, also the anti-thrash time and
+    how long a refused ask is not repeated); how long a node given by a yield
+    stays reserved for its waker (`reserve_s`); and how old a replica's
+    activity reading may be and still count (`stale_s`: older is unknown, and
+    unknown is not idle)."""
+
+    router: bool = True
+    grace_s: float = 30.0
+    reserve_s: float = 120.0
+    stale_s: float = 180.0
+
+
+@dataclass(frozen=True)
 class IdleSignals:
     """What the shell knows for one pass: `waiting`, the routers' held requests
     per model key ("namespace/name"), summed over routers; `closes`, the latest
-    answer per pod ("namespace/pod"); `now`, seconds on the wall clock."""
+    answer per pod ("namespace/pod"); `readings`, each replica's last `/speed`
+    reading by model key and replica (its `activity` is the idle signal, its
+    `at` says how old it is); `now`, seconds on the wall clock; `settings`."""
 
     now: float
     waiting: Mapping[str, WaitingModel] = field(default_factory=lambda: MappingProxyType({}))
     closes: Mapping[str, Closed] = field(default_factory=lambda: MappingProxyType({}))
+    readings: Mapping[str, Mapping[int, Reading]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    settings: IdleSettings = IdleSettings()
 
 
 NO_SIGNALS = IdleSignals(now=0.0)

@@ -29,6 +29,7 @@ from localmodel.desired import (
     tuning_view,
 )
 from localmodel.facts import NodeFacts
+from localmodel.idle.decide import NO_IDLE, IdleInputs
 from localmodel.incremental.applied_digests import AppliedDigests
 from localmodel.incremental.evaluations import Evaluations
 from localmodel.incremental.pod_parts import PodParts, pod_digest
@@ -61,6 +62,7 @@ class _Done(NamedTuple):
     now: str
     result: ModelResult
     took_now: bool  # whether its status took the clock (`status.took_now`)
+    released: bool  # asleep and released (`IdleInputs.released`)
 
 
 # id(tuning) -> (the tuning, held; its settings and decisions as status shows them)
@@ -90,6 +92,7 @@ class Desired:
         self._tuned: dict[str, dict[int, _Tuned]] = {}
         self._done: dict[str, _Done] = {}
         self._complete = True  # the last call returned
+        self._released: frozenset[str] = frozenset()  # this pass's (`IdleInputs.released`)
         self._new_pass()
 
     def _new_pass(self) -> None:
@@ -112,6 +115,7 @@ class Desired:
         claims: ClaimChooser | None = None,
         avoid: Mapping[str, frozenset[str]] | None = None,
         claims_again: Collection[str] | None = None,
+        idle: IdleInputs = NO_IDLE,
     ) -> DesiredState:
         """What `desired_state` returns for the same arguments. `claims_again`:
         the models for which `claims` may choose otherwise than the last call's
@@ -121,7 +125,9 @@ class Desired:
         if not self._complete:  # the last call raised (a model listed twice): start over
             roster.forget_list()
         self._complete = False
-        again = roster.sync(tuple(models), avoid or {}, self._evaluations)  # None: every model
+        # None: every model
+        again = roster.sync(tuple(models), avoid or {}, self._evaluations, idle)
+        self._released = idle.released
         self._forget(again is None)
         the_plan = self.planner.plan(roster.now_demands, nodes, current or {}, usage or {})
         plan_same, touched, again = self._reads.planned(the_plan, self.planner.touched, again)
@@ -142,7 +148,8 @@ class Desired:
         # out) is that pass's cost, not the next one's (measured: several ms
         # at 5 000 models, in the first small pass after it).
         self._new_pass()
-        return DesiredState(cast(tuple[ModelResult, ...], out), the_plan)
+        return DesiredState(cast(tuple[ModelResult, ...], out), the_plan,
+                            tuple(roster.now_demands))
 
     def _forget(self, relisted: bool) -> None:
         """Drop what was kept of the models no longer listed (``relisted``:
@@ -170,6 +177,7 @@ class Desired:
             and (now.plan_same or (now.touched is not None and key not in now.touched))
             and done is not None
             and done.model is lm
+            and done.released == (key in self._released)
             and done.options == now.options
             and done.ready == seen
             and (done.now == now.now or not done.took_now)
@@ -250,9 +258,11 @@ class Desired:
     ) -> ModelResult:
         memo = self._done.get(key)
         kept: ModelResult | None = None  # of the same model, replicas and options
+        released = key in self._released and not prep.prepared.problems
         if (
             memo is not None
             and memo.model is lm
+            and memo.released == released
             and memo.replicas == replicas
             and memo.options == options
         ):
@@ -276,11 +286,12 @@ class Desired:
             }
             applied = self._applied(lm, replicas, prep.key, opts)
         status = model_status(lm, problems, replicas, unplaced, ready, now, self._view)
-        result = ModelResult(lm, problems, replicas, unplaced, status, options, hashes, applied)
+        result = ModelResult(lm, problems, replicas, unplaced, status, options, hashes, applied,
+                             released=released)
         if kept is not None:
             result.reusing(kept)
         self._done[key] = _Done(
-            lm, replicas, unplaced, ready, options, now, result, took_now(lm, status)
+            lm, replicas, unplaced, ready, options, now, result, took_now(lm, status), released
         )
         return result
 

@@ -9,7 +9,8 @@ from functools import partial
 from typing import NamedTuple
 
 from localmodel.api import LocalModel, LocalModelSpec
-from localmodel.desired import ModelResult, Prepared, demand, prepared
+from localmodel.desired import ModelResult, Prepared, idle_demand, prepared
+from localmodel.idle.decide import NO_IDLE, IdleInputs
 from localmodel.incremental.evaluations import Evaluations
 from localmodel.incremental.keys import spec_key
 from localmodel.planner import ModelDemand
@@ -24,10 +25,14 @@ class PreparedSpec(NamedTuple):
     key: str
 
 
+_IdlePart = tuple[bool, tuple[str | None, ...], frozenset[str]]  # `IdleInputs.demand_of`
+
+
 class Roster:
     """Keeps the model list sorted by key, each spec's preparation (keyed on the
     spec object, shared within a pass by `spec_key`) and each valid model's
-    planner demand (keyed on the spec object and its avoided nodes).
+    planner demand (keyed on the spec object, its avoided nodes and what the
+    idle decisions say of it: `IdleInputs.demand_of`).
 
     Saves the validation step (`desired.prepare`) and the demands' making for
     every model whose spec object is the last pass's: a new list is compared
@@ -44,9 +49,11 @@ class Roster:
         self._demand_keys: list[str] = []  # sorted, the valid models'
         self._listed: tuple[LocalModel, ...] | None = None
         self._avoid: dict[str, frozenset[str]] = {}
+        self._idle = NO_IDLE
         self._by_id: dict[int, str] = {}  # id(LocalModel) -> key (the models are held)
         self._prepared: dict[str, PreparedSpec] = {}
-        self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], ModelDemand]] = {}
+        self._demands: dict[str, tuple[LocalModelSpec, frozenset[str], _IdlePart,
+                                       ModelDemand]] = {}
         # For one `sync`: the rules memo preparations read, and preparations by spec_key.
         self._evaluations = Evaluations()
         self._prepared_by_key: dict[str, Prepared] = {}
@@ -60,25 +67,28 @@ class Roster:
         listed: tuple[LocalModel, ...],
         avoid: Mapping[str, frozenset[str]],
         evaluations: Evaluations,
+        idle: IdleInputs = NO_IDLE,
     ) -> set[str] | None:
         """Bring the sorted model list, preparations and demands up to this
         list; the keys of the models that changed (None: all of them; then
         `gone` is empty and the models not listed are gone)."""
         self._evaluations, self._prepared_by_key, self.gone = evaluations, {}, []
         try:
-            return self._sync(listed, avoid)
+            return self._sync(listed, avoid, idle)
         finally:
             self._evaluations, self._prepared_by_key = Evaluations(), {}
 
     def _sync(
-        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
+        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]],
+        idle: IdleInputs,
     ) -> set[str] | None:
-        if listed == self._listed and avoid == self._avoid:
+        same_idle = idle is self._idle or idle == self._idle
+        if listed == self._listed and avoid == self._avoid and same_idle:
             return set()
         old_ids = self._by_id
         new_ids = {id(lm): lm for lm in listed}
         if self._listed is None or len(new_ids) != len(listed):
-            self._sync_all(listed, avoid)
+            self._sync_all(listed, avoid, idle)
             return None
         gone = {key for i, key in old_ids.items() if i not in new_ids}
         came = [lm for i, lm in new_ids.items() if i not in old_ids]
@@ -86,7 +96,7 @@ class Roster:
         for lm in came:
             key = lm.key
             if (key in self.model and key not in gone) or key in changed:
-                self._sync_all(listed, avoid)  # listed twice: the planner says so
+                self._sync_all(listed, avoid, idle)  # listed twice: the planner says so
                 return None
             changed.add(key)
         arrived = {lm.key: lm for lm in came}
@@ -98,9 +108,14 @@ class Roster:
             changed |= {
                 k for k in avoid.keys() | self._avoid.keys() if avoid.get(k) != self._avoid.get(k)
             }
+        if not same_idle:
+            was = self._idle
+            changed |= {k for k in (*idle.released, *was.released, *idle.prefer, *was.prefer,
+                                    *idle.avoid, *was.avoid)
+                        if idle.demand_of(k) != was.demand_of(k)}
         for key in changed:
-            self._set_demand(key, avoid.get(key, frozenset()))
-        self._listed, self._avoid = listed, dict(avoid)
+            self._set_demand(key, avoid.get(key, frozenset()), idle)
+        self._listed, self._avoid, self._idle = listed, dict(avoid), idle
         return changed
 
     def _arrive(self, key: str, lm: LocalModel) -> None:
@@ -117,9 +132,10 @@ class Roster:
         self.now_prepared[key] = self._prepare(key, lm)
 
     def _sync_all(
-        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]]
+        self, listed: tuple[LocalModel, ...], avoid: Mapping[str, frozenset[str]],
+        idle: IdleInputs,
     ) -> None:
-        self._listed, self._avoid = listed, dict(avoid)
+        self._listed, self._avoid, self._idle = listed, dict(avoid), idle
         keyed = sorted(((lm.key, lm) for lm in listed), key=lambda kl: kl[0])
         self.keys = [key for key, _ in keyed]
         self.model = dict(keyed)
@@ -132,7 +148,7 @@ class Roster:
             if not (prep.prepared.problems or prep.prepared.failure):
                 self._demand_keys.append(key)
                 self.now_demands.append(
-                    self._demand(key, lm, prep.prepared, avoid.get(key, frozenset()))
+                    self._demand(key, lm, prep.prepared, avoid.get(key, frozenset()), idle)
                 )
         for kept in (self._prepared, self._demands):
             for gone in [k for k in kept if k not in self.model]:
@@ -150,7 +166,7 @@ class Roster:
         self._demands.pop(key, None)
         self.gone.append(key)
 
-    def _set_demand(self, key: str, avoid: frozenset[str]) -> None:
+    def _set_demand(self, key: str, avoid: frozenset[str], idle: IdleInputs) -> None:
         """The key's place in the demand list, after its model or avoided nodes changed."""
         j = bisect_left(self._demand_keys, key)
         there = j < len(self._demand_keys) and self._demand_keys[j] == key
@@ -161,7 +177,7 @@ class Roster:
                 del self._demand_keys[j], self.now_demands[j]
             return
         assert lm is not None
-        made = self._demand(key, lm, prep, avoid)
+        made = self._demand(key, lm, prep, avoid, idle)
         if there:
             self.now_demands[j] = made
         else:
@@ -183,13 +199,14 @@ class Roster:
         return made
 
     def _demand(
-        self, key: str, lm: LocalModel, prep: Prepared, avoid: frozenset[str]
+        self, key: str, lm: LocalModel, prep: Prepared, avoid: frozenset[str], idle: IdleInputs
     ) -> ModelDemand:
         # The same demand object while nothing changed: the planner's
         # comparisons then stop at identity.
         memo = self._demands.get(key)
-        if memo is not None and memo[0] is lm.spec and memo[1] == avoid:
-            return memo[2]
-        made = demand(lm, avoid, prep)
-        self._demands[key] = (lm.spec, avoid, made)
+        part = idle.demand_of(key)
+        if memo is not None and memo[0] is lm.spec and memo[1] == avoid and memo[2] == part:
+            return memo[3]
+        made = idle_demand(lm, avoid, prep, idle)
+        self._demands[key] = (lm.spec, avoid, part, made)
         return made

@@ -1,0 +1,106 @@
+"""The idle decisions' place in a pass: what `plan.plan_pass` gathers from the
+`Observed` for `idle.decide` (`idle_models`: each valid model with `spec.idle`
+and replicas, with its stored `status.idle`, its activity readings, its homes
+and its Ready replicas' nodes) and the call before the plan (`decide_pass`).
+Pure.
+
+A home is the one node a replica's claim can be used from (a bound claim
+whose volume's node affinity only that node meets: a local volume); a claim
+on a network volume, or not bound yet, makes none (rule 4 protects no node
+for it). `replicas: 0` is off: such a model has no idle state at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from localmodel.api import IdleHome, LocalModel
+from localmodel.controller.objects import ModelObject
+from localmodel.controller.observed import Observed
+from localmodel.controller.volumes import volume_reaches
+from localmodel.idle.asks import IdleSignals
+from localmodel.idle.decide import Decided, IdleModel, decide, fresh_readings
+from localmodel.idle.schedule import Window
+from localmodel.idle.state import IdlePolicy, Release
+from localmodel.render.names import claim_name, pod_name
+
+
+def policy_of(lm: LocalModel) -> IdlePolicy | None:
+    """`spec.idle` as the core reads it; None without one, or with `replicas: 0`
+    (off beats idle)."""
+    idle = lm.spec.idle
+    if idle is None or lm.spec.replicas == 0:
+        return None
+    windows = tuple(Window.of(w.from_, w.to, w.time_zone, w.days or ()) for w in idle.awake)
+    return IdlePolicy(idle.after_seconds, idle.priority, Release(idle.release), windows)
+
+
+def homes(obs: Observed, lm: LocalModel, uid: str) -> tuple[IdleHome, ...]:
+    """Each replica's home: the node its claim (its own name first) is pinned to."""
+    out = []
+    for replica in range(lm.spec.replicas):
+        own = claim_name(lm, replica)
+        claims = sorted((c for c in obs.claims_of(lm.key)
+                         if c.replica == replica and not c.terminating and c.volume
+                         and c.owner_uid in (None, uid)),
+                        key=lambda c: (c.name != own, c.name))
+        for c in claims:
+            vol = obs.volumes.get(c.volume or "")
+            if vol is None or vol.terms is None:
+                continue
+            reach = [n for n in obs.nodes.values() if volume_reaches(vol, n)]
+            if len(reach) == 1:
+                out.append(IdleHome(replica=replica, node=reach[0].name, claim=c.name))
+                break
+    return tuple(out)
+
+
+def idle_model(obs: Observed, mo: ModelObject, lm: LocalModel,
+               signals: IdleSignals) -> IdleModel | None:
+    """One model as `idle.decide` reads it; None when it has no idle state."""
+    policy = policy_of(lm)
+    if policy is None or lm.spec.idle is None:
+        return None
+    replicas = lm.spec.replicas
+    ready_on = tuple(sorted({p.node for p in obs.pods_of(lm.key)
+                             if p.owner_uid == mo.uid and p.ready and p.node in obs.nodes
+                             and p.node and not p.terminating}))
+    readings = fresh_readings(signals.readings.get(lm.key, {}), replicas, signals.now,
+                              signals.settings.stale_s)
+    return IdleModel(
+        key=lm.key, policy=policy, pods=tuple(pod_name(lm, r) for r in range(replicas)),
+        hold_s=float(lm.spec.idle.hold_seconds),
+        stored=mo.status.idle if mo.status is not None else None,
+        readings=readings, homes=homes(obs, lm, mo.uid), ready_on=ready_on)
+
+
+def idle_models(obs: Observed, models: Iterable[LocalModel],
+                signals: IdleSignals) -> list[IdleModel]:
+    """Every admitted model with an idle state, in key order."""
+    out = []
+    for lm in sorted(models, key=lambda m: m.key):
+        mo = obs.models.get(lm.key)
+        if mo is None or lm.spec.idle is None:
+            continue
+        try:
+            found = idle_model(obs, mo, lm, signals)
+        except Exception:  # one model's failure is that model's: no idle state this pass
+            continue
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def decide_pass(obs: Observed, models: Sequence[LocalModel],
+                current: Mapping[str, Sequence[str | None]],
+                signals: IdleSignals) -> tuple[list[IdleModel], Decided] | None:
+    """The idle models and `idle.decide`'s answer; None when no admitted
+    model has an idle state (nothing changes for any model)."""
+    found = idle_models(obs, models, signals)
+    if not found:
+        return None
+    pending = [lm.key for lm in models
+               if lm.spec.replicas and (None in current.get(lm.key, (None,))
+                                        or len(current.get(lm.key, ())) < lm.spec.replicas)]
+    plain = [lm.key for lm in models if lm.spec.idle is None]
+    return found, decide(found, signals, pending=pending, plain=plain)
