@@ -3,7 +3,9 @@ prepared spec, tunings, rendered objects and status between passes, and a
 long-lived planner) returns exactly what the plain `desired_state` returns, at every step of
 random sequences of changes: models added, removed, edited and given a status,
 nodes relabelled, resized, given other CPU features, added and removed, pods
-becoming ready, the clock moving, the claim chosen, and avoided nodes."""
+becoming ready, the clock moving, the claim chosen, avoided nodes, and what
+the idle decisions tell the planner (`IdleInputs`: models released, nodes
+preferred and avoided)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 from localmodel.api import LocalModel
 from localmodel.desired import DesiredState, desired_state
 from localmodel.facts import NodeFacts, Taint
+from localmodel.idle.decide import NO_IDLE, IdleInputs
 from localmodel.incremental import Desired
 from localmodel.planner import Usage
 from localmodel.render import RenderOptions
@@ -82,6 +85,7 @@ class World:
     options: RenderOptions
     avoid: dict[str, frozenset[str]]
     claim_suffix: str
+    idle: IdleInputs = NO_IDLE
     # "operator": claims chosen and readiness seen; "no claims": readiness
     # only; "offline": neither (as `localmodel render` and the benchmark run it).
     mode: str = "operator"
@@ -103,7 +107,21 @@ class World:
             options=self.options,
             claims=claims if self.mode == "operator" else None,
             avoid=self.avoid,
+            idle=self.idle,
         )
+
+
+def idle_inputs(w: World, rnd: random.Random) -> IdleInputs:
+    """Random idle decisions over the world's models and nodes (some of them
+    about models or nodes that are not there)."""
+    keys = [m.key for m in w.models] + ["ns/gone"]
+    names = [n.name for n in w.nodes] + ["n-gone"]
+    released = frozenset(k for k in keys if rnd.random() < 0.3)
+    prefer = {k: tuple(rnd.choice([None, *names]) for _ in range(rnd.randint(0, 3)))
+              for k in keys if rnd.random() < 0.4}
+    avoid = {k: frozenset(rnd.sample(names, rnd.randint(1, len(names))))
+             for k in keys if rnd.random() < 0.3}
+    return IdleInputs(released, prefer, avoid)
 
 
 def step(w: World, last: DesiredState, rnd: random.Random) -> None:
@@ -127,6 +145,8 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
             "options",
             "claim",
             "avoid",
+            "idle",
+            "idle",
             "nothing",
         ]
     )
@@ -179,6 +199,9 @@ def step(w: World, last: DesiredState, rnd: random.Random) -> None:
     elif what == "avoid" and w.models and w.nodes:
         key = rnd.choice(w.models).key
         w.avoid[key] = frozenset({rnd.choice(w.nodes).name})
+    elif what == "idle":  # the idle decisions moved (or were made again, equal)
+        w.idle = idle_inputs(w, rnd) if rnd.random() < 0.8 else IdleInputs(
+            w.idle.released, dict(w.idle.prefer), dict(w.idle.avoid))
 
 
 @pytest.mark.parametrize("mode", ["operator", "no claims", "offline"])
@@ -199,6 +222,9 @@ def walk(w: World, rnd: random.Random, where: str = "") -> None:
         kept = w.state(desired)
         assert kept.models == fresh.models, f"{where}step {i}"
         assert kept.plan == fresh.plan, f"{where}step {i}"
+        for r in fresh.models:  # a released model asks for no replica and says so
+            if r.model.key in w.idle.released and not (r.problems or r.failure):
+                assert r.released and not r.replicas and not r.pod_hashes, f"{where}step {i}"
         step(w, fresh, rnd)
 
 
