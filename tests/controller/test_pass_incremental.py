@@ -12,9 +12,12 @@ cordoned, added and removed; the pass's own creates, applies and deletes
 arriving (some of them); pods becoming Ready or Unschedulable, marked for
 deletion, their spec hash edited, or deleted by someone else; applied objects
 edited; claims bound to volumes or deleted; objects re-listed as equal copies;
-the clock moving or not; the admin's policy refusing some models or none. At
-every step the long-lived `Parsed`, `Desired` and
-`KeptWork` give exactly what fresh ones give: the same `Observed` and plan."""
+the clock moving or not; the admin's policy refusing some models or none;
+for models with `spec.idle`, what the shell gathered (`IdleSignals`: activity
+readings quiet, busy, stale or missing, requests held at routers, answers to
+closes) moving, so models sleep, are released, wake and yield. At every step
+the long-lived `Parsed`, `Desired` and `KeptWork` give exactly what fresh ones
+give: the same `Observed` and plan."""
 
 from __future__ import annotations
 
@@ -34,8 +37,12 @@ from localmodel.controller.parse_memo import Parsed
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.work_memo import KeptWork
+from localmodel.gateway_contract.waiting_answer import WaitingModel
+from localmodel.idle.asks import CloseAsk, Closed, CloseResult, IdleSignals
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
+from localmodel.speed import Activity, Rates, Totals
+from localmodel.speed import Reading as SpeedReading
 from localmodel.status import status_body
 from localmodel.tenancy import TenantPolicy
 from tests.builders import MakeLocalModel, MakeNode
@@ -52,10 +59,16 @@ SPECS: list[dict[str, Any]] = [
     {"model": "qwen3:0.6b", "cpu": 1, "gateway": {"enabled": False},
      "placement": {"exclusive": False}},
     {"model": "unknown-model:7b", "cpu": 1},  # invalid: memory auto, not in the catalog
+    {"model": "qwen3:0.6b", "cpu": 1, "placement": {"exclusive": False},
+     "idle": {"after": "1m", "release": "WhenAsleep"}},
+    {"model": "gemma3:1b", "cpu": 2, "replicas": 2, "idle": {"after": "2m", "priority": 5}},
+    {"model": "qwen3:0.6b", "cpu": 1, "replicas": 0, "idle": {"after": "1m"}},  # off
 ]
 KINDS = {"Pod": "pods", "PersistentVolumeClaim": "claims", "ConfigMap": "configmaps",
          "Service": "services", "NetworkPolicy": "networkpolicies"}
 TIMES = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:01:00Z"]
+EPOCH = 1767225600.0  # TIMES[0]
+RESULTS = list(CloseResult)
 
 
 class World:
@@ -70,10 +83,13 @@ class World:
         self.now = TIMES[0]
         # The admin's policy: none, or one that refuses exclusive models outside "other".
         self.tenants = TenantPolicy()
+        self.idle: IdleSignals | None = None  # what the shell gathered for idle models
         for i in range(rnd.randint(2, 4)):
             self.node(f"n{i}")
         for i in range(rnd.randint(1, 4)):
             self.model(f"m{i}")
+        if rnd.random() < 0.7:
+            self.idle = self.signals()
 
     def stamp(self, body: dict[str, Any], uid: str) -> dict[str, Any]:
         self.rv += 1
@@ -121,7 +137,7 @@ class World:
 
     def event(self) -> None:
         rnd, store = self.rnd, self.store
-        what = rnd.randrange(15)
+        what = rnd.randrange(16)
         models, nodes, pods = store["localmodels"], store["nodes"], store["pods"]
         if what == 0:
             self.model(f"m{rnd.randint(0, 5)}")  # added, or edited (a new spec)
@@ -170,7 +186,36 @@ class World:
                 self.edit("claims", lambda meta: None, volume=f"pv-{rnd.randint(0, 2)}")
         elif what == 14:  # the admin's policy changed (or was set again, an equal copy)
             self.tenants = TenantPolicy(exclusive_namespaces=rnd.choice([("ns",), ("other",)]))
+        elif what == 15:  # the idle signals moved
+            self.idle = self.signals()
         # 13: nothing happened (a quiet pass)
+
+    def signals(self) -> IdleSignals:
+        """Random signals for the world's models: readings quiet, busy, stale
+        or missing; requests held; answers to closes (the pass's or others')."""
+        rnd = self.rnd
+        now = EPOCH + rnd.choice([0, 5, 60, 200, 4000])
+        names = sorted(b["metadata"]["name"] for b in self.store["localmodels"].values())
+        readings = {}
+        for name in names:
+            readings[f"ns/{name}"] = {r: SpeedReading(
+                now - rnd.choice([0, 0, 500]), Rates(), Totals(),
+                activity=rnd.choice([None, Activity(idle_seconds=1000.0),
+                                     Activity(in_flight=1), Activity(idle_seconds=40.0)]))
+                for r in range(2) if rnd.random() < 0.8}
+        waiting = {f"ns/{n}": WaitingModel(f"ns/{n}", rnd.randint(1, 3), 0, 2.0)
+                   for n in names if rnd.random() < 0.3}
+        closes = {}
+        for name in names:
+            for r in range(2):
+                if rnd.random() < 0.5:
+                    ask = CloseAsk("ns", name, f"{name}-{r}", rnd.choice(["sleep", "yield"]),
+                                   0, rnd.choice(["", *(f"ns/{n}" for n in names)]),
+                                   rnd.choice(["", "n0", "n1"]))
+                    closes[f"ns/{name}-{r}"] = Closed(ask, rnd.choice(RESULTS),
+                                                      now - rnd.choice([1, 20, 90]),
+                                                      lease_seconds=60.0)
+        return IdleSignals(now, waiting, closes, readings)
 
     def edit(self, name: str, change: Any, volume: str | None = None) -> None:
         """One object of `name` replaced by an edited copy."""
@@ -214,9 +259,9 @@ def test_a_kept_pass_equals_a_fresh_pass_at_every_step(rnd: random.Random) -> No
         assert obs == fresh_obs, f"step {step}: observe"
         assert views(obs) == views(fresh_obs), f"step {step}: the views of observe"
         plan = plan_pass(obs, world.now, OPTIONS, placed=placed, avoid={}, desired=desired,
-                         kept=kept, tenants=world.tenants)
+                         kept=kept, tenants=world.tenants, idle=world.idle)
         fresh = plan_pass(fresh_obs, world.now, OPTIONS, placed=fresh_placed, avoid={},
-                          tenants=world.tenants)
+                          tenants=world.tenants, idle=world.idle)
         assert plan == fresh, f"step {step}: plan_pass"
         placed, fresh_placed = plan.placed, fresh.placed
         world.write(fresh)
