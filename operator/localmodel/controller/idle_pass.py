@@ -1,8 +1,8 @@
 """The idle decisions' place in a pass: what `plan.plan_pass` gathers from the
 `Observed` for `idle.decide` (`idle_models`: each valid model with `spec.idle`
 and replicas, with its stored `status.idle`, its activity readings, its homes
-and its Ready replicas' nodes) and the call before the plan (`decide_pass`).
-Pure.
+and its Ready replicas' nodes), the call before the plan (`decide_pass`) and
+the one after it (`after_pass`). Pure.
 
 A home is the one node a replica's claim can be used from (a bound claim
 whose volume's node affinity only that node meets: a local volume); a claim
@@ -18,8 +18,17 @@ from localmodel.api import IdleHome, LocalModel
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import Observed
 from localmodel.controller.volumes import volume_reaches
+from localmodel.desired import DesiredState
 from localmodel.idle.asks import IdleSignals
-from localmodel.idle.decide import Decided, IdleModel, decide, fresh_readings
+from localmodel.idle.decide import (
+    NO_OUTCOME,
+    Decided,
+    IdleModel,
+    IdleOutcome,
+    after_plan,
+    decide,
+    fresh_readings,
+)
 from localmodel.idle.schedule import Window
 from localmodel.idle.state import IdlePolicy, Release
 from localmodel.render.names import claim_name, pod_name
@@ -104,3 +113,14 @@ def decide_pass(obs: Observed, models: Sequence[LocalModel],
                                         or len(current.get(lm.key, ())) < lm.spec.replicas)]
     plain = [lm.key for lm in models if lm.spec.idle is None]
     return found, decide(found, signals, pending=pending, plain=plain)
+
+
+def after_pass(decided: tuple[list[IdleModel], Decided] | None, state: DesiredState,
+               obs: Observed, signals: IdleSignals | None) -> IdleOutcome:
+    """`idle.after_plan` over the pass's plan: the reports for `with_idle` and
+    the closes to send (none without idle models)."""
+    if decided is None or signals is None:
+        return NO_OUTCOME
+    found, first = decided
+    demands = {d.key: d for d in state.demands} if first.waking else {}
+    return after_plan(first, found, state.plan, obs.nodes, obs.usage, demands, signals)

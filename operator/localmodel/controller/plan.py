@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from localmodel.api import LocalModel
 from localmodel.controller.changes import ModelChanges
-from localmodel.controller.idle_pass import decide_pass
+from localmodel.controller.idle_pass import after_pass, decide_pass
 from localmodel.controller.model_work import ModelWork, PassPlan, model_work
 from localmodel.controller.observed import Observed, current_placements, readiness
 from localmodel.controller.share_memo import Shares
@@ -23,7 +23,7 @@ from localmodel.controller.work_memo import KeptWork
 from localmodel.desired import ModelResult, failure_text
 from localmodel.errors import format_errors
 from localmodel.idle.asks import IdleSignals
-from localmodel.idle.decide import NO_IDLE, NO_OUTCOME, IdleOutcome, after_plan
+from localmodel.idle.decide import NO_IDLE
 from localmodel.idle_status import IdleReport
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
@@ -162,11 +162,7 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         claims_again=kept.claims.claims_again,
         idle=decided[1].inputs if decided is not None else NO_IDLE,
     )
-    outcome: IdleOutcome = NO_OUTCOME
-    if decided is not None and idle is not None:
-        found, first = decided
-        demands = {d.key: d for d in state.demands} if first.waking else {}
-        outcome = after_plan(first, found, state.plan, obs.nodes, obs.usage, demands, idle)
+    outcome = after_pass(decided, state, obs, idle)
     shares, todo, last = _models_work(state.models, obs, now, options, speeds, policy, kept,
                                       placed, outcome.reports)
     if last is None:
