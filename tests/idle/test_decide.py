@@ -31,9 +31,10 @@ from localmodel.idle.decide import (
     decide,
     epoch,
     fresh_readings,
+    last_request,
     stamp,
 )
-from localmodel.planner import CpuRequest, ModelDemand, Plan, plan
+from localmodel.planner import CpuRequest, ModelDemand, Plan, Unplaced, UnplacedReason, plan
 from localmodel.speed import Activity, Rates, Totals
 from localmodel.speed import Reading as SpeedReading
 from localmodel.status import Reason
@@ -324,3 +325,39 @@ def test_the_same_signals_give_the_same_decisions() -> None:
     again = model(stored=ASLEEP_RELEASED.model_copy(), homes=(HOME,))
     assert one(m) == one(again)
     assert state(one(again)) == ("Asleep", False, Reason.ASLEEP)
+
+
+def test_a_sleep_eligible_model_left_without_a_node_waits_for_one_and_asks_a_yield() -> None:
+    """Never Stalled while a node it may take could hold it: Waking,
+    WaitingForNode, and the longest idle model is asked for its node."""
+    nodes, the_plan, demands = cluster()
+    w = model("ai/w", readings=(None,))  # new: never served
+    a = model("ai/a", readings=(Reading(1, 0, 0),))
+    b = model("ai/b", readings=(Reading(0, 0, 600),))
+    sig = signals()
+    d = decide([a, b, w], sig)
+    out = after_plan(d, [a, b, w], the_plan, nodes, {}, demands, sig)  # type: ignore[arg-type]
+    report = out.reports["ai/w"]
+    assert (report.idle.state, report.awake) == ("Waking", Reason.WAITING_FOR_NODE)
+    assert report.idle.wake is not None and report.idle.wake.wanted_at == stamp(NOW)
+    assert [(c.model, c.reason, c.for_) for c in out.closes] == [("b", "yield", "ai/w")]
+    # one no node could ever take (its selector matches none) stays as the plan says
+    never = Plan((), (Unplaced("ai/w", 0, UnplacedReason.NO_MATCHING_NODE, "no node"),))
+    out = after_plan(d, [a, b, w], never, nodes, {}, demands, sig)  # type: ignore[arg-type]
+    assert out.reports["ai/w"].idle.state == "Awake" and out.closes == ()
+
+
+def test_last_request_at_moves_in_steps_not_on_every_read() -> None:
+    def read(idle_s: float) -> dict[int, SpeedReading]:
+        return {0: SpeedReading(NOW, Rates(), Totals(), activity=Activity(idle_seconds=idle_s))}
+    assert last_request(read(100), NOW, 180) == NOW - 100
+    assert last_request(read(100), NOW + 200, 180) is None  # stale
+    unknown = one(model(readings=(Reading(0, 0, 100),)))
+    assert unknown.steps["ai/q"].idle.last_request_at == ""
+    seen = IdleStatus(state="Awake", last_request_at=stamp(NOW - 600))
+    near = IdleModel("ai/q", ON_DEMAND, ("q-0",), stored=seen, readings=(Reading(1, 0, 0),),
+                     last_request=NOW - 400)
+    assert one(near).steps["ai/q"].idle.last_request_at == stamp(NOW - 600)
+    later = IdleModel("ai/q", ON_DEMAND, ("q-0",), stored=seen, readings=(Reading(1, 0, 0),),
+                      last_request=NOW - 290)
+    assert one(later).steps["ai/q"].idle.last_request_at == stamp((NOW - 290) // 60 * 60)

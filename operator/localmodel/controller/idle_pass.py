@@ -28,6 +28,7 @@ from localmodel.idle.decide import (
     after_plan,
     decide,
     fresh_readings,
+    last_request,
 )
 from localmodel.idle.schedule import Window
 from localmodel.idle.state import IdlePolicy, Release
@@ -74,13 +75,15 @@ def idle_model(obs: Observed, mo: ModelObject, lm: LocalModel,
     ready_on = tuple(sorted({p.node for p in obs.pods_of(lm.key)
                              if p.owner_uid == mo.uid and p.ready and p.node in obs.nodes
                              and p.node and not p.terminating}))
-    readings = fresh_readings(signals.readings.get(lm.key, {}), replicas, signals.now,
-                              signals.settings.stale_s)
+    read = signals.readings.get(lm.key, {})
+    stale = signals.settings.stale_s
+    readings = fresh_readings(read, replicas, signals.now, stale)
     return IdleModel(
         key=lm.key, policy=policy, pods=tuple(pod_name(lm, r) for r in range(replicas)),
         hold_s=float(lm.spec.idle.hold_seconds),
         stored=mo.status.idle if mo.status is not None else None,
-        readings=readings, homes=homes(obs, lm, mo.uid), ready_on=ready_on)
+        readings=readings, homes=homes(obs, lm, mo.uid), ready_on=ready_on,
+        last_request=last_request(read, signals.now, stale))
 
 
 def idle_models(obs: Observed, models: Iterable[LocalModel],

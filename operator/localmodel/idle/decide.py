@@ -47,7 +47,7 @@ from localmodel.idle.schedule import is_awake_window
 from localmodel.idle.state import IdlePolicy, Reading, Release, due_to_sleep, quiet_for
 from localmodel.idle.yielding import Candidate, Waker, choose_yields
 from localmodel.idle_status import IdleReport
-from localmodel.planner import ModelDemand, Plan, Usage
+from localmodel.planner import ModelDemand, Plan, UnplacedReason, Usage
 from localmodel.speed import Reading as SpeedReading
 from localmodel.status import Reason
 
@@ -69,6 +69,7 @@ class IdleModel:
     readings: tuple[Reading | None, ...] = ()
     homes: tuple[IdleHome, ...] = ()
     ready_on: tuple[str, ...] = ()
+    last_request: float | None = None  # seconds: the latest a replica saw one (`last_request`)
 
     @property
     def namespace(self) -> str:
@@ -172,6 +173,29 @@ def fresh_readings(readings: Mapping[int, SpeedReading], replicas: int, now: flo
     return tuple(out)
 
 
+def last_request(readings: Mapping[int, SpeedReading], now: float,
+                 stale_s: float) -> float | None:
+    """When a replica last saw a request, by the fresh readings (each one's
+    time less its idle seconds); None when none says."""
+    times = [r.at - r.activity.idle_seconds for r in readings.values()
+             if r.activity is not None and now - r.at <= stale_s]
+    return max(times, default=None)
+
+
+# lastRequestAt moves by whole steps of this many seconds: it says roughly when,
+# and a busy model's status is not rewritten on every read.
+LAST_REQUEST_STEP = 300.0
+
+
+def _with_last(stored: IdleStatus, last: float | None) -> IdleStatus:
+    if last is None:
+        return stored
+    was = epoch(stored.last_request_at)
+    if was is not None and last < was + LAST_REQUEST_STEP:
+        return stored
+    return stored.model_copy(update={"last_request_at": stamp(last // 60 * 60)})
+
+
 # ---- before the plan ---------------------------------------------------------------
 
 
@@ -217,7 +241,7 @@ def _seen(m: IdleModel, signals: IdleSignals, since: float | None) -> _Seen:
 
 def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
     stored = m.stored or IdleStatus(state="Awake")
-    stored = stored.model_copy(update={"homes": list(m.homes)})
+    stored = _with_last(stored.model_copy(update={"homes": list(m.homes)}), m.last_request)
     since = epoch(stored.since)
     seen = _seen(m, signals, since)
     waiting = signals.waiting.get(m.key)
@@ -389,6 +413,9 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
     for key, step in decided.steps.items():
         m = by_key[key]
         idle, awake = step.idle, step.awake
+        if idle.state == "Awake" and _left_out(key, plan):  # it needs a node: it wakes
+            wake = IdleWake(wanted_at=stamp(signals.now))
+            idle = _moved(idle, "Waking", False, signals.now, wake=wake)
         if idle.state == "Waking":
             idle, awake = _where(m, idle, plan)
             d = demands.get(key)
@@ -399,6 +426,16 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
     if wakers:
         closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
     return IdleOutcome(MappingProxyType(reports), tuple(closes))
+
+
+def _left_out(key: str, plan: Plan) -> bool:
+    """Whether the plan placed none of the model's replicas only for want of
+    room (it would fit an empty node it may take): a sleep-eligible model
+    waiting for a node reads Waking, WaitingForNode, and may ask for a yield,
+    never Stalled."""
+    unplaced = plan.unplaced_for(key)
+    return bool(unplaced) and not plan.placements_for(key) and all(
+        u.reason is UnplacedReason.NO_FEASIBLE_NODE for u in unplaced)
 
 
 def _where(m: IdleModel, idle: IdleStatus, plan: Plan) -> tuple[IdleStatus, Reason]:
