@@ -341,6 +341,11 @@ def test_a_sleep_eligible_model_left_without_a_node_waits_for_one_and_asks_a_yie
     assert (report.idle.state, report.awake) == ("Waking", Reason.WAITING_FOR_NODE)
     assert report.idle.wake is not None and report.idle.wake.wanted_at == stamp(NOW)
     assert [(c.model, c.reason, c.for_) for c in out.closes] == [("b", "yield", "ai/w")]
+    # one whose pod still serves where the plan left it is awake, not waking
+    serving = model("ai/w", readings=(None,), ready_on=("n9",))
+    d2 = decide([a, b, serving], sig)
+    out = after_plan(d2, [a, b, serving], the_plan, nodes, {}, demands, sig)  # type: ignore[arg-type]
+    assert out.reports["ai/w"].idle.state == "Awake" and out.closes == ()
     # one no node could ever take (its selector matches none) stays as the plan says
     never = Plan((), (Unplaced("ai/w", 0, UnplacedReason.NO_MATCHING_NODE, "no node"),))
     out = after_plan(d, [a, b, w], never, nodes, {}, demands, sig)  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ model is no `IdleModel` (no idle state at all), nor is one whose spec is invalid
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -413,7 +414,7 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
     for key, step in decided.steps.items():
         m = by_key[key]
         idle, awake = step.idle, step.awake
-        if idle.state == "Awake" and _left_out(key, plan):  # it needs a node: it wakes
+        if idle.state == "Awake" and not m.ready_on and _left_out(key, plan):  # needs a node
             wake = IdleWake(wanted_at=stamp(signals.now))
             idle = _moved(idle, "Waking", False, signals.now, wake=wake)
         if idle.state == "Waking":
@@ -424,7 +425,9 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
         reports[key] = IdleReport(idle, awake)
     closes = [a for s in decided.steps.values() for a in s.asks]
     if wakers:
-        closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
+        # (a failure asks no yield this pass; every model's state still holds)
+        with suppress(Exception):
+            closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
     return IdleOutcome(MappingProxyType(reports), tuple(closes))
 
 
