@@ -1,4 +1,4 @@
-"""The idle decisions of one pass (`idle.decide`, then `after_plan`), as a
+"""The idle decisions of one pass (`idle.decide`, then `idle.wakers.after_plan`), as a
 table: a model due to sleep falls asleep (resident under `OnDemand`, by its
 gateways' closes under `WhenAsleep`), one not due, busy, or with a missing or
 stale reading stays awake (unknown is not idle), an awake window keeps it
@@ -27,13 +27,13 @@ from localmodel.idle.asks import (
 from localmodel.idle.decide import (
     Decided,
     IdleModel,
-    after_plan,
     decide,
     epoch,
     fresh_readings,
     last_request,
     stamp,
 )
+from localmodel.idle.wakers import after_plan
 from localmodel.planner import CpuRequest, ModelDemand, Plan, Unplaced, UnplacedReason, plan
 from localmodel.speed import Activity, Rates, Totals
 from localmodel.speed import Reading as SpeedReading

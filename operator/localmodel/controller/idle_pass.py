@@ -2,7 +2,7 @@
 `Observed` for `idle.decide` (`idle_models`: each valid model with `spec.idle`
 and replicas, with its stored `status.idle`, its activity readings, its homes
 and its Ready replicas' nodes), the call before the plan (`decide_pass`) and
-the one after it (`after_pass`). Pure.
+the one after it (`after_pass`: `idle.wakers.after_plan`). Pure.
 
 A home is the one node a replica's claim can be used from (a bound claim
 whose volume's node affinity only that node meets: a local volume); a claim
@@ -20,18 +20,10 @@ from localmodel.controller.observed import Observed
 from localmodel.controller.volumes import volume_reaches
 from localmodel.desired import DesiredState
 from localmodel.idle.asks import IdleSignals
-from localmodel.idle.decide import (
-    NO_OUTCOME,
-    Decided,
-    IdleModel,
-    IdleOutcome,
-    after_plan,
-    decide,
-    fresh_readings,
-    last_request,
-)
+from localmodel.idle.decide import Decided, IdleModel, decide, fresh_readings, last_request
 from localmodel.idle.schedule import Window
 from localmodel.idle.state import IdlePolicy, Release
+from localmodel.idle.wakers import NO_OUTCOME, IdleOutcome, after_plan
 from localmodel.render.names import claim_name, pod_name
 
 
@@ -120,7 +112,7 @@ def decide_pass(obs: Observed, models: Sequence[LocalModel],
 
 def after_pass(decided: tuple[list[IdleModel], Decided] | None, state: DesiredState,
                obs: Observed, signals: IdleSignals | None) -> IdleOutcome:
-    """`idle.after_plan` over the pass's plan: the reports for `with_idle` and
+    """`idle.wakers.after_plan` over the pass's plan: the reports for `with_idle` and
     the closes to send (none without idle models)."""
     if decided is None or signals is None:
         return NO_OUTCOME

@@ -25,30 +25,24 @@ activity reading, the clock). Before the plan (`decide`):
   released sleeper's home (rule 4: a lent node goes only to models that may
   sleep), and every other pending model avoids a node reserved for a waker.
 
-After the plan (`after_plan`): where each waking model goes and what that
-costs, and for each waker the plan left unplaced, the model asked to give it a
-node (`yielding.choose_yields`: never a busy one, and only an ask: the
-gateway decides on its own counts). `replicas: 0` is off, not asleep: such a
-model is no `IdleModel` (no idle state at all), nor is one whose spec is invalid.
+After the plan, `wakers.after_plan`: where each waking model goes, and who is
+asked to give a node to one left unplaced. `replicas: 0` is off, not asleep:
+such a model is no `IdleModel` (no idle state at all), nor is one whose spec
+is invalid.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
 from localmodel.api import IdleHome, IdleLastWake, IdleStatus, IdleWake
 from localmodel.api.status import STATUS_TEXT_MAX
-from localmodel.facts import NodeFacts
 from localmodel.idle.asks import CloseAsk, Closed, CloseReason, CloseResult, IdleSignals
 from localmodel.idle.schedule import is_awake_window
 from localmodel.idle.state import IdlePolicy, Reading, Release, due_to_sleep, quiet_for
-from localmodel.idle.yielding import Candidate, Waker, choose_yields
-from localmodel.idle_status import IdleReport
-from localmodel.planner import ModelDemand, Plan, UnplacedReason, Usage
 from localmodel.speed import Reading as SpeedReading
 from localmodel.status import Reason
 
@@ -126,18 +120,6 @@ class Decided:
     @property
     def waking(self) -> bool:
         return any(s.idle.state == "Waking" for s in self.steps.values())
-
-
-@dataclass(frozen=True)
-class IdleOutcome:
-    """What a pass decided for the idle models: each one's report (for
-    `idle_status.with_idle`) and every close to ask for, in order."""
-
-    reports: Mapping[str, IdleReport] = field(default_factory=lambda: MappingProxyType({}))
-    closes: tuple[CloseAsk, ...] = ()
-
-
-NO_OUTCOME = IdleOutcome()
 
 
 def stamp(seconds: float) -> str:
@@ -218,7 +200,7 @@ def decide(models: Sequence[IdleModel], signals: IdleSignals, *,
 
 
 @dataclass(frozen=True)
-class _Seen:
+class Seen:
     """What one model's closes say this pass."""
 
     closed: tuple[bool, ...]  # per replica: closed now (within its lease)
@@ -227,7 +209,7 @@ class _Seen:
     failed: bool  # the latest answer of a replica is a failure
 
 
-def _seen(m: IdleModel, signals: IdleSignals, since: float | None) -> _Seen:
+def seen_closes(m: IdleModel, signals: IdleSignals, since: float | None) -> Seen:
     now, grace = signals.now, signals.settings.grace_s
     answers = tuple(
         c if c is not None and (since is None or c.at >= since) else None
@@ -237,44 +219,44 @@ def _seen(m: IdleModel, signals: IdleSignals, since: float | None) -> _Seen:
     busy = any(c is not None and c.result is CloseResult.BUSY and now - c.at < grace
                for c in answers)
     failed = any(c is not None and c.result in _FAILED for c in answers)
-    return _Seen(closed, answers, busy, failed)
+    return Seen(closed, answers, busy, failed)
 
 
 def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
     stored = m.stored or IdleStatus(state="Awake")
     stored = _with_last(stored.model_copy(update={"homes": list(m.homes)}), m.last_request)
     since = epoch(stored.since)
-    seen = _seen(m, signals, since)
+    seen = seen_closes(m, signals, since)
     waiting = signals.waiting.get(m.key)
     held = waiting.held if waiting is not None else 0
     wanted = held > 0 or is_awake_window(m.policy.windows, at) or not signals.settings.router
     released = stored.state == "Asleep" and not stored.resident
     if stored.state != "Waking" and not released and m.pods and all(seen.closed):
         return _release(stored, seen)
-    reopen = tuple(_ask(m, i, "reopen") for i, c in enumerate(seen.closed) if c and seen.busy)
+    reopen = tuple(ask(m, i, "reopen") for i, c in enumerate(seen.closed) if c and seen.busy)
     if stored.state == "Waking":
         return _waking(m, stored, signals, wanted, held)
     if released:
         if not wanted:
             return Step(stored, Reason.ASLEEP)
         wake = IdleWake(wanted_at=stamp(signals.now), held=held)
-        return Step(_moved(stored, "Waking", False, signals.now, wake=wake), Reason.WAKING)
+        return Step(moved(stored, "Waking", False, signals.now, wake=wake), Reason.WAKING)
     awake = stored.state == "Awake"
     due = (not wanted and not seen.busy
            and due_to_sleep(m.policy, m.readings, held, at) if awake
            else not (wanted or seen.busy or not quiet_for(m.readings, m.policy.after_s)))
     if not due:
-        now_awake = stored if awake else _moved(stored, "Awake", True, signals.now)
+        now_awake = stored if awake else moved(stored, "Awake", True, signals.now)
         return Step(now_awake, _awake_reason(m, seen, signals), reopen)
     if m.policy.release is Release.ON_DEMAND:
-        asleep = stored if not awake else _moved(stored, "Asleep", True, signals.now)
+        asleep = stored if not awake else moved(stored, "Asleep", True, signals.now)
         return Step(asleep, Reason.ASLEEP, reopen)
-    asks = tuple(_ask(m, i, "sleep", int(m.policy.after_s)) for i in range(len(m.pods))
-                 if _ask_again(seen.answers[i], signals))
+    asks = tuple(ask(m, i, "sleep", int(m.policy.after_s)) for i in range(len(m.pods))
+                 if ask_again(seen.answers[i], signals))
     return Step(stored, Reason.ASLEEP if not awake else _awake_reason(m, seen, signals), asks)
 
 
-def _ask_again(last: Closed | None, signals: IdleSignals) -> bool:
+def ask_again(last: Closed | None, signals: IdleSignals) -> bool:
     """Whether to (re)send a close to a replica whose last answer is ``last``:
     none yet; a refusal or failure older than the grace; a close past half
     its lease (renewed while the other replicas answer)."""
@@ -286,12 +268,12 @@ def _ask_again(last: Closed | None, signals: IdleSignals) -> bool:
     return age >= signals.settings.grace_s
 
 
-def _ask(m: IdleModel, replica: int, reason: CloseReason, idle_at_least: int = 0,
+def ask(m: IdleModel, replica: int, reason: CloseReason, idle_at_least: int = 0,
          for_: str = "", node: str = "") -> CloseAsk:
     return CloseAsk(m.namespace, m.name, m.pods[replica], reason, idle_at_least, for_, node)
 
 
-def _awake_reason(m: IdleModel, seen: _Seen, signals: IdleSignals) -> Reason:
+def _awake_reason(m: IdleModel, seen: Seen, signals: IdleSignals) -> Reason:
     if not signals.settings.router:
         return Reason.ROUTER_OFF
     if seen.failed:
@@ -300,19 +282,19 @@ def _awake_reason(m: IdleModel, seen: _Seen, signals: IdleSignals) -> Reason:
     return Reason.SERVING if serving else Reason.IDLE
 
 
-def _moved(stored: IdleStatus, state: str, resident: bool, at: float,
+def moved(stored: IdleStatus, state: str, resident: bool, at: float,
            **update: object) -> IdleStatus:
     keep = {"wake": None} if state != "Waking" else {}
     return stored.model_copy(update={"state": state, "resident": resident, "since": stamp(at),
                                      **keep, **update})
 
 
-def _release(stored: IdleStatus, seen: _Seen) -> Step:
+def _release(stored: IdleStatus, seen: Seen) -> Step:
     """Every replica closed: asleep and released, since the last close."""
     answers = [c for c in seen.answers if c is not None]
     yielded = any(c.ask.reason == "yield" for c in answers)
     last = max(c.at for c in answers)
-    idle = _moved(stored, "Asleep", False, last, yields=stored.yields + int(yielded))
+    idle = moved(stored, "Asleep", False, last, yields=stored.yields + int(yielded))
     return Step(idle, Reason.ASLEEP)
 
 
@@ -328,10 +310,10 @@ def _waking(m: IdleModel, stored: IdleStatus, signals: IdleSignals, wanted: bool
         node = m.ready_on[0]
         last = IdleLastWake(seconds=round(max(0.0, now - wanted_at), 1), node=node,
                             warm_cache=node in {h.node for h in m.homes})
-        idle = _moved(stored, "Awake", True, now, wakes=stored.wakes + 1, last_wake=last)
+        idle = moved(stored, "Awake", True, now, wakes=stored.wakes + 1, last_wake=last)
         return Step(idle, Reason.SERVING)
     if not wanted and now - wanted_at >= m.hold_s:
-        return Step(_moved(stored, "Asleep", False, now), Reason.ASLEEP)
+        return Step(moved(stored, "Asleep", False, now), Reason.ASLEEP)
     since = epoch(stored.since)
     if wake.reserved and (since is None or now >= since + signals.settings.reserve_s):
         wake = wake.model_copy(update={"reserved": False})
@@ -396,95 +378,3 @@ def _inputs(models: Sequence[IdleModel], steps: Mapping[str, Step], pending: Col
         if nodes:
             avoid[key] = frozenset(nodes)
     return IdleInputs(released, MappingProxyType(prefer), MappingProxyType(avoid))
-
-
-# ---- after the plan -----------------------------------------------------------------
-
-
-def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
-               nodes: Mapping[str, NodeFacts], usage: Mapping[str, Usage],
-               demands: Mapping[str, ModelDemand], signals: IdleSignals) -> IdleOutcome:
-    """Each idle model's report, and every close to ask for: the steps'
-    (sleeps, reopens), then the yields for the wakers the plan left
-    unplaced. ``demands``: the plan's demands by model key (needed only
-    while a model wakes)."""
-    reports: dict[str, IdleReport] = {}
-    wakers: list[Waker] = []
-    by_key = {m.key: m for m in models}
-    for key, step in decided.steps.items():
-        m = by_key[key]
-        idle, awake = step.idle, step.awake
-        if idle.state == "Awake" and not m.ready_on and _left_out(key, plan):  # needs a node
-            wake = IdleWake(wanted_at=stamp(signals.now))
-            idle = _moved(idle, "Waking", False, signals.now, wake=wake)
-        if idle.state == "Waking":
-            idle, awake = _where(m, idle, plan)
-            d = demands.get(key)
-            if awake is Reason.WAITING_FOR_NODE and d is not None:
-                wakers.append(Waker(d, m.policy, frozenset(h.node for h in m.homes)))
-        reports[key] = IdleReport(idle, awake)
-    closes = [a for s in decided.steps.values() for a in s.asks]
-    if wakers:
-        # (a failure asks no yield this pass; every model's state still holds)
-        with suppress(Exception):
-            closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
-    return IdleOutcome(MappingProxyType(reports), tuple(closes))
-
-
-def _left_out(key: str, plan: Plan) -> bool:
-    """Whether the plan placed none of the model's replicas only for want of
-    room (it would fit an empty node it may take): a sleep-eligible model
-    waiting for a node reads Waking, WaitingForNode, and may ask for a yield,
-    never Stalled."""
-    unplaced = plan.unplaced_for(key)
-    return bool(unplaced) and not plan.placements_for(key) and all(
-        u.reason is UnplacedReason.NO_FEASIBLE_NODE for u in unplaced)
-
-
-def _where(m: IdleModel, idle: IdleStatus, plan: Plan) -> tuple[IdleStatus, Reason]:
-    """A waking model's node and cost from the plan, or what it waits for."""
-    wake = idle.wake or IdleWake()
-    placed = plan.placements_for(m.key)
-    unplaced = plan.unplaced_for(m.key)
-    if unplaced or not placed:
-        said = unplaced[0].message if unplaced else "no node can take it now"
-        wake = wake.model_copy(update={"message": cut(said)})
-        return idle.model_copy(update={"wake": wake}), Reason.WAITING_FOR_NODE
-    costs = []
-    for a in placed:
-        home = m.home(a.replica)
-        if home is not None and home != a.node:
-            costs.append(f"new claim on {a.node} (the claim on {home} is kept), a download")
-    wake = wake.model_copy(update={"node": placed[0].node, "message": "",
-                                   "cost": cut("; ".join(costs) or "none")})
-    return idle.model_copy(update={"wake": wake}), Reason.WAKING
-
-
-def _yields(wakers: Sequence[Waker], models: Sequence[IdleModel], decided: Decided,
-            plan: Plan, nodes: Mapping[str, NodeFacts], usage: Mapping[str, Usage],
-            demands: Mapping[str, ModelDemand], signals: IdleSignals) -> list[CloseAsk]:
-    """The closes that ask the chosen models to give the wakers a node."""
-    now, grace = signals.now, signals.settings.grace_s
-    candidates = []
-    by_key = {}
-    for m in models:
-        step = decided.steps.get(m.key)
-        if step is None or step.idle.state == "Waking" or not step.idle.resident:
-            continue
-        seen = _seen(m, signals, epoch(step.idle.since))
-        if seen.busy or seen.failed:
-            continue  # it refused (or could not be asked) within the grace
-        waiting = signals.waiting.get(m.key)
-        woke = epoch(step.idle.since) if step.idle.state == "Awake" and step.idle.wakes else None
-        candidates.append(Candidate(m.key, m.policy, m.readings,
-                                    waiting.held if waiting is not None else 0,
-                                    None if woke is None else now - woke))
-        by_key[m.key] = (m, seen)
-    at = datetime.fromtimestamp(now, UTC)
-    asks = choose_yields(wakers, candidates, plan, nodes, usage, demands, now=at, grace_s=grace)
-    out = []
-    for y in asks:
-        m, seen = by_key[y.model]
-        out += [_ask(m, i, "yield", int(grace), y.for_, y.node) for i in range(len(m.pods))
-                if _ask_again(seen.answers[i], signals)]
-    return out
