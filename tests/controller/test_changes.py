@@ -27,6 +27,7 @@ from localmodel.controller.observed import Observed, current_placements, readine
 from localmodel.controller.parse_memo import Parsed
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.desired import ModelResult
+from localmodel.idle.decide import IdleInputs
 from localmodel.incremental import Desired
 from tests.builders import MakeLocalModel, MakeNode
 
@@ -420,3 +421,20 @@ def test_manifests_are_made_only_for_objects_to_write() -> None:
     assert create.manifest is rendered
     assert (create.manifest["metadata"]["annotations"][ANNOTATION_POD_SPEC_HASH]
             == result.pod_hashes[1])
+
+
+def test_a_released_model_loses_its_pods_by_the_scale_down_path_and_keeps_every_claim() -> None:
+    """Asleep and released (`IdleInputs.released`): each replica's pod goes,
+    no pod is created, and each claim stays, even an owned one."""
+    snap, _ = converged(2, storage={"retain": False})
+    obs = observe(snap)
+    [lm] = obs.valid_models()
+    state = Desired().state(
+        [lm], list(obs.nodes.values()), now=NOW, current=current_placements(obs),
+        usage=obs.usage, ready=readiness(obs), claims=lambda m, r, n: choose_claim(m, r, n, obs),
+        idle=IdleInputs(released=frozenset({lm.key})))
+    [result] = state.models
+    assert result.released and not result.replicas
+    ch = model_changes(result, UID, obs)
+    assert summary(ch) == ["delete Pod qwen3-0", "delete Pod qwen3-1"]
+    assert all(isinstance(c, Delete) and c.why.startswith("asleep") for c in ch.changes)

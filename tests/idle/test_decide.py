@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from localmodel.api import IdleHome, IdleStatus, IdleWake
 from localmodel.gateway_contract.waiting_answer import WaitingModel
@@ -34,6 +36,7 @@ from localmodel.idle.decide import (
     stamp,
 )
 from localmodel.idle.wakers import after_plan
+from localmodel.idle_status import IdleReport
 from localmodel.planner import CpuRequest, ModelDemand, Plan, Unplaced, UnplacedReason, plan
 from localmodel.speed import Activity, Rates, Totals
 from localmodel.speed import Reading as SpeedReading
@@ -118,6 +121,11 @@ def test_a_model_inside_an_awake_window_never_sleeps() -> None:
 
 def test_without_a_router_nothing_sleeps() -> None:
     assert state(one(model(), signals(router=False))) == ("Awake", True, Reason.ROUTER_OFF)
+    m = model(policy=WHEN_ASLEEP)  # a close left from before the router went: undone
+    d = one(m, signals(closes=(closed(m, 0),), router=False))
+    assert state(d) == ("Awake", True, Reason.ROUTER_OFF) and not d.inputs.released
+    assert d.steps["ai/q"].asks == (CloseAsk("ai", "q", "q-0", "reopen"),)
+    assert state(one(model(stored=ASLEEP_RELEASED), signals(router=False)))[0] == "Waking"
 
 
 def test_when_asleep_asks_each_replica_to_close_and_stays_awake_until_all_did() -> None:
@@ -366,3 +374,63 @@ def test_last_request_at_moves_in_steps_not_on_every_read() -> None:
     later = IdleModel("ai/q", ON_DEMAND, ("q-0",), stored=seen, readings=(Reading(1, 0, 0),),
                       last_request=NOW - 290)
     assert one(later).steps["ai/q"].idle.last_request_at == stamp((NOW - 290) // 60 * 60)
+
+
+# ---- properties ---------------------------------------------------------------------
+
+STATES = [None, IdleStatus(state="Awake", since=stamp(NOW - 50)),
+          IdleStatus(state="Asleep", resident=True, since=stamp(NOW - 50)),
+          ASLEEP_RELEASED,
+          IdleStatus(state="Waking", resident=False, since=stamp(NOW - 50),
+                     wake=IdleWake(wanted_at=stamp(NOW - 200), node="n2", reserved=True))]
+READINGS = [None, QUIET, Reading(1, 0, 0), Reading(0, 2, 0), Reading(0, 0, 40)]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple[list[IdleModel], IdleSignals]:
+    models, closes = [], []
+    for i in range(draw(st.integers(1, 4))):
+        replicas = draw(st.integers(1, 2))
+        m = model(f"ai/m{i}", draw(st.sampled_from([ON_DEMAND, WHEN_ASLEEP])), replicas,
+                  draw(st.sampled_from(STATES)),
+                  tuple(draw(st.sampled_from(READINGS)) for _ in range(replicas)),
+                  draw(st.sampled_from([(), (HOME,)])), draw(st.sampled_from([(), ("n1",)])))
+        models.append(m)
+        for r in range(replicas):
+            if draw(st.booleans()):
+                closes.append(closed(m, r, draw(st.sampled_from(list(CloseResult))),
+                                     draw(st.sampled_from(["sleep", "yield", "reopen"])),
+                                     NOW - draw(st.sampled_from([0, 10, 45, 100])),
+                                     draw(st.sampled_from(["", "ai/m0", "ai/m1"])),
+                                     draw(st.sampled_from(["", "n1", "n2"]))))
+    held = {m.key: 1 for m in models if draw(st.booleans())}
+    return models, signals(held=held, closes=tuple(closes),
+                           router=draw(st.sampled_from([True, True, False])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(worlds())
+def test_no_close_is_asked_of_a_busy_model_and_only_closed_ones_are_released(
+        world: tuple[list[IdleModel], IdleSignals]) -> None:
+    models, sig = world
+    d = decide(models, sig, pending=["ai/m0", "ai/plain"], plain=["ai/plain"])
+    assert d == decide(models, sig, pending=["ai/m0", "ai/plain"], plain=["ai/plain"])
+    for m in models:
+        step = d.steps[m.key]
+        busy = any(r is not None and (r.in_flight or r.queued) for r in m.readings)
+        if busy:  # sleep and yield closes are never sent to a model seen serving
+            assert all(a.reason == "reopen" for a in step.asks)
+        if m.key in d.inputs.released:  # stored released (or waking, unwanted), or every
+            stored = m.stored  # replica just closed
+            was = stored is not None and stored.state in ("Asleep", "Waking") and not (
+                stored.resident)
+            answers = [sig.closes.get(f"ai/{pod}") for pod in m.pods]
+            assert was or all(c is not None and c.result is CloseResult.CLOSED
+                              and c.ask.reason != "reopen" for c in answers)
+            assert (step.idle.state, step.idle.resident) == ("Asleep", False)
+        if not sig.settings.router:  # nothing holds a request: nothing sleeps
+            assert step.idle.state != "Asleep" or (m.key in d.inputs.released and (
+                m.stored is not None and m.stored.state == "Asleep"))
+            assert not any(a.reason == "sleep" for a in step.asks)
+        IdleReport(step.idle, step.awake)  # every reason fits its state
+    assert set(d.inputs.avoid) <= {"ai/m0", "ai/plain"}  # pending models only

@@ -231,9 +231,11 @@ def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
     held = waiting.held if waiting is not None else 0
     wanted = held > 0 or is_awake_window(m.policy.windows, at) or not signals.settings.router
     released = stored.state == "Asleep" and not stored.resident
-    if stored.state != "Waking" and not released and m.pods and all(seen.closed):
+    router = signals.settings.router  # without one nothing sleeps: a close is undone
+    if router and stored.state != "Waking" and not released and m.pods and all(seen.closed):
         return _release(stored, seen)
-    reopen = tuple(ask(m, i, "reopen") for i, c in enumerate(seen.closed) if c and seen.busy)
+    reopen = tuple(ask(m, i, "reopen") for i, c in enumerate(seen.closed)
+                   if c and (seen.busy or not router))
     if stored.state == "Waking":
         return _waking(m, stored, signals, wanted, held)
     if released:
