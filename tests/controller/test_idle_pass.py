@@ -17,7 +17,7 @@ import pytest
 
 from localmodel.contract import ANNOTATION_NODE
 from localmodel.controller.changes import Create, Delete
-from localmodel.controller.idle_pass import policy_of
+from localmodel.controller.idle_pass import homes, policy_of
 from localmodel.controller.model_work import ModelWork, PassPlan
 from localmodel.controller.plan import plan_pass
 from localmodel.controller.snapshot import Snapshot, observe
@@ -245,3 +245,33 @@ def test_without_idle_signals_nothing_changes_for_an_idle_model() -> None:
     cluster.model("q", SLEEPER)
     plan = cluster.run(None)
     assert plan.closes == () and work(plan, "q").status.idle is None
+
+
+def test_a_home_is_the_one_node_a_replicas_claim_is_pinned_to() -> None:
+    """A local volume (hostname In [node]) makes a home; a network volume (no
+    affinity), one several nodes reach, or one whose node is gone makes none."""
+    cluster = Cluster(nodes=("n1", "n2", "n3", "n4"))
+    for name in ("n1", "n2"):
+        cluster.store["nodes"][name]["metadata"]["labels"]["zone"] = "z"
+    cluster.model("q", {**SLEEPER, "replicas": 4})
+    cluster.run(signals(busy=("q",)))
+    terms = {
+        "q-weights-0": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                                               "operator": "In", "values": ["n2"]}]}],
+        "q-weights-1": None,
+        "q-weights-2": [{"matchExpressions": [{"key": "zone", "operator": "In",
+                                               "values": ["z"]}]}],
+        "q-weights-3": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                          "values": ["gone"]}]}],
+    }
+    for claim, term in terms.items():
+        pv = f"pv-{claim}"
+        cluster.store["claims"][claim]["spec"]["volumeName"] = pv
+        spec = {} if term is None else {"nodeAffinity": {"required": {"nodeSelectorTerms": term}}}
+        cluster.store["volumes"][pv] = {"metadata": {"name": pv, "uid": pv,
+                                                     "resourceVersion": "1"}, "spec": spec}
+    obs = observe(cluster.snapshot())
+    lm = obs.models["ai/q"].model
+    assert lm is not None
+    assert [(h.replica, h.node, h.claim) for h in homes(obs, lm, "uid-q")] == [
+        (0, "n2", "q-weights-0")]

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from localmodel.api import IdleHome, LocalModel
 from localmodel.controller.objects import ModelObject
 from localmodel.controller.observed import Observed
-from localmodel.controller.volumes import volume_reaches
+from localmodel.controller.volumes import Volume, volume_reaches
 from localmodel.desired import DesiredState
 from localmodel.idle.asks import IdleSignals
 from localmodel.idle.decide import Decided, IdleModel, decide, fresh_readings, last_request
@@ -48,13 +48,35 @@ def homes(obs: Observed, lm: LocalModel, uid: str) -> tuple[IdleHome, ...]:
                         key=lambda c: (c.name != own, c.name))
         for c in claims:
             vol = obs.volumes.get(c.volume or "")
-            if vol is None or vol.terms is None:
-                continue
-            reach = [n for n in obs.nodes.values() if volume_reaches(vol, n)]
-            if len(reach) == 1:
-                out.append(IdleHome(replica=replica, node=reach[0].name, claim=c.name))
+            node = _pinned_to(vol, obs) if vol is not None else None
+            if node is not None:
+                out.append(IdleHome(replica=replica, node=node, claim=c.name))
                 break
     return tuple(out)
+
+
+_HOST_KEYS = (("matchExpressions", "kubernetes.io/hostname"), ("matchFields", "metadata.name"))
+
+
+def _pinned_to(vol: Volume, obs: Observed) -> str | None:
+    """The one node a volume can be used from, or None (any node, several, or
+    none). A local volume names its node in one term (`hostname In [node]`,
+    as the local-path provisioner and `local` volumes write it): the node of
+    that name is checked alone (a hostname is one node's); any other affinity
+    is evaluated against every node."""
+    if vol.terms is None:
+        return None
+    if len(vol.terms) == 1:
+        for section, key in _HOST_KEYS:
+            for e in vol.terms[0].get(section) or []:
+                values = e.get("values") if isinstance(e, Mapping) else None
+                if (e.get("key") == key and e.get("operator") == "In"
+                        and isinstance(values, list) and len(values) == 1):
+                    node = obs.nodes.get(str(values[0]))
+                    if node is not None and volume_reaches(vol, node):
+                        return node.name
+    reach = [n.name for n in obs.nodes.values() if volume_reaches(vol, n)]
+    return reach[0] if len(reach) == 1 else None
 
 
 def idle_model(obs: Observed, mo: ModelObject, lm: LocalModel,
