@@ -284,6 +284,18 @@ def test_a_yield_releases_the_yielder_and_reserves_its_node_for_the_waker() -> N
         assert bool(again.inputs.avoid) is reserved
 
 
+def test_a_half_closed_model_nobody_asks_any_more_is_reopened() -> None:
+    """A yield whose waker found a node elsewhere: the replica that closed
+    serves again at once, not when its lease lapses."""
+    nodes, the_plan, demands = cluster()
+    b = model("ai/b", replicas=2, readings=(Reading(0, 0, 600),) * 2)
+    sig = signals(closes=(closed(b, 0, reason="yield", for_="ai/w", node="n2"),))
+    d = decide([b], sig)
+    assert not d.steps["ai/b"].asks and not d.inputs.released
+    out = after_plan(d, [b], the_plan, nodes, {}, demands, sig)  # type: ignore[arg-type]
+    assert out.closes == (CloseAsk("ai", "b", "b-0", "reopen"),)
+
+
 def test_a_model_that_never_sleeps_avoids_a_released_sleepers_home_only_while_pending() -> None:
     sleeper = model("ai/s", stored=ASLEEP_RELEASED, homes=(HOME,))
     d = decide([sleeper], signals(), pending=["ai/embed", "ai/other"], plain=["ai/embed", "ai/x"])

@@ -76,7 +76,26 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
         # (a failure asks no yield this pass; every model's state still holds)
         with suppress(Exception):
             closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
+    closes += _dangling(models, decided, closes, signals)
     return IdleOutcome(MappingProxyType(reports), tuple(closes))
+
+
+def _dangling(models: Sequence[IdleModel], decided: Decided, closes: Sequence[CloseAsk],
+              signals: IdleSignals) -> list[CloseAsk]:
+    """Reopen the closed replicas of a model some of whose replicas closed
+    but that nobody asks to close any more (the waker found a node, another
+    replica could not be reached): a replica that serves is never left
+    refusing work until its lease lapses."""
+    asked = {(a.namespace, a.model) for a in closes}
+    out = []
+    for m in models:
+        step = decided.steps.get(m.key)
+        if step is None or (m.namespace, m.name) in asked or not step.idle.resident:
+            continue
+        seen = seen_closes(m, signals, epoch(step.idle.since))
+        if any(seen.closed) and not all(seen.closed):
+            out += [ask(m, i, "reopen") for i, c in enumerate(seen.closed) if c]
+    return out
 
 
 def _left_out(key: str, plan: Plan) -> bool:
