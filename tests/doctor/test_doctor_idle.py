@@ -185,11 +185,24 @@ def test_one_unreadable_object_never_stops_the_rest(bad: Any) -> None:
     assert found.message.startswith("ai/qwen3 cannot wake")
 
 
+def test_a_time_zone_the_operator_does_not_know_is_an_invalid_model_not_a_crash() -> None:
+    mars = {"after": "30m", "awake": [{"from": "08:00", "to": "18:00", "timeZone": "Mars/Base"}]}
+    chat = stored(CHAT.obj(), AVX2, awake(JUST_NOW))
+    chat["spec"]["idle"] = mars
+    qwen3 = scenario()["qwen3"]
+    broken_sleeper = {**qwen3, "spec": {**qwen3["spec"], "idle": mars}}
+    found = only(idle_findings([*scenario(chat=chat).values(), broken_sleeper],
+                               facts(*NODES), NOW))
+    # The occupant is never asked to yield; the sleeper is skipped.
+    assert "avx2-0: held by ai/chat: its spec is invalid (Valid=False)" in found.message
+
+
 def test_an_occupied_node_whose_occupant_cannot_be_read_never_looks_free() -> None:
     embed = scenario()["embed"]
     broken = {**embed, "spec": {**embed["spec"], "cpu": "lots"}}
     found = only(idle_findings(scenario(embed=broken).values(), facts(*NODES), NOW))
-    assert "small-0 (home): held by ai/embed: it never sleeps" in found.message
+    assert "small-0 (home): held by ai/embed: its spec is invalid" in found.message
+    assert "(holds exclusive model ai/embed)" in found.message
 
 
 def test_models_without_idle_say_nothing() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from localmodel.api import LocalModel, parse_local_model
-from localmodel.api.idle import IdleSpec
+from localmodel.api.idle import IdleSpec, unknown_time_zones
 from localmodel.api.parse import parse_status
 from localmodel.api.status import LocalModelStatus
 from localmodel.desired import demand, prepared
@@ -92,6 +92,8 @@ def _read(body: Any) -> _Model | None:
             {k: v for k, v in body.items() if k != "status"}, status)
     except InvalidObject:
         lm = None
+    if lm is not None and unknown_time_zones(lm.spec.idle):
+        lm = None  # invalid to the operator too (Valid=False): its windows cannot be read
     return _Model(printable(key, 300), str(meta.get("namespace") or ""), lm, status)
 
 
@@ -260,7 +262,9 @@ def _node_reason(node: NodeFacts, home: bool, waker: Waker, every: Sequence[_Mod
     empty = _rejection(waker, node, [])
     if empty is not None:
         return f"{name}: {empty}"
-    why_not = {o[0].key: may_yield(_candidate(o[0], now), waker, now, grace_s) for o in held}
+    why_not = {o[0].key: "its spec is invalid (Valid=False), so it is never asked"
+               if o[0].lm is None else may_yield(_candidate(o[0], now), waker, now, grace_s)
+               for o in held}
     staying = [o for o in held if why_not[o[0].key] is not None]
     rejected = _rejection(waker, node, staying)
     if rejected is None:
