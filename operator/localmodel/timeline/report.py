@@ -110,7 +110,7 @@ def parts(entry: Entry) -> dict[str, float]:
     (the wait comes before the gateway's `arrival`, so it is not in
     `duration_s`)."""
     duration = _num(entry, "duration_s") or 0.0
-    wake = _num(entry, "wake_wait_s") or 0.0
+    wake = max(0.0, _num(entry, "wake_wait_s") or 0.0)
     queue = _num(entry, "queue_wait_s") or 0.0
     prefill_all = _num(entry, "prefill_s") or 0.0
     reread = min(_num(entry, "reread_s") or 0.0, prefill_all)
@@ -209,7 +209,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _waking(entries: Sequence[Entry], expired: int | None) -> dict[str, Any]:
-    waits = [w for w in (_num(e, "wake_wait_s") for e in entries) if w]
+    waits = [w for w in (_num(e, "wake_wait_s") for e in entries) if w is not None and w > 0]
     return {
         "requests": len(waits),
         "seconds": _r(sum(waits)),
