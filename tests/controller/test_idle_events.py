@@ -130,3 +130,11 @@ def test_the_counters_follow_sleeps_and_wakes_home_or_elsewhere() -> None:
     assert "localmodel_operator_wake_seconds_sum 109.2" in samples
     assert fell_asleep(awake, asleep) and not fell_asleep(asleep, asleep)
     assert finished_wake(status(WAKING_HOME), status(WOKE_HOME)) is not None
+
+
+def test_every_idle_event_is_in_the_operators_docs() -> None:
+    from tests.harness.tools import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "operator.md").read_text()
+    for reason in (*IDLE_REASONS, EventReason.YIELDED, EventReason.YIELD_REFUSED):
+        assert f"| `{reason.value}` |" in text, reason
