@@ -179,3 +179,34 @@ async def test_the_routers_are_found_from_the_router_services_slices() -> None:
     assert await find() == (RouterPod("router-x", "10.0.0.7"),)
     assert asked == ["/apis/discovery.k8s.io/v1/namespaces/localmodel/endpointslices"
                      "?labelSelector=app.kubernetes.io/component=router"]
+
+
+async def test_only_a_change_of_what_is_held_asks_for_a_pass(
+        routers: list[RunningRouter]) -> None:
+    changes = 0
+
+    def changed() -> None:
+        nonlocal changes
+        changes += 1
+
+    target = pod(routers[0], "router-a")
+    watch = WakeWatch(_found(target), changed, wait_s=0.2)
+    async with watch.session():
+        await watch.retarget((target,))
+        callers = await hold(routers[0], 1)
+        await wait_until(lambda: held(watch) == 1, timeout=WAIT)
+        told, answers = changes, watch.answers
+        # The router answers again each time its wait ends, the oldest older each time.
+        await wait_until(lambda: watch.answers >= answers + 3, timeout=WAIT)
+        assert changes == told
+        callers[0].close()
+        await wait_until(lambda: held(watch) == 0, timeout=WAIT)
+        assert changes == told + 1
+        await watch.retarget(())
+
+
+def _found(*pods: RouterPod) -> Any:
+    async def find() -> tuple[RouterPod, ...]:
+        return pods
+
+    return find

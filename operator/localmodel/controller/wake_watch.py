@@ -7,7 +7,8 @@ EndpointSlices in --router-namespace (`signals.ROUTER_SLICE_SELECTOR`) every
 LIST_EVERY_S. Each pod has one task that asks `?after=<serial>&wait=<s>`:
 the router answers at once when its serial is another, else when what it
 holds changes, so a hold reaches the operator one round-trip after it
-happens. A change of the merged map asks for a pass (`on_change`).
+happens. A change of which models are held, or how many, asks for a pass
+(`on_change`).
 
 A router's answer is hostile (any pod can listen on a router's address):
 redirects are not followed, at most `waiting_answer.MAX_BYTES` is read, the
@@ -83,6 +84,8 @@ class WakeWatch:
         self.clock = clock
         self._answers: dict[str, Waiting] = {}  # router pod -> its last answer
         self._merged: Mapping[str, WaitingModel] = MappingProxyType({})
+        self._told: tuple[tuple[str, int, int], ...] = ()  # what the last pass was asked for
+        self.answers = 0  # good answers read, all routers
         self._polls: dict[RouterPod, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._list_failed = False
@@ -194,6 +197,7 @@ class WakeWatch:
 
     def _record(self, pod: RouterPod, answer: Waiting) -> None:
         self._answers[_key(pod)] = answer
+        self.answers += 1
         self._merge()
 
     def _forget(self, pod: RouterPod) -> None:
@@ -201,9 +205,13 @@ class WakeWatch:
             self._merge()
 
     def _merge(self) -> None:
-        merged = merge_waiting(self._answers)
-        if merged != self._merged:
-            self._merged = merged
+        """Keep the merge; ask for a pass when which models are held, or how
+        many, changed (not for the oldest's age alone: it grows with every
+        answer while anything is held)."""
+        self._merged = merge_waiting(self._answers)
+        told = tuple((k, m.held, m.foreground) for k, m in self._merged.items())
+        if told != self._told:
+            self._told = told
             self.on_change()
 
 
