@@ -53,11 +53,13 @@ def activity(admin: str) -> Any:
 async def closer_of() -> AsyncIterator[Any]:
     made: list[tuple[Closer, asyncio.Task[None]]] = []
 
-    async def make(port: int, key: Ed25519PrivateKey | None = OPERATOR, **kw: Any) -> Closer:
+    async def make(port: int, key: Ed25519PrivateKey | None = OPERATOR,
+                   leading: asyncio.Event | None = None, **kw: Any) -> Closer:
         changes = asyncio.Event()
         closer = Closer(lambda: key, changes.set, port=port, **kw)
-        leading = asyncio.Event()
-        leading.set()
+        if leading is None:
+            leading = asyncio.Event()
+            leading.set()
         task = asyncio.create_task(closer.run(leading))
         await wait_until(lambda: closer._session is not None, timeout=WAIT)
         made.append((closer, task))
@@ -206,3 +208,19 @@ async def test_an_answer_too_long_is_bad_and_one_too_slow_unreachable(
     closer = await closer_of(slow)
     closer.send([ask("sleep")])
     assert (await answered(closer)).result is CloseResult.UNREACHABLE
+
+
+async def test_a_lost_lease_forgets_every_close_and_renews_none(
+        stand_in: Any, closer_of: Any) -> None:
+    s, port = await stand_in("ok")
+    leading = asyncio.Event()
+    leading.set()
+    closer: Closer = await closer_of(port, leading=leading)
+    closer.send([ask("sleep")])
+    assert (await answered(closer)).result is CloseResult.CLOSED
+    leading.clear()
+    closer.wake.set()
+    await wait_until(lambda: closer.closes() == {}, timeout=WAIT)
+    closer.renew_due()
+    await closer.idle()
+    assert len(s.bodies) == 1  # nothing renewed

@@ -107,6 +107,14 @@ class Closer:
             self._closes.pop(pod, None)
             self._first.pop(pod, None)
 
+    def forget(self) -> None:
+        """Drop every answer kept and every ask waiting (the Lease was lost:
+        no renewal goes out, and the next term asks afresh)."""
+        self._closes.clear()
+        self._first.clear()
+        self._waiting.clear()
+        self._keep = None
+
     async def idle(self) -> None:
         """Return once no call is under way or waiting (tests, shutdown)."""
         while self._calls:
@@ -116,7 +124,9 @@ class Closer:
         """Renew the closes due while leading (calls need the session this opens)."""
         async with self.session():
             while True:
-                await leading.wait()
+                if not leading.is_set():
+                    self.forget()  # a new term starts from what the gateways say then
+                    await leading.wait()
                 self.renew_due()
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
