@@ -132,9 +132,11 @@ async def test_another_key_is_forbidden_and_nowhere_is_unreachable(
     assert (await answered(keyless)).result is CloseResult.FORBIDDEN
     (nothing,) = free_ports(1)
     nowhere: Closer = await closer_of(nothing)
-    nowhere.send([ask("sleep"), ask("sleep", pod="no-ip", ip="")])
+    nowhere.send([ask("sleep"), ask("sleep", pod="no-ip", ip=""),
+                  ask("sleep", pod="not-ip", ip="evil.example/x#")])
     assert (await answered(nowhere)).result is CloseResult.UNREACHABLE
     assert (await answered(nowhere, f"{HERE[0]}/no-ip")).result is CloseResult.UNREACHABLE
+    assert (await answered(nowhere, f"{HERE[0]}/not-ip")).result is CloseResult.UNREACHABLE
 
 
 class StandIn:

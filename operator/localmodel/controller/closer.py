@@ -34,6 +34,7 @@ from localmodel.gateway_contract.marks import MARK_HEADER, sign_yield
 from localmodel.idle.asks import CloseAsk, Closed, CloseResult
 from localmodel.idle.signals import (
     CLOSE_ANSWER_MAX_BYTES,
+    address,
     closed_from_answer,
     pod_key,
     renewals,
@@ -202,9 +203,10 @@ class Closer:
                 log.warning("no router signing key known yet: closes are not sent")
                 self._no_key_said = True
             return Closed(ask, CloseResult.FORBIDDEN, self.clock())
-        if not ask.ip or self._session is None:
+        ip = address(ask.ip)
+        if ip is None or self._session is None:  # no address (or not one): nowhere to call
             return Closed(ask, CloseResult.UNREACHABLE, self.clock())
-        host = f"[{ask.ip}]" if ":" in ask.ip else ask.ip
+        host = f"[{ip}]" if ":" in ip else ip
         url = f"http://{host}:{self.port}{YIELD_PATH}"
         try:
             async with asyncio.timeout(CALL_TIMEOUT_SECONDS):

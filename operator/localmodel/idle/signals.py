@@ -54,7 +54,9 @@ class RouterPod:
         return f"http://{host}:{self.port}"
 
 
-def _address(raw: Any) -> str | None:
+def address(raw: Any) -> str | None:
+    """`raw` as an IP address's text, None unless it is one (nothing else
+    goes into a URL the operator calls)."""
     if not isinstance(raw, str) or len(raw) > 45:
         return None
     try:
@@ -75,7 +77,7 @@ def _endpoints(slice_: Any) -> Iterable[RouterPod]:
         if isinstance(conditions, Mapping) and conditions.get("ready") is False:
             continue
         addresses = ep.get("addresses")
-        ip = _address(addresses[0]) if isinstance(addresses, list) and addresses else None
+        ip = address(addresses[0]) if isinstance(addresses, list) and addresses else None
         if ip is None:
             continue
         ref = ep.get("targetRef")
