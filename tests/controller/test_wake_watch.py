@@ -210,3 +210,19 @@ def _found(*pods: RouterPod) -> Any:
         return pods
 
     return find
+
+
+def test_the_pass_reads_what_the_watch_and_the_closer_keep() -> None:
+    """Reconciler.idle_signals: the IdleSignals a pass's idle decisions get."""
+    from localmodel.controller.config import OperatorConfig
+    from localmodel.controller.operator_metrics import OperatorMetrics
+    from localmodel.controller.reconcile import Reconciler
+    from localmodel.gateway_contract.waiting_answer import Waiting, WaitingModel
+
+    reconciler = Reconciler(OperatorConfig(), None, OperatorMetrics())  # type: ignore[arg-type]
+    signals = reconciler.idle_signals(5.0)
+    assert (signals.now, dict(signals.waiting), dict(signals.closes)) == (5.0, {}, {})
+    watch = WakeWatch(_found(), lambda: None)
+    watch._record(RouterPod("r", "10.0.0.1"), Waiting(1, (WaitingModel("ai/chat", 2, 1, 3.0),)))
+    reconciler.wake_watch = watch
+    assert reconciler.idle_signals(6.0).waiting == {"ai/chat": WaitingModel("ai/chat", 2, 1, 3.0)}
