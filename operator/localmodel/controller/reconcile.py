@@ -19,10 +19,12 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from localmodel.contract import OPERATOR
 from localmodel.controller.clock import rfc3339
+from localmodel.controller.closer import Closer
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.model_work import ModelWork, PassPlan
 from localmodel.controller.model_writes import ModelWriter, PassResult
@@ -37,10 +39,12 @@ from localmodel.controller.signing import RouterSigning
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.speed import SpeedBook
 from localmodel.controller.stuck import avoid_stuck
+from localmodel.controller.wake_watch import WakeWatch
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.work_memo import KeptWork
 from localmodel.controller.writer import Kube, NotLeading
 from localmodel.events import EventSpec
+from localmodel.idle.asks import IdleSignals
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 
@@ -130,6 +134,17 @@ class Reconciler:
                                   self.trigger_later)  # each model's writes
         self._secrets = SecretLabels(kube)  # named Secrets' labels, for the policy
         self._signing = RouterSigning.of(kube, config, self.trigger_later)  # router's key
+        # spec.idle's I/O: the routers' held requests (main.py sets the watch
+        # when the router is on) and the closes a pass asks of the gateways.
+        self.wake_watch: WakeWatch | None = None
+        self.closer = Closer(self._signing.private_key if self._signing else lambda: None,
+                             self.trigger, metrics.idle.yields)
+
+    def idle_signals(self, now: float) -> IdleSignals:
+        """What the shell knows for this pass's idle decisions: the held
+        requests per model over every router, the latest answer per pod to a close."""
+        waiting = self.wake_watch.waiting() if self.wake_watch is not None else {}
+        return IdleSignals(now, MappingProxyType(dict(waiting)), self.closer.closes())
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -215,6 +230,8 @@ class Reconciler:
             for name, why in obs.bad_nodes.items():
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
+            for key, told in self.closer.take_events().items():
+                extra_events.setdefault(key, []).extend(told)
             secrets = await self._secret_labels(obs)
             if self._signing is not None:
                 self._render_options = await self._signing.options(self._render_options)

@@ -36,6 +36,7 @@ class CloseAsk:
     reason: CloseReason
     idle_at_least: int = 0
     for_: str = ""  # "namespace/name" of the waker, for a yield
+    ip: str = ""  # the pod's address: the shell calls its gateway's admin port there
 
     @property
     def key(self) -> str:
