@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from localmodel.api import (
     Condition,
     ConditionStatus,
     DecisionStatus,
+    IdleStatus,
     LocalModelStatus,
     PlacementStatus,
 )
+from localmodel.idle.asks import Closed, CloseResult
 from localmodel.status import ConditionType, Reason
 
 
@@ -41,6 +44,14 @@ class EventReason(StrEnum):
     SPEED_RECOVERED = "SpeedRecovered"
     RECONCILE_FAILED = "ReconcileFailed"  # computing or writing this model raised
     CONTAINER_FAILING = "ContainerFailing"  # Ready=False: a container keeps failing (gaps.py)
+    # spec.idle (docs/idle.md): its state's changes, and the closes asked of its gateways.
+    ASLEEP = "Asleep"
+    WAKING = "Waking"
+    WOKE = "Woke"
+    WOKE_ELSEWHERE = "WokeElsewhere"  # Warning: not where its weights are, with the cost
+    WAITING_FOR_NODE = "WaitingForNode"  # Warning: no node it may take now
+    YIELDED = "Yielded"  # its gateway closed: its node goes to another model
+    YIELD_REFUSED = "YieldRefused"  # its gateway was busy: it keeps its node
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,7 @@ def status_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[E
     events += _placement_events(old, new)
     events += _speed_events(old, new)
     events += _failing_events(old, new)
+    events += idle_events(old, new)
     old_placed = _condition_of(old, ConditionType.PLACED)
     new_placed = _condition_of(new, ConditionType.PLACED)
     if new_placed and new_placed.status == ConditionStatus.FALSE and (
@@ -157,4 +169,93 @@ def _condition_of(status: LocalModelStatus | None, type_: ConditionType) -> Cond
     for c in status.conditions:
         if c.type == type_.value:
             return c
+    return None
+
+
+# ---- spec.idle -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinishedWake:
+    """A wake that ended between two statuses: on which node, whether that
+    was home (its weights there) or elsewhere, and how long it took."""
+
+    node: str
+    where: Literal["home", "elsewhere"]
+    seconds: float | None
+
+
+def _idle(status: LocalModelStatus | None) -> IdleStatus | None:
+    return status.idle if status is not None else None
+
+
+def finished_wake(old: LocalModelStatus | None, new: LocalModelStatus) -> FinishedWake | None:
+    """The wake that ended: asleep or waking before, awake now."""
+    was, now = _idle(old), _idle(new)
+    if was is None or now is None or was.state == "Awake" or now.state != "Awake":
+        return None
+    last = now.last_wake
+    if last is None:
+        return FinishedWake("", "home", None)
+    return FinishedWake(last.node, "elsewhere" if last.warm_cache is False else "home",
+                        last.seconds)
+
+
+def fell_asleep(old: LocalModelStatus | None, new: LocalModelStatus) -> bool:
+    """Awake before (or no idle status yet), asleep now."""
+    was, now = _idle(old), _idle(new)
+    return now is not None and now.state == "Asleep" and (was is None or was.state == "Awake")
+
+
+def idle_events(old: LocalModelStatus | None, new: LocalModelStatus) -> list[EventSpec]:
+    """Asleep, Waking, Woke (and WokeElsewhere, a Warning with the cost) as
+    `status.idle.state` changes; WaitingForNode (a Warning) as the Awake
+    condition turns to it."""
+    was, now = _idle(old), _idle(new)
+    if now is None:
+        return []
+    before = was.state if was is not None else "Awake"
+    events: list[EventSpec] = []
+    if fell_asleep(old, new):
+        events.append(EventSpec(EventReason.ASLEEP, "asleep: " + (
+            "its pods keep running until another model needs the node" if now.resident
+            else "its node is given back; its claims and weights are kept")))
+    if now.state == "Waking" and before != "Waking":
+        wake = now.wake
+        node = wake.node if wake is not None and wake.node else "a node still to be chosen"
+        held = wake.held if wake is not None else 0
+        events.append(EventSpec(EventReason.WAKING,
+                                f"waking on {node} for {held} held request(s)"))
+    if (done := finished_wake(old, new)) is not None:
+        took = f" in {done.seconds:.1f} s" if done.seconds is not None else ""
+        cache = {"home": ", warm cache", "elsewhere": ", cold cache"}[done.where]
+        events.append(EventSpec(EventReason.WOKE, f"woke on {done.node or 'its node'}{took}"
+                                + (cache if done.node else "")))
+        if done.where == "elsewhere":
+            cost = was.wake.cost if was is not None and was.wake is not None else ""
+            events.append(EventSpec(EventReason.WOKE_ELSEWHERE,
+                                    f"woke on {done.node}, not where its weights are: "
+                                    f"{cost or 'a new claim and a download'}", warning=True))
+    awake_was = _condition_of(old, ConditionType.AWAKE)
+    awake_now = _condition_of(new, ConditionType.AWAKE)
+    waiting = Reason.WAITING_FOR_NODE.value
+    if awake_now is not None and awake_now.reason == waiting and (
+            awake_was is None or awake_was.reason != waiting):
+        events.append(EventSpec(EventReason.WAITING_FOR_NODE,
+                                awake_now.message or "no node it may take now", warning=True))
+    return events
+
+
+def close_event(closed: Closed) -> EventSpec | None:
+    """Yielded when a gateway closed to give its node to another model;
+    YieldRefused when a gateway asked to sleep or yield was busy."""
+    ask = closed.ask
+    for_ = f" to {ask.for_}" if ask.for_ else ""
+    if closed.result is CloseResult.CLOSED and ask.reason == "yield":
+        return EventSpec(EventReason.YIELDED, f"pod {ask.pod} closed to give its node{for_} "
+                         f"(idle at least {ask.idle_at_least} s)")
+    if closed.result is CloseResult.BUSY and ask.reason != "reopen":
+        return EventSpec(EventReason.YIELD_REFUSED,
+                         f"pod {ask.pod} is busy ({closed.in_flight} in flight, {closed.queued} "
+                         f"queued): it keeps its node" + (f", {ask.for_} waits" if for_ else ""))
     return None

@@ -29,7 +29,9 @@ does the reading) and this module decides, from values only:
   readiness read included) or failed, the next waits `idle_max`. At most one
   small read per replica per interval, and an idle model costs one read per
   `idle_max` (10 minutes); the price is that traffic starting on an idle
-  replica is first seen up to `idle_max` later.
+  replica is first seen up to `idle_max` later. A model with `spec.idle` is
+  read at least every min(after / 4, 60 s) (`idle_read_every`) whatever its
+  traffic: its activity decides when it sleeps.
 * **What goes into status** (`worth_publishing`): rates that moved by 10% or
   more, a new calibration or expectation, a change of state, or numbers older
   than `publish_max`: a model under steady traffic writes its status at most
@@ -302,11 +304,26 @@ class ReadLog:
     quiet: int = 0
 
 
-def next_read(last: ReadLog | None, policy: SpeedPolicy) -> float:
-    """When to read a Ready pod next (operator clock); 0: now (never read: its calibration)."""
+def next_read(last: ReadLog | None, policy: SpeedPolicy, at_most: float | None = None) -> float:
+    """When to read a Ready pod next (operator clock); 0: now (never read: its
+    calibration). `at_most`: the longest gap between two reads whatever the
+    traffic (a model with spec.idle: `idle_read_every`)."""
     if last is None:
         return 0.0
-    return last.at + (policy.interval if last.quiet == 0 else policy.idle_max)
+    gap = policy.interval if last.quiet == 0 else policy.idle_max
+    return last.at + (gap if at_most is None else min(gap, at_most))
+
+
+# A model with spec.idle is read at least this often: its gateways' activity
+# is the idle signal (idle/state.py due_to_sleep), and a reading is at most
+# this old when the operator decides.
+IDLE_READ_MAX_SECONDS = 60.0
+
+
+def idle_read_every(after_s: float) -> float:
+    """The longest gap between two reads of a replica whose model sleeps
+    after `after_s` idle seconds: a quarter of it, at most IDLE_READ_MAX_SECONDS."""
+    return min(after_s / 4, IDLE_READ_MAX_SECONDS)
 
 
 def after_read(last: ReadLog | None, at: float, busy: bool) -> ReadLog:

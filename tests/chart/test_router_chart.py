@@ -236,3 +236,33 @@ def test_the_operator_may_get_only_the_signing_secret_and_create_secrets_only_he
     assert not [r for r in of_kind(off, "Role") if r["metadata"]["name"].endswith(
         "-router-signing")]
     assert not [a for a in operator_args(off) if a.startswith("--router-signing-secret")]
+
+
+def test_the_operator_lists_the_routers_endpoints_and_may_reach_their_admin_port(
+        tools: Tools) -> None:
+    """spec.idle's wakes: the operator lists the router Service's EndpointSlices
+    in the release namespace (nothing more) and long-polls each pod's admin
+    port, which the router's NetworkPolicy admits from the operator's pods only
+    (and the admin namespaces), the inference port from anyone."""
+    rendered = render_chart(tools, set_values=(*ON, "networkPolicy.enabled=true",
+                                               "networkPolicy.adminNamespaces={monitoring}"))
+    [role] = [r for r in of_kind(rendered, "Role")
+              if r["metadata"]["name"].endswith("-router-endpoints")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules(role) == {("discovery.k8s.io", "endpointslices", "list")}
+    [policy] = of_kind(rendered, "NetworkPolicy")
+    [deployment] = of_kind(operator_objects(rendered), "Deployment")
+    operator_labels = deployment["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == router_deployment(
+        rendered)["spec"]["selector"]["matchLabels"]
+    inference, admin = policy["spec"]["ingress"]
+    assert inference == {"ports": [{"port": "http", "protocol": "TCP"}]}
+    assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]
+    assert admin["from"] == [
+        {"podSelector": {"matchLabels": operator_labels}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    # Without the models' NetworkPolicies the router gets none; without the router, nothing.
+    assert of_kind(render_chart(tools, set_values=ON), "NetworkPolicy") == []
+    off = render_chart(tools, set_values=("networkPolicy.enabled=true",))
+    assert of_kind(off, "NetworkPolicy") == []
+    assert not [r for r in of_kind(off, "Role") if "router" in r["metadata"]["name"]]

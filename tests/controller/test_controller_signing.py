@@ -56,6 +56,11 @@ def test_an_existing_key_is_read_never_replaced() -> None:
     existing = signing_secret(NS, NAME, pem_of(KEY))
     plan = signing_secret_plan(existing, NS, NAME, _unused)
     assert plan.create is None and plan.public_key == public_key_text(KEY)
+    # The private key is kept to sign the operator's closes, and never printed.
+    assert plan.private_key is not None
+    assert plan.private_key.private_bytes_raw() == KEY.private_bytes_raw()
+    assert "private" not in repr(plan) and plan == signing_secret_plan(existing, NS, NAME,
+                                                                       _unused)
 
 
 @pytest.mark.parametrize(("data", "reason"), [
@@ -125,9 +130,13 @@ def test_the_operator_makes_the_key_once_and_renders_it_until_the_secret_is_dele
             assert wakes == [MAX_AGE_SECONDS, MAX_AGE_SECONDS - 20]  # a pass when it is due
             clock[0] += 3600
             keys.append((await signing.options(options)).router_key)  # read, not made again
+            kept = signing.private_key()  # what the operator signs its closes with
+            assert kept is not None and public_key_text(kept) == keys[0]
             del secrets[NAME]  # a rotation
             clock[0] += 3600
             keys.append(await signing.public_key())
+            rotated = signing.private_key()
+            assert rotated is not None and public_key_text(rotated) == keys[-1]
         return keys
 
     made, again, rotated = asyncio.run(main())

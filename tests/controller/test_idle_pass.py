@@ -151,8 +151,8 @@ def asleep() -> Cluster:
     cluster.run(signals(busy=("q",)))
     cluster.run(signals(busy=("q",)))
     plan = cluster.run(signals({"q": 4000}))
-    assert plan.closes == (CloseAsk("ai", "q", "q-0", "sleep", 1800),)
-    released = cluster.run(signals({"q": 4000}, closes=(closed(plan.closes[0]),)))
+    assert plan.idle.closes == (CloseAsk("ai", "q", "q-0", "sleep", 1800, ip="10.0.0.9"),)
+    released = cluster.run(signals({"q": 4000}, closes=(closed(plan.idle.closes[0]),)))
     w = work(released, "q")
     assert [(type(c), c.target.kind) for c in w.changes.changes] == [(Delete, "Pod")]
     return cluster
@@ -163,7 +163,7 @@ def test_a_released_model_loses_its_pod_keeps_its_claim_and_reads_ready_asleep()
     assert "q-0" not in cluster.store["pods"] and "q-weights-0" in cluster.store["claims"]
     plan = cluster.run(signals())  # the next pass: nothing re-created while asleep
     w = work(plan, "q")
-    assert w.changes.changes == () and plan.closes == ()
+    assert w.changes.changes == () and plan.idle.closes == ()
     assert w.status.idle is not None and (w.status.idle.state, w.status.idle.resident) == (
         "Asleep", False)
     assert [(h.node, h.claim) for h in w.status.idle.homes] == [("n1", "q-weights-0")]
@@ -182,7 +182,7 @@ def test_an_apply_during_sleep_changes_nothing() -> None:
     cluster.model("q", SLEEPER, generation=2)  # GitOps applies the same spec again
     plan = cluster.run(signals())
     w = work(plan, "q")
-    assert w.changes.changes == () and plan.closes == ()
+    assert w.changes.changes == () and plan.idle.closes == ()
     assert w.status.idle == before.idle and w.status.observed_generation == 2
     assert condition(w, "Ready")[:2] == ("True", Reason.ASLEEP.value)
 
@@ -218,10 +218,11 @@ def test_a_waker_asks_an_idle_borrower_to_yield_and_takes_the_node_it_gave() -> 
     plan = cluster.run(signals({"chat": 5}, held={"q": 1}))
     assert work(plan, "q").status.idle.state == "Waking"  # type: ignore[union-attr]
     assert condition(work(plan, "q"), "Awake")[1] == Reason.WAITING_FOR_NODE.value
-    assert plan.closes == ()  # chat served 5 s ago: within the grace, not asked
+    assert plan.idle.closes == ()  # chat served 5 s ago: within the grace, not asked
     plan = cluster.run(signals({"chat": 600}, held={"q": 1}))
-    ask = CloseAsk("ai", "chat", "chat-0", "yield", 30, "ai/q", "n1")
-    assert plan.closes == (ask,)
+    ask = CloseAsk("ai", "chat", "chat-0", "yield", 30, for_="ai/q", ip="10.0.0.9",
+                   node="n1")
+    assert plan.idle.closes == (ask,)
     plan = cluster.run(signals({"chat": 600}, held={"q": 1}, closes=(closed(ask),)))
     chat = work(plan, "chat")
     assert [c.target.kind for c in chat.changes.changes if isinstance(c, Delete)] == ["Pod"]
@@ -244,7 +245,7 @@ def test_without_idle_signals_nothing_changes_for_an_idle_model() -> None:
     cluster = Cluster()
     cluster.model("q", SLEEPER)
     plan = cluster.run(None)
-    assert plan.closes == () and work(plan, "q").status.idle is None
+    assert plan.idle.closes == () and work(plan, "q").status.idle is None
 
 
 def test_a_home_is_the_one_node_a_replicas_claim_is_pinned_to() -> None:

@@ -210,8 +210,8 @@ class World:
             for r in range(2):
                 if rnd.random() < 0.5:
                     ask = CloseAsk("ns", name, f"{name}-{r}", rnd.choice(["sleep", "yield"]),
-                                   0, rnd.choice(["", *(f"ns/{n}" for n in names)]),
-                                   rnd.choice(["", "n0", "n1"]))
+                                   0, for_=rnd.choice(["", *(f"ns/{n}" for n in names)]),
+                                   node=rnd.choice(["", "n0", "n1"]))
                     closes[f"ns/{name}-{r}"] = Closed(ask, rnd.choice(RESULTS),
                                                       now - rnd.choice([1, 20, 90]),
                                                       lease_seconds=60.0)

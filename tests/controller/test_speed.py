@@ -12,6 +12,7 @@ import pytest
 from localmodel.api import ConditionStatus, LocalModel, LocalModelStatus, PlacementStatus
 from localmodel.events import EventReason, status_events
 from localmodel.speed import (
+    IDLE_READ_MAX_SECONDS,
     SOURCE_OWN,
     SOURCE_PEERS,
     Expected,
@@ -25,6 +26,7 @@ from localmodel.speed import (
     Totals,
     after_read,
     expected_speed,
+    idle_read_every,
     next_read,
     publish,
     step,
@@ -285,3 +287,27 @@ def test_an_operator_that_read_nothing_yet_keeps_what_status_says() -> None:
     moved = LocalModelStatus(placements=[PLACED.placements[0].model_copy(update={"node": "n9"})])
     assert with_speed(moved, {}, FAST, chat_with(read), NOW) == moved
     assert ConditionStatus.TRUE.value == slow_condition(read)[0]  # type: ignore[index]
+
+
+# A model with spec.idle is read at least every min(after / 4, 60 s), whatever
+# its traffic; a model without keeps the cadence above.
+IDLE_READS = [
+    ("never read: now", None, 1800.0, 0.0),
+    ("quiet, after 30m: 60 s, not idle_max", ReadLog(100, 3), 1800.0, 160.0),
+    ("quiet, after 2m: a quarter of it", ReadLog(100, 3), 120.0, 130.0),
+    ("traffic, after 1m: 15 s, sooner than the interval", ReadLog(100, 0), 60.0, 115.0),
+    ("traffic, after 7d: the interval, already sooner than 60 s", ReadLog(100, 0), 604800.0,
+     130.0),
+]
+
+
+@pytest.mark.parametrize(("case", "last", "after", "due"), IDLE_READS,
+                         ids=[r[0] for r in IDLE_READS])
+def test_a_model_with_idle_is_read_at_least_every_quarter_of_after_up_to_a_minute(
+        case: str, last: ReadLog | None, after: float, due: float) -> None:
+    assert next_read(last, POLICY, idle_read_every(after)) == due
+
+
+def test_idle_read_every_is_a_quarter_of_after_and_never_over_a_minute() -> None:
+    assert [idle_read_every(s) for s in (60, 120, 240, 1800, 604800)] == [15, 30, 60, 60, 60]
+    assert IDLE_READ_MAX_SECONDS == 60

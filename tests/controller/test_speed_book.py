@@ -121,3 +121,18 @@ def test_a_restarted_gateway_is_not_read_as_negative_traffic() -> None:
 def test_what_is_not_a_speed_document_is_refused(bad: object) -> None:
     with pytest.raises(BadDocument):
         reading_from(bad, 0, "u0")
+
+
+def test_a_replica_of_a_model_with_idle_is_read_every_read_every_when_quiet() -> None:
+    book = SpeedBook(POLICY)
+    book.retarget([SpeedTarget("ai/chat", 0, "n0", "chat-0", "u0", "10.0.0.1", KEY,
+                               read_every=15.0), target(0, "u1")])
+    now, reads = 0.0, {"u0": [], "u1": []}  # type: ignore[var-annotated]
+    while now <= 80:
+        for t in book.due(now):
+            reads[t.uid].append(now)
+            book.record(t.uid, reading_from(doc(25.0, 0, 0, 0), now, t.uid), now)
+        now += 1
+    assert reads["u0"] == [0, 15, 30, 45, 60, 75]
+    assert reads["u1"] == [0, 80]  # without idle: idle_max, as before
+    assert book.next_due() == 90  # u0 next, 15 s after its last read

@@ -94,3 +94,12 @@ def test_published_numbers_reach_status_with_the_condition() -> None:
     assert cond.status.value == "True" and "8 tok/s" in cond.message
     [quiet] = plan_of(snap).work
     assert not any(c.type == ConditionType.SLOW_REPLICA.value for c in quiet.status.conditions)
+
+
+def test_a_model_with_idle_is_read_at_least_every_quarter_of_after_and_others_as_before() -> None:
+    sleepy, _ = converged(replicas=1, idle={"after": "2m"})
+    [target] = plan_of(with_ips(sleepy)).speed_targets
+    assert target.read_every == 30.0
+    plain, _ = converged(replicas=1)
+    [target] = plan_of(with_ips(plain)).speed_targets
+    assert target.read_every is None

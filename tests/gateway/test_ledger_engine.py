@@ -269,7 +269,7 @@ async def test_field_report_in_miniature(
     )
     text = table.stdout
     print(text)
-    order = [text.index(f"{n}. ") for n in range(1, 7)]
+    order = [text.index(f"{n}. ") for n in range(1, 8)]
     assert order == sorted(order)
     assert f"indexer (background) {behind['seconds']:.2f} s" in text
     assert "2 rewritten prompts" in text

@@ -73,7 +73,8 @@ def signals(now: float = NOW, held: Mapping[str, int] | None = None,
 
 def closed(m: IdleModel, replica: int, result: CloseResult = CloseResult.CLOSED,
            reason: str = "sleep", at: float = NOW - 1, for_: str = "", node: str = "") -> Closed:
-    ask = CloseAsk(m.namespace, m.name, m.pods[replica], reason, 0, for_, node)  # type: ignore[arg-type]
+    ask = CloseAsk(m.namespace, m.name, m.pods[replica], reason, 0,  # type: ignore[arg-type]
+                   for_=for_, node=node)
     return Closed(ask, result, at, lease_seconds=60.0 if result is CloseResult.CLOSED else 0.0)
 
 
@@ -249,7 +250,7 @@ def test_a_waker_the_plan_left_unplaced_asks_the_longest_idle_model_never_a_busy
     d = decide([a, b, w], sig)
     out = after_plan(d, [a, b, w], the_plan, nodes, {}, demands, sig)  # type: ignore[arg-type]
     assert out.reports["ai/w"].awake is Reason.WAITING_FOR_NODE
-    assert out.closes == (CloseAsk("ai", "b", "b-0", "yield", 30, "ai/w", "n2"),)
+    assert out.closes == (CloseAsk("ai", "b", "b-0", "yield", 30, for_="ai/w", node="n2"),)
     # b refused: not asked again within the grace, and nobody else may be
     refused = signals(held={"ai/w": 1}, closes=(closed(b, 0, CloseResult.BUSY, "yield"),))
     d = decide([a, b, w], refused)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -23,7 +24,15 @@ import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from localmodel.gateway_contract.headers import ASLEEP, ASLEEP_VALUE
+from localmodel.gateway_contract.headers import (
+    ASLEEP,
+    ASLEEP_VALUE,
+    MAX_WOKE_MS,
+    REQUEST_ID_HEADER,
+    WOKE_HEADER,
+    WOKE_MARK_HEADER,
+)
+from localmodel.gateway_contract.marks import WOKE, verify, woke_session
 from localmodel.gateway_contract.waiting_answer import parse_waiting
 from localmodel.router.cluster import ModelEntry, SliceEntry, keep_model, keep_slice, route_table
 from localmodel.router.config import RouterConfig
@@ -219,6 +228,7 @@ class ClosedGateway:
         self.refused = 0
         self.served: list[str] = []
         self.timeouts: list[list[str]] = []  # each served request's X-Request-Timeout headers
+        self.woke: list[tuple[str | None, str | None, str | None]] = []  # id, ms, mark
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -228,6 +238,8 @@ class ClosedGateway:
                                      headers={ASLEEP: ASLEEP_VALUE, "Retry-After": "5"})
         self.served.append(body["messages"][0]["content"])
         self.timeouts.append(request.headers.getall("X-Request-Timeout", []))
+        self.woke.append((request.headers.get(REQUEST_ID_HEADER), request.headers.get(WOKE_HEADER),
+                          request.headers.get(WOKE_MARK_HEADER)))
         return web.json_response({"model": "chat:1b", "done": True,
                                   "message": {"role": "assistant", "content": "awake"}})
 
@@ -255,6 +267,20 @@ async def test_a_replicas_asleep_answer_is_held_and_relayed_once_it_is_open(
         [[left]] = gateway.timeouts  # the caller's timeout less the wait, told once
         assert 0 < float(left) < 600
         assert counted(router, "relayed") == 1
+        # The wait, signed for this replica and this request: the gateway's
+        # ledger keeps it as "waited for a wake" (gateway/owned.py `woke`).
+        [(request_id, ms, mark)] = gateway.woke
+        assert request_id and ms is not None and 0 <= int(ms) <= MAX_WOKE_MS
+        key = CONFIG.signing_key.public_key()
+        assert verify(key, mark, WOKE, "ai", "chat-0", woke_session(request_id, int(ms)),
+                      time.time())
+        assert not verify(key, mark, WOKE, "ai", "chat-1", woke_session(request_id, int(ms)),
+                          time.time())
+        # A request never held carries no wake, and a caller's own copy is dropped.
+        forged = await RawClient.send(router.port, "/api/chat", ask("not held"), {
+            WOKE_HEADER: "5000", WOKE_MARK_HEADER: mark or "", REQUEST_ID_HEADER: request_id})
+        assert (await forged.response())[0] == 200
+        assert gateway.woke[-1] == (request_id, None, None)
     finally:
         await runner.cleanup()
 

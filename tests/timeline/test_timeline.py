@@ -14,6 +14,7 @@ import pytest
 
 from localmodel.cli import main
 from localmodel.gateway_contract import Behind, LedgerEntry
+from localmodel.timeline.cli import expired_at_router
 from localmodel.timeline.report import Sharing, parts, render_table, timeline
 
 pytestmark = pytest.mark.unit
@@ -88,7 +89,7 @@ def test_the_causes_come_in_the_fields_order_with_their_numbers() -> None:
     assert slowest["request_id"] == "q" and slowest["queue_s"] == 21.0
 
     text = render_table(doc, "shop/chat")
-    order = [text.index(f"{n}. ") for n in range(1, 7)]
+    order = [text.index(f"{n}. ") for n in range(1, 8)]
     assert order == sorted(order)
     for words in (
         "Models sharing the node: shop/stray (ollama) on node n1",
@@ -104,15 +105,83 @@ def test_the_causes_come_in_the_fields_order_with_their_numbers() -> None:
 
 
 def test_foreground_parts_add_up_to_wall_time() -> None:
-    doc = timeline(field_report(), Sharing(None))
-    wall = doc["foreground_wall"]
-    total = sum(wall[k] for k in ("queue", "reread", "prefill", "decode", "other"))
-    assert total == pytest.approx(wall["wall"])
-    for entry in field_report():
-        p = parts(entry)
-        assert p["queue"] + p["reread"] + p["prefill"] + p["decode"] + p["other"] == (
-            pytest.approx(p["wall"])
-        )
+    for report in (field_report(), field_report() + woken_requests()):
+        doc = timeline(report, Sharing(None))
+        wall = doc["foreground_wall"]
+        total = sum(wall[k] for k in ("wake", "queue", "reread", "prefill", "decode", "other"))
+        assert total == pytest.approx(wall["wall"])
+        for entry in report:
+            p = parts(entry)
+            assert (
+                p["wake"] + p["queue"] + p["reread"] + p["prefill"] + p["decode"] + p["other"]
+            ) == pytest.approx(p["wall"])
+            assert p["wall"] == pytest.approx(
+                (entry.get("wake_wait_s") or 0.0) + (entry.get("duration_s") or 0.0))
+
+
+def woken_requests() -> list[dict[str, Any]]:
+    """Three requests the router held while ai/qwen3 woke (41 s in all), one
+    that was not held."""
+    woken = replace(BASE, caller="bob", duration=2.0, slot_seconds=2.0, prefill_seconds=0.5,
+                    decode_seconds=1.0)
+    return [e.as_json() for e in (
+        replace(woken, request_id="w1", arrival=2000.0, wake_wait_s=14.7),
+        replace(woken, request_id="w2", arrival=2000.5, wake_wait_s=13.8),
+        replace(woken, request_id="w3", arrival=2001.0, wake_wait_s=12.5,
+                priority="background"),
+        replace(woken, request_id="w4", arrival=2020.0),
+    )]
+
+
+def test_time_held_for_a_wake_is_the_second_cause_before_queueing() -> None:
+    doc = timeline(field_report() + woken_requests(), Sharing([]))
+    assert doc["waking"] == {"requests": 3, "seconds": 41.0, "median_s": 13.8,
+                             "longest_s": 14.7, "expired_at_router": None}
+    # The wait comes before the gateway's arrival: on top of the duration.
+    assert doc["foreground_wall"]["wake"] == pytest.approx(28.5)
+    [slowest] = [b for b in doc["slowest"] if b["request_id"] == "w1"]
+    assert (slowest["wall_s"], slowest["wake_s"]) == (16.7, 14.7)
+
+    text = render_table(doc, "ai/qwen3", "ai/qwen3")
+    assert (
+        "2. Waking: 3 requests waited 41.0 s for ai/qwen3 to wake (median 13.8 s, "
+        "longest 14.7 s)" in text
+    )
+    assert text.index("1. Models sharing") < text.index("2. Waking") < text.index(
+        "3. Queueing")
+    assert "= waking 28.5 s + queueing 21.0 s" in text
+    assert "w1 bob (ok) 16.7 s: waited 14.7 s for a wake; queued 0.00 s" in text
+
+
+def test_held_requests_that_expired_are_a_footnote_to_the_waking_cause() -> None:
+    text = render_table(timeline(woken_requests(), Sharing([]), expired=2), "t", "ai/qwen3")
+    assert "2 held requests gave up (503 at the router) before ai/qwen3 woke" in text
+    quiet = render_table(timeline([], Sharing([]), expired=1), "t", "ai/qwen3")
+    assert "2. Waking: no request waited for a wake" in quiet
+    assert "1 held request gave up" in quiet
+
+
+def test_a_model_that_never_slept_says_no_wake_and_adds_no_waking_part() -> None:
+    doc = timeline(field_report(), Sharing([]))
+    assert doc["waking"]["requests"] == 0 and doc["foreground_wall"]["wake"] == 0
+    text = render_table(doc, "shop/chat")
+    assert "2. Waking: no request waited for a wake" in text
+    assert "gave up" not in text
+    assert "Foreground wall time 51.5 s = queueing 21.0 s" in text
+
+
+@pytest.mark.parametrize("status, expired", [
+    ({"idle": {"lastWake": {"expired": 3}}}, 3),
+    ({"idle": {"lastWake": {"expired": -1}}}, None),
+    ({"idle": {"lastWake": {"expired": True}}}, None),
+    ({"idle": {"lastWake": {"expired": "3"}}}, None),
+    ({"idle": {"lastWake": ["expired"]}}, None),
+    ({"idle": None}, None),
+    ("not an object", None),
+    ({}, None),
+])
+def test_the_expired_count_is_read_from_any_status_shape(status: Any, expired: int | None) -> None:
+    assert expired_at_router({"status": status}) == expired
 
 
 def test_unknown_engine_facts_are_said_not_guessed() -> None:

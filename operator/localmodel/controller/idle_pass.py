@@ -89,6 +89,8 @@ def idle_model(obs: Observed, mo: ModelObject, lm: LocalModel,
     ready_on = tuple(sorted({p.node for p in obs.pods_of(lm.key)
                              if p.owner_uid == mo.uid and p.ready and p.node in obs.nodes
                              and p.node and not p.terminating}))
+    pods = {p.replica: p for p in obs.pods_of(lm.key) if p.owner_uid == mo.uid}
+    ips = tuple((pods[r].ip or "") if r in pods else "" for r in range(replicas))
     read = signals.readings.get(lm.key, {})
     stale = signals.settings.stale_s
     readings = fresh_readings(read, replicas, signals.now, stale)
@@ -97,7 +99,7 @@ def idle_model(obs: Observed, mo: ModelObject, lm: LocalModel,
         hold_s=float(lm.spec.idle.hold_seconds),
         stored=mo.status.idle if mo.status is not None else None,
         readings=readings, homes=homes(obs, lm, mo.uid), ready_on=ready_on,
-        last_request=last_request(read, signals.now, stale))
+        last_request=last_request(read, signals.now, stale), ips=ips)
 
 
 def idle_models(obs: Observed, models: Iterable[LocalModel],

@@ -24,6 +24,7 @@ from localmodel.controller.operator_metrics import OperatorMetrics
 from localmodel.controller.reconcile import Reconciler
 from localmodel.controller.speed import SpeedReader
 from localmodel.controller.supervise import Job, Supervisor, watch_api
+from localmodel.controller.wake_watch import WakeWatch, slice_finder
 from localmodel.controller.writer import Kube
 from localmodel.kube import Credentials, KubeconfigError, credentials
 from localmodel.metrics import render
@@ -114,7 +115,12 @@ async def operate(config: OperatorConfig, creds: Credentials,
         supervisor = Supervisor(metrics.task_restarts)
         jobs = [Job("leader", lease.run, on_failure=elector.step_down),
                 Job("reconcile", lambda: reconciler.run(leading)),
-                Job("speed", lambda: reader.run(leading))]
+                Job("speed", lambda: reader.run(leading)),
+                Job("close", lambda: reconciler.closer.run(leading))]
+        if config.router_namespace:  # spec.idle's wakes: what the routers hold
+            watch = WakeWatch(slice_finder(kube, config.router_namespace), reconciler.trigger)
+            reconciler.wake_watch = watch
+            jobs.append(Job("wake", lambda: watch.run(leading)))
         api_watch = asyncio.create_task(watch_api(lambda: elector.last_answer), name="api")
         tasks = [
             kopf_task,

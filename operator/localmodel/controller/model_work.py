@@ -19,7 +19,7 @@ from localmodel.controller.observed import Observed
 from localmodel.controller.speed import SpeedTarget, speed_targets
 from localmodel.desired import ModelResult
 from localmodel.gaps import with_gap
-from localmodel.idle.asks import CloseAsk
+from localmodel.idle.wakers import NO_OUTCOME, IdleOutcome
 from localmodel.idle_status import IdleReport, with_idle
 from localmodel.speed import Published, SpeedPolicy
 from localmodel.status import with_progress, with_speed
@@ -42,8 +42,9 @@ class PassPlan:
     work: list[ModelWork]
     placed: dict[str, dict[int, str]]  # where this pass puts every replica
     speed_targets: tuple[SpeedTarget, ...] = ()  # Ready replicas whose gateway can be read
-    # The closes the idle decisions ask the shell to send (idle/decide.py), in order.
-    closes: tuple[CloseAsk, ...] = ()
+    # The idle decisions for the shell (idle/wakers.py): the closes to send, the
+    # closes to keep renewing, when to look again.
+    idle: IdleOutcome = NO_OUTCOME
     # What the reconciler need not look at again: this plan's number, and (the
     # number of the plan it follows, each model whose work is not that plan's
     # very object); None: any model's may differ. (Not compared: a fresh pass

@@ -129,6 +129,8 @@ class ModelWriter:
         if failure is not None:
             events.append(failure)
         events = status_events(mo.status, status) + events
+        if status.idle is not None:
+            self.metrics.idle.transition(mo.key, mo.status, status)
         for event in events:
             await self.event(mo, event, now)
         if not status_changed(mo.status, status):

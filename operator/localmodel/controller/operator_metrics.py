@@ -8,9 +8,44 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from localmodel.api import LocalModelStatus
+from localmodel.controller.closer import yields_counter
 from localmodel.controller.leader import leases_lost_counter
 from localmodel.controller.speed import ReadCounters
+from localmodel.events import fell_asleep, finished_wake
 from localmodel.metrics import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric
+
+# A wake is a pod's start (a recreated pod was Ready in 12 to 28 s on the loaded
+# real node, docs/test-cluster.md) or nothing at all (resident): seconds to minutes.
+WAKE_BUCKETS = (1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+
+
+@dataclass
+class IdleCounters:
+    """Keeps the counters of spec.idle: sleeps, wakes (where, how long) and
+    the closes asked of gateways, counted as the statuses written change."""
+
+    wakes: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_wakes_total",
+        "Wakes of models with spec.idle, by where: home (where its weights are) or elsewhere "
+        "(a new claim).", ("namespace", "localmodel", "where")))
+    wake_seconds: Histogram = field(default_factory=lambda: Histogram(
+        "localmodel_operator_wake_seconds",
+        "Seconds from a wake wanted to its first Ready replica.", WAKE_BUCKETS))
+    sleeps: Counter = field(default_factory=lambda: Counter(
+        "localmodel_operator_sleeps_total", "Times a model with spec.idle fell asleep."))
+    yields: Counter = field(default_factory=yields_counter)
+
+    def transition(self, key: str, old: LocalModelStatus | None,
+                   new: LocalModelStatus) -> None:
+        """Count what changed between a model's stored status and the new one."""
+        if fell_asleep(old, new):
+            self.sleeps.inc()
+        if (wake := finished_wake(old, new)) is not None:
+            namespace, _, name = key.partition("/")
+            self.wakes.inc(labels=(namespace, name, wake.where))
+            if wake.seconds is not None:
+                self.wake_seconds.observe(wake.seconds)
 
 
 @dataclass
@@ -37,6 +72,7 @@ class OperatorMetrics:
         "Background tasks of the operator restarted after they failed, by task.", ("task",)))
     speed_reads: ReadCounters = field(default_factory=ReadCounters)
     speed_ratios: Callable[[], dict[tuple[str, ...], float]] = dict
+    idle: IdleCounters = field(default_factory=IdleCounters)
 
     def all(self) -> list[Metric]:
         return [
@@ -48,6 +84,10 @@ class OperatorMetrics:
             self.leases_lost,
             self.speed_reads.reads,
             self.speed_reads.read_bytes,
+            self.idle.wakes,
+            self.idle.wake_seconds,
+            self.idle.sleeps,
+            self.idle.yields,
             Gauge("localmodel_operator_replica_decode_speed_ratio",
                   "Each replica's decode rate between the operator's last two reads with "
                   "traffic over its expected rate (below 0.5 for --slow-replica-after: "

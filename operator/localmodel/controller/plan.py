@@ -135,7 +135,8 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
     `tenants`: the admin's policy (models it refuses get their status only,
     `admitted`); `secrets`: the labels of the Secrets models name (`tenancy.needs_secrets`).
     `idle`: what the shell gathered for the models with `spec.idle` (None: no
-    idle state for any); the plan's `closes` are the closes to send."""
+    idle state for any); the plan's `idle` says what the shell does for them
+    (the closes to send and to renew, when to run again)."""
     kept = kept if kept is not None else KeptWork()
     idle = idle if idle is not None and kept.idle.any_idle(obs) else None
     inputs = (obs, options, placed, avoid, speeds, speed_policy, tenants, secrets, desired, idle)
@@ -179,6 +180,6 @@ def plan_pass(obs: Observed, now: str, options: RenderOptions, *, placed: Placed
         since = (kept.shares.serial, {w.model.key: w for w in (*refused, *invalid)})
         since[1].update((done[i].model.key, done[i]) for i in todo if done[i] is not last.work[i])
     plan = PassPlan([*refused, *done, *invalid], shares.placed,
-                    tuple(chain.from_iterable(shares.targets)), outcome.closes,
+                    tuple(chain.from_iterable(shares.targets)), outcome,
                     kept.shares.serial + 1, since)
     return kept.shares.remember(inputs, now, plan, shares, unkept)

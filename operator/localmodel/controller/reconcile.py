@@ -19,10 +19,12 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from localmodel.contract import OPERATOR
 from localmodel.controller.clock import rfc3339
+from localmodel.controller.closer import Closer
 from localmodel.controller.config import OperatorConfig
 from localmodel.controller.model_work import ModelWork, PassPlan
 from localmodel.controller.model_writes import ModelWriter, PassResult
@@ -37,10 +39,12 @@ from localmodel.controller.signing import RouterSigning
 from localmodel.controller.snapshot import Snapshot, observe
 from localmodel.controller.speed import SpeedBook
 from localmodel.controller.stuck import avoid_stuck
+from localmodel.controller.wake_watch import WakeWatch
 from localmodel.controller.watched import WATCHED
 from localmodel.controller.work_memo import KeptWork
 from localmodel.controller.writer import Kube, NotLeading
 from localmodel.events import EventSpec
+from localmodel.idle.asks import IdleSettings, IdleSignals
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 
@@ -130,6 +134,19 @@ class Reconciler:
                                   self.trigger_later)  # each model's writes
         self._secrets = SecretLabels(kube)  # named Secrets' labels, for the policy
         self._signing = RouterSigning.of(kube, config, self.trigger_later)  # router's key
+        # spec.idle's I/O: the routers' held requests (main.py sets the watch
+        # when the router is on) and the closes a pass asks of the gateways.
+        self.wake_watch: WakeWatch | None = None
+        self.closer = Closer(self._signing.private_key if self._signing else lambda: None,
+                             self.trigger, metrics.idle.yields)
+
+    def idle_signals(self, now: float) -> IdleSignals:
+        """What the shell knows for this pass's idle decisions: the held
+        requests per model over every router, the latest answer per pod to a close."""
+        waiting = self.wake_watch.waiting() if self.wake_watch is not None else {}
+        return IdleSignals(now, MappingProxyType(dict(waiting)), self.closer.closes(),
+                           MappingProxyType(self.speed.readings_by_model()),
+                           IdleSettings(router=bool(self.config.router_namespace)))
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""
@@ -215,10 +232,12 @@ class Reconciler:
             for name, why in obs.bad_nodes.items():
                 log.warning("node %s is left out of placement: %s", name, why)
             extra_events = self._avoid_stuck(obs, now)
+            for key, told in self.closer.take_events().items():
+                extra_events.setdefault(key, []).extend(told)
             secrets = await self._secret_labels(obs)
             if self._signing is not None:
                 self._render_options = await self._signing.options(self._render_options)
-            planned = self._plan(obs, now_s, secrets)
+            planned = self._plan(obs, now_s, secrets, self.idle_signals(now))
         result = PassResult(models=len(obs.models))
         since = planned.since
         new = ({} if planned.serial == self._serial else since[1]
@@ -254,8 +273,9 @@ class Reconciler:
         return found
 
     def _plan(self, obs: Observed, now: str,
-              secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> PassPlan:
-        planned = plan_pass(obs, now, self._render_options,
+              secrets: Mapping[tuple[str, str], Mapping[str, str]],
+              idle: IdleSignals | None = None) -> PassPlan:
+        planned = plan_pass(obs, now, self._render_options, idle=idle,
                             placed=self._placed, avoid=self.avoid,
                             speeds=self.speed.published_by_model(),
                             speed_policy=self.speed.policy, desired=self._desired,
@@ -263,7 +283,18 @@ class Reconciler:
         self._placed = planned.placed
         if self.speed.retarget(planned.speed_targets):
             self.speed_wake()
+        self._idle_io(planned)
         return planned
+
+    def _idle_io(self, planned: PassPlan) -> None:
+        """What the pass's idle decisions ask of the shell: the closes to send,
+        the answers (and leases) to keep, and when to look again."""
+        idle = planned.idle
+        self.closer.retain(idle.retain)
+        if idle.closes:
+            self.closer.send(idle.closes)
+        if idle.recheck_in is not None:
+            self.trigger_later(idle.recheck_in)
 
     def _avoid_stuck(self, obs: Observed, now: float) -> dict[str, list[EventSpec]]:
         """Apply `stuck.avoid_stuck`: the nodes to avoid, the Events, a recheck."""

@@ -22,7 +22,7 @@ import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -53,6 +53,9 @@ class SigningPlan:
 
     public_key: str  # base64 of the raw public key, as --router-key takes it
     create: Mapping[str, Any] | None = None  # the Secret to create, when none exists
+    # The key itself, to sign the operator's own calls (the gateways' POST /yield);
+    # never printed: no repr, no comparison.
+    private_key: Ed25519PrivateKey | None = field(default=None, repr=False, compare=False)
 
 
 def signing_secret(namespace: str, name: str, pem: bytes) -> dict[str, Any]:
@@ -74,7 +77,8 @@ def signing_secret_plan(existing: Mapping[str, Any] | None, namespace: str, name
     where = f"Secret {namespace}/{name}"
     if existing is None:
         key = fresh()
-        return SigningPlan(public_key_text(key), signing_secret(namespace, name, pem_of(key)))
+        return SigningPlan(public_key_text(key), signing_secret(namespace, name, pem_of(key)),
+                           private_key=key)
     data = existing.get("data")
     raw = data.get(KEY_FIELD) if isinstance(data, Mapping) else None
     if not isinstance(raw, str):
@@ -88,12 +92,14 @@ def signing_secret_plan(existing: Mapping[str, Any] | None, namespace: str, name
         key = key_from_pem(pem)
     except BadKey as exc:
         raise BadSigningSecret(f"{where}: data.{KEY_FIELD}: {exc}") from None
-    return SigningPlan(public_key_text(key))
+    return SigningPlan(public_key_text(key), private_key=key)
 
 
 class RouterSigning:
-    """The router's public key as last read (""; none known yet): read at
-    most every MAX_AGE_SECONDS, the Secret created when missing."""
+    """The router's public key as last read (""; none known yet), and its
+    private key (None: none known yet; the operator signs its closes with
+    it, `private_key`, never logged): read at most every MAX_AGE_SECONDS, the
+    Secret created when missing."""
 
     def __init__(self, kube: Kube, namespace: str, name: str,
                  clock: Callable[[], float] = time.monotonic,
@@ -102,7 +108,13 @@ class RouterSigning:
         self.clock = clock
         self.wake = wake  # a pass again in so many seconds: the next read is due
         self.key = ""
+        self._private: Ed25519PrivateKey | None = None
         self._read_at: float | None = None
+
+    def private_key(self) -> Ed25519PrivateKey | None:
+        """The key the operator signs its closes with (the router's, so every
+        gateway already holds its public half), as last read."""
+        return self._private
 
     @classmethod
     def of(cls, kube: Kube, config: OperatorConfig,
@@ -149,6 +161,7 @@ class RouterSigning:
                     self._read_at = None
                     return self.key
             self.key = plan.public_key
+            self._private = plan.private_key
         except (KubeError, BadSigningSecret) as exc:
             log.error("router signing key: %s; gateways keep %s", exc,
                       "the last key read" if self.key else "no router key")

@@ -83,6 +83,7 @@ from localmodel.speed import (
     SpeedPolicy,
     after_read,
     expected_speed,
+    idle_read_every,
     next_read,
     publish,
     ratio_of,
@@ -122,6 +123,8 @@ class SpeedTarget:
     # the operator's own image (policy.speed_targets). A tenant chooses
     # `spec.gateway.image`, and a gateway of their own can say anything.
     vouched: bool = False
+    # spec.idle: read at least this often whatever the traffic (speed.idle_read_every).
+    read_every: float | None = None
 
 
 @dataclass
@@ -159,10 +162,11 @@ class SpeedBook:
         return added
 
     def due(self, now: float) -> list[SpeedTarget]:
-        return [b.target for b in self.by_uid.values() if next_read(b.log, self.policy) <= now]
+        return [b.target for b in self.by_uid.values()
+                if next_read(b.log, self.policy, b.target.read_every) <= now]
 
     def next_due(self) -> float | None:
-        times = [next_read(b.log, self.policy) for b in self.by_uid.values()]
+        times = [next_read(b.log, self.policy, b.target.read_every) for b in self.by_uid.values()]
         return min(times) if times else None
 
     def expected(self, uid: str) -> Expected:
@@ -203,6 +207,15 @@ class SpeedBook:
         for b in self.by_uid.values():
             if b.published is not None:
                 out.setdefault(b.target.model, {})[b.target.replica] = b.published
+        return out
+
+    def readings_by_model(self) -> dict[str, dict[int, Reading]]:
+        """Each replica's last reading by model and replica (its `activity`
+        is the idle signal; its `at` how old it is): `IdleSignals.readings`."""
+        out: dict[str, dict[int, Reading]] = {}
+        for b in self.by_uid.values():
+            if b.reading is not None:
+                out.setdefault(b.target.model, {})[b.target.replica] = b.reading
         return out
 
     def ratios(self) -> dict[tuple[str, ...], float]:
@@ -397,6 +410,8 @@ def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[Sp
             continue
         peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
                        cpu_model(obs.nodes.get(r.node)))
+        idle = lm.spec.idle
         out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
-                               vouched=pod.gateway_image == own_image))
+                               vouched=pod.gateway_image == own_image,
+                               read_every=idle_read_every(idle.after_seconds) if idle else None))
     return out

@@ -5,7 +5,8 @@ plain dicts) and each gateway's metrics in, facts and findings out, in the
 field's order:
 
 1. models holding weights per node: our pods and any other pod running an
-   Ollama or llama.cpp image;
+   Ollama or llama.cpp image; models with `spec.idle` that cannot wake, and why
+   on each node (doctor/wake.py);
 2. callers that can queue: each gateway's queue depth, busy slots, background
    turned away, foreground waiting;
 3. cancellation: models served without the gateway;
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from localmodel.doctor.checks import NUMA_SOURCE, queue_findings, speed_findings
@@ -36,6 +38,7 @@ from localmodel.doctor.gaps import gap_findings
 from localmodel.doctor.metrics import GatewayStats, MetricsError, gateway_stats, parse_metrics
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.doctor.speed import slow_findings
+from localmodel.doctor.wake import idle_findings
 from localmodel.engine_pods import EnginePod, engine_pods
 from localmodel.engines.registry import engine
 from localmodel.facts import FactSource, NodeFacts, NodeFactsError, from_node
@@ -57,10 +60,11 @@ class ClusterView:
     pods: Sequence[Mapping[str, Any]]
     # "namespace/pod" of each gateway -> its metrics text, or why it could not be read.
     metrics: Mapping[str, str | Exception] = field(default_factory=dict)
-    models: Sequence[Mapping[str, Any]] = ()  # LocalModels, with their status
+    models: Sequence[Mapping[str, Any]] = ()  # LocalModels of every namespace, with status
     # node -> two samples of its kubelet's cAdvisor metrics (nodes with a slow replica)
     cadvisor: Mapping[str, tuple[str, str] | Exception] = field(default_factory=dict)
     namespace: str | None = None  # the scope: None, the whole cluster
+    now: datetime | None = None  # when it was read (None: how long a wake waited is not judged)
 
 
 def in_scope(scope: str | None, namespace: object) -> bool:
@@ -107,6 +111,7 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     findings += gap_findings(models, [p for p in view.pods if in_scope(
         view.namespace, (p.get("metadata") or {}).get("namespace"))])
     findings += _models_per_node([p for p in every if p.node in held], nodes)
+    findings += idle_findings(view.models, nodes, view.now, scope=view.namespace)
     findings += _queues(gateways, view.metrics)
     findings += _cancellation(pods)
     findings += _speed(gateways, view.metrics)

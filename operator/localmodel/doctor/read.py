@@ -23,6 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,10 @@ def gather_cluster(
         if pod.gateway and in_scope(namespace, pod.namespace):
             metrics[pod.key] = gateway_metrics(core, pod.namespace, pod.name, timeout,
                                                metrics_urls.get(pod.key))
-    models = [m for m in _local_models(client)
+    # Every LocalModel: those of other namespaces hold nodes a scoped one may wake on
+    # (cluster_findings scopes the rest).
+    every_model = _local_models(client)
+    models = [m for m in every_model
               if in_scope(namespace, (m.get("metadata") or {}).get("namespace"))]
     engines = {p.key: p for p in engine_pods(pods)}
     watched: dict[str, list[Watched]] = {}
@@ -197,8 +201,8 @@ def gather_cluster(
     cadvisor: dict[str, tuple[str, str] | Exception] = {}
     for node in sorted(watched):
         cadvisor[node] = _cadvisor_pair(core, node, timeout, watched[node])
-    return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor,
-                       namespace=namespace)
+    return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=every_model,
+                       cadvisor=cadvisor, namespace=namespace, now=datetime.now(UTC))
 
 
 def _local_models(client: Any) -> list[dict[str, Any]]:

@@ -28,8 +28,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from localmodel.gateway_contract import GatewayConfig
 from localmodel.gateway_contract.headers import (
+    MAX_WOKE_REQUEST_ID,
     OWNED_SESSION_HEADER,
     OWNED_SESSIONS_LISTED,
+    REQUEST_ID_HEADER,
     SESSION_IDLE_S,
     WOKE_HEADER,
     WOKE_MARK_HEADER,
@@ -50,7 +52,6 @@ from localmodel.gateway_contract.marks import (
 )
 
 MAX_KEPT = 4096  # keys kept; the least recently used is forgotten first
-MAX_REQUEST_ID = 128  # characters of X-Request-Id a woke mark may sign
 
 
 class OwnedSessions:
@@ -135,8 +136,8 @@ class RouterMarks:
         """Seconds the router held this request for a wake, when it signed
         them for this replica and this request (X-Request-Id); None otherwise."""
         ms = woke_ms(headers.get(WOKE_HEADER))
-        request_id = headers.get("X-Request-Id") or ""
-        if ms is None or len(request_id) > MAX_REQUEST_ID:
+        request_id = headers.get(REQUEST_ID_HEADER) or ""
+        if ms is None or len(request_id) > MAX_WOKE_REQUEST_ID:
             return None
         if not verify(self.key, headers.get(WOKE_MARK_HEADER), WOKE, self.namespace, self.pod,
                       woke_session(request_id, ms), self.wall()):

@@ -58,6 +58,8 @@ ASLEEP_VALUE = "1"
 WOKE_HEADER = "X-LocalModel-Woke"
 WOKE_MARK_HEADER = "X-LocalModel-Woke-Mark"
 MAX_WOKE_MS = 3_600_000  # an hour: the longest hold (spec.idle.holdSeconds) is 3600 s
+MAX_WOKE_REQUEST_ID = 128  # characters of X-Request-Id a woke mark may sign
+REQUEST_ID_HEADER = "X-Request-Id"  # the caller's name for a request (the router names a held one)
 
 _KEY = re.compile(SESSION_KEY_PATTERN)
 

@@ -37,6 +37,7 @@ class CloseAsk:
     reason: CloseReason
     idle_at_least: int = 0
     for_: str = ""  # "namespace/name" of the waker, for a yield
+    ip: str = ""  # the pod's address: the shell calls its gateway's admin port there
     node: str = ""  # the node a yield gives `for_` (reserved for it once closed)
 
     @property

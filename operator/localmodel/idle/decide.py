@@ -65,6 +65,7 @@ class IdleModel:
     homes: tuple[IdleHome, ...] = ()
     ready_on: tuple[str, ...] = ()
     last_request: float | None = None  # seconds: the latest a replica saw one (`last_request`)
+    ips: tuple[str, ...] = ()  # per replica, its pod's address ("" if none): where a close goes
 
     @property
     def namespace(self) -> str:
@@ -222,11 +223,16 @@ def seen_closes(m: IdleModel, signals: IdleSignals, since: float | None) -> Seen
     return Seen(closed, answers, busy, failed)
 
 
+def stored_since(m: IdleModel) -> float | None:
+    """Since when the model is in its stored state: the answers older than
+    that were to an earlier one (None: first sight, or unreadable; any counts)."""
+    return epoch(m.stored.since) if m.stored is not None else None
+
+
 def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
-    stored = m.stored or IdleStatus(state="Awake")
+    stored = m.stored or IdleStatus(state="Awake", since=stamp(signals.now))
     stored = _with_last(stored.model_copy(update={"homes": list(m.homes)}), m.last_request)
-    since = epoch(stored.since)
-    seen = seen_closes(m, signals, since)
+    seen = seen_closes(m, signals, stored_since(m))
     waiting = signals.waiting.get(m.key)
     held = waiting.held if waiting is not None else 0
     wanted = held > 0 or is_awake_window(m.policy.windows, at) or not signals.settings.router
@@ -260,19 +266,22 @@ def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
 
 def ask_again(last: Closed | None, signals: IdleSignals) -> bool:
     """Whether to (re)send a close to a replica whose last answer is ``last``:
-    none yet; a refusal or failure older than the grace; a close past half
-    its lease (renewed while the other replicas answer)."""
+    none yet; a refusal or failure older than the grace; a close whose lease
+    lapsed. A close within its lease is renewed by the shell while the pass
+    retains it (`wakers.IdleOutcome.retain`), not asked again."""
     if last is None:
         return True
     age = signals.now - last.at
     if last.result is CloseResult.CLOSED:
-        return age >= last.lease_seconds / 2
+        return age >= last.lease_seconds
     return age >= signals.settings.grace_s
 
 
 def ask(m: IdleModel, replica: int, reason: CloseReason, idle_at_least: int = 0,
          for_: str = "", node: str = "") -> CloseAsk:
-    return CloseAsk(m.namespace, m.name, m.pods[replica], reason, idle_at_least, for_, node)
+    ip = m.ips[replica] if replica < len(m.ips) else ""
+    return CloseAsk(m.namespace, m.name, m.pods[replica], reason, idle_at_least, for_=for_,
+                    ip=ip, node=node)
 
 
 def _awake_reason(m: IdleModel, seen: Seen, signals: IdleSignals) -> Reason:

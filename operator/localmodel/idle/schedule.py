@@ -107,8 +107,11 @@ def is_awake_window(windows: Sequence[Window], now: datetime) -> bool:
 
 def next_window_start(windows: Sequence[Window], now: datetime) -> datetime | None:
     """The first window start after ``now`` (UTC), or None without windows. A
-    start is a wanted wake, even with no request held."""
-    starts = [start for w in windows for start, _ in w.spans(now, ahead=8) if start > now]
+    start is a wanted wake, even with no request held. A window the clock
+    skips whole (02:00 to 03:00 on the night it jumps from 02:00 to 03:00)
+    does not happen that day: its span is empty, and it has no start."""
+    starts = [start for w in windows for start, end in w.spans(now, ahead=8)
+              if now < start < end]
     return min(starts, default=None)
 
 

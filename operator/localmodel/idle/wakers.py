@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from localmodel.api import IdleStatus, IdleWake
 from localmodel.facts import NodeFacts
-from localmodel.idle.asks import CloseAsk, IdleSignals
+from localmodel.idle.asks import CloseAsk, CloseResult, IdleSignals
 from localmodel.idle.decide import (
     Decided,
     IdleModel,
@@ -30,6 +30,7 @@ from localmodel.idle.decide import (
     moved,
     seen_closes,
     stamp,
+    stored_since,
 )
 from localmodel.idle.yielding import Candidate, Waker, choose_yields
 from localmodel.idle_status import IdleReport
@@ -44,6 +45,13 @@ class IdleOutcome:
 
     reports: Mapping[str, IdleReport] = field(default_factory=lambda: MappingProxyType({}))
     closes: tuple[CloseAsk, ...] = ()
+    # The pods ("namespace/pod") whose close a sleep, yield or release under
+    # way still needs: the shell renews these leases and lets the others lapse.
+    retain: frozenset[str] = frozenset()
+    # Seconds until a decision may change with no new signal (a model becomes
+    # due to sleep, a hold or reservation ends, a window starts): the shell
+    # runs a pass by then. None: no model has an idle state.
+    recheck_in: float | None = None
 
 
 NO_OUTCOME = IdleOutcome()
@@ -77,7 +85,9 @@ def after_plan(decided: Decided, models: Sequence[IdleModel], plan: Plan,
         with suppress(Exception):
             closes += _yields(wakers, models, decided, plan, nodes, usage, demands, signals)
     closes += _dangling(models, decided, closes, signals)
-    return IdleOutcome(MappingProxyType(reports), tuple(closes))
+    return IdleOutcome(MappingProxyType(reports), tuple(closes),
+                       _retained(models, decided, closes, signals),
+                       RECHECK_S if decided.steps else None)
 
 
 def _dangling(models: Sequence[IdleModel], decided: Decided, closes: Sequence[CloseAsk],
@@ -92,7 +102,7 @@ def _dangling(models: Sequence[IdleModel], decided: Decided, closes: Sequence[Cl
         step = decided.steps.get(m.key)
         if step is None or (m.namespace, m.name) in asked or not step.idle.resident:
             continue
-        seen = seen_closes(m, signals, epoch(step.idle.since))
+        seen = seen_closes(m, signals, stored_since(m))
         if any(seen.closed) and not all(seen.closed):
             out += [ask(m, i, "reopen") for i, c in enumerate(seen.closed) if c]
     return out
@@ -138,7 +148,7 @@ def _yields(wakers: Sequence[Waker], models: Sequence[IdleModel], decided: Decid
         step = decided.steps.get(m.key)
         if step is None or step.idle.state == "Waking" or not step.idle.resident:
             continue
-        seen = seen_closes(m, signals, epoch(step.idle.since))
+        seen = seen_closes(m, signals, stored_since(m))
         if seen.busy or seen.failed:
             continue  # it refused (or could not be asked) within the grace
         waiting = signals.waiting.get(m.key)
@@ -155,3 +165,42 @@ def _yields(wakers: Sequence[Waker], models: Sequence[IdleModel], decided: Decid
         out += [ask(m, i, "yield", int(grace), y.for_, y.node) for i in range(len(m.pods))
                 if ask_again(seen.answers[i], signals)]
     return out
+
+
+# The longest a pass waits to look at the idle models again when no signal
+# came: their time-bound decisions (sleep due, holds, reservations, windows)
+# are taken within this of their moment.
+RECHECK_S = 15.0
+
+
+def _retained(models: Sequence[IdleModel], decided: Decided, closes: Sequence[CloseAsk],
+              signals: IdleSignals) -> frozenset[str]:
+    """The pods whose latest answer the next pass still needs: a close still
+    wanted (a model being closed, its other replicas asked, or released this
+    pass while its pods go; the shell renews these leases), and a refusal or
+    failure younger than ANSWER_KEEP_GRACES graces (it keeps a busy gateway
+    from being asked again at once, and says why a model cannot sleep). Not
+    a close being reopened."""
+    reopened = {f"{a.namespace}/{a.pod}" for a in closes if a.reason == "reopen"}
+    out = set()
+    for m in models:
+        step = decided.steps.get(m.key)
+        if step is None:
+            continue
+        stored = m.stored
+        released_now = step.idle.state == "Asleep" and not step.idle.resident and not (
+            stored is not None and stored.state == "Asleep" and not stored.resident)
+        if released_now or step.idle.resident:
+            seen = seen_closes(m, signals, None)
+            out |= {f"{m.namespace}/{pod}" for pod, c in zip(m.pods, seen.closed, strict=True)
+                    if c}
+    horizon = ANSWER_KEEP_GRACES * signals.settings.grace_s
+    out |= {pod for pod, c in signals.closes.items()
+            if c.result not in (CloseResult.CLOSED, CloseResult.OPENED)
+            and signals.now - c.at < horizon}
+    return frozenset(out - reopened)
+
+
+# A refusal or failure is kept for this many graces: the ask is repeated after
+# one, and its new answer replaces it long before this.
+ANSWER_KEEP_GRACES = 4

@@ -40,11 +40,22 @@ import asyncio
 import bisect
 import contextlib
 import math
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from localmodel.gateway_contract.headers import (
+    MAX_WOKE_MS,
+    MAX_WOKE_REQUEST_ID,
+    REQUEST_ID_HEADER,
+    WOKE_HEADER,
+    WOKE_MARK_HEADER,
+)
+from localmodel.gateway_contract.marks import sign_woke
 from localmodel.gateway_contract.waiting_answer import (
     MAX_SERIAL,
     MAX_WAIT_S,
@@ -162,6 +173,20 @@ def foreground(priority: str | None) -> bool:
 # ---- the queues ---------------------------------------------------------------------------
 
 
+def woke_told(signing_key: Ed25519PrivateKey | None, replica: Replica, ticket: Ticket,
+              now: float) -> dict[str, str]:
+    """A held request's wait for the wake, signed for the replica it goes to
+    and this request (the gateway's ledger keeps it as "waited for a wake");
+    a request the caller did not name gets an id of the router's. Nothing
+    without a key, or for an id too long to sign."""
+    request_id = ticket.request_id or f"lm-{secrets.token_hex(8)}"
+    if signing_key is None or len(request_id) > MAX_WOKE_REQUEST_ID:
+        return {}
+    ms = min(MAX_WOKE_MS, max(0, round((now - ticket.since) * 1000)))
+    mark = sign_woke(signing_key, replica.namespace, replica.name, request_id, ms, time.time())
+    return {REQUEST_ID_HEADER: request_id, WOKE_HEADER: str(ms), WOKE_MARK_HEADER: mark}
+
+
 @dataclass(eq=False)
 class Ticket:
     """One request's place among its model's held ones: its arrival order,
@@ -180,6 +205,7 @@ class Ticket:
     seen: ModelRoute | None = None  # the model's route when it found a replica closed
     future: asyncio.Future[ModelRoute] | None = None
     held: bool = False  # counted once it was first held
+    request_id: str | None = None  # the caller's X-Request-Id, if any
 
 
 class Holding:
@@ -187,8 +213,10 @@ class Holding:
     not yet sent per model, the serial /waiting reports, and what the metrics read."""
 
     def __init__(self, per_model: int, routes: Callable[[], RouteTable],
-                 clock: Callable[[], float], metrics: RouterMetrics) -> None:
+                 clock: Callable[[], float], metrics: RouterMetrics,
+                 signing_key: Ed25519PrivateKey | None = None) -> None:
         self.per_model = per_model
+        self.signing_key = signing_key  # signs a held request's wait (its woke mark)
         self.routes = routes
         self.clock = clock
         self.metrics = metrics
@@ -212,7 +240,8 @@ class Holding:
         timeout = caller_timeout(headers.get("X-Request-Timeout"))
         return Ticket(self._seq, key_of(route), route.resource, started, timeout, now,
                       deadline_at(started, now, route, timeout, router_deadline),
-                      foreground(headers.get("X-Priority")))
+                      foreground(headers.get("X-Priority")),
+                      request_id=headers.get(REQUEST_ID_HEADER))
 
     def queued(self, route: ModelRoute) -> bool:
         """Whether requests already wait for this model (a new one joins them)."""
@@ -275,13 +304,17 @@ class Holding:
         if ticket.held:
             self._end(ticket, result)
 
-    def told(self, ticket: Ticket) -> dict[str, str]:
-        """What the replica is told of a request that was held: what is left
-        of the caller's X-Request-Timeout (the wait counted in it)."""
-        if not ticket.held or ticket.timeout is None:
+    def told(self, ticket: Ticket, replica: Replica) -> dict[str, str]:
+        """What `replica` is told of a request that was held: what is left of
+        the caller's X-Request-Timeout (the wait counted in it), and the wait
+        itself, signed for this replica and this request (`woke_told`)."""
+        if not ticket.held:
             return {}
-        left = ticket.started + ticket.timeout - self.clock()
-        return {"X-Request-Timeout": f"{max(left, 0.001):.3f}"}
+        told = woke_told(self.signing_key, replica, ticket, self.clock())
+        if ticket.timeout is not None:
+            left = ticket.started + ticket.timeout - self.clock()
+            told["X-Request-Timeout"] = f"{max(left, 0.001):.3f}"
+        return told
 
     def close(self) -> None:
         """The router stops: its watcher with it."""

@@ -35,6 +35,8 @@ from localmodel.gateway_contract.headers import (
     OWNED_SESSION_HEADER,
     ROUTE_HEADER,
     SERVED_BY_HEADER,
+    WOKE_HEADER,
+    WOKE_MARK_HEADER,
 )
 from localmodel.gateway_contract.headers import PREFIX as HEADER_PREFIX
 from localmodel.gateway_contract.marks import MARK_HEADER
@@ -61,11 +63,11 @@ PREFIX = HEADER_PREFIX.lower()
 def pass_headers(headers: Mapping[str, str],
                  told: Mapping[str, str] | None = None) -> dict[str, str]:
     """What goes on to the replica: the kept headers but the router's own
-    (`told`, and the marks' and sessions'; a caller's copy of one is dropped,
+    (`told`, and the marks', the sessions' and a wake's; a caller's copy of one is dropped,
     whatever its case), `told`,
     and identity encoding (the router reads the answer's tail)."""
     own = {OWNED_SESSION_HEADER.lower(), ROUTE_HEADER.lower(), MARK_HEADER.lower(),
-           *(k.lower() for k in told or {})}
+           WOKE_HEADER.lower(), WOKE_MARK_HEADER.lower(), *(k.lower() for k in told or {})}
     out = {k: v for k, v in headers.items() if k.lower() not in own
            and (k.lower() in PASS_HEADERS or k.lower().startswith(PREFIX))}
     out.update(told or {})

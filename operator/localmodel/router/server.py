@@ -100,7 +100,7 @@ class Router:
                                      lambda: len(self.owners), self.keys.answered,
                                      self._admission, lambda: self.holding.held())
         self.holding = Holding(hold_bound(config.places, config.hold_per_model),
-                               source.routes, clock, self.metrics)
+                               source.routes, clock, self.metrics, self.signing_key)
         self.places = Places(config.places)
         self.reads = BodyReads(config.body_reads, SMALL_BODY)
         self._clock = clock
@@ -263,7 +263,7 @@ class Router:
         decision = self._decide(route, key, want.prompt)
         replica = next(r for r in route.replicas if r.id == decision.replica)
         extra = {ROUTE_HEADER: decision.header, REPLICA_HEADER: replica.id}
-        told = {**_told(self.signing_key, decision, replica, key), **self.holding.told(ticket)}
+        told = _told(self.signing_key, decision, replica, key) | self.holding.told(ticket, replica)
         if key is not None:
             self.metrics.replica_turns.inc(1, (replica.namespace, replica.name, decision.kind))
 

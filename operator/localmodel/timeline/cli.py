@@ -56,7 +56,8 @@ def timeline_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="localmodel timeline",
         description="Where a model's time went, from its gateways' ledgers, in the field's "
-        "debugging order: models sharing the node, queueing (by the callers waited behind), "
+        "debugging order: models sharing the node, waking (held at the router while an idle "
+        "model woke), queueing (by the callers waited behind), "
         "abandoned work, re-reads per session, prefill, decode; then the slowest foreground "
         "requests.",
     )
@@ -80,24 +81,25 @@ def timeline_main(argv: Sequence[str]) -> int:
     try:
         if args.gateway_url:
             entries = parse_entries(_get(f"{args.gateway_url.rstrip('/')}{LEDGER_PATH}?{query}"))
-            sharing = Sharing(None)
+            sharing, expired = Sharing(None), None
             title = f"{args.name} at {args.gateway_url}"
         else:
-            entries, sharing = _from_cluster(args.kubeconfig, args.namespace, args.name, query,
-                                             args.context)
+            entries, sharing, expired = _from_cluster(
+                args.kubeconfig, args.namespace, args.name, query, args.context)
             title = f"{args.namespace}/{args.name}"
     except (_Unavailable, ValueError) as exc:
         # What a gateway or the API server said is in it: bounded and cleaned.
         print(f"localmodel timeline: {printable(str(exc), 2000)}", file=sys.stderr)
         return 2
-    doc = timeline(entries, sharing)
+    doc = timeline(entries, sharing, expired=expired)
+    model = f"{args.namespace}/{args.name}" if not args.gateway_url else args.name
     title += f", since {args.since}"
     if args.output == "json":
         sys.stdout.write(to_json(doc) + "\n")
     elif args.output == "yaml":
         yaml.safe_dump(doc, sys.stdout, sort_keys=False, width=100)
     else:
-        sys.stdout.write(render_table(doc, title))
+        sys.stdout.write(render_table(doc, title, printable(model, 300)))
     return 0
 
 
@@ -127,7 +129,7 @@ def ledger_json(raw: bytes) -> Any:
 
 def _from_cluster(
     kubeconfig: str | None, namespace: str, name: str, query: str, context: str | None = None
-) -> tuple[list[dict[str, Any]], Sharing]:
+) -> tuple[list[dict[str, Any]], Sharing, int | None]:
     from kubernetes.client import CoreV1Api, CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
 
@@ -141,7 +143,7 @@ def _from_cluster(
         raise _Unavailable(str(exc)) from exc
     core = CoreV1Api(client)
     try:
-        CustomObjectsApi(client).get_namespaced_custom_object(
+        lm = CustomObjectsApi(client).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name)
         every = client.sanitize_for_serialization(core.list_pod_for_all_namespaces())
     except ApiException as exc:
@@ -165,7 +167,19 @@ def _from_cluster(
             f"pod {namespace}/{without[0]} of LocalModel {namespace}/{name} runs without the "
             "gateway, which keeps the ledger: set spec.gateway.enabled: true"
         )
-    return merge([_ledger(core, namespace, pod, query) for pod in ours]), sharing
+    entries = merge([_ledger(core, namespace, pod, query) for pod in ours])
+    return entries, sharing, expired_at_router(lm)
+
+
+def expired_at_router(lm: Any) -> int | None:
+    """status.idle.lastWake.expired of a LocalModel as read (any shape: the
+    status may be old, hand-edited or absent): a count, else None."""
+    value: Any = lm
+    for key in ("status", "idle", "lastWake", "expired"):
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        return None
+    return value
 
 
 def _ledger(core: Any, namespace: str, pod: str, query: str) -> list[dict[str, Any]]:

@@ -6,17 +6,22 @@ compactions re-read at prefill speed, and only then the model's own speed. So
 the causes come in that order:
 
 1. models sharing the node (from the cluster, as `doctor` reads it);
-2. queueing, attributed to the callers and priorities waited behind;
-3. abandoned work: slot time of requests whose caller left, before it left
+2. waking: time the router held requests while the model woke (spec.idle),
+   before they reached the gateway's queue (`wake_wait_s`, signed by the
+   router); requests whose hold expired reach no ledger, so the model's
+   status.idle.lastWake.expired is a footnote;
+3. queueing, attributed to the callers and priorities waited behind;
+4. abandoned work: slot time of requests whose caller left, before it left
    (work thrown away) and after (cancellation latency: near zero behind the
    gateway, minutes without it);
-4. re-reads per session (prefill of tokens a session had already read once);
-5. prefill; 6. decode.
+5. re-reads per session (prefill of tokens a session had already read once);
+6. prefill; 7. decode.
 
-For foreground work the parts add up to its wall time: queueing + re-reading
-+ the rest of prefill + decode + other (the residue: the body's arrival,
-tokenizing, the slot's setup, the answer's way back). Then the slowest
-foreground requests, each with its own breakdown.
+For foreground work the parts add up to its wall time, the wake wait
+included: waking + queueing + re-reading + the rest of prefill + decode +
+other (the residue: the body's arrival, tokenizing, the slot's setup, the
+answer's way back) = wake_wait_s + duration_s. Then the slowest foreground
+requests, each with its own breakdown.
 
 Input: ledger entries as GET /ledger serves them
 (`localmodel.gateway_contract.LedgerEntry.as_json`).
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
 
 GONE_OUTCOMES = ("cancelled_disconnect",)  # the caller left before its answer
 SLOWEST = 5
+# A request's wall time and its parts, in the causes' order (`parts`).
+PARTS = ("wall", "wake", "queue", "reread", "prefill", "decode", "other")
 
 Entry = Mapping[str, Any]
 
@@ -97,16 +104,21 @@ def _ours(found: Sequence[EnginePod], namespace: str, name: str) -> list[EngineP
 
 
 def parts(entry: Entry) -> dict[str, float]:
-    """One request's wall time in parts: queue, reread, prefill (the rest of
-    it), decode, other (the residue). They add up to its duration."""
+    """One request's wall time in parts: wake (held at the router while the
+    model woke), queue, reread, prefill (the rest of it), decode, other (the
+    residue). They add up to its wall time: the wake wait plus its duration
+    (the wait comes before the gateway's `arrival`, so it is not in
+    `duration_s`)."""
     duration = _num(entry, "duration_s") or 0.0
+    wake = max(0.0, _num(entry, "wake_wait_s") or 0.0)
     queue = _num(entry, "queue_wait_s") or 0.0
     prefill_all = _num(entry, "prefill_s") or 0.0
     reread = min(_num(entry, "reread_s") or 0.0, prefill_all)
     decode = _num(entry, "decode_s") or 0.0
     other = duration - queue - prefill_all - decode
     return {
-        "wall": duration,
+        "wall": wake + duration,
+        "wake": wake,
         "queue": queue,
         "reread": reread,
         "prefill": prefill_all - reread,
@@ -188,6 +200,25 @@ def _rereads(entries: Sequence[Entry]) -> dict[str, Any]:
     }
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _waking(entries: Sequence[Entry], expired: int | None) -> dict[str, Any]:
+    waits = [w for w in (_num(e, "wake_wait_s") for e in entries) if w is not None and w > 0]
+    return {
+        "requests": len(waits),
+        "seconds": _r(sum(waits)),
+        "median_s": _r(_median(waits)) if waits else None,
+        "longest_s": _r(max(waits)) if waits else None,
+        "expired_at_router": expired,
+    }
+
+
 def _breakdown(entry: Entry) -> dict[str, Any]:
     p = parts(entry)
     return {
@@ -197,6 +228,7 @@ def _breakdown(entry: Entry) -> dict[str, Any]:
         "outcome": entry.get("outcome"),
         "arrival": entry.get("arrival"),
         "wall_s": _r(p["wall"]),
+        "wake_s": _r(p["wake"]),
         "queue_s": _r(p["queue"]),
         "waited_behind": list(entry.get("waited_behind") or []),
         "reread_s": _r(p["reread"]),
@@ -207,22 +239,27 @@ def _breakdown(entry: Entry) -> dict[str, Any]:
 
 
 def timeline(
-    entries: Sequence[Entry], sharing: Sharing, slowest: int = SLOWEST
+    entries: Sequence[Entry],
+    sharing: Sharing,
+    slowest: int = SLOWEST,
+    expired: int | None = None,
 ) -> dict[str, Any]:
-    """The causes in the field's order, as data (`-o json`)."""
+    """The causes in the field's order, as data (`-o json`). `expired`: held
+    requests whose hold ran out before the model woke (the model's
+    status.idle.lastWake.expired; None: not read or no spec.idle)."""
     local = [e for e in entries if e.get("served_by", "local") == "local"]
     foreground = [e for e in entries if e.get("priority") == "foreground"]
     reread_all = _sum(local, "reread_s")
     prefill_all = _sum(local, "prefill_s")
     fg_parts = [parts(e) for e in foreground]
-    wall = {k: _r(sum(p[k] for p in fg_parts)) for k in ("wall", "queue", "reread", "prefill")}
-    wall |= {k: _r(sum(p[k] for p in fg_parts)) for k in ("decode", "other")}
-    ranked = sorted(foreground, key=lambda e: -(_num(e, "duration_s") or 0.0))
+    wall = {k: _r(sum(p[k] for p in fg_parts)) for k in PARTS}
+    ranked = sorted(foreground, key=lambda e: -parts(e)["wall"])
     return {
         "requests": len(entries),
         "foreground": len(foreground),
         "background": sum(1 for e in entries if e.get("priority") == "background"),
         "sharing": None if sharing.models is None else list(sharing.models),
+        "waking": _waking(entries, expired),
         "queueing": {
             "seconds": _r(_sum(entries, "queue_wait_s")),
             "requests_waited": sum(1 for e in entries if (_num(e, "queue_wait_s") or 0) > 0),
@@ -270,13 +307,15 @@ def _behind_words(behind: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def render_table(doc: Mapping[str, Any], title: str) -> str:
-    """The same numbers as `timeline`, in words a person reads at a glance."""
+def render_table(doc: Mapping[str, Any], title: str, model: str | None = None) -> str:
+    """The same numbers as `timeline`, in words a person reads at a glance.
+    `model`: the LocalModel's name as the waking line says it (e.g. ai/qwen3)."""
     out = [
         f"Where the time went: {title}: {_plural(doc['requests'], 'request')} "
         f"({doc['foreground']} foreground, {doc['background']} background)",
         "",
         _sharing_line(doc["sharing"]),
+        *_waking_lines(doc["waking"], model or "the model"),
         *_queueing_lines(doc["queueing"]),
         *_abandoned_lines(doc["abandoned"]),
         *_reread_lines(doc["rereads"]),
@@ -295,11 +334,28 @@ def _sharing_line(sharing: Sequence[str] | None) -> str:
     return f"1. Models sharing the node: {'; '.join(sharing)}: they contend for its cores"
 
 
+def _waking_lines(w: Mapping[str, Any], model: str) -> list[str]:
+    expired = w.get("expired_at_router")
+    footnote = (
+        [f"     and {_plural(expired, 'held request')} gave up (503 at the router) before "
+         f"{model} woke: those reach no ledger (status.idle.lastWake.expired)"]
+        if expired else []
+    )
+    if not w["requests"]:
+        return ["2. Waking: no request waited for a wake", *footnote]
+    return [
+        f"2. Waking: {_plural(w['requests'], 'request')} waited {_s(w['seconds'])} for "
+        f"{model} to wake (median {_s(w['median_s'])}, longest {_s(w['longest_s'])}): held "
+        "at the router before the gateway's queue",
+        *footnote,
+    ]
+
+
 def _queueing_lines(q: Mapping[str, Any]) -> list[str]:
     if q["seconds"] <= 0:
-        return ["2. Queueing: no request waited for a slot"]
+        return ["3. Queueing: no request waited for a slot"]
     return [
-        f"2. Queueing: {_plural(q['requests_waited'], 'request')} waited {_s(q['seconds'])} "
+        f"3. Queueing: {_plural(q['requests_waited'], 'request')} waited {_s(q['seconds'])} "
         "for a slot, behind:",
         *(f"     {b['caller']} ({b['priority']}) {_s(b['seconds'])}" for b in q["behind"]),
     ]
@@ -307,9 +363,9 @@ def _queueing_lines(q: Mapping[str, Any]) -> list[str]:
 
 def _abandoned_lines(a: Mapping[str, Any]) -> list[str]:
     if not a["requests"]:
-        return ["3. Abandoned work: none; every caller waited for its answer"]
+        return ["4. Abandoned work: none; every caller waited for its answer"]
     return [
-        f"3. Abandoned work: {_plural(a['requests'], 'request')} whose caller left: "
+        f"4. Abandoned work: {_plural(a['requests'], 'request')} whose caller left: "
         f"the slot was held {_s(a['held_before_gone_s'])} before they left (work thrown "
         f"away) and {_s(a['held_after_gone_s'])} after (cancellation latency)",
         *(
@@ -322,10 +378,10 @@ def _abandoned_lines(a: Mapping[str, Any]) -> list[str]:
 
 def _reread_lines(r: Mapping[str, Any]) -> list[str]:
     if not r["rewrites"]:
-        return ["4. Re-reads: no session rewrote its prompt"]
+        return ["5. Re-reads: no session rewrote its prompt"]
     unknown = f" ({r['unknown']} not known)" if r["unknown"] else ""
     return [
-        f"4. Re-reads: {_plural(r['rewrites'], 'rewritten prompt')} (compactions, "
+        f"5. Re-reads: {_plural(r['rewrites'], 'rewritten prompt')} (compactions, "
         f"rewritten histories) re-read {_s(r['seconds'])} of prefill{unknown}:",
         *(
             f"     {s['caller']} / session {s['session']}: {_plural(s['rewrites'], 'rewrite')}, "
@@ -343,9 +399,9 @@ def _prefill_decode_lines(p: Mapping[str, Any], d: Mapping[str, Any]) -> list[st
     )
     rate = f", {d['tokens'] / d['seconds']:.1f} tok/s" if d["seconds"] > 0 else ""
     return [
-        f"5. Prefill: {_s(p['seconds'])} besides re-reads ({p['evaluated_tokens']} tokens "
+        f"6. Prefill: {_s(p['seconds'])} besides re-reads ({p['evaluated_tokens']} tokens "
         f"evaluated{cache})",
-        f"6. Decode: {_s(d['seconds'])} ({d['tokens']} tokens{rate})",
+        f"7. Decode: {_s(d['seconds'])} ({d['tokens']} tokens{rate})",
     ]
 
 
@@ -353,9 +409,10 @@ def _wall_lines(doc: Mapping[str, Any]) -> list[str]:
     if not doc["foreground"]:
         return []
     w = doc["foreground_wall"]
+    waking = f"waking {_s(w['wake'])} + " if w["wake"] else ""
     return [
         "",
-        f"Foreground wall time {_s(w['wall'])} = queueing {_s(w['queue'])} + re-reading "
+        f"Foreground wall time {_s(w['wall'])} = {waking}queueing {_s(w['queue'])} + re-reading "
         f"{_s(w['reread'])} + prefill {_s(w['prefill'])} + decode {_s(w['decode'])} + "
         f"other {_s(w['other'])}",
     ]
@@ -369,6 +426,8 @@ def _slowest_lines(slowest: Sequence[Mapping[str, Any]]) -> list[str]:
         words = [f"queued {_s(b['queue_s'])}"]
         if b["waited_behind"]:
             words[0] += " behind " + _behind_words(b["waited_behind"])
+        if b["wake_s"]:
+            words.insert(0, f"waited {_s(b['wake_s'])} for a wake")
         if b["reread_s"]:
             words.append(f"re-read {_s(b['reread_s'])}")
         words += [
