@@ -14,6 +14,7 @@ from localmodel.gateway.config import ConfigError, parse_config
 from localmodel.gateway.doorman import Doorman, asleep_message
 from localmodel.gateway.keys import digest_of
 from localmodel.gateway.routes import ROUTES
+from localmodel.gateway_contract import client_api as api
 from localmodel.gateway_contract import env_name
 from localmodel.gateway_contract.headers import ASLEEP, ASLEEP_RETRY_AFTER_S
 
@@ -36,7 +37,7 @@ def test_every_slot_route_is_told_503_in_its_apis_shape_and_counts() -> None:
     doorman = _doorman("--pod-namespace", "ai", "--wake-seconds", "9")
     slot_routes = [r for r in ROUTES if r.uses_slot]
     assert {r.path for r in slot_routes} == {
-        "/api/generate", "/api/chat", "/api/embed",
+        api.GENERATE_PATH, api.CHAT_PATH, api.EMBED_PATH,
         "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
     for route in slot_routes:
         answer = doorman.answer(route, None)
@@ -53,17 +54,17 @@ def test_every_slot_route_is_told_503_in_its_apis_shape_and_counts() -> None:
 def test_listings_are_empty_and_other_metadata_is_told_but_not_counted() -> None:
     doorman = _doorman()
     by_path = {r.path: r for r in ROUTES}
-    assert _body(doorman.answer(by_path["/api/tags"], None)) == {"models": []}
-    assert _body(doorman.answer(by_path["/api/ps"], None)) == {"models": []}
+    assert _body(doorman.answer(by_path[api.TAGS_PATH], None)) == {"models": []}
+    assert _body(doorman.answer(by_path[api.PS_PATH], None)) == {"models": []}
     assert _body(doorman.answer(by_path["/v1/models"], None)) == {"object": "list", "data": []}
-    for path in ("/api/show", "/api/version"):
+    for path in (api.SHOW_PATH, api.VERSION_PATH):
         assert doorman.answer(by_path[path], None).status == 503
     assert doorman.activity()["arrived"] == 0
 
 
 def test_without_the_operators_word_the_retry_after_is_a_closed_gateways() -> None:
     doorman = _doorman()
-    chat = next(r for r in ROUTES if r.path == "/api/chat")
+    chat = next(r for r in ROUTES if r.path == api.CHAT_PATH)
     answer = doorman.answer(chat, None)
     assert answer.headers["Retry-After"] == str(ASLEEP_RETRY_AFTER_S)
 
@@ -85,7 +86,7 @@ def test_a_refused_key_is_401_and_never_a_wish_to_wake(tmp_path: Path) -> None:
     keys.write_text(json.dumps({"keys": [{"caller": "team-a", "sha256": digest_of(KEY)}]}))
     doorman = _doorman("--keys-file", str(keys))
     chat = next(r for r in ROUTES if r.path == "/v1/chat/completions")
-    tags = next(r for r in ROUTES if r.path == "/api/tags")
+    tags = next(r for r in ROUTES if r.path == api.TAGS_PATH)
     for route in (chat, tags):
         refused = doorman.answer(route, "Bearer lmk-wrong")
         assert refused.status == 401 and "WWW-Authenticate" in refused.headers
