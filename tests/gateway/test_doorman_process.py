@@ -5,8 +5,9 @@ model, when it will answer and the router's address, with Retry-After and
 X-LocalModel-Asleep; listings are empty; the probes say Ready; each slot
 request is a wish to wake in /speed's activity, read by the operator's own
 reader (gateway_contract/speed_answer.py); with keys, a refused key gets 401
-and never counts, and the router's key check answers as the gateway's does;
-a huge body is never waited for."""
+and never counts, the router's key check answers as the gateway's does, and
+a changed keys Secret is taken without a restart; a huge body is never
+waited for."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from localmodel.gateway_contract.keys import (
 )
 from localmodel.gateway_contract.speed_answer import reading_from_answer
 from localmodel.speed import Activity
-from tests.harness.processes import free_ports, http_ok, localmodel_process
+from tests.harness.processes import free_ports, http_ok, localmodel_process, wait_until
 
 MODEL = "qwen3:4b"
 NAMESPACE = "ai"
@@ -77,11 +78,23 @@ def door(tmp_path: Path) -> Iterator[Doorman]:
         yield served
 
 
+def _write_keys(path: Path, *keys: str) -> None:
+    """As kubelet updates a mounted Secret: a new file swapped in atomically."""
+    doc = {"keys": [{"caller": f"caller-{i}", "sha256": digest_of(k)} for i, k in enumerate(keys)]}
+    path.with_suffix(".new").write_text(json.dumps(doc))
+    os.replace(path.with_suffix(".new"), path)
+
+
 @pytest.fixture
-def keyed(tmp_path: Path) -> Iterator[Doorman]:
-    keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"keys": [{"caller": "team-a", "sha256": digest_of(KEY)}]}))
-    with _doorman(tmp_path, **{"keys-file": str(keys)}) as served:
+def keys_path(tmp_path: Path) -> Path:
+    path = tmp_path / "keys.json"
+    _write_keys(path, KEY)
+    return path
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, keys_path: Path) -> Iterator[Doorman]:
+    with _doorman(tmp_path, **{"keys-file": str(keys_path)}) as served:
         yield served
 
 
@@ -157,6 +170,13 @@ def test_a_refused_key_never_counts_and_the_key_check_answers_as_the_gateways(
     assert _activity(keyed.admin).arrived == 1  # the router's checks are no wish to wake
 
 
+def _listed(client: openai.OpenAI) -> bool:
+    try:
+        return list(client.models.list()) == []
+    except openai.AuthenticationError:
+        return False
+
+
 def _key_check(url: str, nonce: str, proof: str) -> int:
     request = urllib.request.Request(url + KEY_CHECK_PATH, headers={
         KEY_NONCE_HEADER: nonce, KEY_PROOF_HEADER: proof})
@@ -178,3 +198,12 @@ def test_a_huge_body_is_answered_without_being_waited_for(door: Doorman) -> None
     assert head.startswith(b"HTTP/1.1 503 ")
     assert http_ok(door.url + "/readyz")
     assert _activity(door.admin).arrived == 1
+
+
+def test_a_changed_keys_secret_reaches_the_doorman(keyed: Doorman, keys_path: Path) -> None:
+    late = "lmk-doorman-added-later-93b1"
+    with _openai(keyed.url, late) as client:
+        with pytest.raises(openai.AuthenticationError):
+            client.models.list()
+        _write_keys(keys_path, KEY, late)
+        wait_until("the new key accepted", lambda: _listed(client), 60)
