@@ -30,6 +30,12 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = OPERATOR
 LABEL_NAME = PREFIX + "name"  # the LocalModel's name; the Service selects pods by it
 LABEL_REPLICA = PREFIX + "replica"  # pods and weights claims: the replica number
+# A pod's role besides a replica's: `doorman` (render/doorman.py), the pod that
+# answers a released model's Service. It carries LABEL_NAME (the Service selects
+# it) and never LABEL_REPLICA (it is never counted as a replica).
+LABEL_ROLE = PREFIX + "role"
+ROLE_DOORMAN = "doorman"
+DOORMAN_SUFFIX = "-doorman"  # the doorman pod's name: `<LocalModel name>-doorman`
 
 # ---- annotations ---------------------------------------------------------------
 ANNOTATION_NODE = PREFIX + "node"  # pods: the node the planner chose

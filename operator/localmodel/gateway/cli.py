@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from localmodel.gateway.config import USAGE, ConfigError, parse_config
+from localmodel.gateway.config import DOORMAN_FLAG, USAGE, ConfigError, parse_config
+from localmodel.gateway.doorman import start_doorman
 from localmodel.gateway.keys import BadKeys, KeysFile
 from localmodel.gateway.server import start_gateway
 from localmodel.gateway_contract import GatewayConfig
@@ -43,6 +44,28 @@ async def serve(config: GatewayConfig, loop_name: str = "asyncio") -> None:
         await running.stop()
 
 
+async def serve_doorman(config: GatewayConfig, loop_name: str = "asyncio") -> None:
+    """The doorman (gateway/doorman.py): no engine, every slot route told 503."""
+    running = await start_doorman(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    keys = "" if not config.keys_file else f", API keys from {config.keys_file}"
+    print(
+        f"localmodel gateway: doorman for {config.model or 'its model'} listening on "
+        f"{config.listen_host}:{running.port} (admin: {config.admin_address[0]}:"
+        f"{running.admin_port}{keys}), Retry-After {running.doorman.retry_after} s, "
+        f"{loop_name} event loop",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
 def loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
     """The event loop to serve on: uvloop's when asked or, with `auto`, when it
     is installed (it relays a token with less CPU: its transports and loop
@@ -63,6 +86,8 @@ def run_cli(argv: Sequence[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return 0
+    doorman = DOORMAN_FLAG in argv  # a mode, not a setting: it takes no value
+    argv = [arg for arg in argv if arg != DOORMAN_FLAG]
     try:
         config = parse_config(argv, os.environ)
     except ConfigError as exc:
@@ -81,7 +106,7 @@ def run_cli(argv: Sequence[str]) -> int:
         return 2
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(serve(config, loop_name))
+            runner.run((serve_doorman if doorman else serve)(config, loop_name))
     except PortTaken as exc:
         print(f"localmodel gateway: {exc}", file=sys.stderr)
         return 2

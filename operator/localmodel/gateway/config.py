@@ -21,9 +21,13 @@ from localmodel.gateway_contract import (
 )
 from localmodel.settings import ConfigError, field_values, parse_argv, usage_lines
 
-__all__ = ["USAGE", "ConfigError", "parse_config"]
+__all__ = ["DOORMAN_FLAG", "USAGE", "ConfigError", "parse_config"]
 
-USAGE = f"""usage: localmodel gateway [--FLAG VALUE ...]
+DOORMAN_FLAG = "--doorman"  # the doorman's mode (gateway/doorman.py): a switch, no value
+
+USAGE = f"""usage: localmodel gateway [{DOORMAN_FLAG}] [--FLAG VALUE ...]
+
+{DOORMAN_FLAG}: answer as a released model's doorman (no engine; docs/idle.md).
 
 flags (each also read from {ENV_PREFIX}<FLAG>, e.g. {env_name("max-queue")}):
 {usage_lines(FLAGS)}

@@ -33,13 +33,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from localmodel.gateway_contract.headers import ASLEEP_RETRY_AFTER_S
 from localmodel.gateway_contract.marks import MARK_WINDOW_S
 
 # The longest idle time a close can ask for: spec.idle.after's bound (7 days).
 MAX_IDLE_AT_LEAST = 7 * 86400
-# A closed door's Retry-After: about a re-created pod's start with its weights
-# already on the node (12 to 28 s on the loaded real node: docs/test-cluster.md).
-ASLEEP_RETRY_AFTER_S = 15
 MAX_YIELD_BODY = 256  # bytes of a yield call's body read at all
 SEEN_MARKS = 1024  # yield marks remembered against replay (each valid one only)
 

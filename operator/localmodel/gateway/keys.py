@@ -37,12 +37,21 @@ import hmac
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 from localmodel.gateway.slots import Priority
-from localmodel.gateway_contract.keys import bearer
+from localmodel.gateway_contract.keys import (
+    KEY_NONCE_HEADER,
+    KEY_PROOF_HEADER,
+    bearer,
+    parse_key_check,
+    proof_matches,
+)
+from localmodel.gateway_contract.replies import json_response
 
 MAX_FILE_BYTES = 1024 * 1024  # ~5,000 keys; more is refused
 MAX_KEYS = 1000  # entries; every request compares against each, in constant time
@@ -218,3 +227,21 @@ class KeysFile:
         self.reloads += 1
         self._log(f"gateway: keys file {self.path} reloaded: {len(ring.entries)} key(s)")
         return True
+
+
+def key_check_answer(ring: KeyRing | None, headers: Mapping[str, str]) -> web.Response:
+    """The answer to the router's key check (GET KEY_CHECK_PATH, gateway_contract/keys.py,
+    `key_proof`), the gateway's and the doorman's alike: does one of the keys
+    give this proof for this nonce? 204 yes (and always with keys off), 401
+    no, 400 for a malformed question."""
+    if ring is None:
+        return web.Response(status=204)
+    check = parse_key_check(headers.get(KEY_NONCE_HEADER), headers.get(KEY_PROOF_HEADER))
+    if check is None:
+        return json_response(400, {"error": f"{KEY_NONCE_HEADER} (32 hex digits) and "
+                                            f"{KEY_PROOF_HEADER} (64 hex digits) are required"})
+    nonce, proof = check
+    if proof_matches((e.digest for e in ring.entries), nonce, proof):
+        return web.Response(status=204)
+    return json_response(401, {"error": "no key of this gateway gives that proof"},
+                         {"WWW-Authenticate": 'Bearer realm="localmodel"'})

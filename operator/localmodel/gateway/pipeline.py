@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from localmodel.gateway.body import Exchange
-from localmodel.gateway.door import ASLEEP_RETRY_AFTER_S, Door
+from localmodel.gateway.door import Door
 from localmodel.gateway.intake import Answered, BodyIntake, CallerKeys, Deadline, answer
 from localmodel.gateway.keys import KeyRing
 from localmodel.gateway.ledger import (
@@ -48,6 +48,7 @@ from localmodel.gateway.slots import Admission, Priority, parse_priority
 from localmodel.gateway_contract import GatewayConfig
 from localmodel.gateway_contract.headers import (
     ASLEEP,
+    ASLEEP_RETRY_AFTER_S,
     ASLEEP_VALUE,
     CALLER_HEADER,
     MAX_ROUTED,

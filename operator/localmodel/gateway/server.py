@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from localmodel.gateway.door import BadYield, Door, SeenMarks, parse_yield
-from localmodel.gateway.keys import KeyRing, KeysFile
+from localmodel.gateway.keys import KeyRing, KeysFile, key_check_answer
 from localmodel.gateway.ledger import BadQuery, Ledger, WaitBook, parse_query
 from localmodel.gateway.metrics import GatewayMetrics
 from localmodel.gateway.overflow import OverflowBreaker
@@ -53,13 +53,7 @@ from localmodel.gateway_contract import (
     GatewayConfig,
 )
 from localmodel.gateway_contract.headers import SERVED_BY_HEADER
-from localmodel.gateway_contract.keys import (
-    KEY_CHECK_PATH,
-    KEY_NONCE_HEADER,
-    KEY_PROOF_HEADER,
-    parse_key_check,
-    proof_matches,
-)
+from localmodel.gateway_contract.keys import KEY_CHECK_PATH
 from localmodel.gateway_contract.replies import json_response
 from localmodel.settings import PortTaken
 
@@ -231,21 +225,9 @@ class SlotGate:
 
     async def handle_key_check(self, request: web.Request) -> web.Response:
         """The router's question before it lists this model to a caller: does
-        one of the keys give this proof for this nonce (gateway_contract/keys.py,
-        `key_proof`)? 204 yes (and always with keys off), 401 no. No engine
-        work, no place, no ledger record."""
-        if self.keys is None:
-            return web.Response(status=204)
-        check = parse_key_check(request.headers.get(KEY_NONCE_HEADER),
-                                request.headers.get(KEY_PROOF_HEADER))
-        if check is None:
-            return json_response(400, {"error": f"{KEY_NONCE_HEADER} (32 hex digits) and "
-                                                f"{KEY_PROOF_HEADER} (64 hex digits) are required"})
-        nonce, proof = check
-        if proof_matches((e.digest for e in self.keys.ring.entries), nonce, proof):
-            return web.Response(status=204)
-        return json_response(401, {"error": "no key of this gateway gives that proof"},
-                             {"WWW-Authenticate": 'Bearer realm="localmodel"'})
+        one of the keys give this proof for this nonce? No engine work, no
+        place, no ledger record (gateway/keys.py, `key_check_answer`)."""
+        return key_check_answer(None if self.keys is None else self.keys.ring, request.headers)
 
     async def handle_ledger(self, request: web.Request) -> web.Response:
         """The ledger's records, oldest first; filters `since`, `caller`, `priority`."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from localmodel import engines
+from localmodel.gateway_contract.headers import ASLEEP_RETRY_AFTER_S
 from localmodel.gateway_contract.marks import router_key
 from localmodel.printable import printable
 from localmodel.settings import (
@@ -419,6 +420,18 @@ class GatewayConfig:
     yield_lease: float = setting(
         60.0, "how long a close lasts without a renewing signed POST /yield "
         "(docs/gateway.md, Sleep and yield)", metavar="S", parse=positive_seconds,
+    )
+    # The doorman (`localmodel gateway --doorman`, gateway/doorman.py) tells a
+    # caller of a released model where to go and when to come back.
+    router_url: str = setting(
+        "", "the router's address a doorman names to its callers (e.g. "
+        "http://localmodel-router.localmodel:8080)", shown_default="none: not named",
+        metavar="URL", parse=http_url,
+    )
+    wake_seconds: int | None = setting(
+        None, "a doorman's Retry-After: its model's last wake, in whole seconds",
+        shown_default=f"{ASLEEP_RETRY_AFTER_S}, a closed gateway's", metavar="S",
+        parse=positive_int,
     )
     # About 1 KB a record (docs/gateway.md, The ledger).
     ledger_size: int = setting(

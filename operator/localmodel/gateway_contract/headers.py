@@ -52,6 +52,10 @@ SESSION_IDLE_S = 1800.0
 # on. Value: `ASLEEP_VALUE`.
 ASLEEP = "X-LocalModel-Asleep"
 ASLEEP_VALUE = "1"
+# Its Retry-After, when nothing better is known (a doorman is told its model's
+# last wake: --wake-seconds): about a re-created pod's start with its weights
+# already on the node (12 to 28 s on the loaded real node: docs/test-cluster.md).
+ASLEEP_RETRY_AFTER_S = 15
 # The router's word that it held a request while its model woke: the
 # milliseconds it waited (`MAX_WOKE_MS` at most), signed with a `woke` mark in
 # `WOKE_MARK_HEADER` (marks.py); the gateway's ledger keeps it only so.

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localmodel.api.spec import MODEL_PATTERN
+from localmodel.contract import DOORMAN_SUFFIX
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
 from localmodel.printable import printable
 from localmodel.router.table import (
@@ -73,7 +74,6 @@ MAX_REPLICAS = 10_000  # a spec.replicas above it reads as absent (the default, 
 MAX_HOLD_SECONDS = 3600.0  # spec.idle.holdSeconds' bound (api/spec.py)
 MAX_WAKE_SECONDS = 86_400.0  # a status.idle.lastWake.seconds above a day reads as absent
 MAX_WAKE_MESSAGE = 300  # characters of status.idle.wake.message kept
-DOORMAN_SUFFIX = "-doorman"  # the doorman pod's name: `<LocalModel name>-doorman`
 
 
 class Unreadable(ValueError):
