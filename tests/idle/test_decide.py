@@ -188,6 +188,8 @@ def test_a_resident_sleeper_that_serves_or_is_wanted_is_awake_at_once() -> None:
     assert state(wanted)[0] == "Awake"
     quiet = one(model(stored=asleep))
     assert state(quiet) == ("Asleep", True, Reason.ASLEEP) and quiet.steps["ai/q"].idle == asleep
+    unknown = one(model(stored=asleep, readings=(None,)))  # (the operator restarted)
+    assert state(unknown) == ("Asleep", True, Reason.ASLEEP)
 
 
 def test_a_held_request_wakes_a_released_sleeper_which_prefers_its_home() -> None:

@@ -42,7 +42,7 @@ from localmodel.api import IdleHome, IdleLastWake, IdleStatus, IdleWake
 from localmodel.api.status import STATUS_TEXT_MAX
 from localmodel.idle.asks import CloseAsk, Closed, CloseReason, CloseResult, IdleSignals
 from localmodel.idle.schedule import is_awake_window
-from localmodel.idle.state import IdlePolicy, Reading, Release, due_to_sleep, quiet_for
+from localmodel.idle.state import IdlePolicy, Reading, Release, due_to_sleep
 from localmodel.speed import Reading as SpeedReading
 from localmodel.status import Reason
 
@@ -250,9 +250,11 @@ def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
         wake = IdleWake(wanted_at=stamp(signals.now), held=held)
         return Step(moved(stored, "Waking", False, signals.now, wake=wake), Reason.WAKING)
     awake = stored.state == "Awake"
+    # Awake, it sleeps once known to be quiet; a resident sleeper (its pods
+    # serve) stays asleep until wanted or a reading shows a request.
     due = (not wanted and not seen.busy
            and due_to_sleep(m.policy, m.readings, held, at) if awake
-           else not (wanted or seen.busy or not quiet_for(m.readings, m.policy.after_s)))
+           else not (wanted or seen.busy or _active(m.readings, m.policy.after_s)))
     if not due:
         now_awake = stored if awake else moved(stored, "Awake", True, signals.now)
         return Step(now_awake, _awake_reason(m, seen, signals), reopen)
@@ -262,6 +264,13 @@ def _step(m: IdleModel, signals: IdleSignals, at: datetime) -> Step:
     asks = tuple(ask(m, i, "sleep", int(m.policy.after_s)) for i in range(len(m.pods))
                  if ask_again(seen.answers[i], signals))
     return Step(stored, Reason.ASLEEP if not awake else _awake_reason(m, seen, signals), asks)
+
+
+def _active(readings: Sequence[Reading | None], after_s: float) -> bool:
+    """Whether a reading shows a request in the last ``after_s`` (an unknown
+    one shows none: a resident sleeper whose reading is missing stays)."""
+    return any(r is not None and (r.in_flight or r.queued or r.idle_seconds < after_s)
+               for r in readings)
 
 
 def ask_again(last: Closed | None, signals: IdleSignals) -> bool:
