@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 WAITING_PATH = "/waiting"
+ROUTER_ADMIN_PORT = 8090  # where the router serves it (its --admin-listen default; the chart's)
 MAX_WAIT_S = 30.0  # the longest long poll
 MAX_MODELS = 512  # entries in one answer (the router's --places bounds it far lower)
 MAX_BYTES = 256 * 1024  # the longest answer written or read

@@ -20,14 +20,18 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from localmodel.gateway_contract.waiting_answer import MAX_HELD, Waiting, WaitingModel
+from localmodel.contract import ROUTER_POD_LABELS
+from localmodel.gateway_contract.waiting_answer import (
+    MAX_HELD,
+    ROUTER_ADMIN_PORT,
+    Waiting,
+    WaitingModel,
+)
 from localmodel.idle.asks import CloseAsk, Closed, CloseResult
 
-# The router's admin port (the chart's `--admin-listen=0.0.0.0:8090`).
-ROUTER_ADMIN_PORT = 8090
 # The router Service's EndpointSlices carry its labels (the EndpointSlice
 # controller copies a Service's labels): the chart labels it thus.
-ROUTER_SLICE_SELECTOR = "app.kubernetes.io/component=router"
+ROUTER_SLICE_SELECTOR = ",".join(f"{k}={v}" for k, v in ROUTER_POD_LABELS.items())
 MAX_ROUTERS = 64  # router pods polled at once; more is not a router Deployment
 BACKOFF_FIRST_S = 1.0  # a router that failed once is asked again this much later
 BACKOFF_MAX_S = 60.0  # and never less often than this

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from localmodel.gateway_contract import GatewayConfig
+from localmodel.gateway_contract.waiting_answer import ROUTER_ADMIN_PORT
 from localmodel.settings import ConfigError, listen, positive_seconds
 
 _GW = GatewayConfig()
 ROUTER_PORT = 8080
-ADMIN_PORT = 8090
+ADMIN_PORT = ROUTER_ADMIN_PORT
 # Requests in progress at once (router/admission.py). Each holds at most one
 # body of --max-body-bytes while it lasts: with the parse and the reads, 64 of
 # them at the 1 MiB default fit the chart's 256 MiB (router_memory_bytes).
