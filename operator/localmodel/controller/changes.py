@@ -22,6 +22,13 @@ Rules (each is a row in tests/controller/test_changes.py):
 * Released (`spec.idle`: asleep, every replica's gateway closed): its pods are
   deleted the same way, and its claims all stay (each replica may come back);
   none is created until it wakes.
+* The doorman (`spec.idle`, render/doorman.py): a model released or waking
+  with no Ready replica gets its doorman pod (created when missing, the
+  model's last wake as its Retry-After, the router's address from the
+  options); it is deleted once a replica is Ready, and whenever the model may
+  not have one (asleep but resident, awake, `replicas: 0`, no `spec.idle` or
+  gateway). A model whose idle state is unknown this pass keeps what it has.
+  Deleted with the model (its owner reference).
 * Only objects with the operator's labels and the model's uid as controller
   owner are ever deleted or applied.
 """
@@ -31,14 +38,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from localmodel.api import LocalModel
+from localmodel.api import IdleStatus, LocalModel
 from localmodel.contract import ANNOTATION_APPLIED_HASH
 from localmodel.controller.objects import OwnedClaim, OwnedPod
 from localmodel.controller.observed import Observed
 from localmodel.controller.volumes import volume_reaches
 from localmodel.desired import ModelResult
 from localmodel.events import EventReason, EventSpec
-from localmodel.render import manifest_hash, replica_claim
+from localmodel.render import RenderOptions, manifest_hash, replica_claim
+from localmodel.render.doorman import doorman_name, doorman_objects, wants_doorman
 from localmodel.render.names import claim_name, claim_owned, pod_name
 
 Manifest = dict[str, Any]
@@ -185,9 +193,11 @@ def _claim_ownership(manifest: Manifest) -> Manifest:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": out_meta}
 
 
-def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
+def model_changes(result: ModelResult, uid: str, obs: Observed,
+                  idle: IdleStatus | None = None) -> ModelChanges:
     """Everything that must change for one valid model (see the module rules),
-    one job after the other."""
+    one job after the other. `idle`: its idle state this pass (`status.idle`
+    as the pass reports it; None: none, or unknown)."""
     claims = claim_changes(result, obs)
     pods = pod_changes(result, uid, obs)
     out = [
@@ -195,6 +205,7 @@ def model_changes(result: ModelResult, uid: str, obs: Observed) -> ModelChanges:
         *claims.changes,
         *pods.changes,
         *unwanted_pod_changes(result, uid, obs),
+        *doorman_changes(result, uid, obs, idle),
         *unused_claim_changes(result.model, uid, obs, claims.wanted),
     ]
     return ModelChanges(tuple(out), "; ".join(pods.pending) if pods.pending else None)
@@ -356,6 +367,43 @@ def unwanted_pod_changes(result: ModelResult, uid: str, obs: Observed) -> list[C
                 f"replica {replica}: pod {pod.name} deleted: node {pod.node} is gone"),
                 force=True))
     return out
+
+
+def wants_doorman_now(lm: LocalModel, idle: IdleStatus | None, serving: bool) -> bool | None:
+    """Whether the model's doorman should run this pass: released or waking
+    with no Ready replica (True); a model that may have none, or asleep but
+    resident, awake, or serving (False); None: its idle state is unknown this
+    pass (what runs is left as it is)."""
+    if not wants_doorman(lm):
+        return False
+    if idle is None:
+        return None
+    released = idle.state == "Asleep" and not idle.resident
+    return (released or idle.state == "Waking") and not serving
+
+
+def doorman_changes(result: ModelResult, uid: str, obs: Observed,
+                    idle: IdleStatus | None) -> list[Change]:
+    """The model's doorman: created when wanted and missing (not while a pod
+    of that name, an earlier one, is still there), deleted when not wanted."""
+    lm = result.model
+    doormen = obs.doormen_of(lm.key)
+    serving = any(p.ready and not p.terminating and p.node in obs.nodes
+                  for p in obs.pods_of(lm.key) if p.owner_uid == uid)
+    wanted = wants_doorman_now(lm, idle, serving)
+    if wanted is None:
+        return []
+    if not wanted:
+        why = "a replica is Ready" if serving else "the model is not released nor waking"
+        return [Delete("Pod", d.namespace, d.name, d.uid, f"doorman: {why}")
+                for d in doormen if d.owner_uid == uid and not d.terminating]
+    if any(d.name == doorman_name(lm) for d in doormen):
+        return []
+    last = idle.last_wake if idle is not None else None
+    options = result.options if result.options is not None else RenderOptions()
+    return [Create(pod, "released: a doorman answers its Service until a replica is Ready")
+            for pod in doorman_objects(lm, options, router_url=options.router_url,
+                                       wake_seconds=last.seconds if last else None)]
 
 
 def unused_claim_changes(lm: LocalModel, uid: str, obs: Observed,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from localmodel import speed
+from localmodel.idle.asks import IdleSettings
 from localmodel.images import pull_secrets_error, registry_error
 from localmodel.manifest import ManifestError, documents
 from localmodel.render.names import DEFAULT_OPERATOR_IMAGE
@@ -26,6 +27,7 @@ from localmodel.settings import (
     as_is,
     field_values,
     flags,
+    http_url,
     listen_or_off,
     one_of,
     pick,
@@ -204,6 +206,23 @@ class OperatorConfig:
         "signing key (created when missing, never overwritten)", metavar="NAME",
         parse=_secret_name,
     )
+    # spec.idle (docs/idle.md): what a released model's doorman names to its
+    # callers, the quiet time a yield asks of a gateway, how long a node given
+    # by a yield waits for its waker (idle/asks.py IdleSettings).
+    router_url: str = setting(
+        "", "the router's address a released model's doorman names to its callers (the "
+        "chart's router Service, e.g. http://localmodel-router.localmodel:80)",
+        shown_default="none: not named", metavar="URL", parse=http_url,
+    )
+    yield_grace: float = setting(
+        30.0, "seconds a model must have been quiet on every replica to be asked to give its "
+        "node to a waking model (also how long a refused ask is not repeated)",
+        metavar="S", parse=positive_seconds,
+    )
+    reserve_seconds: float = setting(
+        120.0, "seconds a node given by a yield stays reserved for the waking model it was "
+        "given to", metavar="S", parse=positive_seconds,
+    )
     # Speed where it is served (docs/operator.md, Speed): each Ready replica's
     # gateway is read for its speed at most once per interval, and only while
     # it has traffic; a replica below speed.SLOW_RATIO of its expected decode
@@ -239,6 +258,12 @@ class OperatorConfig:
             idle_max=max(self.speed_interval, self.speed_idle_interval),
             publish_max=max(self.speed_interval, speed.PUBLISH_MAX_SECONDS),
         )
+
+    @property
+    def idle_settings(self) -> IdleSettings:
+        """The idle decisions' settings: a router runs when it has a namespace."""
+        return IdleSettings(router=bool(self.router_namespace), grace_s=self.yield_grace,
+                            reserve_s=self.reserve_seconds)
 
 
 FLAGS = flags(OperatorConfig)

@@ -70,8 +70,8 @@ class Lag(Enum):
 
 def present(obs: Observed, target: Target) -> bool:
     kind, ns, name = target
-    if kind == "Pod":
-        return (ns, name) in obs.pods
+    if kind == "Pod":  # a replica's, or a doorman
+        return (ns, name) in obs.pods or (ns, name) in obs.doormen
     if kind == "PersistentVolumeClaim":
         return (ns, name) in obs.claims
     if kind in ("ConfigMap", "Service", "NetworkPolicy"):

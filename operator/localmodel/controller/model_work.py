@@ -69,7 +69,7 @@ def model_work(result: ModelResult, mo: ModelObject, obs: Observed, now: str,
     """One valid model's changes and status (progress, the cluster's gaps,
     speed and its idle state added: `report`, of a model with `spec.idle`),
     and its replicas to read."""
-    changes = model_changes(result, mo.uid, obs)
+    changes = model_changes(result, mo.uid, obs, report.idle if report is not None else None)
     status = with_progress(result.status, changes.rolling, result.model, now)
     status = with_gap(status, gap_of(result.model, mo.uid, obs, pull_secrets),
                       result.model, now)  # the cluster's own gaps, said up front

@@ -1,6 +1,6 @@
 """One stored object, read: a LocalModel (parsed, or the field error that stops
-it), and the pods, claims, ConfigMaps and Services the operator recognises as its
-own. Pure.
+it), and the pods (its replicas' and its doormen), claims, ConfigMaps and
+Services the operator recognises as its own. Pure.
 
 The operator's objects are recognised by its labels *and* (for everything the
 LocalModel owns) an owner reference to the LocalModel, so nothing the operator
@@ -27,7 +27,9 @@ from localmodel.contract import (
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA,
+    LABEL_ROLE,
     MANAGED_BY,
+    ROLE_DOORMAN,
     VOLUME_WEIGHTS,
 )
 from localmodel.errors import InvalidObject, format_errors
@@ -80,6 +82,25 @@ class OwnedPod:
     image_waits: tuple[ImageWait, ...] = ()
     # containers that keep failing, bounded and cleaned (localmodel/gaps.py)
     failing: tuple[ContainerFailure, ...] = ()
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class OwnedDoorman:
+    """What the operator reads of a model's doorman pod (`localmodel.dev/role:
+    doorman`, render/doorman.py): whose it is, its node, whether it is going."""
+
+    namespace: str
+    name: str
+    uid: str
+    model: str  # "namespace/name" of the LocalModel
+    owner_uid: str
+    node: str | None
+    ready: bool
+    terminating: bool
 
     @property
     def key(self) -> Key:
@@ -244,6 +265,28 @@ def owned_pod(body: Raw) -> OwnedPod | None:
         gateway_image=_gateway_image(spec),
         image_waits=image_waits(status),
         failing=failing_containers(spec, status),
+    )
+
+
+def owned_doorman(body: Raw) -> OwnedDoorman | None:
+    """A doorman pod of the operator's (its labels, the role, a controller
+    owner, never a replica label); None for any other pod."""
+    meta = metadata(body)
+    who = _ours(meta)
+    if who is None or _str_map(meta.get("labels")).get(LABEL_ROLE) != ROLE_DOORMAN:
+        return None
+    owner = _controller_uid(meta)
+    if owner is None or _replica(meta) is not None:
+        return None
+    return OwnedDoorman(
+        namespace=who[0],
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid") or ""),
+        model=f"{who[0]}/{who[1]}",
+        owner_uid=owner,
+        node=pod_node(body),
+        ready=_pod_ready(section(body, "status")) and not meta.get("deletionTimestamp"),
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 

@@ -22,6 +22,7 @@ from localmodel.controller.objects import (
     Key,
     ModelObject,
     OwnedClaim,
+    OwnedDoorman,
     OwnedObject,
     OwnedPod,
 )
@@ -40,6 +41,7 @@ T = TypeVar("T")
 # sections as they were takes the last pass's view (`snapshot.observe`).
 _VIEWS: dict[str, frozenset[str]] = {
     "_pods_by_model": frozenset({"pods"}),
+    "_doormen_by_model": frozenset({"pods"}),
     "_claims_by_model": frozenset({"claims"}),
     "_by_owner": frozenset({"objects"}),
     "_placements": frozenset({"models", "pods"}),
@@ -62,6 +64,9 @@ class Observed:
     usage: dict[str, Usage] = field(default_factory=dict)
     storage_classes: StorageClasses = field(
         default_factory=lambda: StorageClasses(frozenset(), ()))
+    # The models' doormen (render/doorman.py): pods of theirs, never replicas
+    # (their requests are node usage, as any other pod's).
+    doormen: dict[Key, OwnedDoorman] = field(default_factory=dict)
 
     def valid_models(self) -> list[LocalModel]:
         return [m.model for m in self.models.values() if m.model is not None]
@@ -72,6 +77,8 @@ class Observed:
     _pods_by_model: dict[str, list[OwnedPod]] | None = field(
         default=None, repr=False, compare=False)
     _claims_by_model: dict[str, list[OwnedClaim]] | None = field(
+        default=None, repr=False, compare=False)
+    _doormen_by_model: dict[str, list[OwnedDoorman]] | None = field(
         default=None, repr=False, compare=False)
     _by_owner: dict[tuple[str, str], list[OwnedObject]] | None = field(
         default=None, repr=False, compare=False)
@@ -91,6 +98,15 @@ class Observed:
                 by.setdefault(p.model, []).append(p)
             self._pods_by_model = by
         return self._pods_by_model.get(model, [])
+
+    def doormen_of(self, model: str) -> list[OwnedDoorman]:
+        """The model's doorman pods (by its name label; the owner is the caller's to check)."""
+        if self._doormen_by_model is None:
+            by: dict[str, list[OwnedDoorman]] = {}
+            for d in sorted(self.doormen.values(), key=lambda d: d.name):
+                by.setdefault(d.model, []).append(d)
+            self._doormen_by_model = by
+        return self._doormen_by_model.get(model, [])
 
     def claims_of(self, model: str) -> list[OwnedClaim]:
         if self._claims_by_model is None:

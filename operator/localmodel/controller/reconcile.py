@@ -44,7 +44,7 @@ from localmodel.controller.watched import WATCHED
 from localmodel.controller.work_memo import KeptWork
 from localmodel.controller.writer import Kube, NotLeading
 from localmodel.events import EventSpec
-from localmodel.idle.asks import IdleSettings, IdleSignals
+from localmodel.idle.asks import IdleSignals
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
 
@@ -82,6 +82,7 @@ def render_options(config: OperatorConfig) -> RenderOptions:
         admin_namespaces=tuple(dict.fromkeys((config.leader_namespace,
                                               *config.admin_namespaces))),
         router_namespace=config.router_namespace,
+        router_url=config.router_url,
     )
 
 
@@ -146,7 +147,7 @@ class Reconciler:
         waiting = self.wake_watch.waiting() if self.wake_watch is not None else {}
         return IdleSignals(now, MappingProxyType(dict(waiting)), self.closer.closes(),
                            MappingProxyType(self.speed.readings_by_model()),
-                           IdleSettings(router=bool(self.config.router_namespace)))
+                           self.config.idle_settings)
 
     def abort_pass(self) -> None:
         """Stop a pass under way (this replica lost the Lease: it must not write)."""

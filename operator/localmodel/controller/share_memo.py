@@ -113,7 +113,7 @@ def _nodes(result: ModelResult, obs: Observed) -> tuple[NodeFacts | None, ...]:
 # sections are the very objects of the last check is not read again.
 _READS: tuple[tuple[tuple[str, ...], Callable[[ModelResult, str, Observed], Any]], ...] = (
     (("models",), lambda r, uid, obs: obs.models.get(r.model.key)),
-    (("pods",), lambda r, uid, obs: obs.pods_of(r.model.key)),
+    (("pods",), lambda r, uid, obs: (obs.pods_of(r.model.key), obs.doormen_of(r.model.key))),
     (("claims",), lambda r, uid, obs: (
         obs.claims_of(r.model.key),
         tuple(obs.claims.get((r.model.metadata.namespace, replica_claim(r.model, p)))

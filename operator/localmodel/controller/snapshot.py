@@ -16,10 +16,12 @@ from localmodel.controller.objects import (
     Key,
     ModelObject,
     OwnedClaim,
+    OwnedDoorman,
     OwnedObject,
     OwnedPod,
     Raw,
     owned_claim,
+    owned_doorman,
     owned_object,
     owned_pod,
 )
@@ -78,8 +80,8 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
     last = memo.last
     since = None if last is None or last.models is models else changed_keys(last.models, models)
     valid = _valid_uids(models, memo, None if last is None else last.models, since)
-    pods, usage = take("pods", (snap.pods,), (watched, valid),
-                       lambda: _observe_pods(snap.pods, watched, valid, memo))
+    pods, usage, doormen = take("pods", (snap.pods,), (watched, valid),
+                                lambda: _observe_pods(snap.pods, watched, valid, memo))
     claims = take("claims", (snap.claims,), (watched,),
                   lambda: _observe_claims(snap.claims, watched, memo))
     objects = take("objects", (snap.configmaps, snap.services, snap.networkpolicies),
@@ -92,7 +94,7 @@ def observe(snap: Snapshot, namespaces: Iterable[str] = (), parsed: Parsed | Non
         return last
     if last is not None and ("nodes" in same or last.nodes.keys() == nodes.keys()):
         same.add("node names")
-    obs = Observed(models, nodes, bad, pods, claims, objects, volumes, usage, classes)
+    obs = Observed(models, nodes, bad, pods, claims, objects, volumes, usage, classes, doormen)
     if last is not None and memo.nodes_since is not None and memo.nodes_since[1] is nodes:
         obs.nodes_since = (last.nodes, memo.nodes_since[2]) if memo.nodes_since[0] is (
             last.nodes) else None
@@ -154,19 +156,29 @@ def _observe_nodes(bodies: Sequence[Raw], memo: Parsed
     return nodes, bad
 
 
-def _pod_reading(body: Raw) -> tuple[OwnedPod | None, str | None, tuple[int, int]]:
+PodReading = tuple[OwnedPod | None, OwnedDoorman | None, str | None, tuple[int, int]]
+
+
+def _pod_reading(body: Raw) -> PodReading:
     node = pod_node(body)
-    return owned_pod(body), node, pod_requests(body) if node else (0, 0)
+    pod = owned_pod(body)
+    doorman = owned_doorman(body) if pod is None else None
+    return pod, doorman, node, pod_requests(body) if node else (0, 0)
 
 
 def _observe_pods(bodies: Sequence[Raw], watched: frozenset[str], valid_uids: frozenset[str],
-                  memo: Parsed) -> tuple[dict[Key, OwnedPod], dict[str, Usage]]:
-    """The operator's own pods, and the requests of every other pod per node."""
+                  memo: Parsed
+                  ) -> tuple[dict[Key, OwnedPod], dict[str, Usage], dict[Key, OwnedDoorman]]:
+    """The operator's own pods (its replicas' and its doormen), and the
+    requests of every other pod per node."""
     pods: dict[Key, OwnedPod] = {}
+    doormen: dict[Key, OwnedDoorman] = {}
     usage: dict[str, list[int]] = {}
-    for pod, node, (cpu, memory) in memo.each("pods", bodies, _pod_reading):
+    for pod, doorman, node, (cpu, memory) in memo.each("pods", bodies, _pod_reading):
         if pod is not None and (not watched or pod.namespace in watched):
             pods[pod.key] = pod
+        if doorman is not None and (not watched or doorman.namespace in watched):
+            doormen[doorman.key] = doorman
         # Our pods of valid models are the planner's own placements; everything
         # else that runs on a node (other pods, and ours whose model is gone or
         # invalid) is usage the planner must respect.
@@ -174,7 +186,8 @@ def _observe_pods(bodies: Sequence[Raw], watched: frozenset[str], valid_uids: fr
             total = usage.setdefault(node, [0, 0])
             total[0] += cpu
             total[1] += memory
-    return pods, {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())}
+    return (pods, {n: Usage(cpu_milli=c, memory_bytes=m) for n, (c, m) in sorted(usage.items())},
+            doormen)
 
 
 def _observe_claims(bodies: Sequence[Raw], watched: frozenset[str], memo: Parsed

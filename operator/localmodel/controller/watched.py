@@ -24,6 +24,7 @@ from localmodel.contract import (
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_REPLICA,
+    LABEL_ROLE,
     MANAGED_BY,
     OWNED_SELECTOR,
 )
@@ -58,6 +59,8 @@ _CONTAINER_STATUSES: Spec = [{
     "state": {"waiting": {"reason": SCALAR, "message": SCALAR}, "terminated": _ENDED},
     "lastState": {"terminated": _ENDED}}]
 _OURS_LABELS = Only(LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA)
+# A pod of ours is a replica's, or a doorman's (its role: render/doorman.py).
+_POD_LABELS = Only(LABEL_MANAGED_BY, LABEL_NAME, LABEL_REPLICA, LABEL_ROLE)
 _OWNED_META: dict[str, Spec] = {
     "name": SCALAR, "namespace": SCALAR, "uid": SCALAR, "labels": _OURS_LABELS,
     "ownerReferences": _OWNER_REFS, "deletionTimestamp": SCALAR}
@@ -79,7 +82,7 @@ SHAPES: dict[str, Shape] = {
         "status": {"allocatable": _REQUESTS, "capacity": _REQUESTS},
     }),
     "pods": Shape("Pod (the operator's)", {
-        "metadata": {**_OWNED_META,
+        "metadata": {**_OWNED_META, "labels": _POD_LABELS,
                      "annotations": Only(ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH)},
         "spec": {**_USAGE_SPEC, "containers": _CONTAINERS,  # the gateway's image: speed.py
                  # (a native sidecar is an init container that restarts: gaps.py)

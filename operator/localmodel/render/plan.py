@@ -41,6 +41,10 @@ class RenderOptions:
     # router's signing Secret; every gateway is given it (--router-key) with
     # its pod's identity. Empty: no router, nothing rendered for it.
     router_key: str = ""
+    # The router's address a released model's doorman names to its callers
+    # (render/doorman.py; the operator's --router-url, the chart's router
+    # Service when the router is on). Empty: the doorman names no router.
+    router_url: str = ""
 
     def __post_init__(self) -> None:
         # The operator image as the pods run it: under the registry setting.
