@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from localmodel.controller.config import parse_config
+from localmodel.controller.reconcile import render_options
 from localmodel.render import RenderOptions
 from localmodel.render.policy import render_network_policy
 from localmodel.router.source import add_cluster_flags
@@ -266,3 +267,41 @@ def test_the_operator_lists_the_routers_endpoints_and_may_reach_their_admin_port
     off = render_chart(tools, set_values=("networkPolicy.enabled=true",))
     assert of_kind(off, "NetworkPolicy") == []
     assert not [r for r in of_kind(off, "Role") if "router" in r["metadata"]["name"]]
+
+
+def test_the_doorman_names_the_routers_own_service_only_with_the_router(tools: Tools) -> None:
+    """With the router on, the operator's `--router-url` is the router's
+    Service (its name, the release namespace, its port), which a released
+    model's doorman names to its callers; off, no address is named."""
+    for port in ("80", "8080"):
+        rendered = render_chart(tools, set_values=(*ON, f"router.service.port={port}"))
+        [service] = of_kind(router_objects(rendered), "Service")
+        flags = [f for f in operator_args(rendered)[1:] if not f.startswith("--policy=")]
+        config = parse_config(flags, {"POD_NAMESPACE": NAMESPACE})
+        meta = service["metadata"]
+        assert config.router_url == (
+            f"http://{meta['name']}.{meta['namespace']}:{service['spec']['ports'][0]['port']}")
+        assert config.router_url.endswith(f":{port}")
+        assert render_options(config).router_url == config.router_url
+    off = render_chart(tools)
+    assert not [a for a in operator_args(off) if a.startswith("--router-url")]
+    flags = [f for f in operator_args(off)[1:] if not f.startswith("--policy=")]
+    assert parse_config(flags, {"POD_NAMESPACE": NAMESPACE}).router_url == ""
+
+
+@pytest.mark.parametrize(("values", "grace", "reserve"), [
+    ((), 30.0, 120.0), (("idle.yieldGraceSeconds=45", "idle.reserveSeconds=7.5"), 45.0, 7.5)])
+def test_the_idle_values_reach_the_operators_idle_settings(
+        tools: Tools, values: tuple[str, ...], grace: float, reserve: float) -> None:
+    rendered = render_chart(tools, set_values=values)
+    flags = [f for f in operator_args(rendered)[1:] if not f.startswith("--policy=")]
+    settings = parse_config(flags, {"POD_NAMESPACE": NAMESPACE}).idle_settings
+    assert (settings.grace_s, settings.reserve_s, settings.router) == (grace, reserve, False)
+
+
+@pytest.mark.parametrize("value", ["idle.yieldGraceSeconds=0", "idle.reserveSeconds=-1",
+                                   "idle.reserveSeconds=soon"])
+def test_bad_idle_values_fail_naming_the_value(tools: Tools, value: str) -> None:
+    result = helm(tools, "template", "r", str(CHART_DIR), "--set", value)
+    assert result.returncode != 0
+    assert value.split("=")[0].replace(".", "/") in result.stderr
