@@ -12,10 +12,11 @@ cordoned, added and removed; the pass's own creates, applies and deletes
 arriving (some of them); pods becoming Ready or Unschedulable, marked for
 deletion, their spec hash edited, or deleted by someone else; applied objects
 edited; claims bound to volumes or deleted; objects re-listed as equal copies;
-the clock moving or not; the admin's policy refusing some models or none;
+a doorman pod appearing for any model; the clock moving or not; the admin's policy refusing some models or none;
 for models with `spec.idle`, what the shell gathered (`IdleSignals`: activity
 readings quiet, busy, stale or missing, requests held at routers, answers to
-closes) moving, so models sleep, are released, wake and yield. At every step
+closes) moving, so models sleep, are released (their doormen made), wake
+(their doormen deleted at the first Ready replica) and yield. At every step
 the long-lived `Parsed`, `Desired` and `KeptWork` give exactly what fresh ones
 give: the same `Observed` and plan."""
 
@@ -30,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
+from localmodel.api import parse_local_model
 from localmodel.controller.changes import Apply, Create, Delete
 from localmodel.controller.model_work import PassPlan
 from localmodel.controller.observed import Observed, current_placements, readiness, unschedulable
@@ -41,6 +43,7 @@ from localmodel.gateway_contract.waiting_answer import WaitingModel
 from localmodel.idle.asks import CloseAsk, Closed, CloseResult, IdleSignals
 from localmodel.incremental import Desired
 from localmodel.render import RenderOptions
+from localmodel.render.doorman import doorman_pod
 from localmodel.speed import Activity, Rates, Totals
 from localmodel.speed import Reading as SpeedReading
 from localmodel.status import status_body
@@ -130,14 +133,15 @@ class World:
             bucket.pop(change.uid, None)
             return
         body = copy.deepcopy(change.manifest)
-        if kind == "Pod":
-            body["spec"]["nodeName"] = body["metadata"]["annotations"][ANNOTATION_NODE]
+        if kind == "Pod":  # a replica's on its planned node; a doorman where the scheduler put it
+            planned = body["metadata"].get("annotations", {}).get(ANNOTATION_NODE)
+            body["spec"]["nodeName"] = planned or self.rnd.choice(["n0", "n1", "n2"])
             body["status"] = {"phase": "Pending", "conditions": []}
         bucket[uid] = self.stamp(body, uid)
 
     def event(self) -> None:
         rnd, store = self.rnd, self.store
-        what = rnd.randrange(16)
+        what = rnd.randrange(17)
         models, nodes, pods = store["localmodels"], store["nodes"], store["pods"]
         if what == 0:
             self.model(f"m{rnd.randint(0, 5)}")  # added, or edited (a new spec)
@@ -188,6 +192,10 @@ class World:
             self.tenants = TenantPolicy(exclusive_namespaces=rnd.choice([("ns",), ("other",)]))
         elif what == 15:  # the idle signals moved
             self.idle = self.signals()
+        elif what == 16 and models:  # a doorman there (an earlier pass's, for any model)
+            body = models[rnd.choice(sorted(models))]
+            lm = parse_local_model({k: v for k, v in body.items() if k != "status"})
+            self.made(Create(doorman_pod(lm, OPTIONS)))
         # 13: nothing happened (a quiet pass)
 
     def signals(self) -> IdleSignals:
@@ -242,6 +250,7 @@ def views(obs: Observed) -> tuple[Any, ...]:
     owners = sorted({(o.namespace, o.owner_uid) for o in obs.objects.values()})
     return (current_placements(obs), readiness(obs), unschedulable(obs),
             {k: obs.pods_of(k) for k in keys}, {k: obs.claims_of(k) for k in keys},
+            {k: obs.doormen_of(k) for k in keys},
             {o: obs.objects_owned(*o) for o in owners})
 
 
