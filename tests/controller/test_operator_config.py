@@ -39,11 +39,36 @@ def test_http_downloads_are_off_unless_said_true() -> None:
     (["--lease-seconds", "0"], {}, "lease-seconds"),
     (["--allow-http-downloads", "yes"], {}, "allow-http-downloads"),
     ([], {"LOCALMODEL_ALLOW_HTTP_DOWNLOADS": "1"}, "allow-http-downloads"),
+    (["--router-url", "localmodel-router:80"], {}, "router-url"),
+    ([], {"LOCALMODEL_ROUTER_URL": "ftp://router"}, "router-url"),
+    (["--yield-grace", "0"], {}, "yield-grace"),
+    (["--yield-grace", "soon"], {}, "yield-grace"),
+    ([], {"LOCALMODEL_RESERVE_SECONDS": "-5"}, "reserve-seconds"),
+    (["--reserve-seconds", "inf"], {}, "reserve-seconds"),
 ])
 def test_bad_values_name_the_flag(argv: list[str], env: dict[str, str], flag: str) -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config(argv, env)
     assert exc.value.flag == flag and f"--{flag}" in str(exc.value)
+
+
+def test_the_idle_settings_come_from_their_flags_and_the_router_namespace() -> None:
+    """--yield-grace and --reserve-seconds feed the idle decisions' settings
+    (idle/asks.py IdleSettings); a router runs when it has a namespace."""
+    c = parse_config([], {})
+    assert (c.router_url, c.yield_grace, c.reserve_seconds) == ("", 30.0, 120.0)
+    assert (c.idle_settings.grace_s, c.idle_settings.reserve_s) == (30.0, 120.0)
+    assert c.idle_settings.router is False
+    c = parse_config(["--yield-grace", "45", "--router-namespace", "lm",
+                      "--router-url", "http://localmodel-router.lm:80/"],
+                     {"LOCALMODEL_RESERVE_SECONDS": "300", "LOCALMODEL_YIELD_GRACE": "5"})
+    assert (c.idle_settings.grace_s, c.idle_settings.reserve_s) == (45.0, 300.0)
+    assert c.idle_settings.router is True
+    assert c.router_url == "http://localmodel-router.lm:80"  # no trailing slash
+    # ...and the doorman's render reads it (controller/changes.py doorman_changes).
+    from localmodel.controller.reconcile import render_options
+    assert render_options(c).router_url == c.router_url
+    assert render_options(parse_config([], {})).router_url == ""
 
 
 def test_lease_renewal_is_well_inside_the_lease() -> None:
