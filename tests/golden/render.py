@@ -15,12 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from localmodel.api import LocalModel
+from localmodel.api import LocalModel, parse_local_model
 from localmodel.commands import parse_models, parse_nodes
 from localmodel.desired import desired_state
 from localmodel.facts.machine import read_machine
 from localmodel.facts.node import NodeFacts, from_node
+from localmodel.manifest import documents
 from localmodel.render import RenderOptions
+from localmodel.render.doorman import doorman_objects
 from tests.harness.nodes import load_fixture, node_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +39,26 @@ OPTIONS = {
         network_policy=True, admin_namespaces=("lm-system", "monitoring"),
     ),
 }
+
+
+# The idle cases: examples given `spec.idle` render exactly as without it
+# (tests/render/test_render_golden.py holds them equal), plus each model's
+# doorman (render/doorman.py), without and with the router and a last wake.
+IDLE = {"after": "30m", "priority": 5, "release": "WhenAsleep", "holdSeconds": 60,
+        "awake": [{"days": ["Mon", "Fri"], "from": "22:00", "to": "06:00",
+                   "timeZone": "Europe/Berlin"}]}
+IDLE_EXAMPLES = ("qwen3", "gemma-llama-server")
+IDLE_NODE_SETS = ("nodes-avx2", "all-nodes")
+IDLE_SUFFIX = "-idle"
+ROUTER_URL = "http://localmodel-router.localmodel:80"
+
+
+def with_idle(example: str) -> list[LocalModel]:
+    """The example's models, each given `spec.idle` (read as the operator reads them)."""
+    out = []
+    for _, doc in documents(str(ROOT / "examples" / f"{example}.yaml")):
+        out.append(parse_local_model({**doc, "spec": {**doc["spec"], "idle": IDLE}}))
+    return out
 
 
 def node_sets() -> Iterator[tuple[str, list[NodeFacts]]]:
@@ -72,12 +94,31 @@ def rendered(models: list[LocalModel], nodes: list[NodeFacts], options: RenderOp
 
 
 def cases() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(file stem, what the renderer gives) for every example x node set x options."""
+    """(file stem, what the renderer gives) for every example x node set x
+    options, then the idle cases (`IDLE_EXAMPLES`, stems with `IDLE_SUFFIX`)."""
     for example in EXAMPLES:
         models = parse_models([str(ROOT / "examples" / f"{example}.yaml")])
         for nodes_name, nodes in node_sets():
             for options_name, options in OPTIONS.items():
                 yield f"{example}--{nodes_name}--{options_name}", rendered(models, nodes, options)
+    yield from idle_cases()
+
+
+def idle_cases() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The idle examples' renders, each model with its doorman: without the
+    router, and with it and a last wake of 14.2 s."""
+    sets = dict(node_sets())
+    for example in IDLE_EXAMPLES:
+        models = with_idle(example)
+        for nodes_name in IDLE_NODE_SETS:
+            for options_name, options in OPTIONS.items():
+                value = rendered(models, sets[nodes_name], options)
+                value["doormen"] = {lm.metadata.name: {
+                    "no router": doorman_objects(lm, options),
+                    "router": doorman_objects(lm, options, router_url=ROUTER_URL,
+                                              wake_seconds=14.2),
+                } for lm in models}
+                yield f"{example}{IDLE_SUFFIX}--{nodes_name}--{options_name}", value
 
 
 def encode(value: dict[str, Any]) -> str:
