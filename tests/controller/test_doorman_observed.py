@@ -38,3 +38,25 @@ def test_a_doorman_is_node_usage_and_never_a_replica() -> None:
     key = SLEEPER.obj().key
     assert obs.pods_of(key) == []
     assert current_placements(obs)[key] == [None]  # its replica is where it was: nowhere
+
+
+def test_the_pass_keeps_each_models_doorman_by_its_role_label() -> None:
+    """`Observed.doormen_of`: the model's doorman pods (its name label, the
+    role label, a controller owner), Ready or not; a pod with the role label
+    but no owner, or a replica label, is no doorman."""
+    pod = _scheduled_doorman("n0")
+    key = SLEEPER.obj().key
+    unowned = {**pod, "metadata": {**pod["metadata"], "name": "stray",  # type: ignore[dict-item]
+                                   "ownerReferences": []}}
+    labels = {**pod["metadata"]["labels"], "localmodel.dev/replica": "0"}  # type: ignore[index]
+    replica_like = {**pod, "metadata": {**pod["metadata"], "name": "odd",  # type: ignore[dict-item]
+                                        "labels": labels}}
+    snap = Snapshot(localmodels=[SLEEPER.manifest()],
+                    nodes=[MakeNode("n0").cpu_flags({"AVX2"}).registered().manifest()],
+                    pods=[kept_pod(p) for p in (pod, unowned, replica_like)])
+    obs = observe(snap)
+    [doorman] = obs.doormen_of(key)
+    assert (doorman.name, doorman.node, doorman.ready, doorman.terminating) == (
+        "qwen3-doorman", "n0", True, False)
+    assert doorman.owner_uid == SLEEPER.obj().metadata.uid
+    assert obs.doormen_of("ai/other") == []

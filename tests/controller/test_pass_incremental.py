@@ -12,7 +12,8 @@ cordoned, added and removed; the pass's own creates, applies and deletes
 arriving (some of them); pods becoming Ready or Unschedulable, marked for
 deletion, their spec hash edited, or deleted by someone else; applied objects
 edited; claims bound to volumes or deleted; objects re-listed as equal copies;
-a doorman pod appearing for any model; the clock moving or not; the admin's policy refusing some models or none;
+a doorman pod appearing for any model; the clock moving or not; the admin's
+policy refusing some models or none;
 for models with `spec.idle`, what the shell gathered (`IdleSignals`: activity
 readings quiet, busy, stale or missing, requests held at routers, answers to
 closes) moving, so models sleep, are released (their doormen made), wake
@@ -30,8 +31,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.api import parse_local_model
+from localmodel.contract import ANNOTATION_APPLIED_HASH, ANNOTATION_NODE, ANNOTATION_POD_SPEC_HASH
 from localmodel.controller.changes import Apply, Create, Delete
 from localmodel.controller.model_work import PassPlan
 from localmodel.controller.observed import Observed, current_placements, readiness, unschedulable

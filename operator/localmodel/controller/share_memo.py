@@ -4,8 +4,9 @@ holds. Pure.
 
 `model_work` reads the model's result (from `incremental.Desired`, which hands
 back the same object while the model's inputs hold), the model as stored, what
-the watches show of its own objects (pods, claims, ConfigMaps, Services,
-NetworkPolicies, by label, by owner and by the names the result gives them),
+the watches show of its own objects (pods and doormen, claims, ConfigMaps,
+Services, NetworkPolicies, by label, by owner and by the names the result
+gives them),
 the nodes its pods and replicas are on, its published speeds and the clock.
 The key is all of that (`reads`, part by part, each with the sections of the
 `Observed` it depends on): the same objects (all frozen; `observe` hands back
