@@ -1,6 +1,7 @@
 """The idle decisions in the operator's pass (`plan_pass(idle=...)`): a model
 with `spec.idle` that its gateway let close is released (its pod deleted by
-the scale-down path, its claim kept, not re-created while it sleeps) and
+the scale-down path, its claim kept, not re-created while it sleeps; its
+doorman made once the pod is gone, deleted when the first replica is Ready) and
 reads Ready=True Asleep with its claim's node, `status.replicas` 0 and
 `spec` untouched; an apply of the same spec while it sleeps changes nothing;
 a held request wakes it on its home node; a model without `spec.idle` does not
@@ -94,8 +95,9 @@ class Cluster:
             self.store[bucket].pop(name, None)
             return
         body = copy.deepcopy(change.manifest)
-        if kind == "Pod":
-            node = body["metadata"]["annotations"][ANNOTATION_NODE]
+        if kind == "Pod":  # a replica's on its planned node; a doorman (none planned) on the first
+            node = (body["metadata"].get("annotations", {}).get(ANNOTATION_NODE)
+                    or min(self.store["nodes"]))
             body["spec"]["nodeName"] = node
             body["status"] = {"phase": "Running", "podIP": "10.0.0.9",
                               "conditions": [{"type": "Ready", "status": "True"}]}
@@ -161,9 +163,12 @@ def asleep() -> Cluster:
 def test_a_released_model_loses_its_pod_keeps_its_claim_and_reads_ready_asleep() -> None:
     cluster = asleep()
     assert "q-0" not in cluster.store["pods"] and "q-weights-0" in cluster.store["claims"]
-    plan = cluster.run(signals())  # the next pass: nothing re-created while asleep
+    plan = cluster.run(signals())  # the next pass: nothing re-created while asleep...
     w = work(plan, "q")
-    assert w.changes.changes == () and plan.idle.closes == ()
+    # ...but its doorman, once its pod is gone, answers its Service
+    assert [(type(c), c.target.name) for c in w.changes.changes] == [(Create, "q-doorman")]
+    assert plan.idle.closes == ()
+    assert work(cluster.run(signals()), "q").changes.changes == ()
     assert w.status.idle is not None and (w.status.idle.state, w.status.idle.resident) == (
         "Asleep", False)
     assert [(h.node, h.claim) for h in w.status.idle.homes] == [("n1", "q-weights-0")]
@@ -193,11 +198,14 @@ def test_a_held_request_wakes_it_on_its_home_node() -> None:
     plan = cluster.run(signals(held={"q": 2}))
     w = work(plan, "q")
     pods = [c for c in w.changes.changes if isinstance(c, Create) and c.target.kind == "Pod"]
-    assert [c.manifest["metadata"]["annotations"][ANNOTATION_NODE] for c in pods] == ["n1"]
+    assert [c.target.name for c in pods] == ["q-0", "q-doorman"]  # (it answers until Ready)
+    assert pods[0].manifest["metadata"]["annotations"][ANNOTATION_NODE] == "n1"
     assert w.status.idle is not None and w.status.idle.state == "Waking"
     assert w.status.idle.wake is not None and w.status.idle.wake.cost == "none"
     awake = work(cluster.run(signals(held={"q": 2})), "q")  # its pod Ready
     assert awake.status.idle is not None and awake.status.idle.state == "Awake"
+    assert [(type(c), c.target.name) for c in awake.changes.changes] == [
+        (Delete, "q-doorman")]
     assert awake.status.idle.wakes == 1 and awake.status.replicas == 1
 
 
