@@ -25,7 +25,7 @@ from localmodel.controller.expectations import (
     expectation,
     lag,
 )
-from localmodel.controller.objects import OwnedObject, OwnedPod
+from localmodel.controller.objects import OwnedDoorman, OwnedObject, OwnedPod
 from localmodel.controller.observed import Observed
 from localmodel.controller.plan import with_memory
 from localmodel.controller.refused import Refusal, event_settled, refusal, settled, status_settled
@@ -73,6 +73,8 @@ INVALID = status_body(422, "Invalid", "Pod is invalid")
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "chat-0", "namespace": "ai"}}
 CREATE = Create(POD)
 DELETE = Delete("Pod", "ai", "chat-0", "uid-chat-0")
+DOORMAN = Create({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": "chat-doorman", "namespace": "ai"}})
 APPLY = Apply({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "chat", "namespace": "ai",
                             "annotations": {ANNOTATION_APPLIED_HASH: "h1"}}})
@@ -112,8 +114,12 @@ def test_retries_back_off_and_stay_at_the_longest_wait() -> None:
 NOW = 1000.0
 
 
-def world(pod: bool = False, service_hash: str | None = None) -> Observed:
+def world(pod: bool = False, service_hash: str | None = None, doorman: bool = False
+          ) -> Observed:
     obs = Observed()
+    if doorman:
+        obs.doormen[("ai", "chat-doorman")] = OwnedDoorman(
+            "ai", "chat-doorman", "uid-d", "ai/chat", "uid", "n1", True, False)
     if pod:
         obs.pods[("ai", "chat-0")] = OwnedPod("ai", "chat-0", "uid-chat-0", "ai/chat", "uid",
                                               0, "n1", "x", True, False, None)
@@ -150,6 +156,10 @@ EXPECTATIONS: list[tuple[str, Change, Change, Observed, float, Lag]] = [
     ("applied, the spec changed again", apply_with("h1"), apply_with("h2"),
      world(service_hash="h0"), 1, Lag.OTHER),
     ("waited long enough", CREATE, CREATE, world(), EXPECT_SECONDS + 1, Lag.CAUGHT_UP),
+    # A doorman is a pod of the model's, never a replica: the watches show it all the same.
+    ("a doorman created, watch lags", DOORMAN, DOORMAN, world(pod=True), 1, Lag.WAIT),
+    ("a doorman created, watch shows it", DOORMAN, DOORMAN, world(doorman=True), 1,
+     Lag.CAUGHT_UP),
     # The model was deleted and made again (a new uid) before the watches showed
     # the first one's pod, which its deletion collected: the new one needs its own.
     ("created for a model of the same name that is gone", owned(CREATE, "uid-1"),
