@@ -160,9 +160,9 @@ def test_a_failure_in_one_models_changes_leaves_the_others_work_as_it_would_be(
     want = plan_pass(obs, NOW, RenderOptions(), placed={}, avoid={})
     [key] = [w.model.key for w in want.work]
     real = model_work.model_changes
-    monkeypatch.setattr(model_work, "model_changes", lambda result, uid, o: (
+    monkeypatch.setattr(model_work, "model_changes", lambda result, uid, o, idle=None: (
         (_ for _ in ()).throw(Injected("changes")) if result.model.key == key
-        else real(result, uid, o)))
+        else real(result, uid, o, idle)))
     got = plan_pass(obs, NOW, RenderOptions(), placed={key: {0: "n0"}}, avoid={})
     [work] = got.work
     assert work.failure.startswith("changes or status: Injected")

@@ -115,10 +115,10 @@ def test_a_model_that_failed_to_compute_gets_its_status_and_one_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
     real = model_work.model_changes
 
-    def changes(result: Any, uid: str, obs: Any) -> Any:
+    def changes(result: Any, uid: str, obs: Any, idle: Any = None) -> Any:
         if result.model.metadata.name == "b":
             raise KeyError("a bug in the changes")
-        return real(result, uid, obs)
+        return real(result, uid, obs, idle)
 
     monkeypatch.setattr(model_work, "model_changes", changes)
     kube = Recording(broken="")
