@@ -177,6 +177,7 @@ class Gateways:
         self.runners: dict[str, web.AppRunner] = {}
         self.gone: list[Standin] = []  # stand-ins whose pod was deleted
         self.busy_evictions = 0  # pods deleted while their stand-in had a request in flight
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="standin-sync", daemon=True)
         self._thread.start()
@@ -199,7 +200,8 @@ class Gateways:
                 print(f"stand-in sync: {type(exc).__name__}: {exc}")
             self._stop.wait(0.3)
 
-    def sync(self) -> None:
+    def live(self) -> dict[str, tuple[str, str, str]]:
+        """Each live model pod's IP: its namespace, name and model."""
         live: dict[str, tuple[str, str, str]] = {}
         for ns in list(self.namespaces):
             for pod in self.cluster.api().get(f"/api/v1/namespaces/{ns}/pods")["items"]:
@@ -208,6 +210,18 @@ class Gateways:
                 ip = status.get("podIP")
                 if model and ip and not meta.get("deletionTimestamp"):
                     live[ip] = (ns, meta["name"], model)
+        return live
+
+    def sync(self) -> None:
+        with self._lock:
+            live = self.live()
+            self._replace(live)
+        for ip in live:
+            if ip not in self.runners:
+                self.loop.run(self._serve(ip))
+
+    def _replace(self, live: dict[str, tuple[str, str, str]]) -> None:
+        """Retire the stand-ins whose pods are gone; one for each new pod."""
         for ip, standin in list(self.by_ip.items()):
             if live.get(ip) != (standin.namespace, standin.pod, standin.model):
                 self.busy_evictions += standin.door.in_flight > 0
@@ -215,14 +229,21 @@ class Gateways:
         for ip, (ns, pod, model) in live.items():
             if ip not in self.by_ip:
                 self.by_ip[ip] = Standin(ns, pod, model, self.key)
-                if ip not in self.runners:
-                    self.loop.run(self._serve(ip))
+
+    def _adopt(self) -> None:
+        """Called by a server whose address has no stand-in yet (kwok gave it
+        to a new pod since the last sync): look again at once."""
+        with self._lock:
+            self._replace(self.live())
 
     async def _serve(self, ip: str) -> None:
         subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], check=False,
                        capture_output=True)
         app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", lambda r: self._handle(ip, r))
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._handle(ip, request)
+
+        app.router.add_route("*", "/{tail:.*}", handle)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         for port in (GATEWAY_PORT, ADMIN_PORT):
@@ -231,6 +252,9 @@ class Gateways:
 
     async def _handle(self, ip: str, request: web.Request) -> web.StreamResponse:
         standin = self.by_ip.get(ip)
+        if standin is None or request.method == "POST":  # a new pod at an address used before
+            await asyncio.to_thread(self._adopt)
+            standin = self.by_ip.get(ip)
         if standin is None:
             return web.json_response({"error": "no pod here"}, status=503)
         path = request.path

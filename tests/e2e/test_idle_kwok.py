@@ -38,7 +38,7 @@ from tests.harness.fixtures import operator_cluster, operator_running, tools_or_
 from tests.harness.nodes import NodeShape, local_volume_manifests, node_manifest
 from tests.harness.operator import RBAC_KINDS, OperatorProcess, wait_condition
 from tests.harness.processes import wait_until
-from tests.harness.tools import TOOL_NAMES
+from tests.harness.tools import REPO_ROOT, TOOL_NAMES
 
 pytestmark = pytest.mark.e2e
 
@@ -257,8 +257,9 @@ def passes(operator: OperatorProcess) -> float:
 def kstatus(cluster: TestCluster, ns: str, name: str) -> dict[str, Any]:
     assert cluster.tools is not None
     text = json.dumps(get_lm(cluster, ns, name))
-    out = subprocess.run([str(cluster.tools["lmhealth"])], input=text, capture_output=True,
-                         text=True, timeout=60, check=False)
+    lua = REPO_ROOT / "docs" / "gitops" / "localmodel-health.lua"
+    out = subprocess.run([str(cluster.tools["lmhealth"]), "-lua", str(lua)], input=text,
+                         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     verdict: dict[str, Any] = json.loads(out.stdout.splitlines()[0])["kstatus"]
     return verdict
