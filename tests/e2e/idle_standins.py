@@ -44,6 +44,8 @@ from localmodel.router.server import RunningRouter, start_router
 from tests.harness import TestCluster
 
 LEASE_S = 60.0  # the gateway's default close lease
+POD_NET = "10.244.0."  # kwok's --cidr in tests/harness/cluster.py
+PRESERVED = 64  # pod addresses served from the start
 SPEED_CALIBRATION = {"decode_tokens_per_second": 20.0, "prefill_tokens_per_second": 200.0,
                      "generated_tokens": 64, "prompt_tokens": 64, "seconds": 3.5,
                      "complete": True, "at": 1.0, "error": None}
@@ -177,6 +179,11 @@ class Gateways:
         self.runners: dict[str, web.AppRunner] = {}
         self.gone: list[Standin] = []  # stand-ins whose pod was deleted
         self.busy_evictions = 0  # pods deleted while their stand-in had a request in flight
+        # kwok hands out pod IPs from the start of the harness's --cidr: these
+        # are served before any pod has them, so a replica is answered from
+        # its first Ready moment (a router relays at once).
+        for last in range(1, PRESERVED + 1):
+            self.loop.run(self._serve(f"{POD_NET}{last}"))
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="standin-sync", daemon=True)
