@@ -83,6 +83,7 @@ class Standin:
     forged: int = 0  # POST /yield calls without one
     served: int = 0  # chat completions answered
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    shown: dict[str, Any] | None = None  # an activity /speed shows instead of the true one
     door: Door = field(init=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +103,13 @@ class Standin:
                 "totals": {"requests": self.served, "generated_tokens": 8 * self.served,
                            "decode_seconds": 0.4 * self.served, "prompt_tokens": 8 * self.served,
                            "prefill_seconds": 0.04 * self.served},
-                "activity": self.door.activity()}
+                "activity": self.shown or self.door.activity()}
+
+    def lag(self, activity: dict[str, Any] | None) -> None:
+        """Show `activity` in /speed from now on (None: the true one again),
+        as a reading a moment old shows what was true then; the close is
+        still judged on the true counts at the call."""
+        self.shown = activity
 
     def decide(self, raw: bytes, mark: str | None) -> Verdict:
         """The gateway's answer to a close (gateway/server.py's, on this
