@@ -416,6 +416,11 @@ def test_a_busy_model_never_yields_the_held_request_ends_503_with_the_reason(
     assert pod["spec"]["nodeName"] == home
     assert f"{pod['metadata']['name']} here" in answers[-1][1]
     assert all(code == 503 for code, _ in answers[:-1]), answers
+    # The pod that served the relayed request stays: the wake ends Awake.
+    wait_until("the waker awake", lambda: idle_of(cluster, ns, "waker").get("state") == "Awake",
+               timeout=WAIT)
+    assert [p["metadata"]["uid"] for p in pods_of(cluster, ns, "waker")] == [
+        pod["metadata"]["uid"]]
     assert streamer.closes >= 1 and streamer.busy_closes == 0
     assert gateways.busy_evictions == 0
     assert idle_of(cluster, ns, "streamer").get("resident") is False
