@@ -329,6 +329,27 @@ def test_unretained_claim_left_behind_is_deleted_once_unused() -> None:
     assert "delete PersistentVolumeClaim qwen3-weights-0" in summary(ch)
 
 
+def test_a_sleepers_unretained_home_claim_stays_when_it_wakes_on_another_node() -> None:
+    """A model with `spec.idle` woken away from home (its home node full): the
+    new node gets a new claim and the claim at home stays, as its wake cost
+    says ("the claim on <home> is kept"), even with `storage.retain: false`:
+    its weights are there for the next wake at home."""
+    sleeper = QWEN.spec(storage={"retain": False}, idle={"after": "1m"})
+    snap = Snapshot(localmodels=[sleeper.manifest()],
+                    nodes=[NODE.manifest(), NODE.named("n1").manifest()],
+                    volumes=[local_pv("pv-n0", "n0"), local_pv("pv-n1", "n1")])
+    _, result = plan(snap)
+    first = result.replicas[0].node
+    other = "n1" if first == "n0" else "n0"
+    claims = [o for o in result.objects if o["kind"] == "PersistentVolumeClaim"]
+    world = _with(snap, claims, volume=f"pv-{first}")  # released: no pod
+    world = Snapshot(**{**world.__dict__, "nodes": [NODE.named(other).manifest()]})
+    ch = changes_of(world)
+    assert "create PersistentVolumeClaim qwen3-weights-0-1" in summary(ch)
+    assert not any(isinstance(c, Delete) and c.kind == "PersistentVolumeClaim"
+                   for c in ch.changes), summary(ch)
+
+
 def test_unbound_claim_is_reused_on_any_node() -> None:
     snap = Snapshot(localmodels=[QWEN.manifest()], nodes=[NODE.manifest()])
     _, result = plan(snap)

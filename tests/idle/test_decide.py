@@ -10,6 +10,7 @@ and a model without `spec.idle` never takes a released sleeper's home."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -227,6 +228,20 @@ def test_a_waking_model_nothing_wants_any_more_sleeps_again_after_its_hold_time(
     assert state(one(model(stored=waking)))[0] == "Waking"  # within the hold time
     late = waking.model_copy(update={"wake": IdleWake(wanted_at=stamp(NOW - 121))})
     assert state(one(model(stored=late))) == ("Asleep", False, Reason.ASLEEP)
+
+
+def test_a_waking_model_whose_pod_has_an_address_is_not_put_back_to_sleep() -> None:
+    """The router relays a held request as soon as it sees the woken replica
+    Ready, so its hold ends before a pass sees the pod Ready: the model stays
+    Waking (and is Awake at the next pass), never released with its pod
+    serving that request."""
+    late = IdleStatus(state="Waking", resident=False, since=stamp(NOW - 200),
+                      wake=IdleWake(wanted_at=stamp(NOW - 200)))
+    started = replace(model(stored=late), ips=("10.244.0.9",))
+    d = one(started)
+    assert state(d) == ("Waking", False, Reason.WAKING)
+    assert "ai/q" not in d.inputs.released and not d.steps["ai/q"].asks
+    assert state(one(replace(started, ips=("",)))) == ("Asleep", False, Reason.ASLEEP)
 
 
 # ---- yields, reservations and rule 4 ------------------------------------------------

@@ -428,11 +428,15 @@ def _pods(result: ModelResult, uid: str, obs: Observed) -> dict[int, OwnedPod]:
 
 
 def _may_come_back(claim: OwnedClaim, lm: LocalModel, wanted: frozenset[str]) -> bool:
-    """A replica that is only unplaced right now keeps its claim."""
-    return claim.replica < lm.spec.replicas and not any(
-        w == claim_name(lm, claim.replica) or w.startswith(claim_name(lm, claim.replica) + "-")
-        for w in wanted
-    )
+    """A replica that is only unplaced right now keeps its claim; a model with
+    `spec.idle` keeps each replica's own claim, its home (controller/idle_pass.py
+    `homes`), while it runs elsewhere: it wakes there next (docs/idle.md, rule 3)."""
+    if claim.replica >= lm.spec.replicas:
+        return False
+    own = claim_name(lm, claim.replica)
+    if lm.spec.idle is not None and claim.name == own:
+        return True
+    return not any(w == own or w.startswith(own + "-") for w in wanted)
 
 
 def _delete_pod(pod: OwnedPod, why: str, event: EventSpec | None,

@@ -321,8 +321,11 @@ def _release(stored: IdleStatus, seen: Seen) -> Step:
 def _waking(m: IdleModel, stored: IdleStatus, signals: IdleSignals, wanted: bool,
             held: int) -> Step:
     """A waking model: awake at its first Ready replica; back asleep when
-    nothing wants it any more and its hold time passed; its reservation
-    lapses after `reserve_s`."""
+    nothing wants it any more, its hold time passed and none of its pods has
+    an address yet (one that has may already serve: the router relays a held
+    request the moment it sees the replica Ready, which ends the hold before
+    this pass sees the pod Ready, and a pod goes only after its gateway
+    closed, rule 1); its reservation lapses after `reserve_s`."""
     now = signals.now
     wake = stored.wake or IdleWake()
     wanted_at = epoch(wake.wanted_at) or epoch(stored.since) or now
@@ -332,7 +335,7 @@ def _waking(m: IdleModel, stored: IdleStatus, signals: IdleSignals, wanted: bool
                             warm_cache=node in {h.node for h in m.homes})
         idle = moved(stored, "Awake", True, now, wakes=stored.wakes + 1, last_wake=last)
         return Step(idle, Reason.SERVING)
-    if not wanted and now - wanted_at >= m.hold_s:
+    if not wanted and now - wanted_at >= m.hold_s and not any(m.ips):
         return Step(moved(stored, "Asleep", False, now), Reason.ASLEEP)
     since = epoch(stored.since)
     if wake.reserved and (since is None or now >= since + signals.settings.reserve_s):
