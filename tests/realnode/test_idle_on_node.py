@@ -352,7 +352,8 @@ def busy_one_is_never_evicted(journey: Journey, url: str) -> None:
         asker.join(ANSWER_WITHIN)
     assert "reply" in held, held
     text, finish, began, done = taken
-    print(f"{TAKER}: streamed {len(text)} characters ({finish}), from {began:.1f} s to {done:.1f} s; "
+    print(f"{TAKER}: streamed {len(text)} characters ({finish}), "
+          f"from {began:.1f} s to {done:.1f} s; "
           f"{SLEEPER}'s held request answered at {held['reply'][2]:.1f} s")
     assert finish == "length", (finish, text[-200:])
     assert held["reply"][2] > done, "the sleeper was answered before the taker's stream ended"
