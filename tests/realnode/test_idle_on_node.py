@@ -280,6 +280,16 @@ def host_engine_load_seconds(journey: Journey) -> float:
     return seconds
 
 
+def print_events(journey: Journey, name: str) -> None:
+    """The model's idle Events (Asleep, Waking, Woke, WaitingForNode, Yielded...), oldest first."""
+    events = journey.get(f"/api/v1/namespaces/{MODEL_NAMESPACE}/events?fieldSelector="
+                         f"involvedObject.name%3D{name}")["items"]
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    for e in events:
+        print(f"  event {name}: {e.get('lastTimestamp') or e.get('eventTime')} "
+              f"{e.get('reason')}: {e.get('message', '')}")
+
+
 def test_an_idle_model_sleeps_a_request_wakes_it_and_a_busy_one_is_never_evicted(
     journey: Journey, router: str
 ) -> None:
@@ -317,9 +327,12 @@ def wake_through_router(journey: Journey, url: str) -> float:
         watch.seen["answered"] = done
     clean_reply(text)
     watch.print_timeline(journey, f"{SLEEPER} woken")
-    order = ["operator: Waking (it read the router's /waiting)", "pod created", "pod scheduled",
-             "engine container started", "engine loaded (its startup probe passed)",
-             "pod Ready", "first token"]
+    print_events(journey, SLEEPER)
+    # The pod's own steps come in this order; the operator's Waking is written
+    # in the pass that creates the pod (seen before or beside it).
+    assert "operator: Waking (it read the router's /waiting)" in watch.seen, watch.seen
+    order = ["pod created", "pod scheduled", "engine container started",
+             "engine loaded (its startup probe passed)", "pod Ready", "first token"]
     missing = [w for w in order if w not in watch.seen]
     assert not missing, (missing, watch.seen)
     at = [watch.seen[w] for w in order]
@@ -361,6 +374,8 @@ def busy_one_is_never_evicted(journey: Journey, url: str) -> None:
     assert "operator: WaitingForNode" in watch.seen, watch.seen
     clean_reply(held["reply"][0])
     watch.print_timeline(journey, f"{SLEEPER} woken past the taker")
+    print_events(journey, TAKER)
+    print_events(journey, SLEEPER)
     taker_lm = journey.model(TAKER)
     assert idle_of(taker_lm).get("yields", 0) >= 1, taker_lm["status"]
     assert not journey.pods_of(TAKER)
