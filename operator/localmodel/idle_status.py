@@ -9,7 +9,8 @@ for a model with `spec.idle`, `with_idle` then says what its idle state changes
 - asleep: Ready=True, reason Asleep (the spec asks for a model that serves on
   demand, and it does), and Placed=True, reason Asleep, for each replica whose
   pod was released (never Placed=False, which reads Stalled);
-- waking: Ready=True, reason Waking, while its pods start;
+- waking: Ready=True, reason Waking, while its pods start (Progressing still
+  tells of their start, but a wake is no roll: it writes no Reconciling);
 - a gap (status.GAP_REASONS: an image that cannot be pulled, a container that
   keeps failing, ...) stays Ready=False with its reason, asleep or waking: it is
   broken, and reads InProgress;
@@ -87,7 +88,25 @@ def with_idle(status: LocalModelStatus, report: IdleReport | None, lm: LocalMode
         # `status.replicas` counts awake replicas: none while asleep (scale reads it)
         "replicas": 0 if state == "Asleep" else status.replicas,
         "idle": stored if stored == report.idle else report.idle})
+    if state in ("Asleep", "Waking"):
+        return _sleeping_health(out, lm, now)
     return with_health(out, lm.metadata.generation, lm.status, now)
+
+
+_PAIR = (ConditionType.RECONCILING.value, ConditionType.STALLED.value)
+
+
+def _sleeping_health(status: LocalModelStatus, lm: LocalModel, now: str) -> LocalModelStatus:
+    """The kstatus pair of a model asleep or waking: its pods starting are the
+    wake, not a roll to wait for, so Progressing (which still tells of the
+    start) makes it no Reconciling; a gap still does (InProgress)."""
+    progressing = ConditionType.PROGRESSING.value
+    without = status.model_copy(update={
+        "conditions": [c for c in status.conditions if c.type != progressing]})
+    health = with_health(without, lm.metadata.generation, lm.status, now)
+    pair = [c for c in health.conditions if c.type in _PAIR]
+    kept = [c for c in status.conditions if c.type not in _PAIR]
+    return status.model_copy(update={"conditions": [*kept, *pair]})
 
 
 def _false(status: LocalModelStatus, type_: ConditionType) -> Condition | None:

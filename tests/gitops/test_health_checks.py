@@ -120,7 +120,8 @@ def test_a_sleeping_or_waking_model_reads_healthy_and_a_broken_wake_does_not(
     waking (a Flux Kustomization with `wait: true` does not time out at night);
     a wake that hits a gap is InProgress, with the gap's reason."""
     want = {"asleep": "Current", "asleep, its pod kept": "Current", "waking": "Current",
-            "waiting for a node": "Current", "a wake that hits a gap": "InProgress"}
+            "waking, its pod starting": "Current", "waiting for a node": "Current",
+            "a wake that hits a gap": "InProgress"}
     assert want.keys() == CASES.keys()
     got = verdicts(tools, "\n".join(json.dumps(idle_object(name)) for name in want))
     for (name, status), v in zip(want.items(), got, strict=True):

@@ -83,6 +83,7 @@ def test_the_pair_goes_away_when_the_model_is_ready_and_holds_its_time_while_tru
     ("asleep", {}, ("True", "Asleep")),
     ("asleep, its pod kept", {}, ("True", "Asleep")),
     ("waking", {}, ("True", "Waking")),
+    ("waking, its pod starting", {}, ("True", "Waking")),
     ("waiting for a node", {}, ("True", "Waking")),
     ("a wake that hits a gap", {"Reconciling": ("True", "ImagePullFailed")},
      ("False", "ImagePullFailed")),
