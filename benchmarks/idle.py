@@ -3,11 +3,15 @@
 planner (a long-lived `Planner`, with `prefer`) driven by a virtual clock over
 a synthetic trace, side by side with static placement in the same run.
 
-Run: python benchmarks/idle.py [--quick] [--models N] [--nodes M] [--minutes T]
-       [--rate R] [--wake-s W] [--after-s A] [--seed S] [--json]
+Run: python benchmarks/idle.py [--quick] [--kwok] [--models N] [--nodes M]
+       [--minutes T] [--rate R] [--wake-s W] [--after-s A] [--seed S] [--json]
   full:  N=12 models on M=4 nodes, one virtual day (24 h), after 30 min
   quick: N=6, M=3, 10 virtual minutes, after 60 s (seconds of wall time;
          CI runs it, tests/benchmarks/test_quick_modes.py)
+  --kwok: the same trace's shape in wall time on the kwok control plane with
+         the real operator and router (benchmarks/idle_kwok.py): full N=8,
+         M=3, 10 minutes; quick N=4, M=2, 120 s, about 2.5 minutes in all (CI
+         runs it, tests/e2e/test_idle_kwok.py)
 
 The trace (seeded, the same for both modes): arrivals are Poisson with a
 day/night factor (a cosine over one virtual day, or over the whole trace
@@ -369,9 +373,39 @@ ROWS = [("requests", "requests"), ("served", "served"), ("refused", "refused"),
         ("yields refused (409)", "refused_yields"), ("busy evictions", "busy_evictions")]
 
 
+def kwok(s: Settings, requests: list[Request]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trace on the kwok control plane (benchmarks/idle_kwok.py): static, idle."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.idle_kwok import Call, run_kwok
+
+    calls = [Call(r.at, int(r.model.rsplit("m", 1)[1])) for r in requests]
+    sides = run_kwok(s.models, s.nodes, calls)
+    for side in sides.values():
+        held = side.pop("held_s")
+        side.update(held=len(held), held_p50_s=_pct(held, 50), held_p99_s=_pct(held, 99))
+    return sides["static"], sides["idle"]
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The run's shape: the flags over the mode's defaults."""
+    quick = args.quick
+    if args.kwok:
+        return Settings(models=args.models or (4 if quick else 8),
+                        nodes=args.nodes or (2 if quick else 3),
+                        seconds=60 * args.minutes if args.minutes else (120.0 if quick else 600.0),
+                        rate=args.rate or 0.5, wake_s=0.0, after_s=60.0, seed=args.seed)
+    return Settings(models=args.models or (6 if quick else 12),
+                    nodes=args.nodes or (3 if quick else 4),
+                    seconds=60 * (args.minutes or (10 if quick else 24 * 60)),
+                    rate=args.rate or (0.1 if quick else 0.02), wake_s=args.wake_s,
+                    after_s=args.after_s or (60.0 if quick else 1800.0), seed=args.seed)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N=6, M=3, 10 virtual minutes")
+    parser.add_argument("--kwok", action="store_true",
+                        help="on the kwok control plane, in wall time (idle_kwok.py)")
     parser.add_argument("--models", type=int)
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--minutes", type=float)
@@ -382,22 +416,25 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     args = parser.parse_args()
     quick = args.quick
-    s = Settings(models=args.models or (6 if quick else 12),
-                 nodes=args.nodes or (3 if quick else 4),
-                 seconds=60 * (args.minutes or (10 if quick else 24 * 60)),
-                 rate=args.rate or (0.1 if quick else 0.02), wake_s=args.wake_s,
-                 after_s=args.after_s or (60.0 if quick else 1800.0), seed=args.seed)
+    s = settings(args)
     if s.nodes >= s.models:
         parser.error("more models than nodes, please: --models > --nodes")
     requests = trace(s)
-    static, idle = run(s, requests, idle=False), run(s, requests, idle=True)
-    print(f"{s.models} models on {s.nodes} nodes, {s.seconds / 60:.0f} virtual minutes, "
-          f"after {s.after_s:.0f} s, wake ~{s.wake_s:.0f} s, seed {s.seed}")
+    if args.kwok:
+        static, idle = kwok(s, requests)
+        print(f"{s.models} models on {s.nodes} kwok nodes a side, {s.seconds:.0f} s of wall "
+              f"time, after 1m of the gateways' time, seed {s.seed}")
+    else:
+        static, idle = run(s, requests, idle=False), run(s, requests, idle=True)
+        print(f"{s.models} models on {s.nodes} nodes, {s.seconds / 60:.0f} virtual minutes, "
+              f"after {s.after_s:.0f} s, wake ~{s.wake_s:.0f} s, seed {s.seed}")
     print(f"{'':24}{'static':>10}{'idle':>10}")
     for label, key in ROWS:
         print(f"{label:24}{static[key]:>10}{idle[key]:>10}")
+    if args.kwok:  # refused by the router for another reason (a model not placed, ...)
+        print(f"{'  other':24}{static['other_refused']:>10}{idle['other_refused']:>10}")
     if args.json:
-        print(json.dumps({"quick": quick, "models": s.models, "nodes": s.nodes,
+        print(json.dumps({"quick": quick, "kwok": args.kwok, "models": s.models, "nodes": s.nodes,
                           "seconds": s.seconds, "static": static, "idle": idle}))
     return 0 if idle["busy_evictions"] == 0 and static["busy_evictions"] == 0 else 1
 

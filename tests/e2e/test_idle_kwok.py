@@ -2,19 +2,18 @@
 operator (`localmodel run --router-namespace`, the chart's RBAC with the
 router on), the real router in this process (its cluster source, its hold),
 kwok nodes, and stand-in gateways at the kwok pods' IPs (kwok runs no
-container: tests/e2e/idle_standins.py) whose quiet or busy state the test sets.
+container: tests/harness/idle_standins.py) whose quiet or busy state the test sets.
 
 Each test makes its own nodes (labelled with its namespace, which its models
 select), so the tests share one cluster, one operator and one router. Every
 wait is on a condition with a generous bound (2 shared cores); no timed
-assertion. The operator runs with its default yield grace (30 s) and reserve:
-it has no flag for them; the stand-ins' clocks are moved on instead of
-waiting for quiet.
+assertion. The operator runs with a short yield grace and frequent speed
+reads (OPERATOR_ARGS); the stand-ins' clocks are moved on instead of waiting
+for quiet.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import subprocess
@@ -23,70 +22,67 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from localmodel.gateway_contract.marks import key_from_pem
 from tests.builders import MakeLocalModel
-from tests.e2e.idle_standins import Gateways, Router, Standin, router_endpoints
 from tests.harness import TestCluster
-from tests.harness.chart import NAMESPACE, operator_objects, render_chart
-from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
-from tests.harness.nodes import NodeShape, local_volume_manifests, node_manifest
-from tests.harness.operator import RBAC_KINDS, OperatorProcess, wait_condition
+from tests.harness.idle_standins import (
+    JOURNEY,
+    Gateways,
+    IdlePlane,
+    Router,
+    Standin,
+    add_nodes,
+    idle_plane,
+    router_args,
+)
+from tests.harness.operator import OperatorProcess, wait_condition
 from tests.harness.processes import wait_until
-from tests.harness.tools import REPO_ROOT, TOOL_NAMES
+from tests.harness.tools import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "no-fake-nodes.yaml"
 LM = "/apis/localmodel.dev/v1alpha1"
-SIGNING_SECRET = "localmodel-operator-router-signing"  # the chart's (release localmodel-operator)
-JOURNEY = "e2e.localmodel.dev/journey"
+GRACE_S = 5  # the operator's --yield-grace here (its default is 30 s)
 SERVED = "qwen3:0.6b"
 WAIT = 240.0  # a sleep, a release or a wake on a loaded machine: generous
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[TestCluster]:
-    with operator_cluster(tools_or_fail((*TOOL_NAMES, "lmhealth")), FIXTURE) as c:
-        assert c.tools is not None
-        rendered = render_chart(c.tools, kube_version=c.tools.kubernetes_version,
-                                set_values=("probe.enabled=false", "router.enabled=true"))
-        c.apply([m for m in operator_objects(rendered) if m["kind"] in RBAC_KINDS])
-        c.apply(router_endpoints(NAMESPACE))
-        yield c
+# The operator's clocks made short where a journey waits on them: the yield
+# grace (a quiet borrower is asked once quiet this long; a refused ask is
+# repeated after it), the speed reads that carry a gateway's activity, and
+# how long an Unschedulable pod waits before WaitingForNode.
+OPERATOR_ARGS = router_args("--unschedulable-seconds", "5", "--speed-interval", "1",
+                            "--speed-idle-interval", "2", "--yield-grace", str(GRACE_S))
 
 
 @pytest.fixture(scope="module")
-def operator(cluster: TestCluster) -> Iterator[OperatorProcess]:
-    args = ("--router-namespace", NAMESPACE, "--router-signing-secret", SIGNING_SECRET,
-            "--unschedulable-seconds", "5", "--speed-interval", "2", "--speed-idle-interval", "5")
-    with operator_running(cluster, "operator-idle", extra_args=args, log_lines=60) as op:
-        yield op
+def plane() -> Iterator[IdlePlane]:
+    with idle_plane(OPERATOR_ARGS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def gateways(cluster: TestCluster, operator: OperatorProcess) -> Iterator[Gateways]:
-    path = f"/api/v1/namespaces/{NAMESPACE}/secrets/{SIGNING_SECRET}"
-    api = cluster.api()
-    wait_until("the operator's signing Secret", lambda: api.status_of("GET", path) == 200,
-               timeout=60)
-    pem = base64.b64decode(api.get(path)["data"]["signing-key.pem"])
-    gws = Gateways(cluster, key_from_pem(pem).public_key())
-    yield gws
-    gws.stop()
+def cluster(plane: IdlePlane) -> TestCluster:
+    return plane.cluster
 
 
 @pytest.fixture(scope="module")
-def router(cluster: TestCluster, gateways: Gateways) -> Iterator[Router]:
-    running = Router(cluster)
-    running.start()
-    yield running
-    running.stop()
+def operator(plane: IdlePlane) -> OperatorProcess:
+    return plane.operator
+
+
+@pytest.fixture(scope="module")
+def gateways(plane: IdlePlane) -> Gateways:
+    return plane.gateways
+
+
+@pytest.fixture(scope="module")
+def router(plane: IdlePlane) -> Router:
+    return plane.router
 
 
 @pytest.fixture
@@ -99,20 +95,6 @@ def ns(cluster: TestCluster, gateways: Gateways) -> Iterator[str]:
 
 
 # ---- helpers ---------------------------------------------------------------------
-
-
-def add_nodes(cluster: TestCluster, ns: str, *names: str) -> list[str]:
-    """4-CPU kwok nodes, each with local disks, one model each (cpu 3)."""
-    made = []
-    for name in names:
-        shape = NodeShape(name=f"{ns}-{name}", cpu="4", memory="16Gi",
-                          labels={JOURNEY: ns, "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"},
-                          volumes=("20Gi", "20Gi", "20Gi"))
-        cluster.api().create("/api/v1/nodes", node_manifest(shape))
-        for pv in local_volume_manifests(shape, "local-disk"):
-            cluster.api().create("/api/v1/persistentvolumes", pv)
-        made.append(shape.name)
-    return made
 
 
 def model(ns: str, name: str, served: str = SERVED, **idle: Any) -> dict[str, Any]:

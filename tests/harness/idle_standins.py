@@ -1,4 +1,6 @@
-"""Stand-in gateways and an in-process router for tests/e2e/test_idle_kwok.py.
+"""Stand-in gateways and an in-process router for the idle journeys on kwok
+(tests/e2e/test_idle_kwok.py) and the idle simulation on kwok
+(benchmarks/idle_kwok.py).
 
 kwok runs no container, so each model pod's gateway is played by the test on
 the host, at the pod IP kwok gave it (added to `lo`), on the gateway's two
@@ -10,9 +12,17 @@ mark is verified with the public half of the signing key the operator keeps
 in its Secret (gateway_contract/marks.py `verify`, purpose `yield`).
 
 The stand-in's clock can be moved on (`Standin.idle_for`): a model "quiet for
-an hour" needs no hour of the test. Counted: every 409, every close accepted
-with a request in flight and every pod deleted while its stand-in had one in
-flight (both are busy evictions, which must stay 0).
+an hour" needs no hour of the test; and it can run faster than the host's
+(`Gateways(pace=...)`): the benchmark's models sleep after `after` of their
+own time. A non-streamed answer can take `answer_s` (in flight meanwhile),
+and every relayed held request's signed wait (`WOKE_HEADER`, ms) is kept.
+Counted: every 409, every close accepted with a request in flight and every
+pod deleted while its stand-in had one in flight (both are busy evictions,
+which must stay 0).
+
+`idle_plane` starts the whole: the kwok control plane, the chart's RBAC with
+the router on, the real operator with the router named, the stand-ins and
+the router.
 
 `Router` is the real router (router/server.py) with the real cluster source
 (router/follow.py) in a thread of its own, at an address on `lo` that the
@@ -23,12 +33,15 @@ Service's are (controller/wake_watch.py).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -36,12 +49,25 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from localmodel.gateway.door import BadYield, Door, Verdict, parse_yield
 from localmodel.gateway_contract import ADMIN_PORT, GATEWAY_PORT
-from localmodel.gateway_contract.marks import MARK_HEADER, YIELD, verify, yield_session
+from localmodel.gateway_contract.headers import WOKE_HEADER, woke_ms
+from localmodel.gateway_contract.marks import (
+    MARK_HEADER,
+    YIELD,
+    key_from_pem,
+    verify,
+    yield_session,
+)
 from localmodel.kube import api_client
 from localmodel.router.config import RouterConfig
 from localmodel.router.follow import ClusterSource
 from localmodel.router.server import RunningRouter, start_router
 from tests.harness import TestCluster
+from tests.harness.chart import NAMESPACE, operator_objects, render_chart
+from tests.harness.fixtures import operator_cluster, operator_running, tools_or_fail
+from tests.harness.nodes import NodeShape, local_volume_manifests, node_manifest
+from tests.harness.operator import RBAC_KINDS, OperatorProcess
+from tests.harness.processes import wait_until
+from tests.harness.tools import TOOL_NAMES
 
 LEASE_S = 60.0  # the gateway's default close lease
 POD_NET = "10.244.0."  # kwok's --cidr in tests/harness/cluster.py
@@ -76,12 +102,16 @@ class Standin:
     model: str  # the LocalModel's name
     key: Ed25519PublicKey
     shift: float = 0.0  # seconds this stand-in's clock is ahead of the host's
+    pace: float = 1.0  # its clock's seconds per host second
+    answer_s: float = 0.0  # a non-streamed answer's time
+    born: float = field(default_factory=time.monotonic)
     refused: int = 0  # 409s
     closes: int = 0  # 200 closed
     busy_closes: int = 0  # closes accepted with a request in flight (must stay 0)
     yields_asked: int = 0  # POST /yield calls with a valid mark
     forged: int = 0  # POST /yield calls without one
     served: int = 0  # chat completions answered
+    held_ms: list[int] = field(default_factory=list)  # relayed held requests' waits
     release: asyncio.Event = field(default_factory=asyncio.Event)
     shown: dict[str, Any] | None = None  # an activity /speed shows instead of the true one
     door: Door = field(init=False)
@@ -90,7 +120,7 @@ class Standin:
         self.door = Door(LEASE_S, lambda: 0, self.clock)
 
     def clock(self) -> float:
-        return time.monotonic() + self.shift
+        return self.born + self.pace * (time.monotonic() - self.born) + self.shift
 
     def idle_for(self, seconds: float) -> None:
         """Move this stand-in's clock on: it has been quiet `seconds` longer."""
@@ -154,8 +184,13 @@ async def chat(standin: Standin, request: web.Request) -> web.StreamResponse:
     if not standin.door.arrive():
         return web.json_response({"error": {"message": "asleep"}}, status=503,
                                  headers={"X-LocalModel-Asleep": "1", "Retry-After": "15"})
+    held = woke_ms(request.headers.get(WOKE_HEADER))
+    if held is not None:
+        standin.held_ms.append(held)
     try:
         if not body.get("stream"):
+            if standin.answer_s:
+                await asyncio.sleep(standin.answer_s)
             standin.served += 1
             return web.json_response(completion(standin.model, f"{standin.pod} here"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -177,15 +212,17 @@ class Gateways:
     """A stand-in at every Ready model pod's IP in the namespaces it follows,
     kept in step with the pods (`sync`, from a thread of its own)."""
 
-    def __init__(self, cluster: TestCluster, key: Ed25519PublicKey) -> None:
+    def __init__(self, cluster: TestCluster, key: Ed25519PublicKey, *, pace: float = 1.0,
+                 answer_s: float = 0.0) -> None:
         self.cluster = cluster
         self.key = key
+        self.pace, self.answer_s = pace, answer_s
         self.loop = Loop("standin-gateways")
         self.namespaces: set[str] = set()
         self.by_ip: dict[str, Standin] = {}
         self.runners: dict[str, web.AppRunner] = {}
         self.gone: list[Standin] = []  # stand-ins whose pod was deleted
-        self.busy_evictions = 0  # pods deleted while their stand-in had a request in flight
+        self.evicted_busy: list[Standin] = []  # deleted with a request in flight
         # kwok hands out pod IPs from the start of the harness's --cidr: these
         # are served before any pod has them, so a replica is answered from
         # its first Ready moment (a router relays at once).
@@ -200,6 +237,15 @@ class Gateways:
         """The live stand-ins of a model."""
         return [s for s in list(self.by_ip.values())
                 if s.namespace == namespace and s.model == model]
+
+    @property
+    def busy_evictions(self) -> int:
+        """Pods deleted while their stand-in had a request in flight."""
+        return len(self.evicted_busy)
+
+    def in_namespace(self, namespace: str) -> list[Standin]:
+        """Every stand-in a namespace's models ever had."""
+        return [s for s in [*self.by_ip.values(), *self.gone] if s.namespace == namespace]
 
     def all_of(self, namespace: str, model: str) -> list[Standin]:
         """Every stand-in a model ever had (its deleted pods' too)."""
@@ -238,11 +284,13 @@ class Gateways:
         """Retire the stand-ins whose pods are gone; one for each new pod."""
         for ip, standin in list(self.by_ip.items()):
             if live.get(ip) != (standin.namespace, standin.pod, standin.model):
-                self.busy_evictions += standin.door.in_flight > 0
+                if standin.door.in_flight > 0:
+                    self.evicted_busy.append(standin)
                 self.gone.append(self.by_ip.pop(ip))
         for ip, (ns, pod, model) in live.items():
             if ip not in self.by_ip:
-                self.by_ip[ip] = Standin(ns, pod, model, self.key)
+                self.by_ip[ip] = Standin(ns, pod, model, self.key, pace=self.pace,
+                                         answer_s=self.answer_s)
 
     def _adopt(self) -> None:
         """Called by a server whose address has no stand-in yet (kwok gave it
@@ -356,3 +404,70 @@ def router_endpoints(namespace: str) -> list[dict[str, Any]]:
          "endpoints": [{"addresses": [ROUTER_IP], "conditions": {"ready": True}}],
          "ports": [{"name": "admin", "port": ADMIN_PORT, "protocol": "TCP"}]},
     ]
+
+
+JOURNEY = "e2e.localmodel.dev/journey"  # a node's label: the namespace whose models select it
+SIGNING_SECRET = "localmodel-operator-router-signing"  # the chart's (release localmodel-operator)
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "no-fake-nodes.yaml"
+
+
+@dataclass
+class IdlePlane:
+    """What `idle_plane` runs: the cluster, the operator, the stand-ins, the router."""
+
+    cluster: TestCluster
+    operator: OperatorProcess
+    gateways: Gateways
+    router: Router
+
+
+def router_args(*extra: str) -> tuple[str, ...]:
+    """The operator's flags with the router on (its namespace, its signing Secret)."""
+    return ("--router-namespace", NAMESPACE, "--router-signing-secret", SIGNING_SECRET, *extra)
+
+
+@contextmanager
+def idle_plane(operator_args: Sequence[str], *, pace: float = 1.0, answer_s: float = 0.0,
+               log_lines: int = 60, router_log: Callable[[str], None] = print
+               ) -> Iterator[IdlePlane]:
+    """The kwok control plane without nodes, the chart's RBAC with the router
+    on, `localmodel run` with `operator_args` (`router_args(...)`), stand-in
+    gateways (`pace`, `answer_s`) and the router (its log lines to
+    `router_log`); all stopped afterwards."""
+    with operator_cluster(tools_or_fail((*TOOL_NAMES, "lmhealth")), FIXTURE) as cluster:
+        assert cluster.tools is not None
+        rendered = render_chart(cluster.tools, kube_version=cluster.tools.kubernetes_version,
+                                set_values=("probe.enabled=false", "router.enabled=true"))
+        cluster.apply([m for m in operator_objects(rendered) if m["kind"] in RBAC_KINDS])
+        cluster.apply(router_endpoints(NAMESPACE))
+        with operator_running(cluster, "operator-idle", extra_args=tuple(operator_args),
+                              log_lines=log_lines) as operator:
+            path = f"/api/v1/namespaces/{NAMESPACE}/secrets/{SIGNING_SECRET}"
+            api = cluster.api()
+            wait_until("the operator's signing Secret",
+                       lambda: api.status_of("GET", path) == 200, timeout=60)
+            pem = base64.b64decode(api.get(path)["data"]["signing-key.pem"])
+            gateways = Gateways(cluster, key_from_pem(pem).public_key(), pace=pace,
+                                answer_s=answer_s)
+            router = Router(cluster)
+            try:
+                router.start(router_log)
+                yield IdlePlane(cluster, operator, gateways, router)
+            finally:
+                router.stop()
+                gateways.stop()
+
+
+def add_nodes(cluster: TestCluster, ns: str, *names: str) -> list[str]:
+    """4-CPU kwok nodes `<ns>-<name>` labelled `JOURNEY: ns`, each with local
+    disks: one model each (cpu 3)."""
+    made = []
+    for name in names:
+        shape = NodeShape(name=f"{ns}-{name}", cpu="4", memory="16Gi",
+                          labels={JOURNEY: ns, "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"},
+                          volumes=("20Gi", "20Gi", "20Gi"))
+        cluster.api().create("/api/v1/nodes", node_manifest(shape))
+        for pv in local_volume_manifests(shape, "local-disk"):
+            cluster.api().create("/api/v1/persistentvolumes", pv)
+        made.append(shape.name)
+    return made
