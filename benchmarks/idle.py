@@ -11,7 +11,7 @@ Run: python benchmarks/idle.py [--quick] [--kwok] [--models N] [--nodes M]
   --kwok: the same trace's shape in wall time on the kwok control plane with
          the real operator and router (benchmarks/idle_kwok.py): full N=8,
          M=3, 10 minutes; quick N=4, M=2, 120 s, about 2.5 minutes in all (CI
-         runs it, tests/e2e/test_idle_kwok.py)
+         runs it, tests/e2e/test_idle_bench_quick.py)
 
 The trace (seeded, the same for both modes): arrivals are Poisson with a
 day/night factor (a cosine over one virtual day, or over the whole trace
