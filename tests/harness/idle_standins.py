@@ -104,7 +104,7 @@ class Standin:
     shift: float = 0.0  # seconds this stand-in's clock is ahead of the host's
     pace: float = 1.0  # its clock's seconds per host second
     answer_s: float = 0.0  # a non-streamed answer's time
-    born: float = field(default_factory=time.monotonic)
+    born: float = field(default_factory=lambda: time.monotonic())  # when it began
     refused: int = 0  # 409s
     closes: int = 0  # 200 closed
     busy_closes: int = 0  # closes accepted with a request in flight (must stay 0)
