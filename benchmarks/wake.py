@@ -33,6 +33,7 @@ asleep. `--json` prints one JSON object as the last line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -132,10 +133,8 @@ def chat(model: str) -> dict[str, Any]:
 def rss_mib(procs: Iterable[psutil.Process]) -> float:
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):  # a process gone holds nothing
             total += p.memory_info().rss
-        except psutil.Error:
-            pass
     return total / 2**20
 
 
