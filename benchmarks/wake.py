@@ -27,15 +27,20 @@ Each run: wait until the engine is asleep, read the resident memory of what
 stays (llama-server itself; `ollama serve` with no runner), drop the file if
 cold, then stream one chat request (max 8 tokens) and time its first content
 token. Columns: path, cache, median, min-max of the runs, MiB resident while
-asleep. `--json` prints one JSON object as the last line.
+asleep (the awake row: awake), and the weights' pages in the page cache when
+the request went (mincore(2): a page a sleeping process still maps cannot be
+dropped, so a cold run that still shows them cached was not cold).
+`--json` prints one JSON object as the last line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import http.client
 import json
+import mmap
 import os
 import statistics
 import sys
@@ -71,6 +76,7 @@ class PathResult:
     cache: str
     seconds: list[float] = field(default_factory=list)
     asleep_mib: list[float] = field(default_factory=list)
+    cached: list[float] = field(default_factory=list)  # the weights' pages cached at the request
 
     def row(self) -> dict[str, Any]:
         s = self.seconds
@@ -79,17 +85,42 @@ class PathResult:
                 "min": min(s) if s else None, "max": max(s) if s else None,
                 "seconds": [round(x, 3) for x in s],
                 "asleep_mib": round(statistics.median(self.asleep_mib), 1)
-                if self.asleep_mib else None}
+                if self.asleep_mib else None,
+                "cached": round(statistics.median(self.cached), 2) if self.cached else None}
 
 
-def drop_from_page_cache(paths: Iterable[Path]) -> None:
-    """Drop these files' pages from the page cache (this file only: POSIX_FADV_DONTNEED)."""
+def drop_from_page_cache(paths: Iterable[Path]) -> float:
+    """Drop these files' pages from the page cache (these files only:
+    POSIX_FADV_DONTNEED); the fraction of their pages still cached after it
+    (a page some process maps stays)."""
+    paths = list(paths)
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+    return statistics.fmean(cached_fraction(p) for p in paths)
+
+
+def cached_fraction(path: Path) -> float:
+    """The fraction of a file's pages in the page cache (mincore(2) over a
+    private mapping of it, which reads nothing)."""
+    page = mmap.PAGESIZE
+    pages = (path.stat().st_size + page - 1) // page
+    libc = ctypes.CDLL(None, use_errno=True)
+    vec = (ctypes.c_ubyte * pages)()
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                                         prot=mmap.PROT_READ | mmap.PROT_WRITE) as m:
+        start = ctypes.c_char.from_buffer(m)
+        try:
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(start)),
+                              ctypes.c_size_t(pages * page), vec)
+        finally:
+            del start  # the mapping closes only without a view into it
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), f"mincore {path}")
+    return sum(b & 1 for b in vec) / max(1, pages)
 
 
 def first_token_seconds(port: int, path: str, body: dict[str, Any],
@@ -156,8 +187,8 @@ def llama_server_paths(workdir: Path, runs: int) -> list[PathResult]:
             for cache in (WARM, COLD):
                 wait_for("llama-server asleep", sleeping, ASLEEP_WITHIN, interval=0.2)
                 asleep[cache].asleep_mib.append(rss_mib([proc]))
-                if cache == COLD:
-                    drop_from_page_cache([gguf])
+                asleep[cache].cached.append(drop_from_page_cache([gguf]) if cache == COLD
+                                            else cached_fraction(gguf))
                 asleep[cache].seconds.append(first_token_seconds(
                     e.port, "/v1/chat/completions", chat(MODEL_TAG), openai_content))
                 # The floor: at once again, before it can fall asleep.
@@ -196,8 +227,8 @@ def ollama_paths(workdir: Path, runs: int) -> list[PathResult]:
             for cache in (WARM, COLD):
                 wait_for("ollama's runner gone", unloaded, ASLEEP_WITHIN, interval=0.2)
                 result[cache].asleep_mib.append(rss_mib([serve]))
-                if cache == COLD:
-                    drop_from_page_cache(blobs)
+                result[cache].cached.append(drop_from_page_cache(blobs) if cache == COLD
+                                            else statistics.fmean(map(cached_fraction, blobs)))
                 result[cache].seconds.append(
                     first_token_seconds(server.port, "/api/chat", body, ollama_content))
     return [result[WARM], result[COLD]]
@@ -218,11 +249,13 @@ def measure(runs: int, workdir: Path | None = None) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The paths side by side: median and spread of the first token, memory asleep."""
-    out = [f"{'path':<36} {'cache':<5} {'median s':>8} {'min-max s':>13} {'asleep MiB':>10}"]
+    out = [f"{'path':<36} {'cache':<5} {'median s':>8} {'min-max s':>13} {'asleep MiB':>10} "
+           f"{'cached':>6}"]
     for r in rows:
         mem = "" if r["asleep_mib"] is None else f"{r['asleep_mib']:.0f}"
+        cached = "" if r["cached"] is None else f"{r['cached']:.0%}"
         out.append(f"{r['path']:<36} {r['cache']:<5} {r['median']:>8.2f} "
-                   f"{r['min']:>6.2f}-{r['max']:<6.2f} {mem:>10}")
+                   f"{r['min']:>6.2f}-{r['max']:<6.2f} {mem:>10} {cached:>6}")
     return "\n".join(out)
 
 

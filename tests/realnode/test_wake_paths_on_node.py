@@ -6,9 +6,11 @@ Waking a sleeping model).
   `--sleep-idle-seconds`, Ollama's `keep_alive: 0`, the awake floor), warm and
   cold page cache, with what stays resident while asleep.
 - The pod re-created: a llama-server model with `idle: {after: 1m, release:
-  WhenAsleep}` put to sleep and woken through the router WAKES times, each
-  wake timed step by step (tests/realnode/test_idle_on_node.py's watch), from
-  the request to its first token.
+  WhenAsleep}` put to sleep and woken through the router 2 x WAKES times,
+  warm and cold in turn (cold: the GGUF in its home volume's host directory
+  dropped from the page cache), each wake timed step by step
+  (tests/realnode/test_idle_on_node.py's watch), from the request to its
+  first token.
 - An in-place resize of the woken, Guaranteed pod (its engine's CPU and memory
   halved through the `resize` subresource), and what the kubelet said of it
   (`status.resize`, the PodResize conditions, the container's resources).
@@ -24,10 +26,11 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 
-from benchmarks.wake import QUICK_RUNS, measure, table
+from benchmarks.wake import COLD, QUICK_RUNS, WARM, drop_from_page_cache, measure, table
 from localmodel.engines import llama_server
 from localmodel.facts.quantity import parse_bytes
 from tests.harness.engines import MODEL_TAG
@@ -71,16 +74,32 @@ def test_the_pod_recreated_wake_timed_and_an_in_place_resize(
     journey.deploy(idle_model(journey, SLEEPER))
     wait_for("the router to list the model", lambda: MODEL_TAG in listed(router), 60,
              interval=0.5)
-    firsts = []
+    firsts: dict[str, list[float]] = {WARM: [], COLD: []}
     for i in range(WAKES):
-        wait_asleep(journey, SLEEPER)
-        firsts.append(journey.timings.add(f"wake {i + 1}: the pod re-created, request -> "
-                                          f"first token", wake_through_router(journey, router)))
-    print(f"the pod re-created: median {statistics.median(firsts):.2f} s, "
-          f"min {min(firsts):.2f} s, max {max(firsts):.2f} s over {WAKES} wakes: "
-          + ", ".join(f"{s:.2f}" for s in firsts))
-    assert len(firsts) == WAKES and all(s > 0 for s in firsts)
+        for cache in (WARM, COLD):
+            lm = wait_asleep(journey, SLEEPER)
+            cached = home_weights_dropped(journey, lm) if cache == COLD else None
+            print(f"wake {i + 1} ({cache}): the weights' pages cached: {cached}")
+            firsts[cache].append(journey.timings.add(
+                f"wake {i + 1} ({cache}): the pod re-created, request -> first token",
+                wake_through_router(journey, router)))
+    for cache, seconds in firsts.items():
+        print(f"the pod re-created ({cache}): median {statistics.median(seconds):.2f} s, "
+              f"min {min(seconds):.2f} s, max {max(seconds):.2f} s over {WAKES} wakes: "
+              + ", ".join(f"{s:.2f}" for s in seconds))
+        assert len(seconds) == WAKES and all(s > 0 for s in seconds)
     resize_in_place(journey, journey.pod_of(SLEEPER))
+
+
+def home_weights_dropped(journey: Journey, lm: Manifest) -> float:
+    """Drop the GGUF in the sleeping model's home volume (its host directory on
+    the real node) from the page cache; the fraction still cached after."""
+    claim = lm["status"]["idle"]["homes"][0]["claim"]
+    pvc = journey.get(f"/api/v1/namespaces/{MODEL_NAMESPACE}/persistentvolumeclaims/{claim}")
+    pv = journey.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+    ggufs = sorted(Path(pv["spec"]["local"]["path"]).rglob("*.gguf"))
+    assert ggufs, pv["spec"]
+    return drop_from_page_cache(ggufs)
 
 
 def resize_in_place(journey: Journey, pod: Manifest) -> None:
