@@ -56,6 +56,8 @@ sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]
 
 import psutil  # noqa: E402
 
+from localmodel.engines import llama_server as llama_facts  # noqa: E402
+from localmodel.engines import ollama as ollama_facts  # noqa: E402
 from tests.harness import engines  # noqa: E402
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG  # noqa: E402
 from tests.harness.processes import wait_for  # noqa: E402
@@ -179,7 +181,7 @@ def llama_server_paths(workdir: Path, runs: int) -> list[PathResult]:
         proc = psutil.Process(e.process.pid)
 
         def sleeping() -> bool:
-            status, props = e.api("/props", timeout=10)
+            status, props = e.api(llama_facts.PROPS_PATH, timeout=10)
             return status == 200 and isinstance(props, dict) and bool(props.get("is_sleeping"))
 
         first_token_seconds(e.port, "/v1/chat/completions", chat(MODEL_TAG), openai_content)
@@ -217,7 +219,7 @@ def ollama_paths(workdir: Path, runs: int) -> list[PathResult]:
                                             "num_thread": 1}}
 
         def unloaded() -> bool:
-            status, ps = server.api("/api/ps", timeout=10)
+            status, ps = server.api(ollama_facts.PS_PATH, timeout=10)
             return status == 200 and not (ps.get("models") if isinstance(ps, dict) else 1) \
                 and not server.runners()
 
