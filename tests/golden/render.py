@@ -41,8 +41,9 @@ OPTIONS = {
 }
 
 
-# The idle cases: examples given `spec.idle` render exactly as without it
-# (tests/render/test_render_golden.py holds them equal), plus each model's
+# The idle cases: examples given `spec.idle` render as without it but for
+# their pods' probes, asked every second (podspec.probe_periods;
+# tests/render/test_render_golden.py holds the rest equal), plus each model's
 # doorman (render/doorman.py), without and with the router and a last wake.
 IDLE = {"after": "30m", "priority": 5, "release": "WhenAsleep", "holdSeconds": 60,
         "awake": [{"days": ["Mon", "Fri"], "from": "22:00", "to": "06:00",

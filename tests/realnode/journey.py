@@ -24,7 +24,7 @@ import ollama as ollama_client
 import openai
 import pytest
 
-from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME
+from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME, LABEL_ROLE, ROLE_DOORMAN
 from localmodel.engines import llama_server, ollama
 from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract import GATEWAY_PORT
@@ -48,6 +48,13 @@ MODEL_NAMESPACE = "journey"
 POD_SECURITY_LEVEL = "baseline"
 LM_PATH = f"/apis/localmodel.dev/v1alpha1/namespaces/{MODEL_NAMESPACE}/localmodels"
 PODS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/pods"
+
+
+def replica_pods(name: str) -> str:
+    """The label selector of a model's replica pods: its doorman (`render/doorman.py`) left out."""
+    return f"{LABEL_NAME}={name},{LABEL_ROLE}!={ROLE_DOORMAN}"
+
+
 CGROUP = Path("/sys/fs/cgroup")
 
 Manifest = dict[str, Any]
@@ -364,7 +371,8 @@ class Journey:
         return self.get(f"{LM_PATH}/{name}")
 
     def pods_of(self, name: str) -> list[Manifest]:
-        items: list[Manifest] = self.get(f"{PODS_PATH}?labelSelector={LABEL_NAME}={name}")["items"]
+        """The model's replica pods (not its doorman, an idle model's stand-in), not leaving."""
+        items: list[Manifest] = self.get(f"{PODS_PATH}?labelSelector={replica_pods(name)}")["items"]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
     def pod_of(self, name: str) -> Manifest:

@@ -48,6 +48,7 @@ from tests.realnode.journey import (
     clean_reply,
     condition,
     local_volumes,
+    replica_pods,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -164,9 +165,8 @@ def assert_current(versions: list[Manifest]) -> None:
 
 
 def all_pods(journey: Journey, name: str) -> list[Manifest]:
-    """The model's pods, terminating ones too."""
-    items: list[Manifest] = journey.get(
-        f"{PODS_PATH}?labelSelector=localmodel.dev/name={name}")["items"]
+    """The model's replica pods, terminating ones too (not its doorman)."""
+    items: list[Manifest] = journey.get(f"{PODS_PATH}?labelSelector={replica_pods(name)}")["items"]
     return items
 
 

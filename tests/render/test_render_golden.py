@@ -6,9 +6,12 @@ pod on upgrade."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from localmodel.contract import ANNOTATION_POD_SPEC_HASH
+from localmodel.podspec import WAKING_PROBES
 from tests.golden.render import IDLE_SUFFIX, OUT, ROUTER_URL, cases, encode
 
 pytestmark = pytest.mark.unit
@@ -49,14 +52,49 @@ def test_there_are_idle_cases() -> None:
     assert len(IDLE_CASES) >= 4
 
 
+PROBES = ("startupProbe", "readinessProbe")
+
+
+def _probes_and_digests(model: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """Take the startup and readiness probes and the pod digests out of a
+    model's render (in place); the probes taken, by pod, container and kind."""
+    model.pop("pod_hashes")
+    taken = []
+    for o in model["objects"]:
+        if o["kind"] != "Pod":
+            continue
+        o["metadata"]["annotations"].pop(ANNOTATION_POD_SPEC_HASH)
+        for c in o["spec"]["containers"]:
+            taken += [(o["metadata"]["name"], f"{c['name']} {k}", c.pop(k)) for k in PROBES
+                      if k in c]
+    return taken
+
+
 @pytest.mark.parametrize("stem", IDLE_CASES)
-def test_a_model_with_idle_renders_exactly_as_without(stem: str) -> None:
-    """`spec.idle` changes nothing a model's render holds: its objects, their
-    digests (no pod rolls when a model sets idle) and the status of the pass."""
+def test_a_model_with_idle_renders_as_without_but_probed_every_second(stem: str) -> None:
+    """`spec.idle` changes one thing of a model's render: its pods' startup and
+    readiness probes ask every second (a caller waits on a wake:
+    podspec.probe_periods), each as patient with failures as before (the
+    startup probe 30 min, readiness 15 s), so its pods' digests differ
+    (setting idle rolls them once). Its other objects and the status of the
+    pass are as without."""
     idle, plain = CASES[stem], CASES[stem.replace(IDLE_SUFFIX, "", 1)]
     assert [m["name"] for m in idle["models"]] == [m["name"] for m in plain["models"]]
     for a, b in zip(idle["models"], plain["models"], strict=True):
-        assert json.loads(encode(a)) == json.loads(encode(b)), (stem, a["name"])
+        a, b = json.loads(encode(a)), json.loads(encode(b))
+        assert a["pod_hashes"].keys() == b["pod_hashes"].keys()
+        assert all(a["pod_hashes"][k] != b["pod_hashes"][k] for k in a["pod_hashes"])
+        fast, slow = _probes_and_digests(a), _probes_and_digests(b)
+        assert a == b, (stem, a["name"])
+        assert [w for w, _, _ in fast] == [w for w, _, _ in slow] and fast, (stem, fast)
+        for (_, what, f), (_, _, s) in zip(fast, slow, strict=True):
+            period = WAKING_PROBES.startup if "startup" in what else WAKING_PROBES.readiness
+            assert f["periodSeconds"] == period < s["periodSeconds"], (stem, what)
+            assert (f.get("failureThreshold", 3) * f["periodSeconds"]
+                    == s.get("failureThreshold", 3) * s["periodSeconds"]), (stem, what)
+            rest = {k: v for k, v in f.items() if k not in ("periodSeconds", "failureThreshold")}
+            assert rest == {k: v for k, v in s.items()
+                            if k not in ("periodSeconds", "failureThreshold")}
 
 
 @pytest.mark.parametrize("stem", IDLE_CASES)

@@ -320,3 +320,22 @@ def test_every_rendered_command_line_is_well_formed(
     assert f["-t"] == f["-tb"] == str(cpu)
     if kv != "f16":
         assert f["-fa"] == "on"  # a quantized V cache needs flash attention
+
+
+def test_an_idle_model_is_probed_every_second_and_as_patiently() -> None:
+    """A caller waits on an idle model's wake: its engine's startup probe and
+    the gateway's readiness probe (idle needs the gateway) ask every second
+    (podspec.probe_periods), each failing as long as before before the kubelet
+    acts (startup 30 min, readiness 15 s); liveness as before."""
+    plain = render(LLAMA.obj())
+    idle = render(LLAMA.spec(idle={"after": "5m"}).obj())
+
+    def patience(probe: dict[str, Any]) -> int:
+        return int(probe.get("failureThreshold", 3) * probe["periodSeconds"])
+
+    for container, probe in (("llama-server", "startupProbe"), ("gateway", "readinessProbe")):
+        fast, slow = (r["containers"][container][probe] for r in (idle, plain))
+        assert (fast["periodSeconds"], slow["periodSeconds"]) == (1, 5), (container, probe)
+        assert patience(fast) == patience(slow) >= 15, (container, probe)
+    assert idle["engine"]["livenessProbe"] == plain["engine"]["livenessProbe"]
+    assert idle["pod"]["metadata"]["annotations"] != plain["pod"]["metadata"]["annotations"]

@@ -16,7 +16,14 @@ from localmodel.gateway_contract import (
     env_name,
     gateway_variables,
 )
-from localmodel.podspec import NONROOT_UID, Manifest, container_security, env_list, resources
+from localmodel.podspec import (
+    NONROOT_UID,
+    Manifest,
+    container_security,
+    env_list,
+    probe_periods,
+    resources,
+)
 from localmodel.render.names import gateway_cpu_milli, gateway_memory_bytes
 from localmodel.render.plan import RenderOptions, ReplicaPlan
 from localmodel.rules.model import Tuning
@@ -136,11 +143,11 @@ def build_gateway_container(lm: LocalModel, r: ReplicaPlan, options: RenderOptio
         **({"volumeMounts": mounts} if lm.spec.gateway.auth is not None else {}),
         "readinessProbe": {
             "httpGet": {"path": READY_PATH, "port": PORT_HTTP},
-            "periodSeconds": 5,
+            **probe_periods(lm.spec.idle is not None).readiness_fields(),
         },
         "livenessProbe": {
             "httpGet": {"path": HEALTH_PATH, "port": PORT_HTTP},
-            "periodSeconds": 10,
+            "periodSeconds": probe_periods(lm.spec.idle is not None).liveness,
             "failureThreshold": 6,
         },
         "resources": resources(

@@ -16,8 +16,17 @@ from localmodel.engines.pod import (
     engine_env,
     engine_resources,
 )
-from localmodel.podspec import NONROOT_UID, Manifest, container_security, restricted_pod
+from localmodel.podspec import (
+    NONROOT_UID,
+    Manifest,
+    container_security,
+    probe_periods,
+    restricted_pod,
+)
 from localmodel.rules.model import Tuning
+
+# How long the startup probe lets the engine load (a large model on a slow disk).
+STARTUP_SECONDS = 1800
 
 
 def gguf_init_script(
@@ -67,6 +76,7 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
     also the readiness probe.
     """
     loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
+    periods = probe_periods(lm.spec.idle is not None)
     engine: Manifest = {
         "name": llama_server.NAME,
         "image": lm.spec.engine.resolved_image(options.image_registry),
@@ -77,13 +87,15 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
         "resources": engine_resources(t),
         "volumeMounts": _mounts(read_only=True),
         "securityContext": _container_security(),
-        "startupProbe": _probe(loopback, periodSeconds=5, timeoutSeconds=5,
-                               failureThreshold=360),
-        "livenessProbe": _probe(loopback, periodSeconds=10, timeoutSeconds=5,
+        # 30 min to load at any period: failureThreshold * periodSeconds.
+        "startupProbe": _probe(loopback, periodSeconds=periods.startup, timeoutSeconds=5,
+                               failureThreshold=STARTUP_SECONDS // periods.startup),
+        "livenessProbe": _probe(loopback, periodSeconds=periods.liveness, timeoutSeconds=5,
                                 failureThreshold=6),
     }
     if not loopback:
-        engine["readinessProbe"] = _probe(loopback, periodSeconds=5, timeoutSeconds=5)
+        engine["readinessProbe"] = _probe(loopback, **periods.readiness_fields(),
+                                          timeoutSeconds=5)
     return engine
 
 

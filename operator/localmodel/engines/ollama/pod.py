@@ -42,7 +42,7 @@ from localmodel.engines.pod import (
     engine_env,
     engine_resources,
 )
-from localmodel.podspec import Manifest, container_security, env_list, seccomp
+from localmodel.podspec import Manifest, container_security, env_list, probe_periods, seccomp
 from localmodel.rules.model import Tuning
 
 # Where the engine and its init step mount the model's Modelfile.
@@ -160,7 +160,7 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
     if not lm.spec.gateway.enabled:
         engine["readinessProbe"] = {
             "httpGet": {"path": ollama.HEALTH_PATH, "port": PORT_ENGINE},
-            "periodSeconds": 5,
+            **probe_periods(lm.spec.idle is not None).readiness_fields(),
         }
     return engine
 
