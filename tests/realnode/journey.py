@@ -307,7 +307,30 @@ class Journey:
         began = time.monotonic()
         self.helm("upgrade", CHART_RELEASE, str(chart), "--reuse-values", "--wait",
                   "--timeout", "300s", *settings)
+        self.operator_settled()
         return time.monotonic() - began
+
+    def operator_settled(self, timeout: float = 180) -> None:
+        """Wait until only the current operator pods are left (none terminating)
+        and one of them holds the Lease. `helm --wait` returns once the new pods
+        are Ready, while an old replica may still lead for a moment and render
+        what a test creates next with the old settings, which the new leader
+        then rolls (CI, 2026-12-07: a model's pod replaced right after Ready)."""
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{CHART_NAMESPACE}/leases/{CHART_RELEASE}"
+
+        def settled() -> bool:
+            items = self.get(
+                f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
+                f"app.kubernetes.io/instance={CHART_RELEASE},!app.kubernetes.io/component"
+            )["items"]
+            if not items or any(p["metadata"].get("deletionTimestamp") for p in items):
+                return False
+            status, body = self.cluster.api().request("GET", lease)
+            holder = str(((body.get("spec") or {}) if status == 200 else {})
+                         .get("holderIdentity") or "")
+            return any(holder.startswith(p["metadata"]["name"]) for p in items)
+
+        wait_for("the upgraded operator alone, holding the Lease", settled, timeout, interval=1)
 
     def router_settings(self) -> tuple[str, ...]:
         """The chart's router on, pinned to the real node with a small CPU
