@@ -103,9 +103,13 @@ class SlotWatch:
         return next(s for s in self.spans if s[1] <= at <= s[2])
 
 
-async def session_with_two_compactions(gw: RunningGateway) -> list[dict[str, Any]]:
+async def session_with_two_compactions(
+    gw: RunningGateway, engine: LlamaServer
+) -> list[dict[str, Any]]:
     """Six turns of one session: it grows, is compacted, grows, is compacted
-    again. Returns each answer's engine timings as the caller got them."""
+    again. Returns each answer's engine timings as the caller got them. A turn
+    the gateway refuses fails with its answer, the ledger's record of it and
+    the engine's log (CI once saw one refused, with nothing else to go on)."""
     turns = []
     async with client(gw, "agent", **{"X-LocalModel-Session": "s1"}) as agent:
         messages: list[Any] = [SYSTEM, {"role": "user", "content": HISTORY}]
@@ -114,9 +118,16 @@ async def session_with_two_compactions(gw: RunningGateway) -> list[dict[str, Any
             if what == "compact":
                 summary = SUMMARY[0 if step == 2 else 1]
                 messages = [SYSTEM, {"role": "user", "content": summary}]
-            answer = await agent.chat.completions.create(
-                model="gemma", messages=messages, max_tokens=8, temperature=0
-            )
+            try:
+                answer = await agent.chat.completions.create(
+                    model="gemma", messages=messages, max_tokens=8, temperature=0
+                )
+            except openai.APIStatusError as exc:
+                raise AssertionError(
+                    f"turn {step} ({what}): the gateway answered {exc.status_code} "
+                    f"{exc.response.text[:500]}\nits record: {await last_record(gw)}\n"
+                    f"the engine's log:\n{engine.process.log_tail(40)}"
+                ) from exc
             timings = (answer.model_extra or {})["timings"]
             turns.append({"what": what, "timings": timings})
             reply = answer.choices[0].message.content or "ok"
@@ -126,6 +137,12 @@ async def session_with_two_compactions(gw: RunningGateway) -> list[dict[str, Any
                 {"role": "user", "content": f"And job {step}?"},
             ]
     return turns
+
+
+async def last_record(gw: RunningGateway) -> Any:
+    async with aiohttp.ClientSession() as session, session.get(gw.admin_url + "/ledger") as resp:
+        entries = (await resp.json())["entries"]
+    return entries[-1] if entries else None
 
 
 async def background_and_question(
@@ -180,7 +197,7 @@ async def test_field_report_in_miniature(
     watcher = asyncio.create_task(watch.run(engine, stop))
     wall_offset = time.time() - time.monotonic()
     try:
-        turns = await session_with_two_compactions(gw)
+        turns = await session_with_two_compactions(gw, engine)
         contention = await background_and_question(gw, engine)
     finally:
         stop.set()

@@ -25,6 +25,7 @@ import openai
 import pytest
 
 from localmodel.contract import CONTAINER_GATEWAY, LABEL_NAME, LABEL_ROLE, ROLE_DOORMAN
+from localmodel.controller.config import OperatorConfig
 from localmodel.engines import llama_server, ollama
 from localmodel.gateway.keys import digest_of
 from localmodel.gateway_contract import GATEWAY_PORT
@@ -48,6 +49,11 @@ MODEL_NAMESPACE = "journey"
 POD_SECURITY_LEVEL = "baseline"
 LM_PATH = f"/apis/localmodel.dev/v1alpha1/namespaces/{MODEL_NAMESPACE}/localmodels"
 PODS_PATH = f"/api/v1/namespaces/{MODEL_NAMESPACE}/pods"
+# The operator's Lease (the chart passes no --leader-name) and its replicas
+# (the chart's default, `replicas: 2`: tests/realnode/test_chart_install.py).
+OPERATOR_LEASE = (f"/apis/coordination.k8s.io/v1/namespaces/{CHART_NAMESPACE}/leases/"
+                  f"{OperatorConfig.leader_name}")
+OPERATOR_REPLICAS = 2
 
 
 def replica_pods(name: str) -> str:
@@ -314,7 +320,29 @@ class Journey:
         began = time.monotonic()
         self.helm("upgrade", CHART_RELEASE, str(chart), "--reuse-values", "--wait",
                   "--timeout", "300s", *settings)
+        self.operator_settled()
         return time.monotonic() - began
+
+    def operator_settled(self, timeout: float = 180) -> None:
+        """Wait until the operator's Deployment is done rolling: its pods of one
+        template, none going, and one of them holding the Lease. `helm --wait`
+        returns once the new pods are Ready, while an old replica may still
+        lead for a moment and render what a test creates next with the old
+        settings, which the new leader then rolls (CI, 2026-12-07: a model's
+        pod replaced right after Ready)."""
+        wait_for("the operator's pods to settle and one of them to hold the Lease",
+                 self._operator_is_settled, timeout, interval=1)
+
+    def _operator_is_settled(self) -> bool:
+        items = self.get(
+            f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
+            f"app.kubernetes.io/instance={CHART_RELEASE},!app.kubernetes.io/component")["items"]
+        names = {p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp")}
+        templates = {p["metadata"].get("labels", {}).get("pod-template-hash") for p in items}
+        status, body = self.cluster.api().request("GET", OPERATOR_LEASE)
+        holder = ((body.get("spec") or {}) if status == 200 else {}).get("holderIdentity")
+        return (len(names) == len(items) == OPERATOR_REPLICAS and len(templates) == 1
+                and holder in names)
 
     def router_settings(self) -> tuple[str, ...]:
         """The chart's router on, pinned to the real node with a small CPU

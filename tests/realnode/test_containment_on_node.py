@@ -31,14 +31,20 @@ from localmodel.engines import llama_server
 from localmodel.gateway_contract import GATEWAY_PORT
 from tests.builders import MakeLocalModel
 from tests.harness.chart import NAMESPACE as CHART_NAMESPACE
-from tests.harness.chart import RELEASE as CHART_RELEASE
 from tests.harness.engines import CHAT_TEMPLATE_ENV, MODEL_TAG
 from tests.harness.images import list_images
 from tests.harness.processes import wait_for
 from tests.realnode import hostile_image
 from tests.realnode.conftest import VOLUMES, VOLUMES_DIR
 from tests.realnode.hostile_speed_server import ANSWERS
-from tests.realnode.journey import Journey, Manifest, condition, http_json, local_volumes
+from tests.realnode.journey import (
+    OPERATOR_LEASE,
+    Journey,
+    Manifest,
+    condition,
+    http_json,
+    local_volumes,
+)
 
 # `llama`: no Ollama (hack/test.sh runs it while Ollama builds: tests/harness/prereqs.py)
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
@@ -47,8 +53,6 @@ HOSTILE_NS, OTHER_NS = "tenant-a", "tenant-b"
 HOSTILE, OTHER = "liar", "bystander"
 OTHER_NODE = "avx2-0"  # a kwok node of the fixture (tests/fixtures/nodes.yaml)
 METRICS_PORT = OperatorConfig.metrics_listen[1]
-LEASE = (f"/apis/coordination.k8s.io/v1/namespaces/{CHART_NAMESPACE}/leases/"
-         f"{OperatorConfig.leader_name}")
 BAD = tuple(a for a in ANSWERS if a != "stall")  # every answer but the stall is a bad one
 
 
@@ -80,7 +84,7 @@ def operators(journey: Journey) -> dict[str, tuple[str, int]]:
 
 
 def lease(journey: Journey) -> tuple[str, int]:
-    spec = journey.get(LEASE)["spec"]
+    spec = journey.get(OPERATOR_LEASE)["spec"]
     return str(spec["holderIdentity"]), int(spec.get("leaseTransitions") or 0)
 
 
@@ -180,21 +184,8 @@ def other_tenant_lifecycle(journey: Journey) -> dict[str, float]:
     return took
 
 
-def settled(journey: Journey) -> bool:
-    """The operator's Deployment is done rolling (an earlier test may have
-    upgraded it): its pods are of one template, none is going, and one of them
-    holds the Lease."""
-    items = journey.get(
-        f"/api/v1/namespaces/{CHART_NAMESPACE}/pods?labelSelector="
-        f"app.kubernetes.io/instance={CHART_RELEASE},!app.kubernetes.io/component")["items"]
-    names = {p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp")}
-    templates = {p["metadata"].get("labels", {}).get("pod-template-hash") for p in items}
-    return len(names) == len(items) == 2 and len(templates) == 1 and lease(journey)[0] in names
-
-
 def test_a_lying_gateway_costs_the_operator_nothing(journey: Journey, tenants: str) -> None:
-    wait_for("the operator's pods to settle and one of them to hold the Lease",
-             lambda: settled(journey), 300, interval=1)
+    journey.operator_settled(timeout=300)
     before_pods, before_lease = operators(journey), lease(journey)
     before = reads(journey)
     api = journey.cluster.api()

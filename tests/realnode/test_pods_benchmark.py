@@ -4,7 +4,7 @@ each a real pod under the same kubelet-set CPU limit, side by side in one run.
 The points are interleaved over rounds after a warm-up pod
 (benchmarks/verdict.py). What it asserts is what no noise on a shared machine
 can turn around: every point was measured in every round (but a collapsed
-one, measured once), the operator is compared only with other thread counts,
+one, not measured after it collapsed), the operator is compared only with other thread counts,
 and 8 threads on one CPU collapse decode (the field report). The verdict
 itself (>= 0.95, inside the spread, below) is the benchmark's to print
 (docs/benchmarks.md), not a timed assertion."""
@@ -31,7 +31,11 @@ def test_pods_benchmark_quick_mode_measures_every_point_and_the_collapse(
     assert labels == ["operator (rules)", "engine default", "8 threads", "sweep 2"]
     assert all(p["decode"] > 0 and p["prefill"] > 0 for p in out["points"]), out
     for p in out["points"]:
-        assert len(p["decode_rounds"]) == (1 if p["cut"] else QUICK.rounds), p
+        # A point that collapsed is not measured after it did, which may be in
+        # any round on a loaded machine (CI, 2026-12-07: the engine's default
+        # collapsed only in round 2).
+        rounds = len(p["decode_rounds"])
+        assert rounds == QUICK.rounds or (p["cut"] and 1 <= rounds < QUICK.rounds), p
     assert out["operator_threads"] == 1  # the rules' choice for cpu: 1
     # Every engine's thread count was read from its log (the default's is the
     # host's physical cores).
