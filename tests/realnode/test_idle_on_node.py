@@ -51,7 +51,7 @@ from tests.realnode.journey import (
     replica_pods,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.llama]
 
 SLEEPER = "gemma-sleepy"
 TAKER = "gemma-taker"
