@@ -6,9 +6,10 @@ Waking a sleeping model).
   `--sleep-idle-seconds`, Ollama's `keep_alive: 0`, the awake floor), warm and
   cold page cache, with what stays resident while asleep.
 - The pod re-created: a llama-server model with `idle: {after: 1m, release:
-  WhenAsleep}` put to sleep and woken through the router 2 x WAKES times (LOCALMODEL_WAKES, 1 in CI),
-  warm and cold in turn (cold: the GGUF in its home volume's host directory
-  dropped from the page cache), each wake timed step by step
+  WhenAsleep}` put to sleep and woken through the router 2 x WAKES times
+  (LOCALMODEL_WAKES, 1 in CI), warm and cold in turn (cold: the GGUF in its
+  home volume's host directory dropped from the page cache), each wake timed
+  step by step
   (tests/realnode/test_idle_on_node.py's watch), from the request to its
   first token.
 - An in-place resize of the woken, Guaranteed pod (its engine's CPU and memory
