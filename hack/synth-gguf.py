@@ -22,7 +22,7 @@ but it writes any type's raw blocks; since the weights are random, the blocks
 are written directly: random quant bits with finite f16 scales, in llama.cpp's
 Q4_K_M mix (Q4_K; Q6_K for the output and half the attn_v/ffn_down layers;
 Q5_0/Q8_0 where a row is not a multiple of 256), so every tensor has the byte
-size of the real Q4_K_M file's (tests/sizes/test_synth_plan.py checks the plan
+size of the real Q4_K_M file's (tests/sizes/test_synth_files.py checks the plan
 against the real 270M file, tensor by tensor).
 
 Streaming: the writer gets the header, metadata and tensor table; the tensor
