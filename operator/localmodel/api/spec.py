@@ -133,6 +133,37 @@ class ModelInfo(ApiModel):
         description="Model family (e.g. `qwen3`, `llama`, `gemma3`) for family-scoped rules.",
         pattern=FAMILY_PATTERN,
     )
+    # What the compute-buffer and sliding-window terms of the memory decision read
+    # (rules/memory.py); each left out is replaced by a stated conservative bound.
+    heads: Integer | None = Field(
+        None, description="Query attention heads (GGUF `<arch>.attention.head_count`).",
+        ge=1, le=4096,
+    )
+    embedding_length: Integer | None = Field(
+        None, description="Hidden size (GGUF `<arch>.embedding_length`).", ge=1, le=1048576
+    )
+    feed_forward_length: Integer | None = Field(
+        None,
+        description="Feed-forward width (GGUF `<arch>.feed_forward_length`; for a mixture "
+        "of experts, the expert width x the experts used per token).",
+        ge=1, le=4194304,
+    )
+    vocab_size: Integer | None = Field(
+        None, description="Tokens in the vocabulary (the GGUF's `tokenizer.ggml.tokens`).",
+        ge=1, le=16777216,
+    )
+    sliding_window: Integer | None = Field(
+        None,
+        description="Tokens a sliding-window layer attends to (GGUF "
+        "`<arch>.attention.sliding_window`); unset: every layer attends to the whole context.",
+        ge=1, le=16777216,
+    )
+    global_layers: Integer | None = Field(
+        None,
+        description="With `slidingWindow`: how many layers attend to the whole context "
+        "(Gemma 3: one in six); the others keep only the window.",
+        ge=0, le=4096,
+    )
 
 
 GGUF_FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*[.]gguf$"
