@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -103,6 +103,11 @@ class EngineSpec(ApiModel):
         return self.image or with_registry(DEFAULT_IMAGES[self.name], registry)
 
 
+# An optional bounded integer: the bounds before the type check, so the schema says
+# minimum/maximum (the CRD's) inside its `anyOf [integer, null]`.
+_INTEGER = get_args(Integer)[1]
+
+
 class ModelInfo(ApiModel):
     """Size and shape of a model the built-in catalog does not know."""
 
@@ -135,34 +140,29 @@ class ModelInfo(ApiModel):
     )
     # What the compute-buffer and sliding-window terms of the memory decision read
     # (rules/memory.py); each left out is replaced by a stated conservative bound.
-    heads: Integer | None = Field(
-        None, description="Query attention heads (GGUF `<arch>.attention.head_count`).",
-        ge=1, le=4096,
+    heads: Annotated[int, Field(ge=1, le=4096), _INTEGER] | None = Field(
+        None, description="Query attention heads (GGUF `<arch>.attention.head_count`)."
     )
-    embedding_length: Integer | None = Field(
-        None, description="Hidden size (GGUF `<arch>.embedding_length`).", ge=1, le=1048576
+    embedding_length: Annotated[int, Field(ge=1, le=1048576), _INTEGER] | None = Field(
+        None, description="Hidden size (GGUF `<arch>.embedding_length`)."
     )
-    feed_forward_length: Integer | None = Field(
+    feed_forward_length: Annotated[int, Field(ge=1, le=4194304), _INTEGER] | None = Field(
         None,
         description="Feed-forward width (GGUF `<arch>.feed_forward_length`; for a mixture "
         "of experts, the expert width x the experts used per token).",
-        ge=1, le=4194304,
     )
-    vocab_size: Integer | None = Field(
-        None, description="Tokens in the vocabulary (the GGUF's `tokenizer.ggml.tokens`).",
-        ge=1, le=16777216,
+    vocab_size: Annotated[int, Field(ge=1, le=16777216), _INTEGER] | None = Field(
+        None, description="Tokens in the vocabulary (the GGUF's `tokenizer.ggml.tokens`)."
     )
-    sliding_window: Integer | None = Field(
+    sliding_window: Annotated[int, Field(ge=1, le=16777216), _INTEGER] | None = Field(
         None,
         description="Tokens a sliding-window layer attends to (GGUF "
         "`<arch>.attention.sliding_window`); unset: every layer attends to the whole context.",
-        ge=1, le=16777216,
     )
-    global_layers: Integer | None = Field(
+    global_layers: Annotated[int, Field(ge=0, le=4096), _INTEGER] | None = Field(
         None,
         description="With `slidingWindow`: how many layers attend to the whole context "
         "(Gemma 3: one in six); the others keep only the window.",
-        ge=0, le=4096,
     )
 
 
