@@ -117,7 +117,7 @@ def kv_cells(shape: ModelShape, context: int, slots: int, ubatch: int = UBATCH
              ) -> tuple[int, int]:
     """Per slot: the cells of a whole-context layer and of a sliding-window layer
     (0 without a window)."""
-    per_slot = _pad(context * slots) // slots
+    per_slot = _pad(_pad(context * slots) // slots)
     if not shape.sliding_window:
         return per_slot, 0
     window = _pad(shape.sliding_window + micro_batch(context, slots, ubatch))
