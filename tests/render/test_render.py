@@ -214,13 +214,13 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # image tag (which does roll every pod, on purpose) does not move the pins.
 PINNED_OPERATOR_IMAGE = "ghcr.io/localmodel/localmodel-operator:0.1.0"
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "dce529af724cdd2b"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "2865bd89b3789191"),
+    ("default", {"cpu": 4}, None, "29d55fb79c5ff7b2"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "42387ccfb6f502d1"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "37fea72ade08b8c2",
+        "124e47b3fe676686",
     ),
     (
         "env, placement, storage",
@@ -233,7 +233,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "a6e2438ce9a4bd93",
+        "24a455b202811a2b",
     ),
 ]
 

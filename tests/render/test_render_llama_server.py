@@ -207,7 +207,7 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
     # promptCache auto: a quarter of the KV cache, in whole MiB, told as --cache-ram
     cache_mib = -(-(kv_bytes // 4) // 2**20)
     # flash attention: auto (f16) counts as on, and a quantized cache turns it on
-    want = memory_decision(shape, "llama-server", context=context, slots=slots,
+    want = memory_decision(shape, context=context, slots=slots,
                            kv_cache=KVCacheType(kv), flash_attention=True,
                            prompt_cache_bytes=cache_mib * 2**20).total
     t = r["tuning"]

@@ -247,7 +247,7 @@ def test_memory_is_the_sum_of_the_decisions_parts() -> None:
     shape = CATALOG["qwen3:1.7b"]
     kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
-    budget = memory_decision(shape, "ollama", context=2048, slots=1, kv_cache=KVCacheType.F16,
+    budget = memory_decision(shape, context=2048, slots=1, kv_cache=KVCacheType.F16,
                              flash_attention=True, prompt_cache_bytes=kv // 4)
     assert t.memory_parts == budget.parts()
     assert t.memory_bytes == budget.total == shape.weights_bytes + kv + kv // 4 + (
@@ -305,7 +305,7 @@ def test_prompt_cache_is_off_when_the_shape_is_unknown_and_checked_with_explicit
     assert run(spec(model="acme/x:7b", memory="8Gi", promptCache="1Gi")).env[
         "LLAMA_ARG_CACHE_RAM"] == "1024"
     shape = CATALOG["qwen3:1.7b"]
-    budget = memory_decision(shape, "ollama", context=8192, slots=1, kv_cache=KVCacheType.F16,
+    budget = memory_decision(shape, context=8192, slots=1, kv_cache=KVCacheType.F16,
                              flash_attention=True, prompt_cache_bytes=0)
     fits = budget.total - budget.kv_cache
     memory = f"{-(-fits // MiB)}Mi"

@@ -113,8 +113,8 @@ class ModelInfo(ApiModel):
 
     weights_size: Annotated[str, WEIGHTS_SIZE] = Field(
         description="Size of the model weights as stored by the engine (a quantity, "
-        "e.g. `4.7Gi`). CPU-only Ollama disables mmap, so all of it counts "
-        "against the memory limit.",
+        "e.g. `4.7Gi`): the GGUF file's size. Both engines keep about all of it in "
+        "memory (repacked or mapped), so all of it counts against the memory limit.",
     )
     layers: Integer = Field(
         description="Transformer blocks (GGUF `<arch>.block_count`).", ge=1, le=4096
@@ -425,7 +425,7 @@ class LocalModelSpec(ApiModel):
     memory: Annotated[str, MEMORY] = Field(
         "auto",
         description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
-        "prompt cache + compute overhead.",
+        "prompt cache + compute buffer + runtime, as the engine allocates them.",
     )
     # No schema default (absent means `auto`): a defaulted new field would be
     # written into every stored object, which an older operator refuses.

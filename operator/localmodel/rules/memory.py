@@ -13,8 +13,8 @@ reports it at load with `-lv 4`, checked against that accounting at 72 points
   cells, a sliding-window layer at the window + one micro-batch per slot
   (docs/engine-facts.md#sliding-window-kv-cache);
 - compute: the graph allocator's high-water mark for one micro-batch over the
-  per-slot context, far larger without flash attention
-  (docs/engine-facts.md#compute-buffer);
+  per-slot context, far larger without flash attention, and the CPU backend's
+  work buffer beside it (docs/engine-facts.md#compute-buffer);
 - prompt cache: the bound the engine is told; runtime: the process around the
   buffers (docs/engine-facts.md#runtime).
 
@@ -40,10 +40,11 @@ UBATCH = 512
 # (docs/engine-facts.md#sliding-window-kv-cache).
 CELL_PAD = 256
 # The process around its buffers: at most 54 MiB of llama-server's anonymous
-# memory after load is none of them (docs/engine-facts.md#runtime), and the
-# per-thread work buffer; Ollama adds its own server process (about 30 MiB).
-RUNTIME: dict[str, int] = {"llama-server": 96 * MiB, "ollama": 128 * MiB}
-RUNTIME_UNKNOWN_ENGINE = 128 * MiB
+# memory after load is none of them, the per-thread work buffer comes at the first
+# evaluation, and Ollama adds its own server process, about 30 MiB
+# (docs/engine-facts.md#runtime). One figure for every engine: Ollama's model
+# runs in the same llama-server, so no other term differs by engine.
+RUNTIME = 128 * MiB
 
 # Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
 KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
@@ -198,9 +199,23 @@ def compute_bytes(shape: ModelShape, context: int, slots: int, kv: KVCacheType,
     return masks + core + logits, d.assumed
 
 
+def work_buffer_bytes(shape: ModelShape, context: int, slots: int, flash_attention: bool,
+                      ubatch: int = UBATCH) -> int:
+    """The CPU backend's work buffer, outside the compute buffer: the largest input a
+    matrix product converts to its weights' dot type (ggml-cpu `ggml_graph_plan`).
+    Without flash attention that is the scores, converted to f16 for the product
+    with the f16 V cache: n_head x n_kv x n_t x 2 B (128 MiB for Gemma 3 270M at
+    32k); otherwise the feed-forward input, n_ff x n_t at most 2 B each
+    (docs/engine-facts.md#compute-buffer)."""
+    d = dimensions(shape)
+    n_t = micro_batch(context, slots, ubatch)
+    n_kv, _ = kv_cells(shape, context, slots, ubatch)
+    ffn = 2 * d.feed_forward * n_t
+    return ffn if flash_attention else max(ffn, 2 * d.heads * n_kv * n_t)
+
+
 def memory_decision(
     shape: ModelShape,
-    engine: str,
     *,
     context: int,
     slots: int,
@@ -209,16 +224,17 @@ def memory_decision(
     prompt_cache_bytes: int,
     ubatch: int = UBATCH,
 ) -> MemoryBudget:
-    """The memory one replica of `shape` needs on `engine` ("llama-server" or
-    "ollama") with `context` tokens per slot, `slots` slots, this KV cache type,
+    """The memory one replica of `shape` needs (on llama-server, or Ollama's
+    llama-server child) with `context` tokens per slot, `slots` slots, this KV cache type,
     flash attention on or off (as the engine resolves it: `auto` is on, on CPU)
     and a prompt cache bounded at `prompt_cache_bytes`."""
-    compute, assumed = compute_bytes(shape, context, slots, kv_cache, flash_attention, ubatch)
+    buffer, assumed = compute_bytes(shape, context, slots, kv_cache, flash_attention, ubatch)
+    compute = buffer + work_buffer_bytes(shape, context, slots, flash_attention, ubatch)
     return MemoryBudget(
         weights=shape.weights_bytes,
         kv_cache=model_kv_bytes(shape, context, slots, kv_cache, ubatch),
         prompt_cache=prompt_cache_bytes,
         compute=-(-compute // MiB) * MiB,
-        runtime=RUNTIME.get(engine, RUNTIME_UNKNOWN_ENGINE),
+        runtime=RUNTIME,
         assumed=assumed,
     )

@@ -113,7 +113,7 @@ def _budget(ctx: Context, s: TuningDraft) -> MemoryBudget | None:
     if ctx.shape is None:
         return None
     return memory_decision(
-        ctx.shape, ctx.engine, context=ctx.spec.context, slots=ctx.spec.slots,
+        ctx.shape, context=ctx.spec.context, slots=ctx.spec.slots,
         kv_cache=s.kv_cache, flash_attention=s.flash_attention is not FlashAttention.DISABLED,
         prompt_cache_bytes=s.prompt_cache_bytes)
 
@@ -258,7 +258,8 @@ ORDER: tuple[Rule | Stage, ...] = (
         "sliding-window layers at the window + one micro-batch per slot, in the cache "
         "type) + prompt cache + compute (the attention masks, the larger of the attention "
         "step, n_head x per-slot context x micro-batch x 4 B without flash attention, and "
-        "the feed-forward step, the logits) + runtime (96Mi llama-server, 128Mi Ollama); "
+        "the feed-forward step, the logits; the CPU work buffer, without flash attention "
+        "the scores again in f16) + runtime (128Mi); "
         "an unknown head count, hidden size, feed-forward width or vocabulary is bounded, "
         "and said",
         reason="an under-estimate is an OOM kill at the first long prompt, an over-estimate "
