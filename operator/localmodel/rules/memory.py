@@ -54,9 +54,9 @@ KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
 }
 
 # The conservative bounds for what a shape may not say (each named in the decision).
-GROUPING_BOUND = 8  # query heads per KV head: the catalog's largest (Llama 3.x 70B, 64/8)
+GROUPING_BOUND = 8  # query heads per KV head: the catalog's largest (Llama 3.x 70B, Qwen3 32B)
 VOCAB_BOUND = 262144  # the catalog's largest vocabulary (Gemma 3)
-EMBEDDING_PER_QUERY_WIDTH = 2  # hidden size <= 2 x heads x head size (catalog: <= 1.25)
+EMBEDDING_PER_QUERY_WIDTH = 2  # hidden size <= 2 x heads x head size (catalog: <= 1.32)
 FEED_FORWARD_PER_EMBEDDING = 8  # feed-forward width <= 8 x hidden size (catalog: <= 6.4)
 
 
