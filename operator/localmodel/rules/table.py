@@ -272,7 +272,8 @@ ORDER: tuple[Rule | Stage, ...] = (
         "docs/engine-facts.md#runtime; docs/engine-facts.md#the-prompt-cache-in-host-memory; "
         "llama.cpp src/llama-kv-cache.cpp; llama.cpp src/llama-kv-cache-iswa.cpp; "
         "llama.cpp src/llama-context.cpp (sched_reserve); llama.cpp src/llama-graph.cpp "
-        "(build_attn_mha); llama.cpp ggml/src/ggml-alloc.c",
+        "(build_attn_mha); llama.cpp ggml/src/ggml-alloc.c; "
+        "llama.cpp ggml/src/ggml-cpu/ggml-cpu.c (ggml_graph_plan: the work buffer)",
         apply=_memory_auto,
         spec_condition="memory: auto",
     ),
