@@ -208,15 +208,15 @@ def peaks() -> list[dict[str, Any]]:
 def test_the_decision_holds_the_measured_peak_of_a_filled_context(p: dict[str, Any]) -> None:
     """What must stay resident: the peak anonymous memory and the mapped pages still read
     per token (the file's, less the repacked tensors' pages, which reclaim drops first).
-    The Qwen3 8B point is within 10%; the 270M's is above by the runtime's margin and the
-    catalog's size (Ollama's 292 MB tag; the measured file is 253 MB)."""
+    Gemma 3 1B and Qwen3 8B are within 10%; the 270M is further above, by the runtime's
+    margin and the catalog's size (Ollama's 292 MB tag; the measured file is 253 MB)."""
     shape = CATALOG[p["model"]]
     budget = memory_decision(shape, context=p["ctx"], slots=p["slots"],
                              kv_cache=KVCacheType(p["kv"]), flash_attention=p["fa"] == "on",
                              prompt_cache_bytes=p["cache_ram_mib"] * MiB)
     resident = (p["peak_anon_mib"] + p["peak_file_mib"] - p["repack_mib"]) * MiB
     assert budget.total >= resident
-    if shape.weights_bytes > 4 * 1000**3:
+    if p["model"] != "gemma3:270m":
         assert budget.total <= 1.10 * resident
 
 
