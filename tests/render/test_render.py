@@ -207,18 +207,20 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # engine's weights mount read-only; docs/security.md), and when the gateway
 # gained its admin port (8090: /metrics, /speed, /ledger; issue 30), and when
 # every container got `terminationMessagePolicy: FallbackToLogsOnError` (a
-# failing container's last words reach the model's status; issue 42). Rendered
+# failing container's last words reach the model's status; issue 42), and when
+# memory became the engines' own allocation (compute and sliding-window KV
+# from the model's shape, issue 45: every memory limit moved). Rendered
 # with the operator image of 0.1.0 (PINNED_OPERATOR_IMAGE), so a new version's
 # image tag (which does roll every pod, on purpose) does not move the pins.
 PINNED_OPERATOR_IMAGE = "ghcr.io/localmodel/localmodel-operator:0.1.0"
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "3c125ad64552f388"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "f0cd814ae58867af"),
+    ("default", {"cpu": 4}, None, "29d55fb79c5ff7b2"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "42387ccfb6f502d1"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "f2fa988bd7554a1f",
+        "124e47b3fe676686",
     ),
     (
         "env, placement, storage",
@@ -231,7 +233,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "be2215fcbfefa5dd",
+        "24a455b202811a2b",
     ),
 ]
 

@@ -20,7 +20,7 @@ from localmodel.catalog import lookup
 from localmodel.desired import desired_state
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
-from localmodel.rules.table import COMPUTE_OVERHEAD, RUNTIME_OVERHEAD, kv_cache_bytes
+from localmodel.rules.memory import memory_decision, model_kv_bytes
 from tests.builders import MakeLocalModel, MakeNode, by_kind_name
 
 pytestmark = pytest.mark.unit
@@ -203,17 +203,13 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
     shape = lookup("gemma3:270m")
     assert shape is not None
 
-    kv_bytes = kv_cache_bytes(
-        shape.layers,
-        context * slots,
-        shape.kv_heads,
-        shape.key_length,
-        shape.value_length,
-        KVCacheType(kv),
-    )
+    kv_bytes = model_kv_bytes(shape, context, slots, KVCacheType(kv))
     # promptCache auto: a quarter of the KV cache, in whole MiB, told as --cache-ram
     cache_mib = -(-(kv_bytes // 4) // 2**20)
-    want = shape.weights_bytes + kv_bytes + cache_mib * 2**20 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    # flash attention: auto (f16) counts as on, and a quantized cache turns it on
+    want = memory_decision(shape, context=context, slots=slots,
+                           kv_cache=KVCacheType(kv), flash_attention=True,
+                           prompt_cache_bytes=cache_mib * 2**20).total
     t = r["tuning"]
     assert t.memory_bytes == want and t.memory_parts["kvCache"] == kv_bytes
     assert t.args[t.args.index("--cache-ram") + 1] == str(cache_mib)
@@ -222,7 +218,7 @@ def test_memory_is_sized_for_context_per_slot(context: int, slots: int, kv: str)
     assert limits["cpu"] == "2"
     model = LLAMA.spec(context=context, slots=slots, kvCache=kv).obj()
     effect = decisions(model)["memory-from-weights-and-kv"]
-    assert f"({context}x{slots} tokens, {kv})" in effect
+    assert f"({context}x{slots} tokens, {kv}" in effect
 
 
 @pytest.mark.parametrize(

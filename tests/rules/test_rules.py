@@ -13,15 +13,9 @@ from localmodel.engines.ollama import AMX_LIBRARY
 from localmodel.facts import NodeFacts
 from localmodel.planner import cpu_limit, replica_cpus
 from localmodel.rules.evaluate import evaluate, problems, tune
+from localmodel.rules.memory import kv_cache_bytes, memory_decision
 from localmodel.rules.model import Tuning, VersionRange
-from localmodel.rules.table import (
-    COMPUTE_OVERHEAD,
-    RULES,
-    RULES_BY_ID,
-    RUNTIME_OVERHEAD,
-    SHIPPED_RULES,
-    kv_cache_bytes,
-)
+from localmodel.rules.table import RULES, RULES_BY_ID, SHIPPED_RULES
 from localmodel.versions import image_version, parse_version
 from tests.builders import MakeLocalModel, MakeNode
 
@@ -248,13 +242,16 @@ def test_forced_safe_path_on_fixed_version() -> None:
     assert AMX_LIBRARY in t.remove_libraries
 
 
-def test_memory_is_weights_plus_kv_plus_overhead() -> None:
+def test_memory_is_the_sum_of_the_decisions_parts() -> None:
     t = run(spec(context=2048))
     shape = CATALOG["qwen3:1.7b"]
     kv = 224 * MiB  # docs/engine-facts.md: Qwen3-1.7B f16 at 2048 ctx = 224 MiB exactly
     assert t.memory_parts["kvCache"] == kv
-    total = shape.weights_bytes + kv + kv // 4 + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
-    assert t.memory_bytes == total
+    budget = memory_decision(shape, context=2048, slots=1, kv_cache=KVCacheType.F16,
+                             flash_attention=True, prompt_cache_bytes=kv // 4)
+    assert t.memory_parts == budget.parts()
+    assert t.memory_bytes == budget.total == shape.weights_bytes + kv + kv // 4 + (
+        budget.compute + budget.runtime)
 
 
 @pytest.mark.parametrize(("kv", "ratio"), [("q8_0", (34, 64)), ("q4_0", (18, 64))])
@@ -280,9 +277,11 @@ def test_memory_names_the_prompt_cache_a_quarter_of_the_kv_cache_by_default() ->
     effect = next(d.effect for d in t.decisions if d.rule == "memory-from-weights-and-kv")
     assert "+ prompt cache 56Mi +" in effect
     llama = run(spec(**LLAMA, context=4096, slots=2))
-    assert llama.args[llama.args.index("--cache-ram") + 1] == "36"
-    assert llama.memory_parts["kvCache"] == 144 * MiB
-    assert llama.memory_parts["promptCache"] == 36 * MiB
+    # Gemma 3 270M: 3 whole-context layers at 2 x 4096 cells (24 MiB) and 15 layers at a
+    # 1024-cell window per slot (30 MiB); a quarter of 54 MiB rounds up to 14 MiB
+    assert llama.args[llama.args.index("--cache-ram") + 1] == "14"
+    assert llama.memory_parts["kvCache"] == 54 * MiB
+    assert llama.memory_parts["promptCache"] == 14 * MiB
     odd = run(spec(**LLAMA, context=600))  # a quarter that is not whole MiB rounds up
     assert odd.memory_parts["promptCache"] == -(-odd.memory_parts["kvCache"] // 4 // MiB) * MiB
 
@@ -305,8 +304,10 @@ def test_prompt_cache_is_off_when_the_shape_is_unknown_and_checked_with_explicit
     assert unknown.env["LLAMA_ARG_CACHE_RAM"] == "0"
     assert run(spec(model="acme/x:7b", memory="8Gi", promptCache="1Gi")).env[
         "LLAMA_ARG_CACHE_RAM"] == "1024"
-    weights = CATALOG["qwen3:1.7b"].weights_bytes
-    fits = weights + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD
+    shape = CATALOG["qwen3:1.7b"]
+    budget = memory_decision(shape, context=8192, slots=1, kv_cache=KVCacheType.F16,
+                             flash_attention=True, prompt_cache_bytes=0)
+    fits = budget.total - budget.kv_cache
     memory = f"{-(-fits // MiB)}Mi"
     assert run(spec(memory=memory, promptCache="0")).warnings == ()
     warned = run(spec(memory=memory, promptCache="1Gi")).warnings

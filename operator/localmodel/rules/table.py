@@ -21,42 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from fractions import Fraction
 
 from localmodel.api import FlashAttention, KVCacheType
 from localmodel.engines import llama_server, ollama
 from localmodel.engines.registry import OWN_RULES, SHIPPED_NAMES, engine
 from localmodel.facts.quantity import format_bytes, parse_bytes
+from localmodel.rules.memory import MemoryBudget, kv_cells, memory_decision, model_kv_bytes
 from localmodel.rules.model import Context, Rule, Stage, TuningDraft
 from localmodel.rules.steps import spell
 
 GiB = 1024**3
 MiB = 1024**2
 
-# Ollama adds 768 MiB to 2 GiB of compute buffers per load for batches
-# (docs/engine-facts.md#memory-budget); we budget 1 GiB, plus the Ollama server and runner
-# processes themselves.
-COMPUTE_OVERHEAD = 1 * GiB
-RUNTIME_OVERHEAD = 256 * MiB
 # promptCache: auto keeps a quarter of the KV cache's size of earlier prompts'
 # states: a few recent prompts come back cached, and the budget grows by a
 # quarter of the KV term, not double (docs/engine-facts.md#the-prompt-cache-in-host-memory).
 PROMPT_CACHE_SHARE_OF_KV = 4
-
-# Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
-KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
-    KVCacheType.F16: Fraction(2),
-    KVCacheType.Q8_0: Fraction(34, 32),
-    KVCacheType.Q4_0: Fraction(18, 32),
-}
-
-
-def kv_cache_bytes(
-    layers: int, context: int, kv_heads: int, key_len: int, value_len: int, kv: KVCacheType
-) -> int:
-    """n_layer x n_ctx x n_head_kv x (key_length + value_length) x bytes/element."""
-    elements = layers * context * kv_heads * (key_len + value_len)
-    return -(-elements * KV_BYTES_PER_ELEMENT[kv].numerator // KV_BYTES_PER_ELEMENT[kv].denominator)
 
 
 def _ceil_gib(n: int) -> int:
@@ -108,8 +88,7 @@ def _kv_bytes(ctx: Context, s: TuningDraft) -> int | None:
     shape, spec = ctx.shape, ctx.spec
     if shape is None:
         return None
-    return kv_cache_bytes(shape.layers, spec.context * spec.slots, shape.kv_heads,
-                          shape.key_length, shape.value_length, s.kv_cache)
+    return model_kv_bytes(shape, spec.context, spec.slots, s.kv_cache)
 
 
 def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
@@ -127,24 +106,44 @@ def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
     return f"prompt cache {format_bytes(s.prompt_cache_bytes)} ({why}): {how}"
 
 
-def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
-    kv = _kv_bytes(ctx, s)
-    if ctx.spec.memory != "auto" or ctx.shape is None or kv is None:
+def _budget(ctx: Context, s: TuningDraft) -> MemoryBudget | None:
+    """The memory decision for the draft's settings (None: the shape is unknown).
+    Flash attention `auto` counts as on: llama.cpp turns it on on CPU
+    (docs/engine-facts.md#compute-buffer)."""
+    if ctx.shape is None:
         return None
-    shape, spec, cache = ctx.shape, ctx.spec, s.prompt_cache_bytes
-    s.memory_parts = {
-        "weights": shape.weights_bytes,
-        "kvCache": kv,
-        "promptCache": cache,
-        "compute": COMPUTE_OVERHEAD,
-        "runtime": RUNTIME_OVERHEAD,
-    }
-    s.memory_bytes = sum(s.memory_parts.values())
+    return memory_decision(
+        ctx.shape, context=ctx.spec.context, slots=ctx.spec.slots,
+        kv_cache=s.kv_cache, flash_attention=s.flash_attention is not FlashAttention.DISABLED,
+        prompt_cache_bytes=s.prompt_cache_bytes)
+
+
+def _kv_words(ctx: Context, s: TuningDraft) -> str:
+    shape, spec = ctx.shape, ctx.spec
+    words = f"{spec.context}x{spec.slots} tokens, {s.kv_cache.value}"
+    if shape is None or not shape.sliding_window:
+        return words
+    _, window = kv_cells(shape, spec.context, spec.slots)
+    full = shape.layers if shape.global_layers is None else min(shape.global_layers,
+                                                                shape.layers)
+    return (f"{words}; {shape.layers - full} of {shape.layers} layers at a "
+            f"{window}-cell sliding window per slot")
+
+
+def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
+    budget = _budget(ctx, s)
+    if ctx.spec.memory != "auto" or budget is None:
+        return None
+    s.memory_parts = budget.parts()
+    s.memory_bytes = budget.total
+    fa = "on" if s.flash_attention is not FlashAttention.DISABLED else "off"
+    assumed = f"; assumed ({'; '.join(budget.assumed)})" if budget.assumed else ""
     return (
-        f"memory {format_bytes(s.memory_bytes)} = weights {format_bytes(shape.weights_bytes)}"
-        f" + KV cache {format_bytes(kv)} ({spec.context}x{spec.slots} tokens, {s.kv_cache.value})"
-        f" + prompt cache {format_bytes(cache)}"
-        f" + compute {format_bytes(COMPUTE_OVERHEAD)} + runtime {format_bytes(RUNTIME_OVERHEAD)}"
+        f"memory {format_bytes(s.memory_bytes)} = weights {format_bytes(budget.weights)}"
+        f" + KV cache {format_bytes(budget.kv_cache)} ({_kv_words(ctx, s)})"
+        f" + prompt cache {format_bytes(budget.prompt_cache)}"
+        f" + compute {format_bytes(budget.compute)} (flash attention {fa})"
+        f" + runtime {format_bytes(budget.runtime)}{assumed}"
     )
 
 
@@ -153,14 +152,14 @@ def _memory_explicit(ctx: Context, s: TuningDraft) -> str | None:
         return None
     s.memory_bytes = parse_bytes(ctx.spec.memory)
     s.memory_parts = {"spec": s.memory_bytes}
-    if ctx.shape is None:
+    budget = _budget(ctx, s)
+    if budget is None:
         return f"memory {ctx.spec.memory} from spec (model not in the catalog: no estimate)"
-    estimate = (ctx.shape.weights_bytes + s.prompt_cache_bytes
-                + COMPUTE_OVERHEAD + RUNTIME_OVERHEAD)
+    estimate = budget.total - budget.kv_cache
     if s.memory_bytes < estimate:
         s.warnings.append(
-            f"memory {ctx.spec.memory} is below the weights + prompt cache + overhead estimate "
-            f"{format_bytes(estimate)}: the engine may be OOM-killed"
+            f"memory {ctx.spec.memory} is below the weights + prompt cache + compute + "
+            f"runtime estimate {format_bytes(estimate)}: the engine may be OOM-killed"
         )
         return f"memory {ctx.spec.memory} from spec, below the estimate {format_bytes(estimate)}"
     return f"memory {ctx.spec.memory} from spec"
@@ -254,23 +253,37 @@ ORDER: tuple[Rule | Stage, ...] = (
     ),
     Rule(
         id="memory-from-weights-and-kv",
-        title="Memory sized from weights plus KV cache",
-        effect="memory = weights + KV cache (context x slots, cache type) + prompt cache "
-        "+ 1Gi compute + 256Mi runtime",
-        reason="CPU-only Ollama disables mmap and llama-server maps the file (its pages "
-        "count against the cgroup), so weights count fully against the limit; the KV cache "
-        "grows with context x slots; the prompt cache up to its bound",
-        source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#kv-cache-size; "
-        "docs/engine-facts.md#the-prompt-cache-in-host-memory; llama.cpp src/llama-kv-cache.cpp",
+        title="Memory sized from the model's shape, as the engine allocates",
+        effect="memory = weights + KV cache (whole-context layers at context x slots, "
+        "sliding-window layers at the window + one micro-batch per slot, in the cache "
+        "type) + prompt cache + compute (the attention masks, the larger of the attention "
+        "step, n_head x per-slot context x micro-batch x 4 B without flash attention, and "
+        "the feed-forward step, the logits; the CPU work buffer, without flash attention "
+        "the scores again in f16) + runtime (128Mi); "
+        "an unknown head count, hidden size, feed-forward width or vocabulary is bounded, "
+        "and said",
+        reason="an under-estimate is an OOM kill at the first long prompt, an over-estimate "
+        "a node's memory wasted every day: without flash attention the compute buffer of "
+        "Qwen3 8B at 32k is 2156 MiB, with it 136 MiB; Gemma 3 keeps five of six layers at "
+        "its window; the formula is at or above llama-server's own accounting at 72 "
+        "measured points, by at most 19 MiB",
+        source="docs/engine-facts.md#weights-in-memory; docs/engine-facts.md#kv-cache-size; "
+        "docs/engine-facts.md#sliding-window-kv-cache; docs/engine-facts.md#compute-buffer; "
+        "docs/engine-facts.md#runtime; docs/engine-facts.md#the-prompt-cache-in-host-memory; "
+        "llama.cpp src/llama-kv-cache.cpp; llama.cpp src/llama-kv-cache-iswa.cpp; "
+        "llama.cpp src/llama-context.cpp (sched_reserve); llama.cpp src/llama-graph.cpp "
+        "(build_attn_mha); llama.cpp ggml/src/ggml-alloc.c; "
+        "llama.cpp ggml/src/ggml-cpu/ggml-cpu.c (ggml_graph_plan: the work buffer)",
         apply=_memory_auto,
         spec_condition="memory: auto",
     ),
     Rule(
         id="memory-from-spec",
         title="Explicit memory, checked against the estimate",
-        effect="memory = spec.memory; a warning when it is below weights + overhead",
+        effect="memory = spec.memory; a warning when it is below weights + prompt cache "
+        "+ compute + runtime",
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
-        source="docs/engine-facts.md#memory-budget",
+        source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#compute-buffer",
         apply=_memory_explicit,
         spec_condition="memory set",
     ),
