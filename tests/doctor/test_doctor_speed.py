@@ -14,6 +14,7 @@ from localmodel.doctor.speed import Watched, counters_moved, slow_findings, thro
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
+from localmodel.podspec import expected_load_seconds, startup_bound_seconds
 from tests.builders import MakeNode
 
 pytestmark = pytest.mark.unit
@@ -195,3 +196,24 @@ def test_a_loading_llama_server_is_not_called_absent_and_its_threads_are_judged(
     assert threads and threads[0].verdict is Verdict.FAIL
     absent = local_findings(MACHINE, EngineView(url="http://127.0.0.1:9", error="refused"))
     assert "--engine-url" in next(f for f in absent if f.check == "engine").fix
+
+
+@pytest.mark.parametrize(("ran", "verdict", "words"), [
+    (None, Verdict.WARN, "load in about"),
+    (1.0, Verdict.WARN, "load in about"),
+    ("expected+1", Verdict.WARN, "slower than expected"),
+    ("bound+1", Verdict.FAIL, "past the startup probe's bound"),
+])
+def test_a_loading_engine_is_judged_against_the_load_the_operator_expects(
+        ran: float | str | None, verdict: Verdict, words: str) -> None:
+    weights = 5 * 1024**3
+    expected = expected_load_seconds(weights, llama_server.NAME)
+    bound = startup_bound_seconds(expected)
+    running = {"expected+1": expected + 1, "bound+1": bound + 1.0}.get(str(ran), ran)
+    assert running is None or isinstance(running, float)
+    loading = EngineView(url=f"http://127.0.0.1:{llama_server.PORT}", kind=llama_server.NAME,
+                         loading=True, weights_bytes=weights, running_seconds=running)
+    [engine] = [f for f in local_findings(MACHINE, loading) if f.check == "engine"]
+    assert engine.verdict is verdict and words in engine.message
+    # The numbers are the operator's own: the expected load and the probe's bound.
+    assert f"about {expected:.0f} s" in engine.message and f"allow {bound} s" in engine.message

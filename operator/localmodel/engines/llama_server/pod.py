@@ -16,7 +16,13 @@ from localmodel.engines.pod import (
     engine_env,
     engine_resources,
 )
-from localmodel.podspec import NONROOT_UID, Manifest, container_security, restricted_pod
+from localmodel.podspec import (
+    NONROOT_UID,
+    Manifest,
+    container_security,
+    restricted_pod,
+    startup_probe_timing,
+)
 from localmodel.rules.model import Tuning
 
 
@@ -62,8 +68,9 @@ def _container_security() -> Manifest:
 def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
     """llama-server: the rules' flags, whole CPUs, the GGUF on the weights volume.
 
-    /health answers 503 while the model loads: the startup probe gives a large
-    model time to load before liveness counts; without the gateway /health is
+    /health answers 503 while the model loads: the startup probe gives the
+    model the time its rules decided (`Tuning.startup_seconds`, from its
+    expected load) before liveness counts; without the gateway /health is
     also the readiness probe.
     """
     loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
@@ -77,8 +84,8 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
         "resources": engine_resources(t),
         "volumeMounts": _mounts(read_only=True),
         "securityContext": _container_security(),
-        "startupProbe": _probe(loopback, periodSeconds=5, timeoutSeconds=5,
-                               failureThreshold=360),
+        "startupProbe": _probe(loopback, timeoutSeconds=5,
+                               **startup_probe_timing(t.startup_seconds)),
         "livenessProbe": _probe(loopback, periodSeconds=10, timeoutSeconds=5,
                                 failureThreshold=6),
     }

@@ -59,6 +59,14 @@ LOAD_PATH: str | None = GENERATE_PATH
 CALIBRATION_PATH = GENERATE_PATH
 CALIBRATION_BODY: dict[str, object] = {"raw": True}
 
+# Its load with the GGUF file in the page cache (EngineFacts), from the
+# gateway's load request to the model loaded: the intercept and the slope over
+# the file's GiB (its llama-server child reads the file into memory, --no-mmap
+# on CPU, and repacks it), measured at one thread on the synthetic real-shape
+# models: docs/benchmarks.md#start-time-at-real-sizes-benchmarksstartpy.
+LOAD_FIXED_SECONDS = 2.0
+LOAD_SECONDS_PER_GIB = 2.0
+
 # Set, the server does not prune blobs no manifest names at start (ollama
 # envconfig/config.go, server/routes.go).
 NOPRUNE = "OLLAMA_NOPRUNE"
