@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from localmodel.doctor.checks import NUMA_SOURCE, queue_findings, speed_findings
@@ -43,6 +44,11 @@ from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
 from localmodel.gateway_contract import ADMIN_PORT
+from localmodel.podspec import (
+    DEFAULT_DISK_BYTES_PER_SECOND,
+    expected_load_seconds,
+    startup_bound_seconds,
+)
 from localmodel.rules.steps import AMX_FLAGS
 from localmodel.versions import Version, image_version, show_version
 
@@ -61,6 +67,7 @@ class ClusterView:
     # node -> two samples of its kubelet's cAdvisor metrics (nodes with a slow replica)
     cadvisor: Mapping[str, tuple[str, str] | Exception] = field(default_factory=dict)
     namespace: str | None = None  # the scope: None, the whole cluster
+    now: float | None = None  # when it was read (Unix seconds): how long a pod has loaded
 
 
 def in_scope(scope: str | None, namespace: object) -> bool:
@@ -106,6 +113,7 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     ]
     findings += gap_findings(models, [p for p in view.pods if in_scope(
         view.namespace, (p.get("metadata") or {}).get("namespace"))])
+    findings += _loading(pods, view.now)
     findings += _models_per_node([p for p in every if p.node in held], nodes)
     findings += _queues(gateways, view.metrics)
     findings += _cancellation(pods)
@@ -403,3 +411,40 @@ def _unknown_nodes(nodes: Mapping[str, NodeFacts]) -> list[Finding]:
             "Node Feature Discovery",
         )
     ]
+
+
+def _loading(pods: Sequence[EnginePod], now: float | None) -> list[Finding]:
+    """Engines still loading their model (their startup probe not passed yet)
+    for longer than a load of their memory limit's worth of weights takes
+    (podspec.expected_load_seconds: the weights are at most the limit), or than
+    the startup probe's bound derived from it."""
+    findings = []
+    for pod in pods:
+        since = _seconds(pod.loading_since)
+        if now is None or since is None or not pod.memory_bytes:
+            continue
+        ran = now - since
+        expected = expected_load_seconds(pod.memory_bytes, pod.engine)
+        if ran <= expected:
+            continue
+        bound = startup_bound_seconds(expected)
+        past = ran > bound
+        findings.append(Finding(
+            "loading", Verdict.FAIL if past else Verdict.WARN,
+            f"{pod.label} on node {pod.node} has loaded its model for {ran:.0f} s; at most "
+            f"{format_bytes(pod.memory_bytes)} of weights (its memory limit) load in about "
+            f"{expected:.0f} s from a disk reading {DEFAULT_DISK_BYTES_PER_SECOND // 10**6} MB/s"
+            + (f", and the startup probe's bound is {bound} s: the kubelet restarts it"
+               if past else ""),
+            "check the engine's threads against its CPU limit (below) and the weights "
+            f"volume's read speed: kubectl logs -n {pod.namespace} {pod.name} -c {pod.container}",
+        ))
+    return findings
+
+
+def _seconds(rfc3339: str) -> float | None:
+    """An RFC 3339 time as Unix seconds (None: empty or not one)."""
+    try:
+        return datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else None
+    except ValueError:
+        return None

@@ -222,6 +222,7 @@ def gather_cluster(
     for node in sorted(watched):
         cadvisor[node] = _cadvisor_pair(core, node, timeout, watched[node])
     return ClusterView(nodes=nodes, pods=pods, metrics=metrics, models=models, cadvisor=cadvisor,
+                       now=time.time(),
                        namespace=namespace)
 
 
