@@ -65,7 +65,7 @@ def resources(cpu: str, memory: str) -> dict[str, Any]:
 #
 # A load reads the whole GGUF file from the weights volume: llama-server maps
 # it with MAP_POPULATE (llama.cpp src/llama-model-loader.cpp, init_mappings;
-# src/llama-mmap.cpp), Ollama's child reads it into memory (--no-mmap on CPU),
+# src/llama-mmap.cpp), Ollama's child reads it into memory (mmap off on CPU),
 # and on AVX2 llama.cpp repacks the Q4_K tensors at load: CPU work per byte.
 # So the expected load is the engine's fixed cost (its process, the graph
 # reserve: EngineFacts.LOAD_FIXED_SECONDS), its work per GiB with the file in
@@ -90,10 +90,11 @@ def expected_load_seconds(
     weights_bytes: int, engine: str, disk_bytes_per_second: float | None = None
 ) -> float:
     """How long `engine` takes to load `weights_bytes` of weights from a volume
-    that reads `disk_bytes_per_second` (None: DEFAULT_DISK_BYTES_PER_SECOND),
+    that reads `disk_bytes_per_second` (None, or not positive: the default),
     from a cold page cache: its fixed cost + its work per GiB + the read."""
     costs = facts(engine)
-    speed = disk_bytes_per_second or DEFAULT_DISK_BYTES_PER_SECOND
+    speed = disk_bytes_per_second if disk_bytes_per_second and disk_bytes_per_second > 0 \
+        else DEFAULT_DISK_BYTES_PER_SECOND
     weights = max(weights_bytes, 0)
     return (costs.LOAD_FIXED_SECONDS + costs.LOAD_SECONDS_PER_GIB * weights / _GIB
             + weights / speed)
