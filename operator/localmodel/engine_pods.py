@@ -42,6 +42,9 @@ class EnginePod:
     container: str = ""  # the engine container's name
     local_model: str | None = None  # the LocalModel it serves (ours only)
     container_id: str = ""  # its runtime ID (status.containerStatuses), without the scheme
+    # When the engine container started running, while its startup probe has
+    # not passed yet (its model still loading); "" otherwise.
+    loading_since: str = ""
 
     @property
     def key(self) -> str:
@@ -143,6 +146,7 @@ def _engine_pod(pod: Mapping[str, Any], container: Mapping[str, Any], engine: En
         container=str(container.get("name", "")),
         local_model=str(labels[LABEL_NAME]) if LABEL_NAME in labels else None,
         container_id=_container_id(pod, container),
+        loading_since=_loading_since(pod, container),
     )
 
 
@@ -152,6 +156,20 @@ def _commands(containers: Sequence[Mapping[str, Any]]) -> str:
         " ".join(str(w) for w in [*(c.get("command") or []), *(c.get("args") or [])])
         for c in containers
     )
+
+
+def _loading_since(pod: Mapping[str, Any], container: Mapping[str, Any]) -> str:
+    """The engine container's `state.running.startedAt` while it runs and its
+    startup probe has not passed (`started: false`); "" otherwise, or when what
+    the status holds is not a short string."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        if not isinstance(c, Mapping) or c.get("name") != container.get("name"):
+            continue
+        running = (c.get("state") or {}).get("running")
+        since = running.get("startedAt") if isinstance(running, Mapping) else None
+        if c.get("started") is False and isinstance(since, str) and len(since) <= 40:
+            return since
+    return ""
 
 
 def _container_id(pod: Mapping[str, Any], container: Mapping[str, Any]) -> str:

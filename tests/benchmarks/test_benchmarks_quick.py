@@ -4,8 +4,10 @@
 the plain-proxy reference), `benchmarks/gateway_sizing.py --quick` (the
 gateway's CPU with every slot streaming at the engine's top speed, the
 stand-in upstream), `benchmarks/threads.py --quick` (the real
-llama-server under a 1-CPU cgroup quota) and `benchmarks/prompt_cache.py
---quick` (both real engines as rendered, bounded and at their default). What
+llama-server under a 1-CPU cgroup quota), `benchmarks/prompt_cache.py
+--quick` (both real engines as rendered, bounded and at their default) and
+`benchmarks/start.py --quick` (both real engines' load of the test model, cold
+and warm). What
 is asserted holds on any machine: every column and summary the benchmark promises is printed, with
 numbers in it. The numbers themselves are the benchmarks' to print
 (docs/benchmarks.md), never a test's to judge; `benchmarks/converge.py`,
@@ -126,6 +128,24 @@ def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
     assert runs[("llama-server", "bounded")]["evictions"] > 0
     assert runs[("llama-server", "default")]["evictions"] == 0
     assert re.search(r"^\| prompt \| llama-server/bounded \|", out, re.M), out
+
+
+@pytest.mark.engine  # llama-server, Ollama and the model
+def test_start_benchmark_quick_reports_cold_and_warm_loads_of_both_engines_and_the_read(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`benchmarks/start.py --quick`: the test model (a copy: its drop touches no
+    file another test reads) loaded cold and warm by each engine, its read speed."""
+    out = run_main("start", ["--quick"], monkeypatch, capsys)
+    print(out)
+    report = json.loads(out.strip().splitlines()[-1])
+    loads = {(r["kind"], r.get("cache")): r for r in report["records"]}
+    assert {("llama-server", "cold"), ("llama-server", "warm"), ("ollama", "cold"),
+            ("ollama", "warm"), ("read", None)} <= set(loads)
+    assert all(r["seconds"] > 0 for r in report["records"]), report
+    # Warm was read through just before, cold dropped: the page cache says which.
+    assert loads[("llama-server", "warm")]["cached_before"] > 0.9
+    assert loads[("llama-server", "cold")]["cached_before"] < 0.1
+    assert re.search(r"^\| gemma3-270m \| 0\.\d+ \| .+ \| ollama \|", out, re.M), out
 
 
 @pytest.mark.engine

@@ -97,6 +97,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("amx-old-version", {}, NODE.cpu_flags(AMX_FLAGS), engine={"version": "0.5.7"}),
     Scenario("amx-mid-version", {}, NODE.cpu_flags(AMX_FLAGS), engine={"version": "0.31.0"}),
     Scenario("amx-safe-path", {}, NODE.cpu_flags(AMX_FLAGS), safe_cpu_path=True),
+    # Weights whose expected load passes the startup probe's floor (podspec).
+    Scenario("large-weights", {"model": "acme/large:32b", "modelInfo": {
+        "weightsSize": "24Gi", "layers": 8, "kvHeads": 1}}),
 )
 
 

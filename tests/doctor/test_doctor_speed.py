@@ -1,20 +1,31 @@
 """doctor on a slow replica (doctor/speed.py) and on an engine still loading
-(checks.local_findings), as tables."""
+(checks.local_findings; a cluster's pods: cluster.cluster_findings), as tables."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from localmodel.desired import desired_state
 from localmodel.doctor.checks import EngineView, local_findings
+from localmodel.doctor.cluster import ClusterView, cluster_findings
 from localmodel.doctor.report import Verdict
 from localmodel.doctor.speed import Watched, counters_moved, slow_findings, throttled_share
 from localmodel.engines import llama_server
 from localmodel.facts import NodeFacts
 from localmodel.facts.machine import read_machine
-from tests.builders import MakeNode
+from localmodel.facts.quantity import parse_bytes
+from localmodel.podspec import expected_load_seconds, startup_bound_seconds
+from tests.builders import (
+    MakeLocalModel,
+    MakeNode,
+    by_kind_name,
+    container_status,
+    with_container_statuses,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -195,3 +206,64 @@ def test_a_loading_llama_server_is_not_called_absent_and_its_threads_are_judged(
     assert threads and threads[0].verdict is Verdict.FAIL
     absent = local_findings(MACHINE, EngineView(url="http://127.0.0.1:9", error="refused"))
     assert "--engine-url" in next(f for f in absent if f.check == "engine").fix
+
+
+@pytest.mark.parametrize(("ran", "verdict", "words"), [
+    (None, Verdict.WARN, "load in about"),
+    (1.0, Verdict.WARN, "load in about"),
+    ("expected+1", Verdict.WARN, "slower than expected"),
+    ("bound+1", Verdict.FAIL, "past the startup probe's bound"),
+])
+def test_a_loading_engine_is_judged_against_the_load_the_operator_expects(
+        ran: float | str | None, verdict: Verdict, words: str) -> None:
+    weights = 5 * 1024**3
+    expected = expected_load_seconds(weights, llama_server.NAME)
+    bound = startup_bound_seconds(expected)
+    running = {"expected+1": expected + 1, "bound+1": bound + 1.0}.get(str(ran), ran)
+    assert running is None or isinstance(running, float)
+    loading = EngineView(url=f"http://127.0.0.1:{llama_server.PORT}", kind=llama_server.NAME,
+                         loading=True, weights_bytes=weights, running_seconds=running)
+    [engine] = [f for f in local_findings(MACHINE, loading) if f.check == "engine"]
+    assert engine.verdict is verdict and words in engine.message
+    # The numbers are the operator's own: the expected load and the probe's bound.
+    assert f"about {expected:.0f} s" in engine.message and f"allow {bound} s" in engine.message
+
+
+def _loading_pod(started: bool) -> dict[str, Any]:
+    """The operator's llama-server pod as rendered and scheduled, its engine running since
+    2026-12-01T00:00:00Z, its startup probe passed (`started`) or not."""
+    model = (MakeLocalModel("g").spec(model="gemma3:270m").engine(llama_server.NAME)
+             .gguf().cpu(1).obj())
+    result = desired_state([model], [MakeNode("n1").cpu_flags({"AVX2"}).facts()],
+                           now="2026-12-01T00:00:00Z").models[0]
+    pod = by_kind_name(result.objects)["Pod/g-0"]
+    pod["spec"]["nodeName"] = "n1"  # scheduled
+    running = container_status(llama_server.NAME) | {"started": started}
+    return with_container_statuses(pod, [running])
+
+
+@pytest.mark.parametrize(("started", "after", "verdict"), [
+    (False, "expected-1", None),
+    (False, "expected+1", Verdict.WARN),
+    (False, "bound+1", Verdict.FAIL),
+    (True, "bound+1", None),  # its startup probe passed: loaded
+])
+def test_a_pod_loading_longer_than_its_weights_take_is_named(
+        started: bool, after: str, verdict: Verdict | None) -> None:
+    pod = _loading_pod(started)
+    [engine] = [c for c in pod["spec"]["containers"] if c["name"] == llama_server.NAME]
+    memory = parse_bytes(engine["resources"]["limits"]["memory"])
+    expected = expected_load_seconds(memory, llama_server.NAME)
+    bound = startup_bound_seconds(expected)
+    ran = {"expected-1": expected - 1, "expected+1": expected + 1, "bound+1": bound + 1}[after]
+    start = datetime.fromisoformat("2026-12-01T00:00:00Z").timestamp()
+    _, findings = cluster_findings(ClusterView(nodes=[], pods=[pod],
+                                               now=datetime.fromtimestamp(start + ran, UTC)))
+    loading = [f for f in findings if f.check == "loading"]
+    assert [f.verdict for f in loading] == ([] if verdict is None else [verdict])
+    if loading:
+        message = loading[0].message
+        assert f"about {expected:.0f} s" in message and "/g-0 (gemma3:270m) on node n1" in message
+    # Without the time of the reading nothing is judged.
+    assert not [f for f in cluster_findings(ClusterView(nodes=[], pods=[pod]))[1]
+                if f.check == "loading"]

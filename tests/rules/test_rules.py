@@ -81,6 +81,8 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("llama-server-private-slots", LLAMA | NO_GATEWAY, AVX2_NODE, 4, True),
     ("llama-server-private-slots", LLAMA, AVX2_NODE, 4, False),
     ("llama-server-private-slots", NO_GATEWAY, AVX2_NODE, 4, False),
+    ("llama-server-startup-from-load-time", LLAMA, AVX2_NODE, 4, True),
+    ("llama-server-startup-from-load-time", {}, AVX2_NODE, 4, False),
     ("threads-from-cpu-limit", {}, AVX2_NODE, 4, True),
     ("threads-from-cpu-limit", {"engine": {"name": "ollama"}}, AVX2_NODE, 1, True),
     ("threads-capped-by-node", {}, NODE.with_facts(cpuset_cpus=2).facts(), 4, True),

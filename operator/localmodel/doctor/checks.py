@@ -19,6 +19,11 @@ from localmodel.facts.cpu import AmxKernel
 from localmodel.facts.machine import MachineFacts
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import format_cpu_list
+from localmodel.podspec import (
+    DEFAULT_DISK_BYTES_PER_SECOND,
+    expected_load_seconds,
+    startup_bound_seconds,
+)
 from localmodel.rules.steps import AMX_FLAGS
 from localmodel.versions import parse_version, show_version
 
@@ -62,6 +67,8 @@ class EngineView:
     process_budget_why: str = ""
     loading: bool = False  # it answered, but is still loading its model
     gateway: GatewayStats | None = None
+    weights_bytes: int | None = None  # the model file its command line names, when local
+    running_seconds: float | None = None  # how long its process has run, when local
 
 
 def default_engine_url(env: Mapping[str, str] = os.environ) -> str:
@@ -188,15 +195,29 @@ def local_findings(machine: MachineFacts, engine: EngineView | None) -> list[Fin
 
 
 def _loading_finding(engine: EngineView) -> Finding:
+    """A loading engine, against the load the operator expects of its model
+    (podspec.expected_load_seconds, the startup probe's bound derived from it)."""
     doctor = _doctor(engine)
     sign = doctor.loading_sign if doctor is not None else "it says so"
-    return Finding(
-        "engine",
-        Verdict.WARN,
-        f"{engine.kind} at {engine.url} is still loading its model ({sign}); a load that "
-        "takes minutes is what oversubscribed threads do",
-        "wait for it to load; check the threads against the CPU budget below",
-    )
+    message = f"{engine.kind} at {engine.url} is still loading its model ({sign})"
+    fix = "wait for it to load; check the threads against the CPU budget below"
+    weights, ran = engine.weights_bytes, engine.running_seconds
+    if not weights or engine.kind not in engines.NAMES:
+        return Finding("engine", Verdict.WARN, message + "; a load that takes minutes is "
+                       "what oversubscribed threads do", fix)
+    expected = expected_load_seconds(weights, engine.kind)
+    bound = startup_bound_seconds(expected)
+    message += (f"; {format_bytes(weights)} of weights load in about {expected:.0f} s from a "
+                f"disk reading {DEFAULT_DISK_BYTES_PER_SECOND // 10**6} MB/s (the operator's "
+                f"pods allow {bound} s)")
+    if ran is None or ran <= expected:
+        return Finding("engine", Verdict.WARN, message, fix)
+    message += f", and it has run {ran:.0f} s"
+    if ran > bound:
+        return Finding("engine", Verdict.FAIL, message + ": past the startup probe's bound, a "
+                       "pod's engine would have been restarted", fix + " and the disk's speed")
+    return Finding("engine", Verdict.WARN, message + ": slower than expected (oversubscribed "
+                   "threads, or a disk slower than that)", fix + " and the disk's speed")
 
 
 def _held_findings(engine: EngineView) -> list[Finding]:

@@ -46,6 +46,11 @@ from localmodel.facts.node import PROBE_FACTS_ANNOTATION
 from localmodel.facts.quantity import format_bytes
 from localmodel.facts.topology import parse_cpu_list
 from localmodel.gateway_contract import ADMIN_PORT
+from localmodel.podspec import (
+    DEFAULT_DISK_BYTES_PER_SECOND,
+    expected_load_seconds,
+    startup_bound_seconds,
+)
 from localmodel.rules.steps import AMX_FLAGS
 from localmodel.versions import Version, image_version, show_version
 
@@ -110,6 +115,7 @@ def cluster_findings(view: ClusterView) -> tuple[dict[str, Any], list[Finding]]:
     ]
     findings += gap_findings(models, [p for p in view.pods if in_scope(
         view.namespace, (p.get("metadata") or {}).get("namespace"))])
+    findings += _loading(pods, view.now.timestamp() if view.now is not None else None)
     findings += _models_per_node([p for p in every if p.node in held], nodes)
     findings += idle_findings(view.models, nodes, view.now, scope=view.namespace)
     findings += _queues(gateways, view.metrics)
@@ -408,3 +414,40 @@ def _unknown_nodes(nodes: Mapping[str, NodeFacts]) -> list[Finding]:
             "Node Feature Discovery",
         )
     ]
+
+
+def _loading(pods: Sequence[EnginePod], now: float | None) -> list[Finding]:
+    """Engines still loading their model (their startup probe not passed yet)
+    for longer than a load of their memory limit's worth of weights takes
+    (podspec.expected_load_seconds: the weights are at most the limit), or than
+    the startup probe's bound derived from it."""
+    findings = []
+    for pod in pods:
+        since = _seconds(pod.loading_since)
+        if now is None or since is None or not pod.memory_bytes:
+            continue
+        ran = now - since
+        expected = expected_load_seconds(pod.memory_bytes, pod.engine)
+        if ran <= expected:
+            continue
+        bound = startup_bound_seconds(expected)
+        past = ran > bound
+        findings.append(Finding(
+            "loading", Verdict.FAIL if past else Verdict.WARN,
+            f"{pod.label} on node {pod.node} has loaded its model for {ran:.0f} s; at most "
+            f"{format_bytes(pod.memory_bytes)} of weights (its memory limit) load in about "
+            f"{expected:.0f} s from a disk reading {DEFAULT_DISK_BYTES_PER_SECOND // 10**6} MB/s"
+            + (f", and the startup probe's bound is {bound} s: the kubelet restarts it"
+               if past else ""),
+            "check the engine's threads against its CPU limit (below) and the weights "
+            f"volume's read speed: kubectl logs -n {pod.namespace} {pod.name} -c {pod.container}",
+        ))
+    return findings
+
+
+def _seconds(rfc3339: str) -> float | None:
+    """An RFC 3339 time as Unix seconds (None: empty or not one)."""
+    try:
+        return datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else None
+    except ValueError:
+        return None

@@ -139,6 +139,7 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
         "pid": process.pid if process else None,
         "process_budget": budget[0],
         "process_budget_why": budget[1],
+        "running_seconds": _running_seconds(process),
     }
     error: BaseException | None = None
     for engine in ENGINES.values():  # the first that answers as itself
@@ -148,8 +149,31 @@ def gather_engine(url: str, machine: MachineFacts) -> EngineView:
             error = e
             continue
         read = {f.name: getattr(reading, f.name) for f in fields(reading)}
-        return EngineView(kind=engine.name, **read, **common)
+        weights = _weights_bytes(engine.doctor.pod_model(process.argv) if process else None)
+        return EngineView(kind=engine.name, weights_bytes=weights, **read, **common)
     return EngineView(url=url, error=_why(error) if error is not None else "no engine")
+
+
+def _running_seconds(process: EngineProcess | None) -> float | None:
+    """How long the engine's process has run (None: not found here)."""
+    if process is None:
+        return None
+    try:
+        return max(0.0, time.time() - psutil.Process(process.pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _weights_bytes(model: str | None) -> int | None:
+    """The size of the model file a local engine's command line names (None:
+    it names none, or not a file here: a registry name, say)."""
+    if not model:
+        return None
+    try:
+        size = Path(model).stat().st_size
+    except (OSError, ValueError):
+        return None
+    return size if Path(model).is_file() else None
 
 
 def _why(e: BaseException) -> str:

@@ -66,6 +66,11 @@ class EngineFacts(Protocol):
     # fields added to that body.
     CALIBRATION_PATH: str
     CALIBRATION_BODY: dict[str, object]
+    # Its load with the weights in the page cache, measured: a fixed cost (its
+    # process, its buffers) and the work per GiB of weights (podspec's
+    # expected_load_seconds adds the read from the volume).
+    LOAD_FIXED_SECONDS: float
+    LOAD_SECONDS_PER_GIB: float
 
 
 class EngineRegistryError(ImportError):

@@ -78,6 +78,7 @@ def evaluate(
         kv_cache=draft.kv_cache,
         decisions=tuple(decisions),
         warnings=tuple(draft.warnings),
+        startup_seconds=draft.startup_seconds,
     )
 
 

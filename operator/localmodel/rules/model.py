@@ -136,6 +136,7 @@ class TuningDraft:
     memory_bytes: int = 0
     memory_parts: dict[str, int] = field(default_factory=dict)
     storage_bytes: int = 0
+    startup_seconds: int = 0  # how long the startup probe lets the load take (0: not decided)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -214,3 +215,6 @@ class Tuning:
     kv_cache: KVCacheType
     decisions: tuple[Decision, ...]
     warnings: tuple[str, ...]
+    # How long the startup probe lets the model's load take (podspec.startup_bound_seconds);
+    # 0 where no rule decided one (the engine's pod then keeps the floor).
+    startup_seconds: int = 0

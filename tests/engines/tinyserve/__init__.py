@@ -45,6 +45,9 @@ LOAD_PATH: str | None = None
 # switch to write exactly max_tokens tokens.
 CALIBRATION_PATH = COMPLETIONS_PATH
 CALIBRATION_BODY: dict[str, object] = {"exact_length": True}
+# Its "load": server.py warms for a moment and reads no weights.
+LOAD_FIXED_SECONDS = 1.0
+LOAD_SECONDS_PER_GIB = 0.0
 
 # Its config file: the pod's init step writes it into CONFIG_DIR (an emptyDir
 # volume), the server reads CONFIG_FILE; the weights volume is at MODELS_DIR.

@@ -60,6 +60,13 @@ LOAD_PATH: str | None = None
 CALIBRATION_PATH = COMPLETIONS_PATH
 CALIBRATION_BODY: dict[str, object] = {"ignore_eos": True, "cache_prompt": False}
 
+# Its load with the GGUF file in the page cache (EngineFacts): the intercept
+# and the slope of load time over the file's GiB (on AVX2 the slope is mostly
+# the Q4_K repack at load), measured at one thread on the synthetic real-shape
+# models: docs/benchmarks.md#start-time-at-real-sizes-benchmarksstartpy.
+LOAD_FIXED_SECONDS = 1.0  # the fit's intercept: 1.00 s
+LOAD_SECONDS_PER_GIB = 0.8  # its slope: 0.81 s/GiB (270M to Qwen3 8B)
+
 # Where the weights volume is mounted and the GGUF file lives.
 MODELS_DIR = "/models"
 

@@ -22,11 +22,9 @@ from localmodel.podspec import (
     container_security,
     probe_periods,
     restricted_pod,
+    startup_probe_timing,
 )
 from localmodel.rules.model import Tuning
-
-# How long the startup probe lets the engine load (a large model on a slow disk).
-STARTUP_SECONDS = 1800
 
 
 def gguf_init_script(
@@ -71,8 +69,9 @@ def _container_security() -> Manifest:
 def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest:
     """llama-server: the rules' flags, whole CPUs, the GGUF on the weights volume.
 
-    /health answers 503 while the model loads: the startup probe gives a large
-    model time to load before liveness counts; without the gateway /health is
+    /health answers 503 while the model loads: the startup probe gives the
+    model the time its rules decided (`Tuning.startup_seconds`, from its
+    expected load) before liveness counts; without the gateway /health is
     also the readiness probe.
     """
     loopback = lm.spec.gateway.enabled  # the rules bind it to 127.0.0.1 behind the gateway
@@ -87,9 +86,8 @@ def server_container(lm: LocalModel, t: Tuning, options: PodOptions) -> Manifest
         "resources": engine_resources(t),
         "volumeMounts": _mounts(read_only=True),
         "securityContext": _container_security(),
-        # 30 min to load at any period: failureThreshold * periodSeconds.
-        "startupProbe": _probe(loopback, periodSeconds=periods.startup, timeoutSeconds=5,
-                               failureThreshold=STARTUP_SECONDS // periods.startup),
+        "startupProbe": _probe(loopback, timeoutSeconds=5,
+                               **startup_probe_timing(t.startup_seconds, periods.startup)),
         "livenessProbe": _probe(loopback, periodSeconds=periods.liveness, timeoutSeconds=5,
                                 failureThreshold=6),
     }

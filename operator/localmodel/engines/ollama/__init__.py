@@ -59,6 +59,16 @@ LOAD_PATH: str | None = GENERATE_PATH
 CALIBRATION_PATH = GENERATE_PATH
 CALIBRATION_BODY: dict[str, object] = {"raw": True}
 
+# Its load with the GGUF file in the page cache (EngineFacts), from the
+# gateway's load request to the model loaded (its llama-server child reads the
+# file into memory, `--load-mode none` on CPU, and repacks it), measured at
+# one thread on the synthetic real-shape models:
+# docs/benchmarks.md#start-time-at-real-sizes-benchmarksstartpy. Not a line
+# (8B: 3.5 s/GiB, 4B: 2.3): the fit's slope, 3.4 s/GiB, above the 270M's
+# whole warm load, 1.3 s, bounds every measured load from above.
+LOAD_FIXED_SECONDS = 1.3
+LOAD_SECONDS_PER_GIB = 3.4
+
 # Set, the server does not prune blobs no manifest names at start (ollama
 # envconfig/config.go, server/routes.go).
 NOPRUNE = "OLLAMA_NOPRUNE"
