@@ -116,10 +116,12 @@ LAYERS = (
           ("localmodel.planner.**",)),
     Layer("outputs",
           "what a pass writes: the manifests (render), the status and its Events, the speed "
-          "verdicts the status carries and the reader of a replica's /speed answer that yields "
-          "them (gateway_contract.speed_answer, which the operator and the router share)",
+          "verdicts the status carries (with the decode ceiling they are judged against) and the "
+          "reader of a replica's /speed answer that yields them (gateway_contract.speed_answer, "
+          "which the operator and the router share)",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer")),
+           "localmodel.speed", "localmodel.ceiling", "localmodel.gaps",
+           "localmodel.gateway_contract.speed_answer")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",
