@@ -9,7 +9,10 @@ the sizes people run (docs/engine-facts.md#decode-is-bound-by-memory-bandwidth).
 * **Bandwidth at t threads** (`bandwidth_at`): the node probe measures one thread's and all
   its threads' (probe/stream.py, published as node labels, read by facts/node.py). A
   replica's t threads read at most t times one thread's rate and at most what all threads
-  read together: ``min(t x one, all)`` (one thread's times t where only that is known).
+  read together: ``min(t x one, all)``. Where only one thread's is known (the probe's memory
+  limit did not hold arrays past every last-level cache together), t threads get one
+  thread's rate: a lower bound, so a ceiling too low, never one too high that would call a
+  healthy replica slow.
 * **Weights read per token** (`weights_read_per_token`): every weight tensor but the token
   embeddings, of which one row per token is read (llama.cpp ``ggml_get_rows`` on
   ``token_embd.weight``); a model whose output layer is the embeddings (no
@@ -85,10 +88,11 @@ def predicted_decode(bandwidth_bytes_per_second: float, weights_read_bytes: int,
 
 
 def bandwidth_at(bandwidth: MemoryBandwidth, threads: int) -> float:
-    """Bytes per second ``threads`` threads read: min(threads x one thread's, all threads')."""
-    linear = bandwidth.one_thread * max(1, threads)
+    """Bytes per second ``threads`` threads read: min(threads x one thread's, all threads');
+    one thread's when all threads' is not known (a lower bound)."""
     if bandwidth.all_threads is None:
-        return float(linear)
+        return float(bandwidth.one_thread)
+    linear = bandwidth.one_thread * max(1, threads)
     return float(min(linear, max(bandwidth.all_threads, bandwidth.one_thread)))
 
 

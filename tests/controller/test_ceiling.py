@@ -58,8 +58,8 @@ def test_threads_read_at_most_one_threads_rate_each_and_all_threads_together(
     assert bandwidth_at(MemoryBandwidth(9 * GB, 16 * GB, 2), threads) == expected
 
 
-def test_with_one_threads_rate_only_threads_scale_it() -> None:
-    assert bandwidth_at(MemoryBandwidth(9 * GB), 4) == 36 * GB
+def test_with_one_threads_rate_only_more_threads_get_that_rate_a_lower_bound() -> None:
+    assert bandwidth_at(MemoryBandwidth(9 * GB), 4) == 9 * GB
     # an all-threads rate below one thread's (noise) never lowers it
     assert bandwidth_at(MemoryBandwidth(9 * GB, 8 * GB, 2), 2) == 9 * GB
 
