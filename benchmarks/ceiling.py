@@ -5,9 +5,9 @@
 
 One shape and thread count per run (a run is bounded: one engine, loaded once; run it under
 the machine's engine lock). The server is started through the test harness with the shape's
-GGUF (`hack/synth-gguf.py --print`), ``-t``/``-tb`` = the threads, one slot of 2048 tokens,
-flash attention on. Then, ``--repeats`` times, interleaved: the probe's bandwidth measurement
-at those threads (`localmodel.probe.stream.measure` over ARRAY_LLC_MULTIPLE x the
+GGUF (built and checked by `hack/synth-gguf.py`), ``-t``/``-tb`` = the threads, one slot of
+2048 tokens, flash attention on. Then, ``--repeats`` times, interleaved: the probe's bandwidth
+measurement at those threads (`localmodel.probe.stream.measure` over ARRAY_LLC_MULTIPLE x the
 last-level cache), and one decode of ``--tokens`` tokens of a fixed prompt (the engine's own
 ``timings.predicted_per_second``). The prediction is the bandwidth measured just before,
 over the weights one token reads (`weights_read_per_token` from the file's own tensors) and
@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,12 +36,12 @@ PROMPT = "Count the ways a memory bus can be kept busy, one per line, and explai
 
 
 def synth_path(shape: str) -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "hack/synth-gguf.py"), "--print", shape],
-                         check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        name, _, path = line.partition("=")
-        if name == shape and Path(path).exists():
-            return Path(path)
+    """The shape's built file (hack/synth-gguf.py writes and checks it; its sha256 mark beside)."""
+    from tests.harness.tools import cache_dir
+
+    for path in sorted((cache_dir() / "models/synth").glob(f"{shape}-q4_k_m-v*.gguf")):
+        if path.with_name(path.name + ".sha256-ok").exists():
+            return path
     raise SystemExit(f"{shape}: not built (python hack/synth-gguf.py {shape})")
 
 
