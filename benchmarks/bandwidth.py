@@ -13,11 +13,18 @@ multiple, 1 thread and all threads, first): its wall seconds, its CPU seconds (t
 included), the peak resident memory of the process that holds the array. One JSON line
 per point on stdout and a table on stderr. Run it alone on the machine (it measures the
 machine's memory).
+
+    python benchmarks/bandwidth.py --quota 0.01 [--threads 1,2]
+
+The probe's measurement in a child process under a CFS quota (0.01 CPU: the probe's 10m,
+were it a limit; a cgroup of the test harness's, so as root), beside one without: the
+CPU-timed rate against the wall-timed one, and the wall seconds it took.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -103,16 +110,54 @@ def probe_cost(size: int, threads: int) -> dict[str, float]:
             "gbps": result.bytes_per_second / 1e9}
 
 
+CHILD = ("import json, sys; from localmodel.probe.stream import measure; "
+         "m = measure(int(sys.argv[1]), int(sys.argv[2])); "
+         "print(json.dumps({'cpu_gbps': m.bytes_per_second / 1e9, "
+         "'wall_gbps': m.wall_bytes_per_second / 1e9, 'seconds': m.seconds}))")
+
+
+def under_quota(size: int, threads: int, cpus: float | None) -> dict[str, float]:
+    """One measurement in a child process, in a CFS-quota cgroup of `cpus` (None: none)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.harness.cgroup import cpu_quota_cgroup
+    from tests.harness.processes import ManagedProcess
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        group = stack.enter_context(cpu_quota_cgroup(cpus)) if cpus is not None else None
+        child = ManagedProcess("bandwidth", [sys.executable, "-c", CHILD, str(size),
+                                             str(threads)], Path(tmp) / "child.log",
+                               preexec=group.join if group is not None else None)
+        child.start()
+        assert child.wait(timeout=900) == 0, child.log_text()
+        result: dict[str, float] = json.loads(child.log_text().strip().splitlines()[-1])
+        return result
+
+
+def quota_main(cpus: float, thread_counts: list[int], llc: int, total: int) -> int:
+    for threads in thread_counts:
+        size = ARRAY_LLC_MULTIPLE * (llc if threads == 1 else total)
+        for quota in (None, cpus):
+            got = under_quota(size, threads, quota)
+            line = {"quota_cpus": quota, "threads": threads, "load": os.getloadavg(), **got}
+            print(json.dumps(line), flush=True)
+            print(f"quota {quota}, {threads} thr: {got}", file=sys.stderr)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--multiples", default="0.5,1,2,3,4,8")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quota", type=float, default=None, metavar="CPUS")
     args = parser.parse_args()
     cache = last_level_cache(read_cache_entries(Path("/")))
     if cache is None:
         print("no last-level cache in sysfs", file=sys.stderr)
         return 2
+    if args.quota is not None:
+        return quota_main(args.quota, [int(t) for t in args.threads.split(",")], cache.one,
+                          cache.total)
     multiples = [float(m) for m in args.multiples.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
     uptime = os.getloadavg()
