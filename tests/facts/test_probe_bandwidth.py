@@ -293,3 +293,16 @@ def test_a_limit_too_small_for_the_cache_is_named_not_measured(tmp_path: Path) -
                            measure=never)
     assert probe() is None
     assert "raise probe.resources.limits.memory" in log.getvalue()
+
+
+def test_a_measurement_that_fails_is_logged_and_the_probe_goes_on(tmp_path: Path) -> None:
+    probe_tree(tmp_path, 100, 256 * MIB)
+
+    def broken(size: int, threads: int) -> Measured:
+        raise OSError("fork: resource temporarily unavailable")
+
+    clock, log = Clock(), io.StringIO()
+    probe = BandwidthProbe(tmp_path, tmp_path, log=log, clock=clock, sleep=clock.sleep,
+                           measure=broken)
+    assert probe() is None
+    assert "OSError: fork: resource temporarily unavailable" in log.getvalue()

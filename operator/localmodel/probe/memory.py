@@ -62,7 +62,10 @@ class BandwidthProbe:
             self._say(f"memory bandwidth not measured: the node is busy ({shown} CPUs)")
             return self.last
         self.tried_at = now
-        self.last = self._measure() or self.last
+        try:
+            self.last = self._measure() or self.last
+        except (OSError, MemoryError) as e:  # no fork, no memory: tried again in a day
+            self._say(f"memory bandwidth not measured: {type(e).__name__}: {e}")
         return self.last
 
     def _busy(self) -> float | None:

@@ -78,11 +78,13 @@ def measure(array_bytes: int, threads: int = 1, passes: int = 5) -> Measured:
     os.write(go_write, b"g" * threads)
     os.close(go_write)
     rates: list[tuple[float, float]] = []
-    for pid, out_read in readers:
-        answer = _read_all(out_read, _RECORD.size * (passes + 1))
-        os.close(out_read)
-        os.waitpid(pid, 0)
-        rates.append(_rates(answer, part))
+    try:
+        for _, out_read in readers:
+            rates.append(_rates(_read_all(out_read, _RECORD.size * (passes + 1)), part))
+    finally:  # every reader is waited for, whatever one of them did
+        for pid, out_read in readers:
+            os.close(out_read)
+            os.waitpid(pid, 0)
     del array
     return Measured(threads, part * threads, sum(r[0] for r in rates), sum(r[1] for r in rates),
                     time.perf_counter() - started)
