@@ -57,7 +57,7 @@ MARGIN_BYTES = 8 * 1024 * 1024  # what the probe keeps below its limit while mea
 # An unbounded array when the container has no limit is still bounded: at most this.
 MAX_ARRAY_BYTES = 4 * 1024**3
 REMEASURE_SECONDS = 24 * 3600.0
-QUIET_CPUS = 0.25
+QUIET_CPUS = 0.5  # a decoding model keeps at least one CPU busy; daemons idle below this
 QUIET_WINDOW_SECONDS = 1.0
 _SIZE = re.compile(r"(\d{1,12})([KMG]?)")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
