@@ -76,13 +76,14 @@ def test_instruction_caches_are_never_the_last_level_and_no_size_is_no_cache() -
     assert last_level_cache([]) is None
 
 
-def test_the_array_is_three_caches_or_what_the_limit_leaves_down_to_two() -> None:
+def test_the_array_is_three_caches_or_none_with_the_limit_to_raise() -> None:
     llc = 32 * MIB
     assert array_size(llc, 200 * MIB).bytes == 96 * MIB
-    assert array_size(llc, 80 * MIB).bytes == 80 * MIB
-    refused = array_size(llc, 63 * MIB)
+    assert array_size(llc, 96 * MIB).bytes == 96 * MIB
+    refused = array_size(llc, 95 * MIB)
     assert refused.bytes is None
-    assert "64 MiB" in refused.why_not and "probe.resources.limits.memory" in refused.why_not
+    assert "needs 96 MiB" in refused.why_not and "leaves 95 MiB" in refused.why_not
+    assert "probe.resources.limits.memory" in refused.why_not
 
 
 def test_the_budget_is_the_limit_less_what_is_used_and_a_margin() -> None:
@@ -283,7 +284,7 @@ def test_a_busy_node_is_not_measured_and_says_why(tmp_path: Path) -> None:
 
 
 def test_a_limit_too_small_for_the_cache_is_named_not_measured(tmp_path: Path) -> None:
-    probe_tree(tmp_path, 100, 96 * MIB)  # 96 MiB less 50 used and a margin: under 64 MiB
+    probe_tree(tmp_path, 100, 96 * MIB)  # 96 MiB less 50 used and a margin: under 96 MiB
 
     def never(size: int, threads: int) -> Measured:
         raise AssertionError("measured in cache")
