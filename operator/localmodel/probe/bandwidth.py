@@ -10,8 +10,8 @@ The measurement itself is `probe/stream.py`'s. What this module decides:
   Where that does not fit, the measurement is refused with the reason (a smaller
   array's number would be partly a cache's and pass for bandwidth). The bytes come out
   of the probe container's memory limit: what is left of it (``memory.max`` minus
-  ``memory.current``, less ``MARGIN_BYTES``) bounds the array, so the measurement never gets the probe
-  OOM-killed. docs/benchmarks.md, "Decode against the memory-bandwidth ceiling",
+  ``memory.current``, less ``MARGIN_BYTES``) bounds the array, so the measurement never
+  gets the probe OOM-killed. docs/benchmarks.md, "Decode against the memory-bandwidth ceiling",
   has the sizes measured against the multiple.
 * **When** (`due`): at the probe's start and then every ``REMEASURE_SECONDS``, and
   only while the node is quiet: the node's CPUs did less than ``QUIET_CPUS`` of
