@@ -75,11 +75,11 @@ class SpeedStatus(_StatusBase):
     expected_decode: Number | None = Field(
         None, description="The decode rate this replica should reach: the median calibration "
         "of its peers (same model, engine image, threads and node CPU model), else its own; "
-        "at least 0.8 of its decode ceiling where its node's memory bandwidth is known."
+        "at least 0.5 of its decode ceiling where its node's memory bandwidth is known."
     )
     expected_source: str = Field(
         "", description="Where expectedDecode comes from: peers (how many), own calibration or "
-        "0.8 of the ceiling; and the ceiling with how it was predicted (bandwidth / bytes per "
+        "0.5 of the ceiling; and the ceiling with how it was predicted (bandwidth / bytes per "
         "token), when known."
     )
     ratio: Number | None = Field(

@@ -34,7 +34,7 @@ What doctor cannot see (an engine version that lost a fast path, a neighbour
 streaming memory) is named when nothing it can check explains the slowness.
 Then, for every slow replica, **the node's memory**: the bandwidth its probe
 measured and the replica's decode ceiling (`localmodel.ceiling`: the operator
-judges a replica against 0.8 of it as well as against its peers), or why there
+judges a replica against half of it as well as against its peers), or why there
 is none (the node not measured yet, or a label the operator ignored, with the
 reason).
 """
