@@ -12,7 +12,7 @@ never ships. Then the probe's whole measurement as it runs (`array_size` at the 
 multiple, 1 thread and all threads, first): its wall seconds, its CPU seconds (the readers'
 included), the peak resident memory of the process that holds the array. One JSON line
 per point on stdout and a table on stderr. Run it alone on the machine (it measures the
-machine's memory).
+machine's memory). ``--quick`` (CI): 3 x the cache, one thread, once.
 
     python benchmarks/bandwidth.py --quota 0.01 [--threads 1,2]
 
@@ -152,7 +152,11 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quota", type=float, default=None, metavar="CPUS")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI: 3 x the cache, one thread, one repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.multiples, args.threads, args.repeats = "3", "1", 1
     cache = last_level_cache(read_cache_entries(Path("/")))
     if cache is None:
         print("no last-level cache in sysfs", file=sys.stderr)

@@ -13,7 +13,7 @@ last-level cache), and one decode of ``--tokens`` tokens of a fixed prompt (the 
 over the weights one token reads (`weights_read_per_token` from the file's own tensors) and
 the KV cache read at the decode's mean context. One JSON line per point (appended to
 ``--out``; points already there are skipped, so a cut run resumes), and the median ratio
-with its spread on stderr.
+with its spread on stderr. ``--quick`` (CI): gemma3-1b, one thread, one point of 8 tokens.
 """
 
 from __future__ import annotations
@@ -78,12 +78,16 @@ def done(out: Path) -> set[tuple[str, int, int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", required=True)
+    parser.add_argument("--shape", default="gemma3-1b")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--out", type=Path, default=Path("ceiling.jsonl"))
+    parser.add_argument("--quick", action="store_true",
+                        help="CI: the smallest shape, one thread, one point of 8 tokens")
     args = parser.parse_args()
+    if args.quick:
+        args.shape, args.threads, args.repeats, args.tokens = "gemma3-1b", 1, 1, 8
     sys.path.insert(0, str(ROOT))
     from tests.harness.engines import llama_server
 
