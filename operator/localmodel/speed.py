@@ -15,7 +15,12 @@ does the reading) and this module decides, from values only:
   OUTLIER_SPREADS robust spreads from their median); the expected decode
   (prefill) rate is the median of the rest; with no peers, the replica's own
   calibration. A node whose CPU model is not known has no peers: two unknown
-  CPUs are not known to be alike.
+  CPUs are not known to be alike. Where the node's memory bandwidth is known,
+  the replica's decode ceiling (`localmodel.ceiling`: bandwidth over bytes read
+  per token) sets a floor under that expectation: the expected decode rate is
+  the higher of the calibrations' and CEILING_SHARE of the ceiling, so a
+  replica slow like all its peers (or since its own calibration) is still
+  judged against what its node's memory allows.
 * **When it is slow** (`step`): a replica is slow once its decode rate from
   real traffic stays below `slow_ratio` (50%) of the expected rate for
   `slow_after` seconds (10 minutes) of traffic, and it stops being slow only
@@ -77,6 +82,13 @@ MIN_PEERS_TO_JUDGE = 3
 
 SOURCE_PEERS = "peers"
 SOURCE_OWN = "own calibration"
+SOURCE_CEILING = "ceiling"
+# The share of its decode ceiling a healthy replica is expected to reach: llama-server
+# decodes at 0.46-0.67 of it on this project's 2-core machine, at one and two threads,
+# compute-bound there (docs/benchmarks.md, "Decode against the memory-bandwidth ceiling");
+# the low end, so a healthy replica is never called slow. A replica is slow below
+# slow_ratio x CEILING_SHARE of its ceiling.
+CEILING_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,15 @@ def traffic(before: Reading | None, after: Reading) -> Traffic | None:
 
 
 @dataclass(frozen=True)
+class Ceiling:
+    """The decode rate a replica's node cannot pass and how it was predicted (`localmodel.ceiling`
+    makes it: ``predicted: 4.6 GB/s / 4.5 GB per token``)."""
+
+    decode: float
+    how: str
+
+
+@dataclass(frozen=True)
 class PeerKey:
     """What makes two replicas comparable. `cpu` is None when the node's CPU
     model is not known: such a replica has no peers."""
@@ -205,14 +226,32 @@ class Expected:
 
     decode: float | None
     prefill: float | None
-    source: str  # SOURCE_PEERS, SOURCE_OWN, or "" when nothing is known
+    source: str  # SOURCE_PEERS, SOURCE_OWN, SOURCE_CEILING, or "" when nothing is known
     peers: int = 0
+    ceiling: Ceiling | None = None  # the node's decode ceiling, when its bandwidth is known
 
     @property
     def describe(self) -> str:
         if self.source == SOURCE_PEERS:
-            return f"median calibration of {self.peers} peer replica{'s' * (self.peers != 1)}"
-        return self.source or "none: not calibrated"
+            said = f"median calibration of {self.peers} peer replica{'s' * (self.peers != 1)}"
+        elif self.source == SOURCE_CEILING and self.ceiling is not None:
+            said = f"{CEILING_SHARE:g} of the ceiling"
+        else:
+            said = self.source or "none: not calibrated"
+        if self.ceiling is None:
+            return said
+        return f"{said}; ceiling {self.ceiling.decode:.3g} tok/s ({self.ceiling.how})"
+
+
+def with_ceiling(expected: Expected, ceiling: Ceiling | None) -> Expected:
+    """``expected`` with the ceiling's floor: CEILING_SHARE of the ceiling where that is higher
+    than the calibrations' rate (or they have none)."""
+    if ceiling is None:
+        return expected
+    floor = CEILING_SHARE * ceiling.decode
+    if expected.decode is not None and expected.decode >= floor:
+        return replace(expected, ceiling=ceiling)
+    return replace(expected, decode=floor, source=SOURCE_CEILING, ceiling=ceiling)
 
 
 def inliers(values: Sequence[float]) -> list[float]:
@@ -233,12 +272,18 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def expected_speed(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerKey, Rates]]
-                   ) -> Expected:
+def expected_speed(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerKey, Rates]],
+                   ceiling: Ceiling | None = None) -> Expected:
     """The expected rates of replica `me`, from every replica's (key, calibration):
     the caller passes only replicas it vouches for, besides `me` itself. Outliers
     are dropped from the decode and the prefill rates each (`inliers`); `peers`
-    counts the decode rates kept."""
+    counts the decode rates kept. The decode ceiling of `me`'s node, when known,
+    floors the decode rate (`with_ceiling`)."""
+    return with_ceiling(_calibrated(me, key, calibrations), ceiling)
+
+
+def _calibrated(me: str, key: PeerKey, calibrations: Mapping[str, tuple[PeerKey, Rates]]
+                ) -> Expected:
     peers = [rates for other, (k, rates) in sorted(calibrations.items())
              if other != me and key.cpu is not None and k == key and rates.decode is not None]
     if peers:

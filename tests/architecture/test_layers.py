@@ -116,12 +116,14 @@ LAYERS = (
           ("localmodel.planner.**",)),
     Layer("outputs",
           "what a pass writes: the manifests (render), the status and its Events, the speed "
-          "verdicts the status carries and the reader of a replica's /speed answer that yields "
-          "them (gateway_contract.speed_answer, which the operator and the router share), and "
-          "the idle core (idle/: sleep, wake, who yields; it asks the planner whether a node fits)",
+          "verdicts the status carries (with the decode ceiling they are judged against) and the "
+          "reader of a replica's /speed answer that yields them (gateway_contract.speed_answer, "
+          "which the operator and the router share), and the idle core (idle/: sleep, wake, who "
+          "yields; it asks the planner whether a node fits)",
           ("localmodel.render.**", "localmodel.status", "localmodel.events",
-           "localmodel.speed", "localmodel.gaps", "localmodel.gateway_contract.speed_answer",
-           "localmodel.idle_status", "localmodel.idle.**")),
+           "localmodel.speed", "localmodel.ceiling", "localmodel.gaps",
+           "localmodel.gateway_contract.speed_answer", "localmodel.idle_status",
+           "localmodel.idle.**")),
     Layer("desired",
           "the pass over every model (validation, planner, rules, render, status), the "
           "incremental layer beside it, and the admin's policy over tenants (tenancy)",

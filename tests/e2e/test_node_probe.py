@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from localmodel.facts.machine import read_machine
-from localmodel.facts.node import PROBE_FACTS_ANNOTATION, from_node
+from localmodel.facts.node import PROBE_FACTS_ANNOTATION, bandwidth_from_labels, from_node
 from tests.harness import TestCluster
 from tests.harness.chart import of_kind, probe_objects, render_chart
 from tests.harness.cluster import Identity
@@ -92,7 +92,8 @@ def test_probe_labels_its_node_and_writes_only_on_change(
     cluster: TestCluster, probe: Identity
 ) -> None:
     before = node(cluster, PROBE_NODE)
-    first = run_probe(cluster, "--node", PROBE_NODE)
+    # (the bandwidth is measured by test_probe_measures_the_bandwidth_or_says_why_not)
+    first = run_probe(cluster, "--node", PROBE_NODE, "--no-bandwidth")
     assert first.returncode == 0, first.stderr
     assert f"node {PROBE_NODE}: updated" in first.stderr
 
@@ -112,11 +113,27 @@ def test_probe_labels_its_node_and_writes_only_on_change(
     assert read.physical_cores == here.topology.physical_cores
     assert read.source.value == "nfd"  # this fake node has NFD labels: they are preferred
 
-    second = run_probe(cluster, "--node", PROBE_NODE)
+    second = run_probe(cluster, "--node", PROBE_NODE, "--no-bandwidth")
     assert second.returncode == 0, second.stderr
     assert f"node {PROBE_NODE}: unchanged" in second.stderr
     again = node(cluster, PROBE_NODE)
     assert again["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+
+
+def test_probe_measures_the_bandwidth_or_says_why_not(
+    cluster: TestCluster, probe: Identity
+) -> None:
+    result = run_probe(cluster, "--node", PROBE_NODE, "--bandwidth")
+    assert result.returncode == 0, result.stderr
+    labels = node(cluster, PROBE_NODE)["metadata"]["labels"]
+    bandwidth, why = bandwidth_from_labels(labels)
+    if "memory bandwidth not measured: the node is busy" in result.stderr:
+        # A shared CI machine is rarely quiet: the probe said so and wrote nothing.
+        assert bandwidth is None and why == "", labels
+        return
+    assert "memory bandwidth: " in result.stderr and " GB/s at 1 thread" in result.stderr
+    assert bandwidth is not None and why == "", labels
+    assert from_node(node(cluster, PROBE_NODE)).memory_bandwidth == bandwidth
 
 
 def test_probe_is_refused_anything_but_its_own_nodes_probe_keys(

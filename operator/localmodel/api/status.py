@@ -76,10 +76,13 @@ class SpeedStatus(_StatusBase):
     )
     expected_decode: Number | None = Field(
         None, description="The decode rate this replica should reach: the median calibration "
-        "of its peers (same model, engine image, threads and node CPU model), else its own."
+        "of its peers (same model, engine image, threads and node CPU model), else its own; "
+        "at least 0.5 of its decode ceiling where its node's memory bandwidth is known."
     )
     expected_source: str = Field(
-        "", description="Where expectedDecode comes from: peers (how many) or own calibration."
+        "", description="Where expectedDecode comes from: peers (how many), own calibration or "
+        "0.5 of the ceiling; and the ceiling with how it was predicted (bandwidth / bytes per "
+        "token), when known."
     )
     ratio: Number | None = Field(
         None, description="recentDecode over expectedDecode, when both are known."

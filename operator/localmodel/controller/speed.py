@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from localmodel.catalog import lookup
+from localmodel.ceiling import replica_ceiling
 from localmodel.controller.observed import Observed
 from localmodel.desired import ModelResult
 from localmodel.facts import NodeFacts
@@ -73,6 +75,7 @@ from localmodel.gateway_contract.speed_answer import (
 from localmodel.metrics import Counter
 from localmodel.render.names import pod_name
 from localmodel.speed import (
+    Ceiling,
     Expected,
     PeerKey,
     Published,
@@ -125,6 +128,8 @@ class SpeedTarget:
     vouched: bool = False
     # spec.idle: read at least this often whatever the traffic (speed.idle_read_every).
     read_every: float | None = None
+    # Its node's decode ceiling (localmodel.ceiling), when the node's bandwidth is known.
+    ceiling: Ceiling | None = None
 
 
 @dataclass
@@ -177,7 +182,7 @@ class SpeedBook:
         calibrations = {u: (o.target.peer, o.reading.calibration)
                         for u, o in self.by_uid.items()
                         if o.reading is not None and (o.target.vouched or u == uid)}
-        return expected_speed(uid, b.target.peer, calibrations)
+        return expected_speed(uid, b.target.peer, calibrations, b.target.ceiling)
 
     def record(self, uid: str, reading: Reading | None, now: float) -> bool:
         """One read of `uid` at `now` (None: it failed). True when the numbers to
@@ -395,7 +400,9 @@ def cpu_model(node: NodeFacts | None) -> tuple[str, str, str] | None:
 def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[SpeedTarget]:
     """The model's replicas whose gateway the operator can read: Ready pods of
     this model with a pod IP, on the node they are planned on, with their peer
-    key; vouched for when the pod's gateway runs `own_image` (the operator's)."""
+    key and their node's decode ceiling at their threads, the decided KV cache and
+    a slot's full context; vouched for when the pod's gateway runs `own_image`
+    (the operator's)."""
     lm = result.model
     mo = obs.models.get(lm.key)
     if mo is None or not lm.spec.gateway.enabled:
@@ -403,6 +410,7 @@ def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[Sp
     pods = {p.replica: p for p in obs.pods_of(lm.key)
             if p.owner_uid == mo.uid and p.ready and p.ip and not p.terminating}
     out = []
+    shape = lookup(lm.spec.model, lm.spec.model_info)
     for r in result.replicas:
         pod = pods.get(r.replica)
         if pod is None or pod.ip is None or pod.node != r.node or pod.name != pod_name(
@@ -411,7 +419,10 @@ def speed_targets(result: ModelResult, obs: Observed, own_image: str) -> list[Sp
         peer = PeerKey(lm.spec.model, lm.spec.engine.resolved_image(), r.tuning.threads,
                        cpu_model(obs.nodes.get(r.node)))
         idle = lm.spec.idle
+        ceiling = replica_ceiling(shape, obs.nodes.get(r.node), r.tuning.threads,
+                                  lm.spec.context, r.tuning.kv_cache)
         out.append(SpeedTarget(lm.key, r.replica, r.node, pod.name, pod.uid, pod.ip, peer,
                                vouched=pod.gateway_image == own_image,
-                               read_every=idle_read_every(idle.after_seconds) if idle else None))
+                               read_every=idle_read_every(idle.after_seconds) if idle else None,
+                               ceiling=ceiling.ceiling if ceiling is not None else None))
     return out

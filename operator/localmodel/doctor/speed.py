@@ -30,8 +30,13 @@ the numbers, then the causes it can check, most likely first:
    (the probe's facts), another pod may run on the other half of the engine's
    cores.
 
-What doctor cannot see (slower memory on another host, an engine version that
-lost a fast path) is named when nothing it can check explains the slowness.
+What doctor cannot see (an engine version that lost a fast path, a neighbour
+streaming memory) is named when nothing it can check explains the slowness.
+Then, for every slow replica, **the node's memory**: the bandwidth its probe
+measured and the replica's decode ceiling (`localmodel.ceiling`: the operator
+judges a replica against half of it as well as against its peers), or why there
+is none (the node not measured yet, or a label the operator ignored, with the
+reason).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from typing import Any
 from localmodel.doctor.report import Finding, Verdict
 from localmodel.engines.registry import ENGINES
 from localmodel.facts import NodeFacts
+from localmodel.facts.node import bandwidth_from_labels
+from localmodel.speed import CEILING_SHARE
 
 THROTTLED = "container_cpu_cfs_throttled_periods_total"
 PERIODS = "container_cpu_cfs_periods_total"
@@ -212,7 +219,7 @@ def slow_findings(
                 "the engine version with its peers'",
                 "move the replica (delete its pod) and compare",
             ))
-        findings += causes
+        findings += causes + _memory(seen, nodes.get(slow.node))
     return findings
 
 
@@ -317,3 +324,32 @@ def _neighbours_and_threads(seen: _Seen, pods: Sequence[Mapping[str, Any]],
             "enable the kubelet's static CPU manager (full-pcpus-only) or exclusive placement",
         ))
     return causes
+
+
+def _memory(seen: _Seen, facts: NodeFacts | None) -> list[Finding]:
+    """The node's measured bandwidth and the replica's ceiling, or why the operator has none."""
+    slow, where = seen.slow, seen.where
+    source = str(slow.speed.get("expectedSource") or "")
+    bandwidth, why = bandwidth_from_labels(facts.labels) if facts is not None else (None, "")
+    if bandwidth is None:
+        return [Finding(
+            "slow-replica", Verdict.WARN,
+            f"{where}: no decode ceiling: node {slow.node}'s memory bandwidth "
+            + (f"label was ignored: {why}" if why else "was not measured (the node probe "
+               "measures it at its start and daily, on a quiet node)"),
+            "check the node probe's log on that node (kubectl logs of its DaemonSet pod)",
+        )]
+    every = (f", {bandwidth.all_threads / 1e9:.3g} GB/s at {bandwidth.threads} threads"
+             if bandwidth.all_threads is not None else "")
+    judged = "ceiling" in source
+    return [Finding(
+        "slow-replica", Verdict.FAIL if source.startswith(f"{CEILING_SHARE:g} of the ceiling")
+        else Verdict.WARN,
+        f"{where}: node {slow.node}'s memory reads {bandwidth.one_thread / 1e9:.3g} GB/s at 1 "
+        f"thread{every} (its probe); "
+        + (f"expected {source}: below half of that, the replica loses time to something "
+           "other than reading its weights (another pod streaming memory on the node, CPU "
+           "time taken from it, an engine build without its fast path)" if judged else
+           "the replica's model has no known size, so no ceiling"),
+        "compare with docs/benchmarks.md (Decode against the memory-bandwidth ceiling)",
+    )]

@@ -32,6 +32,16 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class MemoryBandwidth:
+    """A node's memory read bandwidth as its probe measured it (localmodel.probe.stream), in bytes
+    per second: one thread's, and ``threads`` threads' together when measured."""
+
+    one_thread: int
+    all_threads: int | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """One node's budget and CPU features.
 
@@ -61,6 +71,8 @@ class NodeFacts:
     physical_cores: int | None = None
     threads_per_core: int | None = None  # 1 = no SMT; 2 = two hardware threads per core
     numa_nodes: int | None = None
+    # Measured by the probe (labels read by facts/node.py); None when not known.
+    memory_bandwidth: MemoryBandwidth | None = None
 
     def has(self, flag: str) -> bool | None:
         """True/False when the CPU feature is known, None when it is not.

@@ -11,7 +11,9 @@ label sets, and NFD wins wherever both say something:
   ``cpu-flags-known: "true"`` marks the flag set as complete for
   ``PROBE_CPU_FLAGS``; ``cpu.<FLAG>: "true"`` per present flag; ``cpu-vendor``,
   ``cpu-family``, ``cpu-model-id``, ``cpu-hyperthreading``; topology:
-  ``cpu-physical-cores``, ``cpu-threads-per-core``, ``numa-nodes``.
+  ``cpu-physical-cores``, ``cpu-threads-per-core``, ``numa-nodes``; the memory
+  bandwidth it measured (`bandwidth_from_labels`): ``memory-bandwidth-1-thread``,
+  ``memory-bandwidth`` and ``memory-bandwidth-threads``.
 
 No CPU labels at all means the features are unknown (``cpu_flags=None``,
 ``source=NONE``), never that they are absent.
@@ -25,13 +27,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from localmodel.contract import PREFIX
-from localmodel.facts.model import FactSource, NodeFacts, Taint
+from localmodel.facts.model import FactSource, MemoryBandwidth, NodeFacts, Taint
 from localmodel.facts.quantity import parse_bytes, parse_cpu_milli
 
 __all__ = [
     "NFD_PREFIX",
     "PROBE_PREFIX",
     "NodeFactsError",
+    "bandwidth_from_labels",
     "from_node",
     "from_node_list",
     "is_label_value",
@@ -55,6 +58,17 @@ PROBE_HYPERTHREADING = PROBE_PREFIX + "cpu-hyperthreading"
 PROBE_PHYSICAL_CORES = PROBE_PREFIX + "cpu-physical-cores"
 PROBE_THREADS_PER_CORE = PROBE_PREFIX + "cpu-threads-per-core"
 PROBE_NUMA_NODES = PROBE_PREFIX + "numa-nodes"
+# The memory bandwidth the probe measured, in MB/s (10^6 bytes per second, decimal):
+# one thread's, and that of `-threads` threads together.
+PROBE_BANDWIDTH_ONE = PROBE_PREFIX + "memory-bandwidth-1-thread"
+PROBE_BANDWIDTH_ALL = PROBE_PREFIX + "memory-bandwidth"
+PROBE_BANDWIDTH_THREADS = PROBE_PREFIX + "memory-bandwidth-threads"
+PROBE_BANDWIDTH_KEYS = (PROBE_BANDWIDTH_ONE, PROBE_BANDWIDTH_ALL, PROBE_BANDWIDTH_THREADS)
+MB = 1000**2
+# Bounds of a believable value: 10 TB/s is past any CPU's memory (HBM parts reach ~1 TB/s),
+# and no node has more threads than the planner's own bound on CPUs.
+MAX_BANDWIDTH_MB_S = 10_000_000
+MAX_BANDWIDTH_THREADS = 4096
 # The annotation with the probe's full facts as JSON (see `localmodel.probe`).
 PROBE_FACTS_ANNOTATION = PROBE_PREFIX + "node-facts"
 
@@ -135,7 +149,44 @@ def from_node(node: Mapping[str, Any], *, path: str = "") -> NodeFacts:
         physical_cores=_count_label(labels.get(PROBE_PHYSICAL_CORES)),
         threads_per_core=_count_label(labels.get(PROBE_THREADS_PER_CORE)),
         numa_nodes=_count_label(labels.get(PROBE_NUMA_NODES)),
+        memory_bandwidth=bandwidth_from_labels(labels)[0],
     )
+
+
+def bandwidth_from_labels(labels: Mapping[str, str]) -> tuple[MemoryBandwidth | None, str]:
+    """The probe's memory bandwidth from a node's labels, and why a part of it was ignored ("":
+    nothing was). Labels are the probe's, so hostile until checked: a value that is not a
+    bounded decimal count is left out with its reason, never an error. No one-thread number,
+    no bandwidth; an all-threads number without a valid thread count, one thread only."""
+    if not any(key in labels for key in PROBE_BANDWIDTH_KEYS):
+        return None, ""
+    one = _bounded(labels.get(PROBE_BANDWIDTH_ONE), MAX_BANDWIDTH_MB_S)
+    if one is None:
+        return None, _ignored(PROBE_BANDWIDTH_ONE, labels, MAX_BANDWIDTH_MB_S)
+    if PROBE_BANDWIDTH_ALL not in labels and PROBE_BANDWIDTH_THREADS not in labels:
+        return MemoryBandwidth(one * MB), ""
+    every = _bounded(labels.get(PROBE_BANDWIDTH_ALL), MAX_BANDWIDTH_MB_S)
+    threads = _bounded(labels.get(PROBE_BANDWIDTH_THREADS), MAX_BANDWIDTH_THREADS)
+    if every is None:
+        return MemoryBandwidth(one * MB), _ignored(PROBE_BANDWIDTH_ALL, labels,
+                                                   MAX_BANDWIDTH_MB_S)
+    if threads is None:
+        return MemoryBandwidth(one * MB), _ignored(PROBE_BANDWIDTH_THREADS, labels,
+                                                   MAX_BANDWIDTH_THREADS)
+    return MemoryBandwidth(one * MB, every * MB, threads), ""
+
+
+def _bounded(value: str | None, most: int) -> int | None:
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 9:
+        return None
+    number = int(value)
+    return number if 0 < number <= most else None
+
+
+def _ignored(key: str, labels: Mapping[str, str], most: int) -> str:
+    value = labels.get(key)
+    shown = "missing" if value is None else repr(value[:70])
+    return f"{key} {shown} is not a whole number from 1 to {most}: ignored"
 
 
 def from_node_list(obj: Mapping[str, Any] | Sequence[Any]) -> list[NodeFacts]:

@@ -13,7 +13,9 @@ import yaml
 from localmodel.facts.cpu import kernel_amx
 from localmodel.facts.files import MachineFactsError
 from localmodel.facts.machine import MachineFacts, read_machine
+from localmodel.facts.model import MemoryBandwidth
 from localmodel.kube import KubeconfigError, api_client
+from localmodel.probe.memory import BandwidthProbe
 from localmodel.probe.node import desired_metadata, run
 
 
@@ -33,8 +35,11 @@ def probe_main(argv: Sequence[str]) -> int:
     except (MachineFactsError, OSError) as e:
         print(f"localmodel probe: {e}", file=sys.stderr)
         return 2
+    # The memory bandwidth: measured by default when labelling a node, on request when printing.
+    measure = args.bandwidth if args.bandwidth is not None else args.node is not None
+    bandwidth = BandwidthProbe(root) if measure else None
     if args.node is None:
-        _print_facts(facts)
+        _print_facts(facts, bandwidth() if bandwidth is not None else None)
         return 0
 
     try:
@@ -44,7 +49,8 @@ def probe_main(argv: Sequence[str]) -> int:
         return 2
     from kubernetes.client import CoreV1Api
 
-    return run(CoreV1Api(client), args.node, read, interval=args.interval, once=args.once)
+    return run(CoreV1Api(client), args.node, read, interval=args.interval, once=args.once,
+               bandwidth=bandwidth)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,13 +74,20 @@ def _parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=300.0, metavar="SECONDS", help="re-check period"
     )
     parser.add_argument("--once", action="store_true", help="probe once and exit")
+    parser.add_argument(
+        "--bandwidth",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure the memory bandwidth (at start, then daily, when the node is quiet); "
+        "default: with --node",
+    )
     return parser
 
 
-def _print_facts(facts: MachineFacts) -> None:
+def _print_facts(facts: MachineFacts, bandwidth: MemoryBandwidth | None) -> None:
     """This machine's facts and the labels and annotations its Node would get (YAML)."""
     node = facts.node
-    labels, annotations = desired_metadata(facts)
+    labels, annotations = desired_metadata(facts, bandwidth)
     out = {
         "node": node.name,
         "allocatableCPU": f"{node.allocatable_cpu_milli}m",

@@ -14,6 +14,10 @@ without NFD still gets its CPU features known:
 - ``localmodel.dev/cpu-physical-cores``, ``localmodel.dev/cpu-threads-per-core``
   (1 = no SMT), ``localmodel.dev/numa-nodes``: counts, decimal.
 
+- ``localmodel.dev/memory-bandwidth-1-thread``, ``localmodel.dev/memory-bandwidth``,
+  ``localmodel.dev/memory-bandwidth-threads``: the memory read bandwidth the probe
+  measured (`bandwidth_labels`), MB/s at one thread and at that many threads.
+
 Absent flags get no label (the node stays small); ``cpu-flags-known`` is what
 makes their absence mean "not present" rather than "unknown". Flags outside
 ``PROBE_CPU_FLAGS`` stay unknown. A value that is not a valid label value (at
@@ -24,8 +28,12 @@ rather than mangled, so it reads back as unknown.
 from __future__ import annotations
 
 from localmodel.facts.flags import PROBE_CPU_FLAGS
-from localmodel.facts.model import NodeFacts
+from localmodel.facts.model import MemoryBandwidth, NodeFacts
 from localmodel.facts.node import (
+    MB,
+    PROBE_BANDWIDTH_ALL,
+    PROBE_BANDWIDTH_ONE,
+    PROBE_BANDWIDTH_THREADS,
     PROBE_FAMILY,
     PROBE_FLAG,
     PROBE_FLAGS_KNOWN,
@@ -39,7 +47,7 @@ from localmodel.facts.node import (
     is_label_value,
 )
 
-__all__ = ["PROBE_PREFIX", "is_label_value", "probe_labels"]
+__all__ = ["PROBE_PREFIX", "bandwidth_labels", "is_label_value", "probe_labels"]
 
 
 def probe_labels(facts: NodeFacts) -> dict[str, str]:
@@ -69,4 +77,13 @@ def probe_labels(facts: NodeFacts) -> dict[str, str]:
     ):
         if count:
             labels[key] = str(count)
+    return labels
+
+
+def bandwidth_labels(bandwidth: MemoryBandwidth) -> dict[str, str]:
+    """The labels of a measured memory bandwidth: MB/s, whole (at least 1)."""
+    labels = {PROBE_BANDWIDTH_ONE: str(max(1, round(bandwidth.one_thread / MB)))}
+    if bandwidth.all_threads is not None and bandwidth.threads is not None:
+        labels[PROBE_BANDWIDTH_ALL] = str(max(1, round(bandwidth.all_threads / MB)))
+        labels[PROBE_BANDWIDTH_THREADS] = str(bandwidth.threads)
     return labels
