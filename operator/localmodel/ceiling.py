@@ -21,7 +21,8 @@ the sizes people run (docs/engine-facts.md#decode-is-bound-by-memory-bandwidth).
   `replica_ceiling` counts the whole file: an untied model's embeddings are then counted
   whole (Qwen3 8B: 0.35 of 5.2 GB), a ceiling a few percent low, never high.
 * **KV read per token** at a context of c tokens: c tokens' keys and values in every layer
-  (`rules.table.kv_cache_bytes` with one slot of c). The operator predicts at a slot's full
+  (`rules.memory.kv_cache_bytes`; a sliding-window layer's window at most). The operator
+  predicts at a slot's full
   context (`spec.context`): the slowest ceiling any one request meets, so a replica serving
   long prompts is never called slow against the ceiling of a short one.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from localmodel.api import KVCacheType
 from localmodel.catalog import ModelShape
 from localmodel.facts.model import MemoryBandwidth, NodeFacts
-from localmodel.rules.table import kv_cache_bytes
+from localmodel.rules.memory import kv_cache_bytes
 from localmodel.speed import Ceiling
 
 __all__ = [
@@ -107,9 +108,18 @@ def weights_read_per_token(tensor_bytes: Mapping[str, int], vocabulary: int) -> 
 
 
 def kv_read_bytes(shape: ModelShape, context: int, kv_cache: KVCacheType) -> int:
-    """Bytes of keys and values one token reads at ``context`` tokens before it."""
-    return kv_cache_bytes(shape.layers, context, shape.kv_heads, shape.key_length,
-                          shape.value_length, kv_cache)
+    """Bytes of keys and values one token reads at ``context`` tokens before it: a
+    sliding-window layer's at most its window's."""
+    full = shape.layers
+    if shape.sliding_window and shape.global_layers is not None:
+        full = min(shape.global_layers, shape.layers)
+    window = min(context, shape.sliding_window or context)
+
+    def read(layers: int, tokens: int) -> int:
+        return kv_cache_bytes(layers, tokens, shape.kv_heads, shape.key_length,
+                              shape.value_length, kv_cache)
+
+    return read(full, context) + read(shape.layers - full, window)
 
 
 def replica_ceiling(shape: ModelShape | None, node: NodeFacts | None, threads: int,

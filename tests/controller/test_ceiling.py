@@ -4,6 +4,7 @@ threads over the bytes one token reads; and the pass giving each replica its nod
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 
@@ -117,3 +118,15 @@ def test_a_pass_gives_each_replica_its_nodes_ceiling_at_its_threads() -> None:
     # ...and none where the node was never measured.
     [plain] = plan_of(snap).speed_targets
     assert plain.ceiling is None
+
+
+def test_a_sliding_window_layer_reads_at_most_its_window() -> None:
+    gemma3_4b = CATALOG["gemma3:4b"]
+    assert gemma3_4b.sliding_window and gemma3_4b.global_layers is not None
+    per_token_layer = kv_read_bytes(
+        replace(gemma3_4b, layers=1, global_layers=1), 1, KVCacheType.F16)
+    window = gemma3_4b.sliding_window
+    swa_layers = gemma3_4b.layers - gemma3_4b.global_layers
+    at = 4 * window
+    assert kv_read_bytes(gemma3_4b, at, KVCacheType.F16) == per_token_layer * (
+        gemma3_4b.global_layers * at + swa_layers * window)

@@ -97,7 +97,7 @@ def test_a_model_that_cannot_wake_is_named_with_every_node_and_why() -> None:
         "small-0 (home): held by ai/embed: it never sleeps (no spec.idle) "
         "(holds exclusive model ai/embed)",
         "avx2-0: held by ai/chat: priority 10 > 0 (holds exclusive model ai/chat)",
-        "big-0: too little free memory (need 3.9 GiB, free 3.0 GiB)",
+        "big-0: too little free memory (need 3.2 GiB, free 3.0 GiB)",
     ]
     assert "docs/idle.md" in found.fix
 

@@ -11,6 +11,7 @@ LocalModel or every field error.
 from localmodel.api.engine import DEFAULT_IMAGES, EngineName
 from localmodel.api.idle import AwakeWindow, IdleSpec
 from localmodel.api.localmodel import LocalModel, ObjectMeta
+from localmodel.api.model_info import ModelInfo
 from localmodel.api.parse import parse_local_model
 from localmodel.api.rules import MANAGED_ENV
 from localmodel.api.spec import (
@@ -21,7 +22,6 @@ from localmodel.api.spec import (
     Gateway,
     KVCacheType,
     LocalModelSpec,
-    ModelInfo,
     Overflow,
     Placement,
     SecretKeyRef,

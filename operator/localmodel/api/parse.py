@@ -15,13 +15,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from localmodel.api.localmodel import LocalModel
+from localmodel.api.model_info import ModelInfo
 from localmodel.api.shared import Shared
 from localmodel.api.spec import (
     GGUF,
     PATTERN_WORDS,
     EngineSpec,
     Gateway,
-    ModelInfo,
     Placement,
     Storage,
 )
