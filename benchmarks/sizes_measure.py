@@ -129,15 +129,15 @@ def accounting(log: str) -> dict[str, float]:
     (weights left in the mapped file), `repack` (weights copied into anonymous
     memory for the CPU's kernels), `read` (weights read into memory: no mmap),
     `kv` (every cache's, summed), `compute`, `output`. A kind not printed is absent."""
-    start = max((m.start() for m in _CONTEXT.finditer(log)), default=0)
-    model_start = log.rfind("load_tensors:", 0, start) if start else 0
+    contexts = [c.start() for c in _CONTEXT.finditer(log)] or [0]
+    start, before = contexts[-1], (contexts[-2] if len(contexts) > 1 else 0)
     out: dict[str, float] = {}
     names = {("CPU_Mapped", "model"): "mapped", ("CPU_REPACK", "model"): "repack",
              ("CPU", "model"): "read", ("CPU", "compute"): "compute",
              ("CPU", "output"): "output"}
-    for m in _BUFFER.finditer(log, max(0, model_start)):
+    for m in _BUFFER.finditer(log, before):  # this load's model buffers precede its context
         name = names.get((m.group(1), m.group(2)))
-        if name:
+        if name and (m.start() >= start or m.group(2) == "model"):
             out[name] = float(m.group(3))
     kv = [float(m.group(1)) for m in _KV.finditer(log, start)]
     if kv:
