@@ -3,7 +3,7 @@ start time from a cold and a warm page cache, and decode measured vs the
 bandwidth ceiling, per synthetic real-shape model (hack/synth-gguf.py) and engine.
 
 Run: python benchmarks/sizes.py [--quick] [--json] [--jsonl FILE] [--shapes S...]
-     [--engines E...] [--jobs memory start] [--budget SECONDS]
+     [--engines E...] [--jobs memory start] [--budget SECONDS] [--threads N]
 Needs: root (a memory cgroup per engine), the real llama-server and Ollama and
 the synthetic GGUFs (`bash hack/build-engines.sh` builds gemma3-1b; `python
 hack/synth-gguf.py gemma3-4b qwen3-8b` the others); engines started and stopped
@@ -82,14 +82,15 @@ def jobs(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
             yield p.key, p
     if "start" in args.jobs:
         for shape, engine in start_shapes(shapes, args.engines):
-            yield f"start|{shape}|{engine}", (shape, engine)
+            yield f"start|{shape}|{engine}|t{args.threads}", (shape, engine)
 
 
 def measure(job: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(job, Point):
         return run.memory_point(job, work)
     shape, engine = job
-    return run.start_and_decode(shape, engine, work, runs=args.runs, tokens=args.tokens)
+    return run.start_and_decode(shape, engine, work, runs=args.runs, tokens=args.tokens,
+                                threads=args.threads)
 
 
 def report(all_rows: list[dict[str, Any]], quick: bool, load: str) -> dict[str, Any]:
@@ -111,6 +112,8 @@ def main() -> int:
                     help="start no new point after this many seconds (0: no bound)")
     ap.add_argument("--runs", type=int, default=None, help="decode runs per engine")
     ap.add_argument("--tokens", type=int, default=None, help="tokens per decode run")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="the pod's CPUs for the start and decode jobs (threads = CPUs)")
     ap.add_argument("--work", type=Path, default=None)
     a = ap.parse_args()
     a.runs = a.runs or (3 if a.quick else 5)

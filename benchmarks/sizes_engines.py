@@ -69,6 +69,7 @@ def drop_from_page_cache(path: Path) -> float:
     never a global drop_caches); the fraction still cached after (a mapped page stays)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fsync(fd)  # a page not yet written back (a fresh import) is not dropped
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -322,21 +323,22 @@ def _ollama_memory(p: Point, d: dict[str, Any], work: Path, group: Cgroup) -> di
     return out | {"peak": sampler.peak.row(), "oom_kills": sampler.kills()}
 
 
-def start_and_decode(shape: str, engine: str, work: Path, runs: int,
-                     tokens: int) -> dict[str, Any]:
-    """Load cold and warm, then decode `runs` times at one thread; with the file's
-    cold read speed and the bandwidth prediction."""
+def start_and_decode(shape: str, engine: str, work: Path, runs: int, tokens: int,
+                     threads: int = 1) -> dict[str, Any]:
+    """Load cold and warm, then decode `runs` times at `threads` (the pod's CPUs:
+    the rules render the thread count from them); with the file's cold read
+    speed and the bandwidth prediction at as many threads."""
     p = Point(shape, engine, 4096, 1, "f16", "on", False)
-    d = decision(p)
-    row: dict[str, Any] = {"job": "start", "shape": shape, "engine": engine,
+    d = decision(p, cpu=threads)
+    row: dict[str, Any] = {"job": "start", "shape": shape, "engine": engine, "threads": threads,
                            "file_mib": round(d["path"].stat().st_size / m.MiB),
                            "disk_mb_s": cold_read_mb_s(d["path"])}
     timing = _llama_start if engine == "llama-server" else _ollama_start
     row |= timing(d, work, runs, tokens)
-    bandwidth = m.stream_copy_bandwidth()
+    bandwidth = m.stream_copy_bandwidth(threads=threads)
     tensors, tied = decode_tensors(shape)
     predicted = m.predicted_decode(m.bytes_per_token(tensors, tied), bandwidth)
-    row["decode"] = {"shape": shape, "engine": engine, "threads": 1,
+    row["decode"] = {"shape": shape, "engine": engine, "threads": threads,
                      "measured": m.spread(row.pop("rates")),
                      "predicted": round(predicted, 2),
                      "predicted_source": m.PREDICTED_SOURCE,
