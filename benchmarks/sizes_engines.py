@@ -43,6 +43,10 @@ def synth_file(shape: str) -> tuple[Path, str]:
     return path, path.with_name(path.name + ".sha256-ok").read_text().strip()
 
 
+class NotPlacedError(RuntimeError):
+    """The planner places the point nowhere on this machine (its decision says why)."""
+
+
 def decision(p: Point, cpu: int = 1) -> dict[str, Any]:
     """What the rules decide for point `p` on this machine: args, env, Modelfile, memory."""
     from localmodel.api import parse_local_model
@@ -54,7 +58,8 @@ def decision(p: Point, cpu: int = 1) -> dict[str, Any]:
     lm = parse_local_model(local_model(p, path.stat().st_size, sha, cpu))
     result = desired_state([lm], [from_this_machine()], now="1970-01-01T00:00:00Z").models[0]
     if not result.replicas:
-        raise SystemExit(f"{p.key}: the planner placed nothing here: {result.status.conditions}")
+        placed = [c for c in result.status.conditions if c.type == "Placed"]
+        raise NotPlacedError(placed[0].message if placed else str(result.status.conditions))
     t = result.replicas[0].tuning
     return {"args": list(t.args), "env": dict(t.env), "memory_bytes": t.memory_bytes,
             "parts_mib": {k: round(v / m.MiB) for k, v in t.memory_parts.items()},
@@ -272,12 +277,16 @@ def ollama_unload(server: engines.Ollama) -> None:
 # ---- the jobs ------------------------------------------------------------------------
 
 def memory_point(p: Point, work: Path) -> dict[str, Any]:
-    """One memory point under a cgroup limited to the decided memory."""
-    d = decision(p)
+    """One memory point under a cgroup limited to the decided memory (a point the
+    planner places nowhere here is recorded with its reason)."""
     row: dict[str, Any] = {"job": "memory", "shape": p.shape, "engine": p.engine,
-                           "context": p.context, "slots": p.slots, "kv": p.kv, "fa": p.fa,
-                           "decided_mib": round(d["memory_bytes"] / m.MiB),
-                           "decided_parts_mib": d["parts_mib"], "load_before": load_average()}
+                           "context": p.context, "slots": p.slots, "kv": p.kv, "fa": p.fa}
+    try:
+        d = decision(p)
+    except NotPlacedError as exc:
+        return row | {"not_placed": str(exc)[:300]}
+    row |= {"decided_mib": round(d["memory_bytes"] / m.MiB), "decided_parts_mib": d["parts_mib"],
+            "load_before": load_average()}
     runner = _llama_memory if p.engine == "llama-server" else _ollama_memory
     with memory_cgroup(None) as group:
         row |= runner(p, d, work, group)

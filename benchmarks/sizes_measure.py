@@ -229,8 +229,17 @@ def memory_table(rows: Sequence[Mapping[str, Any]]) -> str:
             _cell(r.get("peak", {}).get("peak_file_mib")),
             _cell(ratio(r.get("decided_mib"), r.get("peak", {}).get("peak_oom_mib")),
                   "{:.2f}"),
-            _cell(r.get("oom_kills"))]) + " |")
+            _outcome(r)]) + " |")
     return "\n".join(lines)
+
+
+def _outcome(r: Mapping[str, Any]) -> str:
+    """The OOM kills, or why the point has no reading."""
+    if "not_placed" in r:
+        return "not placed: " + str(r["not_placed"]).split(": ")[-1][:80]
+    if "error" in r:
+        return f"{_cell(r.get('oom_kills'))} (error: {str(r['error'])[:80]})"
+    return _cell(r.get("oom_kills"))
 
 
 def start_table(rows: Sequence[Mapping[str, Any]]) -> str:
