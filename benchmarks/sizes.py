@@ -3,7 +3,7 @@ start time from a cold and a warm page cache, and decode measured vs the
 bandwidth ceiling, per synthetic real-shape model (hack/synth-gguf.py) and engine.
 
 Run: python benchmarks/sizes.py [--quick] [--json] [--jsonl FILE] [--shapes S...]
-     [--engines E...] [--jobs memory start] [--budget SECONDS] [--threads N]
+     [--engines E...] [--jobs memory start] [--budget SECONDS] [--threads N] [--report]
 Needs: root (a memory cgroup per engine), the real llama-server and Ollama and
 the synthetic GGUFs (`bash hack/build-engines.sh` builds gemma3-1b; `python
 hack/synth-gguf.py gemma3-4b qwen3-8b` the others); engines started and stopped
@@ -115,6 +115,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="the pod's CPUs for the start and decode jobs (threads = CPUs)")
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--report", action="store_true",
+                    help="print the tables of --jsonl's points, measure nothing")
     a = ap.parse_args()
     a.runs = a.runs or (3 if a.quick else 5)
     a.tokens = a.tokens or (16 if a.quick else 32)
@@ -122,7 +124,7 @@ def main() -> int:
     out = a.jsonl or work / "sizes.jsonl"
     began, have = time.monotonic(), done_keys(out)
     for key, job in jobs(a):
-        if key in have:
+        if key in have or a.report:
             continue
         if a.budget and time.monotonic() - began > a.budget:
             print(f"sizes: budget of {a.budget:.0f} s spent; rerun to resume", file=sys.stderr)
