@@ -89,9 +89,24 @@ def synth() -> ModuleType:
 
 def model_info(shape: str, file_bytes: int) -> dict[str, Any]:
     """`spec.modelInfo` for a synthetic shape: the file's size and its GGUF's numbers."""
+    from localmodel.api.spec import ModelInfo
+
     s = synth().SHAPES[shape]
-    return {"weightsSize": str(file_bytes), "layers": s.layers, "kvHeads": s.kv_heads,
-            "keyLength": s.head_dim, "valueLength": s.head_dim, "family": s.arch}
+    info = {"weightsSize": str(file_bytes), "layers": s.layers, "kvHeads": s.kv_heads,
+            "keyLength": s.head_dim, "valueLength": s.head_dim, "family": s.arch,
+            # The architecture fields the memory decision reads where the API has them
+            # (issue 45's formula); Gemma 3 keeps one layer in six global.
+            "heads": s.heads, "embeddingLength": s.embd, "feedForwardLength": s.ff,
+            "vocabSize": s.vocab}
+    if s.sliding_window:
+        info |= {"slidingWindow": s.sliding_window, "globalLayers": s.layers // 6}
+    known = {_camel(name) for name in ModelInfo.model_fields}
+    return {k: v for k, v in info.items() if k in known}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def local_model(p: Point, file_bytes: int, sha256: str, cpu: int = 1) -> dict[str, Any]:

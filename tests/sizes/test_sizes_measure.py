@@ -150,3 +150,13 @@ def test_the_memory_table_shows_decided_over_peak() -> None:
     table = m.memory_table([row])
     assert "| 2.00 |" in table and "| 173 |" in table and "| 4084 |" in table
     assert m.ratio(None, 3.0) is None and m.ratio(3.0, 0) is None
+
+
+def test_model_info_carries_only_the_fields_the_api_knows() -> None:
+    from benchmarks.sizes_points import model_info
+    from localmodel.api.spec import ModelInfo
+
+    info = model_info("gemma3-4b", 2489756224)
+    assert info["layers"] == 34 and info["kvHeads"] == 4 and info["keyLength"] == 256
+    assert info["weightsSize"] == "2489756224" and info["family"] == "gemma3"
+    assert ModelInfo.model_validate(info)  # nothing the API would refuse
