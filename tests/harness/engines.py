@@ -43,7 +43,13 @@ from localmodel.engines import llama_server as llama_facts
 from localmodel.engines import ollama as ollama_facts
 from tests.harness.prereqs import require_part
 from tests.harness.processes import ManagedProcess, free_port, http_ok
-from tests.harness.tools import REPO_ROOT, Tools, parse_print_output, print_output
+from tests.harness.tools import (
+    REPO_ROOT,
+    Tools,
+    parse_print_output,
+    print_output,
+    synth_paths,
+)
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-engines.sh"
 # Environment variables that point one part at another file than the build's.
@@ -149,6 +155,20 @@ def path(name: str) -> Path:
     return built().paths[name]
 
 
+def synthetic_model(shape: str) -> Path:
+    """The synthetic real-shape GGUF `shape` (hack/synth-gguf.py, issue 45): the
+    build's `synth-<shape>` part (gemma3-1b; `bash hack/build-engines.sh synth`),
+    else the script's cache path for it (written by `python hack/synth-gguf.py
+    <shape>`); EngineMissingError if it is not there."""
+    name = f"synth-{shape}"
+    found = path(name) if name in built().paths else synth_paths(shape).get(shape)
+    if found is None or not found.is_file():
+        raise EngineMissingError(
+            f"no synthetic {shape} GGUF ({found}); write it with: python hack/synth-gguf.py "
+            f"{shape} (gemma3-1b: bash hack/build-engines.sh synth)")
+    return found
+
+
 def missing(*names: str) -> list[str]:
     """'name (path)' for each of `names` that is not built."""
     return [f"{n} ({path(n)})" for n in names if not path(n).exists()]
@@ -239,11 +259,14 @@ class LlamaServer(RunningEngine):
 
 
 def llama_server_argv(port: int, args: Sequence[str] = (),
-                      rendered: Sequence[str] | None = None) -> list[str]:
-    """llama-server's command line: the built model on 127.0.0.1:`port`, then `args`.
-    `rendered`: a rendered pod's llama-server arguments, run as they are but for
-    this machine's model path, host and port (`args` follow them)."""
-    binary, model = str(require("llama-server")), str(require("model"))
+                      rendered: Sequence[str] | None = None,
+                      model: Path | None = None) -> list[str]:
+    """llama-server's command line: the built model (or `model`) on
+    127.0.0.1:`port`, then `args`. `rendered`: a rendered pod's llama-server
+    arguments, run as they are but for this machine's model path, host and port
+    (`args` follow them)."""
+    binary = str(require("llama-server"))
+    model = str(model or require("model"))
     if rendered is None:
         return [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), *args]
     own = list(rendered)
@@ -263,12 +286,14 @@ def start_llama_server(
     api_key: str = "",
     env: Mapping[str, str] | None = None,
     preexec: Callable[[], None] | None = None,
+    model: Path | None = None,
 ) -> LlamaServer:
     """Start llama-server (see `llama_server_argv`) without waiting for it; its log
     is workdir/llama-server-PORT.log. `env`: its whole environment (default: ours);
-    `preexec` runs in the child before exec (e.g. `Cgroup.join`)."""
+    `preexec` runs in the child before exec (e.g. `Cgroup.join`); `model`: another
+    GGUF than the built one (e.g. `synthetic_model`)."""
     port = free_port()
-    argv = llama_server_argv(port, args, rendered)
+    argv = llama_server_argv(port, args, rendered, model)
     if api_key:
         argv += ["--api-key", api_key]
     workdir.mkdir(parents=True, exist_ok=True)
@@ -290,10 +315,12 @@ def llama_server(
     env: Mapping[str, str] | None = None,
     preexec: Callable[[], None] | None = None,
     timeout: float = START_TIMEOUT,
+    model: Path | None = None,
 ) -> Iterator[LlamaServer]:
     """A llama-server that answers its health check; stopped (by pid) afterwards."""
     engine = start_llama_server(
-        workdir, args, rendered=rendered, api_key=api_key, env=env, preexec=preexec
+        workdir, args, rendered=rendered, api_key=api_key, env=env, preexec=preexec,
+        model=model,
     )
     try:
         engine.wait_healthy(timeout=timeout)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,20 @@ def print_output(
         env=os.environ.copy() if env is None else env,
         timeout=timeout,
     ).stdout
+
+
+SYNTH_SCRIPT = REPO_ROOT / "hack" / "synth-gguf.py"
+
+
+def synth_paths(*shapes: str, timeout: float = 120) -> dict[str, Path]:
+    """Where `hack/synth-gguf.py --print SHAPE...` caches each synthetic GGUF
+    (written or not): shape -> path. The script needs the cached 270M GGUF (its
+    tokenizer): without it, no paths."""
+    done = subprocess.run(
+        [sys.executable, str(SYNTH_SCRIPT), "--print", *shapes],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+    return parse_print_output(done.stdout).paths if done.returncode == 0 else {}
 
 
 def locate_tools(required: tuple[str, ...] = TOOL_NAMES) -> Tools:
