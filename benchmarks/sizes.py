@@ -33,9 +33,9 @@ Method
   file's cold sequential read (MB/s).
 - Decode: after the warm start, DECODE_RUNS completions of DECODE_TOKENS tokens
   after a 16-token prompt at the pod's threads (1); median and min-max. The
-  prediction: a stream-style copy bandwidth measured here over the bytes a
-  token reads (sizes_measure.predicted_decode, marked as this benchmark's
-  stand-in).
+  prediction: the node probe's bandwidth measurement (localmodel.probe.stream,
+  at the pod's threads) over the bytes a token reads, by the operator's own
+  formula (localmodel.ceiling.predicted_decode).
 Results go to a JSONL file, one line per point; a rerun skips the points it
 holds (so a long run is done in bounded steps: --budget). `--json` prints one
 JSON object as the last line.

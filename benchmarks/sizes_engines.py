@@ -21,6 +21,8 @@ from typing import Any
 
 from benchmarks import sizes_measure as m
 from benchmarks.sizes_points import Point, decode_tensors, local_model
+from localmodel.ceiling import predicted_decode
+from localmodel.probe import stream
 from tests.harness import engines
 from tests.harness.cgroup import Cgroup, memory_cgroup
 
@@ -344,13 +346,15 @@ def start_and_decode(shape: str, engine: str, work: Path, runs: int, tokens: int
                            "disk_mb_s": cold_read_mb_s(d["path"])}
     timing = _llama_start if engine == "llama-server" else _ollama_start
     row |= timing(d, work, runs, tokens)
-    bandwidth = m.stream_copy_bandwidth(threads=threads)
+    # The node probe's own measurement (what the operator predicts from), at the
+    # pod's threads, over 512 MiB (far past any last-level cache here).
+    bandwidth = stream.measure(512 * m.MiB, threads=threads).bytes_per_second
     tensors, tied = decode_tensors(shape)
-    predicted = m.predicted_decode(m.bytes_per_token(tensors, tied), bandwidth)
+    predicted = predicted_decode(bandwidth, m.bytes_per_token(tensors, tied))
     row["decode"] = {"shape": shape, "engine": engine, "threads": threads,
                      "measured": m.spread(row.pop("rates")),
-                     "predicted": round(predicted, 2),
-                     "predicted_source": m.PREDICTED_SOURCE,
+                     "predicted": round(predicted.tokens_per_second, 2),
+                     "predicted_source": predicted.describe,
                      "bandwidth_gb_s": round(bandwidth / 1e9, 2)}
     return row
 

@@ -23,8 +23,6 @@ what the kernel and the engines print, plus the few readers that get it.
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -147,27 +145,6 @@ def accounting(log: str) -> dict[str, float]:
 
 # ---- bandwidth and the decode rate it predicts ----------------------------------------
 
-def stream_copy_bandwidth(mib: int = 512, repeats: int = 5, threads: int = 1) -> float:
-    """Bytes/s of a STREAM-style copy (b[:] = a[:], counted as read + write) over
-    two arrays of `mib` MiB each (far beyond a last-level cache), split over
-    `threads` (numpy drops the GIL while it copies); the best of `repeats`."""
-    import numpy as np
-
-    n = mib * MiB // 8
-    a, b = np.ones(n), np.zeros(n)
-    parts = [slice(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
-    best = 0.0
-    for _ in range(repeats):
-        workers = [threading.Thread(target=np.copyto, args=(b[p], a[p])) for p in parts]
-        began = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        best = max(best, 2 * a.nbytes / (time.perf_counter() - began))
-    return best
-
-
 def bytes_per_token(tensors: Iterable[tuple[str, int]], tied: bool,
                     kv_bytes_read: int = 0) -> int:
     """Bytes one decoded token reads: every weight once, but the token embedding's
@@ -179,15 +156,6 @@ def bytes_per_token(tensors: Iterable[tuple[str, int]], tied: bool,
             continue
         total += size
     return total + kv_bytes_read
-
-
-def predicted_decode(bytes_per_token_: int, bandwidth: float) -> float:
-    """The ceiling on tokens/s: a memory bandwidth (bytes/s) over the bytes each
-    token reads. Stand-in until the CEILING slice's predicted_decode is merged."""
-    return bandwidth / bytes_per_token_ if bytes_per_token_ > 0 else 0.0
-
-
-PREDICTED_SOURCE = "stream copy here / bytes per token (benchmarks/sizes_measure.py stand-in)"
 
 
 # ---- summaries and the table -----------------------------------------------------------

@@ -103,8 +103,6 @@ def test_a_token_reads_every_weight_but_an_untied_embedding_and_the_kv_so_far() 
     tensors = [("token_embd.weight", 500), ("blk.0.attn_q.weight", 100), ("output.weight", 400)]
     assert m.bytes_per_token(tensors, tied=False, kv_bytes_read=7) == 507
     assert m.bytes_per_token(tensors[:2], tied=True) == 600
-    assert m.predicted_decode(500, 10_000.0) == 20.0
-    assert m.predicted_decode(0, 10_000.0) == 0.0
 
 
 def test_the_synthetic_shapes_bytes_per_token_leave_out_qwens_embedding_only() -> None:
