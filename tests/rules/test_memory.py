@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from localmodel.api import KVCacheType
 from localmodel.catalog import CATALOG, ModelShape
 from localmodel.rules.memory import (
+    CONTEXT_CHECKPOINTS,
     RUNTIME,
     VOCAB_BOUND,
+    checkpoint_bytes,
     compute_bytes,
     memory_decision,
     model_kv_bytes,
@@ -208,8 +210,9 @@ def peaks() -> list[dict[str, Any]]:
 def test_the_decision_holds_the_measured_peak_of_a_filled_context(p: dict[str, Any]) -> None:
     """What must stay resident: the peak anonymous memory and the mapped pages still read
     per token (the file's, less the repacked tensors' pages, which reclaim drops first).
-    Gemma 3 1B and Qwen3 8B are within 10%; the 270M is further above, by the runtime's
-    margin and the catalog's size (Ollama's 292 MB tag; the measured file is 253 MB)."""
+    Gemma 3 1B and Qwen3 8B are within 11% (the 1B at 8k: 1.10, two context checkpoints
+    of 22 MiB counted); the 270M is further above, by the runtime's margin and the
+    catalog's size (Ollama's 292 MB tag; the measured file is 253 MB)."""
     shape = CATALOG[p["model"]]
     budget = memory_decision(shape, context=p["ctx"], slots=p["slots"],
                              kv_cache=KVCacheType(p["kv"]), flash_attention=p["fa"] == "on",
@@ -217,7 +220,7 @@ def test_the_decision_holds_the_measured_peak_of_a_filled_context(p: dict[str, A
     resident = (p["peak_anon_mib"] + p["peak_file_mib"] - p["repack_mib"]) * MiB
     assert budget.total >= resident
     if p["model"] != "gemma3:270m":
-        assert budget.total <= 1.10 * resident
+        assert budget.total <= 1.11 * resident
 
 
 def test_without_flash_attention_the_work_buffer_shows_in_the_peak() -> None:
@@ -230,3 +233,61 @@ def test_without_flash_attention_the_work_buffer_shows_in_the_peak() -> None:
     scores_f16 = 4 * off["prompt_tokens"] * 512 * 2 / MiB
     assert 0.8 * scores_f16 <= unlogged <= work_buffer_bytes(
         CATALOG["gemma3:270m"], off["ctx"], 1, flash_attention=False) / MiB
+
+
+def test_a_sliding_window_model_counts_its_context_checkpoints() -> None:
+    """Gemma 3 4B keeps 29 of 34 layers at a 1024-token window: a checkpoint of one
+    slot's unmasked window (1024 cells, 4 KiB per cell and layer in f16) is what
+    llama-server logged filling 4k ("created context checkpoint ... size = 116.012
+    MiB"), counted as many times as the engine is told, per slot; Qwen3, without a
+    window, makes none."""
+    gemma, qwen = SHAPES["gemma3-4b"], SHAPES["qwen3-8b"]
+    one = checkpoint_bytes(gemma, 4096, 1, KVCacheType.F16, checkpoints=1)
+    assert 116.012 * MiB <= one <= 116.1 * MiB
+    assert checkpoint_bytes(gemma, 4096, 1, KVCacheType.F16) == CONTEXT_CHECKPOINTS * one
+    assert checkpoint_bytes(gemma, 4096, 4, KVCacheType.F16) == 4 * CONTEXT_CHECKPOINTS * one
+    assert checkpoint_bytes(qwen, 32768, 4, KVCacheType.F16) == 0
+    budget = memory_decision(gemma, context=4096, slots=1, kv_cache=KVCacheType.F16,
+                             flash_attention=False, prompt_cache_bytes=0)
+    assert budget.parts()["contextCheckpoints"] == CONTEXT_CHECKPOINTS * one
+
+
+FILLS = Path(__file__).resolve().parents[1] / "fixtures" / "fill-peaks.jsonl"
+
+
+def fills() -> list[dict[str, Any]]:
+    """benchmarks/sizes.py's filled points (docs/drafts/sizes-measure.jsonl): the
+    engine as rendered, in a memory cgroup limited to the decision, one prompt
+    filling the context, the OOM-relevant peak (anon + shmem + unreclaimable kernel
+    memory) sampled every 0.2 s."""
+    return [json.loads(line) for line in FILLS.read_text().splitlines()]
+
+
+def _fill_id(p: dict[str, Any]) -> str:
+    return f"{p['shape']}-{p['engine']}-c{p['context']}-{p['measured'].split(',')[0]}"
+
+
+@pytest.mark.parametrize("p", fills(), ids=_fill_id)
+def test_the_decision_holds_the_anonymous_peak_of_a_filled_context(p: dict[str, Any]) -> None:
+    """Never under what must stay resident (the OOM-relevant peak, and under
+    llama-server the mapped weights its repack did not copy, read every token), and
+    within 12% above it: the fill adds the context checkpoints and the compute
+    pages the load had not touched (Gemma 3 4B under Ollama: 2,701 -> 3,163 MiB)."""
+    shape = replace(SHAPES[p["shape"]], weights_bytes=p["file_bytes"])  # the synthetic file
+    budget = memory_decision(shape, context=p["context"], slots=p["slots"],
+                             kv_cache=KVCacheType(p["kv"]), flash_attention=p["fa"] == "on",
+                             prompt_cache_bytes=p["prompt_cache_mib"] * MiB)
+    resident = (p["peak_oom_mib"] + p["mapped_not_repacked_mib"]) * MiB
+    assert p["oom_kills"] == 0
+    assert resident <= budget.total <= 1.12 * resident
+
+
+def test_without_its_checkpoints_the_4b_under_ollama_was_under_its_filled_peak() -> None:
+    """The gap issue 45 found: the decision less its context checkpoints is below
+    the Gemma 3 4B's filled peak under Ollama (weights read into anonymous memory)."""
+    p = next(r for r in fills() if r["shape"] == "gemma3-4b" and r["engine"] == "ollama")
+    shape = replace(SHAPES["gemma3-4b"], weights_bytes=p["file_bytes"])
+    budget = memory_decision(shape, context=p["context"], slots=1,
+                             kv_cache=KVCacheType.F16, flash_attention=False,
+                             prompt_cache_bytes=p["prompt_cache_mib"] * MiB)
+    assert budget.total - budget.checkpoints < p["peak_oom_mib"] * MiB <= budget.total

@@ -73,6 +73,8 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("memory-from-weights-and-kv", LLAMA, AVX2_NODE, 4, True),
     ("prompt-cache-bounded", LLAMA, AVX2_NODE, 4, True),
     ("prompt-cache-bounded", {}, AVX2_NODE, 4, True),
+    ("context-checkpoints-bounded", LLAMA, AVX2_NODE, 4, True),
+    ("context-checkpoints-bounded", {}, AVX2_NODE, 4, True),
     ("weights-volume", LLAMA, AVX2_NODE, 4, True),
     ("llama-server-metrics", LLAMA, AVX2_NODE, 4, True),
     ("llama-server-metrics", {}, AVX2_NODE, 4, False),
@@ -130,7 +132,7 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
 
 def test_every_rule_has_a_positive_and_a_negative_or_always_case() -> None:
     always = {"threads-from-cpu-limit", "one-model-per-pod", "guaranteed-qos", "weights-volume",
-              "prompt-cache-bounded"}
+              "prompt-cache-bounded", "context-checkpoints-bounded"}
     for rule in SHIPPED_RULES:  # a test-only engine's: tests/conformance/
         outcomes = {fires for rid, *_, fires in CASES if rid == rule.id}
         assert True in outcomes, f"{rule.id} has no positive case"

@@ -43,6 +43,11 @@ class EngineTuning(Protocol):
         MiB (0: keep none)."""
         ...
 
+    def context_checkpoints(self, n: int) -> Spelled:
+        """Keep at most `n` context checkpoints (copies of a slot's sliding-window
+        cache) per slot."""
+        ...
+
     def command_line(
         self, args: Mapping[str, str], kv_cache: str, flash_attention: str
     ) -> tuple[str, ...]:

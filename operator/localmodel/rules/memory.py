@@ -15,7 +15,10 @@ reports it at load with `-lv 4`, checked against that accounting at 72 points
 - compute: the graph allocator's high-water mark for one micro-batch over the
   per-slot context, far larger without flash attention, and the CPU backend's
   work buffer beside it (docs/engine-facts.md#compute-buffer);
-- prompt cache: the bound the engine is told; runtime: the process around the
+- prompt cache: the bound the engine is told; context checkpoints: for a
+  sliding-window model, the copies of each slot's sliding-window cache the engine
+  keeps while it reads a prompt, at most the count it is told
+  (docs/engine-facts.md#context-checkpoints); runtime: the process around the
   buffers (docs/engine-facts.md#runtime).
 
 A field the shape does not know (a `spec.modelInfo` that leaves it out) is
@@ -46,6 +49,13 @@ CELL_PAD = 256
 # runs in the same llama-server, so no other term differs by engine.
 RUNTIME = 128 * MiB
 
+# Context checkpoints kept per slot (llama-server --ctx-checkpoints, Ollama's child
+# LLAMA_ARG_CTX_CHECKPOINTS; llama.cpp's default is 32): the two a prompt makes near
+# its end (4 + n_ubatch and 4 tokens before it; llama.cpp
+# tools/server/server-context.cpp), the ones the next turn of a chat restores; each
+# a copy of the slot's sliding-window cache (docs/engine-facts.md#context-checkpoints).
+CONTEXT_CHECKPOINTS = 2
+
 # Bytes per KV cache element (docs/engine-facts.md#kv-cache-size).
 KV_BYTES_PER_ELEMENT: dict[KVCacheType, Fraction] = {
     KVCacheType.F16: Fraction(2),
@@ -70,17 +80,19 @@ class MemoryBudget:
     prompt_cache: int
     compute: int
     runtime: int
+    checkpoints: int = 0
     assumed: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.prompt_cache + self.compute + self.runtime
+        return (self.weights + self.kv_cache + self.prompt_cache + self.checkpoints
+                + self.compute + self.runtime)
 
     def parts(self) -> dict[str, int]:
         """The parts by the names the status and the decision text use."""
         return {"weights": self.weights, "kvCache": self.kv_cache,
-                "promptCache": self.prompt_cache, "compute": self.compute,
-                "runtime": self.runtime}
+                "promptCache": self.prompt_cache, "contextCheckpoints": self.checkpoints,
+                "compute": self.compute, "runtime": self.runtime}
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,25 @@ def model_kv_bytes(shape: ModelShape, context: int, slots: int, kv: KVCacheType,
                               shape.key_length, shape.value_length, kv)
 
     return layers_at(full, cells) + layers_at(shape.layers - full, window)
+
+
+def checkpoint_bytes(shape: ModelShape, context: int, slots: int, kv: KVCacheType,
+                     ubatch: int = UBATCH, checkpoints: int = CONTEXT_CHECKPOINTS) -> int:
+    """The context checkpoints of every slot, `checkpoints` per slot: each the state
+    `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` writes, the sliding-window layers' cells the
+    window does not mask (at most the window's), with each cell's position and
+    sequence count (16 B at most) and each layer's types and row sizes (32 B); a
+    model without a sliding window makes none (llama.cpp
+    tools/server/server-context.cpp `create_checkpoint`, src/llama-kv-cache-iswa.cpp
+    and src/llama-kv-cache.cpp `state_write`)."""
+    per_slot, window = kv_cells(shape, context, slots, ubatch)
+    if not window:
+        return 0
+    cells = min(per_slot, shape.sliding_window)
+    swa_layers = shape.layers - _global_layers(shape)
+    one = kv_cache_bytes(swa_layers, cells, shape.kv_heads, shape.key_length,
+                         shape.value_length, kv) + 16 * cells + 32 * swa_layers
+    return checkpoints * slots * one
 
 
 def dimensions(shape: ModelShape) -> Dimensions:
@@ -234,6 +265,7 @@ def memory_decision(
         weights=shape.weights_bytes,
         kv_cache=model_kv_bytes(shape, context, slots, kv_cache, ubatch),
         prompt_cache=prompt_cache_bytes,
+        checkpoints=checkpoint_bytes(shape, context, slots, kv_cache, ubatch),
         compute=-(-compute // MiB) * MiB,
         runtime=RUNTIME,
         assumed=assumed,

@@ -26,7 +26,13 @@ from localmodel.api import FlashAttention, KVCacheType
 from localmodel.engines import llama_server, ollama
 from localmodel.engines.registry import OWN_RULES, SHIPPED_NAMES, engine
 from localmodel.facts.quantity import format_bytes, parse_bytes
-from localmodel.rules.memory import MemoryBudget, kv_cells, memory_decision, model_kv_bytes
+from localmodel.rules.memory import (
+    CONTEXT_CHECKPOINTS,
+    MemoryBudget,
+    kv_cells,
+    memory_decision,
+    model_kv_bytes,
+)
 from localmodel.rules.model import Context, Rule, Stage, TuningDraft
 from localmodel.rules.steps import spell
 
@@ -106,6 +112,11 @@ def _prompt_cache(ctx: Context, s: TuningDraft) -> str | None:
     return f"prompt cache {format_bytes(s.prompt_cache_bytes)} ({why}): {how}"
 
 
+def _checkpoints(ctx: Context, s: TuningDraft) -> str | None:
+    how = spell(s, engine(ctx.engine).tuning.context_checkpoints(CONTEXT_CHECKPOINTS))
+    return f"context checkpoints {CONTEXT_CHECKPOINTS} per slot: {how}"
+
+
 def _budget(ctx: Context, s: TuningDraft) -> MemoryBudget | None:
     """The memory decision for the draft's settings (None: the shape is unknown).
     Flash attention `auto` counts as on: llama.cpp turns it on on CPU
@@ -142,6 +153,7 @@ def _memory_auto(ctx: Context, s: TuningDraft) -> str | None:
         f"memory {format_bytes(s.memory_bytes)} = weights {format_bytes(budget.weights)}"
         f" + KV cache {format_bytes(budget.kv_cache)} ({_kv_words(ctx, s)})"
         f" + prompt cache {format_bytes(budget.prompt_cache)}"
+        f" + context checkpoints {format_bytes(budget.checkpoints)}"
         f" + compute {format_bytes(budget.compute)} (flash attention {fa})"
         f" + runtime {format_bytes(budget.runtime)}{assumed}"
     )
@@ -252,11 +264,28 @@ ORDER: tuple[Rule | Stage, ...] = (
         apply=_prompt_cache,
     ),
     Rule(
+        id="context-checkpoints-bounded",
+        title="The context checkpoints are bounded",
+        effect=f"{CONTEXT_CHECKPOINTS} context checkpoints per slot: llama-server "
+        "--ctx-checkpoints; Ollama LLAMA_ARG_CTX_CHECKPOINTS, inherited by its llama-server "
+        "child",
+        reason="for a sliding-window model llama-server copies the slot's sliding-window "
+        "cache into host memory while it reads a prompt, up to 32 copies per slot by default "
+        "(Gemma 3 4B at 4k: 174 MiB each, 5.4 GiB in all): two are the ones a prompt makes "
+        "near its end, which the next turn of a chat restores, and the memory decision "
+        "counts them",
+        source="docs/engine-facts.md#context-checkpoints; llama.cpp common/common.h "
+        "(n_ctx_checkpoints); llama.cpp common/arg.cpp (--ctx-checkpoints); "
+        "llama.cpp tools/server/server-context.cpp (create_checkpoint)",
+        apply=_checkpoints,
+    ),
+    Rule(
         id="memory-from-weights-and-kv",
         title="Memory sized from the model's shape, as the engine allocates",
         effect="memory = weights + KV cache (whole-context layers at context x slots, "
         "sliding-window layers at the window + one micro-batch per slot, in the cache "
-        "type) + prompt cache + compute (the attention masks, the larger of the attention "
+        "type) + prompt cache + context checkpoints (a sliding-window model's window cells "
+        "per slot, per checkpoint) + compute (the attention masks, the larger of the attention "
         "step, n_head x per-slot context x micro-batch x 4 B without flash attention, and "
         "the feed-forward step, the logits; the CPU work buffer, without flash attention "
         "the scores again in f16) + runtime (128Mi); "
@@ -270,6 +299,7 @@ ORDER: tuple[Rule | Stage, ...] = (
         source="docs/engine-facts.md#weights-in-memory; docs/engine-facts.md#kv-cache-size; "
         "docs/engine-facts.md#sliding-window-kv-cache; docs/engine-facts.md#compute-buffer; "
         "docs/engine-facts.md#runtime; docs/engine-facts.md#the-prompt-cache-in-host-memory; "
+        "docs/engine-facts.md#context-checkpoints; "
         "llama.cpp src/llama-kv-cache.cpp; llama.cpp src/llama-kv-cache-iswa.cpp; "
         "llama.cpp src/llama-context.cpp (sched_reserve); llama.cpp src/llama-graph.cpp "
         "(build_attn_mha); llama.cpp ggml/src/ggml-alloc.c; "
@@ -281,6 +311,7 @@ ORDER: tuple[Rule | Stage, ...] = (
         id="memory-from-spec",
         title="Explicit memory, checked against the estimate",
         effect="memory = spec.memory; a warning when it is below weights + prompt cache "
+        "+ context checkpoints "
         "+ compute + runtime",
         reason="an explicit limit below the weights gets the engine OOM-killed at load",
         source="docs/engine-facts.md#memory-budget; docs/engine-facts.md#compute-buffer",

@@ -37,6 +37,10 @@ class TinyServeTuning:
     def prompt_cache(self, mib: int) -> Spelled:
         return Spelled(f"memo_mib {mib}", args={"memo_mib": str(mib)})
 
+    def context_checkpoints(self, n: int) -> Spelled:
+        # tinyserve has no sliding window, so it keeps no checkpoints to bound.
+        return Spelled("no context checkpoints (no sliding window)")
+
     def ledger_on(self) -> Spelled:
         """Its account of each generation on the answer (`tiny_ledger`)."""
         return Spelled("ledger on: tiny_ledger on every answer", args={"ledger": "on"})

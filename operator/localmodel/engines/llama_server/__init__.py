@@ -94,6 +94,7 @@ FLAG_ENV: dict[str, str | None] = {
     "-fa": "LLAMA_ARG_FLASH_ATTN",
     "--metrics": "LLAMA_ARG_ENDPOINT_METRICS",
     "--cache-ram": "LLAMA_ARG_CACHE_RAM",
+    "--ctx-checkpoints": "LLAMA_ARG_CTX_CHECKPOINTS",
     "--no-slots": "LLAMA_ARG_ENDPOINT_SLOTS",
     "--no-webui": "LLAMA_ARG_UI",
 }

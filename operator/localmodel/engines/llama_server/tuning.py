@@ -48,6 +48,10 @@ class LlamaServerTuning:
         # In MiB; 0 keeps none, -1 no limit, unset 8192 (llama.cpp common/arg.cpp).
         return Spelled(f"--cache-ram {mib}", args={"--cache-ram": str(mib)})
 
+    def context_checkpoints(self, n: int) -> Spelled:
+        # Per slot; unset 32 (llama.cpp common/common.h n_ctx_checkpoints).
+        return Spelled(f"--ctx-checkpoints {n}", args={"--ctx-checkpoints": str(n)})
+
     def web_ui_off(self) -> Spelled:
         return Spelled("--no-webui", args={"--no-webui": ""})
 

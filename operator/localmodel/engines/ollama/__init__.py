@@ -95,6 +95,9 @@ CPU_RUNNERS_UNTIL = (0, 5, 12)
 # so llama.cpp's variable for it bounds the child's host-memory prompt cache
 # (ollama llm/llama_server.go; docs/engine-facts.md#the-prompt-cache-in-host-memory).
 PROMPT_CACHE_ENV = "LLAMA_ARG_CACHE_RAM"
+# And so llama.cpp's variable for --ctx-checkpoints bounds its context checkpoints
+# (llama.cpp common/arg.cpp; docs/engine-facts.md#context-checkpoints).
+CHECKPOINTS_ENV = "LLAMA_ARG_CTX_CHECKPOINTS"
 
 # Environment variables the operator's rules set for Ollama (ollama
 # envconfig/config.go; GOMAXPROCS is Go's). A user setting one would silently
@@ -113,4 +116,5 @@ MANAGED_ENV: tuple[str, ...] = (
     "OLLAMA_LLM_LIBRARY",
     "GOMAXPROCS",
     PROMPT_CACHE_ENV,
+    CHECKPOINTS_ENV,
 )

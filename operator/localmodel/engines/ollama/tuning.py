@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from localmodel.engines.ollama import (
     AMX_LIBRARY,
     AMX_VARIANT_BACK,
+    CHECKPOINTS_ENV,
     CPU_RUNNERS_UNTIL,
     HOME,
     MODELS_DIR,
@@ -87,6 +88,12 @@ class OllamaTuning:
         return Spelled(
             f"{PROMPT_CACHE_ENV}={mib} (its llama-server child inherits it)",
             env={PROMPT_CACHE_ENV: str(mib)},
+        )
+
+    def context_checkpoints(self, n: int) -> Spelled:
+        return Spelled(
+            f"{CHECKPOINTS_ENV}={n} (its llama-server child inherits it)",
+            env={CHECKPOINTS_ENV: str(n)},
         )
 
     def command_line(
