@@ -366,7 +366,8 @@ class LocalModelSpec(ApiModel):
     memory: Annotated[str, MEMORY] = Field(
         "auto",
         description="Memory limit (= request). `auto` sizes it from weights + KV cache + "
-        "prompt cache + compute buffer + runtime, as the engine allocates them.",
+        "prompt cache + context checkpoints + compute buffer + runtime, as the engine "
+        "allocates them.",
     )
     # No schema default (absent means `auto`): a defaulted new field would be
     # written into every stored object, which an older operator refuses.
