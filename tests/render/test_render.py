@@ -209,18 +209,19 @@ def test_ready_condition_from_observed_pods_and_stable_transition_time() -> None
 # every container got `terminationMessagePolicy: FallbackToLogsOnError` (a
 # failing container's last words reach the model's status; issue 42), and when
 # memory became the engines' own allocation (compute and sliding-window KV
-# from the model's shape, issue 45: every memory limit moved). Rendered
+# from the model's shape, issue 45: every memory limit moved; then the
+# context checkpoints, rendered and counted). Rendered
 # with the operator image of 0.1.0 (PINNED_OPERATOR_IMAGE), so a new version's
 # image tag (which does roll every pod, on purpose) does not move the pins.
 PINNED_OPERATOR_IMAGE = "ghcr.io/localmodel/localmodel-operator:0.1.0"
 PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, str]] = [
-    ("default", {"cpu": 4}, None, "29d55fb79c5ff7b2"),
-    ("no gateway", {"gateway": {"enabled": False}}, None, "42387ccfb6f502d1"),
+    ("default", {"cpu": 4}, None, "8e467b94647415c0"),
+    ("no gateway", {"gateway": {"enabled": False}}, None, "afc9885e76033dba"),
     (
         "AMX guard",
         {"engine": {"version": "0.31.0"}},
         [NODE.cpu_flags(AMX).facts()],
-        "124e47b3fe676686",
+        "75927fe01edf7609",
     ),
     (
         "env, placement, storage",
@@ -233,7 +234,7 @@ PINNED_POD_SPEC_HASHES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, 
             "storage": {"size": "30Gi", "storageClassName": "local"},
         },
         [NODE.labels(pool="a").taints(Taint("ai", "", "NoSchedule")).facts()],
-        "24a455b202811a2b",
+        "6e59aa39842d0fd7",
     ),
 ]
 
