@@ -185,7 +185,8 @@ def _bounded(value: str | None, most: int) -> int | None:
 
 def _ignored(key: str, labels: Mapping[str, str], most: int) -> str:
     value = labels.get(key)
-    shown = "missing" if value is None else repr(value[:70])
+    # A repr spells an unprintable character in up to 10: bound the spelling, not the text.
+    shown = "missing" if value is None else repr(value[:70])[:72]
     return f"{key} {shown} is not a whole number from 1 to {most}: ignored"
 
 
