@@ -13,7 +13,9 @@ for a model with `spec.idle`, `with_idle` then says what its idle state changes
   tells of their start, but a wake is no roll: it writes no Reconciling);
 - a gap (status.GAP_REASONS: an image that cannot be pulled, a container that
   keeps failing, ...) stays Ready=False with its reason, asleep or waking: it is
-  broken, and reads InProgress;
+  broken, and reads InProgress; but a waking pod the scheduler left
+  Unschedulable is the wake waiting for its node (the model yielding it may
+  still be leaving: seen on the real node), Ready=True Waking;
 - the kstatus pair is worked out again from the result (`status.with_health`),
   so sleep alone writes neither Reconciling nor Stalled: kstatus reads Current,
   Argo CD Healthy (docs/gitops.md).
@@ -116,11 +118,14 @@ def _false(status: LocalModelStatus, type_: ConditionType) -> Condition | None:
 
 def _sleeping(conditions: list[Condition], status: LocalModelStatus, report: IdleReport,
               lm: LocalModel, now: str) -> list[Condition]:
-    """Ready and Placed of a model asleep or waking (a gap stays a gap)."""
+    """Ready and Placed of a model asleep or waking (a gap stays a gap, but a
+    waking pod the scheduler cannot place yet is the wake waiting for its node:
+    the model that yields it may still be leaving it)."""
+    gaps = GAP_REASONS - {Reason.UNSCHEDULABLE} if report.idle.state == "Waking" else GAP_REASONS
     out = []
     for c in conditions:
         if c.type == ConditionType.READY.value and c.status != ConditionStatus.UNKNOWN and not (
-                c.status == ConditionStatus.FALSE and c.reason in GAP_REASONS):
+                c.status == ConditionStatus.FALSE and c.reason in gaps):
             c = _ready(report, lm, now)
         elif c.type == ConditionType.PLACED.value and (
                 c.status == ConditionStatus.FALSE

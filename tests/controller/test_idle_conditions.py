@@ -119,6 +119,20 @@ def test_a_wake_that_hits_a_gap_stays_not_ready_with_the_gap() -> None:
     assert conditions(got)["Awake"] == ("False", "Waking")
 
 
+def test_a_waking_pod_the_scheduler_cannot_place_yet_is_the_wake_waiting_not_a_gap() -> None:
+    # On the real node the waker's pod was created while the yielding model's
+    # pod was still terminating: Unschedulable for a moment, part of the wake.
+    lm = SLEEPER.obj()
+    gap = Gap(Reason.UNSCHEDULABLE, "replica 0: the scheduler left pod qwen3-0 Unschedulable: "
+              "0/1 nodes are available: 1 Insufficient memory")
+    got = with_idle(plain(lm, {0: False}, gap=gap), IdleReport(WAKING, Reason.WAKING), lm, NOW)
+    assert conditions(got)["Ready"] == ("True", "Waking")
+    assert "Reconciling" not in conditions(got) and "Stalled" not in conditions(got)
+    # Asleep, the same gap is a gap (it has no pod to wait for a node).
+    asleep = with_idle(plain(lm, {0: False}, gap=gap), IdleReport(ASLEEP, Reason.ASLEEP), lm, NOW)
+    assert conditions(asleep)["Ready"] == ("False", "Unschedulable")
+
+
 @pytest.mark.parametrize(("reason", "ok", "words"), [
     (Reason.SERVING, "True", "it sleeps after 30m without a request"),
     (Reason.IDLE, "True", f"no request since {NOW}; it sleeps after 30m"),
