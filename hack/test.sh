@@ -105,7 +105,7 @@ start engines "bash hack/build-engines.sh llama model && bash hack/build-images.
   && touch '$logs/llama.ready' && bash hack/build-engines.sh ollama synth && bash hack/build-images.sh"
 
 failed=()
-ruff check operator tests benchmarks || failed+=(ruff)
+ruff check operator tests benchmarks hack || failed+=(ruff)
 mypy || failed+=(mypy)
 # The slowest tests are listed at the end of each run (where CI time goes).
 python -m pytest --durations=15 -m "unit" || failed+=("unit tier")
