@@ -39,7 +39,7 @@ from tests.realnode.journey import Journey, Timings, local_volumes, pull_events
 # Where the real node's local PersistentVolumes live: under the node's own
 # directory, so the harness's cleanup removes them with the node.
 VOLUMES_DIR = NODE_DIR / "volumes"
-VOLUMES = 8  # one per LocalModel the tier creates (weights are retained)
+VOLUMES = 9  # one per LocalModel the tier creates (weights are retained)
 # The journey's operator reads speeds every 5 s (10 s when idle), calls a replica slow after
 # 30 s of traffic below half its expected rate (clear: 15 s at 0.7), so
 # test_speed_on_node.py sees a slow replica caught and cleared within a test's time.
