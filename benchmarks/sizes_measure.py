@@ -179,24 +179,40 @@ def _cell(v: Any, fmt: str = "{:.0f}") -> str:
     return "-" if v is None else fmt.format(v) if isinstance(v, int | float) else str(v)
 
 
+def resident_need_mib(r: Mapping[str, Any]) -> float | None:
+    """What must stay resident at a point's peak: the OOM-relevant peak (anon + shmem +
+    unreclaimable kernel memory) plus llama-server's mapped weights its repack did not
+    copy (file pages, reclaimable, but read every token: evicted, the engine re-reads
+    them from disk each token). Ollama's child reads its weights into anonymous memory."""
+    peak = (r.get("peak") or {}).get("peak_oom_mib")
+    if peak is None:
+        return None
+    a = r.get("accounting") or {}
+    mapped = max(0.0, a.get("mapped", 0.0) - a.get("repack", 0.0))
+    return float(peak) + (mapped if r.get("engine") == "llama-server" else 0.0)
+
+
 def memory_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The memory points: decided vs the OOM-relevant peak, with llama.cpp's own
-    accounting and the load-time readings beside."""
+    """The memory points: decided vs what must stay resident (`resident_need_mib`) at
+    the peak, measured through a prompt that fills the context ("filled tokens") or
+    only after load (where the compute buffer's pages, the work buffer, the context
+    checkpoints and the prompt cache are not touched yet: llama.cpp's own accounting
+    beside it says what the load allocated)."""
     head = ("| shape | engine | ctx | slots | KV | FA | filled tokens | decided MiB | "
             "acct KV+compute+repack MiB | anon at load MiB | peak OOM-relevant MiB | "
-            "peak file MiB | decided/peak | OOM kills |")
+            "mapped not repacked MiB | decided/(peak+mapped) | OOM kills |")
     lines = [head, "|" + "---|" * 14]
     for r in rows:
         a = r.get("accounting") or {}
         acct = sum(a.get(k, 0.0) for k in ("kv", "compute", "repack", "read", "output"))
+        need = resident_need_mib(r)
+        peak = r.get("peak", {}).get("peak_oom_mib")
         lines.append("| " + " | ".join([
             r["shape"], r["engine"], str(r["context"]), str(r["slots"]), r["kv"], r["fa"],
             _cell(r.get("filled_tokens")), _cell(r.get("decided_mib")),
             _cell(acct or None), _cell(r.get("load", {}).get("anon_mib")),
-            _cell(r.get("peak", {}).get("peak_oom_mib")),
-            _cell(r.get("peak", {}).get("peak_file_mib")),
-            _cell(ratio(r.get("decided_mib"), r.get("peak", {}).get("peak_oom_mib")),
-                  "{:.2f}"),
+            _cell(peak), _cell(None if need is None or peak is None else need - peak),
+            _cell(ratio(r.get("decided_mib"), need), "{:.2f}"),
             _outcome(r)]) + " |")
     return "\n".join(lines)
 

@@ -139,14 +139,18 @@ def test_the_decision_at_a_point_renders_that_points_settings(engine: str) -> No
     assert t.memory_bytes > 806056608  # the weights and more
 
 
-def test_the_memory_table_shows_decided_over_peak() -> None:
+def test_the_memory_table_shows_decided_over_what_must_stay_resident() -> None:
     row = {"shape": "gemma3-1b", "engine": "llama-server", "context": 4096, "slots": 1,
            "kv": "f16", "fa": "off", "filled_tokens": 4084, "decided_mib": 3000,
-           "accounting": {"kv": 38.0, "compute": 63.26, "repack": 71.98},
-           "load": {"anon_mib": 163.0}, "peak": {"peak_oom_mib": 1500.0, "peak_file_mib": 770.0},
+           "accounting": {"kv": 38.0, "compute": 63.26, "repack": 72.0, "mapped": 572.0},
+           "load": {"anon_mib": 163.0}, "peak": {"peak_oom_mib": 1000.0, "peak_file_mib": 770.0},
            "oom_kills": 0}
     table = m.memory_table([row])
-    assert "| 2.00 |" in table and "| 173 |" in table and "| 4084 |" in table
+    # Resident: the 1000 MiB peak and the 500 MiB of mapped weights not repacked.
+    assert "| 500 | 2.00 |" in table and "| 173 |" in table and "| 4084 |" in table
+    # Ollama's child holds its weights in anonymous memory: nothing mapped is added.
+    ollama = m.memory_table([{**row, "engine": "ollama"}])
+    assert "| 0 | 3.00 |" in ollama
     assert m.ratio(None, 3.0) is None and m.ratio(3.0, 0) is None
 
 
