@@ -129,13 +129,15 @@ def install_chart(
     node_name: str,
     timeout: float = 300.0,
     extra_args: tuple[str, ...] = (),
+    set_values: tuple[str, ...] = (),
 ) -> str:
     """`helm install` the chart as a user does, the image pulled from a registry.
 
     The operator's replicas are pinned to `node_name` (the test cluster's real
     node: kwok's nodes would only pretend to run them); the node probe runs on
     every node. Waits (`--wait`) until the Deployment and the DaemonSet are
-    ready. `extra_args`: the operator's extra flags (the chart's `extraArgs`).
+    ready. `extra_args`: the operator's extra flags (the chart's `extraArgs`);
+    `set_values`: more `--set` values.
     Model pods may download over plain http: the harness's model file server
     speaks it (`downloads.allowHttp`).
     Returns helm's output.
@@ -149,6 +151,7 @@ def install_chart(
          "--set", "downloads.allowHttp=true",
          "--set-string", f"nodeSelector.kubernetes\\.io/hostname={node_name}",
          "--set-json", f"extraArgs={json.dumps(list(extra_args))}",
+         *[arg for value in set_values for arg in ("--set", value)],
          "--wait", "--timeout", f"{int(timeout)}s"],
         capture_output=True, text=True, timeout=timeout + 60, check=False,
     )

@@ -46,6 +46,12 @@ VOLUMES = 9  # one per LocalModel the tier creates (weights are retained)
 OPERATOR_ARGS = ("--speed-interval=5", "--speed-idle-interval=10",
                  "--slow-replica-after=30", "--slow-replica-clear-after=15")
 
+# The node probe measures the memory bandwidth only on a quiet node (probe/bandwidth.py);
+# at install the operator's own start keeps the node busy, and the next try would be the
+# default interval (300 s) later: every 15 s here, so the decode ceiling that
+# test_speed_on_node.py and test_sizes_on_node.py read is published once the node is quiet.
+PROBE_VALUES = ("probe.intervalSeconds=15",)
+
 
 @pytest.fixture(scope="package")
 def journey() -> Iterator[Journey]:
@@ -71,7 +77,7 @@ def journey() -> Iterator[Journey]:
         images_before_chart = cluster.real_node.image_names()
         began = time.monotonic()
         install_chart(tools, cluster.admin_kubeconfig, operator_image, node,
-                      extra_args=OPERATOR_ARGS)
+                      extra_args=OPERATOR_ARGS, set_values=PROBE_VALUES)
         timings.add("helm install --wait (operator and probe pods Ready, images pulled)",
                     time.monotonic() - began)
         for event in pull_events(cluster):
