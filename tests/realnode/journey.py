@@ -78,7 +78,9 @@ def local_volumes(node: str, count: int, root: Path, first: int = 0) -> list[Man
             "kind": "PersistentVolume",
             "metadata": {"name": local_volume_name(node, n)},
             "spec": {
-                "capacity": {"storage": "10Gi"},
+                # A local volume's capacity is declared, not enforced: 20Gi binds the
+                # claim of test_sizes_on_node.py's largest shape (Qwen3 8B: 11Gi).
+                "capacity": {"storage": "20Gi"},
                 "accessModes": ["ReadWriteOnce"],
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "local-disk",
