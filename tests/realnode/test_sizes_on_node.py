@@ -137,7 +137,7 @@ def test_a_real_shape_goes_ready_under_its_decision_and_serves_its_longest_promp
     file_bytes = gguf.stat().st_size
     print(f"[sizes] {SHAPE}: {gguf.name}, {file_bytes / 1e9:.2f} GB, context {CONTEXT}")
     deployed = journey.deploy(sized_model(server.url_of(gguf.name), sha256, file_bytes,
-                                          journey.node), timeout=1800)
+                                          journey.node), timeout=900)
     try:
         assert server.counts().get(gguf.name) == 1, server.counts()
         lm = journey.model(NAME)
