@@ -400,12 +400,18 @@ def _moved(old: float | None, new: float | None) -> bool:
 def worth_publishing(old: Published | None, new: Published, policy: SpeedPolicy) -> bool:
     if old is None or old.slow != new.slow or old.expected.source != new.expected.source:
         return True
+    # A ceiling learnt (the node's bandwidth measured after the replica's calibration) or
+    # lost is news even when the expected rate stays its calibration's.
+    if (old.expected.ceiling is None) != (new.expected.ceiling is None):
+        return True
     if new.measured_at - old.measured_at >= policy.publish_max:
         return True
     pairs = ((old.calibration.decode, new.calibration.decode),
              (old.calibration.prefill, new.calibration.prefill),
              (old.recent.decode, new.recent.decode), (old.recent.prefill, new.recent.prefill),
-             (old.expected.decode, new.expected.decode))
+             (old.expected.decode, new.expected.decode),
+             (old.expected.ceiling.decode if old.expected.ceiling else None,
+              new.expected.ceiling.decode if new.expected.ceiling else None))
     return any(_moved(a, b) for a, b in pairs)
 
 

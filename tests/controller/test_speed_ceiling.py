@@ -86,3 +86,21 @@ def test_a_replica_near_its_ceiling_is_not_slow() -> None:
     book.retarget([target(CEILING)])
     run_traffic(book, 22.0, 60)  # 0.55 of the ceiling: llama-server's own range here
     assert book.published_by_model()["ai/chat"][0].slow is False
+
+
+def test_a_ceiling_learnt_after_the_calibration_is_published_at_the_next_read() -> None:
+    # The node probe measures the bandwidth only on a quiet node: often after a replica's
+    # calibration. The expected rate stays the calibration's (above 0.5 of this ceiling), and
+    # status must still come to name the ceiling at the next read, not at the next traffic.
+    book = SpeedBook(POLICY)
+    book.retarget([target(None)])
+    book.record("u0", reading_from(doc(30.0, 0, 0, 0), 0, "u0"), 0)
+    first = book.published_by_model()["ai/chat"][0]
+    assert first.expected.ceiling is None and first.expected.decode == 30.0
+    book.retarget([target(CEILING)])
+    assert book.record("u0", reading_from(doc(30.0, 0, 0, 0), 10, "u0"), 10) is True
+    now = book.published_by_model()["ai/chat"][0]
+    assert now.expected.decode == 30.0 and now.expected.source == SOURCE_OWN
+    assert "ceiling 40 tok/s" in speed_status(now, "2026-12-07T04:00:00Z").expected_source
+    # Unchanged since: nothing new to write.
+    assert book.record("u0", reading_from(doc(30.0, 0, 0, 0), 20, "u0"), 20) is False

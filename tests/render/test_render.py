@@ -70,6 +70,7 @@ def test_one_replica_renders_pod_claim_service_and_modelfile() -> None:
     modelfile = objs["ConfigMap/qwen3-modelfile"]["data"]["replica-0.Modelfile"]
     assert modelfile.splitlines() == [
         "FROM qwen3:1.7b",
+        "PARAMETER num_batch 512",
         "PARAMETER num_ctx 8192",
         "PARAMETER num_thread 4",
     ]

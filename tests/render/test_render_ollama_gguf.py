@@ -87,7 +87,8 @@ def test_download_runs_in_the_operator_image_as_the_volume_owner() -> None:
 def test_the_model_is_created_from_the_file_with_no_registry_call() -> None:
     objects = render(GEMMA.gguf(URL, SHA).spec(context=2048).obj())
     modelfile = objects["ConfigMap/g-modelfile"]["data"]["replica-0.Modelfile"]
-    assert modelfile == f"FROM {BLOB}\nPARAMETER num_ctx 2048\nPARAMETER num_thread 2\n"
+    assert modelfile == (f"FROM {BLOB}\nPARAMETER num_batch 512\nPARAMETER num_ctx 2048\n"
+                         "PARAMETER num_thread 2\n")
     create = inits(objects)[1]
     script = create["command"][2]
     assert "ollama pull" not in script and "ollama show" not in script

@@ -127,6 +127,8 @@ CASES: list[tuple[str, dict[str, Any], NodeFacts, int, bool]] = [
     ("memory-from-spec", {}, AVX2_NODE, 4, False),
     ("guaranteed-qos", {}, AVX2_NODE, 4, True),
     ("weights-volume", {}, AVX2_NODE, 4, True),
+    ("ollama-micro-batch-pinned", {"context": 32768, "slots": 2}, AVX2_NODE, 4, True),
+    ("ollama-micro-batch-pinned", LLAMA, AVX2_NODE, 4, False),
 ]
 
 
@@ -164,6 +166,17 @@ def test_threads_never_exceed_the_cpuset_or_quota() -> None:
     assert (t.threads, t.cpu, t.env["GOMAXPROCS"]) == (2, 2, "2")
     t = run(spec(), NODE.with_facts(cgroup_cpu_quota=1.5).facts(), cpu=8)
     assert t.threads == 1  # rounded down, never up
+
+
+def test_ollamas_micro_batch_is_the_one_the_memory_decision_counts() -> None:
+    # Ollama 0.34 would pick 1024 above 4096 tokens of context and 2048 above 32768
+    # (ollama server/sched.go generationBatchForContext); the formula counts UBATCH.
+    from localmodel.rules.model import UBATCH
+
+    for context, slots in ((2048, 1), (8192, 1), (32768, 4)):
+        t = run(spec(context=context, slots=slots))
+        assert t.modelfile["num_batch"] == str(UBATCH) == "512", (context, slots)
+    assert "num_batch" not in run(spec(**LLAMA)).modelfile
 
 
 def test_one_model_per_pod_environment() -> None:

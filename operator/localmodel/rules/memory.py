@@ -32,13 +32,10 @@ from fractions import Fraction
 
 from localmodel.api import KVCacheType
 from localmodel.catalog import ModelShape
+from localmodel.rules.model import UBATCH
 
 MiB = 1024**2
 
-# llama-server's and Ollama's micro-batch when the pod renders none: llama.cpp's
-# `-ub` default, and Ollama's num_batch default passed as its child's -b/-ub
-# (llama.cpp common/common.h n_ubatch; ollama api/types.go NumBatch).
-UBATCH = 512
 # llama.cpp pads the context, and a sliding-window cache, to whole 256-cell blocks
 # (docs/engine-facts.md#sliding-window-kv-cache).
 CELL_PAD = 256

@@ -17,6 +17,12 @@ from localmodel.facts import NodeFacts
 from localmodel.planner.cpus import Cpus
 from localmodel.versions import Version, show_version
 
+# llama-server's micro-batch when the pod renders none (llama.cpp's `-ub` default,
+# common/common.h n_ubatch), and Ollama's as the operator pins it (rule
+# ollama-micro-batch-pinned: its own would follow the context and free memory); the
+# memory decision counts it (rules/memory.py).
+UBATCH = 512
+
 
 @dataclass(frozen=True)
 class VersionRange:

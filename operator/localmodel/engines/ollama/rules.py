@@ -14,7 +14,15 @@ from localmodel.engines.ollama import (
     HOME,
 )
 from localmodel.engines.ollama.tuning import OllamaTuning
-from localmodel.rules.model import Context, CpuCondition, Rule, Stage, TuningDraft, VersionRange
+from localmodel.rules.model import (
+    UBATCH,
+    Context,
+    CpuCondition,
+    Rule,
+    Stage,
+    TuningDraft,
+    VersionRange,
+)
 from localmodel.rules.steps import AMX_FLAGS, safe_side_note, serve, spell
 
 _TUNING = OllamaTuning()
@@ -23,6 +31,10 @@ AMX = CpuCondition(AMX_FLAGS, unknown=True)
 
 def _serving(ctx: Context, s: TuningDraft) -> str | None:
     return serve(ctx, s, _TUNING.serving)
+
+
+def _micro_batch(ctx: Context, s: TuningDraft) -> str | None:
+    return spell(s, _TUNING.micro_batch(UBATCH))
 
 
 def _amx_safe_path(ctx: Context, s: TuningDraft) -> str:
@@ -69,6 +81,21 @@ RULES: dict[Stage, tuple[Rule, ...]] = {
             "pod split memory, slots and cores",
             source="ollama envconfig/config.go; docs/engine-facts.md#ollama-defaults-on-cpu",
             apply=_serving,
+        ),
+        Rule(
+            id="ollama-micro-batch-pinned",
+            title="The micro-batch the memory decision counts",
+            effect=f"Modelfile PARAMETER num_batch {UBATCH} (its llama-server child's -b and -ub)",
+            reason="Ollama 0.34 picks its child's batch from the context of all slots and the "
+            "machine's free memory (1024 above 4096 tokens, 2048 above 32768), which a pod's "
+            "limit cannot follow, and the compute buffer grows with it: Gemma 3 1B at 8k "
+            "without flash attention has 192 MiB of compute buffer at 1024 against 63 at 512, "
+            "and its filled 8k prompt was OOM-killed under a decision made for 512; "
+            "llama-server's own micro-batch default is 512",
+            source="docs/engine-facts.md#compute-buffer; ollama server/sched.go "
+            "(automaticGenerationBatch, generationBatchForContext); ollama server/routes.go "
+            "(usesAutomaticNumBatch); ollama llm/llama_server.go (appendBatchArgs)",
+            apply=_micro_batch,
         ),
     ),
     Stage.CPU_PATH: (

@@ -74,6 +74,12 @@ class OllamaTuning:
             modelfile={"num_ctx": str(s.context)},
         )
 
+    def micro_batch(self, n: int) -> Spelled:
+        return Spelled(
+            f"Modelfile PARAMETER num_batch {n} (its llama-server child's -b and -ub)",
+            modelfile={"num_batch": str(n)},
+        )
+
     def safe_cpu_runner(self, version: Version | None) -> Spelled | None:
         # Only the old per-CPU-level runners can be chosen by name; from v0.5.12
         # the variable does nothing on CPU, so it is not presented as a fix there.
