@@ -114,9 +114,8 @@ def test_init_script_builds_the_tuned_model_offline_and_the_engine_runs_it(
     models: Path, tmp_path: Path, ollama: OllamaFactory
 ) -> None:
     pod, modelfile = rendered()
-    assert (
-        modelfile == f"FROM {MODEL}\nPARAMETER num_ctx {CONTEXT}\nPARAMETER num_thread {THREADS}\n"
-    )
+    assert modelfile == (f"FROM {MODEL}\nPARAMETER num_batch 512\nPARAMETER num_ctx {CONTEXT}\n"
+                         f"PARAMETER num_thread {THREADS}\n")
 
     out = run_init(pod, modelfile, models, tmp_path / "init")
     assert "already on the volume: no pull" in out
@@ -135,6 +134,9 @@ def test_init_script_builds_the_tuned_model_offline_and_the_engine_runs_it(
     params = dict(line.split(None, 1) for line in show["parameters"].splitlines())
     assert params["num_thread"].strip() == str(THREADS)
     assert params["num_ctx"].strip() == str(CONTEXT)
+    # A model option, so Ollama does not choose the batch itself (server/routes.go
+    # usesAutomaticNumBatch): the micro-batch the memory decision counts.
+    assert params["num_batch"].strip() == "512"
 
     # A caller that sends no options gets the operator's settings.
     status, answer = server.api(
