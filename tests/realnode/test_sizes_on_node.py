@@ -19,8 +19,9 @@ gateway's log line) at PREFILL_SHARE of the time (prefill slows as the context
 fills), capped by the context; the gateway's log line says how long it took. The memory the engine's
 container keeps that reclaim cannot free (anonymous + shmem: what gets a pod
 OOM-killed, benchmarks/sizes_measure.py) is sampled from its cgroup through
-the prompt and must stay under the decided limit; the kernel's OOM-kill count
-and the container's restarts must stay 0. How close the peak comes to the
+the prompt (benchmarks/sizes_engines.py's Sampler) and must stay under the
+decided limit; the kernel's OOM-kill count and the container's restarts must
+stay 0. How close the peak comes to the
 decision is printed, not asserted (benchmarks/sizes.py measures that).
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +40,7 @@ import openai
 import pytest
 
 from benchmarks import sizes_measure as m
+from benchmarks.sizes_engines import Sampler
 from benchmarks.sizes_points import model_info
 from localmodel.engines import llama_server
 from tests.builders import MakeLocalModel
@@ -70,34 +71,6 @@ def words(n: int, seed: int) -> str:
 def memory_cgroup(pod: dict[str, Any]) -> Cgroup:
     path = container_cgroup("memory", pod, llama_server.NAME)
     return Cgroup(path, 2 if (path / "memory.current").exists() else 1)
-
-
-class Sampled:
-    """The cgroup's OOM-relevant memory sampled every 0.5 s in a thread (its peak)."""
-
-    def __init__(self, group: Cgroup) -> None:
-        self.group, self.peak = group, m.Peak()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            stat = m.parse_stat(self.group.read("memory.stat"))
-            if stat:
-                self.peak.add(m.reading(stat, self.group.version))
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> Sampled:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def kills(self) -> int:
-        name = "memory.events" if self.group.version == 2 else "memory.oom_control"
-        return m.oom_kills(self.group.read(name), self.group.version)
 
 
 def quantity_bytes(q: str) -> int:
@@ -191,7 +164,7 @@ def test_a_real_shape_goes_ready_under_its_decision_and_serves_its_longest_promp
                          ["prefill_tok_s"] or speed["calibrationPrefill"])
             tokens = min(CONTEXT - 64, int(rate * PROMPT_SECONDS * PREFILL_SHARE))
             request_id = f"sizes-{uuid.uuid4().hex[:8]}"
-            with Sampled(group) as sampled:
+            with Sampler(group) as sampled:
                 began = time.monotonic()
                 done = client.completions.create(
                     model=f"synth-{SHAPE}", prompt=words(int(tokens / per_word), 1),
