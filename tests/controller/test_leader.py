@@ -19,16 +19,9 @@ from aiohttp import web
 from localmodel.controller.leader import LOST_DEADLINE, LeaderElector, LeaseThread
 from localmodel.controller.writer import Kube, NotLeading
 from localmodel.kube import Credentials
+from tests.harness.clock import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # (leading, seconds since the last renewal's round began, may write); lease 12 s:

@@ -40,6 +40,7 @@ from localmodel.probe.memory import BandwidthProbe
 from localmodel.probe.node import is_probe_label, kept_bandwidth, node_patch
 from localmodel.probe.stream import Measured
 from tests.builders import MakeNode
+from tests.harness.clock import Clock
 
 pytestmark = pytest.mark.unit
 
@@ -219,19 +220,6 @@ def test_between_measurements_the_node_keeps_its_labels_and_junk_is_removed() ->
 # ---- when the probe measures (its loop's state, with fakes) ------------------------------
 
 
-class Clock:
-    """A settable clock for the probe's schedule."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def probe_tree(tmp_path: Path, busy_ticks: int, limit: int) -> None:
     index = tmp_path / "sys/devices/system/cpu/cpu0/cache/index3"
     index.mkdir(parents=True, exist_ok=True)
@@ -248,7 +236,7 @@ def probe_tree(tmp_path: Path, busy_ticks: int, limit: int) -> None:
 
 def test_the_probe_measures_a_quiet_node_once_a_day_and_keeps_the_number(tmp_path: Path) -> None:
     probe_tree(tmp_path, 100, 256 * MIB)
-    clock, log, sizes = Clock(), io.StringIO(), []
+    clock, log, sizes = Clock(0.0), io.StringIO(), []
 
     def fake(size: int, threads: int) -> Measured:
         sizes.append((size, threads))
@@ -269,7 +257,7 @@ def test_the_probe_measures_a_quiet_node_once_a_day_and_keeps_the_number(tmp_pat
 
 def test_a_busy_node_is_not_measured_and_says_why(tmp_path: Path) -> None:
     probe_tree(tmp_path, 100, 256 * MIB)
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(0.0), io.StringIO()
 
     def hog(_: float) -> None:  # a model decoding on both CPUs meanwhile
         clock.now += 1.0
@@ -289,7 +277,7 @@ def test_a_limit_too_small_for_the_cache_is_named_not_measured(tmp_path: Path) -
     def never(size: int, threads: int) -> Measured:
         raise AssertionError("measured in cache")
 
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(0.0), io.StringIO()
     probe = BandwidthProbe(tmp_path, tmp_path, log=log, clock=clock, sleep=clock.sleep,
                            measure=never)
     assert probe() is None
@@ -302,7 +290,7 @@ def test_a_measurement_that_fails_is_logged_and_the_probe_goes_on(tmp_path: Path
     def broken(size: int, threads: int) -> Measured:
         raise OSError("fork: resource temporarily unavailable")
 
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(0.0), io.StringIO()
     probe = BandwidthProbe(tmp_path, tmp_path, log=log, clock=clock, sleep=clock.sleep,
                            measure=broken)
     assert probe() is None

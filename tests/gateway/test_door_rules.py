@@ -41,19 +41,12 @@ from localmodel.gateway_contract.marks import (
     woke_session,
     yield_session,
 )
+from tests.harness.clock import Clock
 
 pytestmark = pytest.mark.unit
 
 KEY = Ed25519PrivateKey.generate()
 HERE = ("team-a", "chat-0")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _door(queued: int = 0, lease: float = 60.0) -> tuple[Door, Clock]:

@@ -9,6 +9,7 @@ import pytest
 from localmodel.gateway.owned import OwnedSessions
 from localmodel.gateway_contract.headers import OWNED_SESSION_HEADER, ROUTE_HEADER, owned_key
 from localmodel.router.proxy import pass_headers
+from tests.harness.clock import Clock
 
 pytestmark = pytest.mark.unit
 
@@ -34,16 +35,8 @@ def test_only_a_session_key_counts(value: str | None, want: str | None) -> None:
     assert owned_key(value) == want
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_listed_most_recent_first_each_once() -> None:
-    owned = OwnedSessions(clock=Clock())
+    owned = OwnedSessions(clock=Clock(100.0))
     for key in (A, B, A, C, None):
         owned.touch(key)
     assert owned.listed() == [C, A, B]
@@ -52,14 +45,14 @@ def test_listed_most_recent_first_each_once() -> None:
 
 
 def test_bounded_least_recent_forgotten_first() -> None:
-    owned = OwnedSessions(limit=2, clock=Clock())
+    owned = OwnedSessions(limit=2, clock=Clock(100.0))
     for key in (A, B, C):
         owned.touch(key)
     assert owned.listed() == [C, B]
 
 
 def test_an_idle_session_is_forgotten() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     owned = OwnedSessions(idle_s=60.0, clock=clock)
     owned.touch(A)
     clock.now += 30

@@ -23,17 +23,10 @@ from localmodel.gateway_contract import GatewayConfig
 from localmodel.speed import SOURCE_OWN, PeerKey, SpeedPolicy
 from tests.gateway.harness import RigFactory, wait_until
 from tests.gateway.ollama_standin import StandinOllama
+from tests.harness.clock import Clock
 from tests.harness.loopwatch import loop_stall_watch
 
 KEY = PeerKey("standin:1b", "img", 2, ("GenuineIntel", "6", "143"))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def test_reader_reads_calibration_then_traffic_and_counts_its_reads(

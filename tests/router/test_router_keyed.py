@@ -26,6 +26,7 @@ from localmodel.router.table import (
     open_models,
 )
 from tests.builders import MakeLocalModel
+from tests.harness.clock import Clock
 
 pytestmark = pytest.mark.unit
 
@@ -81,16 +82,8 @@ def test_a_listing_of_some_models_keeps_the_spelling_the_whole_table_gives() -> 
     assert listed_names(table) == ("team-a/chat:1b", "team-c/chat:1b")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_answers_expire_after_their_ttl_and_are_bounded_oldest_first() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     answers = Answers(clock, ttl=10.0, limit=3)
     answers.put(b"k1", "a/m", True)
     answers.put(b"k2", "a/m", False)
