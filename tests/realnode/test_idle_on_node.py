@@ -340,8 +340,13 @@ def wake_through_router(journey: Journey, url: str) -> float:
     # The first token is the client's clock; the samples lag by up to one look
     # (0.25 s and an API call), so it is only known to follow the engine's start.
     assert first > watch.seen["engine container started"], watch.seen
-    lm = journey.model(SLEEPER)
-    assert idle_of(lm).get("state") == "Awake" and idle_of(lm).get("wakes", 0) >= 1, lm["status"]
+    # The router answers once the replica is Ready; the operator writes Awake in
+    # its next pass after that, which may come after the answer: wait for it.
+    def awake() -> Manifest | None:
+        lm = journey.model(SLEEPER)
+        idle = idle_of(lm)
+        return lm if idle.get("state") == "Awake" and idle.get("wakes", 0) >= 1 else None
+    lm = wait_for(f"{SLEEPER} Awake in status.idle after its wake", awake, 60, interval=0.5)
     print(f"{SLEEPER}: status.idle.lastWake {idle_of(lm).get('lastWake')}")
     return first
 
