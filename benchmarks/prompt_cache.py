@@ -40,6 +40,7 @@ import contextlib
 import json
 import random
 import re
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -227,21 +228,27 @@ def main() -> int:
     a.bound = a.bound or ("8Mi" if a.quick else "auto")
     import tempfile
 
+    # A work directory of its own (each engine's copy of the model, ~0.5 GB) is
+    # removed at the end; one given with --work is kept.
     work = a.work or Path(tempfile.mkdtemp(prefix="prompt-cache-"))
     runs = []
-    for engine in a.engines:
-        settings = rendered(engine, a.bound)
-        print(f"{engine}: memory {settings['memory_mib']} MiB as rendered; "
-              + "; ".join(settings["decisions"]), flush=True)
-        for label in a.runs:
-            s = settings if label == "bounded" else without_bound(settings)
-            r = run(engine, label, s, prompts, words, work)
-            r["memory_limit_mib"] = settings["memory_mib"]
-            runs.append(r)
-            print(f"{engine}/{label}: RSS first {r['first_rss_mib']:.0f} peak "
-                  f"{r['peak_rss_mib']:.0f} last {r['last_rss_mib']:.0f} MiB, growth "
-                  f"{r['growth_mib']:+.0f} MiB over {prompts} prompts, evictions "
-                  f"{r['evictions']}, {r['seconds']:.0f} s", flush=True)
+    try:
+        for engine in a.engines:
+            settings = rendered(engine, a.bound)
+            print(f"{engine}: memory {settings['memory_mib']} MiB as rendered; "
+                  + "; ".join(settings["decisions"]), flush=True)
+            for label in a.runs:
+                s = settings if label == "bounded" else without_bound(settings)
+                r = run(engine, label, s, prompts, words, work)
+                r["memory_limit_mib"] = settings["memory_mib"]
+                runs.append(r)
+                print(f"{engine}/{label}: RSS first {r['first_rss_mib']:.0f} peak "
+                      f"{r['peak_rss_mib']:.0f} last {r['last_rss_mib']:.0f} MiB, growth "
+                      f"{r['growth_mib']:+.0f} MiB over {prompts} prompts, evictions "
+                      f"{r['evictions']}, {r['seconds']:.0f} s", flush=True)
+    finally:
+        if a.work is None:
+            shutil.rmtree(work, ignore_errors=True)
     print(table(runs, max(1, prompts // 12)))
     if a.json:
         print(json.dumps({"quick": a.quick, "prompts": prompts, "words": words,

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -114,8 +115,13 @@ def test_threads_benchmark_quick_prints_the_operator_against_the_sweep(
 
 @pytest.mark.engine  # llama-server, Ollama and the model
 def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # Its work directory (each engine's copy of the model) goes where Python's
+    # temporary files go, and is gone after: every CI run left ~0.5 GB in /tmp.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     out = run_main("prompt_cache", ["--quick", "--json"], monkeypatch, capsys)
+    assert not list(tmp_path.iterdir()), sorted(tmp_path.iterdir())
     print(out)
     report = json.loads(out.strip().splitlines()[-1])
     runs = {(r["engine"], r["run"]): r for r in report["runs"]}
