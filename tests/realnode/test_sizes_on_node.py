@@ -43,6 +43,7 @@ from benchmarks import sizes_measure as m
 from benchmarks.sizes_engines import Sampler
 from benchmarks.sizes_points import model_info
 from localmodel.engines import llama_server
+from localmodel.facts.quantity import parse_bytes
 from tests.builders import MakeLocalModel
 from tests.harness.cgroup import Cgroup
 from tests.harness.engines import synthetic_model
@@ -71,13 +72,6 @@ def words(n: int, seed: int) -> str:
 def memory_cgroup(pod: dict[str, Any]) -> Cgroup:
     path = container_cgroup("memory", pod, llama_server.NAME)
     return Cgroup(path, 2 if (path / "memory.current").exists() else 1)
-
-
-def quantity_bytes(q: str) -> int:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "": 1}
-    found = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|)", q)
-    assert found, f"unexpected memory quantity {q!r}"
-    return int(found[1]) * units[found[2]]
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +109,10 @@ def test_a_real_shape_goes_ready_under_its_decision_and_serves_its_longest_promp
         assert server.counts().get(gguf.name) == 1, server.counts()
         lm = journey.model(NAME)
         placement = lm["status"]["placements"][0]
-        decided = quantity_bytes(placement["memory"])
+        decided = parse_bytes(placement["memory"])
         pod = journey.pod_of(NAME)
         engine = next(c for c in pod["spec"]["containers"] if c["name"] == llama_server.NAME)
-        assert quantity_bytes(engine["resources"]["limits"]["memory"]) == decided, engine
+        assert parse_bytes(engine["resources"]["limits"]["memory"]) == decided, engine
         journey.timings.add(f"sizes: {SHAPE} created -> Ready", deployed.ready_seconds)
 
         seen: list[Any] = [None]
