@@ -121,8 +121,8 @@ def test_prompt_cache_benchmark_quick_reports_rss_per_prompt_for_both_engines(
     # temporary files go, and is gone after: every CI run left ~0.5 GB in /tmp.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     out = run_main("prompt_cache", ["--quick", "--json"], monkeypatch, capsys)
-    assert not list(tmp_path.iterdir()), sorted(tmp_path.iterdir())
     print(out)
+    assert not list(tmp_path.iterdir()), sorted(tmp_path.iterdir())
     report = json.loads(out.strip().splitlines()[-1])
     runs = {(r["engine"], r["run"]): r for r in report["runs"]}
     assert set(runs) == {(e, r) for e in ("llama-server", "ollama")
